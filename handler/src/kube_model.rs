@@ -1,0 +1,328 @@
+//! Kubernetes objects read into facts, and the taint patch written from a
+//! Node. Pure: the shell fetches and sends, this module only looks.
+
+use k8s_openapi::api::core::v1::{Node, PersistentVolume};
+use k8s_openapi::api::storage::v1::VolumeAttachment;
+use serde_json::{Value, json};
+
+use crate::facts::{
+    AttachmentFacts, NodeFacts, OUT_OF_SERVICE_EFFECT, OUT_OF_SERVICE_KEY, OUT_OF_SERVICE_VALUE,
+    PvFacts, Readiness, TaintFacts,
+};
+use crate::instance::{InstanceId, InstanceState, VolumeId, instance_from_provider_id};
+use crate::volumes::EBS_CSI_DRIVER;
+
+/// Annotation prefix for what node-fencer records on a Node it fenced.
+pub const ANNOTATION_PREFIX: &str = "node-fencer.io/";
+/// The taint node-fencer applied, as `key=value:effect`.
+pub const ANNOTATION_TAINT: &str = "node-fencer.io/taint";
+/// When it was applied (RFC 3339).
+pub const ANNOTATION_FENCED_AT: &str = "node-fencer.io/fenced-at";
+/// The instance and the state EC2 reported at decision time.
+pub const ANNOTATION_INSTANCE: &str = "node-fencer.io/instance";
+/// The correlation id of the invocation that applied it.
+pub const ANNOTATION_CORRELATION: &str = "node-fencer.io/correlation-id";
+
+/// Reads a Node into facts; `None` for a Node without a name.
+pub fn node_facts(node: &Node) -> Option<NodeFacts> {
+    let name = node.metadata.name.clone()?;
+    let spec = node.spec.as_ref();
+    let status = node.status.as_ref();
+    let instance = spec
+        .and_then(|s| s.provider_id.as_deref())
+        .and_then(instance_from_provider_id);
+    let addresses = status
+        .and_then(|s| s.addresses.as_deref())
+        .unwrap_or_default();
+    let internal_ips = addresses
+        .iter()
+        .filter(|a| a.type_ == "InternalIP")
+        .filter_map(|a| a.address.parse().ok())
+        .collect();
+    let host_names = addresses
+        .iter()
+        .filter(|a| a.type_ == "InternalDNS" || a.type_ == "Hostname")
+        .map(|a| a.address.clone())
+        .collect();
+    let taints = spec
+        .and_then(|s| s.taints.as_deref())
+        .unwrap_or_default()
+        .iter()
+        .map(|t| TaintFacts {
+            key: t.key.clone(),
+            value: t.value.clone(),
+            effect: t.effect.clone(),
+        })
+        .collect();
+    Some(NodeFacts {
+        name,
+        instance,
+        readiness: readiness(node),
+        internal_ips,
+        host_names,
+        taints,
+    })
+}
+
+/// The node's `Ready` condition; a missing condition counts as `Unknown`.
+pub fn readiness(node: &Node) -> Readiness {
+    let ready = node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_deref())
+        .unwrap_or_default()
+        .iter()
+        .find(|c| c.type_ == "Ready");
+    match ready.map(|c| c.status.as_str()) {
+        Some("True") => Readiness::Ready,
+        Some("False") => Readiness::NotReady,
+        _ => Readiness::Unknown,
+    }
+}
+
+/// Reads a VolumeAttachment into facts.
+pub fn attachment_facts(va: &VolumeAttachment) -> Option<AttachmentFacts> {
+    let inline = va.spec.source.inline_volume_spec.as_ref();
+    let inline_volume = inline.and_then(|spec| {
+        spec.aws_elastic_block_store
+            .as_ref()
+            .and_then(|ebs| VolumeId::parse(&ebs.volume_id))
+            .or_else(|| {
+                spec.csi
+                    .as_ref()
+                    .filter(|c| c.driver == EBS_CSI_DRIVER)
+                    .and_then(|c| VolumeId::parse(&c.volume_handle))
+            })
+    });
+    Some(AttachmentFacts {
+        name: va.metadata.name.clone()?,
+        attacher: va.spec.attacher.clone(),
+        node_name: va.spec.node_name.clone(),
+        pv_name: va.spec.source.persistent_volume_name.clone(),
+        inline_volume,
+    })
+}
+
+/// Reads a PersistentVolume into facts: the EBS volume from the CSI
+/// `volumeHandle` of `ebs.csi.aws.com`, or the in-tree `awsElasticBlockStore`.
+pub fn pv_facts(pv: &PersistentVolume) -> Option<PvFacts> {
+    let spec = pv.spec.as_ref();
+    let csi = spec
+        .and_then(|s| s.csi.as_ref())
+        .filter(|c| c.driver == EBS_CSI_DRIVER)
+        .and_then(|c| VolumeId::parse(&c.volume_handle));
+    let in_tree = spec
+        .and_then(|s| s.aws_elastic_block_store.as_ref())
+        .and_then(|e| VolumeId::parse(&e.volume_id));
+    Some(PvFacts {
+        name: pv.metadata.name.clone()?,
+        volume: csi.or(in_tree),
+    })
+}
+
+/// What node-fencer records with the taint.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stamp {
+    /// The instance EC2 confirmed off.
+    pub instance: InstanceId,
+    /// Its state at decision time.
+    pub state: InstanceState,
+    /// RFC 3339 time of the decision.
+    pub at: String,
+    /// The invocation's correlation id.
+    pub correlation_id: String,
+}
+
+/// What to do about the taint, given the Node as it is now.
+#[derive(Clone, Debug, PartialEq)]
+pub enum TaintPatch {
+    /// Send this merge patch.
+    Apply(Value),
+    /// The taint is there already.
+    AlreadyPresent,
+    /// The Node turned Ready since the decision: do not fence.
+    NodeReady,
+    /// The Node has no resourceVersion to guard the write with.
+    NoResourceVersion,
+}
+
+/// Builds the merge patch that adds the out-of-service taint and the
+/// annotations. The patch carries the resourceVersion it was built from, so
+/// the API server refuses it (409) if anyone changed the Node in between, and
+/// it restates every existing taint, so none is dropped.
+pub fn taint_patch(node: &Node, stamp: &Stamp) -> TaintPatch {
+    if readiness(node) == Readiness::Ready {
+        return TaintPatch::NodeReady;
+    }
+    let Some(rv) = node.metadata.resource_version.as_deref() else {
+        return TaintPatch::NoResourceVersion;
+    };
+    let existing = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default();
+    if existing
+        .iter()
+        .any(|t| t.key == OUT_OF_SERVICE_KEY && t.effect == OUT_OF_SERVICE_EFFECT)
+    {
+        return TaintPatch::AlreadyPresent;
+    }
+    let mut taints: Vec<Value> = existing
+        .iter()
+        .map(|t| serde_json::to_value(t).unwrap_or(Value::Null))
+        .filter(|v| !v.is_null())
+        .collect();
+    taints.push(json!({
+        "key": OUT_OF_SERVICE_KEY,
+        "value": OUT_OF_SERVICE_VALUE,
+        "effect": OUT_OF_SERVICE_EFFECT,
+        "timeAdded": stamp.at,
+    }));
+    TaintPatch::Apply(json!({
+        "metadata": {
+            "resourceVersion": rv,
+            "annotations": {
+                ANNOTATION_TAINT: format!("{OUT_OF_SERVICE_KEY}={OUT_OF_SERVICE_VALUE}:{OUT_OF_SERVICE_EFFECT}"),
+                ANNOTATION_FENCED_AT: stamp.at,
+                ANNOTATION_INSTANCE: format!("{}={}", stamp.instance, stamp.state),
+                ANNOTATION_CORRELATION: stamp.correlation_id,
+            }
+        },
+        "spec": { "taints": taints }
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn node(ready: &str, taints: Value, rv: Option<&str>) -> Node {
+        serde_json::from_value(json!({
+            "metadata": {"name": "worker-2", "resourceVersion": rv},
+            "spec": {"providerID": "aws:///us-east-1a/i-0123456789abcdef0", "taints": taints},
+            "status": {
+                "conditions": [{"type": "Ready", "status": ready}],
+                "addresses": [
+                    {"type": "InternalIP", "address": "10.0.1.17"},
+                    {"type": "InternalDNS", "address": "ip-10-0-1-17.ec2.internal"},
+                    {"type": "Hostname", "address": "ip-10-0-1-17.ec2.internal"}
+                ]
+            }
+        }))
+        .unwrap()
+    }
+
+    fn stamp() -> Stamp {
+        Stamp {
+            instance: InstanceId::parse("i-0123456789abcdef0").unwrap(),
+            state: InstanceState::Stopped,
+            at: "2026-11-22T10:00:00Z".into(),
+            correlation_id: "c-1".into(),
+        }
+    }
+
+    #[test]
+    fn facts_from_a_node() {
+        let n = node("Unknown", json!([]), Some("7"));
+        let f = node_facts(&n).unwrap();
+        assert_eq!(f.instance.unwrap().as_str(), "i-0123456789abcdef0");
+        assert_eq!(f.readiness, Readiness::Unknown);
+        assert_eq!(
+            f.internal_ips,
+            ["10.0.1.17".parse::<std::net::IpAddr>().unwrap()]
+        );
+        assert_eq!(f.host_names.len(), 2);
+        assert_eq!(readiness(&node("True", json!([]), None)), Readiness::Ready);
+        assert_eq!(
+            readiness(&node("False", json!([]), None)),
+            Readiness::NotReady
+        );
+        assert_eq!(readiness(&Node::default()), Readiness::Unknown);
+    }
+
+    #[test]
+    fn the_patch_keeps_other_taints_and_carries_the_resource_version() {
+        let others = json!([
+            {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute", "timeAdded": "2026-11-22T09:59:00Z"},
+            {"key": "dedicated", "value": "db", "effect": "NoSchedule"}
+        ]);
+        let TaintPatch::Apply(patch) = taint_patch(&node("Unknown", others, Some("42")), &stamp())
+        else {
+            panic!("expected a patch");
+        };
+        assert_eq!(patch["metadata"]["resourceVersion"], "42");
+        let taints = patch["spec"]["taints"].as_array().unwrap();
+        assert_eq!(taints.len(), 3);
+        assert_eq!(taints[0]["key"], "node.kubernetes.io/unreachable");
+        assert_eq!(taints[1]["value"], "db");
+        assert_eq!(taints[2]["key"], OUT_OF_SERVICE_KEY);
+        assert_eq!(taints[2]["effect"], "NoExecute");
+        assert_eq!(
+            patch["metadata"]["annotations"][ANNOTATION_INSTANCE],
+            "i-0123456789abcdef0=stopped"
+        );
+    }
+
+    #[test]
+    fn no_patch_when_present_ready_or_unversioned() {
+        let present = json!([{"key": OUT_OF_SERVICE_KEY, "value": "x", "effect": "NoExecute"}]);
+        assert_eq!(
+            taint_patch(&node("False", present, Some("1")), &stamp()),
+            TaintPatch::AlreadyPresent
+        );
+        assert_eq!(
+            taint_patch(&node("True", json!([]), Some("1")), &stamp()),
+            TaintPatch::NodeReady
+        );
+        assert_eq!(
+            taint_patch(&node("False", json!([]), None), &stamp()),
+            TaintPatch::NoResourceVersion
+        );
+        let no_schedule = json!([{"key": OUT_OF_SERVICE_KEY, "effect": "NoSchedule"}]);
+        assert!(matches!(
+            taint_patch(&node("False", no_schedule, Some("1")), &stamp()),
+            TaintPatch::Apply(_)
+        ));
+    }
+
+    #[test]
+    fn pv_and_attachment_facts() {
+        let csi: PersistentVolume = serde_json::from_value(json!({
+            "metadata": {"name": "pv-a"},
+            "spec": {"csi": {"driver": "ebs.csi.aws.com", "volumeHandle": "vol-0123456789abcdef0"}}
+        }))
+        .unwrap();
+        assert_eq!(
+            pv_facts(&csi).unwrap().volume.unwrap().as_str(),
+            "vol-0123456789abcdef0"
+        );
+        let other: PersistentVolume = serde_json::from_value(json!({
+            "metadata": {"name": "pv-b"},
+            "spec": {"csi": {"driver": "efs.csi.aws.com", "volumeHandle": "vol-0123456789abcdef0"}}
+        }))
+        .unwrap();
+        assert_eq!(pv_facts(&other).unwrap().volume, None);
+        let in_tree: PersistentVolume = serde_json::from_value(json!({
+            "metadata": {"name": "pv-c"},
+            "spec": {"awsElasticBlockStore": {"volumeID": "aws://us-east-1a/vol-0123abcd"}}
+        }))
+        .unwrap();
+        assert_eq!(
+            pv_facts(&in_tree).unwrap().volume.unwrap().as_str(),
+            "vol-0123abcd"
+        );
+        let va: VolumeAttachment = serde_json::from_value(json!({
+            "metadata": {"name": "csi-1"},
+            "spec": {"attacher": "ebs.csi.aws.com", "nodeName": "worker-2",
+                     "source": {"persistentVolumeName": "pv-a"}}
+        }))
+        .unwrap();
+        let f = attachment_facts(&va).unwrap();
+        assert_eq!(
+            (f.node_name.as_str(), f.pv_name.as_deref()),
+            ("worker-2", Some("pv-a"))
+        );
+    }
+}

@@ -1,0 +1,31 @@
+//! node-fencer: fences dead Kubernetes nodes on AWS.
+//!
+//! When EC2 confirms, out of band, that a node's instance is stopped or
+//! terminated, node-fencer applies the `node.kubernetes.io/out-of-service`
+//! taint (KEP-2268) and force-detaches the node's EBS volumes, so stateful
+//! pods and their volumes move to a healthy node in seconds.
+//!
+//! The crate is a functional core ([`trigger`], [`resolve`], [`decide`],
+//! [`volumes`], [`kube_model`]) with no I/O, and a thin shell ([`shell`],
+//! [`pipeline`], [`app`], [`cli`], [`lambda`]) that gathers facts and acts.
+
+#![deny(missing_docs)]
+
+pub mod app;
+pub mod cli;
+pub mod config;
+pub mod decide;
+pub mod eks_token;
+pub mod facts;
+pub mod instance;
+pub mod kube_model;
+pub mod lambda;
+pub mod permissions;
+pub mod pipeline;
+pub mod report;
+pub mod resolve;
+pub mod shell;
+pub mod suspect;
+pub mod telemetry;
+pub mod trigger;
+pub mod volumes;

@@ -1,0 +1,79 @@
+//! The exact AWS API calls and Kubernetes verbs the code makes. The IAM
+//! policy in `infra/` and the ClusterRole in `infra/kubernetes/rbac.yaml` are
+//! tested against these lists, and these lists against the code.
+
+/// Every AWS action the function calls, as IAM spells it.
+pub const AWS_ACTIONS: &[&str] = &[
+    "ec2:DescribeInstances",
+    "ec2:DescribeVolumes",
+    "ec2:DetachVolume",
+    "eks:DescribeCluster",
+    "secretsmanager:GetSecretValue",
+    "ssm:GetParameter",
+];
+
+/// Every Kubernetes permission the function uses: (API group, resource, verbs).
+pub const KUBERNETES_RULES: &[(&str, &str, &[&str])] = &[
+    ("", "nodes", &["get", "list", "patch"]),
+    ("", "persistentvolumes", &["list"]),
+    ("storage.k8s.io", "volumeattachments", &["list"]),
+    ("events.k8s.io", "events", &["create"]),
+];
+
+#[cfg(test)]
+mod tests {
+    use super::AWS_ACTIONS;
+    use std::collections::BTreeSet;
+
+    /// SDK operations as they appear in the code (`.describe_instances()`)
+    /// mapped to IAM actions. A new SDK call without an entry here fails the
+    /// scan below, and so does an entry that no code calls any more.
+    const OPERATIONS: &[(&str, &str)] = &[
+        (".describe_instances()", "ec2:DescribeInstances"),
+        (".describe_volumes()", "ec2:DescribeVolumes"),
+        (".detach_volume()", "ec2:DetachVolume"),
+        (".describe_cluster()", "eks:DescribeCluster"),
+        (".get_secret_value()", "secretsmanager:GetSecretValue"),
+        (".get_parameter()", "ssm:GetParameter"),
+    ];
+
+    const SHELL: &[&str] = &[
+        include_str!("shell/cloud.rs"),
+        include_str!("shell/connect.rs"),
+        include_str!("shell/cluster.rs"),
+    ];
+
+    #[test]
+    fn the_action_list_is_what_the_code_calls() {
+        let called: BTreeSet<&str> = OPERATIONS
+            .iter()
+            .filter(|(call, _)| SHELL.iter().any(|src| src.contains(call)))
+            .map(|(_, action)| *action)
+            .collect();
+        let listed: BTreeSet<&str> = AWS_ACTIONS.iter().copied().collect();
+        assert_eq!(called, listed);
+    }
+
+    #[test]
+    fn no_unlisted_sdk_client_is_used() {
+        // Every `aws_sdk_*::Client` the shell builds must belong to a listed service.
+        for src in SHELL {
+            for (i, _) in src.match_indices("aws_sdk_") {
+                let service: String = src[i + 8..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric())
+                    .collect();
+                let iam = match service.as_str() {
+                    "secretsmanager" => "secretsmanager",
+                    other => other,
+                };
+                assert!(
+                    AWS_ACTIONS
+                        .iter()
+                        .any(|a| a.starts_with(&format!("{iam}:"))),
+                    "aws_sdk_{service} is used but no {iam}: action is listed"
+                );
+            }
+        }
+    }
+}

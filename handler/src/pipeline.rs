@@ -1,0 +1,700 @@
+//! The fencing pipeline: resolve → confirm → decide → discover volumes →
+//! re-confirm → taint → detach → verify → report. It gathers facts through
+//! the [`Cloud`] and [`Cluster`] traits, leaves every choice to the pure
+//! core, and carries out the plan.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use futures::StreamExt;
+use tracing::{Instrument, info, info_span, warn};
+
+use crate::decide::{self, Case, Settings, Skip, Verdict};
+use crate::facts::{Confirmation, InstanceFacts, NodeFacts, VolumeFacts};
+use crate::instance::{InstanceId, VolumeId};
+use crate::kube_model::Stamp;
+use crate::report::{NodeReport, Outcome, Report, VolumeOutcome, VolumeReport};
+use crate::resolve::{self, Resolution};
+use crate::shell::cloud::Cloud;
+use crate::shell::cluster::{Cluster, ClusterError, NodeEvent, TaintOutcome};
+use crate::suspect::{Batch, Intent, NodeRef, Origin, Suspect};
+use crate::volumes::{self, NodeVolume, VolumeAction};
+
+/// How many nodes are fenced at once within one invocation.
+const PARALLEL_NODES: usize = 8;
+
+/// The handles and settings one invocation works with.
+pub struct Ctx<'a> {
+    /// EC2.
+    pub cloud: &'a dyn Cloud,
+    /// Kubernetes.
+    pub cluster: &'a dyn Cluster,
+    /// Dry-run and the cap.
+    pub settings: Settings,
+    /// How long to wait for detached volumes to become `available`.
+    pub detach_wait: Duration,
+    /// How often to look while waiting.
+    pub poll_interval: Duration,
+    /// The invocation's correlation id.
+    pub correlation_id: String,
+}
+
+/// A failure that stops the whole invocation before any decision.
+#[derive(Debug, thiserror::Error)]
+pub enum PipelineError {
+    /// The node list could not be read, so nothing can be resolved.
+    #[error(transparent)]
+    Cluster(#[from] ClusterError),
+}
+
+/// One node (or unmatched suspect) being worked on.
+struct Target {
+    reference: NodeRef,
+    node: Option<usize>,
+    instance: Option<InstanceId>,
+    intent: Intent,
+    origins: Vec<Origin>,
+}
+
+/// Runs the pipeline over one batch.
+pub async fn run(ctx: &Ctx<'_>, batch: Batch) -> Result<Report, PipelineError> {
+    let mut results = Vec::new();
+    let (actionable, informational): (Vec<Suspect>, Vec<Suspect>) = batch
+        .suspects
+        .into_iter()
+        .partition(|s| matches!(s.intent, Intent::Fence | Intent::Check));
+    for s in informational {
+        let verdict = decide::decide_one(
+            &Case {
+                intent: s.intent,
+                node: None,
+                confirmation: None,
+            },
+            &ctx.settings,
+        );
+        if let Verdict::Skip { reason } = verdict {
+            info!(target = %s.target, reason = reason.code(), "reported only");
+            results.push(skipped(
+                s.target.to_string(),
+                None,
+                None,
+                None,
+                reason,
+                vec![s.origin],
+            ));
+        }
+    }
+    if !actionable.is_empty() {
+        results.extend(fence_batch(ctx, actionable).await?);
+    }
+    Ok(Report {
+        correlation_id: ctx.correlation_id.clone(),
+        dry_run: ctx.settings.dry_run,
+        results,
+        ignored: batch.ignored,
+    })
+}
+
+async fn fence_batch(
+    ctx: &Ctx<'_>,
+    suspects: Vec<Suspect>,
+) -> Result<Vec<NodeReport>, PipelineError> {
+    let nodes = ctx.cluster.list_nodes().await?;
+    let resolutions: Vec<Resolution> = suspects
+        .iter()
+        .map(|s| resolve::resolve(&s.target, &nodes))
+        .collect();
+
+    // Confirm out of band, one batched call for every instance of the invocation.
+    let mut ids: Vec<InstanceId> = resolutions
+        .iter()
+        .filter_map(|r| match r {
+            Resolution::Node(i) => nodes[*i].instance.clone(),
+            Resolution::Instance(id) => Some(id.clone()),
+            Resolution::Unmatched => None,
+        })
+        .collect();
+    ids.sort();
+    ids.dedup();
+    let confirmations = confirm(ctx.cloud, &ids).await;
+
+    let targets = group(suspects, resolutions, &nodes, &confirmations);
+    let cases: Vec<Case<'_>> = targets
+        .iter()
+        .map(|t| Case {
+            intent: t.intent,
+            node: t.node.map(|i| &nodes[i]),
+            confirmation: t.instance.as_ref().and_then(|id| confirmations.get(id)),
+        })
+        .collect();
+    let out_of_service = nodes.iter().filter(|n| n.is_out_of_service()).count();
+    let verdicts = decide::decide_batch(&cases, &ctx.settings, out_of_service);
+
+    let mut reports: Vec<Option<NodeReport>> = Vec::with_capacity(targets.len());
+    let mut to_fence: Vec<(usize, bool, bool)> = Vec::new();
+    for (i, (target, verdict)) in targets.iter().zip(&verdicts).enumerate() {
+        let node = target.node.map(|n| nodes[n].name.clone());
+        let state = seen(target.instance.as_ref(), &confirmations).map(|f| f.state.clone());
+        info!(
+            target = %target.reference, node = node.as_deref().unwrap_or("-"),
+            instance = target.instance.as_ref().map_or("-", |i| i.as_str()),
+            state = state.as_ref().map_or("-", |s| s.name()),
+            verdict = match verdict { Verdict::Fence { .. } => "fence", Verdict::Skip { reason } => reason.code() },
+            "decided"
+        );
+        match verdict {
+            Verdict::Skip { reason } => {
+                if matches!(reason, Skip::CapReached { .. })
+                    && let Some(name) = &node
+                {
+                    warn!(node = %name, "{reason}");
+                    emit(
+                        ctx,
+                        name,
+                        true,
+                        "FencingRefused",
+                        "Fence",
+                        reason.to_string(),
+                    )
+                    .await;
+                }
+                reports.push(Some(skipped(
+                    target.reference.to_string(),
+                    node,
+                    target.instance.clone(),
+                    state,
+                    reason.clone(),
+                    target.origins.clone(),
+                )));
+            }
+            Verdict::Fence { add_taint, dry_run } => {
+                to_fence.push((i, *add_taint, *dry_run));
+                reports.push(None);
+            }
+        }
+    }
+    if to_fence.is_empty() {
+        return Ok(reports.into_iter().flatten().collect());
+    }
+
+    // Discover the volumes of every node to fence: one list of each kind.
+    let discovery = discover_volumes(ctx, &to_fence, &targets, &nodes).await;
+
+    // Re-confirm right before the first irreversible step.
+    let live: Vec<InstanceId> = to_fence
+        .iter()
+        .filter(|(_, _, dry)| !dry)
+        .filter_map(|(i, _, _)| targets[*i].instance.clone())
+        .collect();
+    let reconfirmed = if live.is_empty() {
+        HashMap::new()
+    } else {
+        confirm(ctx.cloud, &live).await
+    };
+
+    let mut work = Vec::new();
+    for (i, add_taint, dry_run) in to_fence {
+        let target = &targets[i];
+        let Some(node) = target.node.map(|n| &nodes[n]) else {
+            continue;
+        };
+        let Some(instance) = seen(target.instance.as_ref(), &confirmations) else {
+            continue;
+        };
+        let node_volumes = discovery
+            .volumes
+            .get(&node.name)
+            .cloned()
+            .unwrap_or_default();
+        let actions = volumes::plan_detach(
+            &instance.id,
+            instance.root_device_name.as_deref(),
+            &node_volumes,
+            &discovery.described,
+        );
+        let mut report = NodeReport {
+            target: target.reference.to_string(),
+            node: Some(node.name.clone()),
+            instance_id: Some(instance.id.clone()),
+            instance_state: Some(instance.state.clone()),
+            outcome: Outcome::Planned,
+            reason: String::new(),
+            skip: None,
+            taint_applied: false,
+            volumes: Vec::new(),
+            errors: discovery.errors.clone(),
+            origins: target.origins.clone(),
+        };
+        if dry_run {
+            report.volumes = volume_reports(&actions, &node_volumes, true);
+            report.reason = plan_text(add_taint, &actions);
+            reports[i] = Some(report);
+            continue;
+        }
+        let again = reconfirmed
+            .get(&instance.id)
+            .cloned()
+            .unwrap_or(Confirmation::LookupFailed {
+                error: "missing from the re-confirmation".into(),
+            });
+        if !again.confirms_off() {
+            let reason = match decide::decide_one(
+                &Case {
+                    intent: target.intent,
+                    node: Some(node),
+                    confirmation: Some(&again),
+                },
+                &ctx.settings,
+            ) {
+                Verdict::Skip { reason } => reason,
+                Verdict::Fence { .. } => Skip::LookupFailed {
+                    error: "re-confirmation inconsistent".into(),
+                },
+            };
+            warn!(node = %node.name, %reason, "re-confirmation did not confirm; not fencing");
+            reports[i] = Some(skipped(
+                report.target,
+                report.node,
+                report.instance_id,
+                report.instance_state,
+                reason,
+                report.origins,
+            ));
+            continue;
+        }
+        work.push((
+            i,
+            add_taint,
+            instance.clone(),
+            actions,
+            node_volumes,
+            report,
+        ));
+    }
+
+    let stamp_at = k8s_openapi::jiff::Timestamp::now().to_string();
+    let done: Vec<(usize, NodeReport)> = futures::stream::iter(work)
+        .map(|(i, add_taint, instance, actions, node_volumes, report)| {
+            let span = info_span!("fence", node = report.node.as_deref().unwrap_or("-"), instance = %instance.id);
+            let stamp = Stamp {
+                instance: instance.id.clone(),
+                state: instance.state.clone(),
+                at: stamp_at.clone(),
+                correlation_id: ctx.correlation_id.clone(),
+            };
+            async move {
+                (i, fence_node(ctx, add_taint, &stamp, &actions, &node_volumes, report).await)
+            }
+            .instrument(span)
+        })
+        .buffer_unordered(PARALLEL_NODES)
+        .collect()
+        .await;
+    let mut done = verify(ctx, done).await;
+    for (i, report) in done.drain(..) {
+        reports[i] = Some(report);
+    }
+    Ok(reports.into_iter().flatten().collect())
+}
+
+/// Asks EC2 about the instances; any error makes every answer a failed lookup.
+async fn confirm(cloud: &dyn Cloud, ids: &[InstanceId]) -> HashMap<InstanceId, Confirmation> {
+    if ids.is_empty() {
+        return HashMap::new();
+    }
+    match cloud.describe_instances(ids).await {
+        Ok(found) => {
+            let mut map: HashMap<InstanceId, Confirmation> = ids
+                .iter()
+                .map(|id| (id.clone(), Confirmation::NotFound))
+                .collect();
+            for facts in found {
+                if map.contains_key(&facts.id) {
+                    map.insert(facts.id.clone(), Confirmation::Seen(facts));
+                }
+            }
+            map
+        }
+        Err(e) => {
+            warn!(error = %e, "could not confirm instance states; nothing will be fenced");
+            ids.iter()
+                .map(|id| {
+                    (
+                        id.clone(),
+                        Confirmation::LookupFailed {
+                            error: e.to_string(),
+                        },
+                    )
+                })
+                .collect()
+        }
+    }
+}
+
+fn seen<'a>(
+    id: Option<&InstanceId>,
+    confirmations: &'a HashMap<InstanceId, Confirmation>,
+) -> Option<&'a InstanceFacts> {
+    match confirmations.get(id?)? {
+        Confirmation::Seen(facts) => Some(facts),
+        Confirmation::NotFound | Confirmation::LookupFailed { .. } => None,
+    }
+}
+
+/// Merges suspects that point at the same node, so each node is decided once.
+fn group(
+    suspects: Vec<Suspect>,
+    resolutions: Vec<Resolution>,
+    nodes: &[NodeFacts],
+    confirmations: &HashMap<InstanceId, Confirmation>,
+) -> Vec<Target> {
+    let mut targets: Vec<Target> = Vec::new();
+    let mut index: HashMap<String, usize> = HashMap::new();
+    for (suspect, resolution) in suspects.into_iter().zip(resolutions) {
+        let (node, instance) = match resolution {
+            Resolution::Node(i) => (Some(i), nodes[i].instance.clone()),
+            Resolution::Instance(id) => {
+                let by_dns = seen(Some(&id), confirmations)
+                    .and_then(|facts| resolve::resolve_by_dns(facts, nodes));
+                (by_dns, Some(id))
+            }
+            Resolution::Unmatched => (None, None),
+        };
+        let key = match node {
+            Some(i) => format!("node/{}", nodes[i].name),
+            None => format!("ref/{}", suspect.target),
+        };
+        match index.get(&key) {
+            Some(&t) => {
+                let target = &mut targets[t];
+                if suspect.intent == Intent::Fence {
+                    target.intent = Intent::Fence;
+                }
+                target.origins.push(suspect.origin);
+            }
+            None => {
+                index.insert(key, targets.len());
+                targets.push(Target {
+                    reference: suspect.target,
+                    node,
+                    instance,
+                    intent: suspect.intent,
+                    origins: vec![suspect.origin],
+                });
+            }
+        }
+    }
+    targets
+}
+
+struct Discovery {
+    volumes: HashMap<String, Vec<NodeVolume>>,
+    described: Vec<VolumeFacts>,
+    errors: Vec<String>,
+}
+
+async fn discover_volumes(
+    ctx: &Ctx<'_>,
+    to_fence: &[(usize, bool, bool)],
+    targets: &[Target],
+    nodes: &[NodeFacts],
+) -> Discovery {
+    let mut errors = Vec::new();
+    let (vas, pvs) = futures::join!(
+        ctx.cluster.list_volume_attachments(),
+        ctx.cluster.list_persistent_volumes()
+    );
+    let vas = vas.unwrap_or_else(|e| {
+        errors.push(e.to_string());
+        Vec::new()
+    });
+    let pvs = pvs.unwrap_or_else(|e| {
+        errors.push(e.to_string());
+        Vec::new()
+    });
+    let mut volumes = HashMap::new();
+    for (i, _, _) in to_fence {
+        if let Some(n) = targets[*i].node {
+            let name = &nodes[n].name;
+            volumes.insert(name.clone(), volumes::volumes_of_node(name, &vas, &pvs));
+        }
+    }
+    let mut ids: Vec<VolumeId> = volumes
+        .values()
+        .flatten()
+        .map(|v| v.volume.clone())
+        .collect();
+    ids.sort();
+    ids.dedup();
+    let described = if ids.is_empty() {
+        Vec::new()
+    } else {
+        ctx.cloud.describe_volumes(&ids).await.unwrap_or_else(|e| {
+            errors.push(e.to_string());
+            Vec::new()
+        })
+    };
+    Discovery {
+        volumes,
+        described,
+        errors,
+    }
+}
+
+async fn fence_node(
+    ctx: &Ctx<'_>,
+    add_taint: bool,
+    stamp: &Stamp,
+    actions: &[VolumeAction],
+    node_volumes: &[NodeVolume],
+    mut report: NodeReport,
+) -> NodeReport {
+    let node = report.node.clone().unwrap_or_default();
+    if add_taint {
+        match ctx.cluster.taint_node(&node, stamp).await {
+            Ok(TaintOutcome::Applied) => {
+                info!("out-of-service taint applied");
+                report.taint_applied = true;
+                let note = format!(
+                    "EC2 reports {} `{}`: applied node.kubernetes.io/out-of-service=nodeshutdown:NoExecute",
+                    stamp.instance, stamp.state
+                );
+                emit(ctx, &node, false, "OutOfServiceTaintApplied", "Fence", note).await;
+            }
+            Ok(TaintOutcome::AlreadyPresent) => info!("taint already present"),
+            Ok(outcome @ (TaintOutcome::NodeReady | TaintOutcome::NodeGone)) => {
+                let reason = if outcome == TaintOutcome::NodeReady {
+                    Skip::NodeReady
+                } else {
+                    Skip::NotInCluster
+                };
+                warn!(%reason, "node changed before the taint; not fencing");
+                report.outcome = Outcome::Skipped;
+                report.reason = reason.to_string();
+                report.skip = Some(reason);
+                return report;
+            }
+            Err(e) => {
+                warn!(error = %e, "taint failed; no volume is detached");
+                report.outcome = Outcome::Failed;
+                report.reason = "the taint could not be applied".into();
+                report.errors.push(e.to_string());
+                report.volumes = volume_reports(actions, node_volumes, true);
+                return report;
+            }
+        }
+    }
+    report.volumes = volume_reports(actions, node_volumes, false);
+    let mut detached = Vec::new();
+    for (action, vr) in actions.iter().zip(report.volumes.iter_mut()) {
+        let VolumeAction::Detach { volume, .. } = action else {
+            continue;
+        };
+        match ctx.cloud.detach_volume(volume, &stamp.instance).await {
+            Ok(()) => {
+                info!(volume = %volume, "force-detach sent");
+                vr.outcome = VolumeOutcome::Stuck;
+                detached.push(volume.to_string());
+            }
+            Err(e) if e.is_already_detached() => {
+                vr.outcome = VolumeOutcome::AlreadyDetached;
+                vr.detail = Some(e.to_string());
+            }
+            Err(e) => {
+                warn!(volume = %volume, error = %e, "force-detach failed");
+                vr.outcome = VolumeOutcome::Failed;
+                vr.detail = Some(e.to_string());
+                report.errors.push(e.to_string());
+            }
+        }
+    }
+    if !detached.is_empty() {
+        let note = format!(
+            "force-detached EBS volume(s) {} from {}",
+            detached.join(", "),
+            stamp.instance
+        );
+        emit(ctx, &node, false, "VolumesForceDetached", "Detach", note).await;
+    }
+    report.outcome = if add_taint && report.taint_applied {
+        Outcome::Fenced
+    } else {
+        Outcome::AlreadyFenced
+    };
+    report
+}
+
+/// Waits, bounded, until every detached volume is `available`, then settles
+/// each node's outcome and reason.
+async fn verify(ctx: &Ctx<'_>, mut done: Vec<(usize, NodeReport)>) -> Vec<(usize, NodeReport)> {
+    let pending = |done: &[(usize, NodeReport)]| -> Vec<VolumeId> {
+        done.iter()
+            .flat_map(|(_, r)| r.volumes.iter())
+            .filter(|v| v.outcome == VolumeOutcome::Stuck)
+            .map(|v| v.volume.clone())
+            .collect()
+    };
+    let deadline = tokio::time::Instant::now() + ctx.detach_wait;
+    loop {
+        let waiting = pending(&done);
+        if waiting.is_empty() {
+            break;
+        }
+        match ctx.cloud.describe_volumes(&waiting).await {
+            Ok(described) => {
+                let free: BTreeMap<&VolumeId, &str> = described
+                    .iter()
+                    .filter(|f| f.state == "available")
+                    .map(|f| (&f.id, f.state.as_str()))
+                    .collect();
+                for (_, r) in &mut done {
+                    for v in &mut r.volumes {
+                        if v.outcome == VolumeOutcome::Stuck && free.contains_key(&v.volume) {
+                            v.outcome = VolumeOutcome::Detached;
+                            v.detail = None;
+                        }
+                    }
+                }
+            }
+            Err(e) => warn!(error = %e, "could not check detached volumes"),
+        }
+        if pending(&done).is_empty() || tokio::time::Instant::now() >= deadline {
+            break;
+        }
+        tokio::time::sleep(ctx.poll_interval).await;
+    }
+    for (_, r) in &mut done {
+        if matches!(r.outcome, Outcome::Skipped | Outcome::Failed) {
+            continue;
+        }
+        let stuck: Vec<String> = r
+            .volumes
+            .iter()
+            .filter(|v| v.outcome == VolumeOutcome::Stuck)
+            .map(|v| v.volume.to_string())
+            .collect();
+        for v in &mut r.volumes {
+            if v.outcome == VolumeOutcome::Stuck {
+                v.detail = Some(format!(
+                    "not available after {}s",
+                    ctx.detach_wait.as_secs()
+                ));
+            }
+        }
+        let failed = r.volumes.iter().any(|v| v.outcome == VolumeOutcome::Failed);
+        let detached = r
+            .volumes
+            .iter()
+            .filter(|v| v.outcome == VolumeOutcome::Detached)
+            .count();
+        let taint = if r.taint_applied {
+            "tainted out-of-service"
+        } else {
+            "already out-of-service"
+        };
+        r.reason = format!("{taint}; {detached} volume(s) force-detached");
+        if !stuck.is_empty() {
+            r.errors.push(format!(
+                "volume(s) still not available: {}",
+                stuck.join(", ")
+            ));
+        }
+        if !stuck.is_empty() || failed || !r.errors.is_empty() {
+            r.outcome = Outcome::Failed;
+        }
+    }
+    done
+}
+
+fn volume_reports(
+    actions: &[VolumeAction],
+    node_volumes: &[NodeVolume],
+    planned: bool,
+) -> Vec<VolumeReport> {
+    actions
+        .iter()
+        .map(|a| {
+            let pv = node_volumes
+                .iter()
+                .find(|nv| &nv.volume == a.volume())
+                .and_then(|nv| nv.pv.clone());
+            let (outcome, detail) = match a {
+                VolumeAction::Detach { device, .. } => (
+                    if planned {
+                        VolumeOutcome::WouldDetach
+                    } else {
+                        VolumeOutcome::Stuck
+                    },
+                    device.clone(),
+                ),
+                VolumeAction::NotAttached { state, .. } => {
+                    (VolumeOutcome::AlreadyDetached, Some(state.clone()))
+                }
+                VolumeAction::Refuse { reason, .. } => {
+                    (VolumeOutcome::Refused, Some(reason.clone()))
+                }
+            };
+            VolumeReport {
+                volume: a.volume().clone(),
+                pv,
+                outcome,
+                detail,
+            }
+        })
+        .collect()
+}
+
+fn plan_text(add_taint: bool, actions: &[VolumeAction]) -> String {
+    let detach = actions
+        .iter()
+        .filter(|a| matches!(a, VolumeAction::Detach { .. }))
+        .count();
+    if add_taint {
+        format!("dry run: would apply the out-of-service taint and force-detach {detach} volume(s)")
+    } else {
+        format!("dry run: already out of service; would force-detach {detach} volume(s)")
+    }
+}
+
+fn skipped(
+    target: String,
+    node: Option<String>,
+    instance_id: Option<InstanceId>,
+    instance_state: Option<crate::instance::InstanceState>,
+    reason: Skip,
+    origins: Vec<Origin>,
+) -> NodeReport {
+    NodeReport {
+        target,
+        node,
+        instance_id,
+        instance_state,
+        outcome: Outcome::Skipped,
+        reason: reason.to_string(),
+        skip: Some(reason),
+        taint_applied: false,
+        volumes: Vec::new(),
+        errors: Vec::new(),
+        origins,
+    }
+}
+
+/// Records an Event; a failure to record is logged, never fatal to fencing.
+async fn emit(
+    ctx: &Ctx<'_>,
+    node: &str,
+    warning: bool,
+    reason: &'static str,
+    action: &'static str,
+    note: String,
+) {
+    let event = NodeEvent {
+        warning,
+        reason,
+        action,
+        note,
+    };
+    if let Err(e) = ctx.cluster.node_event(node, &event).await {
+        warn!(error = %e, reason, "could not record the event");
+    }
+}

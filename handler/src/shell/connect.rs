@@ -1,0 +1,272 @@
+//! Building the clients: the AWS SDK configuration (one TLS stack: rustls
+//! with ring), the EC2 client, the Kubernetes client for each way of reaching
+//! a cluster, and the webhook token. Secrets are fetched on first use, not at
+//! cold start, and kept for the life of the execution environment.
+
+use std::time::Instant;
+
+use aws_config::{BehaviorVersion, SdkConfig};
+use aws_credential_types::provider::ProvideCredentials;
+use aws_smithy_http_client::tls::{self, rustls_provider::CryptoMode};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use serde_json::json;
+use tokio::sync::{Mutex, OnceCell};
+
+use crate::config::{ClusterAccess, Config, TokenSource};
+use crate::eks_token;
+use crate::trigger::function_url::WebhookToken;
+
+/// A failure to reach or authenticate to a dependency. All are retryable:
+/// the invocation fails and Lambda tries again.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    /// No kubeconfig or in-cluster environment was found.
+    #[error(
+        "no Kubernetes configuration found (set KUBECONFIG, CLUSTER_NAME or KUBECONFIG_*): {0}"
+    )]
+    InferConfig(String),
+    /// The kubeconfig could not be parsed or used.
+    #[error("the kubeconfig from {source_name} is unusable: {message}")]
+    Kubeconfig {
+        /// Where it came from.
+        source_name: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// `ssm:GetParameter` failed.
+    #[error("reading SSM parameter {name} failed: {message}")]
+    GetParameter {
+        /// The parameter.
+        name: String,
+        /// The error.
+        message: String,
+    },
+    /// `secretsmanager:GetSecretValue` failed.
+    #[error("reading secret {id} failed: {message}")]
+    GetSecretValue {
+        /// The secret.
+        id: String,
+        /// The error.
+        message: String,
+    },
+    /// `eks:DescribeCluster` failed or returned no endpoint.
+    #[error("eks:DescribeCluster {name} failed: {message}")]
+    DescribeCluster {
+        /// The cluster.
+        name: String,
+        /// The error.
+        message: String,
+    },
+    /// No AWS credentials or region for the EKS token.
+    #[error("cannot sign the EKS token: {0}")]
+    Credentials(String),
+    /// The webhook token read from its store is unusable.
+    #[error("the webhook token from {0} is shorter than 16 characters")]
+    WeakToken(String),
+    /// Building the Kubernetes client failed.
+    #[error("building the Kubernetes client failed: {0}")]
+    Client(#[source] kube::Error),
+}
+
+/// Loads the shared AWS SDK configuration with the project's one TLS stack.
+pub async fn sdk_config() -> SdkConfig {
+    let http = aws_smithy_http_client::Builder::new()
+        .tls_provider(tls::Provider::Rustls(CryptoMode::Ring))
+        .build_https();
+    aws_config::defaults(BehaviorVersion::latest())
+        .http_client(http)
+        .load()
+        .await
+}
+
+/// The clients of one execution environment, built once and reused.
+pub struct Clients {
+    /// The AWS SDK configuration.
+    pub sdk: SdkConfig,
+    /// EC2.
+    pub ec2: aws_sdk_ec2::Client,
+    access: ClusterAccess,
+    token_source: Option<TokenSource>,
+    kube: Mutex<Option<(Instant, kube::Client)>>,
+    token: OnceCell<Option<WebhookToken>>,
+}
+
+impl Clients {
+    /// Builds the clients; makes no network call.
+    pub fn new(sdk: SdkConfig, config: &Config) -> Self {
+        Self {
+            ec2: aws_sdk_ec2::Client::new(&sdk),
+            sdk,
+            access: config.cluster.clone(),
+            token_source: config.webhook_token.clone(),
+            kube: Mutex::new(None),
+            token: OnceCell::new(),
+        }
+    }
+
+    /// A Kubernetes client; EKS clients are rebuilt before their token expires.
+    pub async fn kube(&self) -> Result<kube::Client, ConnectError> {
+        let mut cached = self.kube.lock().await;
+        if let Some((made, client)) = cached.as_ref() {
+            let expires = matches!(self.access, ClusterAccess::Eks { .. });
+            if !expires || made.elapsed() < eks_token::REFRESH_AFTER {
+                return Ok(client.clone());
+            }
+        }
+        let client = self.build_kube().await?;
+        *cached = Some((Instant::now(), client.clone()));
+        Ok(client)
+    }
+
+    /// The webhook token, read from its store once.
+    pub async fn webhook_token(&self) -> Result<Option<WebhookToken>, ConnectError> {
+        self.token
+            .get_or_try_init(|| async {
+                let Some(source) = &self.token_source else {
+                    return Ok(None);
+                };
+                let (raw, from) = match source {
+                    TokenSource::Inline(t) => (t.clone(), "WEBHOOK_TOKEN".to_owned()),
+                    TokenSource::Parameter(p) => {
+                        (self.parameter(p).await?, format!("SSM parameter {p}"))
+                    }
+                    TokenSource::Secret(s) => (self.secret(s).await?, format!("secret {s}")),
+                };
+                WebhookToken::new(&raw)
+                    .map(Some)
+                    .map_err(|_| ConnectError::WeakToken(from))
+            })
+            .await
+            .cloned()
+    }
+
+    async fn build_kube(&self) -> Result<kube::Client, ConnectError> {
+        let config = match &self.access {
+            ClusterAccess::Ambient => kube::Config::infer()
+                .await
+                .map_err(|e| ConnectError::InferConfig(e.to_string()))?,
+            ClusterAccess::KubeconfigParameter(name) => {
+                let yaml = self.parameter(name).await?;
+                from_kubeconfig(&yaml, &format!("SSM parameter {name}")).await?
+            }
+            ClusterAccess::KubeconfigSecret(id) => {
+                let yaml = self.secret(id).await?;
+                from_kubeconfig(&yaml, &format!("secret {id}")).await?
+            }
+            ClusterAccess::Eks { name, endpoint } => {
+                let (server, ca) = match endpoint {
+                    Some(pair) => pair.clone(),
+                    None => self.describe_cluster(name).await?,
+                };
+                let token = self.eks_token(name).await?;
+                let kubeconfig = json!({
+                    "apiVersion": "v1", "kind": "Config", "current-context": "eks",
+                    "clusters": [{"name": "eks", "cluster": {"server": server, "certificate-authority-data": ca}}],
+                    "users": [{"name": "node-fencer", "user": {"token": token}}],
+                    "contexts": [{"name": "eks", "context": {"cluster": "eks", "user": "node-fencer"}}]
+                });
+                let kc: Kubeconfig =
+                    serde_json::from_value(kubeconfig).map_err(|e| ConnectError::Kubeconfig {
+                        source_name: format!("EKS cluster {name}"),
+                        message: e.to_string(),
+                    })?;
+                kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+                    .await
+                    .map_err(|e| ConnectError::Kubeconfig {
+                        source_name: format!("EKS cluster {name}"),
+                        message: e.to_string(),
+                    })?
+            }
+        };
+        kube::Client::try_from(config).map_err(ConnectError::Client)
+    }
+
+    async fn eks_token(&self, cluster: &str) -> Result<String, ConnectError> {
+        let region = self
+            .sdk
+            .region()
+            .ok_or_else(|| ConnectError::Credentials("no AWS region configured".into()))?
+            .to_string();
+        let provider = self
+            .sdk
+            .credentials_provider()
+            .ok_or_else(|| ConnectError::Credentials("no credentials provider".into()))?;
+        let creds = provider
+            .provide_credentials()
+            .await
+            .map_err(|e| ConnectError::Credentials(e.to_string()))?;
+        eks_token::presign(cluster, &region, creds, std::time::SystemTime::now())
+            .map_err(|e| ConnectError::Credentials(e.to_string()))
+    }
+
+    async fn describe_cluster(&self, name: &str) -> Result<(String, String), ConnectError> {
+        let fail = |message: String| ConnectError::DescribeCluster {
+            name: name.into(),
+            message,
+        };
+        let out = aws_sdk_eks::Client::new(&self.sdk)
+            .describe_cluster()
+            .name(name)
+            .send()
+            .await
+            .map_err(|e| fail(aws_sdk_eks::error::DisplayErrorContext(&e).to_string()))?;
+        let cluster = out
+            .cluster()
+            .ok_or_else(|| fail("no cluster in the answer".into()))?;
+        let endpoint = cluster
+            .endpoint()
+            .ok_or_else(|| fail("the cluster has no endpoint yet".into()))?;
+        let ca = cluster
+            .certificate_authority()
+            .and_then(|c| c.data())
+            .ok_or_else(|| fail("the cluster has no certificate authority".into()))?;
+        Ok((endpoint.to_owned(), ca.to_owned()))
+    }
+
+    async fn parameter(&self, name: &str) -> Result<String, ConnectError> {
+        let fail = |message: String| ConnectError::GetParameter {
+            name: name.into(),
+            message,
+        };
+        let out = aws_sdk_ssm::Client::new(&self.sdk)
+            .get_parameter()
+            .name(name)
+            .with_decryption(true)
+            .send()
+            .await
+            .map_err(|e| fail(aws_sdk_ssm::error::DisplayErrorContext(&e).to_string()))?;
+        out.parameter()
+            .and_then(|p| p.value())
+            .map(str::to_owned)
+            .ok_or_else(|| fail("the parameter has no value".into()))
+    }
+
+    async fn secret(&self, id: &str) -> Result<String, ConnectError> {
+        let fail = |message: String| ConnectError::GetSecretValue {
+            id: id.into(),
+            message,
+        };
+        let out = aws_sdk_secretsmanager::Client::new(&self.sdk)
+            .get_secret_value()
+            .secret_id(id)
+            .send()
+            .await
+            .map_err(|e| {
+                fail(aws_sdk_secretsmanager::error::DisplayErrorContext(&e).to_string())
+            })?;
+        out.secret_string()
+            .map(str::to_owned)
+            .ok_or_else(|| fail("the secret has no string value".into()))
+    }
+}
+
+async fn from_kubeconfig(yaml: &str, source_name: &str) -> Result<kube::Config, ConnectError> {
+    let bad = |message: String| ConnectError::Kubeconfig {
+        source_name: source_name.into(),
+        message,
+    };
+    let kc = Kubeconfig::from_yaml(yaml).map_err(|e| bad(e.to_string()))?;
+    kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| bad(e.to_string()))
+}

@@ -1,0 +1,174 @@
+//! Inbound shapes: decides which trigger a JSON document is and reduces it to
+//! a [`Batch`] of suspects. Pure: no I/O, no clock, no environment.
+
+pub mod alertmanager;
+pub mod direct;
+pub mod eventbridge;
+pub mod function_url;
+
+use aws_lambda_events::event::lambda_function_urls::LambdaFunctionUrlRequest;
+use serde_json::Value;
+
+use crate::suspect::Batch;
+
+/// Why an inbound document was refused. Nothing is changed for any of these.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum InputError {
+    /// The bytes are not JSON at all.
+    #[error("the event is not valid JSON: {0}")]
+    NotJson(String),
+    /// The document is JSON but not an object.
+    #[error("the event must be a JSON object, got {0}")]
+    NotAnObject(&'static str),
+    /// No known trigger has this shape.
+    #[error(
+        "unrecognised event shape (top-level keys: {keys}); expected an EventBridge EC2 \
+         state-change event, a Function URL request, an Alertmanager webhook, or \
+         {{\"action\": \"fence\"|\"check\", \"node\"|\"instanceId\": ...}}"
+    )]
+    UnknownShape {
+        /// The keys seen, to help whoever sent it.
+        keys: String,
+    },
+    /// An EventBridge event of another source or detail type.
+    #[error(
+        "unsupported EventBridge event `{detail_type}` from `{event_source}`; only \
+         `EC2 Instance State-change Notification` from `aws.ec2` is handled"
+    )]
+    UnsupportedEvent {
+        /// The event's `source`.
+        event_source: String,
+        /// The event's `detail-type`.
+        detail_type: String,
+    },
+    /// A known shape with missing or mistyped fields.
+    #[error("invalid {shape}: {message}")]
+    Invalid {
+        /// Which trigger it looked like.
+        shape: &'static str,
+        /// What is wrong, from the parser.
+        message: String,
+    },
+}
+
+impl InputError {
+    pub(crate) fn invalid(shape: &'static str, err: impl std::fmt::Display) -> Self {
+        Self::Invalid {
+            shape,
+            message: err.to_string(),
+        }
+    }
+}
+
+/// One inbound document, classified by its shape.
+#[derive(Debug)]
+pub enum Trigger {
+    /// Already reduced to suspects (EventBridge, a direct invocation, or an
+    /// Alertmanager payload invoked directly, which IAM has authenticated).
+    Batch(Batch),
+    /// A Function URL request: must be authenticated before its body is read.
+    Http(Box<LambdaFunctionUrlRequest>),
+}
+
+/// Classifies a document by its shape and parses it.
+///
+/// The shape decides, not a type field: EventBridge events carry `detail-type`,
+/// Function URL requests carry `requestContext`, Alertmanager payloads carry
+/// `alerts`, direct invocations carry `action`.
+pub fn classify(value: Value) -> Result<Trigger, InputError> {
+    let Value::Object(map) = &value else {
+        return Err(InputError::NotAnObject(json_kind(&value)));
+    };
+    if map.contains_key("detail-type") {
+        return eventbridge::parse(value).map(Trigger::Batch);
+    }
+    if map.contains_key("requestContext") {
+        return serde_json::from_value(value)
+            .map(|req| Trigger::Http(Box::new(req)))
+            .map_err(|e| InputError::invalid("Function URL request", e));
+    }
+    if map.contains_key("alerts") {
+        return alertmanager::parse(value).map(Trigger::Batch);
+    }
+    if map.contains_key("action") {
+        return direct::parse(value).map(Trigger::Batch);
+    }
+    let mut keys: Vec<&str> = map.keys().map(String::as_str).take(8).collect();
+    keys.sort_unstable();
+    Err(InputError::UnknownShape {
+        keys: if keys.is_empty() {
+            "none".into()
+        } else {
+            keys.join(", ")
+        },
+    })
+}
+
+/// Parses raw bytes and classifies them (the command line's `handle`).
+pub fn classify_bytes(bytes: &[u8]) -> Result<Trigger, InputError> {
+    let value: Value =
+        serde_json::from_slice(bytes).map_err(|e| InputError::NotJson(e.to_string()))?;
+    classify(value)
+}
+
+fn json_kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn non_objects_are_refused_by_kind() {
+        for (value, kind) in [
+            (json!(null), "null"),
+            (json!([1]), "an array"),
+            (json!("x"), "a string"),
+            (json!(3), "a number"),
+        ] {
+            assert_eq!(
+                classify(value).err(),
+                Some(InputError::NotAnObject(kind)),
+                "{kind}"
+            );
+        }
+    }
+
+    #[test]
+    fn unknown_shapes_name_their_keys() {
+        let err = classify(json!({"foo": 1, "bar": 2})).err();
+        let Some(InputError::UnknownShape { keys }) = err else {
+            panic!("expected UnknownShape, got {err:?}");
+        };
+        assert_eq!(keys, "bar, foo");
+        assert!(matches!(
+            classify(json!({})),
+            Err(InputError::UnknownShape { .. })
+        ));
+    }
+
+    #[test]
+    fn malformed_bytes_are_not_json() {
+        for bytes in [&b"{"[..], b"", b"\xff\xfe", b"{\"action\": }"] {
+            assert!(matches!(classify_bytes(bytes), Err(InputError::NotJson(_))));
+        }
+    }
+
+    #[test]
+    fn deep_nesting_is_an_error_not_a_stack_overflow() {
+        let deep = "[".repeat(100_000);
+        assert!(matches!(
+            classify_bytes(deep.as_bytes()),
+            Err(InputError::NotJson(_))
+        ));
+    }
+}

@@ -1,0 +1,48 @@
+# node-fencer for an EKS cluster: the function authenticates with its IAM role,
+# which an EKS access entry maps to the Kubernetes group "node-fencer"; the
+# kubernetes-rbac module binds that group to the ClusterRole of
+# infra/kubernetes/rbac.yaml.
+
+provider "aws" {
+  region = var.region
+}
+
+data "aws_eks_cluster" "this" {
+  name = var.cluster_name
+}
+
+# The deployer's own access to the cluster, to apply the RBAC manifest.
+provider "kubernetes" {
+  host                   = data.aws_eks_cluster.this.endpoint
+  cluster_ca_certificate = base64decode(data.aws_eks_cluster.this.certificate_authority[0].data)
+
+  exec {
+    api_version = "client.authentication.k8s.io/v1beta1"
+    command     = "aws"
+    args        = ["eks", "get-token", "--cluster-name", var.cluster_name, "--region", var.region]
+  }
+}
+
+module "node_fencer" {
+  source = "../../modules/node-fencer"
+
+  name         = var.name
+  package_path = var.package_path
+  architecture = var.architecture
+
+  cluster_name     = var.cluster_name
+  eks_access_entry = true
+
+  dry_run                       = var.dry_run
+  max_out_of_service            = var.max_out_of_service
+  volume_detach_timeout_seconds = var.volume_detach_timeout_seconds
+
+  enable_alertmanager_url = var.enable_alertmanager_url
+  alarm_sns_topic_arn     = var.alarm_sns_topic_arn
+
+  tags = var.tags
+}
+
+module "rbac" {
+  source = "../../modules/kubernetes-rbac"
+}

@@ -1,0 +1,63 @@
+variable "region" {
+  description = "AWS region of the cluster."
+  type        = string
+}
+
+variable "cluster_name" {
+  description = "Name of the EKS cluster; its authentication mode must be API or API_AND_CONFIG_MAP for the access entry."
+  type        = string
+}
+
+variable "name" {
+  description = "Name of the function and prefix of what the module creates."
+  type        = string
+  default     = "node-fencer"
+}
+
+variable "package_path" {
+  description = "Path to the zip built by `cargo lambda build --release --output-format zip`, relative to this directory or absolute."
+  type        = string
+  default     = "../../../target/lambda/node-fencer/bootstrap.zip"
+}
+
+variable "architecture" {
+  description = "Instruction set the zip was built for: x86_64 or arm64."
+  type        = string
+  default     = "x86_64"
+}
+
+variable "dry_run" {
+  description = "Decide and report only, change nothing: start with true, read the function's decisions in its logs, then switch to false."
+  type        = bool
+  default     = true
+}
+
+variable "max_out_of_service" {
+  description = "How many nodes may carry the out-of-service taint at once."
+  type        = number
+  default     = 3
+}
+
+variable "volume_detach_timeout_seconds" {
+  description = "How long the function waits for detached volumes to become available; the function timeout follows from it."
+  type        = number
+  default     = 60
+}
+
+variable "enable_alertmanager_url" {
+  description = "Create the Function URL and bearer token for Alertmanager's webhook."
+  type        = bool
+  default     = true
+}
+
+variable "alarm_sns_topic_arn" {
+  description = "SNS topic for the dead-letter-queue and error alarms, or null."
+  type        = string
+  default     = null
+}
+
+variable "tags" {
+  description = "Tags for the AWS resources."
+  type        = map(string)
+  default     = {}
+}

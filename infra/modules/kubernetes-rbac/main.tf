@@ -1,0 +1,155 @@
+# Applies infra/kubernetes/rbac.yaml, the single source of truth for what
+# node-fencer may do in the cluster: the rules are read from the file, never
+# restated here. Typed resources (not kubernetes_manifest) keep plans working
+# before the cluster is reachable.
+
+locals {
+  manifest_path = coalesce(var.rbac_manifest_path, "${path.module}/../../kubernetes/rbac.yaml")
+
+  # Split the multi-document YAML; comment-only documents decode to null.
+  documents = [
+    for doc in split("\n---", "\n${file(local.manifest_path)}") : yamldecode(doc)
+    if try(yamldecode(doc), null) != null
+  ]
+
+  cluster_role         = one([for d in local.documents : d if d.kind == "ClusterRole"])
+  cluster_role_binding = one([for d in local.documents : d if d.kind == "ClusterRoleBinding"])
+
+  labels = merge({ "app.kubernetes.io/name" = "node-fencer" }, var.labels)
+}
+
+resource "kubernetes_cluster_role_v1" "this" {
+  metadata {
+    name        = local.cluster_role.metadata.name
+    labels      = try(local.cluster_role.metadata.labels, {})
+    annotations = try(local.cluster_role.metadata.annotations, {})
+  }
+
+  dynamic "rule" {
+    for_each = local.cluster_role.rules
+
+    content {
+      api_groups     = try(rule.value.apiGroups, null)
+      resources      = try(rule.value.resources, null)
+      resource_names = try(rule.value.resourceNames, null)
+      verbs          = rule.value.verbs
+    }
+  }
+
+  lifecycle {
+    precondition {
+      condition     = local.cluster_role_binding.roleRef.name == local.cluster_role.metadata.name
+      error_message = "The ClusterRoleBinding in ${local.manifest_path} must refer to its ClusterRole."
+    }
+  }
+}
+
+resource "kubernetes_cluster_role_binding_v1" "this" {
+  metadata {
+    name        = local.cluster_role_binding.metadata.name
+    labels      = try(local.cluster_role_binding.metadata.labels, {})
+    annotations = try(local.cluster_role_binding.metadata.annotations, {})
+  }
+
+  role_ref {
+    api_group = local.cluster_role_binding.roleRef.apiGroup
+    kind      = local.cluster_role_binding.roleRef.kind
+    name      = kubernetes_cluster_role_v1.this.metadata[0].name
+  }
+
+  dynamic "subject" {
+    for_each = local.cluster_role_binding.subjects
+
+    content {
+      kind      = subject.value.kind
+      name      = subject.value.name
+      api_group = try(subject.value.apiGroup, null)
+      namespace = try(subject.value.namespace, null)
+    }
+  }
+}
+
+################################################################################
+# Self-managed clusters: a ServiceAccount with a long-lived token
+#
+# The function reads a kubeconfig from SSM or Secrets Manager; this identity is
+# what that kubeconfig authenticates as. The token Secret does not expire:
+# rotate it by deleting the Secret (Kubernetes issues a new token) or with
+# `terraform apply -replace`, then update the stored kubeconfig.
+################################################################################
+
+resource "kubernetes_service_account_v1" "this" {
+  count = var.create_service_account ? 1 : 0
+
+  metadata {
+    name      = var.service_account_name
+    namespace = var.service_account_namespace
+    labels    = local.labels
+  }
+
+  # Only used from outside the cluster; no pod mounts its token.
+  automount_service_account_token = false
+}
+
+resource "kubernetes_cluster_role_binding_v1" "service_account" {
+  count = var.create_service_account ? 1 : 0
+
+  metadata {
+    name   = "${kubernetes_cluster_role_v1.this.metadata[0].name}-serviceaccount"
+    labels = local.labels
+  }
+
+  role_ref {
+    api_group = "rbac.authorization.k8s.io"
+    kind      = "ClusterRole"
+    name      = kubernetes_cluster_role_v1.this.metadata[0].name
+  }
+
+  subject {
+    kind      = "ServiceAccount"
+    name      = kubernetes_service_account_v1.this[0].metadata[0].name
+    namespace = kubernetes_service_account_v1.this[0].metadata[0].namespace
+  }
+}
+
+resource "kubernetes_secret_v1" "token" {
+  count = var.create_service_account ? 1 : 0
+
+  metadata {
+    name      = "${var.service_account_name}-token"
+    namespace = var.service_account_namespace
+    labels    = local.labels
+    annotations = {
+      "kubernetes.io/service-account.name" = kubernetes_service_account_v1.this[0].metadata[0].name
+    }
+  }
+
+  type                           = "kubernetes.io/service-account-token"
+  wait_for_service_account_token = true
+}
+
+locals {
+  token   = one(kubernetes_secret_v1.token[*].data["token"])
+  ca_cert = one(kubernetes_secret_v1.token[*].data["ca.crt"])
+
+  kubeconfig = var.create_service_account && var.api_server_url != null ? yamlencode({
+    apiVersion = "v1"
+    kind       = "Config"
+    clusters = [{
+      name = "cluster"
+      cluster = {
+        server                     = var.api_server_url
+        certificate-authority-data = base64encode(local.ca_cert)
+      }
+    }]
+    users = [{
+      name = var.service_account_name
+      user = { token = local.token }
+    }]
+    contexts = [{
+      name    = var.service_account_name
+      context = { cluster = "cluster", user = var.service_account_name }
+    }]
+    current-context = var.service_account_name
+  }) : null
+}

@@ -1,0 +1,517 @@
+data "aws_caller_identity" "current" {}
+
+data "aws_partition" "current" {}
+
+data "aws_region" "current" {}
+
+locals {
+  account_id = data.aws_caller_identity.current.account_id
+  partition  = data.aws_partition.current.partition
+  region     = data.aws_region.current.region
+
+  eks_mode = var.cluster_name != null
+  # With the endpoint and CA given, the function never calls eks:DescribeCluster.
+  describe_cluster = local.eks_mode && (var.cluster_endpoint == null || var.cluster_ca_data == null)
+
+  # The function may fence several nodes in one invocation and waits up to
+  # volume_detach_timeout_seconds for their volumes: twice that plus 30 s leaves
+  # room for the Kubernetes and EC2 calls around the wait. At most 900 s, which
+  # the validation of volume_detach_timeout_seconds (<= 435) guarantees.
+  function_timeout = var.volume_detach_timeout_seconds * 2 + 30
+
+  # EC2 states the function acts on: stopped and terminated to fence, running to
+  # recover (remove the taint it applied once the node is Ready again).
+  instance_states = ["stopped", "terminated", "running"]
+
+  event_pattern = {
+    source      = ["aws.ec2"]
+    detail-type = ["EC2 Instance State-change Notification"]
+    # EventBridge cannot match on instance tags here: the event carries only
+    # instance-id and state. Non-nodes are ignored by the function.
+    detail = merge(
+      { state = local.instance_states },
+      length(var.instance_ids) > 0 ? { "instance-id" = var.instance_ids } : {},
+    )
+  }
+
+  webhook_token_in_secretsmanager = var.enable_alertmanager_url && var.webhook_token_store == "secretsmanager"
+  webhook_token_in_ssm            = var.enable_alertmanager_url && var.webhook_token_store == "ssm"
+
+  # Secrets Manager secrets the function reads (kubeconfig, webhook token).
+  secret_arns = concat(
+    var.kubeconfig_secret_arn != null ? [var.kubeconfig_secret_arn] : [],
+    aws_secretsmanager_secret.webhook_token[*].arn,
+  )
+
+  # SSM parameters the function reads. A parameter ARN is the name without its
+  # leading slash after "parameter/".
+  ssm_parameter_arns = concat(
+    var.kubeconfig_ssm_parameter_name != null ? ["arn:${local.partition}:ssm:${local.region}:${local.account_id}:parameter/${trimprefix(var.kubeconfig_ssm_parameter_name, "/")}"] : [],
+    aws_ssm_parameter.webhook_token[*].arn,
+  )
+
+  environment = merge(
+    {
+      DRY_RUN                       = tostring(var.dry_run)
+      MAX_OUT_OF_SERVICE            = tostring(var.max_out_of_service)
+      VOLUME_DETACH_TIMEOUT_SECONDS = tostring(var.volume_detach_timeout_seconds)
+      LOG_FORMAT                    = var.log_format
+      RUST_LOG                      = var.log_level
+    },
+    local.eks_mode ? { CLUSTER_NAME = var.cluster_name } : {},
+    local.eks_mode && !local.describe_cluster ? { CLUSTER_ENDPOINT = var.cluster_endpoint, CLUSTER_CA_DATA = var.cluster_ca_data } : {},
+    var.kubeconfig_ssm_parameter_name != null ? { KUBECONFIG_SSM_PARAMETER = var.kubeconfig_ssm_parameter_name } : {},
+    var.kubeconfig_secret_arn != null ? { KUBECONFIG_SECRET_ID = var.kubeconfig_secret_arn } : {},
+    local.webhook_token_in_secretsmanager ? { WEBHOOK_TOKEN_SECRET_ID = aws_secretsmanager_secret.webhook_token[0].arn } : {},
+    local.webhook_token_in_ssm ? { WEBHOOK_TOKEN_SSM_PARAMETER = aws_ssm_parameter.webhook_token[0].name } : {},
+  )
+
+  alarm_actions = var.alarm_sns_topic_arn != null ? [var.alarm_sns_topic_arn] : []
+}
+
+################################################################################
+# Lambda function
+################################################################################
+
+resource "aws_cloudwatch_log_group" "this" {
+  #checkov:skip=CKV_AWS_158:Encryption with a customer key is opt-in through log_kms_key_arn (its key policy must admit CloudWatch Logs); the logs hold decisions and resource ids, no secrets, and are encrypted by CloudWatch Logs regardless.
+  #checkov:skip=CKV_AWS_338:Retention is the log_retention_days variable; 30 days by default covers incident review, set 365 or more where a compliance policy asks for it.
+  name              = "/aws/lambda/${var.name}"
+  retention_in_days = var.log_retention_days
+  kms_key_id        = var.log_kms_key_arn
+  tags              = var.tags
+}
+
+resource "aws_lambda_function" "this" {
+  #checkov:skip=CKV_AWS_116:Failed asynchronous invocations go to the on-failure destination (aws_lambda_function_event_invoke_config.this), which records request and response; a function DLQ as well would deliver every failure twice to the same queue.
+  #checkov:skip=CKV_AWS_117:VPC placement is opt-in through vpc_subnet_ids: the function needs only the AWS APIs and the cluster endpoint, which is public on a default EKS cluster.
+  #checkov:skip=CKV_AWS_173:The environment holds no secrets (settings, names and ARNs only: the token and kubeconfig are read from Secrets Manager or SSM), so the AWS managed key suffices.
+  #checkov:skip=CKV_AWS_272:Code signing is opt-in through code_signing_config_arn; cargo-lambda builds unsigned zips and signing needs an AWS Signer profile of the deployer's own.
+  function_name = var.name
+  description   = "Fences dead Kubernetes nodes: out-of-service taint and EBS force-detach, only when EC2 confirms the instance is off."
+  role          = aws_iam_role.this.arn
+
+  filename         = var.package_path
+  source_code_hash = filebase64sha256(var.package_path)
+  handler          = "bootstrap"
+  runtime          = "provided.al2023"
+  architectures    = [var.architecture]
+
+  memory_size                    = var.memory_size
+  timeout                        = local.function_timeout
+  reserved_concurrent_executions = var.reserved_concurrent_executions
+  code_signing_config_arn        = var.code_signing_config_arn
+
+  environment {
+    variables = local.environment
+  }
+
+  logging_config {
+    log_format = var.log_format == "json" ? "JSON" : "Text"
+    log_group  = aws_cloudwatch_log_group.this.name
+  }
+
+  # PassThrough propagates trace headers without sending segments to X-Ray, so
+  # the role needs no X-Ray permission.
+  tracing_config {
+    mode = "PassThrough"
+  }
+
+  dynamic "vpc_config" {
+    for_each = length(var.vpc_subnet_ids) > 0 ? [true] : []
+
+    content {
+      subnet_ids         = var.vpc_subnet_ids
+      security_group_ids = var.vpc_security_group_ids
+    }
+  }
+
+  tags = var.tags
+
+  lifecycle {
+    precondition {
+      condition     = length(compact([var.cluster_name, var.kubeconfig_ssm_parameter_name, var.kubeconfig_secret_arn])) == 1
+      error_message = "Set exactly one of cluster_name (EKS), kubeconfig_ssm_parameter_name or kubeconfig_secret_arn (self-managed)."
+    }
+    precondition {
+      condition     = (var.cluster_endpoint == null) == (var.cluster_ca_data == null) && (var.cluster_endpoint == null || var.cluster_name != null)
+      error_message = "cluster_endpoint and cluster_ca_data go together, and only with cluster_name."
+    }
+    precondition {
+      condition     = (length(var.vpc_subnet_ids) == 0) == (length(var.vpc_security_group_ids) == 0)
+      error_message = "vpc_subnet_ids and vpc_security_group_ids go together."
+    }
+  }
+
+  # The role's policy must be in place before the first invocation, and the log
+  # group must exist before Lambda would create it without retention.
+  depends_on = [aws_iam_role_policy.this, aws_cloudwatch_log_group.this]
+}
+
+################################################################################
+# EKS access: the function's role becomes the Kubernetes group "node-fencer",
+# which infra/kubernetes/rbac.yaml binds to its ClusterRole.
+################################################################################
+
+resource "aws_eks_access_entry" "this" {
+  count = local.eks_mode && var.eks_access_entry ? 1 : 0
+
+  cluster_name      = var.cluster_name
+  principal_arn     = aws_iam_role.this.arn
+  kubernetes_groups = ["node-fencer"]
+  type              = "STANDARD"
+  tags              = var.tags
+}
+
+################################################################################
+# EventBridge: EC2 instance state changes
+################################################################################
+
+resource "aws_cloudwatch_event_rule" "this" {
+  name          = "${var.name}-ec2-state"
+  description   = "EC2 instance stopped, terminated or running: ${var.name} fences or recovers the node."
+  event_pattern = jsonencode(local.event_pattern)
+  tags          = var.tags
+}
+
+resource "aws_cloudwatch_event_target" "this" {
+  rule      = aws_cloudwatch_event_rule.this.name
+  target_id = "node-fencer"
+  arn       = aws_lambda_function.this.arn
+
+  retry_policy {
+    maximum_event_age_in_seconds = var.event_maximum_age_seconds
+    maximum_retry_attempts       = var.event_maximum_retry_attempts
+  }
+
+  # Events EventBridge could not hand to Lambda at all.
+  dead_letter_config {
+    arn = aws_sqs_queue.dlq.arn
+  }
+
+  depends_on = [aws_sqs_queue_policy.dlq]
+}
+
+resource "aws_lambda_permission" "events" {
+  statement_id  = "AllowEventBridgeRule"
+  action        = "lambda:InvokeFunction"
+  function_name = aws_lambda_function.this.function_name
+  principal     = "events.amazonaws.com"
+  source_arn    = aws_cloudwatch_event_rule.this.arn
+}
+
+# Events Lambda accepted but the function failed on after its retries, or that
+# waited longer than their maximum age (throttled by the reserved concurrency).
+resource "aws_lambda_function_event_invoke_config" "this" {
+  function_name                = aws_lambda_function.this.function_name
+  maximum_event_age_in_seconds = var.async_maximum_event_age_seconds
+  maximum_retry_attempts       = var.async_maximum_retry_attempts
+
+  destination_config {
+    on_failure {
+      destination = aws_sqs_queue.dlq.arn
+    }
+  }
+
+  # Lambda checks that the role may send to the destination.
+  depends_on = [aws_iam_role_policy.this]
+}
+
+################################################################################
+# Dead-letter queue (EventBridge target DLQ and Lambda on-failure destination)
+################################################################################
+
+resource "aws_sqs_queue" "dlq" {
+  name                      = "${var.name}-dlq"
+  message_retention_seconds = 1209600
+  sqs_managed_sse_enabled   = true
+  tags                      = var.tags
+}
+
+data "aws_iam_policy_document" "dlq" {
+  statement {
+    sid       = "EventBridgeDeadLetters"
+    actions   = ["sqs:SendMessage"]
+    resources = [aws_sqs_queue.dlq.arn]
+
+    principals {
+      type        = "Service"
+      identifiers = ["events.amazonaws.com"]
+    }
+
+    condition {
+      test     = "ArnEquals"
+      variable = "aws:SourceArn"
+      values   = [aws_cloudwatch_event_rule.this.arn]
+    }
+  }
+}
+
+resource "aws_sqs_queue_policy" "dlq" {
+  queue_url = aws_sqs_queue.dlq.id
+  policy    = data.aws_iam_policy_document.dlq.json
+}
+
+################################################################################
+# Alarms
+################################################################################
+
+resource "aws_cloudwatch_metric_alarm" "dlq_not_empty" {
+  alarm_name          = "${var.name}-dlq-not-empty"
+  alarm_description   = "Events for ${var.name} failed or expired and wait in ${aws_sqs_queue.dlq.name}: a node may not have been fenced. Read the messages, then invoke the function again or delete them."
+  namespace           = "AWS/SQS"
+  metric_name         = "ApproximateNumberOfMessagesVisible"
+  dimensions          = { QueueName = aws_sqs_queue.dlq.name }
+  statistic           = "Maximum"
+  period              = 300
+  evaluation_periods  = 1
+  threshold           = 0
+  comparison_operator = "GreaterThanThreshold"
+  treat_missing_data  = "notBreaching"
+  alarm_actions       = local.alarm_actions
+  ok_actions          = local.alarm_actions
+  tags                = var.tags
+}
+
+resource "aws_cloudwatch_metric_alarm" "errors" {
+  alarm_name          = "${var.name}-errors"
+  alarm_description   = "${var.name} returned errors: see its log group /aws/lambda/${var.name}."
+  namespace           = "AWS/Lambda"
+  metric_name         = "Errors"
+  dimensions          = { FunctionName = aws_lambda_function.this.function_name }
+  statistic           = "Sum"
+  period              = 60
+  evaluation_periods  = 1
+  threshold           = 0
+  comparison_operator = "GreaterThanThreshold"
+  treat_missing_data  = "notBreaching"
+  alarm_actions       = local.alarm_actions
+  ok_actions          = local.alarm_actions
+  tags                = var.tags
+}
+
+################################################################################
+# Alertmanager webhook: Function URL and bearer token
+################################################################################
+
+# authorization_type NONE: Alertmanager's webhook_configs can send a bearer
+# token but cannot sign requests with SigV4, which AWS_IAM would require. The
+# function itself rejects every request whose Authorization header does not
+# carry the token below, and changes nothing for it.
+# For NONE the aws provider (>= 6.29) adds the two public resource-policy
+# statements a function URL needs (lambda:InvokeFunctionUrl, and
+# lambda:InvokeFunction only when invoked through the URL).
+resource "aws_lambda_function_url" "this" {
+  #checkov:skip=CKV_AWS_258:Alertmanager cannot sign SigV4 requests; the function authenticates every request with a bearer token kept in Secrets Manager or SSM.
+  count = var.enable_alertmanager_url ? 1 : 0
+
+  function_name      = aws_lambda_function.this.function_name
+  authorization_type = "NONE"
+}
+
+resource "random_password" "webhook_token" {
+  count = var.enable_alertmanager_url ? 1 : 0
+
+  # Letters and digits only: the token goes into an HTTP header and a file.
+  length  = 48
+  special = false
+}
+
+resource "aws_secretsmanager_secret" "webhook_token" {
+  #checkov:skip=CKV2_AWS_57:Rotation must update Alertmanager in the same step; rotate with `terraform apply -replace=module.<name>.random_password.webhook_token[0]` and roll the Alertmanager secret.
+  #checkov:skip=CKV_AWS_149:A customer key is opt-in through kms_key_arn; the default aws/secretsmanager key needs no key policy of the deployer's own.
+  count = local.webhook_token_in_secretsmanager ? 1 : 0
+
+  name                    = "${var.name}/alertmanager-webhook-token"
+  description             = "Bearer token Alertmanager presents to the ${var.name} function URL."
+  kms_key_id              = var.kms_key_arn
+  recovery_window_in_days = var.secret_recovery_window_days
+  tags                    = var.tags
+}
+
+resource "aws_secretsmanager_secret_version" "webhook_token" {
+  count = local.webhook_token_in_secretsmanager ? 1 : 0
+
+  secret_id     = aws_secretsmanager_secret.webhook_token[0].id
+  secret_string = random_password.webhook_token[0].result
+}
+
+resource "aws_ssm_parameter" "webhook_token" {
+  #checkov:skip=CKV_AWS_337:A customer key is opt-in through kms_key_arn; the default aws/ssm key needs no key policy of the deployer's own.
+  count = local.webhook_token_in_ssm ? 1 : 0
+
+  name        = "/${var.name}/alertmanager-webhook-token"
+  description = "Bearer token Alertmanager presents to the ${var.name} function URL."
+  type        = "SecureString"
+  key_id      = var.kms_key_arn
+  value       = random_password.webhook_token[0].result
+  tags        = var.tags
+}
+
+locals {
+  alertmanager_receiver = var.enable_alertmanager_url ? templatefile("${path.module}/templates/alertmanager-receiver.yaml.tftpl", {
+    name             = var.name
+    url              = aws_lambda_function_url.this[0].function_url
+    credentials_file = var.alertmanager_credentials_file
+  }) : null
+}
+
+################################################################################
+# IAM: the function's role
+################################################################################
+
+data "aws_iam_policy_document" "assume_role" {
+  statement {
+    sid     = "LambdaAssumeRole"
+    actions = ["sts:AssumeRole"]
+
+    principals {
+      type        = "Service"
+      identifiers = ["lambda.amazonaws.com"]
+    }
+  }
+}
+
+resource "aws_iam_role" "this" {
+  name                 = var.name
+  description          = "Execution role of the ${var.name} Lambda function."
+  assume_role_policy   = data.aws_iam_policy_document.assume_role.json
+  permissions_boundary = var.permissions_boundary_arn
+  tags                 = var.tags
+}
+
+# The AWS calls the function's code makes, and nothing else. The list must
+# equal AWS_ACTIONS in handler/src/permissions.rs; tests/infra checks it.
+data "aws_iam_policy_document" "api" {
+  # DescribeInstances and DescribeVolumes support no resource-level
+  # permissions or resource conditions: "*" is the only resource IAM accepts.
+  statement {
+    sid       = "DescribeInstancesAndVolumes"
+    actions   = ["ec2:DescribeInstances", "ec2:DescribeVolumes"]
+    resources = ["*"]
+  }
+
+  # DetachVolume is authorized on the volume and on the instance separately,
+  # so each gets its own statement: a tag condition on the volume statement
+  # must not also have to hold for the instance.
+  statement {
+    sid       = "DetachTaggedVolumes"
+    actions   = ["ec2:DetachVolume"]
+    resources = ["arn:${local.partition}:ec2:${local.region}:${local.account_id}:volume/*"]
+
+    dynamic "condition" {
+      for_each = var.detach_volume_require_tag ? [true] : []
+
+      content {
+        test     = "StringEquals"
+        variable = "aws:ResourceTag/${var.detach_volume_tag_key}"
+        values   = [var.detach_volume_tag_value]
+      }
+    }
+  }
+
+  statement {
+    sid       = "DetachFromInstances"
+    actions   = ["ec2:DetachVolume"]
+    resources = ["arn:${local.partition}:ec2:${local.region}:${local.account_id}:instance/*"]
+  }
+
+  # Endpoint and CA of the one cluster, unless they are given.
+  dynamic "statement" {
+    for_each = local.describe_cluster ? [true] : []
+
+    content {
+      sid       = "DescribeCluster"
+      actions   = ["eks:DescribeCluster"]
+      resources = ["arn:${local.partition}:eks:${local.region}:${local.account_id}:cluster/${var.cluster_name}"]
+    }
+  }
+
+  # Kubeconfig and/or webhook token, only the configured parameters.
+  dynamic "statement" {
+    for_each = length(local.ssm_parameter_arns) > 0 ? [true] : []
+
+    content {
+      sid       = "ReadParameters"
+      actions   = ["ssm:GetParameter"]
+      resources = local.ssm_parameter_arns
+    }
+  }
+
+  # Kubeconfig and/or webhook token, only the configured secrets.
+  dynamic "statement" {
+    for_each = length(local.secret_arns) > 0 ? [true] : []
+
+    content {
+      sid       = "ReadSecrets"
+      actions   = ["secretsmanager:GetSecretValue"]
+      resources = local.secret_arns
+    }
+  }
+}
+
+# What the Lambda platform does with the role on the function's behalf: write
+# its logs, deliver failed events, decrypt what SSM and Secrets Manager return,
+# manage network interfaces when the function runs in a VPC.
+data "aws_iam_policy_document" "runtime" {
+  statement {
+    sid       = "WriteLogs"
+    actions   = ["logs:CreateLogStream", "logs:PutLogEvents"]
+    resources = ["${aws_cloudwatch_log_group.this.arn}:*"]
+  }
+
+  statement {
+    sid       = "OnFailureDestination"
+    actions   = ["sqs:SendMessage"]
+    resources = [aws_sqs_queue.dlq.arn]
+  }
+
+  dynamic "statement" {
+    for_each = var.kms_key_arn != null ? [true] : []
+
+    content {
+      sid       = "DecryptParametersAndSecrets"
+      actions   = ["kms:Decrypt"]
+      resources = [var.kms_key_arn]
+
+      condition {
+        test     = "StringEquals"
+        variable = "kms:ViaService"
+        values   = ["ssm.${local.region}.amazonaws.com", "secretsmanager.${local.region}.amazonaws.com"]
+      }
+    }
+  }
+
+  # The permissions Lambda needs to attach the function to the VPC (those of
+  # AWSLambdaVPCAccessExecutionRole). Lambda checks them against "*" when the
+  # function is created or updated, so they cannot be scoped further.
+  dynamic "statement" {
+    for_each = length(var.vpc_subnet_ids) > 0 ? [true] : []
+
+    content {
+      sid = "VpcNetworkInterfaces"
+      actions = [
+        "ec2:AssignPrivateIpAddresses",
+        "ec2:CreateNetworkInterface",
+        "ec2:DeleteNetworkInterface",
+        "ec2:DescribeNetworkInterfaces",
+        "ec2:DescribeSubnets",
+        "ec2:UnassignPrivateIpAddresses",
+      ]
+      resources = ["*"]
+    }
+  }
+}
+
+data "aws_iam_policy_document" "this" {
+  source_policy_documents = [
+    data.aws_iam_policy_document.api.json,
+    data.aws_iam_policy_document.runtime.json,
+  ]
+}
+
+resource "aws_iam_role_policy" "this" {
+  name   = "${var.name}-least-privilege"
+  role   = aws_iam_role.this.id
+  policy = data.aws_iam_policy_document.this.json
+}

@@ -1,0 +1,80 @@
+output "function_name" {
+  description = "Name of the Lambda function."
+  value       = aws_lambda_function.this.function_name
+}
+
+output "function_arn" {
+  description = "ARN of the Lambda function."
+  value       = aws_lambda_function.this.arn
+}
+
+output "function_timeout" {
+  description = "Timeout of the function in seconds, derived from volume_detach_timeout_seconds."
+  value       = aws_lambda_function.this.timeout
+}
+
+output "role_arn" {
+  description = "ARN of the function's IAM role (the principal of the EKS access entry)."
+  value       = aws_iam_role.this.arn
+}
+
+output "role_name" {
+  description = "Name of the function's IAM role."
+  value       = aws_iam_role.this.name
+}
+
+output "log_group_name" {
+  description = "CloudWatch log group of the function."
+  value       = aws_cloudwatch_log_group.this.name
+}
+
+output "event_rule_arn" {
+  description = "ARN of the EventBridge rule for EC2 instance state changes."
+  value       = aws_cloudwatch_event_rule.this.arn
+}
+
+output "dlq_url" {
+  description = "URL of the dead-letter queue that receives events the function could not process."
+  value       = aws_sqs_queue.dlq.url
+}
+
+output "dlq_arn" {
+  description = "ARN of the dead-letter queue."
+  value       = aws_sqs_queue.dlq.arn
+}
+
+output "function_url" {
+  description = "Function URL for Alertmanager's webhook, or null when enable_alertmanager_url is false."
+  value       = one(aws_lambda_function_url.this[*].function_url)
+}
+
+output "webhook_token" {
+  description = "Bearer token Alertmanager must present to the function URL, or null when enable_alertmanager_url is false."
+  value       = one(random_password.webhook_token[*].result)
+  sensitive   = true
+}
+
+output "webhook_token_secret_arn" {
+  description = "ARN of the Secrets Manager secret holding the webhook token (webhook_token_store = secretsmanager), else null."
+  value       = one(aws_secretsmanager_secret.webhook_token[*].arn)
+}
+
+output "webhook_token_ssm_parameter_name" {
+  description = "Name of the SSM SecureString holding the webhook token (webhook_token_store = ssm), else null."
+  value       = one(aws_ssm_parameter.webhook_token[*].name)
+}
+
+output "alertmanager_receiver" {
+  description = "Alertmanager route and receiver for the function URL, rendered as YAML to merge into alertmanager.yml; null when enable_alertmanager_url is false."
+  value       = local.alertmanager_receiver
+}
+
+output "eks_access_entry_arn" {
+  description = "ARN of the EKS access entry mapping the role to the Kubernetes group node-fencer, or null."
+  value       = one(aws_eks_access_entry.this[*].access_entry_arn)
+}
+
+output "kubernetes_group" {
+  description = "Kubernetes group the function's identity belongs to; infra/kubernetes/rbac.yaml binds it."
+  value       = "node-fencer"
+}

@@ -1,0 +1,334 @@
+################################################################################
+# Function
+################################################################################
+
+variable "name" {
+  description = "Name of the Lambda function; also the prefix of the IAM role, queue, rule, alarms and token secret it creates."
+  type        = string
+  default     = "node-fencer"
+
+  validation {
+    condition     = can(regex("^[A-Za-z0-9_-]{1,48}$", var.name))
+    error_message = "name must be 1-48 characters of letters, digits, '-' and '_' (derived names add up to 16 characters)."
+  }
+}
+
+variable "package_path" {
+  description = "Path to the deployment zip built by `cargo lambda build --release --output-format zip` (target/lambda/node-fencer/bootstrap.zip); it holds one `bootstrap` executable."
+  type        = string
+
+  validation {
+    condition     = endswith(var.package_path, ".zip")
+    error_message = "package_path must name a .zip file."
+  }
+}
+
+variable "architecture" {
+  description = "Instruction set the zip was built for: x86_64, or arm64 (build with `cargo lambda build --release --arm64 --output-format zip`)."
+  type        = string
+  default     = "x86_64"
+
+  validation {
+    condition     = contains(["x86_64", "arm64"], var.architecture)
+    error_message = "architecture must be \"x86_64\" or \"arm64\"."
+  }
+}
+
+variable "memory_size" {
+  description = "Memory of the function in MiB (CPU scales with it)."
+  type        = number
+  default     = 256
+
+  validation {
+    condition     = var.memory_size >= 128 && var.memory_size <= 10240 && floor(var.memory_size) == var.memory_size
+    error_message = "memory_size must be a whole number of MiB from 128 to 10240."
+  }
+}
+
+variable "reserved_concurrent_executions" {
+  description = "Reserved concurrency of the function. The default 1 runs one decision at a time, so two nodes failing together cannot both see room under max_out_of_service and overshoot it. EventBridge events that find it busy wait in Lambda's async queue (up to async_maximum_event_age_seconds); an Alertmanager request gets HTTP 429 and its alert is sent again at the next group_interval or repeat_interval. -1 removes the reservation."
+  type        = number
+  default     = 1
+
+  validation {
+    condition     = var.reserved_concurrent_executions == -1 || (var.reserved_concurrent_executions >= 1 && floor(var.reserved_concurrent_executions) == var.reserved_concurrent_executions)
+    error_message = "reserved_concurrent_executions must be -1 (unreserved) or a whole number >= 1 (0 would disable the function)."
+  }
+}
+
+variable "code_signing_config_arn" {
+  description = "ARN of a Lambda code signing configuration to enforce on the zip, or null for none."
+  type        = string
+  default     = null
+}
+
+variable "vpc_subnet_ids" {
+  description = "Subnets to run the function in, for clusters whose API endpoint is private. Empty runs it outside any VPC (it then reaches the AWS APIs and a public cluster endpoint directly). The subnets need a route to the AWS APIs (NAT or VPC endpoints for EC2, EKS/Secrets Manager/SSM and STS)."
+  type        = list(string)
+  default     = []
+}
+
+variable "vpc_security_group_ids" {
+  description = "Security groups of the function when vpc_subnet_ids is set; they must allow egress to the cluster endpoint and the AWS APIs on 443."
+  type        = list(string)
+  default     = []
+}
+
+variable "permissions_boundary_arn" {
+  description = "ARN of an IAM permissions boundary for the function's role, or null for none."
+  type        = string
+  default     = null
+}
+
+variable "tags" {
+  description = "Tags for every resource that takes them."
+  type        = map(string)
+  default     = {}
+}
+
+################################################################################
+# Behaviour (environment of the function)
+################################################################################
+
+variable "dry_run" {
+  description = "DRY_RUN: when true the function decides and reports, but never taints a node or detaches a volume."
+  type        = bool
+  default     = false
+}
+
+variable "max_out_of_service" {
+  description = "MAX_OUT_OF_SERVICE: how many nodes of the cluster may carry the out-of-service taint at once; past it the function refuses to fence more."
+  type        = number
+  default     = 3
+
+  validation {
+    condition     = var.max_out_of_service >= 1 && var.max_out_of_service <= 1000 && floor(var.max_out_of_service) == var.max_out_of_service
+    error_message = "max_out_of_service must be a whole number from 1 to 1000."
+  }
+}
+
+variable "volume_detach_timeout_seconds" {
+  description = "VOLUME_DETACH_TIMEOUT_SECONDS: how long the function waits for detached volumes to become available. The function timeout is derived from it (2 x this + 30 s), so at most 435 keeps it within Lambda's 900 s."
+  type        = number
+  default     = 60
+
+  validation {
+    condition     = var.volume_detach_timeout_seconds >= 0 && var.volume_detach_timeout_seconds <= 435 && floor(var.volume_detach_timeout_seconds) == var.volume_detach_timeout_seconds
+    error_message = "volume_detach_timeout_seconds must be a whole number from 0 (do not wait) to 435."
+  }
+}
+
+variable "log_format" {
+  description = "LOG_FORMAT of the function's own log lines: json (one JSON object a line, for CloudWatch Logs Insights) or text. The Lambda platform log format follows it."
+  type        = string
+  default     = "json"
+
+  validation {
+    condition     = contains(["json", "text"], var.log_format)
+    error_message = "log_format must be \"json\" or \"text\"."
+  }
+}
+
+variable "log_level" {
+  description = "RUST_LOG filter of the function, e.g. \"info\" or \"info,node_fencer=debug\"."
+  type        = string
+  default     = "info"
+}
+
+################################################################################
+# Cluster access: exactly one of cluster_name, kubeconfig_ssm_parameter_name,
+# kubeconfig_secret_arn
+################################################################################
+
+variable "cluster_name" {
+  description = "EKS mode: name of the EKS cluster in this account and region (CLUSTER_NAME). The function authenticates with its IAM role; see eks_access_entry."
+  type        = string
+  default     = null
+}
+
+variable "cluster_endpoint" {
+  description = "EKS mode, optional: API server URL (CLUSTER_ENDPOINT). Set together with cluster_ca_data to spare the eks:DescribeCluster call and permission."
+  type        = string
+  default     = null
+}
+
+variable "cluster_ca_data" {
+  description = "EKS mode, optional: base64 PEM of the cluster CA (CLUSTER_CA_DATA), as in the cluster's certificateAuthority.data. Set together with cluster_endpoint."
+  type        = string
+  default     = null
+}
+
+variable "eks_access_entry" {
+  description = "EKS mode: create an EKS access entry that maps the function's role to the Kubernetes group \"node-fencer\" (bound by infra/kubernetes/rbac.yaml). Needs the cluster's authentication mode API or API_AND_CONFIG_MAP; set false to map the role yourself (aws-auth ConfigMap)."
+  type        = bool
+  default     = true
+}
+
+variable "kubeconfig_ssm_parameter_name" {
+  description = "Self-managed mode: name of an SSM SecureString parameter in this account and region holding the function's kubeconfig (KUBECONFIG_SSM_PARAMETER)."
+  type        = string
+  default     = null
+}
+
+variable "kubeconfig_secret_arn" {
+  description = "Self-managed mode: full ARN (with its 6-character suffix) of a Secrets Manager secret holding the function's kubeconfig (KUBECONFIG_SECRET_ID)."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.kubeconfig_secret_arn == null || can(regex("^arn:[^:]+:secretsmanager:[^:]+:[0-9]{12}:secret:.+-[A-Za-z0-9]{6}$", var.kubeconfig_secret_arn))
+    error_message = "kubeconfig_secret_arn must be the complete secret ARN, ending in -XXXXXX."
+  }
+}
+
+variable "kms_key_arn" {
+  description = "Customer managed KMS key that encrypts the kubeconfig parameter/secret and the webhook token. When set, the module encrypts the token with it and grants the function kms:Decrypt on it, only through SSM and Secrets Manager. Null uses the AWS managed keys, which need no grant."
+  type        = string
+  default     = null
+}
+
+################################################################################
+# EBS detach scope
+################################################################################
+
+variable "detach_volume_require_tag" {
+  description = "Allow ec2:DetachVolume only on volumes carrying detach_volume_tag_key = detach_volume_tag_value. Set false for clusters whose PersistentVolumes include volumes not created by the EBS CSI driver (static or in-tree provisioned), which lack the tag."
+  type        = bool
+  default     = true
+}
+
+variable "detach_volume_tag_key" {
+  description = "Tag key a volume must carry to be detachable (see detach_volume_require_tag). The EBS CSI driver sets ebs.csi.aws.com/cluster = true on every volume it creates."
+  type        = string
+  default     = "ebs.csi.aws.com/cluster"
+}
+
+variable "detach_volume_tag_value" {
+  description = "Value of detach_volume_tag_key a volume must carry to be detachable."
+  type        = string
+  default     = "true"
+}
+
+################################################################################
+# EventBridge trigger and asynchronous delivery
+################################################################################
+
+variable "instance_ids" {
+  description = "Limit the EventBridge rule to these EC2 instance ids; empty matches every instance of the account and region. The state-change event carries only the instance id and state, no tags, so the rule cannot filter on tags: the function itself ignores instances that are no node of its cluster (a cheap no-op)."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for id in var.instance_ids : can(regex("^i-[0-9a-f]{8,17}$", id))])
+    error_message = "instance_ids must be EC2 instance ids (i-...)."
+  }
+}
+
+variable "event_maximum_age_seconds" {
+  description = "EventBridge retry policy: how long EventBridge keeps trying to hand an event to the function before sending it to the dead-letter queue."
+  type        = number
+  default     = 3600
+
+  validation {
+    condition     = var.event_maximum_age_seconds >= 60 && var.event_maximum_age_seconds <= 86400
+    error_message = "event_maximum_age_seconds must be from 60 to 86400."
+  }
+}
+
+variable "event_maximum_retry_attempts" {
+  description = "EventBridge retry policy: how many times EventBridge retries handing an event to the function."
+  type        = number
+  default     = 8
+
+  validation {
+    condition     = var.event_maximum_retry_attempts >= 0 && var.event_maximum_retry_attempts <= 185
+    error_message = "event_maximum_retry_attempts must be from 0 to 185."
+  }
+}
+
+variable "async_maximum_event_age_seconds" {
+  description = "Lambda asynchronous invocation: how long an accepted event may wait (throttled by the reserved concurrency, or between retries) before it goes to the dead-letter queue. Safe to keep long: the function confirms the instance state with EC2 at decision time."
+  type        = number
+  default     = 3600
+
+  validation {
+    condition     = var.async_maximum_event_age_seconds >= 60 && var.async_maximum_event_age_seconds <= 21600
+    error_message = "async_maximum_event_age_seconds must be from 60 to 21600."
+  }
+}
+
+variable "async_maximum_retry_attempts" {
+  description = "Lambda asynchronous invocation: retries after the function returned an error (every trigger is idempotent)."
+  type        = number
+  default     = 2
+
+  validation {
+    condition     = contains([0, 1, 2], var.async_maximum_retry_attempts)
+    error_message = "async_maximum_retry_attempts must be 0, 1 or 2."
+  }
+}
+
+################################################################################
+# Logs and alarms
+################################################################################
+
+variable "log_retention_days" {
+  description = "Retention of the function's CloudWatch log group /aws/lambda/<name>, in days."
+  type        = number
+  default     = 30
+
+  validation {
+    condition     = contains([1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653], var.log_retention_days)
+    error_message = "log_retention_days must be a retention CloudWatch Logs accepts (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288 or 3653)."
+  }
+}
+
+variable "log_kms_key_arn" {
+  description = "KMS key ARN to encrypt the log group with, or null for CloudWatch Logs' own encryption. Its key policy must allow the logs.<region>.amazonaws.com service principal."
+  type        = string
+  default     = null
+}
+
+variable "alarm_sns_topic_arn" {
+  description = "SNS topic ARN notified when an alarm fires and clears (dead-letter queue not empty, function errors); null creates the alarms without actions."
+  type        = string
+  default     = null
+}
+
+################################################################################
+# Alertmanager webhook
+################################################################################
+
+variable "enable_alertmanager_url" {
+  description = "Create a Lambda Function URL for Alertmanager's webhook and a bearer token for it. The URL is public (authorization NONE) because Alertmanager cannot sign SigV4 requests; the function rejects any request without the token."
+  type        = bool
+  default     = true
+}
+
+variable "webhook_token_store" {
+  description = "Where the generated webhook token is kept: secretsmanager (WEBHOOK_TOKEN_SECRET_ID) or ssm (SecureString, WEBHOOK_TOKEN_SSM_PARAMETER)."
+  type        = string
+  default     = "secretsmanager"
+
+  validation {
+    condition     = contains(["secretsmanager", "ssm"], var.webhook_token_store)
+    error_message = "webhook_token_store must be \"secretsmanager\" or \"ssm\"."
+  }
+}
+
+variable "secret_recovery_window_days" {
+  description = "Recovery window of the token secret when it is deleted (0 deletes at once, so the same name can be created again right away)."
+  type        = number
+  default     = 7
+
+  validation {
+    condition     = var.secret_recovery_window_days == 0 || (var.secret_recovery_window_days >= 7 && var.secret_recovery_window_days <= 30)
+    error_message = "secret_recovery_window_days must be 0 or from 7 to 30."
+  }
+}
+
+variable "alertmanager_credentials_file" {
+  description = "Path of the token file inside the Alertmanager container, used in the rendered receiver snippet (the Prometheus Operator mounts Secret <name> key <key> at /etc/alertmanager/secrets/<name>/<key>)."
+  type        = string
+  default     = "/etc/alertmanager/secrets/node-fencer-webhook/token"
+}

@@ -1,0 +1,118 @@
+"""Shared helpers of the infrastructure tests: where things are, and reading HCL.
+
+The HCL parser is the `hcl2` package of bc-python-hcl2 (the one checkov uses).
+It returns every attribute value wrapped in a one-element list and every
+expression as a "${...}" string; `value()` unwraps the former, `expr()` the
+latter.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from pathlib import Path
+from typing import Any, Iterator
+
+import hcl2
+
+REPO = Path(__file__).resolve().parents[2]
+INFRA = REPO / "infra"
+MODULE = INFRA / "modules" / "node-fencer"
+RBAC_MODULE = INFRA / "modules" / "kubernetes-rbac"
+RBAC_YAML = INFRA / "kubernetes" / "rbac.yaml"
+ALERTMANAGER_EXAMPLE = INFRA / "examples" / "alertmanager"
+PERMISSIONS_RS = REPO / "handler" / "src" / "permissions.rs"
+
+
+def rel(path: Path) -> str:
+    """Path relative to the repository root, for messages."""
+    return str(path.relative_to(REPO))
+
+
+def _tracked(paths: Iterator[Path]) -> list[Path]:
+    # Skip provider caches of a local `terraform init` in an example.
+    return sorted(p for p in paths if ".terraform" not in p.parts)
+
+
+def tf_files() -> list[Path]:
+    return _tracked(INFRA.rglob("*.tf"))
+
+
+def hcl_files() -> list[Path]:
+    """Every HCL file that must be canonically formatted."""
+    return _tracked(INFRA.rglob("*.tf")) + _tracked(INFRA.rglob("*.tfvars.example"))
+
+
+@functools.cache
+def parse(path: Path) -> dict[str, Any]:
+    with path.open(encoding="utf-8") as f:
+        return hcl2.load(f)
+
+
+def parse_dir(directory: Path) -> dict[str, list[Any]]:
+    """All top-level blocks of the .tf files of one module, merged by block type."""
+    merged: dict[str, list[Any]] = {}
+    for path in sorted(directory.glob("*.tf")):
+        for kind, blocks in parse(path).items():
+            merged.setdefault(kind, []).extend(blocks)
+    return merged
+
+
+def value(v: Any) -> Any:
+    """Unwrap the one-element list the parser puts around attribute values."""
+    if isinstance(v, list) and len(v) == 1:
+        return v[0]
+    return v
+
+
+def expr(v: Any) -> str:
+    """The expression text of an attribute, without its "${...}" wrapper."""
+    v = value(v)
+    assert isinstance(v, str), f"expected an expression, got {v!r}"
+    m = re.fullmatch(r"\$\{(.*)\}", v, re.S)
+    return m.group(1) if m else v
+
+
+def blocks(module: dict[str, list[Any]], kind: str, type_: str) -> dict[str, dict[str, Any]]:
+    """Resources or data sources of one type, by name."""
+    found: dict[str, dict[str, Any]] = {}
+    for entry in module.get(kind, []):
+        for name, body in entry.get(type_, {}).items():
+            found[name] = body
+    return found
+
+
+def locals_of(module: dict[str, list[Any]]) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for entry in module.get("locals", []):
+        for name, v in entry.items():
+            if not name.startswith("__"):
+                found[name] = value(v)
+    return found
+
+
+def variables_of(path: Path) -> dict[str, dict[str, Any]]:
+    found: dict[str, dict[str, Any]] = {}
+    for entry in parse(path).get("variable", []):
+        found.update(entry)
+    return found
+
+
+def nested(body: dict[str, Any], block: str) -> list[dict[str, Any]]:
+    """Static and `dynamic` nested blocks of one kind (the content of a dynamic one)."""
+    found = list(body.get(block, []))
+    for dyn in body.get("dynamic", []):
+        if block in dyn:
+            found.extend(dyn[block]["content"])
+    return found
+
+
+def statements(policy_document: dict[str, Any]) -> list[dict[str, Any]]:
+    return nested(policy_document, "statement")
+
+
+def string_list(v: Any) -> list[str]:
+    v = value(v)
+    if isinstance(v, str):
+        return [v]
+    return list(v)

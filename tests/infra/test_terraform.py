@@ -1,0 +1,669 @@
+"""Static checks of the Terraform in infra/.
+
+No terraform binary or provider can be installed where these run, so the
+configuration is checked as text: it parses, it is canonically formatted, the
+IAM policy grants exactly the AWS calls the code makes, the ClusterRole grants
+exactly what the code needs, and the wiring (EventBridge pattern, timeout,
+variables) holds what the function expects.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import importlib.metadata
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+import infra_lib as L
+
+# ---------------------------------------------------------------------------
+# Parsing and formatting
+# ---------------------------------------------------------------------------
+
+
+def test_infra_has_terraform():
+    assert L.tf_files(), f"no .tf file under {L.rel(L.INFRA)}"
+
+
+@pytest.mark.parametrize("path", L.tf_files(), ids=L.rel)
+def test_tf_file_parses(path: Path):
+    parsed = L.parse(path)
+    assert parsed, f"{L.rel(path)} parsed to nothing"
+
+
+def test_one_hcl2_distribution_installed():
+    # python-hcl2 and bc-python-hcl2 both install the "hcl2" import package; with
+    # both, the later install overwrites the other's files and breaks checkov.
+    installed = []
+    for dist in ("python-hcl2", "bc-python-hcl2"):
+        try:
+            installed.append(f"{dist}=={importlib.metadata.version(dist)}")
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    assert installed and installed[0].startswith("bc-python-hcl2") and len(installed) == 1, (
+        f"expected only bc-python-hcl2 (checkov's parser) to provide 'hcl2', found {installed}; "
+        "recreate the venv from tests/infra/requirements.txt"
+    )
+
+
+def _hclfmt() -> str:
+    binary = os.environ.get("NODE_FENCER_HCLFMT")
+    if not binary:
+        pytest.fail(
+            "NODE_FENCER_HCLFMT is not set: point it at an hclfmt binary, e.g. "
+            "`GOBIN=$PWD/.bin go install github.com/hashicorp/hcl/v2/cmd/hclfmt@v2.24.0` "
+            "and NODE_FENCER_HCLFMT=$PWD/.bin/hclfmt (the project setup script does this)"
+        )
+    if not (os.path.isfile(binary) and os.access(binary, os.X_OK)):
+        pytest.fail(f"NODE_FENCER_HCLFMT={binary} is not an executable file")
+    return binary
+
+
+def test_hcl_is_canonically_formatted():
+    """Every .tf and .tfvars.example file is exactly what hclfmt would write
+    (the formatting `terraform fmt` applies: 2-space indent, aligned `=`)."""
+    hclfmt = _hclfmt()
+    problems = []
+    for path in L.hcl_files():
+        # Without -w, hclfmt prints the formatted file; -check would only check syntax.
+        result = subprocess.run([hclfmt, str(path)], capture_output=True, text=True, timeout=60)
+        if result.returncode != 0:
+            problems.append(f"{L.rel(path)}: hclfmt failed:\n{result.stderr}")
+            continue
+        original = path.read_text(encoding="utf-8")
+        if result.stdout != original:
+            diff = difflib.unified_diff(
+                original.splitlines(keepends=True),
+                result.stdout.splitlines(keepends=True),
+                fromfile=L.rel(path),
+                tofile=f"{L.rel(path)} (hclfmt)",
+            )
+            problems.append("".join(diff))
+    assert not problems, "not canonically formatted (run hclfmt -w on them):\n" + "\n".join(problems)
+
+
+# ---------------------------------------------------------------------------
+# IAM: exactly the calls the code makes
+# ---------------------------------------------------------------------------
+
+# What the Lambda platform does with the role on the function's behalf, not the
+# code: allowed only in the "runtime" policy document, each for its reason.
+PLATFORM_ACTIONS = {
+    "logs:CreateLogStream": "write the function's log group",
+    "logs:PutLogEvents": "write the function's log group",
+    "sqs:SendMessage": "deliver failed asynchronous invocations to the dead-letter queue",
+    "kms:Decrypt": "decrypt SecureString parameters and secrets under a customer key, via SSM/Secrets Manager only",
+    "ec2:AssignPrivateIpAddresses": "attach the function to a VPC",
+    "ec2:CreateNetworkInterface": "attach the function to a VPC",
+    "ec2:DeleteNetworkInterface": "attach the function to a VPC",
+    "ec2:DescribeNetworkInterfaces": "attach the function to a VPC",
+    "ec2:DescribeSubnets": "attach the function to a VPC",
+    "ec2:UnassignPrivateIpAddresses": "attach the function to a VPC",
+}
+
+# Actions IAM authorizes only on "*" (no resource-level permissions), or that
+# Lambda checks on "*" when attaching a function to a VPC.
+STAR_RESOURCE_ACTIONS = {
+    "ec2:DescribeInstances",
+    "ec2:DescribeVolumes",
+    "ec2:AssignPrivateIpAddresses",
+    "ec2:CreateNetworkInterface",
+    "ec2:DeleteNetworkInterface",
+    "ec2:DescribeNetworkInterfaces",
+    "ec2:DescribeSubnets",
+    "ec2:UnassignPrivateIpAddresses",
+}
+
+ACTION_RE = re.compile(r"[a-z0-9-]+:[A-Za-z0-9]+")
+
+
+def code_actions() -> set[str]:
+    """AWS_ACTIONS of handler/src/permissions.rs: the AWS API calls the code makes."""
+    path = L.PERMISSIONS_RS
+    declaration = (
+        'pub const AWS_ACTIONS: &[&str] = &["ec2:DescribeInstances", ...]; '
+        "listing every AWS API action the function's code calls"
+    )
+    if not path.is_file():
+        pytest.fail(f"{L.rel(path)} does not exist: the handler crate must declare `{declaration}`")
+    text = path.read_text(encoding="utf-8")
+    m = re.search(r"\bAWS_ACTIONS\s*:[^=]*=\s*&?\s*\[(?P<body>.*?)\]\s*;", text, re.S)
+    if not m:
+        pytest.fail(f"{L.rel(path)} has no AWS_ACTIONS constant: expected `{declaration}`")
+    body = re.sub(r"//[^\n]*|/\*.*?\*/", "", m.group("body"), flags=re.S)
+    strings = re.findall(r'"([^"]*)"', body)
+    bad = [s for s in strings if not ACTION_RE.fullmatch(s)]
+    assert not bad, f"AWS_ACTIONS in {L.rel(path)} holds entries that are not service:Action: {bad}"
+    assert strings, f"AWS_ACTIONS in {L.rel(path)} is empty"
+    dupes = sorted({s for s in strings if strings.count(s) > 1})
+    assert not dupes, f"AWS_ACTIONS in {L.rel(path)} lists {dupes} more than once"
+    return set(strings)
+
+
+def module() -> dict:
+    return L.parse_dir(L.MODULE)
+
+
+def policy_documents(mod: dict) -> dict[str, dict]:
+    return L.blocks(mod, "data", "aws_iam_policy_document")
+
+
+def role_policy_documents(mod: dict) -> dict[str, dict]:
+    """The documents merged into the role's one inline policy."""
+    docs = policy_documents(mod)
+    role_policies = L.blocks(mod, "resource", "aws_iam_role_policy")
+    assert list(role_policies) == ["this"], f"expected one inline role policy, found {list(role_policies)}"
+    assert L.expr(role_policies["this"]["policy"]) == "data.aws_iam_policy_document.this.json"
+    sources = [L.expr(s) for s in L.string_list(docs["this"]["source_policy_documents"])]
+    assert sources == [
+        "data.aws_iam_policy_document.api.json",
+        "data.aws_iam_policy_document.runtime.json",
+    ], f"the role policy must merge exactly the api and runtime documents, found {sources}"
+    for key in ("statement", "dynamic", "override_policy_documents", "policy_id"):
+        assert key not in docs["this"], f"aws_iam_policy_document.this must only merge, found {key}"
+    return {"api": docs["api"], "runtime": docs["runtime"]}
+
+
+def actions_of(document: dict) -> list[str]:
+    found = []
+    for statement in L.statements(document):
+        assert "not_actions" not in statement, "NotAction grants everything else: not allowed"
+        found.extend(L.string_list(statement["actions"]))
+    return found
+
+
+def test_no_managed_or_extra_policies_on_the_role():
+    mod = module()
+    for kind in ("aws_iam_role_policy_attachment", "aws_iam_policy", "aws_iam_role_policies_exclusive"):
+        assert not L.blocks(mod, "resource", kind), f"the module must not add {kind}: all permissions live in the tested inline policy"
+    role = L.blocks(mod, "resource", "aws_iam_role")["this"]
+    assert "managed_policy_arns" not in role and "inline_policy" not in role
+
+
+def test_api_policy_equals_code_actions():
+    """The `api` document grants exactly AWS_ACTIONS of handler/src/permissions.rs."""
+    expected = code_actions()
+    granted = actions_of(role_policy_documents(module())["api"])
+    assert set(granted) == expected, (
+        f"IAM policy and code disagree: granted but not called {sorted(set(granted) - expected)}, "
+        f"called but not granted {sorted(expected - set(granted))}"
+    )
+
+
+def test_role_policy_is_code_actions_plus_logs_and_platform():
+    """All actions of the role, less logs:* and the documented platform actions,
+    equal AWS_ACTIONS; the platform actions appear only in the runtime document."""
+    expected = code_actions()
+    docs = role_policy_documents(module())
+    everything = set(actions_of(docs["api"])) | set(actions_of(docs["runtime"]))
+    remaining = {a for a in everything if not a.startswith("logs:") and a not in PLATFORM_ACTIONS}
+    assert remaining == expected, f"role grants {sorted(remaining)} beyond logs/platform, code calls {sorted(expected)}"
+
+    runtime = set(actions_of(docs["runtime"]))
+    unexplained = runtime - set(PLATFORM_ACTIONS)
+    assert not unexplained, f"runtime document grants actions with no documented platform reason: {sorted(unexplained)}"
+    leaked = set(actions_of(docs["api"])) & (set(PLATFORM_ACTIONS) - expected)
+    assert not leaked, f"platform actions belong in the runtime document, not api: {sorted(leaked)}"
+
+
+def test_no_wildcard_actions_anywhere():
+    problems = []
+    for path in L.tf_files():
+        for entry in L.parse(path).get("data", []):
+            for name, document in entry.get("aws_iam_policy_document", {}).items():
+                for action in actions_of(document):
+                    if "*" in action or "?" in action or not ACTION_RE.fullmatch(action):
+                        problems.append(f"{L.rel(path)}: aws_iam_policy_document.{name}: {action}")
+    assert not problems, "wildcard or malformed actions:\n" + "\n".join(problems)
+    # Policies written as JSON strings would escape the checks above.
+    for path in L.tf_files():
+        text = path.read_text(encoding="utf-8")
+        assert not re.search(r'"Action"\s*[:=]', text), f"{L.rel(path)}: write policies with aws_iam_policy_document"
+
+
+def test_star_resources_only_where_iam_allows_nothing_narrower():
+    for name, document in role_policy_documents(module()).items():
+        for statement in L.statements(document):
+            resources = L.string_list(statement["resources"])
+            if "*" in resources:
+                actions = set(L.string_list(statement["actions"]))
+                assert actions <= STAR_RESOURCE_ACTIONS, (
+                    f"{name}: {sorted(actions - STAR_RESOURCE_ACTIONS)} on '*' can be scoped to resources"
+                )
+
+
+def _statement(document: dict, sid: str) -> dict:
+    for statement in L.statements(document):
+        if L.value(statement.get("sid")) == sid:
+            return statement
+    raise AssertionError(f"no statement {sid}")
+
+
+def test_scoped_statements():
+    docs = role_policy_documents(module())
+    api, runtime = docs["api"], docs["runtime"]
+
+    volume = _statement(api, "DetachTaggedVolumes")
+    assert L.string_list(volume["resources"]) == ["arn:${local.partition}:ec2:${local.region}:${local.account_id}:volume/*"]
+    conditions = L.nested(volume, "condition")
+    assert len(conditions) == 1, "DetachVolume on volumes must carry the tag condition"
+    condition = conditions[0]
+    assert L.value(condition["test"]) == "StringEquals"
+    assert L.value(condition["variable"]) == "aws:ResourceTag/${var.detach_volume_tag_key}"
+    assert L.string_list(condition["values"]) == ["${var.detach_volume_tag_value}"]
+    tag_toggle = [d for d in volume.get("dynamic", []) if "condition" in d]
+    assert L.expr(tag_toggle[0]["condition"]["for_each"]) == "var.detach_volume_require_tag ? [True] : []"
+
+    variables = L.variables_of(L.MODULE / "variables.tf")
+    assert L.value(variables["detach_volume_tag_key"]["default"]) == "ebs.csi.aws.com/cluster"
+    assert L.value(variables["detach_volume_tag_value"]["default"]) == "true"
+    assert L.value(variables["detach_volume_require_tag"]["default"]) is True
+
+    instance = _statement(api, "DetachFromInstances")
+    assert L.string_list(instance["resources"]) == ["arn:${local.partition}:ec2:${local.region}:${local.account_id}:instance/*"]
+
+    cluster = _statement(api, "DescribeCluster")
+    assert L.string_list(cluster["resources"]) == ["arn:${local.partition}:eks:${local.region}:${local.account_id}:cluster/${var.cluster_name}"]
+
+    assert L.string_list(_statement(api, "ReadParameters")["resources"]) == ["${local.ssm_parameter_arns}"]
+    assert L.string_list(_statement(api, "ReadSecrets")["resources"]) == ["${local.secret_arns}"]
+
+    logs = _statement(runtime, "WriteLogs")
+    assert L.string_list(logs["resources"]) == ["${aws_cloudwatch_log_group.this.arn}:*"]
+    assert L.string_list(_statement(runtime, "OnFailureDestination")["resources"]) == ["${aws_sqs_queue.dlq.arn}"]
+    kms = _statement(runtime, "DecryptParametersAndSecrets")
+    assert L.string_list(kms["resources"]) == ["${var.kms_key_arn}"]
+    assert [L.value(c["variable"]) for c in L.nested(kms, "condition")] == ["kms:ViaService"]
+
+    # Conditional statements only exist when their input is set.
+    for_each = {
+        d["statement"]["content"][0]["sid"][0]: L.expr(d["statement"]["for_each"])
+        for doc in (api, runtime)
+        for d in doc.get("dynamic", [])
+        if "statement" in d
+    }
+    assert for_each["DescribeCluster"] == "local.describe_cluster ? [True] : []"
+    assert for_each["DecryptParametersAndSecrets"] == "var.kms_key_arn != None ? [True] : []"
+
+
+def test_env_names_are_the_contract():
+    """The function reads these variables; the module must not invent others nor
+    pass the plain WEBHOOK_TOKEN (local use only)."""
+    contract = {
+        "DRY_RUN",
+        "MAX_OUT_OF_SERVICE",
+        "VOLUME_DETACH_TIMEOUT_SECONDS",
+        "CLUSTER_NAME",
+        "CLUSTER_ENDPOINT",
+        "CLUSTER_CA_DATA",
+        "KUBECONFIG_SSM_PARAMETER",
+        "KUBECONFIG_SECRET_ID",
+        "WEBHOOK_TOKEN_SECRET_ID",
+        "WEBHOOK_TOKEN_SSM_PARAMETER",
+        "LOG_FORMAT",
+        "RUST_LOG",
+    }
+    mod = module()
+    function = L.blocks(mod, "resource", "aws_lambda_function")["this"]
+    assert L.expr(function["environment"][0]["variables"]) == "local.environment"
+    environment = L.expr(L.locals_of(mod)["environment"])
+    names = set(re.findall(r"'([A-Z][A-Z0-9_]*)':", environment))
+    assert names == contract, f"unexpected {sorted(names - contract)}, missing {sorted(contract - names)}"
+    assert "'WEBHOOK_TOKEN':" not in environment
+    assert "'VOLUME_DETACH_TIMEOUT_SECONDS': '${tostring(var.volume_detach_timeout_seconds)}'" in environment
+
+
+def test_function_package_and_runtime():
+    mod = module()
+    function = L.blocks(mod, "resource", "aws_lambda_function")["this"]
+    assert L.value(function["runtime"]) == "provided.al2023"
+    assert L.value(function["handler"]) == "bootstrap"
+    assert L.string_list(function["architectures"]) == ["${var.architecture}"]
+    assert L.expr(function["filename"]) == "var.package_path"
+    assert L.expr(function["source_code_hash"]) == "filebase64sha256(var.package_path)"
+    variables = L.variables_of(L.MODULE / "variables.tf")
+    assert L.value(variables["architecture"]["default"]) == "x86_64"
+    assert L.value(variables["memory_size"]["default"]) == 256
+    log_group = L.blocks(mod, "resource", "aws_cloudwatch_log_group")["this"]
+    assert L.value(log_group["name"]) == "/aws/lambda/${var.name}"
+    assert L.value(variables["log_retention_days"]["default"]) == 30
+
+
+# ---------------------------------------------------------------------------
+# Lambda timeout versus the detach wait
+# ---------------------------------------------------------------------------
+
+LAMBDA_MAX_TIMEOUT = 900
+
+
+def _evaluate(expression: str, detach: int) -> int:
+    """Evaluate an arithmetic Terraform expression of var.volume_detach_timeout_seconds."""
+    source = expression.replace("var.volume_detach_timeout_seconds", str(detach))
+    tree = ast.parse(source, mode="eval")
+    allowed_calls = {"min": min, "max": max}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            assert isinstance(node.func, ast.Name) and node.func.id in allowed_calls, f"unsupported call in {expression}"
+        elif not isinstance(node, (ast.Expression, ast.BinOp, ast.Constant, ast.Add, ast.Mult, ast.Sub, ast.Name, ast.Load)):
+            raise AssertionError(f"unsupported syntax {type(node).__name__} in {expression}")
+        if isinstance(node, ast.Name):
+            assert node.id in allowed_calls, f"unresolved name {node.id} in {expression}"
+    return eval(compile(tree, "<timeout>", "eval"), {"__builtins__": {}}, allowed_calls)  # noqa: S307
+
+
+def test_timeout_exceeds_detach_wait():
+    mod = module()
+    function = L.blocks(mod, "resource", "aws_lambda_function")["this"]
+    timeout = L.expr(function["timeout"])
+    m = re.fullmatch(r"local\.(\w+)", timeout)
+    expression = L.expr(L.locals_of(mod)[m.group(1)]) if m else timeout
+    assert "var.volume_detach_timeout_seconds" in expression, f"timeout {expression!r} is not derived from the detach wait"
+
+    variable = L.variables_of(L.MODULE / "variables.tf")["volume_detach_timeout_seconds"]
+    condition = L.expr(variable["validation"][0]["condition"])
+    upper = int(re.search(r"var\.volume_detach_timeout_seconds\s*<=\s*(\d+)", condition).group(1))
+    lower = int(re.search(r"var\.volume_detach_timeout_seconds\s*>=\s*(\d+)", condition).group(1))
+    default = int(L.value(variable["default"]))
+    assert lower <= default <= upper
+
+    for detach in sorted({lower, default, upper, *range(lower, upper + 1, 7)}):
+        seconds = _evaluate(expression, detach)
+        # Room for the Kubernetes and EC2 calls around a full wait, and for a
+        # second node's wait in the same invocation.
+        assert seconds >= 2 * detach + 30, f"timeout {seconds}s too close to a {detach}s detach wait"
+        assert seconds <= LAMBDA_MAX_TIMEOUT, f"timeout {seconds}s exceeds Lambda's {LAMBDA_MAX_TIMEOUT}s at detach wait {detach}s"
+
+
+# ---------------------------------------------------------------------------
+# EventBridge and asynchronous delivery
+# ---------------------------------------------------------------------------
+
+
+def test_eventbridge_rule():
+    mod = module()
+    rule = L.blocks(mod, "resource", "aws_cloudwatch_event_rule")["this"]
+    assert L.expr(rule["event_pattern"]) == "jsonencode(local.event_pattern)"
+    local_values = L.locals_of(mod)
+    pattern = local_values["event_pattern"]
+    assert pattern["source"] == ["aws.ec2"]
+    assert pattern["detail-type"] == ["EC2 Instance State-change Notification"]
+    m = re.search(r"'state': '\$\{local\.(\w+)\}'", pattern["detail"])
+    assert m, f"detail.state must come from a local list: {pattern['detail']}"
+    assert set(local_values[m.group(1)]) == {"stopped", "terminated", "running"}
+    assert "'instance-id': '${var.instance_ids}'" in pattern["detail"]
+
+    target = L.blocks(mod, "resource", "aws_cloudwatch_event_target")["this"]
+    assert L.expr(target["arn"]) == "aws_lambda_function.this.arn"
+    retry = target["retry_policy"][0]
+    assert "maximum_event_age_in_seconds" in retry and "maximum_retry_attempts" in retry
+    assert L.expr(target["dead_letter_config"][0]["arn"]) == "aws_sqs_queue.dlq.arn"
+
+    permission = L.blocks(mod, "resource", "aws_lambda_permission")["events"]
+    assert L.value(permission["principal"]) == "events.amazonaws.com"
+    assert L.expr(permission["source_arn"]) == "aws_cloudwatch_event_rule.this.arn"
+
+    invoke_config = L.blocks(mod, "resource", "aws_lambda_function_event_invoke_config")["this"]
+    on_failure = invoke_config["destination_config"][0]["on_failure"][0]
+    assert L.expr(on_failure["destination"]) == "aws_sqs_queue.dlq.arn"
+
+    queue = L.blocks(mod, "resource", "aws_sqs_queue")["dlq"]
+    assert L.value(queue["sqs_managed_sse_enabled"]) is True or "kms_master_key_id" in queue
+
+
+def test_alarms():
+    alarms = L.blocks(module(), "resource", "aws_cloudwatch_metric_alarm")
+    metrics = {(L.value(a["namespace"]), L.value(a["metric_name"])): a for a in alarms.values()}
+    for key in (("AWS/SQS", "ApproximateNumberOfMessagesVisible"), ("AWS/Lambda", "Errors")):
+        alarm = metrics[key]
+        assert L.value(alarm["comparison_operator"]) == "GreaterThanThreshold" and L.value(alarm["threshold"]) == 0, key
+        assert L.expr(alarm["alarm_actions"]) == "local.alarm_actions", key
+
+
+def test_function_url_is_optional_and_token_backed():
+    mod = module()
+    url = L.blocks(mod, "resource", "aws_lambda_function_url")["this"]
+    assert L.value(url["authorization_type"]) == "NONE"
+    assert L.expr(url["count"]) == "var.enable_alertmanager_url ? 1 : 0"
+    assert "random_password" in {k for e in mod["resource"] for k in e}
+    outputs = {}
+    for entry in L.parse(L.MODULE / "outputs.tf")["output"]:
+        outputs.update(entry)
+    assert L.value(outputs["webhook_token"].get("sensitive")) is True
+    for name in ("function_name", "function_arn", "role_arn", "function_url", "dlq_url", "alertmanager_receiver"):
+        assert name in outputs, f"module output {name} missing"
+
+
+# ---------------------------------------------------------------------------
+# Kubernetes RBAC
+# ---------------------------------------------------------------------------
+
+# The most the ClusterRole may ever grant (the agreed design). What it grants is
+# exactly KUBERNETES_RULES of handler/src/permissions.rs, which must fit in here.
+ALLOWED_RULES = {
+    ("", "nodes", "get"),
+    ("", "nodes", "list"),
+    ("", "nodes", "patch"),
+    ("storage.k8s.io", "volumeattachments", "get"),
+    ("storage.k8s.io", "volumeattachments", "list"),
+    ("", "persistentvolumes", "get"),
+    ("", "persistentvolumes", "list"),
+    ("events.k8s.io", "events", "create"),
+}
+
+
+def code_kubernetes_rules() -> set[tuple[str, str, str]]:
+    """KUBERNETES_RULES of handler/src/permissions.rs: (API group, resource, verb)
+    for every Kubernetes call the code makes."""
+    path = L.PERMISSIONS_RS
+    declaration = (
+        'pub const KUBERNETES_RULES: &[(&str, &str, &[&str])] = &[("", "nodes", &["get", "list", "patch"]), ...]; '
+        "listing every Kubernetes call the function's code makes"
+    )
+    if not path.is_file():
+        pytest.fail(f"{L.rel(path)} does not exist: the handler crate must declare `{declaration}`")
+    text = path.read_text(encoding="utf-8")
+    m = re.search(r"\bKUBERNETES_RULES\s*:[^=]*=\s*&?\s*\[(?P<body>.*?)\]\s*;", text, re.S)
+    if not m:
+        pytest.fail(f"{L.rel(path)} has no KUBERNETES_RULES constant: expected `{declaration}`")
+    body = re.sub(r"//[^\n]*|/\*.*?\*/", "", m.group("body"), flags=re.S)
+    rules = set()
+    tuples = re.findall(r'\(\s*"([^"]*)"\s*,\s*"([^"]*)"\s*,\s*&?\s*\[([^\]]*)\]\s*,?\s*\)', body)
+    assert tuples, f"KUBERNETES_RULES in {L.rel(path)} is empty or not (group, resource, &[verbs]) tuples"
+    for group, resource, verbs in tuples:
+        for verb in re.findall(r'"([^"]*)"', verbs):
+            rules.add((group, resource, verb))
+    return rules
+
+
+def rbac_documents() -> list[dict]:
+    with L.RBAC_YAML.open(encoding="utf-8") as f:
+        return [d for d in yaml.safe_load_all(f) if d is not None]
+
+
+def test_cluster_role_is_exactly_what_the_code_needs():
+    documents = rbac_documents()
+    kinds = sorted(d["kind"] for d in documents)
+    assert kinds == ["ClusterRole", "ClusterRoleBinding"], f"{L.rel(L.RBAC_YAML)} holds {kinds}"
+    role = next(d for d in documents if d["kind"] == "ClusterRole")
+    assert role["apiVersion"] == "rbac.authorization.k8s.io/v1"
+    assert role["metadata"]["name"] == "node-fencer"
+    assert "aggregationRule" not in role
+    granted = set()
+    for rule in role["rules"]:
+        assert set(rule) <= {"apiGroups", "resources", "verbs"}, f"unexpected keys in {rule} (resourceNames, nonResourceURLs?)"
+        for field in ("apiGroups", "resources", "verbs"):
+            assert not any("*" in item for item in rule[field]), f"wildcard in {field} of {rule}"
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                for verb in rule["verbs"]:
+                    granted.add((group, resource, verb))
+    expected = code_kubernetes_rules()
+    assert expected <= ALLOWED_RULES, f"the code needs rules beyond the agreed design: {sorted(expected - ALLOWED_RULES)}"
+    assert granted == expected, (
+        f"{L.rel(L.RBAC_YAML)} and KUBERNETES_RULES of {L.rel(L.PERMISSIONS_RS)} disagree: "
+        f"granted but not called {sorted(granted - expected)}, called but not granted {sorted(expected - granted)}"
+    )
+
+
+def test_cluster_role_binding_binds_the_group():
+    binding = next(d for d in rbac_documents() if d["kind"] == "ClusterRoleBinding")
+    assert binding["metadata"]["name"] == "node-fencer"
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "node-fencer"}
+    assert binding["subjects"] == [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "node-fencer"}]
+
+    # The EKS access entry maps the role into that same group.
+    entry = L.blocks(module(), "resource", "aws_eks_access_entry")["this"]
+    assert L.string_list(entry["kubernetes_groups"]) == ["node-fencer"]
+    assert L.value(entry["type"]) == "STANDARD"
+    assert L.expr(entry["principal_arn"]) == "aws_iam_role.this.arn"
+
+
+def test_rbac_module_applies_the_manifest_instead_of_restating_it():
+    rbac = L.parse_dir(L.RBAC_MODULE)
+    local_values = L.locals_of(rbac)
+    assert "kubernetes/rbac.yaml" in local_values["manifest_path"]
+    assert "yamldecode" in local_values["documents"] and "file(local.manifest_path)" in local_values["documents"]
+    role = L.blocks(rbac, "resource", "kubernetes_cluster_role_v1")["this"]
+    assert "rule" not in role, "ClusterRole rules must come from the manifest, not be written in HCL"
+    dynamic_rule = next(d["rule"] for d in role["dynamic"] if "rule" in d)
+    assert L.expr(dynamic_rule["for_each"]) == "local.cluster_role.rules"
+    binding = L.blocks(rbac, "resource", "kubernetes_cluster_role_binding_v1")["this"]
+    assert "subject" not in binding
+    assert L.expr(next(d["subject"] for d in binding["dynamic"] if "subject" in d)["for_each"]) == "local.cluster_role_binding.subjects"
+    source = "".join(p.read_text(encoding="utf-8") for p in sorted(L.INFRA.rglob("*.tf")))
+    for word in ("volumeattachments", "persistentvolumes"):
+        assert word not in source, f"'{word}' restated in Terraform: the rules live in {L.rel(L.RBAC_YAML)} only"
+
+
+def test_service_account_for_self_managed_clusters():
+    rbac = L.parse_dir(L.RBAC_MODULE)
+    account = L.blocks(rbac, "resource", "kubernetes_service_account_v1")["this"]
+    variables = L.variables_of(L.RBAC_MODULE / "variables.tf")
+    assert L.value(variables["service_account_name"]["default"]) == "node-fencer"
+    assert L.value(variables["service_account_namespace"]["default"]) == "kube-system"
+    assert L.value(account["automount_service_account_token"]) is False
+    token = L.blocks(rbac, "resource", "kubernetes_secret_v1")["token"]
+    assert L.value(token["type"]) == "kubernetes.io/service-account-token"
+    annotations = L.value(token["metadata"][0]["annotations"])
+    assert "kubernetes.io/service-account.name" in annotations
+    binding = L.blocks(rbac, "resource", "kubernetes_cluster_role_binding_v1")["service_account"]
+    assert L.expr(binding["role_ref"][0]["name"]) == "kubernetes_cluster_role_v1.this.metadata[0].name"
+
+
+# ---------------------------------------------------------------------------
+# Variables and outputs
+# ---------------------------------------------------------------------------
+
+
+def test_every_variable_has_description_and_type():
+    problems = []
+    for path in L.tf_files():
+        for entry in L.parse(path).get("variable", []):
+            for name, body in entry.items():
+                if not str(L.value(body.get("description", ""))).strip():
+                    problems.append(f"{L.rel(path)}: variable {name} has no description")
+                if "type" not in body:
+                    problems.append(f"{L.rel(path)}: variable {name} has no type")
+    assert not problems, "\n".join(problems)
+
+
+def test_every_output_has_description():
+    problems = []
+    for path in L.tf_files():
+        for entry in L.parse(path).get("output", []):
+            for name, body in entry.items():
+                if not str(L.value(body.get("description", ""))).strip():
+                    problems.append(f"{L.rel(path)}: output {name} has no description")
+    assert not problems, "\n".join(problems)
+
+
+def test_examples_use_the_modules():
+    eks = L.parse_dir(L.INFRA / "examples" / "eks")
+    calls = {name: body for e in eks["module"] for name, body in e.items()}
+    assert L.value(calls["node_fencer"]["source"]) == "../../modules/node-fencer"
+    assert "cluster_name" in calls["node_fencer"]
+    assert L.value(calls["rbac"]["source"]) == "../../modules/kubernetes-rbac"
+
+    self_managed = L.parse_dir(L.INFRA / "examples" / "self-managed")
+    calls = {name: body for e in self_managed["module"] for name, body in e.items()}
+    assert L.expr(calls["node_fencer"]["kubeconfig_ssm_parameter_name"]) == "aws_ssm_parameter.kubeconfig.name"
+    parameter = L.blocks(self_managed, "resource", "aws_ssm_parameter")["kubeconfig"]
+    assert L.value(parameter["type"]) == "SecureString"
+    variable = L.variables_of(L.INFRA / "examples" / "self-managed" / "variables.tf")["function_kubeconfig"]
+    assert L.value(variable["sensitive"]) is True
+    for example in ("eks", "self-managed"):
+        assert (L.INFRA / "examples" / example / "terraform.tfvars.example").is_file()
+
+
+# ---------------------------------------------------------------------------
+# Alertmanager
+# ---------------------------------------------------------------------------
+
+
+def _check_alertmanager_config(config: dict, where: str) -> dict:
+    receivers = {r["name"]: r for r in config["receivers"]}
+    receiver = receivers.get("node-fencer")
+    assert receiver, f"{where}: no node-fencer receiver"
+    (webhook,) = receiver["webhook_configs"]
+    assert webhook["send_resolved"] is True, where
+    assert webhook["max_alerts"] == 0, where
+    authorization = webhook["http_config"]["authorization"]
+    assert authorization.get("type", "Bearer") == "Bearer", where
+    assert ("credentials_file" in authorization) != ("credentials" in authorization), where
+    routes = [r for r in config["route"]["routes"] if r["receiver"] == "node-fencer"]
+    assert len(routes) == 1, f"{where}: expected one route to node-fencer"
+    route = routes[0]
+    assert "node" in route["group_by"], f"{where}: group by node so each node is its own notification"
+    return route
+
+
+def _matchers(route: dict) -> dict[str, str]:
+    found = {}
+    for matcher in route["matchers"]:
+        m = re.fullmatch(r'\s*(\w+)\s*=\s*"?([^"]*)"?\s*', matcher)
+        assert m, f"only equality matchers expected: {matcher}"
+        found[m.group(1)] = m.group(2)
+    return found
+
+
+def test_alertmanager_example_routes_the_rule():
+    config = yaml.safe_load((L.ALERTMANAGER_EXAMPLE / "alertmanager.yaml").read_text(encoding="utf-8"))
+    route = _check_alertmanager_config(config, "alertmanager.yaml")
+    assert config["route"]["receiver"] in {r["name"] for r in config["receivers"]}
+
+    rule_file = yaml.safe_load((L.ALERTMANAGER_EXAMPLE / "prometheusrule.yaml").read_text(encoding="utf-8"))
+    assert rule_file["kind"] == "PrometheusRule"
+    rules = [r for g in rule_file["spec"]["groups"] for r in g["rules"] if r.get("alert") == "KubeNodeNotReady"]
+    assert len(rules) == 1
+    rule = rules[0]
+    assert 'kube_node_status_condition{condition="Ready",status="true"}' in rule["expr"]
+    assert rule["expr"].rstrip().endswith("== 0")
+    # The alert must keep the node label: either no aggregation or one by node.
+    aggregation = re.search(r"\bby\s*\(([^)]*)\)", rule["expr"])
+    assert aggregation is None or "node" in [s.strip() for s in aggregation.group(1).split(",")]
+    assert rule["for"] == "2m"
+
+    alert_labels = {"alertname": rule["alert"], **rule.get("labels", {})}
+    for name, wanted in _matchers(route).items():
+        assert alert_labels.get(name) == wanted, f"route matcher {name}={wanted!r} does not match the rule's alert {alert_labels}"
+
+
+def test_rendered_receiver_output_matches_the_example():
+    template = (L.MODULE / "templates" / "alertmanager-receiver.yaml.tftpl").read_text(encoding="utf-8")
+    rendered = (
+        template.replace("${name}", "node-fencer")
+        .replace("${url}", "https://abc.lambda-url.eu-west-1.on.aws/")
+        .replace("${credentials_file}", "/etc/alertmanager/secrets/node-fencer-webhook/token")
+    )
+    assert "${" not in rendered, "template uses a variable the test does not know"
+    config = yaml.safe_load(rendered)
+    route = _check_alertmanager_config(config, "alertmanager-receiver.yaml.tftpl")
+    example = yaml.safe_load((L.ALERTMANAGER_EXAMPLE / "alertmanager.yaml").read_text(encoding="utf-8"))
+    example_route = next(r for r in example["route"]["routes"] if r["receiver"] == "node-fencer")
+    assert route == example_route, "module output and example route differ"

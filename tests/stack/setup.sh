@@ -1,0 +1,249 @@
+#!/usr/bin/env bash
+# Installs everything the integration and end-to-end tests need into a cache
+# outside the repository, keyed by version: a version bump rebuilds, a rerun is
+# a no-op that takes well under two seconds.
+#
+#   CACHE=${NODE_FENCER_CACHE:-$HOME/.cache/node-fencer}
+#   $CACHE/venv-stack-<sha>/        moto[server], cargo-lambda, ziglang (tests/stack/requirements.txt)
+#   $CACHE/venv-infra-<sha>/        tests/infra/requirements.txt, when that file exists
+#   $CACHE/bin/kubernetes-<ver>/    kube-apiserver, kube-controller-manager, kube-scheduler, kubectl
+#   $CACHE/bin/etcd-<ver>/etcd
+#   $CACHE/bin/kwok-<ver>/kwok
+#   $CACHE/bin/hclfmt-<ver>/hclfmt
+#   $CACHE/env.sh                   `source` it: NODE_FENCER_* variables, venv bin on PATH
+#
+# Usage: tests/stack/setup.sh [--only-python] [--skip-controllers]
+#   --only-python       only the Python venvs (and env.sh)
+#   --skip-controllers  skip kube-controller-manager, kube-scheduler and kwok
+set -euo pipefail
+
+# The whole script is one function, read completely before it runs, so editing
+# or updating this file during a long build does not disturb the running copy.
+main() {
+	usage() {
+		sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//'
+	}
+
+	ONLY_PYTHON=0
+	SKIP_CONTROLLERS=0
+	for arg in "$@"; do
+		case "$arg" in
+		--only-python) ONLY_PYTHON=1 ;;
+		--skip-controllers) SKIP_CONTROLLERS=1 ;;
+		-h | --help)
+			usage
+			exit 0
+			;;
+		*)
+			echo "setup.sh: unknown option: $arg" >&2
+			usage >&2
+			exit 2
+			;;
+		esac
+	done
+
+	HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+	REPO="$(cd "$HERE/../.." && pwd)"
+	CACHE="${NODE_FENCER_CACHE:-$HOME/.cache/node-fencer}"
+
+	# Versions. Kubernetes and etcd come from the helper modules' go.mod files, so
+	# bumping them there (and running `go mod tidy`) is all a version bump takes.
+	KWOK_VERSION=v0.8.0   # sigs.k8s.io/kwok
+	HCLFMT_VERSION=v2.25.0 # github.com/hashicorp/hcl/v2
+
+	log() { printf '==> %s\n' "$*"; }
+	die() {
+		printf 'setup.sh: error: %s\n' "$*" >&2
+		exit 1
+	}
+	have() { command -v "$1" >/dev/null 2>&1; }
+	elapsed() { printf '%dm%02ds' $(($1 / 60)) $(($1 % 60)); }
+
+	# gomod_version GO_MOD MODULE: the version MODULE is required at in GO_MOD.
+	gomod_version() {
+		awk -v m="$2" '
+			$1 == "require" && $2 == m { print $3; exit }
+			$1 == m && $2 ~ /^v[0-9]/ { print $2; exit }
+		' "$1"
+	}
+
+	KUBE_VERSION="$(gomod_version "$HERE/gomod/kubernetes/go.mod" k8s.io/kubernetes)"
+	ETCD_VERSION="$(gomod_version "$HERE/gomod/etcd/go.mod" go.etcd.io/etcd/server/v3)"
+	[ -n "$KUBE_VERSION" ] || die "no k8s.io/kubernetes version in tests/stack/gomod/kubernetes/go.mod"
+	[ -n "$ETCD_VERSION" ] || die "no go.etcd.io/etcd/server/v3 version in tests/stack/gomod/etcd/go.mod"
+
+	KUBE_BIN="$CACHE/bin/kubernetes-$KUBE_VERSION"
+	ETCD_BIN="$CACHE/bin/etcd-$ETCD_VERSION/etcd"
+	KWOK_BIN="$CACHE/bin/kwok-$KWOK_VERSION/kwok"
+	HCLFMT_BIN="$CACHE/bin/hclfmt-$HCLFMT_VERSION/hclfmt"
+
+	# --- prerequisites ---------------------------------------------------------
+
+	if ! have openssl || ! have curl; then
+		if [ "$(id -u)" = 0 ] && have apt-get; then
+			log "installing openssl and curl with apt-get"
+			apt-get update -qq
+			DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl curl >/dev/null
+		else
+			die "openssl and curl are required (e.g. sudo apt-get install -y openssl curl)"
+		fi
+	fi
+	have python3 || die "python3 (>= 3.9, with the venv module) is required"
+	have flock || die "flock (util-linux) is required"
+	if [ "$ONLY_PYTHON" = 0 ]; then
+		have go || die "go is required to build the control plane binaries (k8s.io/kubernetes $KUBE_VERSION needs the Go version named in tests/stack/gomod/kubernetes/go.mod); install Go, or use --only-python"
+	fi
+
+	mkdir -p "$CACHE/bin"
+	exec 9>"$CACHE/.setup.lock"
+	if ! flock -n 9; then
+		log "waiting for another setup.sh run to finish"
+		flock 9
+	fi
+
+	# Temporary build outputs (moved into place when complete) and a venv being
+	# created: removed if the run fails or is interrupted.
+	TMP_PATHS=()
+	VENV_IN_PROGRESS=""
+	cleanup() {
+		local p
+		for p in "${TMP_PATHS[@]+"${TMP_PATHS[@]}"}" "$VENV_IN_PROGRESS"; do
+			[ -z "$p" ] || rm -rf "$p"
+		done
+	}
+	trap cleanup EXIT
+	trap 'exit 130' INT
+	trap 'exit 143' TERM
+
+	# --- Python venvs --------------------------------------------------------------
+
+	# ensure_venv NAME REQUIREMENTS: sets VENV_DIR to $CACHE/venv-NAME-<sha>.
+	ensure_venv() {
+		local name=$1 req=$2 sha t0
+		sha="$(sha256sum "$req" | cut -c1-16)"
+		VENV_DIR="$CACHE/venv-$name-$sha"
+		# A venv is not relocatable, so it is built in place; .complete marks it usable.
+		if [ -f "$VENV_DIR/.complete" ] && [ -x "$VENV_DIR/bin/python" ]; then
+			return 0
+		fi
+		log "creating Python venv $name from ${req#"$REPO"/} (first time only, ~1-2 min)"
+		t0=$SECONDS
+		rm -rf "$VENV_DIR"
+		VENV_IN_PROGRESS="$VENV_DIR"
+		python3 -m venv "$VENV_DIR"
+		"$VENV_DIR/bin/python" -m pip install --disable-pip-version-check --no-input -q --upgrade pip
+		"$VENV_DIR/bin/python" -m pip install --disable-pip-version-check --no-input -q -r "$req"
+		touch "$VENV_DIR/.complete"
+		VENV_IN_PROGRESS=""
+		log "    venv $name ready in $(elapsed $((SECONDS - t0))): $VENV_DIR"
+	}
+
+	ensure_venv stack "$HERE/requirements.txt"
+	STACK_VENV="$VENV_DIR"
+	[ -x "$STACK_VENV/bin/moto_server" ] || die "moto_server missing from $STACK_VENV (delete it and rerun)"
+	[ -x "$STACK_VENV/bin/cargo-lambda" ] || die "cargo-lambda missing from $STACK_VENV (delete it and rerun)"
+
+	INFRA_VENV=""
+	if [ -f "$REPO/tests/infra/requirements.txt" ]; then
+		ensure_venv infra "$REPO/tests/infra/requirements.txt"
+		INFRA_VENV="$VENV_DIR"
+	fi
+
+	# --- Go binaries -----------------------------------------------------------------
+
+	export GOFLAGS="-trimpath -buildvcs=false"
+	export CGO_ENABLED=0
+
+	# install_bin NAME VERSION DEST ESTIMATE -- COMMAND...: unless DEST exists, runs
+	# COMMAND with $OUT set to a temporary path it must write the binary to, then
+	# moves that into place, so an interrupted build never leaves a broken cache.
+	install_bin() {
+		local name=$1 version=$2 dest=$3 estimate=$4 t0
+		shift 5
+		[ -x "$dest" ] && return 0
+		log "building $name $version (first time only, $estimate)"
+		t0=$SECONDS
+		mkdir -p "$(dirname "$dest")"
+		OUT="$(dirname "$dest")/.$name.tmp.$$"
+		TMP_PATHS+=("$OUT")
+		"$@"
+		[ -x "$OUT" ] || die "building $name produced no binary"
+		mv -f "$OUT" "$dest"
+		log "    $name built in $(elapsed $((SECONDS - t0))): $dest"
+	}
+
+	# Version stamps the Kubernetes release build sets (hack/lib/version.sh).
+	kube_ldflags() {
+		local minor=${KUBE_VERSION#v1.} pkg flags=""
+		minor=${minor%%.*}
+		for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+			flags+=" -X $pkg.gitVersion=$KUBE_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
+			flags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
+		done
+		printf '%s' "-s -w$flags"
+	}
+
+	build_kube() { # build_kube CMD
+		(cd "$HERE/gomod/kubernetes" && go build -ldflags "$(kube_ldflags)" -o "$OUT" "k8s.io/kubernetes/cmd/$1")
+	}
+	build_etcd() {
+		(cd "$HERE/gomod/etcd" && go build -ldflags "-s -w" -o "$OUT" go.etcd.io/etcd/server/v3)
+	}
+	# go_install PACKAGE@VERSION BINARY [LDFLAGS]: `go install` outside any module.
+	go_install() {
+		local gobin="$OUT.d"
+		TMP_PATHS+=("$gobin")
+		(cd "$CACHE" && GOBIN="$gobin" go install -ldflags "-s -w ${3:-}" "$1")
+		mv -f "$gobin/$2" "$OUT"
+		rm -rf "$gobin"
+	}
+
+	if [ "$ONLY_PYTHON" = 0 ]; then
+		install_bin etcd "$ETCD_VERSION" "$ETCD_BIN" "~1 min" -- build_etcd
+		install_bin kube-apiserver "$KUBE_VERSION" "$KUBE_BIN/kube-apiserver" "~4 min" -- build_kube kube-apiserver
+		if [ "$SKIP_CONTROLLERS" = 0 ]; then
+			install_bin kube-controller-manager "$KUBE_VERSION" "$KUBE_BIN/kube-controller-manager" "~1 min" -- build_kube kube-controller-manager
+			install_bin kube-scheduler "$KUBE_VERSION" "$KUBE_BIN/kube-scheduler" "<1 min" -- build_kube kube-scheduler
+			install_bin kwok "$KWOK_VERSION" "$KWOK_BIN" "~1-2 min" -- \
+				go_install "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION" kwok "-X sigs.k8s.io/kwok/pkg/consts.Version=${KWOK_VERSION#v}"
+		fi
+		install_bin hclfmt "$HCLFMT_VERSION" "$HCLFMT_BIN" "<1 min" -- \
+			go_install "github.com/hashicorp/hcl/v2/cmd/hclfmt@$HCLFMT_VERSION" hclfmt
+		# kubectl: not used by the tests, handy for looking at a running stack.
+		install_bin kubectl "$KUBE_VERSION" "$KUBE_BIN/kubectl" "~1 min" -- build_kube kubectl
+	fi
+
+	# --- env.sh ------------------------------------------------------------------------
+
+	q() { printf '%q' "$1"; }
+	{
+		echo "# Written by tests/stack/setup.sh; source it to use the cached test tools."
+		echo "export NODE_FENCER_CACHE=$(q "$CACHE")"
+		echo "export NODE_FENCER_KUBE_BIN=$(q "$KUBE_BIN")"
+		echo "export NODE_FENCER_ETCD=$(q "$ETCD_BIN")"
+		echo "export NODE_FENCER_KWOK=$(q "$KWOK_BIN")"
+		echo "export NODE_FENCER_HCLFMT=$(q "$HCLFMT_BIN")"
+		echo "export NODE_FENCER_VENV=$(q "$STACK_VENV")"
+		if [ -n "$INFRA_VENV" ]; then
+			echo "export NODE_FENCER_INFRA_VENV=$(q "$INFRA_VENV")"
+		fi
+		echo "case \":\$PATH:\" in *:\"\$NODE_FENCER_VENV/bin\":*) ;; *) export PATH=\"\$NODE_FENCER_VENV/bin:\$PATH\" ;; esac"
+	} >"$CACHE/.env.sh.tmp.$$"
+	if cmp -s "$CACHE/.env.sh.tmp.$$" "$CACHE/env.sh"; then
+		rm -f "$CACHE/.env.sh.tmp.$$"
+	else
+		mv -f "$CACHE/.env.sh.tmp.$$" "$CACHE/env.sh"
+	fi
+
+	missing=()
+	for b in "$ETCD_BIN" "$KUBE_BIN/kube-apiserver" "$KUBE_BIN/kube-controller-manager" \
+		"$KUBE_BIN/kube-scheduler" "$KWOK_BIN" "$HCLFMT_BIN" "$KUBE_BIN/kubectl"; do
+		[ -x "$b" ] || missing+=("${b#"$CACHE"/}")
+	done
+	if [ ${#missing[@]} -gt 0 ]; then
+		log "not built (by option): ${missing[*]}"
+	fi
+	log "ready: source $CACHE/env.sh"
+}
+
+main "$@"
