@@ -8,8 +8,6 @@ use crate::instance::{InstanceId, VolumeId};
 
 /// The CSI driver name of the EBS CSI driver.
 pub const EBS_CSI_DRIVER: &str = "ebs.csi.aws.com";
-/// The attacher name of the legacy in-tree EBS plugin.
-pub const IN_TREE_ATTACHER: &str = "kubernetes.io/aws-ebs";
 
 /// A volume that backs one of the node's VolumeAttachments.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -24,6 +22,8 @@ pub struct NodeVolume {
 
 /// The EBS volumes behind the VolumeAttachments of `node`, through their
 /// PersistentVolumes. Attachments of other drivers are not ours to touch.
+/// In-tree `awsElasticBlockStore` PVs count too: CSI migration attaches them
+/// through `ebs.csi.aws.com` (the in-tree attacher no longer exists).
 pub fn volumes_of_node(
     node: &str,
     attachments: &[AttachmentFacts],
@@ -32,7 +32,7 @@ pub fn volumes_of_node(
     let mut out: Vec<NodeVolume> = attachments
         .iter()
         .filter(|va| va.node_name == node)
-        .filter(|va| va.attacher == EBS_CSI_DRIVER || va.attacher == IN_TREE_ATTACHER)
+        .filter(|va| va.attacher == EBS_CSI_DRIVER)
         .filter_map(|va| {
             let (volume, pv) = match (&va.pv_name, &va.inline_volume) {
                 (Some(pv_name), _) => {
@@ -165,7 +165,7 @@ mod tests {
             va("va-1", "n2", EBS_CSI_DRIVER, Some("pv-a")),
             va("va-2", "n1", EBS_CSI_DRIVER, Some("pv-b")),
             va("va-3", "n2", "efs.csi.aws.com", Some("pv-c")),
-            va("va-4", "n2", IN_TREE_ATTACHER, Some("pv-d")),
+            va("va-4", "n2", EBS_CSI_DRIVER, Some("pv-d")),
             va("va-5", "n2", EBS_CSI_DRIVER, Some("pv-missing")),
             va("va-6", "n2", EBS_CSI_DRIVER, Some("pv-nfs")),
             AttachmentFacts {

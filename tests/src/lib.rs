@@ -1,1 +1,216 @@
-//! placeholder
+//! The integration harness: brings up the real components (moto for EC2,
+//! etcd + kube-apiserver for Kubernetes) once per test process through
+//! `tests/stack/up.sh`, and gives tests clients and fixtures for them.
+//!
+//! Set `NODE_FENCER_STACK_DIR` to reuse a stack started by hand; otherwise a
+//! private one is started and torn down by a watchdog when the process exits.
+//! A missing component is a loud failure, never a skip.
+
+pub mod counting;
+pub mod fixtures;
+pub mod lambda;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use anyhow::{Context, bail};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use kube::api::{Patch, PatchParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client};
+
+/// The repository root.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."))
+}
+
+/// A running stack: its directory and the variables `up.sh` wrote.
+#[derive(Debug)]
+pub struct Stack {
+    /// The state directory.
+    pub dir: PathBuf,
+    /// The `export` lines of `STATE_DIR/env`.
+    pub vars: BTreeMap<String, String>,
+}
+
+static STACK: OnceLock<Result<Stack, String>> = OnceLock::new();
+
+/// The stack of this test process, started on first use.
+///
+/// # Panics
+/// When the stack cannot be started: the message says what to install.
+pub fn stack() -> &'static Stack {
+    let result = STACK.get_or_init(|| start().map_err(|e| format!("{e:#}")));
+    match result {
+        Ok(stack) => stack,
+        Err(e) => panic!("the test stack is not available: {e}"),
+    }
+}
+
+fn start() -> anyhow::Result<Stack> {
+    let dir = match std::env::var_os("NODE_FENCER_STACK_DIR") {
+        Some(dir) => PathBuf::from(dir),
+        None => {
+            let dir =
+                std::env::temp_dir().join(format!("node-fencer-stack-{}", std::process::id()));
+            let status = Command::new("bash")
+                .arg(repo_root().join("tests/stack/up.sh"))
+                .arg(&dir)
+                .arg("--watch-pid")
+                .arg(std::process::id().to_string())
+                .status()
+                .context("running tests/stack/up.sh")?;
+            if !status.success() {
+                bail!(
+                    "tests/stack/up.sh failed ({status}); run `make setup` (tests/stack/setup.sh) first, \
+                     logs are in {}",
+                    dir.join("logs").display()
+                );
+            }
+            dir
+        }
+    };
+    let env = std::fs::read_to_string(dir.join("env"))
+        .with_context(|| format!("reading {}", dir.join("env").display()))?;
+    let vars = parse_env(&env);
+    let stack = Stack { dir, vars };
+    // Tests call this from inside their own runtime, which must not block:
+    // the one-off set-up runs on a thread of its own.
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()?
+                    .block_on(apply_rbac(&stack))
+            })
+            .join()
+            .map_err(|_| anyhow::anyhow!("applying rbac.yaml panicked"))?
+    })?;
+    Ok(stack)
+}
+
+/// Parses `export NAME=value` lines (values optionally single-quoted).
+fn parse_env(text: &str) -> BTreeMap<String, String> {
+    text.lines()
+        .filter_map(|line| line.trim().strip_prefix("export "))
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| {
+            let v = v
+                .strip_prefix('\'')
+                .and_then(|v| v.strip_suffix('\''))
+                .map(|v| v.replace("'\\''", "'"))
+                .unwrap_or_else(|| v.to_owned());
+            (k.to_owned(), v)
+        })
+        .collect()
+}
+
+/// Applies `infra/kubernetes/rbac.yaml` as it is: the tests run node-fencer
+/// under the very role that production gets.
+async fn apply_rbac(stack: &Stack) -> anyhow::Result<()> {
+    let admin = stack.admin().await?;
+    let path = repo_root().join("infra/kubernetes/rbac.yaml");
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let docs: Vec<serde_json::Value> =
+        serde_saphyr::from_str_multiple(&text).context("parsing rbac.yaml")?;
+    let pp = PatchParams::apply("node-fencer-tests").force();
+    for doc in docs {
+        match doc["kind"].as_str() {
+            Some("ClusterRole") => {
+                let role: ClusterRole = serde_json::from_value(doc)?;
+                let name = role.metadata.name.clone().unwrap_or_default();
+                Api::<ClusterRole>::all(admin.clone())
+                    .patch(&name, &pp, &Patch::Apply(&role))
+                    .await?;
+            }
+            Some("ClusterRoleBinding") => {
+                let binding: ClusterRoleBinding = serde_json::from_value(doc)?;
+                let name = binding.metadata.name.clone().unwrap_or_default();
+                Api::<ClusterRoleBinding>::all(admin.clone())
+                    .patch(&name, &pp, &Patch::Apply(&binding))
+                    .await?;
+            }
+            other => bail!("unexpected kind {other:?} in rbac.yaml"),
+        }
+    }
+    Ok(())
+}
+
+impl Stack {
+    /// A variable of the stack's env file.
+    pub fn var(&self, name: &str) -> &str {
+        self.vars
+            .get(name)
+            .map(String::as_str)
+            .unwrap_or_else(|| panic!("{name} missing from {}/env", self.dir.display()))
+    }
+
+    async fn client_from(&self, path: &str) -> anyhow::Result<Client> {
+        let kc = Kubeconfig::read_from(path)?;
+        let config =
+            kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?;
+        Ok(Client::try_from(config)?)
+    }
+
+    /// A client with every right, for setting scenes up.
+    pub async fn admin(&self) -> anyhow::Result<Client> {
+        self.client_from(self.var("KUBECONFIG")).await
+    }
+
+    /// A client as node-fencer, holding only the ClusterRole of `infra/`.
+    pub async fn fencer(&self) -> anyhow::Result<Client> {
+        self.client_from(self.var("NODE_FENCER_KUBECONFIG_RESTRICTED"))
+            .await
+    }
+
+    /// An EC2 client pointed at moto.
+    pub async fn ec2(&self) -> aws_sdk_ec2::Client {
+        aws_sdk_ec2::Client::new(&self.sdk_config().await)
+    }
+
+    /// AWS SDK configuration for moto, built the way the function builds it.
+    pub async fn sdk_config(&self) -> aws_config::SdkConfig {
+        let creds = aws_credential_types::Credentials::new(
+            self.var("AWS_ACCESS_KEY_ID"),
+            self.var("AWS_SECRET_ACCESS_KEY"),
+            None,
+            None,
+            "node-fencer-tests",
+        );
+        let base = node_fencer::shell::connect::sdk_config().await;
+        base.into_builder()
+            .endpoint_url(self.var("AWS_ENDPOINT_URL"))
+            .region(aws_config::Region::new(self.var("AWS_REGION").to_owned()))
+            .credentials_provider(
+                aws_credential_types::provider::SharedCredentialsProvider::new(creds),
+            )
+            .build()
+    }
+}
+
+/// Tests that change cluster-wide state (taints count against the cap) take
+/// this lock, so they can run in one process without seeing each other.
+pub async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
+    static LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    LOCK.lock().await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn env_lines() {
+        let vars = parse_env("export A=1\nexport B='x y'\n# c\nexport C='it'\\''s'\n");
+        assert_eq!(vars["A"], "1");
+        assert_eq!(vars["B"], "x y");
+        assert_eq!(vars["C"], "it's");
+    }
+}

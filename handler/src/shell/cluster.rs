@@ -223,7 +223,7 @@ impl Cluster for Kube {
         let api: Api<Event> = Api::namespaced(self.client.clone(), EVENT_NAMESPACE);
         let ev = Event {
             metadata: ObjectMeta {
-                generate_name: Some(format!("{node}.")),
+                name: Some(event_name(node)),
                 namespace: Some(EVENT_NAMESPACE.into()),
                 ..ObjectMeta::default()
             },
@@ -250,6 +250,13 @@ impl Cluster for Kube {
                 source,
             })
     }
+}
+
+/// `<node>.<unique suffix>`, the kubelet's naming; the node part is cut so
+/// the whole stays a valid object name.
+fn event_name(node: &str) -> String {
+    let suffix = uuid::Uuid::new_v4().simple().to_string();
+    format!("{}.{}", truncate(node, 253 - 1 - 16), &suffix[..16])
 }
 
 fn truncate(s: &str, max: usize) -> String {

@@ -171,4 +171,81 @@ mod tests {
             Err(InputError::NotJson(_))
         ));
     }
+
+    fn fixture(name: &str) -> Value {
+        let path = format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"));
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
+    }
+
+    fn batch(name: &str) -> Batch {
+        match classify(fixture(name)) {
+            Ok(Trigger::Batch(b)) => b,
+            other => panic!("{name}: expected a batch, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn fixtures_parse_into_the_expected_suspects() {
+        use crate::suspect::{Intent, NodeRef};
+        let b = batch("eventbridge-ec2-stopped.json");
+        assert_eq!(b.suspects.len(), 1);
+        assert_eq!(b.suspects[0].intent, Intent::Fence);
+        assert_eq!(
+            b.suspects[0].target.to_string(),
+            "instance i-0123456789abcdef0"
+        );
+        let b = batch("eventbridge-ec2-running.json");
+        assert_eq!(b.suspects[0].intent, Intent::RecoveryHint);
+        let b = batch("alertmanager-v4.json");
+        let targets: Vec<String> = b.suspects.iter().map(|s| s.target.to_string()).collect();
+        assert_eq!(
+            targets,
+            [
+                "node ip-10-0-1-17.ec2.internal",
+                "address 10.0.1.18",
+                "node ip-10-0-1-19.ec2.internal"
+            ]
+        );
+        assert_eq!(b.suspects[2].intent, Intent::Resolved);
+        assert_eq!(b.ignored.len(), 1, "Watchdog names no node");
+        let b = batch("direct-fence.json");
+        assert_eq!(
+            b.suspects[0].target,
+            NodeRef::Name("ip-10-0-1-17.ec2.internal".into())
+        );
+        let b = batch("direct-check.json");
+        assert_eq!(b.suspects[0].intent, Intent::Check);
+    }
+
+    #[test]
+    fn the_function_url_fixture_authenticates_and_decodes() {
+        let Ok(Trigger::Http(req)) = classify(fixture("function-url-alertmanager.json")) else {
+            panic!("expected an HTTP request");
+        };
+        let token = function_url::WebhookToken::new("test-token-0123456789abcdef").unwrap();
+        let b = function_url::parse(&req, Some(&token)).unwrap();
+        assert_eq!(b.suspects.len(), 3);
+        let wrong = function_url::WebhookToken::new("another-token-0123456789").unwrap();
+        assert_eq!(
+            function_url::parse(&req, Some(&wrong)).unwrap_err().status,
+            401
+        );
+    }
+
+    #[test]
+    fn typed_events_round_trip() {
+        use aws_lambda_events::event::cloudwatch_events::ec2::InstanceStateChange;
+        use aws_lambda_events::event::eventbridge::EventBridgeEvent;
+        let ev: EventBridgeEvent<InstanceStateChange> =
+            serde_json::from_value(fixture("eventbridge-ec2-stopped.json")).unwrap();
+        let again: EventBridgeEvent<InstanceStateChange> =
+            serde_json::from_value(serde_json::to_value(&ev).unwrap()).unwrap();
+        assert_eq!(ev, again);
+        let req: LambdaFunctionUrlRequest =
+            serde_json::from_value(fixture("function-url-alertmanager.json")).unwrap();
+        let again: LambdaFunctionUrlRequest =
+            serde_json::from_value(serde_json::to_value(&req).unwrap()).unwrap();
+        assert_eq!(req, again);
+    }
 }

@@ -1,0 +1,323 @@
+//! Scene building on the real components: EC2 instances and volumes in moto,
+//! Nodes, PersistentVolumes and VolumeAttachments in the API server.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use anyhow::{Context, anyhow};
+use aws_sdk_ec2::types::{Filter, InstanceType};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume};
+use k8s_openapi::api::storage::v1::VolumeAttachment;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use serde_json::{Value, json};
+
+use node_fencer::decide::Settings;
+use node_fencer::pipeline::{self, Ctx};
+use node_fencer::report::Report;
+use node_fencer::shell::cloud::{Cloud, Ec2};
+use node_fencer::shell::cluster::{Cluster, Kube};
+use node_fencer::suspect::Batch;
+
+use crate::Stack;
+
+static COUNTER: AtomicU32 = AtomicU32::new(1);
+
+/// A name unique within this process (and across processes, by pid).
+pub fn unique(prefix: &str) -> String {
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    format!("{prefix}-{}-{n}", std::process::id() % 100_000)
+}
+
+/// A unique private address for a Node.
+pub fn unique_ip() -> String {
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    format!("10.{}.{}.{}", (n >> 16) & 0xff, (n >> 8) & 0xff, n & 0xff)
+}
+
+/// An EC2 instance in moto.
+#[derive(Clone, Debug)]
+pub struct Machine {
+    /// Instance id.
+    pub instance: String,
+    /// Its root EBS volume.
+    pub root_volume: String,
+    /// Its root device name.
+    pub root_device: String,
+    /// Its private DNS name.
+    pub private_dns: String,
+    /// Its availability zone.
+    pub az: String,
+}
+
+impl Machine {
+    /// The Node `spec.providerID` for it.
+    pub fn provider_id(&self) -> String {
+        format!("aws:///{}/{}", self.az, self.instance)
+    }
+}
+
+async fn any_ami(ec2: &aws_sdk_ec2::Client) -> anyhow::Result<String> {
+    let images = ec2.describe_images().send().await?;
+    images
+        .images()
+        .iter()
+        .filter_map(|i| i.image_id())
+        .next()
+        .map(str::to_owned)
+        .ok_or_else(|| anyhow!("moto offers no AMI"))
+}
+
+/// Launches a running instance with its root volume.
+pub async fn launch(ec2: &aws_sdk_ec2::Client) -> anyhow::Result<Machine> {
+    let ami = any_ami(ec2).await?;
+    let out = ec2
+        .run_instances()
+        .image_id(ami)
+        .instance_type(InstanceType::M5Large)
+        .min_count(1)
+        .max_count(1)
+        .send()
+        .await?;
+    let inst = out.instances().first().context("no instance launched")?;
+    let id = inst.instance_id().context("no id")?.to_owned();
+    let root_device = inst.root_device_name().unwrap_or("/dev/sda1").to_owned();
+    let root_volume = inst
+        .block_device_mappings()
+        .iter()
+        .find(|m| m.device_name() == Some(root_device.as_str()))
+        .and_then(|m| m.ebs())
+        .and_then(|e| e.volume_id())
+        .context("no root volume")?
+        .to_owned();
+    Ok(Machine {
+        instance: id,
+        root_volume,
+        root_device,
+        private_dns: inst.private_dns_name().unwrap_or_default().to_owned(),
+        az: inst
+            .placement()
+            .and_then(|p| p.availability_zone())
+            .unwrap_or("us-east-1a")
+            .to_owned(),
+    })
+}
+
+/// Creates a data volume and attaches it to the machine at `device`.
+pub async fn attach_new_volume(
+    ec2: &aws_sdk_ec2::Client,
+    m: &Machine,
+    device: &str,
+) -> anyhow::Result<String> {
+    let vol = ec2
+        .create_volume()
+        .availability_zone(&m.az)
+        .size(10)
+        .send()
+        .await?
+        .volume_id()
+        .context("no volume id")?
+        .to_owned();
+    ec2.attach_volume()
+        .volume_id(&vol)
+        .instance_id(&m.instance)
+        .device(device)
+        .send()
+        .await?;
+    Ok(vol)
+}
+
+/// Stops the instance.
+pub async fn stop(ec2: &aws_sdk_ec2::Client, m: &Machine) -> anyhow::Result<()> {
+    ec2.stop_instances()
+        .instance_ids(&m.instance)
+        .send()
+        .await?;
+    Ok(())
+}
+
+/// The volume's state and the instances it is attached to.
+pub async fn volume(ec2: &aws_sdk_ec2::Client, id: &str) -> anyhow::Result<(String, Vec<String>)> {
+    let out = ec2
+        .describe_volumes()
+        .filters(Filter::builder().name("volume-id").values(id).build())
+        .send()
+        .await?;
+    let v = out.volumes().first().context("volume not found")?;
+    Ok((
+        v.state().map(|s| s.as_str().to_owned()).unwrap_or_default(),
+        v.attachments()
+            .iter()
+            .filter_map(|a| a.instance_id().map(str::to_owned))
+            .collect(),
+    ))
+}
+
+/// How a test Node looks.
+#[derive(Clone, Debug)]
+pub struct NodeSpec {
+    /// Name.
+    pub name: String,
+    /// `spec.providerID`.
+    pub provider_id: Option<String>,
+    /// `Ready` condition status: `True`, `False` or `Unknown`.
+    pub ready: &'static str,
+    /// InternalIP.
+    pub ip: String,
+    /// InternalDNS / Hostname.
+    pub hostname: Option<String>,
+    /// Initial taints.
+    pub taints: Vec<Value>,
+}
+
+impl NodeSpec {
+    /// A NotReady-by-silence node (`Ready=Unknown`) for a machine.
+    pub fn for_machine(m: &Machine) -> Self {
+        Self {
+            name: unique("node"),
+            provider_id: Some(m.provider_id()),
+            ready: "Unknown",
+            ip: unique_ip(),
+            hostname: None,
+            taints: vec![json!({"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"})],
+        }
+    }
+}
+
+/// Creates the Node and sets its status.
+pub async fn create_node(admin: &Client, spec: &NodeSpec) -> anyhow::Result<Node> {
+    let nodes: Api<Node> = Api::all(admin.clone());
+    let node: Node = serde_json::from_value(json!({
+        "metadata": {"name": spec.name, "labels": {"node-fencer.io/test": "true"}},
+        "spec": {"providerID": spec.provider_id, "taints": spec.taints}
+    }))?;
+    nodes.create(&PostParams::default(), &node).await?;
+    let mut addresses = vec![json!({"type": "InternalIP", "address": spec.ip})];
+    if let Some(h) = &spec.hostname {
+        addresses.push(json!({"type": "InternalDNS", "address": h}));
+        addresses.push(json!({"type": "Hostname", "address": h}));
+    }
+    let status = json!({"status": {
+        "conditions": [{"type": "Ready", "status": spec.ready, "reason": "Test",
+                        "lastHeartbeatTime": "2026-11-22T10:00:00Z", "lastTransitionTime": "2026-11-22T10:00:00Z"}],
+        "addresses": addresses
+    }});
+    Ok(nodes
+        .patch_status(&spec.name, &PatchParams::default(), &Patch::Merge(&status))
+        .await?)
+}
+
+/// Reads a Node.
+pub async fn get_node(admin: &Client, name: &str) -> anyhow::Result<Node> {
+    Ok(Api::<Node>::all(admin.clone()).get(name).await?)
+}
+
+/// The node's taints as `key:effect` strings.
+pub fn taints(node: &Node) -> Vec<String> {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default()
+        .iter()
+        .map(|t| format!("{}:{}", t.key, t.effect))
+        .collect()
+}
+
+/// Creates a CSI PersistentVolume for an EBS volume.
+pub async fn create_pv(admin: &Client, name: &str, volume: &str) -> anyhow::Result<()> {
+    create_pv_with(
+        admin,
+        name,
+        json!({"csi": {"driver": "ebs.csi.aws.com", "volumeHandle": volume}}),
+    )
+    .await
+}
+
+/// Creates a PersistentVolume with the given source (e.g. in-tree, another driver).
+pub async fn create_pv_with(admin: &Client, name: &str, source: Value) -> anyhow::Result<()> {
+    let mut spec = json!({
+        "capacity": {"storage": "10Gi"},
+        "accessModes": ["ReadWriteOnce"],
+        "persistentVolumeReclaimPolicy": "Retain"
+    });
+    if let (Some(spec), Some(src)) = (spec.as_object_mut(), source.as_object()) {
+        spec.extend(src.clone());
+    }
+    let pv: PersistentVolume =
+        serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec}))?;
+    Api::<PersistentVolume>::all(admin.clone())
+        .create(&PostParams::default(), &pv)
+        .await?;
+    Ok(())
+}
+
+/// Creates a VolumeAttachment of `pv` to `node` by `attacher`.
+pub async fn create_va(
+    admin: &Client,
+    node: &str,
+    pv: &str,
+    attacher: &str,
+) -> anyhow::Result<String> {
+    let name = unique("csi");
+    let va: VolumeAttachment = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {"attacher": attacher, "nodeName": node, "source": {"persistentVolumeName": pv}}
+    }))?;
+    Api::<VolumeAttachment>::all(admin.clone())
+        .create(&PostParams::default(), &va)
+        .await?;
+    Ok(name)
+}
+
+/// Deletes the test Nodes (best effort), so later tests see a clean cap.
+pub async fn delete_nodes(admin: &Client, names: &[&str]) {
+    let nodes: Api<Node> = Api::all(admin.clone());
+    for name in names {
+        let _ = nodes.delete(name, &DeleteParams::default()).await;
+    }
+}
+
+/// Settings with room under the cap and no dry run.
+pub fn settings() -> Settings {
+    Settings {
+        dry_run: false,
+        max_out_of_service: 1000,
+    }
+}
+
+/// Runs the pipeline in-process against the stack, as node-fencer (restricted RBAC).
+pub async fn fence(stack: &Stack, batch: Batch, settings: Settings) -> anyhow::Result<Report> {
+    let cloud = Ec2::new(stack.ec2().await);
+    let cluster = Kube::new(stack.fencer().await?, "node-fencer-tests");
+    fence_with(&cloud, &cluster, batch, settings).await
+}
+
+/// Runs the pipeline with the given handles.
+pub async fn fence_with(
+    cloud: &dyn Cloud,
+    cluster: &dyn Cluster,
+    batch: Batch,
+    settings: Settings,
+) -> anyhow::Result<Report> {
+    let ctx = Ctx {
+        cloud,
+        cluster,
+        settings,
+        detach_wait: Duration::from_secs(10),
+        poll_interval: Duration::from_millis(100),
+        correlation_id: unique("test"),
+    };
+    Ok(pipeline::run(&ctx, batch).await?)
+}
+
+/// Events recorded on a Node (events.k8s.io/v1, namespace default).
+pub async fn node_events(admin: &Client, node: &str) -> anyhow::Result<Vec<(String, String)>> {
+    let api: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(admin.clone(), "default");
+    let list = api.list(&Default::default()).await?;
+    Ok(list
+        .items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(node))
+        .map(|e| (e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
+        .collect())
+}

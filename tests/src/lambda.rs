@@ -1,0 +1,186 @@
+//! The real binary under the Lambda runtime emulator: `cargo lambda watch`
+//! serves the Runtime API and Function URLs, `cargo lambda invoke` sends
+//! events. Started once per test process, stopped when the process exits.
+
+use std::io::Write;
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use serde_json::Value;
+
+use crate::{Stack, repo_root};
+
+/// The bearer token the emulated function is configured with.
+pub const WEBHOOK_TOKEN: &str = "test-token-0123456789abcdef";
+
+/// A running `cargo lambda watch`.
+#[derive(Debug)]
+pub struct Emulator {
+    /// The invoke port on 127.0.0.1.
+    pub port: u16,
+    /// Its log file.
+    pub log: PathBuf,
+}
+
+static EMULATOR: OnceLock<Result<Emulator, String>> = OnceLock::new();
+
+/// The emulator of this test process, started on first use.
+///
+/// # Panics
+/// When `cargo lambda` is missing or does not start: run `make setup`.
+pub fn emulator(stack: &Stack) -> &'static Emulator {
+    match EMULATOR.get_or_init(|| start(stack).map_err(|e| format!("{e:#}"))) {
+        Ok(e) => e,
+        Err(e) => panic!("cargo lambda watch is not available: {e}"),
+    }
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+fn start(stack: &Stack) -> anyhow::Result<Emulator> {
+    let port = free_port()?;
+    let env_file = stack.dir.join(format!("lambda-{port}.env"));
+    let mut f = std::fs::File::create(&env_file)?;
+    for (k, v) in [
+        ("KUBECONFIG", stack.var("NODE_FENCER_KUBECONFIG_RESTRICTED")),
+        ("AWS_ENDPOINT_URL", stack.var("AWS_ENDPOINT_URL")),
+        ("AWS_REGION", stack.var("AWS_REGION")),
+        ("AWS_ACCESS_KEY_ID", stack.var("AWS_ACCESS_KEY_ID")),
+        ("AWS_SECRET_ACCESS_KEY", stack.var("AWS_SECRET_ACCESS_KEY")),
+        ("AWS_EC2_METADATA_DISABLED", "true"),
+        ("WEBHOOK_TOKEN", WEBHOOK_TOKEN),
+        ("MAX_OUT_OF_SERVICE", "1000"),
+        ("VOLUME_DETACH_TIMEOUT_SECONDS", "10"),
+        ("LOG_FORMAT", "json"),
+        ("RUST_LOG", "info"),
+    ] {
+        writeln!(f, "{k}={v}")?;
+    }
+    let log = stack
+        .dir
+        .join("logs")
+        .join(format!("cargo-lambda-{port}.log"));
+    let log_file = std::fs::File::create(&log)?;
+    // The emulator runs in its own session; a shell beside it ends the whole
+    // group when this test process is gone, so no run leaks an emulator.
+    let script = format!(
+        "cargo lambda watch --ignore-changes --invoke-address 127.0.0.1 --invoke-port {port} \
+         --env-file '{}' --package node-fencer --bin node-fencer & \
+         while kill -0 {pid} 2>/dev/null; do sleep 1; done; kill -- -$$",
+        env_file.display(),
+        pid = std::process::id()
+    );
+    Command::new("setsid")
+        .arg("bash")
+        .arg("-c")
+        .arg(script)
+        .current_dir(repo_root())
+        .stdin(Stdio::null())
+        .stdout(log_file.try_clone()?)
+        .stderr(log_file)
+        .spawn()
+        .context("starting cargo lambda watch (is the stack venv on PATH? run `make setup`)")?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if Instant::now() > deadline {
+            bail!(
+                "cargo lambda watch did not listen on {port}; see {}",
+                log.display()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    Ok(Emulator { port, log })
+}
+
+/// The answer to one invocation.
+#[derive(Debug)]
+pub struct Invocation {
+    /// Whether the function returned an error.
+    pub error: bool,
+    /// The payload (the report, the Function URL response, or the error).
+    pub output: String,
+}
+
+impl Emulator {
+    /// Sends an event with `cargo lambda invoke`, as the Lambda service would.
+    pub fn invoke(&self, event: &Value) -> anyhow::Result<Invocation> {
+        let file = tempfile_with(&event.to_string())?;
+        let out = Command::new("cargo")
+            .args([
+                "lambda",
+                "invoke",
+                "node-fencer",
+                "--invoke-address",
+                "127.0.0.1",
+            ])
+            .args(["--invoke-port", &self.port.to_string()])
+            .arg("--data-file")
+            .arg(&file)
+            .args(["--output-format", "json"])
+            .output()
+            .context("running cargo lambda invoke")?;
+        let _ = std::fs::remove_file(&file);
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        Ok(Invocation {
+            error: !out.status.success(),
+            output: if out.status.success() {
+                stdout
+            } else {
+                format!("{stdout}{stderr}")
+            },
+        })
+    }
+
+    /// Posts to the emulated Function URL; returns the HTTP status and body.
+    pub fn post_function_url(
+        &self,
+        body: &str,
+        authorization: Option<&str>,
+    ) -> anyhow::Result<(u16, String)> {
+        let file = tempfile_with(body)?;
+        let mut cmd = Command::new("curl");
+        cmd.args([
+            "-sS",
+            "--max-time",
+            "600",
+            "-o",
+            "-",
+            "-w",
+            "\n%{http_code}",
+        ])
+        .args(["-H", "content-type: application/json"])
+        .arg("--data-binary")
+        .arg(format!("@{}", file.display()));
+        if let Some(a) = authorization {
+            cmd.args(["-H", &format!("authorization: {a}")]);
+        }
+        let out = cmd
+            .arg(format!(
+                "http://127.0.0.1:{}/lambda-url/node-fencer/",
+                self.port
+            ))
+            .output()
+            .context("running curl")?;
+        let _ = std::fs::remove_file(&file);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let (body, code) = text.rsplit_once('\n').context("no status from curl")?;
+        Ok((code.trim().parse()?, body.to_owned()))
+    }
+}
+
+fn tempfile_with(content: &str) -> anyhow::Result<PathBuf> {
+    let path = std::env::temp_dir().join(format!(
+        "node-fencer-event-{}.json",
+        crate::fixtures::unique("ev")
+    ));
+    std::fs::write(&path, content)?;
+    Ok(path)
+}

@@ -1,0 +1,89 @@
+//! The EC2 shell against moto: confirmation, batching, volume discovery.
+
+use node_fencer::instance::{InstanceId, InstanceState, VolumeId};
+use node_fencer::shell::cloud::{Cloud, Ec2};
+use node_fencer_tests::fixtures::{attach_new_volume, launch, stop, volume};
+use node_fencer_tests::stack;
+
+#[tokio::test]
+async fn describe_instances_reports_each_state_in_one_call() -> anyhow::Result<()> {
+    let ec2 = stack().ec2().await;
+    let running = launch(&ec2).await?;
+    let stopped = launch(&ec2).await?;
+    let terminated = launch(&ec2).await?;
+    stop(&ec2, &stopped).await?;
+    ec2.terminate_instances()
+        .instance_ids(&terminated.instance)
+        .send()
+        .await?;
+    let unknown = "i-0fffffffffffffff0";
+    let ids: Vec<InstanceId> = [&running.instance, &stopped.instance, &terminated.instance]
+        .into_iter()
+        .map(|s| s.as_str())
+        .chain([unknown])
+        .filter_map(InstanceId::parse)
+        .collect();
+    let facts = Ec2::new(ec2).describe_instances(&ids).await?;
+    let state = |id: &str| {
+        facts
+            .iter()
+            .find(|f| f.id.as_str() == id)
+            .map(|f| f.state.clone())
+    };
+    assert_eq!(state(&running.instance), Some(InstanceState::Running));
+    assert_eq!(state(&stopped.instance), Some(InstanceState::Stopped));
+    assert_eq!(state(&terminated.instance), Some(InstanceState::Terminated));
+    assert_eq!(
+        state(unknown),
+        None,
+        "an unknown id is absent, not an error for the batch"
+    );
+    let f = facts
+        .iter()
+        .find(|f| f.id.as_str() == running.instance)
+        .expect("described");
+    assert_eq!(
+        f.root_device_name.as_deref(),
+        Some(running.root_device.as_str())
+    );
+    assert!(f.private_dns_name.as_deref().is_some_and(|d| !d.is_empty()));
+    Ok(())
+}
+
+#[tokio::test]
+async fn describe_volumes_and_force_detach() -> anyhow::Result<()> {
+    let ec2 = stack().ec2().await;
+    let m = launch(&ec2).await?;
+    let data = attach_new_volume(&ec2, &m, "/dev/xvdba").await?;
+    stop(&ec2, &m).await?;
+    let cloud = Ec2::new(ec2.clone());
+    let ids: Vec<VolumeId> = [&data, &m.root_volume]
+        .iter()
+        .filter_map(|v| VolumeId::parse(v))
+        .collect();
+    let described = cloud.describe_volumes(&ids).await?;
+    assert_eq!(described.len(), 2);
+    let d = described
+        .iter()
+        .find(|v| v.id.as_str() == data)
+        .expect("data volume");
+    assert_eq!(d.attachments[0].instance.as_str(), m.instance);
+    assert_eq!(d.attachments[0].device.as_deref(), Some("/dev/xvdba"));
+
+    let vol = VolumeId::parse(&data).expect("volume id");
+    let inst = InstanceId::parse(&m.instance).expect("instance id");
+    cloud.detach_volume(&vol, &inst).await?;
+    assert_eq!(volume(&ec2, &data).await?, ("available".into(), vec![]));
+    // Detaching again is an error EC2 names, which the pipeline treats as done.
+    let again = cloud
+        .detach_volume(&vol, &inst)
+        .await
+        .expect_err("second detach must fail");
+    assert!(again.is_already_detached(), "{again}");
+    // The root volume was never touched.
+    assert_eq!(
+        volume(&ec2, &m.root_volume).await?.1,
+        vec![m.instance.clone()]
+    );
+    Ok(())
+}

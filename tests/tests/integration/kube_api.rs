@@ -1,0 +1,183 @@
+//! The Kubernetes shell against a real API server, as node-fencer (the
+//! ClusterRole of `infra/kubernetes/rbac.yaml`, nothing more).
+
+use k8s_openapi::api::core::v1::Node;
+use kube::Api;
+use kube::api::{DeleteParams, Patch, PatchParams};
+use node_fencer::instance::{InstanceId, InstanceState};
+use node_fencer::kube_model::{self, ANNOTATION_INSTANCE, ANNOTATION_TAINT, Stamp, TaintPatch};
+use node_fencer::shell::cluster::{Cluster, Kube, TaintOutcome};
+use node_fencer_tests::fixtures::{NodeSpec, create_node, get_node, taints, unique, unique_ip};
+use node_fencer_tests::stack;
+use serde_json::json;
+
+fn spec(ready: &'static str) -> NodeSpec {
+    NodeSpec {
+        name: unique("kube"),
+        provider_id: Some("aws:///us-east-1a/i-0123456789abcdef0".into()),
+        ready,
+        ip: unique_ip(),
+        hostname: None,
+        taints: vec![json!({"key": "dedicated", "value": "db", "effect": "NoSchedule"})],
+    }
+}
+
+fn stamp() -> Stamp {
+    Stamp {
+        instance: InstanceId::parse("i-0123456789abcdef0").expect("valid"),
+        state: InstanceState::Stopped,
+        at: "2026-11-22T10:00:00Z".into(),
+        correlation_id: unique("corr"),
+    }
+}
+
+#[tokio::test]
+async fn a_stale_patch_is_refused_by_the_api_server() -> anyhow::Result<()> {
+    let s = stack();
+    let admin = s.admin().await?;
+    let spec = spec("Unknown");
+    let stale = create_node(&admin, &spec).await?;
+    // Someone else writes after we read.
+    let other = json!({"spec": {"taints": [
+        {"key": "dedicated", "value": "db", "effect": "NoSchedule"},
+        {"key": "other-writer", "effect": "NoSchedule"}
+    ]}});
+    Api::<Node>::all(admin.clone())
+        .patch(&spec.name, &PatchParams::default(), &Patch::Merge(&other))
+        .await?;
+    let TaintPatch::Apply(patch) = kube_model::taint_patch(&stale, &stamp()) else {
+        panic!("expected a patch");
+    };
+    let err = Api::<Node>::all(s.fencer().await?)
+        .patch(&spec.name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect_err("a patch built on a stale resourceVersion must be refused");
+    assert!(
+        matches!(&err, kube::Error::Api(st) if st.code == 409),
+        "{err}"
+    );
+    assert!(
+        taints(&get_node(&admin, &spec.name).await?).contains(&"other-writer:NoSchedule".into())
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn taint_survives_concurrent_writers_and_keeps_their_taints() -> anyhow::Result<()> {
+    let s = stack();
+    let admin = s.admin().await?;
+    let spec = spec("False");
+    create_node(&admin, &spec).await?;
+    let cluster = Kube::new(s.fencer().await?, "tests");
+    let writers = (0..12).map(|i| {
+        let api: Api<Node> = Api::all(admin.clone());
+        let name = spec.name.clone();
+        async move {
+            // A JSON patch "add" is applied by the server on the current object,
+            // like the node lifecycle controller's own taint updates.
+            let op = json!([{"op": "add", "path": "/spec/taints/-",
+                             "value": {"key": format!("writer-{i}"), "effect": "NoSchedule"}}]);
+            let patch: json_patch::Patch = serde_json::from_value(op).expect("valid patch");
+            api.patch(&name, &PatchParams::default(), &Patch::Json::<()>(patch))
+                .await
+                .map(|_| ())
+        }
+    });
+    let stamp = stamp();
+    let (ours, theirs) = tokio::join!(
+        cluster.taint_node(&spec.name, &stamp),
+        futures::future::join_all(writers)
+    );
+    assert_eq!(ours?, TaintOutcome::Applied);
+    for w in theirs {
+        w?;
+    }
+    let node = get_node(&admin, &spec.name).await?;
+    let t = taints(&node);
+    assert!(
+        t.contains(&"node.kubernetes.io/out-of-service:NoExecute".into()),
+        "{t:?}"
+    );
+    assert!(t.contains(&"dedicated:NoSchedule".into()));
+    for i in 0..12 {
+        assert!(
+            t.contains(&format!("writer-{i}:NoSchedule")),
+            "writer-{i} lost: {t:?}"
+        );
+    }
+    let ann = node.metadata.annotations.unwrap_or_default();
+    assert_eq!(
+        ann[ANNOTATION_TAINT],
+        "node.kubernetes.io/out-of-service=nodeshutdown:NoExecute"
+    );
+    assert_eq!(ann[ANNOTATION_INSTANCE], "i-0123456789abcdef0=stopped");
+    // Idempotent: a second call finds it present and writes nothing.
+    let rv = get_node(&admin, &spec.name)
+        .await?
+        .metadata
+        .resource_version;
+    assert_eq!(
+        cluster.taint_node(&spec.name, &stamp).await?,
+        TaintOutcome::AlreadyPresent
+    );
+    assert_eq!(
+        get_node(&admin, &spec.name)
+            .await?
+            .metadata
+            .resource_version,
+        rv
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_node_that_turned_ready_or_vanished_is_not_tainted() -> anyhow::Result<()> {
+    let s = stack();
+    let admin = s.admin().await?;
+    let cluster = Kube::new(s.fencer().await?, "tests");
+    let ready = spec("True");
+    create_node(&admin, &ready).await?;
+    assert_eq!(
+        cluster.taint_node(&ready.name, &stamp()).await?,
+        TaintOutcome::NodeReady
+    );
+    assert!(
+        !taints(&get_node(&admin, &ready.name).await?)
+            .iter()
+            .any(|t| t.contains("out-of-service"))
+    );
+    assert_eq!(
+        cluster.taint_node(&unique("gone"), &stamp()).await?,
+        TaintOutcome::NodeGone
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_role_allows_what_the_code_does_and_no_more() -> anyhow::Result<()> {
+    let s = stack();
+    let admin = s.admin().await?;
+    let fencer = s.fencer().await?;
+    let spec = spec("Unknown");
+    create_node(&admin, &spec).await?;
+    let cluster = Kube::new(fencer.clone(), "tests");
+    assert!(!cluster.list_nodes().await?.is_empty());
+    cluster.list_volume_attachments().await?;
+    cluster.list_persistent_volumes().await?;
+    let event = node_fencer::shell::cluster::NodeEvent {
+        warning: false,
+        reason: "Test",
+        action: "Test",
+        note: "rbac".into(),
+    };
+    cluster.node_event(&spec.name, &event).await?;
+    let denied = Api::<Node>::all(fencer)
+        .delete(&spec.name, &DeleteParams::default())
+        .await
+        .expect_err("node-fencer must not delete nodes");
+    assert!(
+        matches!(&denied, kube::Error::Api(st) if st.code == 403),
+        "{denied}"
+    );
+    Ok(())
+}

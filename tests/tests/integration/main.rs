@@ -1,0 +1,28 @@
+//! Integration tests against the real components (one binary, per ripgrep's
+//! habit): moto for EC2, etcd + kube-apiserver for Kubernetes, and the
+//! binary itself under `cargo lambda watch`.
+
+mod ec2;
+mod kube_api;
+mod pipeline;
+mod runtime;
+
+use node_fencer::instance::InstanceId;
+use node_fencer::suspect::{Batch, Intent, NodeRef, Origin, Suspect};
+
+/// A batch of one suspect.
+pub fn one(target: NodeRef, intent: Intent) -> Batch {
+    Batch {
+        suspects: vec![Suspect {
+            target,
+            intent,
+            origin: Origin::Direct,
+        }],
+        ignored: vec![],
+    }
+}
+
+/// A suspect by instance id.
+pub fn by_instance(id: &str) -> NodeRef {
+    NodeRef::Instance(InstanceId::parse(id).expect("moto instance ids are valid"))
+}

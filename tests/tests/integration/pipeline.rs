@@ -1,0 +1,488 @@
+//! The whole pipeline in-process against moto and the API server, under the
+//! node-fencer ClusterRole: one test per invariant of design.md and per flow.
+
+use k8s_openapi::api::core::v1::Node;
+use kube::Api;
+use node_fencer::decide::{Settings, Skip};
+use node_fencer::kube_model::ANNOTATION_FENCED_AT;
+use node_fencer::report::{Outcome, Report, VolumeOutcome};
+use node_fencer::shell::cloud::Ec2;
+use node_fencer::shell::cluster::Kube;
+use node_fencer::suspect::{Batch, Intent, NodeRef, Origin, Suspect};
+use node_fencer_tests::counting::{Calls, CountingCloud, CountingCluster};
+use node_fencer_tests::fixtures::*;
+use node_fencer_tests::{serial, stack};
+use serde_json::json;
+
+use crate::{by_instance, one};
+
+const OOS: &str = "node.kubernetes.io/out-of-service:NoExecute";
+
+/// A stopped machine with a CSI volume, an in-tree volume, a volume that
+/// backs no PV, and its root volume; and its NotReady Node.
+struct Scene {
+    m: Machine,
+    node: String,
+    csi_volume: String,
+    in_tree_volume: String,
+    stray_volume: String,
+}
+
+async fn scene(ready: &'static str, stopped: bool) -> anyhow::Result<Scene> {
+    let s = stack();
+    let ec2 = s.ec2().await;
+    let admin = s.admin().await?;
+    let m = launch(&ec2).await?;
+    let csi_volume = attach_new_volume(&ec2, &m, "/dev/xvdba").await?;
+    let in_tree_volume = attach_new_volume(&ec2, &m, "/dev/xvdbb").await?;
+    let stray_volume = attach_new_volume(&ec2, &m, "/dev/xvdbc").await?;
+    if stopped {
+        stop(&ec2, &m).await?;
+    }
+    let mut spec = NodeSpec::for_machine(&m);
+    spec.ready = ready;
+    create_node(&admin, &spec).await?;
+    let pv_csi = unique("pv");
+    create_pv(&admin, &pv_csi, &csi_volume).await?;
+    create_va(&admin, &spec.name, &pv_csi, "ebs.csi.aws.com").await?;
+    let pv_tree = unique("pv");
+    create_pv_with(
+        &admin,
+        &pv_tree,
+        json!({"awsElasticBlockStore": {"volumeID": format!("aws://{}/{in_tree_volume}", m.az)}}),
+    )
+    .await?;
+    // CSI migration attaches in-tree EBS PVs through the CSI driver.
+    create_va(&admin, &spec.name, &pv_tree, "ebs.csi.aws.com").await?;
+    // The stray volume backs a PV of another driver: never ours to touch.
+    let pv_other = unique("pv");
+    create_pv_with(
+        &admin,
+        &pv_other,
+        json!({"csi": {"driver": "efs.csi.aws.com", "volumeHandle": stray_volume}}),
+    )
+    .await?;
+    create_va(&admin, &spec.name, &pv_other, "efs.csi.aws.com").await?;
+    Ok(Scene {
+        m,
+        node: spec.name,
+        csi_volume,
+        in_tree_volume,
+        stray_volume,
+    })
+}
+
+fn only(report: &Report) -> &node_fencer::report::NodeReport {
+    assert_eq!(report.results.len(), 1, "{report:#?}");
+    &report.results[0]
+}
+
+async fn attached_to(volume_id: &str) -> anyhow::Result<Vec<String>> {
+    Ok(volume(&stack().ec2().await, volume_id).await?.1)
+}
+
+#[tokio::test]
+async fn fences_a_stopped_node_and_detaches_only_its_pv_volumes() -> anyhow::Result<()> {
+    let _g = serial().await;
+    let s = stack();
+    let sc = scene("Unknown", true).await?;
+    let real_cloud = Ec2::new(s.ec2().await);
+    let real_cluster = Kube::new(s.fencer().await?, "tests");
+    let cloud = CountingCloud {
+        inner: &real_cloud,
+        calls: Calls::default(),
+    };
+    let cluster = CountingCluster {
+        inner: &real_cluster,
+        calls: Calls::default(),
+    };
+    let report = fence_with(
+        &cloud,
+        &cluster,
+        one(by_instance(&sc.m.instance), Intent::Fence),
+        settings(),
+    )
+    .await?;
+    let r = only(&report);
+    assert_eq!(r.outcome, Outcome::Fenced, "{r:#?}");
+    assert!(r.taint_applied);
+    assert!(!report.incomplete());
+
+    let admin = s.admin().await?;
+    let node = get_node(&admin, &sc.node).await?;
+    let t = taints(&node);
+    assert!(t.contains(&OOS.into()), "{t:?}");
+    assert!(
+        t.contains(&"node.kubernetes.io/unreachable:NoExecute".into()),
+        "other taints kept: {t:?}"
+    );
+    assert!(
+        node.metadata
+            .annotations
+            .unwrap_or_default()
+            .contains_key(ANNOTATION_FENCED_AT)
+    );
+
+    assert!(
+        attached_to(&sc.csi_volume).await?.is_empty(),
+        "CSI volume detached"
+    );
+    assert!(
+        attached_to(&sc.in_tree_volume).await?.is_empty(),
+        "in-tree volume detached"
+    );
+    assert_eq!(
+        attached_to(&sc.stray_volume).await?,
+        [sc.m.instance.clone()],
+        "no PV of ours: untouched"
+    );
+    assert_eq!(
+        attached_to(&sc.m.root_volume).await?,
+        [sc.m.instance.clone()],
+        "root: untouched"
+    );
+    let detached: Vec<_> = r
+        .volumes
+        .iter()
+        .filter(|v| v.outcome == VolumeOutcome::Detached)
+        .collect();
+    assert_eq!(detached.len(), 2, "{:#?}", r.volumes);
+
+    let reasons: Vec<String> = node_events(&admin, &sc.node)
+        .await?
+        .into_iter()
+        .map(|(r, _)| r)
+        .collect();
+    assert!(
+        reasons.contains(&"OutOfServiceTaintApplied".into()),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons.contains(&"VolumesForceDetached".into()),
+        "{reasons:?}"
+    );
+
+    // Confirm, then re-confirm before acting: two batched EC2 lookups, one node list.
+    assert_eq!(cloud.calls.get("DescribeInstances"), 2);
+    assert_eq!(cluster.calls.get("ListNodes"), 1);
+    assert_eq!(cloud.calls.get("DetachVolume"), 2);
+    Ok(())
+}
+
+#[tokio::test]
+async fn split_brain_a_running_instance_is_never_fenced() -> anyhow::Result<()> {
+    let _g = serial().await;
+    let s = stack();
+    let sc = scene("Unknown", false).await?;
+    let report = fence(
+        s,
+        one(by_instance(&sc.m.instance), Intent::Fence),
+        settings(),
+    )
+    .await?;
+    let r = only(&report);
+    assert_eq!(r.outcome, Outcome::Skipped);
+    assert!(
+        matches!(r.skip, Some(Skip::InstanceNotOff { .. })),
+        "{r:#?}"
+    );
+    let node = get_node(&s.admin().await?, &sc.node).await?;
+    assert!(!taints(&node).contains(&OOS.into()));
+    assert_eq!(attached_to(&sc.csi_volume).await?, [sc.m.instance.clone()]);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_ready_node_is_never_fenced_even_if_its_instance_is_stopped() -> anyhow::Result<()> {
+    let _g = serial().await;
+    let s = stack();
+    let sc = scene("True", true).await?;
+    let report = fence(
+        s,
+        one(NodeRef::Name(sc.node.clone()), Intent::Fence),
+        settings(),
+    )
+    .await?;
+    assert_eq!(only(&report).skip, Some(Skip::NodeReady));
+    assert!(!taints(&get_node(&s.admin().await?, &sc.node).await?).contains(&OOS.into()));
+    assert_eq!(attached_to(&sc.csi_volume).await?, [sc.m.instance.clone()]);
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_same_event_twice_leaves_the_same_end_state() -> anyhow::Result<()> {
+    let _g = serial().await;
+    let s = stack();
+    let sc = scene("False", true).await?;
+    let batch = || one(by_instance(&sc.m.instance), Intent::Fence);
+    let first = fence(s, batch(), settings()).await?;
+    assert_eq!(only(&first).outcome, Outcome::Fenced);
+    let admin = s.admin().await?;
+    let after_first = get_node(&admin, &sc.node).await?;
+
+    let real_cloud = Ec2::new(s.ec2().await);
+    let cloud = CountingCloud {
+        inner: &real_cloud,
+        calls: Calls::default(),
+    };
+    let cluster = Kube::new(s.fencer().await?, "tests");
+    let second = fence_with(&cloud, &cluster, batch(), settings()).await?;
+    let r = only(&second);
+    assert_eq!(r.outcome, Outcome::AlreadyFenced, "{r:#?}");
+    assert!(!r.taint_applied);
+    assert_eq!(cloud.calls.get("DetachVolume"), 0, "nothing left to detach");
+    let after_second = get_node(&admin, &sc.node).await?;
+    assert_eq!(after_first.spec, after_second.spec, "taints unchanged");
+    assert_eq!(
+        after_first.metadata.annotations,
+        after_second.metadata.annotations
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_taint_without_detached_volumes_converges_on_retry() -> anyhow::Result<()> {
+    let _g = serial().await;
+    let s = stack();
+    let sc = scene("Unknown", true).await?;
+    // A previous run tainted the node, then died before detaching.
+    let admin = s.admin().await?;
+    let patch = json!({"spec": {"taints": [
+        {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"},
+        {"key": "node.kubernetes.io/out-of-service", "value": "nodeshutdown", "effect": "NoExecute"}
+    ]}});
+    Api::<Node>::all(admin.clone())
+        .patch(
+            &sc.node,
+            &Default::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await?;
+    let report = fence(
+        s,
+        one(NodeRef::Name(sc.node.clone()), Intent::Fence),
+        settings(),
+    )
+    .await?;
+    let r = only(&report);
+    assert_eq!(r.outcome, Outcome::AlreadyFenced, "{r:#?}");
+    assert!(attached_to(&sc.csi_volume).await?.is_empty());
+    assert!(attached_to(&sc.in_tree_volume).await?.is_empty());
+    Ok(())
+}
+
+#[tokio::test]
+async fn dry_run_reports_the_full_plan_and_changes_nothing() -> anyhow::Result<()> {
+    let _g = serial().await;
+    let s = stack();
+    let sc = scene("Unknown", true).await?;
+    let admin = s.admin().await?;
+    let before = get_node(&admin, &sc.node).await?.metadata.resource_version;
+    for (batch, settings) in [
+        (one(by_instance(&sc.m.instance), Intent::Check), settings()),
+        (
+            one(by_instance(&sc.m.instance), Intent::Fence),
+            Settings {
+                dry_run: true,
+                ..settings()
+            },
+        ),
+    ] {
+        let report = fence(s, batch, settings).await?;
+        let r = only(&report);
+        assert_eq!(r.outcome, Outcome::Planned, "{r:#?}");
+        let planned: Vec<_> = r
+            .volumes
+            .iter()
+            .filter(|v| v.outcome == VolumeOutcome::WouldDetach)
+            .collect();
+        assert_eq!(planned.len(), 2, "{:#?}", r.volumes);
+    }
+    assert_eq!(
+        get_node(&admin, &sc.node).await?.metadata.resource_version,
+        before
+    );
+    assert_eq!(attached_to(&sc.csi_volume).await?, [sc.m.instance.clone()]);
+    assert!(node_events(&admin, &sc.node).await?.is_empty());
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_cap_refuses_loudly_beyond_the_limit() -> anyhow::Result<()> {
+    let _g = serial().await;
+    let s = stack();
+    let admin = s.admin().await?;
+    let a = scene("Unknown", true).await?;
+    let b = scene("Unknown", true).await?;
+    let tainted_now = Api::<Node>::all(admin.clone())
+        .list(&Default::default())
+        .await?
+        .items
+        .iter()
+        .filter(|n| taints(n).contains(&OOS.into()))
+        .count();
+    let batch = Batch {
+        suspects: [&a, &b]
+            .iter()
+            .map(|sc| Suspect {
+                target: by_instance(&sc.m.instance),
+                intent: Intent::Fence,
+                origin: Origin::Direct,
+            })
+            .collect(),
+        ignored: vec![],
+    };
+    let settings = Settings {
+        dry_run: false,
+        max_out_of_service: tainted_now + 1,
+    };
+    let report = fence(s, batch, settings).await?;
+    let outcomes: Vec<Outcome> = report.results.iter().map(|r| r.outcome).collect();
+    assert_eq!(outcomes, [Outcome::Fenced, Outcome::Skipped], "{report:#?}");
+    assert!(matches!(
+        report.results[1].skip,
+        Some(Skip::CapReached { .. })
+    ));
+    assert!(
+        report.incomplete(),
+        "a refusal leaves work: the invocation must fail"
+    );
+    assert!(!taints(&get_node(&admin, &b.node).await?).contains(&OOS.into()));
+    assert_eq!(attached_to(&b.csi_volume).await?, [b.m.instance.clone()]);
+    let events = node_events(&admin, &b.node).await?;
+    assert!(
+        events.iter().any(|(r, _)| r == "FencingRefused"),
+        "{events:?}"
+    );
+    delete_nodes(&admin, &[&a.node, &b.node]).await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn one_invocation_lists_nodes_once_and_batches_ec2_lookups() -> anyhow::Result<()> {
+    let _g = serial().await;
+    let s = stack();
+    let admin = s.admin().await?;
+    let a = scene("Unknown", true).await?;
+    let b = scene("Unknown", true).await?;
+    let c = scene("Unknown", false).await?;
+    let b_ip = get_node(&admin, &b.node)
+        .await?
+        .status
+        .and_then(|st| st.addresses)
+        .and_then(|a| a.into_iter().find(|a| a.type_ == "InternalIP"))
+        .map(|a| a.address)
+        .expect("ip");
+    let batch = Batch {
+        suspects: vec![
+            Suspect {
+                target: NodeRef::Name(a.node.clone()),
+                intent: Intent::Fence,
+                origin: Origin::Direct,
+            },
+            Suspect {
+                target: NodeRef::Address(b_ip.parse()?),
+                intent: Intent::Fence,
+                origin: Origin::Direct,
+            },
+            Suspect {
+                target: by_instance(&c.m.instance),
+                intent: Intent::Fence,
+                origin: Origin::Direct,
+            },
+            // The same node again, by another name: decided once.
+            Suspect {
+                target: by_instance(&a.m.instance),
+                intent: Intent::Fence,
+                origin: Origin::Direct,
+            },
+        ],
+        ignored: vec![],
+    };
+    let real_cloud = Ec2::new(s.ec2().await);
+    let real_cluster = Kube::new(s.fencer().await?, "tests");
+    let cloud = CountingCloud {
+        inner: &real_cloud,
+        calls: Calls::default(),
+    };
+    let cluster = CountingCluster {
+        inner: &real_cluster,
+        calls: Calls::default(),
+    };
+    let report = fence_with(&cloud, &cluster, batch, settings()).await?;
+    let outcomes: Vec<Outcome> = report.results.iter().map(|r| r.outcome).collect();
+    assert_eq!(
+        outcomes,
+        [Outcome::Fenced, Outcome::Fenced, Outcome::Skipped],
+        "{report:#?}"
+    );
+    assert_eq!(report.results[0].origins.len(), 2);
+    assert_eq!(cluster.calls.get("ListNodes"), 1);
+    assert_eq!(cluster.calls.get("ListVolumeAttachments"), 1);
+    assert_eq!(cluster.calls.get("ListPersistentVolumes"), 1);
+    assert_eq!(
+        cloud.calls.get("DescribeInstances"),
+        2,
+        "confirm + re-confirm, each batched"
+    );
+    delete_nodes(&admin, &[&a.node, &b.node, &c.node]).await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_instance_without_provider_id_is_found_by_private_dns_name() -> anyhow::Result<()> {
+    let _g = serial().await;
+    let s = stack();
+    let ec2 = s.ec2().await;
+    let admin = s.admin().await?;
+    let m = launch(&ec2).await?;
+    stop(&ec2, &m).await?;
+    let spec = NodeSpec {
+        name: m.private_dns.clone(),
+        provider_id: None,
+        ready: "Unknown",
+        ip: unique_ip(),
+        hostname: None,
+        taints: vec![],
+    };
+    create_node(&admin, &spec).await?;
+    let report = fence(s, one(by_instance(&m.instance), Intent::Fence), settings()).await?;
+    assert_eq!(only(&report).outcome, Outcome::Fenced, "{report:#?}");
+    assert_eq!(only(&report).node.as_deref(), Some(spec.name.as_str()));
+    delete_nodes(&admin, &[&spec.name]).await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn suspects_outside_this_cluster_are_reported_not_errors() -> anyhow::Result<()> {
+    let s = stack();
+    let ec2 = s.ec2().await;
+    let stranger = launch(&ec2).await?;
+    stop(&ec2, &stranger).await?;
+    let batch = Batch {
+        suspects: vec![
+            Suspect {
+                target: by_instance(&stranger.instance),
+                intent: Intent::Fence,
+                origin: Origin::Direct,
+            },
+            Suspect {
+                target: by_instance("i-0eeeeeeeeeeeeeee0"),
+                intent: Intent::Fence,
+                origin: Origin::Direct,
+            },
+            Suspect {
+                target: NodeRef::Name(unique("nobody")),
+                intent: Intent::Fence,
+                origin: Origin::Direct,
+            },
+        ],
+        ignored: vec![],
+    };
+    let report = fence(s, batch, settings()).await?;
+    for r in &report.results {
+        assert_eq!(r.skip, Some(Skip::NotInCluster), "{r:#?}");
+    }
+    assert!(!report.incomplete());
+    Ok(())
+}

@@ -1,0 +1,119 @@
+//! The real binary under the Lambda runtime emulator (`cargo lambda watch`),
+//! driven by the events EventBridge and Alertmanager send, against moto and
+//! the API server, under the node-fencer ClusterRole.
+
+use node_fencer_tests::fixtures::*;
+use node_fencer_tests::lambda::{WEBHOOK_TOKEN, emulator};
+use node_fencer_tests::{repo_root, serial, stack};
+use serde_json::{Value, json};
+
+const OOS: &str = "node.kubernetes.io/out-of-service:NoExecute";
+
+fn fixture(name: &str) -> Value {
+    let path = repo_root().join("handler/tests/fixtures").join(name);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// A stopped machine with one CSI volume, and its silent Node.
+async fn stopped_node() -> anyhow::Result<(Machine, String, String)> {
+    let s = stack();
+    let ec2 = s.ec2().await;
+    let admin = s.admin().await?;
+    let m = launch(&ec2).await?;
+    let vol = attach_new_volume(&ec2, &m, "/dev/xvdba").await?;
+    stop(&ec2, &m).await?;
+    let spec = NodeSpec::for_machine(&m);
+    create_node(&admin, &spec).await?;
+    let pv = unique("pv");
+    create_pv(&admin, &pv, &vol).await?;
+    create_va(&admin, &spec.name, &pv, "ebs.csi.aws.com").await?;
+    Ok((m, spec.name, vol))
+}
+
+#[tokio::test]
+async fn eventbridge_stopped_event_fences_through_the_runtime() -> anyhow::Result<()> {
+    let _g = serial().await;
+    let s = stack();
+    let (m, node, vol) = stopped_node().await?;
+    let mut event = fixture("eventbridge-ec2-stopped.json");
+    event["detail"]["instance-id"] = json!(m.instance);
+    let out = emulator(s).invoke(&event)?;
+    assert!(!out.error, "{}", out.output);
+    let report: Value = serde_json::from_str(&out.output)?;
+    assert_eq!(report["results"][0]["outcome"], "fenced", "{report:#}");
+    assert_eq!(report["results"][0]["node"], json!(node));
+    assert!(taints(&get_node(&s.admin().await?, &node).await?).contains(&OOS.into()));
+    assert_eq!(volume(&s.ec2().await, &vol).await?.0, "available");
+
+    // The same event again (a Lambda retry): same end state, still a success.
+    let again = emulator(s).invoke(&event)?;
+    assert!(!again.error, "{}", again.output);
+    let report: Value = serde_json::from_str(&again.output)?;
+    assert_eq!(report["results"][0]["outcome"], "already_fenced");
+    Ok(())
+}
+
+#[tokio::test]
+async fn alertmanager_through_the_function_url() -> anyhow::Result<()> {
+    let _g = serial().await;
+    let s = stack();
+    let (_m, node, vol) = stopped_node().await?;
+    let mut payload = fixture("alertmanager-v4.json");
+    payload["alerts"][0]["labels"]["node"] = json!(node);
+    let body = payload.to_string();
+    let emu = emulator(s);
+
+    // Refused requests change nothing.
+    for auth in [
+        None,
+        Some("Bearer wrong-token-0123456789".to_owned()),
+        Some(format!("Basic {WEBHOOK_TOKEN}")),
+    ] {
+        let (status, text) = emu.post_function_url(&body, auth.as_deref())?;
+        assert_eq!(status, 401, "{auth:?}: {text}");
+        assert!(!text.contains(WEBHOOK_TOKEN));
+    }
+    let (status, _) =
+        emu.post_function_url("{not json", Some(&format!("Bearer {WEBHOOK_TOKEN}")))?;
+    assert_eq!(status, 400);
+    assert!(!taints(&get_node(&s.admin().await?, &node).await?).contains(&OOS.into()));
+
+    let (status, text) = emu.post_function_url(&body, Some(&format!("Bearer {WEBHOOK_TOKEN}")))?;
+    assert_eq!(status, 200, "{text}");
+    let report: Value = serde_json::from_str(&text)?;
+    let ours = report["results"]
+        .as_array()
+        .and_then(|r| r.iter().find(|r| r["node"] == json!(node)))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(ours["outcome"], "fenced", "{report:#}");
+    assert_eq!(
+        report["ignored"].as_array().map(Vec::len),
+        Some(1),
+        "the Watchdog alert"
+    );
+    assert!(taints(&get_node(&s.admin().await?, &node).await?).contains(&OOS.into()));
+    assert_eq!(volume(&s.ec2().await, &vol).await?.0, "available");
+    Ok(())
+}
+
+#[tokio::test]
+async fn bad_events_are_errors_and_change_nothing() -> anyhow::Result<()> {
+    let s = stack();
+    let emu = emulator(s);
+    for (event, expect) in [
+        (json!({"hello": "world"}), "unrecognised event shape"),
+        (json!({"action": "fence"}), "missing `node` or `instanceId`"),
+        (
+            json!({"detail-type": "EC2 Instance State-change Notification", "source": "aws.ec2", "detail": {}}),
+            "invalid",
+        ),
+        (json!([1, 2, 3]), "must be a JSON object"),
+    ] {
+        let out = emu.invoke(&event)?;
+        assert!(out.error, "{event} should fail: {}", out.output);
+        assert!(out.output.contains(expect), "{event}: {}", out.output);
+    }
+    Ok(())
+}
