@@ -85,12 +85,14 @@ impl Skip {
     /// invocation must fail and let Lambda retry (and the DLQ catch it).
     pub fn leaves_work(&self) -> bool {
         match self {
-            Self::LookupFailed { .. } | Self::CapReached { .. } => true,
+            // NodeReady is only reached once EC2 confirmed the instance off:
+            // Kubernetes has not noticed yet (node-monitor-grace-period), and
+            // Lambda's retries after 1 and 2 minutes will find it NotReady.
+            Self::LookupFailed { .. } | Self::CapReached { .. } | Self::NodeReady => true,
             Self::NotInCluster
             | Self::NoInstance
             | Self::InstanceNotOff { .. }
             | Self::InstanceNotFound
-            | Self::NodeReady
             | Self::RecoveryNotHandled
             | Self::AlertResolved => false,
         }
@@ -125,7 +127,9 @@ impl std::fmt::Display for Skip {
             }
             Self::InstanceNotFound => f.write_str("EC2 does not know the instance"),
             Self::LookupFailed { error } => write!(f, "EC2 lookup failed: {error}"),
-            Self::NodeReady => f.write_str("the node is Ready"),
+            Self::NodeReady => f.write_str(
+                "the node is still Ready although its instance is off; retrying once Kubernetes notices",
+            ),
             Self::CapReached {
                 limit,
                 out_of_service,

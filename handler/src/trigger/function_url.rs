@@ -190,7 +190,7 @@ mod tests {
             Some("Bearer wrong-token-of-some-length"),
             Some(&format!("Basic {TOKEN}")),
             Some(&format!("Bearer {TOKEN}x")),
-            Some(&TOKEN[..]),
+            Some(TOKEN),
         ] {
             let req = request(auth, &payload(), false);
             assert_eq!(

@@ -19,8 +19,8 @@ locals {
   # the validation of volume_detach_timeout_seconds (<= 435) guarantees.
   function_timeout = var.volume_detach_timeout_seconds * 2 + 30
 
-  # EC2 states the function acts on: stopped and terminated to fence, running to
-  # recover (remove the taint it applied once the node is Ready again).
+  # EC2 states the function acts on: stopped and terminated to fence; running is
+  # the recovery hint (reported only until automatic recovery is built).
   instance_states = ["stopped", "terminated", "running"]
 
   event_pattern = {

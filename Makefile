@@ -1,0 +1,55 @@
+# Every workflow of node-fencer in one place. `make help` lists them.
+#
+# Slow builds are cached outside the clone, keyed by version: Rust artefacts in
+# $(CACHE)/target, the Go-built Kubernetes binaries and the Python tools in
+# $(CACHE) (see tests/stack/README.md).
+
+SHELL := bash
+.SHELLFLAGS := -euo pipefail -c
+CACHE ?= $(or $(NODE_FENCER_CACHE),$(HOME)/.cache/node-fencer)
+export NODE_FENCER_CACHE := $(CACHE)
+export CARGO_TARGET_DIR ?= $(CACHE)/target
+export CARGO_TERM_COLOR ?= never
+TOOLS := source "$(CACHE)/env.sh"
+STACK_DIR ?= $(CURDIR)/tests/.stack
+
+.PHONY: help setup fmt lint unit test infra-test run package stack-up stack-down clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+
+setup: ## install everything the project needs (idempotent; cached by version)
+	bash tests/stack/setup.sh
+
+fmt: ## format the Rust code
+	cargo fmt --all
+
+lint: ## rustfmt check and clippy with warnings as errors
+	cargo fmt --all --check
+	cargo clippy --workspace --all-targets --locked -- -D warnings
+
+unit: ## the pure core's unit and property tests (no stack needed)
+	cargo test --locked -p node-fencer
+
+test: setup lint ## everything CI runs: lint, unit, integration against the real stack, infra checks
+	$(TOOLS) && cargo test --workspace --locked
+	$(MAKE) --no-print-directory infra-test
+
+infra-test: ## Terraform parse, format, IAM/RBAC equality and checkov
+	$(TOOLS) && "$$NODE_FENCER_INFRA_VENV/bin/python" -m pytest tests/infra -q
+
+run: setup ## the main job on the local stack, through the Lambda runtime emulator
+	$(TOOLS) && cargo run --locked -q -p node-fencer-tests --bin local-run -- $(ARGS)
+
+package: setup ## the deployable bootstrap zip for provided.al2023 (x86_64)
+	$(TOOLS) && cargo lambda build --release --locked --output-format zip --bin node-fencer --lambda-dir target/lambda
+	@ls -l target/lambda/node-fencer/bootstrap.zip
+
+stack-up: setup ## start the local stack with controllers and kwok in $(STACK_DIR)
+	bash tests/stack/up.sh "$(STACK_DIR)" --controllers
+
+stack-down: ## stop the local stack in $(STACK_DIR)
+	bash tests/stack/down.sh "$(STACK_DIR)"
+
+clean: ## remove this clone's build output (the shared cache stays)
+	cargo clean
