@@ -47,12 +47,21 @@ async fn main() -> anyhow::Result<()> {
     let pv = unique("pvc-data-postgres-0");
     create_pv(&admin, &pv, &vol).await?;
     create_va(&admin, &spec.name, &pv, "ebs.csi.aws.com").await?;
-    println!("         node {} -> {} ({}), volume {vol} backs PV {pv}", spec.name, m.instance, m.az);
+    println!(
+        "         node {} -> {} ({}), volume {vol} backs PV {pv}",
+        spec.name, m.instance, m.az
+    );
 
-    step(t0, "EC2: stopping the instance; the node has gone silent (Ready=Unknown)");
+    step(
+        t0,
+        "EC2: stopping the instance; the node has gone silent (Ready=Unknown)",
+    );
     stop(&ec2, &m).await?;
 
-    step(t0, "Lambda: starting the function under cargo lambda watch (first start compiles)");
+    step(
+        t0,
+        "Lambda: starting the function under cargo lambda watch (first start compiles)",
+    );
     let emu = emulator(s);
     let mut event: Value = serde_json::from_str(&std::fs::read_to_string(
         repo_root().join("handler/tests/fixtures/eventbridge-ec2-stopped.json"),
@@ -68,7 +77,10 @@ async fn main() -> anyhow::Result<()> {
     }
     let report: Value = serde_json::from_str(&out.output)?;
     println!("{}", serde_json::to_string_pretty(&report)?);
-    step(t0, &format!("invocation answered in {} ms", took.as_millis()));
+    step(
+        t0,
+        &format!("invocation answered in {} ms", took.as_millis()),
+    );
 
     let node = get_node(&admin, &spec.name).await?;
     println!("         node taints: {}", taints(&node).join(", "));
@@ -77,7 +89,10 @@ async fn main() -> anyhow::Result<()> {
     for (reason, note) in node_events(&admin, &spec.name).await? {
         println!("         event {reason}: {note}");
     }
-    step(t0, "invoking again, warm: the same event (a Lambda retry) converges with no change");
+    step(
+        t0,
+        "invoking again, warm: the same event (a Lambda retry) converges with no change",
+    );
     let sent = Instant::now();
     let again = emu.invoke(&event)?;
     let again: Value = serde_json::from_str(&again.output)?;

@@ -81,6 +81,21 @@ async fn attached_to(volume_id: &str) -> anyhow::Result<Vec<String>> {
     Ok(volume(&stack().ec2().await, volume_id).await?.1)
 }
 
+/// Nothing changed: no out-of-service taint, the CSI volume still on its instance.
+async fn assert_unfenced(sc: &Scene) -> anyhow::Result<()> {
+    let node = get_node(&stack().admin().await?, &sc.node).await?;
+    assert!(
+        !taints(&node).contains(&OOS.into()),
+        "{} must not be tainted",
+        sc.node
+    );
+    assert_eq!(
+        attached_to(&sc.csi_volume).await?,
+        vec![sc.m.instance.clone()]
+    );
+    Ok(())
+}
+
 #[tokio::test]
 async fn fences_a_stopped_node_and_detaches_only_its_pv_volumes() -> anyhow::Result<()> {
     let _g = serial().await;
@@ -186,10 +201,7 @@ async fn split_brain_a_running_instance_is_never_fenced() -> anyhow::Result<()> 
         matches!(r.skip, Some(Skip::InstanceNotOff { .. })),
         "{r:#?}"
     );
-    let node = get_node(&s.admin().await?, &sc.node).await?;
-    assert!(!taints(&node).contains(&OOS.into()));
-    assert_eq!(attached_to(&sc.csi_volume).await?, vec![sc.m.instance.clone()]);
-    Ok(())
+    assert_unfenced(&sc).await
 }
 
 #[tokio::test]
@@ -204,10 +216,11 @@ async fn a_ready_node_is_never_fenced_even_if_its_instance_is_stopped() -> anyho
     )
     .await?;
     assert_eq!(only(&report).skip, Some(Skip::NodeReady));
-    assert!(report.incomplete(), "retried until Kubernetes notices the node is gone");
-    assert!(!taints(&get_node(&s.admin().await?, &sc.node).await?).contains(&OOS.into()));
-    assert_eq!(attached_to(&sc.csi_volume).await?, vec![sc.m.instance.clone()]);
-    Ok(())
+    assert!(
+        report.incomplete(),
+        "retried until Kubernetes notices the node is gone"
+    );
+    assert_unfenced(&sc).await
 }
 
 #[tokio::test]
@@ -303,7 +316,10 @@ async fn dry_run_reports_the_full_plan_and_changes_nothing() -> anyhow::Result<(
         get_node(&admin, &sc.node).await?.metadata.resource_version,
         before
     );
-    assert_eq!(attached_to(&sc.csi_volume).await?, vec![sc.m.instance.clone()]);
+    assert_eq!(
+        attached_to(&sc.csi_volume).await?,
+        vec![sc.m.instance.clone()]
+    );
     assert!(node_events(&admin, &sc.node).await?.is_empty());
     Ok(())
 }
@@ -348,8 +364,7 @@ async fn the_cap_refuses_loudly_beyond_the_limit() -> anyhow::Result<()> {
         report.incomplete(),
         "a refusal leaves work: the invocation must fail"
     );
-    assert!(!taints(&get_node(&admin, &b.node).await?).contains(&OOS.into()));
-    assert_eq!(attached_to(&b.csi_volume).await?, vec![b.m.instance.clone()]);
+    assert_unfenced(&b).await?;
     let events = node_events(&admin, &b.node).await?;
     assert!(
         events.iter().any(|(r, _)| r == "FencingRefused"),
