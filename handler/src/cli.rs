@@ -11,7 +11,7 @@ use tracing::Instrument;
 use crate::app::{App, HandlerError, Reply, finish};
 use crate::config::{Config, LogFormat, VARIABLES};
 use crate::shell::connect::{Clients, sdk_config};
-use crate::suspect::Intent;
+use crate::suspect::{Batch, Intent};
 use crate::telemetry;
 use crate::trigger::{self, direct};
 
@@ -108,8 +108,7 @@ pub async fn main() -> ExitCode {
     let result = async {
         match batch_or_event {
             Input::Event(event) => app.handle(event, &correlation_id).await,
-            Input::Target(target, intent) => {
-                let batch = direct::from_cli(&target, intent)?;
+            Input::Target(batch) => {
                 let report = app.run(batch, cli.dry_run, &correlation_id).await?;
                 finish(report).map(Reply::Report)
             }
@@ -122,13 +121,20 @@ pub async fn main() -> ExitCode {
 
 enum Input {
     Event(Value),
-    Target(String, Intent),
+    Target(Batch),
 }
 
+/// Validates the command's input before any client is built: bad input never
+/// reaches the network.
 fn parse_input(command: &Command) -> Result<Input, String> {
+    let target = |t: &str, intent| {
+        direct::from_cli(t, intent)
+            .map(Input::Target)
+            .map_err(|e| e.to_string())
+    };
     match command {
-        Command::Check { target } => Ok(Input::Target(target.clone(), Intent::Check)),
-        Command::Fence { target } => Ok(Input::Target(target.clone(), Intent::Fence)),
+        Command::Check { target: t } => target(t, Intent::Check),
+        Command::Fence { target: t } => target(t, Intent::Fence),
         Command::Handle { file } => {
             let mut bytes = Vec::new();
             let read = if file == "-" {

@@ -1,6 +1,8 @@
 //! Log set-up: JSON lines for CloudWatch (every line carries the invocation's
 //! correlation id through its span), readable text on a terminal.
 
+use std::io::IsTerminal;
+
 use tracing_subscriber::EnvFilter;
 
 use crate::config::LogFormat;
@@ -28,6 +30,7 @@ pub fn init(format: LogFormat, to_stderr: bool) {
             .try_init(),
         (LogFormat::Text, _) => builder
             .with_target(false)
+            .with_ansi(std::io::stderr().is_terminal())
             .with_writer(std::io::stderr)
             .try_init(),
     };
