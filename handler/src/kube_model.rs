@@ -144,6 +144,8 @@ pub enum TaintPatch {
     NodeReady,
     /// The Node has no resourceVersion to guard the write with.
     NoResourceVersion,
+    /// An existing taint could not be restated; writing would drop it.
+    Unrepresentable,
 }
 
 /// Builds the merge patch that adds the out-of-service taint and the
@@ -168,11 +170,14 @@ pub fn taint_patch(node: &Node, stamp: &Stamp) -> TaintPatch {
     {
         return TaintPatch::AlreadyPresent;
     }
-    let mut taints: Vec<Value> = existing
+    // Restating a taint we cannot serialise would drop it: refuse instead.
+    let Ok(mut taints) = existing
         .iter()
-        .map(|t| serde_json::to_value(t).unwrap_or(Value::Null))
-        .filter(|v| !v.is_null())
-        .collect();
+        .map(serde_json::to_value)
+        .collect::<Result<Vec<Value>, _>>()
+    else {
+        return TaintPatch::Unrepresentable;
+    };
     taints.push(json!({
         "key": OUT_OF_SERVICE_KEY,
         "value": OUT_OF_SERVICE_VALUE,

@@ -51,9 +51,10 @@ pub enum ClusterError {
         /// The node.
         node: String,
     },
-    /// The Node carries no resourceVersion to guard the write with.
-    #[error("node {node} has no resourceVersion; refusing an unguarded write")]
-    NoResourceVersion {
+    /// The write could not be made safe (no resourceVersion to guard it, or
+    /// an existing taint that cannot be restated).
+    #[error("node {node}: refusing a write that could lose another writer's change")]
+    UnsafeWrite {
         /// The node.
         node: String,
     },
@@ -172,8 +173,8 @@ impl Cluster for Kube {
                 TaintPatch::Apply(patch) => patch,
                 TaintPatch::AlreadyPresent => return Ok(TaintOutcome::AlreadyPresent),
                 TaintPatch::NodeReady => return Ok(TaintOutcome::NodeReady),
-                TaintPatch::NoResourceVersion => {
-                    return Err(ClusterError::NoResourceVersion { node: node.into() });
+                TaintPatch::NoResourceVersion | TaintPatch::Unrepresentable => {
+                    return Err(ClusterError::UnsafeWrite { node: node.into() });
                 }
             };
             let params = PatchParams::default();
