@@ -13,7 +13,7 @@ export CARGO_TERM_COLOR ?= never
 TOOLS := source "$(CACHE)/env.sh"
 STACK_DIR ?= $(CURDIR)/tests/.stack
 
-.PHONY: help setup fmt lint unit test infra-test run package stack-up stack-down clean
+.PHONY: help setup fmt lint unit test infra-test run bench package stack-up stack-down clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -38,8 +38,11 @@ test: setup lint ## everything CI runs: lint, unit, integration against the real
 infra-test: ## Terraform parse, format, IAM/RBAC equality and checkov
 	$(TOOLS) && "$$NODE_FENCER_INFRA_VENV/bin/python" -m pytest tests/infra -q
 
-run: setup ## the main job on the local stack, through the Lambda runtime emulator
+run: setup ## the seed scenario on the local stack, node-fencer under the Lambda runtime emulator
 	$(TOOLS) && cargo run --locked -q -p node-fencer-tests --bin local-run -- $(ARGS)
+
+bench: setup ## the recovery-time benchmark (ARGS=--help for its options)
+	$(TOOLS) && cargo run --locked -q -p node-fencer-tests --bin bench-recovery -- $(ARGS)
 
 package: setup ## the deployable bootstrap zip for provided.al2023 (x86_64)
 	$(TOOLS) && cargo lambda build --release --locked --output-format zip --bin node-fencer --lambda-dir target/lambda

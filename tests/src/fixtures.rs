@@ -321,3 +321,23 @@ pub async fn node_events(admin: &Client, node: &str) -> anyhow::Result<Vec<(Stri
         .map(|e| (e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
         .collect())
 }
+
+/// Asserts that the Node carries an Event of each of the `reasons`.
+pub async fn assert_node_events(
+    admin: &Client,
+    node: &str,
+    reasons: &[&str],
+) -> anyhow::Result<()> {
+    let seen: Vec<String> = node_events(admin, node)
+        .await?
+        .into_iter()
+        .map(|(r, _)| r)
+        .collect();
+    for reason in reasons {
+        assert!(
+            seen.iter().any(|r| r == reason),
+            "{node}: no {reason} Event among {seen:?}"
+        );
+    }
+    Ok(())
+}

@@ -43,11 +43,24 @@ fn free_port() -> anyhow::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
+/// Starts a new emulator for `stack` (e.g. the controller stack of
+/// [`crate::cluster::cluster_stack`]), with the same function configuration
+/// as [`emulator`] except for the variables in `overrides` (e.g.
+/// `MAX_OUT_OF_SERVICE`). Each call starts its own `cargo lambda watch`,
+/// which runs until this process exits.
+pub fn start_emulator(stack: &Stack, overrides: &[(&str, &str)]) -> anyhow::Result<Emulator> {
+    start_with(stack, overrides)
+}
+
 fn start(stack: &Stack) -> anyhow::Result<Emulator> {
+    start_with(stack, &[])
+}
+
+fn start_with(stack: &Stack, overrides: &[(&str, &str)]) -> anyhow::Result<Emulator> {
     let port = free_port()?;
     let env_file = stack.dir.join(format!("lambda-{port}.env"));
     let mut f = std::fs::File::create(&env_file)?;
-    for (k, v) in [
+    let defaults = [
         ("KUBECONFIG", stack.var("NODE_FENCER_KUBECONFIG_RESTRICTED")),
         ("AWS_ENDPOINT_URL", stack.var("AWS_ENDPOINT_URL")),
         ("AWS_REGION", stack.var("AWS_REGION")),
@@ -59,8 +72,18 @@ fn start(stack: &Stack) -> anyhow::Result<Emulator> {
         ("VOLUME_DETACH_TIMEOUT_SECONDS", "10"),
         ("LOG_FORMAT", "json"),
         ("RUST_LOG", "info"),
-    ] {
+    ];
+    for (k, v) in defaults {
+        let v = overrides
+            .iter()
+            .find(|(name, _)| *name == k)
+            .map_or(v, |(_, value)| *value);
         writeln!(f, "{k}={v}")?;
+    }
+    for (k, v) in overrides {
+        if !defaults.iter().any(|(name, _)| name == k) {
+            writeln!(f, "{k}={v}")?;
+        }
     }
     let log = stack
         .dir

@@ -6,9 +6,13 @@
 //! private one is started and torn down by a watchdog when the process exits.
 //! A missing component is a loud failure, never a skip.
 
+pub mod attacher;
+pub mod cluster;
 pub mod counting;
 pub mod fixtures;
 pub mod lambda;
+pub mod scene;
+pub mod timing;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -45,10 +49,19 @@ static STACK: OnceLock<Result<Stack, String>> = OnceLock::new();
 /// # Panics
 /// When the stack cannot be started: the message says what to install.
 pub fn stack() -> &'static Stack {
-    let result = STACK.get_or_init(|| start().map_err(|e| format!("{e:#}")));
-    match result {
+    started(&STACK, start, "the test stack")
+}
+
+/// The stack in `cell`, started by `start` on first use; a failed start is
+/// kept, so every test after it fails with the same message.
+pub(crate) fn started(
+    cell: &'static OnceLock<Result<Stack, String>>,
+    start: fn() -> anyhow::Result<Stack>,
+    what: &str,
+) -> &'static Stack {
+    match cell.get_or_init(|| start().map_err(|e| format!("{e:#}"))) {
         Ok(stack) => stack,
-        Err(e) => panic!("the test stack is not available: {e}"),
+        Err(e) => panic!("{what} is not available: {e}"),
     }
 }
 

@@ -1,16 +1,41 @@
 //! `make run`: node-fencer's main job on the local stack, step by step.
 //!
-//! Brings up moto, etcd and kube-apiserver, builds a scene (a worker whose
-//! EC2 instance has stopped, its Node silent, a PersistentVolume attached),
+//! Brings up the controller stack (etcd, kube-apiserver, controller-manager,
+//! scheduler, kwok nodes, moto, the CSI attacher stand-in), sets up the seed
+//! scenario (a StatefulSet and a Deployment with ReadWriteOnce EBS volumes on
+//! node 2), stops node 2's instance and heartbeats, shows Kubernetes stuck,
 //! then sends the EventBridge `stopped` event to the real binary under
-//! `cargo lambda watch`, and shows what changed. `--keep` leaves the stack up.
+//! `cargo lambda watch` and follows the recovery. `--keep` leaves it all up.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use node_fencer_tests::fixtures::*;
-use node_fencer_tests::lambda::emulator;
-use node_fencer_tests::{repo_root, stack};
-use serde_json::{Value, json};
+use node_fencer_tests::cluster::cluster_stack;
+use node_fencer_tests::fixtures::{node_events, volume};
+use node_fencer_tests::lambda::start_emulator;
+use node_fencer_tests::scene::{
+    eventbridge_event, kill_node2, node_taints, seed, stuck, wait_not_ready, wait_recovered,
+    wait_until,
+};
+use serde_json::Value;
+
+const USAGE: &str = "\
+usage: local-run [--keep]
+
+Runs node-fencer's main job on the local stack: etcd, kube-apiserver,
+kube-controller-manager, kube-scheduler, kwok nodes, moto (EC2) and a CSI
+attacher stand-in, with node-fencer under cargo lambda watch. Replays the seed
+scenario: a StatefulSet and a Deployment with ReadWriteOnce EBS volumes on a
+node whose instance stops; Kubernetes alone leaves them stuck; the EventBridge
+`stopped` event to node-fencer lets them move, volumes included.
+
+  --keep   leave the stack and the emulator running until Ctrl-C, and print
+           how to reach them
+
+Set NODE_FENCER_CLUSTER_STACK_DIR to use a stack started with
+`tests/stack/up.sh DIR --controllers`.";
+
+/// How long the stuck state is shown before node-fencer is called.
+const STUCK: Duration = Duration::from_secs(20);
 
 fn step(t0: Instant, what: &str) {
     println!("[{:>5.1}s] {what}", t0.elapsed().as_secs_f64());
@@ -20,12 +45,7 @@ fn step(t0: Instant, what: &str) {
 async fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.iter().any(|a| a == "-h" || a == "--help") {
-        println!(
-            "usage: local-run [--keep]\n\n\
-             Runs node-fencer's main job against the local stack (moto, etcd, kube-apiserver)\n\
-             through the Lambda runtime emulator. --keep leaves the stack running and prints\n\
-             how to reach and stop it. Set NODE_FENCER_STACK_DIR to use a stack you started."
-        );
+        println!("{USAGE}");
         return Ok(());
     }
     let keep = args.iter().any(|a| a == "--keep");
@@ -33,42 +53,87 @@ async fn main() -> anyhow::Result<()> {
         anyhow::bail!("unknown argument {bad:?} (see --help)");
     }
     let t0 = Instant::now();
-    step(t0, "starting the local stack (moto, etcd, kube-apiserver)");
-    let s = stack();
-    let ec2 = s.ec2().await;
+    step(
+        t0,
+        "starting the local stack (etcd, kube-apiserver, controllers, kwok, moto, CSI attacher)",
+    );
+    let s = cluster_stack();
     let admin = s.admin().await?;
+    step(
+        t0,
+        "Lambda: starting node-fencer under cargo lambda watch (the first start compiles)",
+    );
+    let emu = start_emulator(s, &[])?;
+    // The emulator builds the function on its first invocation: a harmless
+    // one (an instance EC2 does not know) gets that out of the way.
+    let warm_up = Instant::now();
+    let out = emu.invoke(&eventbridge_event("i-0ffffffffffffffff", "stopped"))?;
+    if out.error {
+        anyhow::bail!("the warm-up invocation failed: {}", out.output);
+    }
+    step(
+        t0,
+        &format!(
+            "  the function answered a warm-up event in {:.1} s (build and cold start)",
+            warm_up.elapsed().as_secs_f64()
+        ),
+    );
 
-    step(t0, "EC2: launching worker-2's instance with a data volume");
-    let m = launch(&ec2).await?;
-    let vol = attach_new_volume(&ec2, &m, "/dev/xvdba").await?;
-    let mut spec = NodeSpec::for_machine(&m);
-    spec.name = unique("worker-2");
-    create_node(&admin, &spec).await?;
-    let pv = unique("pvc-data-postgres-0");
-    create_pv(&admin, &pv, &vol).await?;
-    create_va(&admin, &spec.name, &pv, "ebs.csi.aws.com").await?;
+    step(
+        t0,
+        "the seed scenario: StatefulSet db and Deployment app, each with a ReadWriteOnce EBS volume, on node 2",
+    );
+    let seed = seed(s).await?;
+    let node2 = seed.node2().name.clone();
+    for w in &seed.workers {
+        println!(
+            "         node {} -> instance {} ({})",
+            w.name, w.machine.instance, w.machine.az
+        );
+    }
+    for w in [&seed.db, &seed.app] {
+        println!(
+            "         {} {}: PVC {} -> PV {} -> EBS {}",
+            w.kind, w.name, w.pvc, w.pv, w.volume
+        );
+    }
+
+    step(t0, "EC2: stopping node 2's instance; its heartbeats stop");
+    kill_node2(s, &seed, false).await?;
+    wait_not_ready(
+        &admin,
+        std::slice::from_ref(&node2),
+        Duration::from_secs(60),
+    )
+    .await?;
+    step(
+        t0,
+        &format!(
+            "node {node2} is NotReady; Kubernetes alone, for {} s:",
+            STUCK.as_secs()
+        ),
+    );
+    let watched = Instant::now();
+    let _ = wait_until("the Multi-Attach error", STUCK, || async {
+        let st = stuck(s, &seed).await?;
+        Ok((st.db_terminating && !st.multi_attach.is_empty()).then_some(()))
+    })
+    .await;
+    tokio::time::sleep(STUCK.saturating_sub(watched.elapsed())).await;
+    let st = stuck(s, &seed).await?;
     println!(
-        "         node {} -> {} ({}), volume {vol} backs PV {pv}",
-        spec.name, m.instance, m.az
+        "         db-0 Terminating on node 2: {}; app's replacement without its volume: {}",
+        st.db_terminating, st.app_replacement_without_volume
     );
+    for m in st.multi_attach.iter().take(1) {
+        println!("         FailedAttachVolume: {m}");
+    }
 
     step(
         t0,
-        "EC2: stopping the instance; the node has gone silent (Ready=Unknown)",
+        "invoking node-fencer with the EventBridge `stopped` event",
     );
-    stop(&ec2, &m).await?;
-
-    step(
-        t0,
-        "Lambda: starting the function under cargo lambda watch (first start compiles)",
-    );
-    let emu = emulator(s);
-    let mut event: Value = serde_json::from_str(&std::fs::read_to_string(
-        repo_root().join("handler/tests/fixtures/eventbridge-ec2-stopped.json"),
-    )?)?;
-    event["detail"]["instance-id"] = json!(m.instance);
-
-    step(t0, "invoking with the EventBridge `stopped` event");
+    let event = eventbridge_event(&seed.node2().machine.instance, "stopped");
     let sent = Instant::now();
     let out = emu.invoke(&event)?;
     let took = sent.elapsed();
@@ -81,34 +146,40 @@ async fn main() -> anyhow::Result<()> {
         t0,
         &format!("invocation answered in {} ms", took.as_millis()),
     );
-
-    let node = get_node(&admin, &spec.name).await?;
-    println!("         node taints: {}", taints(&node).join(", "));
-    let (state, attached) = volume(&ec2, &vol).await?;
-    println!("         volume {vol}: {state}, attached to {attached:?}");
-    for (reason, note) in node_events(&admin, &spec.name).await? {
+    println!(
+        "         node taints: {}",
+        node_taints(&admin, &node2).await?.join(", ")
+    );
+    for (reason, note) in node_events(&admin, &node2).await? {
         println!("         event {reason}: {note}");
+    }
+
+    step(t0, "the controllers take it from here");
+    let rec = wait_recovered(s, &seed, Duration::from_secs(120)).await?;
+    let ec2 = s.ec2().await;
+    for (w, node) in [(&seed.db, &rec.db_node), (&seed.app, &rec.app_node)] {
+        let (state, attached) = volume(&ec2, &w.volume).await?;
+        println!(
+            "         {} runs on {node}; {} {state}, attached to {attached:?}",
+            w.name, w.volume
+        );
     }
     step(
         t0,
-        "invoking again, warm: the same event (a Lambda retry) converges with no change",
-    );
-    let sent = Instant::now();
-    let again = emu.invoke(&event)?;
-    let again: Value = serde_json::from_str(&again.output)?;
-    step(
-        t0,
         &format!(
-            "answered in {} ms: {}",
-            sent.elapsed().as_millis(),
-            again["results"][0]["outcome"].as_str().unwrap_or("?")
+            "recovered {:.1} s after the event",
+            sent.elapsed().as_secs_f64()
         ),
     );
     if keep {
+        // `make run` sources the cache's env.sh, which names the kubectl it built.
+        let kubectl = std::env::var("NODE_FENCER_KUBE_BIN")
+            .map_or_else(|_| "kubectl".to_owned(), |d| format!("{d}/kubectl"));
         println!(
             "\nThe stack stays up until Ctrl-C. From another shell:\n  \
              source {dir}/env   # KUBECONFIG, AWS_ENDPOINT_URL, ...\n  \
-             cargo lambda invoke node-fencer --invoke-port {port} --data-file handler/tests/fixtures/direct-check.json",
+             {kubectl} get nodes,pods,volumeattachments -A -o wide\n  \
+             cargo lambda invoke node-fencer --invoke-port {port} --data-ascii '{{\"action\": \"check\", \"node\": \"{node2}\"}}'",
             dir = s.dir.display(),
             port = emu.port
         );

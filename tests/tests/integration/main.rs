@@ -7,6 +7,7 @@ mod ec2;
 mod kube_api;
 mod pipeline;
 mod runtime;
+mod scenario;
 
 use node_fencer::instance::InstanceId;
 use node_fencer::suspect::{Batch, Intent, NodeRef, Origin, Suspect};

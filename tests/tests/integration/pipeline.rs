@@ -163,19 +163,12 @@ async fn fences_a_stopped_node_and_detaches_only_its_pv_volumes() -> anyhow::Res
         .collect();
     assert_eq!(detached.len(), 2, "{:#?}", r.volumes);
 
-    let reasons: Vec<String> = node_events(&admin, &sc.node)
-        .await?
-        .into_iter()
-        .map(|(r, _)| r)
-        .collect();
-    assert!(
-        reasons.contains(&"OutOfServiceTaintApplied".into()),
-        "{reasons:?}"
-    );
-    assert!(
-        reasons.contains(&"VolumesForceDetached".into()),
-        "{reasons:?}"
-    );
+    assert_node_events(
+        &admin,
+        &sc.node,
+        &["OutOfServiceTaintApplied", "VolumesForceDetached"],
+    )
+    .await?;
 
     // Confirm, then re-confirm before acting: two batched EC2 lookups, one node list.
     assert_eq!(cloud.calls.get("DescribeInstances"), 2);

@@ -1,0 +1,499 @@
+//! A CSI attacher stand-in for driver `ebs.csi.aws.com`: it plays the parts of
+//! the external-attacher sidecar and of the EBS CSI controller
+//! (`ControllerPublishVolume` / `ControllerUnpublishVolume`) against moto.
+//!
+//! A background task polls VolumeAttachments (every 200 ms, as admin). For each
+//! one of this attacher:
+//!
+//! - it adds the finalizer `external-attacher/ebs-csi-aws-com`;
+//! - it maps the PersistentVolume to its EBS volume (the CSI `volumeHandle`, or
+//!   the in-tree `awsElasticBlockStore` volume id) and the Node to its instance
+//!   (`spec.providerID`), calls `AttachVolume` and sets `status.attached` with
+//!   the device path, through the status subresource;
+//! - like EBS, it refuses a volume still attached to another instance: the
+//!   error (`VolumeInUse`) goes to `status.attachError`, from where the
+//!   attach/detach controller raises `FailedAttachVolume`. moto does not refuse
+//!   by itself (it moves the attachment), so the stand-in looks first;
+//! - when the VolumeAttachment is deleted, it detaches the volume (not forced,
+//!   as the driver does; a stopped instance allows it), treats a volume no
+//!   longer attached to that instance as detached, then removes the finalizer.
+//!
+//! What it did goes to `STATE_DIR/logs/csi-attacher.log`.
+
+use std::collections::HashMap;
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, anyhow, bail};
+use aws_sdk_ec2::error::ProvideErrorMetadata;
+use aws_sdk_ec2::types::VolumeAttachmentState;
+use k8s_openapi::api::core::v1::{Node, PersistentVolume};
+use k8s_openapi::api::storage::v1::{CSIDriver, VolumeAttachment};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::Client;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+use crate::Stack;
+
+/// The CSI driver (and attacher) name.
+pub const DRIVER: &str = "ebs.csi.aws.com";
+/// The finalizer the external-attacher puts on the VolumeAttachments it handles.
+pub const FINALIZER: &str = "external-attacher/ebs-csi-aws-com";
+/// How often VolumeAttachments are listed.
+const POLL: Duration = Duration::from_millis(200);
+/// How long a VolumeAttachment that failed waits before the next try.
+const RETRY: Duration = Duration::from_secs(1);
+
+/// Registers the `CSIDriver` object: attachment required, so the
+/// attach/detach controller creates VolumeAttachments for its volumes.
+pub async fn register_driver(admin: &Client) -> anyhow::Result<()> {
+    let driver: CSIDriver = serde_json::from_value(json!({
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "CSIDriver",
+        "metadata": {"name": DRIVER},
+        "spec": {"attachRequired": true, "podInfoOnMount": false,
+                 "volumeLifecycleModes": ["Persistent"]}
+    }))?;
+    Api::<CSIDriver>::all(admin.clone())
+        .patch(
+            DRIVER,
+            &PatchParams::apply("node-fencer-tests").force(),
+            &Patch::Apply(&driver),
+        )
+        .await?;
+    Ok(())
+}
+
+/// Starts the stand-in for `stack` on a thread of its own (with its own
+/// runtime, so it outlives any one test's runtime); returns once it runs.
+pub fn spawn(stack: &Stack) -> anyhow::Result<()> {
+    let stack = Stack {
+        dir: stack.dir.clone(),
+        vars: stack.vars.clone(),
+    };
+    let (tx, rx) = std::sync::mpsc::channel::<anyhow::Result<()>>();
+    std::thread::Builder::new()
+        .name("csi-attacher".into())
+        .spawn(move || {
+            let runtime = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    let _ = tx.send(Err(e.into()));
+                    return;
+                }
+            };
+            runtime.block_on(async move {
+                let mut attacher = match Attacher::new(&stack).await {
+                    Ok(a) => a,
+                    Err(e) => {
+                        let _ = tx.send(Err(e));
+                        return;
+                    }
+                };
+                let first = attacher.pass().await;
+                let _ = tx.send(first);
+                attacher.run().await;
+            });
+        })
+        .context("starting the CSI attacher thread")?;
+    rx.recv_timeout(Duration::from_secs(60))
+        .map_err(|_| anyhow!("the CSI attacher did not start within 60 s"))?
+}
+
+/// The stand-in's state.
+pub struct Attacher {
+    vas: Api<VolumeAttachment>,
+    pvs: Api<PersistentVolume>,
+    nodes: Api<Node>,
+    ec2: aws_sdk_ec2::Client,
+    /// VolumeAttachments that failed, and when to try them again.
+    retry_at: HashMap<String, Instant>,
+    /// What each attachment was made of, for detaching after the Node is gone.
+    targets: HashMap<String, Target>,
+    log: PathBuf,
+}
+
+/// The EBS volume and the instance of one VolumeAttachment.
+#[derive(Clone, Debug)]
+struct Target {
+    volume: String,
+    instance: String,
+}
+
+impl Attacher {
+    /// Connects to the stack as admin and to moto.
+    pub async fn new(stack: &Stack) -> anyhow::Result<Self> {
+        let admin = stack.admin().await?;
+        Ok(Self {
+            vas: Api::all(admin.clone()),
+            pvs: Api::all(admin.clone()),
+            nodes: Api::all(admin),
+            ec2: stack.ec2().await,
+            retry_at: HashMap::new(),
+            targets: HashMap::new(),
+            log: stack.dir.join("logs").join("csi-attacher.log"),
+        })
+    }
+
+    /// Polls for ever.
+    pub async fn run(mut self) {
+        loop {
+            if let Err(e) = self.pass().await {
+                self.note(&format!("pass failed: {e:#}"));
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    fn note(&self, line: &str) {
+        let now = k8s_openapi::jiff::Timestamp::now();
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+        {
+            let _ = writeln!(f, "{now} {line}");
+        }
+    }
+
+    /// One look at every VolumeAttachment of the driver.
+    pub async fn pass(&mut self) -> anyhow::Result<()> {
+        let list = self.vas.list(&ListParams::default()).await?;
+        let now = Instant::now();
+        let mut seen = Vec::new();
+        for va in list.items.iter().filter(|va| va.spec.attacher == DRIVER) {
+            let Some(name) = va.metadata.name.clone() else {
+                continue;
+            };
+            seen.push(name.clone());
+            if self.retry_at.get(&name).is_some_and(|at| now < *at) {
+                continue;
+            }
+            let result = if va.metadata.deletion_timestamp.is_some() {
+                self.detach(&name, va).await
+            } else {
+                self.attach(&name, va).await
+            };
+            match result {
+                Ok(()) => {
+                    self.retry_at.remove(&name);
+                }
+                Err(e) => {
+                    self.note(&format!("{name}: {e:#} (retrying in {RETRY:?})"));
+                    self.retry_at.insert(name, now + RETRY);
+                }
+            }
+        }
+        self.retry_at.retain(|name, _| seen.contains(name));
+        self.targets.retain(|name, _| seen.contains(name));
+        Ok(())
+    }
+
+    async fn attach(&mut self, name: &str, va: &VolumeAttachment) -> anyhow::Result<()> {
+        let finalizers = va.metadata.finalizers.clone().unwrap_or_default();
+        if !finalizers.iter().any(|f| f == FINALIZER) {
+            let mut with = finalizers;
+            with.push(FINALIZER.to_owned());
+            self.vas
+                .patch(
+                    name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"metadata": {"finalizers": with}})),
+                )
+                .await?;
+        }
+        let status = va.status.as_ref();
+        if status.is_some_and(|s| s.attached) {
+            return Ok(());
+        }
+        let target = match self.target(va).await {
+            Ok(t) => t,
+            Err(e) => {
+                let message = format!("rpc error: code = NotFound desc = {e:#}");
+                self.attach_error(name, va, &message).await?;
+                bail!("{message}");
+            }
+        };
+        match self.ec2_attach(&target).await {
+            Ok(device) => {
+                let patch = json!({"status": {
+                    "attached": true,
+                    "attachmentMetadata": {"devicePath": device},
+                    "attachError": Value::Null,
+                }});
+                self.vas
+                    .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await?;
+                self.note(&format!(
+                    "{name}: attached {} to {} at {device} (node {})",
+                    target.volume, target.instance, va.spec.node_name
+                ));
+                self.targets.insert(name.to_owned(), target);
+                Ok(())
+            }
+            Err(ec2_error) => {
+                let message = format!(
+                    "rpc error: code = Internal desc = Could not attach volume {:?} to node {:?}: {ec2_error}",
+                    target.volume, target.instance
+                );
+                self.attach_error(name, va, &message).await?;
+                bail!("{message}");
+            }
+        }
+    }
+
+    /// Records an attach error, once per distinct message.
+    async fn attach_error(
+        &self,
+        name: &str,
+        va: &VolumeAttachment,
+        message: &str,
+    ) -> anyhow::Result<()> {
+        let current = va
+            .status
+            .as_ref()
+            .and_then(|s| s.attach_error.as_ref())
+            .and_then(|e| e.message.as_deref());
+        if current == Some(message) {
+            return Ok(());
+        }
+        let patch = json!({"status": {
+            "attached": false,
+            "attachError": {"message": message, "time": Time(k8s_openapi::jiff::Timestamp::now())},
+        }});
+        self.vas
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+        Ok(())
+    }
+
+    async fn detach(&mut self, name: &str, va: &VolumeAttachment) -> anyhow::Result<()> {
+        let finalizers = va.metadata.finalizers.clone().unwrap_or_default();
+        if !finalizers.iter().any(|f| f == FINALIZER) {
+            return Ok(());
+        }
+        let target = match self.target(va).await {
+            Ok(t) => Some(t),
+            Err(e) => {
+                let known = self.targets.get(name).cloned();
+                if known.is_none() {
+                    self.note(&format!(
+                        "{name}: {e:#}; nothing known to detach, releasing it"
+                    ));
+                }
+                known
+            }
+        };
+        if let Some(target) = &target {
+            match self.ec2_detach(target).await {
+                Ok(true) => self.note(&format!(
+                    "{name}: detached {} from {}",
+                    target.volume, target.instance
+                )),
+                Ok(false) => self.note(&format!(
+                    "{name}: {} was no longer attached to {}",
+                    target.volume, target.instance
+                )),
+                Err(ec2_error) => {
+                    let patch = json!({"status": {"detachError": {
+                        "message": format!("rpc error: code = Internal desc = {ec2_error}"),
+                        "time": Time(k8s_openapi::jiff::Timestamp::now()),
+                    }}});
+                    let _ = self
+                        .vas
+                        .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+                        .await;
+                    bail!("detaching {}: {ec2_error}", target.volume);
+                }
+            }
+        }
+        let patch = json!({"status": {"attached": false, "detachError": Value::Null}});
+        let _ = self
+            .vas
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await;
+        let rest: Vec<String> = finalizers.into_iter().filter(|f| f != FINALIZER).collect();
+        self.vas
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"finalizers": rest}})),
+            )
+            .await?;
+        self.targets.remove(name);
+        Ok(())
+    }
+
+    /// The EBS volume (from the PersistentVolume) and the instance (from the
+    /// Node's provider id) of a VolumeAttachment.
+    async fn target(&self, va: &VolumeAttachment) -> anyhow::Result<Target> {
+        let spec = match &va.spec.source.persistent_volume_name {
+            Some(pv) => self
+                .pvs
+                .get(pv)
+                .await
+                .with_context(|| format!("persistentvolume {pv}"))?
+                .spec
+                .unwrap_or_default(),
+            None => va
+                .spec
+                .source
+                .inline_volume_spec
+                .clone()
+                .context("the VolumeAttachment names no volume")?,
+        };
+        let volume = match (&spec.csi, &spec.aws_elastic_block_store) {
+            (Some(csi), _) if csi.driver == DRIVER => csi.volume_handle.clone(),
+            (_, Some(ebs)) => ebs
+                .volume_id
+                .rsplit('/')
+                .next()
+                .unwrap_or_default()
+                .to_owned(),
+            _ => bail!("the volume is not an EBS volume of {DRIVER}"),
+        };
+        let node_name = &va.spec.node_name;
+        let node = self
+            .nodes
+            .get(node_name)
+            .await
+            .with_context(|| format!("node {node_name}"))?;
+        let provider_id = node
+            .spec
+            .and_then(|s| s.provider_id)
+            .with_context(|| format!("node {node_name} has no providerID"))?;
+        let instance = provider_id
+            .rsplit('/')
+            .next()
+            .filter(|id| id.starts_with("i-"))
+            .with_context(|| format!("node {node_name}: no instance in {provider_id:?}"))?
+            .to_owned();
+        Ok(Target { volume, instance })
+    }
+
+    /// `ControllerPublishVolume`: the device path, or EC2's error.
+    async fn ec2_attach(&self, target: &Target) -> Result<String, String> {
+        let out = self
+            .ec2
+            .describe_volumes()
+            .volume_ids(&target.volume)
+            .send()
+            .await
+            .map_err(|e| ec2_message(&e))?;
+        let volume = out.volumes().first().ok_or_else(|| {
+            format!(
+                "InvalidVolume.NotFound: The volume '{}' does not exist.",
+                target.volume
+            )
+        })?;
+        let live = |a: &&aws_sdk_ec2::types::VolumeAttachment| {
+            matches!(
+                a.state(),
+                Some(
+                    VolumeAttachmentState::Attached
+                        | VolumeAttachmentState::Attaching
+                        | VolumeAttachmentState::Busy
+                ) | None
+            )
+        };
+        if let Some(a) = volume.attachments().iter().find(live) {
+            if a.instance_id() == Some(target.instance.as_str()) {
+                return Ok(a.device().unwrap_or_default().to_owned());
+            }
+            return Err(format!(
+                "VolumeInUse: {} is already attached to an instance",
+                target.volume
+            ));
+        }
+        let device = self.free_device(&target.instance).await?;
+        self.ec2
+            .attach_volume()
+            .volume_id(&target.volume)
+            .instance_id(&target.instance)
+            .device(&device)
+            .send()
+            .await
+            .map_err(|e| ec2_message(&e))?;
+        Ok(device)
+    }
+
+    /// A device name not used on the instance: `/dev/xvdba` .. `/dev/xvdbz`.
+    async fn free_device(&self, instance: &str) -> Result<String, String> {
+        let out = self
+            .ec2
+            .describe_instances()
+            .instance_ids(instance)
+            .send()
+            .await
+            .map_err(|e| ec2_message(&e))?;
+        let used: Vec<String> = out
+            .reservations()
+            .iter()
+            .flat_map(|r| r.instances())
+            .flat_map(|i| i.block_device_mappings())
+            .filter_map(|m| m.device_name().map(str::to_owned))
+            .collect();
+        ('a'..='z')
+            .map(|c| format!("/dev/xvdb{c}"))
+            .find(|d| !used.contains(d))
+            .ok_or_else(|| format!("AttachmentLimitExceeded: no free device on {instance}"))
+    }
+
+    /// `ControllerUnpublishVolume`: true when it detached, false when the
+    /// volume was not attached to the instance any more.
+    async fn ec2_detach(&self, target: &Target) -> Result<bool, String> {
+        let out = self
+            .ec2
+            .describe_volumes()
+            .volume_ids(&target.volume)
+            .send()
+            .await;
+        let attached_here = match &out {
+            Ok(out) => out.volumes().first().is_some_and(|v| {
+                v.attachments()
+                    .iter()
+                    .any(|a| a.instance_id() == Some(target.instance.as_str()))
+            }),
+            Err(e) if e.code() == Some("InvalidVolume.NotFound") => false,
+            Err(e) => return Err(ec2_message(e)),
+        };
+        if !attached_here {
+            return Ok(false);
+        }
+        match self
+            .ec2
+            .detach_volume()
+            .volume_id(&target.volume)
+            .instance_id(&target.instance)
+            .send()
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(e)
+                if matches!(
+                    e.code(),
+                    Some("IncorrectState" | "InvalidAttachment.NotFound")
+                ) =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(ec2_message(&e)),
+        }
+    }
+}
+
+fn ec2_message<E>(err: &aws_sdk_ec2::error::SdkError<E>) -> String
+where
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+{
+    match (err.code(), err.message()) {
+        (Some(code), Some(message)) => format!("{code}: {message}"),
+        _ => format!("{err}"),
+    }
+}

@@ -1,0 +1,731 @@
+//! The recovery-time benchmark: the seed scenario, several times, on the
+//! controller stack (kube-controller-manager, kube-scheduler, kwok, moto, the
+//! CSI attacher stand-in), with node-fencer through the real binary under
+//! `cargo lambda watch` and in-process with every API call timed; optionally
+//! the same scenario without node-fencer; and a storm of many nodes at once.
+//! Prints medians with min/max. Figures, not pass/fail.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, anyhow, bail};
+use node_fencer::decide::Settings;
+use node_fencer::instance::InstanceId;
+use node_fencer::pipeline::{self, Ctx};
+use node_fencer::report::{Outcome, Report};
+use node_fencer::shell::cloud::{Cloud, Ec2};
+use node_fencer::shell::cluster::{Cluster, Kube};
+use node_fencer::suspect::{Batch, Intent, NodeRef, Origin, Suspect};
+use node_fencer_tests::Stack;
+use node_fencer_tests::cluster::cluster_stack;
+use node_fencer_tests::fixtures::{stop, unique};
+use node_fencer_tests::lambda::{Emulator, start_emulator};
+use node_fencer_tests::scene::*;
+use node_fencer_tests::timing::{Timeline, TimingCloud, TimingCluster};
+use serde_json::Value;
+
+const USAGE: &str = "\
+usage: bench-recovery [--runs N] [--mode both|lambda|in-process] [--baseline]
+                      [--baseline-wait SECS] [--storm NODES:STOPPED] [--no-storm]
+
+Runs the seed scenario (a StatefulSet and a Deployment with ReadWriteOnce EBS
+volumes on node 2; node 2's instance stops) N times per mode and prints medians
+with min/max:
+  --runs N             seed runs per mode (default 5)
+  --mode M             lambda: the EventBridge `stopped` event through the real
+                       binary under cargo lambda watch; in-process: the same
+                       pipeline with every API call timed; both (default)
+  --baseline           also run the scenario without node-fencer, once left
+                       alone and once with the operator's remedy (force-delete
+                       the pods), watched for --baseline-wait seconds (default 420)
+  --storm NODES:STOPPED  storm size (default 50:20): STOPPED instances of NODES
+                       stop at once, fenced as one batch in-process and as
+                       concurrent EventBridge events through the binary
+  --no-storm           skip the storm
+
+Set NODE_FENCER_CLUSTER_STACK_DIR to use a stack started with
+`tests/stack/up.sh DIR --controllers`; otherwise one is started and stopped.";
+
+struct Args {
+    runs: usize,
+    lambda: bool,
+    in_process: bool,
+    baseline: bool,
+    baseline_wait: Duration,
+    storm: Option<(usize, usize)>,
+}
+
+fn parse_args() -> anyhow::Result<Option<Args>> {
+    let mut args = Args {
+        runs: 5,
+        lambda: true,
+        in_process: true,
+        baseline: false,
+        baseline_wait: Duration::from_secs(420),
+        storm: Some((50, 20)),
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        let mut value = |name: &str| it.next().with_context(|| format!("{name} needs a value"));
+        match a.as_str() {
+            "-h" | "--help" => return Ok(None),
+            "--runs" => args.runs = value("--runs")?.parse().context("--runs: a number")?,
+            "--mode" => match value("--mode")?.as_str() {
+                "both" => (args.lambda, args.in_process) = (true, true),
+                "lambda" => (args.lambda, args.in_process) = (true, false),
+                "in-process" => (args.lambda, args.in_process) = (false, true),
+                other => bail!("--mode: both, lambda or in-process, not {other:?}"),
+            },
+            "--baseline" => args.baseline = true,
+            "--baseline-wait" => {
+                args.baseline_wait = Duration::from_secs(
+                    value("--baseline-wait")?
+                        .parse()
+                        .context("--baseline-wait: seconds")?,
+                );
+            }
+            "--storm" => {
+                let v = value("--storm")?;
+                let (n, s) = v.split_once(':').context("--storm NODES:STOPPED")?;
+                let (n, s): (usize, usize) = (n.parse()?, s.parse()?);
+                if s == 0 || s > n {
+                    bail!("--storm: 0 < STOPPED <= NODES");
+                }
+                args.storm = Some((n, s));
+            }
+            "--no-storm" => args.storm = None,
+            other => bail!("unknown argument {other:?} (see --help)"),
+        }
+    }
+    Ok(Some(args))
+}
+
+/// Progress, with the time since the start.
+struct Clock(Instant);
+
+impl Clock {
+    fn say(&self, what: &str) {
+        println!("[{:>6.1}s] {what}", self.0.elapsed().as_secs_f64());
+    }
+}
+
+/// Samples of one figure, in seconds.
+#[derive(Default)]
+struct Figure {
+    name: String,
+    samples: Vec<f64>,
+}
+
+fn secs(d: Duration) -> f64 {
+    d.as_secs_f64()
+}
+
+fn fmt_secs(s: f64) -> String {
+    if s < 1.0 {
+        format!("{:.0} ms", s * 1000.0)
+    } else {
+        format!("{s:.1} s")
+    }
+}
+
+fn median(samples: &[f64]) -> Option<(f64, f64, f64)> {
+    if samples.is_empty() {
+        return None;
+    }
+    let mut v = samples.to_vec();
+    v.sort_by(f64::total_cmp);
+    let mid = v.len() / 2;
+    let med = if v.len().is_multiple_of(2) {
+        (v[mid - 1] + v[mid]) / 2.0
+    } else {
+        v[mid]
+    };
+    Some((med, v[0], v[v.len() - 1]))
+}
+
+/// A table of figures: name, median, min, max, n.
+struct Table {
+    title: String,
+    rows: Vec<Figure>,
+}
+
+impl Table {
+    fn new(title: &str) -> Self {
+        Self {
+            title: title.into(),
+            rows: Vec::new(),
+        }
+    }
+
+    fn add(&mut self, name: &str, sample: f64) {
+        match self.rows.iter_mut().find(|f| f.name == name) {
+            Some(f) => f.samples.push(sample),
+            None => self.rows.push(Figure {
+                name: name.into(),
+                samples: vec![sample],
+            }),
+        }
+    }
+
+    fn print(&self) {
+        println!("\n### {}\n", self.title);
+        println!("| | median | min | max | runs |");
+        println!("| --- | ---: | ---: | ---: | ---: |");
+        for f in &self.rows {
+            if let Some((med, min, max)) = median(&f.samples) {
+                println!(
+                    "| {} | {} | {} | {} | {} |",
+                    f.name,
+                    fmt_secs(med),
+                    fmt_secs(min),
+                    fmt_secs(max),
+                    f.samples.len()
+                );
+            }
+        }
+    }
+}
+
+fn instance_ref(id: &str) -> anyhow::Result<NodeRef> {
+    Ok(NodeRef::Instance(
+        InstanceId::parse(id).ok_or_else(|| anyhow!("not an instance id: {id:?}"))?,
+    ))
+}
+
+/// Clients kept across runs, as a warm execution environment keeps them
+/// (connections open, TLS sessions established).
+struct Warm {
+    cloud: Ec2,
+    cluster: Kube,
+}
+
+impl Warm {
+    async fn new(stack: &Stack) -> anyhow::Result<Self> {
+        let warm = Self {
+            cloud: Ec2::new(stack.ec2().await),
+            cluster: Kube::new(stack.fencer().await?, "bench-recovery"),
+        };
+        warm.cluster.list_nodes().await?;
+        let unknown = InstanceId::parse("i-0ffffffffffffffff").context("an instance id")?;
+        warm.cloud
+            .describe_instances(&[unknown])
+            .await
+            .map_err(|e| anyhow!("{e}"))?;
+        Ok(warm)
+    }
+}
+
+/// The pipeline in-process on warm clients, every call timed, configured as
+/// the binary is (poll interval 500 ms, detach wait 60 s).
+async fn fence_timed(
+    warm: &Warm,
+    batch: Batch,
+    max_out_of_service: usize,
+) -> anyhow::Result<(Report, Timeline, Duration)> {
+    let timeline = Timeline::new();
+    let cloud = TimingCloud {
+        inner: &warm.cloud,
+        timeline: &timeline,
+    };
+    let cluster = TimingCluster {
+        inner: &warm.cluster,
+        timeline: &timeline,
+    };
+    let ctx = Ctx {
+        cloud: &cloud,
+        cluster: &cluster,
+        settings: Settings {
+            dry_run: false,
+            max_out_of_service,
+        },
+        detach_wait: Duration::from_secs(60),
+        poll_interval: Duration::from_millis(500),
+        correlation_id: unique("bench"),
+    };
+    let report = pipeline::run(&ctx, batch).await?;
+    let total = timeline.now();
+    Ok((report, timeline, total))
+}
+
+/// Invokes the binary off the runtime's thread.
+async fn invoke(emu: &'static Emulator, event: Value) -> anyhow::Result<(bool, String)> {
+    tokio::task::spawn_blocking(move || emu.invoke(&event))
+        .await?
+        .map(|out| (out.error, out.output))
+}
+
+enum Mode<'a> {
+    Lambda(&'static Emulator),
+    InProcess(&'a Warm),
+}
+
+/// One seed run with node-fencer; adds its figures to the tables.
+async fn seed_run(
+    stack: &Stack,
+    mode: &Mode<'_>,
+    clock: &Clock,
+    whole: &mut Table,
+    fencer: &mut Table,
+) -> anyhow::Result<()> {
+    let admin = stack.admin().await?;
+    let seed = seed(stack).await?;
+    let node2 = seed.node2().name.clone();
+    // The pod garbage collector runs every 20 s and a run takes about as
+    // long: a random pause keeps the runs from meeting it at one phase.
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    tokio::time::sleep(Duration::from_millis(u64::from(nanos % 20_000))).await;
+    let stopped = Instant::now();
+    let not_ready =
+        kill_node2_until_not_ready(stack, &seed, false, Duration::from_secs(60)).await?;
+    let event = Instant::now();
+    let label = match mode {
+        Mode::Lambda(emu) => {
+            let (failed, output) = invoke(
+                emu,
+                eventbridge_event(&seed.node2().machine.instance, "stopped"),
+            )
+            .await?;
+            let latency = event.elapsed();
+            if failed {
+                bail!("the invocation failed: {output}");
+            }
+            let report: Value = serde_json::from_str(&output)?;
+            if report["results"][0]["outcome"] != "fenced" {
+                bail!("not fenced: {report}");
+            }
+            fencer.add(
+                "EventBridge event sent → report received (through the binary)",
+                secs(latency),
+            );
+            "lambda"
+        }
+        Mode::InProcess(warm) => {
+            let batch = Batch {
+                suspects: vec![Suspect {
+                    target: instance_ref(&seed.node2().machine.instance)?,
+                    intent: Intent::Fence,
+                    origin: Origin::Direct,
+                }],
+                ignored: vec![],
+            };
+            let (report, tl, total) = fence_timed(warm, batch, 1000).await?;
+            if report.results.first().map(|r| r.outcome) != Some(Outcome::Fenced) {
+                bail!("not fenced: {report:?}");
+            }
+            if let Some(t) = tl.first_end("TaintNode") {
+                fencer.add("event received → taint applied", secs(t));
+            }
+            if let Some(t) = tl.last_end("DetachVolume") {
+                fencer.add(
+                    "event received → volumes detached (DetachVolume sent)",
+                    secs(t),
+                );
+            }
+            fencer.add(
+                "event received → volumes `available`, report ready",
+                secs(total),
+            );
+            for (op, (count, spent)) in tl.by_op() {
+                fencer.add(&format!("  {op} ({count} call(s), summed)"), secs(spent));
+            }
+            "in-process"
+        }
+    };
+    let fenced = event.elapsed();
+    // The controllers take it from here.
+    let mut pods_gone = None;
+    let mut back = [None, None];
+    let deadline = Instant::now() + Duration::from_secs(180);
+    while back.iter().any(Option::is_none) || pods_gone.is_none() {
+        if Instant::now() > deadline {
+            bail!("not recovered 180 s after the event");
+        }
+        if pods_gone.is_none() {
+            let mut left = 0;
+            for a in ["db", "app"] {
+                left += pods(&admin, &seed.namespace, a)
+                    .await?
+                    .iter()
+                    .filter(|p| p.node.as_deref() == Some(node2.as_str()))
+                    .count();
+            }
+            if left == 0 {
+                pods_gone = Some(stopped.elapsed());
+            }
+        }
+        note_recoveries(stack, &seed, stopped, &mut back).await?;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let [db, app] = back.map(Option::unwrap_or_default);
+    let pods_gone = pods_gone.unwrap_or_default();
+    let since_event = |t: Duration| secs(t.saturating_sub(not_ready));
+    whole.add(
+        "instance stopped → Node NotReady (grace period 10 s)",
+        secs(not_ready),
+    );
+    whole.add("event → node fenced (taint + detach done)", secs(fenced));
+    whole.add("event → old pods force-deleted", since_event(pods_gone));
+    whole.add(
+        "event → db (StatefulSet) Running elsewhere, volume attached",
+        since_event(db),
+    );
+    whole.add(
+        "event → app (Deployment) Running elsewhere, volume attached",
+        since_event(app),
+    );
+    whole.add(
+        "**instance stopped → both replacements Running with their volumes**",
+        secs(db.max(app)),
+    );
+    clock.say(&format!(
+        "  {label}: NotReady {:.1}s, fenced {:.2}s after the event, db {:.1}s, app {:.1}s after the stop",
+        secs(not_ready),
+        secs(fenced),
+        secs(db),
+        secs(app)
+    ));
+    teardown(&admin, Some(&seed.namespace), &seed.node_names()).await;
+    Ok(())
+}
+
+/// Records in `back` when db and app (in that order) first ran away from
+/// node 2 with their volumes, counted from `stopped`; returns the names of
+/// those that did since the last call.
+async fn note_recoveries(
+    stack: &Stack,
+    seed: &Seed,
+    stopped: Instant,
+    back: &mut [Option<Duration>; 2],
+) -> anyhow::Result<Vec<&'static str>> {
+    let node2 = seed.node2().name.as_str();
+    let mut now_back = Vec::new();
+    for ((name, w), t) in [("db", &seed.db), ("app", &seed.app)]
+        .into_iter()
+        .zip(back.iter_mut())
+    {
+        if t.is_none()
+            && running_with_volume(stack, seed, w, Some(node2))
+                .await?
+                .is_some()
+        {
+            *t = Some(stopped.elapsed());
+            now_back.push(name);
+        }
+    }
+    Ok(now_back)
+}
+
+/// The seed scenario without node-fencer, watched for `wait`; with
+/// `force_delete`, the operator force-deletes the stuck pods once the node is
+/// NotReady (the usual runbook). Returns one line per workload.
+async fn baseline(
+    stack: &'static Stack,
+    force_delete: bool,
+    wait: Duration,
+    clock: &Clock,
+) -> anyhow::Result<Vec<String>> {
+    let admin = stack.admin().await?;
+    let seed = seed(stack).await?;
+    let node2 = seed.node2().name.clone();
+    let tag = if force_delete {
+        "baseline + force-delete"
+    } else {
+        "baseline"
+    };
+    let stopped = Instant::now();
+    kill_node2_until_not_ready(stack, &seed, false, Duration::from_secs(60)).await?;
+    if force_delete {
+        // Let Kubernetes evict first (tolerationSeconds), as an operator finds it.
+        tokio::time::sleep(Duration::from_secs(
+            u64::try_from(TOLERATION_SECONDS).unwrap_or(5) + 2,
+        ))
+        .await;
+        let api: kube::Api<k8s_openapi::api::core::v1::Pod> =
+            kube::Api::namespaced(admin.clone(), &seed.namespace);
+        for a in ["db", "app"] {
+            for p in pods(&admin, &seed.namespace, a).await? {
+                if p.node.as_deref() == Some(node2.as_str()) {
+                    api.delete(&p.name, &kube::api::DeleteParams::default().grace_period(0))
+                        .await?;
+                }
+            }
+        }
+        clock.say(&format!(
+            "  {tag}: pods on node 2 force-deleted {:.0}s after the stop",
+            secs(stopped.elapsed())
+        ));
+    }
+    let mut back = [None, None];
+    let mut next_report = Duration::from_secs(30);
+    while stopped.elapsed() < wait && back.iter().any(Option::is_none) {
+        for name in note_recoveries(stack, &seed, stopped, &mut back).await? {
+            clock.say(&format!(
+                "  {tag}: {name} recovered after {:.0}s",
+                secs(stopped.elapsed())
+            ));
+        }
+        let [db, app] = back;
+        if stopped.elapsed() >= next_report {
+            let st = stuck(stack, &seed).await?;
+            clock.say(&format!(
+                "  {tag}: {:.0}s after the stop: db {}, app {}, {} Multi-Attach event(s)",
+                secs(stopped.elapsed()),
+                if db.is_some() {
+                    "recovered"
+                } else if st.db_terminating {
+                    "Terminating on node 2"
+                } else {
+                    "not running with its volume"
+                },
+                if app.is_some() {
+                    "recovered"
+                } else if st.app_replacement_without_volume {
+                    "replacement without its volume"
+                } else {
+                    "not running with its volume"
+                },
+                st.multi_attach.len()
+            ));
+            next_report += Duration::from_secs(30);
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let line = |what: &str, t: Option<Duration>| match t {
+        Some(t) => format!(
+            "{tag}: {what} Running elsewhere with its volume {:.0} s after the stop",
+            secs(t)
+        ),
+        None => format!(
+            "{tag}: {what} not recovered after {:.0} s",
+            secs(stopped.elapsed())
+        ),
+    };
+    let out = vec![
+        line("db (StatefulSet)", back[0]),
+        line("app (Deployment)", back[1]),
+    ];
+    teardown(&admin, Some(&seed.namespace), &seed.node_names()).await;
+    Ok(out)
+}
+
+/// The storm: `stopped` of `nodes` instances stop at once. Returns lines.
+async fn storm(
+    stack: &Stack,
+    mode: &Mode<'_>,
+    nodes: usize,
+    stopped: usize,
+    clock: &Clock,
+) -> anyhow::Result<Vec<String>> {
+    let admin = stack.admin().await?;
+    let ec2 = stack.ec2().await;
+    clock.say(&format!(
+        "storm ({}): {nodes} nodes, {stopped} with a volume",
+        match mode {
+            Mode::Lambda(_) => "through the binary",
+            Mode::InProcess(_) => "in-process",
+        }
+    ));
+    let fleet = fleet(stack, nodes, |i| i < stopped).await?;
+    for w in &fleet.workers[..stopped] {
+        stop(&ec2, &w.machine).await?;
+        stop_heartbeats(&admin, &w.name).await?;
+    }
+    let names: Vec<String> = fleet.workers[..stopped]
+        .iter()
+        .map(|w| w.name.clone())
+        .collect();
+    wait_not_ready(&admin, &names, Duration::from_secs(90)).await?;
+    clock.say(&format!("  {stopped} nodes NotReady; fencing"));
+    let start = Instant::now();
+    let mut lines = Vec::new();
+    match mode {
+        Mode::InProcess(warm) => {
+            let batch = Batch {
+                suspects: fleet.workers[..stopped]
+                    .iter()
+                    .map(|w| {
+                        Ok(Suspect {
+                            target: instance_ref(&w.machine.instance)?,
+                            intent: Intent::Fence,
+                            origin: Origin::Direct,
+                        })
+                    })
+                    .collect::<anyhow::Result<_>>()?,
+                ignored: vec![],
+            };
+            let (report, tl, total) = fence_timed(warm, batch, 1000).await?;
+            let fenced = report
+                .results
+                .iter()
+                .filter(|r| r.outcome == Outcome::Fenced)
+                .count();
+            let by_op: Vec<String> = tl
+                .by_op()
+                .iter()
+                .map(|(op, (n, _))| format!("{op} {n}"))
+                .collect();
+            let calls = tl.calls();
+            lines.push(format!(
+                "in-process, one batch of {stopped}: {fenced} fenced in {}, {:.1} nodes/s; \
+                 {calls} API calls ({}), {:.2} per fenced node",
+                fmt_secs(secs(total)),
+                fenced as f64 / secs(total).max(1e-9),
+                by_op.join(", "),
+                calls as f64 / (fenced.max(1)) as f64
+            ));
+        }
+        Mode::Lambda(emu) => {
+            let emu: &'static Emulator = emu;
+            let mut tasks = Vec::new();
+            for w in &fleet.workers[..stopped] {
+                let event = eventbridge_event(&w.machine.instance, "stopped");
+                tasks.push(tokio::spawn(invoke(emu, event)));
+            }
+            let mut fenced = 0;
+            let mut failed = 0;
+            for t in tasks {
+                let (err, output) = t.await??;
+                if err {
+                    failed += 1;
+                    continue;
+                }
+                let report: Value = serde_json::from_str(&output)?;
+                fenced += report["results"]
+                    .as_array()
+                    .map(|r| r.iter().filter(|r| r["outcome"] == "fenced").count())
+                    .unwrap_or(0);
+            }
+            let total = start.elapsed();
+            lines.push(format!(
+                "through the binary, {stopped} concurrent EventBridge events (one execution \
+                 environment, as with reserved concurrency 1): {fenced} fenced, {failed} failed, \
+                 in {}, {:.1} nodes/s",
+                fmt_secs(secs(total)),
+                fenced as f64 / secs(total).max(1e-9)
+            ));
+        }
+    }
+    let mut tainted = 0;
+    for n in &names {
+        if is_fenced(&admin, n).await? {
+            tainted += 1;
+        }
+    }
+    lines.push(format!("  tainted afterwards: {tainted} of {stopped}"));
+    for l in &lines {
+        clock.say(l);
+    }
+    teardown_fleet(&admin, &fleet).await;
+    Ok(lines)
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
+    let clock = Clock(Instant::now());
+    clock.say("starting the controller stack (etcd, kube-apiserver, controllers, kwok, moto, CSI attacher)");
+    let stack: &'static Stack = cluster_stack();
+    let admin = stack.admin().await?;
+    ensure_storage_class(&admin).await?;
+    let emu: Option<&'static Emulator> = if args.lambda || args.storm.is_some() {
+        clock.say("starting node-fencer under cargo lambda watch");
+        let emu: &'static Emulator = Box::leak(Box::new(start_emulator(stack, &[])?));
+        let cold = Instant::now();
+        let (_, _) = invoke(emu, eventbridge_event("i-0ffffffffffffffff", "stopped")).await?;
+        clock.say(&format!(
+            "  first invocation (the emulator builds and starts the function): {}",
+            fmt_secs(secs(cold.elapsed()))
+        ));
+        Some(emu)
+    } else {
+        None
+    };
+
+    let warm = Warm::new(stack).await?;
+    let mut whole_lambda =
+        Table::new("Whole recovery, node-fencer through the binary (cargo lambda watch)");
+    let mut whole_inproc = Table::new("Whole recovery, node-fencer in-process");
+    let mut fencer = Table::new("node-fencer's own latency");
+    for i in 0..args.runs {
+        if let (true, Some(emu)) = (args.lambda, emu) {
+            clock.say(&format!(
+                "seed run {}/{} through the binary",
+                i + 1,
+                args.runs
+            ));
+            seed_run(
+                stack,
+                &Mode::Lambda(emu),
+                &clock,
+                &mut whole_lambda,
+                &mut fencer,
+            )
+            .await?;
+        }
+        if args.in_process {
+            clock.say(&format!("seed run {}/{} in-process", i + 1, args.runs));
+            seed_run(
+                stack,
+                &Mode::InProcess(&warm),
+                &clock,
+                &mut whole_inproc,
+                &mut fencer,
+            )
+            .await?;
+        }
+    }
+
+    let mut baseline_lines = Vec::new();
+    if args.baseline {
+        clock.say(&format!(
+            "baseline: the seed scenario without node-fencer, watched for {} s (left alone, and with the pods force-deleted)",
+            args.baseline_wait.as_secs()
+        ));
+        let (alone, remedy) = tokio::join!(
+            baseline(stack, false, args.baseline_wait, &clock),
+            baseline(stack, true, args.baseline_wait, &clock)
+        );
+        baseline_lines.extend(alone?);
+        baseline_lines.extend(remedy?);
+    }
+
+    let mut storm_lines = Vec::new();
+    if let Some((nodes, stopped)) = args.storm {
+        storm_lines.extend(storm(stack, &Mode::InProcess(&warm), nodes, stopped, &clock).await?);
+        if let Some(emu) = emu {
+            storm_lines.extend(storm(stack, &Mode::Lambda(emu), nodes, stopped, &clock).await?);
+        }
+    }
+
+    println!("\n## Results\n");
+    for t in [&fencer, &whole_lambda, &whole_inproc] {
+        if !t.rows.is_empty() {
+            t.print();
+        }
+    }
+    if !baseline_lines.is_empty() {
+        println!("\n### Without node-fencer\n");
+        for l in &baseline_lines {
+            println!("- {l}");
+        }
+    }
+    if !storm_lines.is_empty() {
+        println!("\n### Storm\n");
+        for l in &storm_lines {
+            println!("- {}", l.trim_start());
+        }
+    }
+    Ok(())
+}
+
+fn main() -> anyhow::Result<()> {
+    let Some(args) = parse_args()? else {
+        println!("{USAGE}");
+        return Ok(());
+    };
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?
+        .block_on(run(args))
+}

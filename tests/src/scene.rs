@@ -1,0 +1,946 @@
+//! Scenes on the controller stack ([`crate::cluster::cluster_stack`]): kwok
+//! worker nodes, each backed by a moto instance; EBS volumes behind static
+//! PersistentVolumes of `ebs.csi.aws.com`; and the seed scenario's workloads,
+//! a one-replica StatefulSet (a database) and a one-replica Deployment, each
+//! with a ReadWriteOnce claim, running on node 2. Then what the scenarios
+//! observe: a node dying, pods stuck, pods and volumes recovered.
+//!
+//! Every scene labels its nodes with [`SCENE_LABEL`] and its pods select on
+//! it, so scenes in one cluster never share nodes.
+
+use std::future::Future;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::{
+    Event, Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, ServiceAccount,
+};
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass, VolumeAttachment};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, Resource};
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+use crate::Stack;
+use crate::attacher::DRIVER;
+use crate::fixtures::{Machine, launch, unique, volume};
+
+/// The label that ties a scene's pods to its nodes.
+pub const SCENE_LABEL: &str = "node-fencer.io/scene";
+/// The StorageClass of the scenes' volumes.
+pub const STORAGE_CLASS: &str = "ebs-sc";
+/// How long the pods tolerate `unreachable`/`not-ready` (Kubernetes adds 300 s
+/// by default). Short, so that Kubernetes' own eviction, and the stuck state
+/// it leads to, happen within a test's observation window; node-fencer's path
+/// does not depend on it (pods do not tolerate the out-of-service taint).
+pub const TOLERATION_SECONDS: i64 = 5;
+/// The taint node-fencer applies, as `key:effect`.
+pub const OUT_OF_SERVICE: &str = "node.kubernetes.io/out-of-service:NoExecute";
+
+/// Polls `probe` every 200 ms until it yields a value, or fails after `timeout`.
+pub async fn wait_until<T, F, Fut>(what: &str, timeout: Duration, mut probe: F) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = anyhow::Result<Option<T>>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(v) = probe().await? {
+            return Ok(v);
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn create<K>(api: &Api<K>, value: Value) -> anyhow::Result<K>
+where
+    K: Resource + Clone + DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    let object: K = serde_json::from_value(value)?;
+    Ok(api.create(&PostParams::default(), &object).await?)
+}
+
+fn is_status(err: &kube::Error, check: fn(&kube::core::Status) -> bool) -> bool {
+    matches!(err, kube::Error::Api(status) if check(status))
+}
+
+/// One kwok worker and its instance.
+#[derive(Clone, Debug)]
+pub struct Worker {
+    /// The Node name (also its `kubernetes.io/hostname`).
+    pub name: String,
+    /// The moto instance behind it.
+    pub machine: Machine,
+}
+
+/// Creates `count` kwok nodes labelled for `scene`, each backed by a new moto
+/// instance (`spec.providerID = aws:///<az>/<id>`) with its CSINode; node `i`
+/// is created cordoned when `cordoned(i)`. Returns once all are Ready and kwok
+/// holds their Leases.
+pub async fn add_workers(
+    stack: &Stack,
+    scene: &str,
+    count: usize,
+    cordoned: impl Fn(usize) -> bool,
+) -> anyhow::Result<Vec<Worker>> {
+    let admin = stack.admin().await?;
+    let ec2 = stack.ec2().await;
+    let nodes: Api<Node> = Api::all(admin.clone());
+    let csinodes: Api<CSINode> = Api::all(admin.clone());
+    let mut workers = Vec::with_capacity(count);
+    for i in 0..count {
+        let machine = launch(&ec2).await?;
+        let name = format!("{scene}-w{}", i + 1);
+        let node = create(
+            &nodes,
+            json!({
+                "metadata": {
+                    "name": name,
+                    "annotations": {
+                        "kwok.x-k8s.io/node": "fake",
+                        "volumes.kubernetes.io/controller-managed-attach-detach": "true",
+                        "node.alpha.kubernetes.io/ttl": "0"
+                    },
+                    "labels": {
+                        "kubernetes.io/hostname": name,
+                        "kubernetes.io/os": "linux",
+                        "type": "kwok",
+                        "topology.kubernetes.io/zone": machine.az,
+                        "topology.ebs.csi.aws.com/zone": machine.az,
+                        "node-fencer.io/test": "true",
+                        SCENE_LABEL: scene
+                    }
+                },
+                "spec": {"providerID": machine.provider_id(), "unschedulable": cordoned(i)}
+            }),
+        )
+        .await?;
+        // What the kubelet registers for the driver; the external-attacher
+        // reads the instance id from here (the stand-in uses the providerID).
+        create(
+            &csinodes,
+            json!({
+                "metadata": {
+                    "name": name,
+                    "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": name,
+                                         "uid": node.metadata.uid}]
+                },
+                "spec": {"drivers": [{
+                    "name": DRIVER,
+                    "nodeID": machine.instance,
+                    "topologyKeys": ["topology.ebs.csi.aws.com/zone"],
+                    "allocatable": {"count": 25}
+                }]}
+            }),
+        )
+        .await?;
+        workers.push(Worker { name, machine });
+    }
+    let names: Vec<String> = workers.iter().map(|w| w.name.clone()).collect();
+    wait_until("the workers to be Ready", Duration::from_secs(60), || {
+        let admin = admin.clone();
+        let names = names.clone();
+        async move {
+            for name in &names {
+                if ready(&admin, name).await?.as_deref() != Some("True")
+                    || lease_holder(&admin, name).await?.is_none()
+                {
+                    return Ok(None);
+                }
+            }
+            Ok(Some(()))
+        }
+    })
+    .await?;
+    Ok(workers)
+}
+
+/// The node's `Ready` condition status (`True`, `False`, `Unknown`).
+pub async fn ready(admin: &Client, node: &str) -> anyhow::Result<Option<String>> {
+    let node = Api::<Node>::all(admin.clone()).get(node).await?;
+    Ok(node
+        .status
+        .and_then(|s| s.conditions)
+        .and_then(|c| c.into_iter().find(|c| c.type_ == "Ready"))
+        .map(|c| c.status))
+}
+
+async fn lease_holder(admin: &Client, node: &str) -> anyhow::Result<Option<String>> {
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(admin.clone(), "kube-node-lease");
+    Ok(leases
+        .get_opt(node)
+        .await?
+        .and_then(|l| l.spec)
+        .and_then(|s| s.holder_identity))
+}
+
+/// Stops the node's heartbeats: its Lease is taken away from kwok, which then
+/// treats the Node and its Pods as a dead kubelet would (see tests/stack/README.md).
+pub async fn stop_heartbeats(admin: &Client, node: &str) -> anyhow::Result<()> {
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(admin.clone(), "kube-node-lease");
+    leases
+        .patch(
+            node,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"holderIdentity": "stopped-by-test",
+                                          "leaseDurationSeconds": 86400}})),
+        )
+        .await?;
+    Ok(())
+}
+
+/// Waits until every node's `Ready` condition is no longer `True`.
+pub async fn wait_not_ready(
+    admin: &Client,
+    nodes: &[String],
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    wait_until("the nodes to turn NotReady", timeout, || async {
+        for n in nodes {
+            if ready(admin, n).await?.as_deref() == Some("True") {
+                return Ok(None);
+            }
+        }
+        Ok(Some(()))
+    })
+    .await
+}
+
+/// Cordons or uncordons a node.
+pub async fn set_unschedulable(admin: &Client, node: &str, on: bool) -> anyhow::Result<()> {
+    Api::<Node>::all(admin.clone())
+        .patch(
+            node,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"unschedulable": on}})),
+        )
+        .await?;
+    Ok(())
+}
+
+/// Plays the kubelet's part after a pod left a live node: the kubelet
+/// reports its volumes unmounted (`status.volumesInUse`), and the Node update
+/// lets the attach/detach controller detach them. kwok reports no
+/// `volumesInUse` and leaves the Node alone, so the controller would assume
+/// the volume still mounted; any change to the Node makes it look again.
+pub async fn report_volumes_unmounted(admin: &Client, node: &str) -> anyhow::Result<()> {
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    Api::<Node>::all(admin.clone())
+        .patch(
+            node,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {
+                "node-fencer.io/volumes-unmounted-at": now}}})),
+        )
+        .await?;
+    Ok(())
+}
+
+/// Plays the kubelet's part while the node is alive and its pods have
+/// mounted their volumes: the Node's `status.volumesInUse` lists them (kwok
+/// reports none). It is what a dead node leaves behind, and why the
+/// attach/detach controller, once such a node's pods are deleted, waits for
+/// an unmount that never comes (`maxWaitForUnmountDuration`, 6 minutes)
+/// unless the node carries the out-of-service taint.
+pub async fn report_volumes_in_use(
+    admin: &Client,
+    node: &str,
+    volumes: &[&str],
+) -> anyhow::Result<()> {
+    let in_use: Vec<String> = volumes
+        .iter()
+        .map(|v| format!("kubernetes.io/csi/{DRIVER}^{v}"))
+        .collect();
+    Api::<Node>::all(admin.clone())
+        .patch_status(
+            node,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"volumesInUse": in_use}})),
+        )
+        .await?;
+    Ok(())
+}
+
+/// The node's taints as `key:effect`.
+pub async fn node_taints(admin: &Client, node: &str) -> anyhow::Result<Vec<String>> {
+    Ok(crate::fixtures::taints(
+        &Api::<Node>::all(admin.clone()).get(node).await?,
+    ))
+}
+
+/// Whether the node carries node-fencer's taint.
+pub async fn is_fenced(admin: &Client, node: &str) -> anyhow::Result<bool> {
+    Ok(node_taints(admin, node)
+        .await?
+        .contains(&OUT_OF_SERVICE.to_owned()))
+}
+
+/// How many nodes of the cluster carry the out-of-service taint.
+pub async fn out_of_service_count(admin: &Client) -> anyhow::Result<usize> {
+    Ok(Api::<Node>::all(admin.clone())
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .filter(|n| crate::fixtures::taints(n).contains(&OUT_OF_SERVICE.to_owned()))
+        .count())
+}
+
+/// Creates the scenes' StorageClass if it is missing.
+pub async fn ensure_storage_class(admin: &Client) -> anyhow::Result<()> {
+    let api: Api<StorageClass> = Api::all(admin.clone());
+    if api.get_opt(STORAGE_CLASS).await?.is_some() {
+        return Ok(());
+    }
+    let made = create(
+        &api,
+        json!({
+            "metadata": {"name": STORAGE_CLASS},
+            "provisioner": DRIVER,
+            "reclaimPolicy": "Retain",
+            "volumeBindingMode": "WaitForFirstConsumer",
+            "parameters": {"type": "gp3"}
+        }),
+    )
+    .await;
+    match made {
+        Err(e)
+            if e.downcast_ref::<kube::Error>()
+                .is_some_and(|e| is_status(e, kube::core::Status::is_already_exists)) =>
+        {
+            Ok(())
+        }
+        other => other.map(|_| ()),
+    }
+}
+
+/// Creates a namespace and its `default` ServiceAccount if the service
+/// account controller has not made it yet.
+pub async fn create_namespace(admin: &Client, name: &str) -> anyhow::Result<()> {
+    create(
+        &Api::<Namespace>::all(admin.clone()),
+        json!({"metadata": {"name": name, "labels": {"node-fencer.io/test": "true"}}}),
+    )
+    .await?;
+    let sas: Api<ServiceAccount> = Api::namespaced(admin.clone(), name);
+    if let Err(e) = sas
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "default"}}))?,
+        )
+        .await
+        && !is_status(&e, kube::core::Status::is_already_exists)
+    {
+        return Err(e.into());
+    }
+    Ok(())
+}
+
+/// Creates an empty EBS volume in the zone (`available`).
+pub async fn create_volume(ec2: &aws_sdk_ec2::Client, az: &str) -> anyhow::Result<String> {
+    Ok(ec2
+        .create_volume()
+        .availability_zone(az)
+        .size(10)
+        .send()
+        .await?
+        .volume_id()
+        .context("no volume id")?
+        .to_owned())
+}
+
+/// Creates a static CSI PersistentVolume for an EBS volume, optionally
+/// pre-bound to a claim (`namespace/name`), pinned to the zone like the
+/// driver's provisioned volumes.
+pub async fn create_ebs_pv(
+    admin: &Client,
+    name: &str,
+    volume: &str,
+    az: &str,
+    claim: Option<(&str, &str)>,
+) -> anyhow::Result<()> {
+    let mut spec = json!({
+        "capacity": {"storage": "10Gi"},
+        "accessModes": ["ReadWriteOnce"],
+        "persistentVolumeReclaimPolicy": "Retain",
+        "storageClassName": STORAGE_CLASS,
+        "csi": {"driver": DRIVER, "volumeHandle": volume, "fsType": "ext4"},
+        "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "topology.ebs.csi.aws.com/zone", "operator": "In", "values": [az]}
+        ]}]}}
+    });
+    if let Some((ns, claim)) = claim {
+        spec["claimRef"] = json!({"namespace": ns, "name": claim});
+    }
+    create(
+        &Api::<PersistentVolume>::all(admin.clone()),
+        json!({"metadata": {"name": name, "labels": {"node-fencer.io/test": "true"}}, "spec": spec}),
+    )
+    .await?;
+    Ok(())
+}
+
+/// A workload of the seed scenario and its storage.
+#[derive(Clone, Debug)]
+pub struct Workload {
+    /// `StatefulSet` or `Deployment`.
+    pub kind: &'static str,
+    /// Its name, also its `app` label.
+    pub name: String,
+    /// Its claim.
+    pub pvc: String,
+    /// The PersistentVolume bound to the claim.
+    pub pv: String,
+    /// The EBS volume behind it.
+    pub volume: String,
+}
+
+/// The seed scenario, set up and running.
+#[derive(Clone, Debug)]
+pub struct Seed {
+    /// The scene (namespace and node label).
+    pub namespace: String,
+    /// Three workers; `workers[1]` is node 2, where the workloads run.
+    pub workers: Vec<Worker>,
+    /// The database: a StatefulSet of one replica.
+    pub db: Workload,
+    /// The application: a Deployment of one replica.
+    pub app: Workload,
+}
+
+impl Seed {
+    /// Node 2: where the workloads run at first.
+    pub fn node2(&self) -> &Worker {
+        &self.workers[1]
+    }
+
+    /// The worker of a node name.
+    pub fn worker(&self, node: &str) -> Option<&Worker> {
+        self.workers.iter().find(|w| w.name == node)
+    }
+
+    /// The Node names.
+    pub fn node_names(&self) -> Vec<String> {
+        self.workers.iter().map(|w| w.name.clone()).collect()
+    }
+}
+
+fn pod_template(scene: &str, app: &str, image: &str, claim: Option<&str>) -> Value {
+    let mut spec = json!({
+        "nodeSelector": {SCENE_LABEL: scene},
+        "tolerations": [
+            {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute",
+             "tolerationSeconds": TOLERATION_SECONDS},
+            {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute",
+             "tolerationSeconds": TOLERATION_SECONDS}
+        ],
+        "terminationGracePeriodSeconds": 30,
+        "containers": [{
+            "name": app,
+            "image": image,
+            "volumeMounts": [{"name": "data", "mountPath": "/data"}]
+        }]
+    });
+    if let Some(claim) = claim {
+        spec["volumes"] = json!([{"name": "data", "persistentVolumeClaim": {"claimName": claim}}]);
+    }
+    json!({"metadata": {"labels": {"app": app}}, "spec": spec})
+}
+
+/// Builds the seed scenario: three workers (1 and 3 cordoned until the
+/// workloads run on node 2, then uncordoned), two EBS volumes behind static
+/// PVs pre-bound to their claims, a StatefulSet `db` and a Deployment `app`
+/// of one replica each; returns once both pods run on node 2 with their
+/// volumes attached to its instance, and node 2 reports them in use.
+pub async fn seed(stack: &Stack) -> anyhow::Result<Seed> {
+    let admin = stack.admin().await?;
+    let ec2 = stack.ec2().await;
+    let scene = unique("seed");
+    create_namespace(&admin, &scene).await?;
+    ensure_storage_class(&admin).await?;
+    let workers = add_workers(stack, &scene, 3, |i| i != 1).await?;
+    let az = workers[1].machine.az.clone();
+
+    let mut made = Vec::new();
+    for (kind, name, pvc) in [
+        ("StatefulSet", "db", "data-db-0"),
+        ("Deployment", "app", "app-data"),
+    ] {
+        let volume = create_volume(&ec2, &az).await?;
+        let pv = format!("{scene}-{name}");
+        create_ebs_pv(&admin, &pv, &volume, &az, Some((&scene, pvc))).await?;
+        create(
+            &Api::<PersistentVolumeClaim>::namespaced(admin.clone(), &scene),
+            json!({
+                "metadata": {"name": pvc},
+                "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": STORAGE_CLASS,
+                         "volumeName": pv, "resources": {"requests": {"storage": "10Gi"}}}
+            }),
+        )
+        .await?;
+        made.push(Workload {
+            kind,
+            name: name.into(),
+            pvc: pvc.into(),
+            pv,
+            volume,
+        });
+    }
+    let app = made.pop().context("app workload")?;
+    let db = made.pop().context("db workload")?;
+
+    create(
+        &Api::<StatefulSet>::namespaced(admin.clone(), &scene),
+        json!({
+            "metadata": {"name": "db"},
+            "spec": {
+                "replicas": 1,
+                "serviceName": "db",
+                "selector": {"matchLabels": {"app": "db"}},
+                "template": pod_template(&scene, "db", "postgres:16", None),
+                "volumeClaimTemplates": [{
+                    "metadata": {"name": "data"},
+                    "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": STORAGE_CLASS,
+                             "resources": {"requests": {"storage": "10Gi"}}}
+                }]
+            }
+        }),
+    )
+    .await?;
+    create(
+        &Api::<Deployment>::namespaced(admin.clone(), &scene),
+        json!({
+            "metadata": {"name": "app"},
+            "spec": {
+                "replicas": 1,
+                "strategy": {"type": "Recreate"},
+                "selector": {"matchLabels": {"app": "app"}},
+                "template": pod_template(&scene, "app", "registry.example/app:1", Some("app-data"))
+            }
+        }),
+    )
+    .await?;
+
+    let seed = Seed {
+        namespace: scene,
+        workers,
+        db,
+        app,
+    };
+    let node2 = seed.node2().name.clone();
+    wait_until(
+        "db and app to run on node 2 with their volumes attached",
+        Duration::from_secs(60),
+        || async {
+            for w in [&seed.db, &seed.app] {
+                match running_with_volume(stack, &seed, w, None).await? {
+                    Some(node) if node == node2 => {}
+                    Some(other) => bail!("{} started on {other}, not on node 2", w.name),
+                    None => return Ok(None),
+                }
+            }
+            Ok(Some(()))
+        },
+    )
+    .await?;
+    report_volumes_in_use(&admin, &node2, &[&seed.db.volume, &seed.app.volume]).await?;
+    for w in [&seed.workers[0], &seed.workers[2]] {
+        set_unschedulable(&admin, &w.name, false).await?;
+    }
+    Ok(seed)
+}
+
+/// A pod as the scenarios look at it.
+#[derive(Clone, Debug)]
+pub struct PodView {
+    /// Name.
+    pub name: String,
+    /// Node it is bound to.
+    pub node: Option<String>,
+    /// `status.phase`.
+    pub phase: String,
+    /// Whether it is being deleted.
+    pub terminating: bool,
+}
+
+/// The pods of a workload (by its `app` label).
+pub async fn pods(admin: &Client, namespace: &str, app: &str) -> anyhow::Result<Vec<PodView>> {
+    let list = Api::<Pod>::namespaced(admin.clone(), namespace)
+        .list(&ListParams::default().labels(&format!("app={app}")))
+        .await?;
+    Ok(list
+        .items
+        .into_iter()
+        .map(|p| PodView {
+            name: p.metadata.name.unwrap_or_default(),
+            node: p.spec.and_then(|s| s.node_name),
+            phase: p.status.and_then(|s| s.phase).unwrap_or_default(),
+            terminating: p.metadata.deletion_timestamp.is_some(),
+        })
+        .collect())
+}
+
+/// A VolumeAttachment as the scenarios look at it.
+#[derive(Clone, Debug)]
+pub struct AttachmentView {
+    /// Name.
+    pub name: String,
+    /// Node.
+    pub node: String,
+    /// `status.attached`.
+    pub attached: bool,
+    /// Being deleted.
+    pub deleting: bool,
+    /// `status.attachError.message`.
+    pub attach_error: Option<String>,
+}
+
+/// The VolumeAttachments of a PersistentVolume.
+pub async fn attachments(admin: &Client, pv: &str) -> anyhow::Result<Vec<AttachmentView>> {
+    let list = Api::<VolumeAttachment>::all(admin.clone())
+        .list(&ListParams::default())
+        .await?;
+    Ok(list
+        .items
+        .into_iter()
+        .filter(|va| va.spec.source.persistent_volume_name.as_deref() == Some(pv))
+        .map(|va| AttachmentView {
+            name: va.metadata.name.unwrap_or_default(),
+            node: va.spec.node_name,
+            attached: va.status.as_ref().is_some_and(|s| s.attached),
+            deleting: va.metadata.deletion_timestamp.is_some(),
+            attach_error: va
+                .status
+                .and_then(|s| s.attach_error)
+                .and_then(|e| e.message),
+        })
+        .collect())
+}
+
+/// Where the workload runs with its volume, avoiding `not_on` if given: a pod
+/// Running (not being deleted) on a node whose VolumeAttachment of the PV is
+/// attached, and whose instance holds the EBS volume in moto. kwok marks a
+/// pod Running as soon as it is bound, so the attachment is what proves the
+/// volume followed.
+pub async fn running_with_volume(
+    stack: &Stack,
+    seed: &Seed,
+    w: &Workload,
+    not_on: Option<&str>,
+) -> anyhow::Result<Option<String>> {
+    let admin = stack.admin().await?;
+    let vas = attachments(&admin, &w.pv).await?;
+    for pod in pods(&admin, &seed.namespace, &w.name).await? {
+        let Some(node) = pod.node else { continue };
+        if pod.terminating || pod.phase != "Running" || Some(node.as_str()) == not_on {
+            continue;
+        }
+        let attached = vas
+            .iter()
+            .any(|va| va.node == node && va.attached && !va.deleting);
+        let Some(worker) = seed.worker(&node) else {
+            continue;
+        };
+        let (_, holders) = volume(&stack.ec2().await, &w.volume).await?;
+        if attached && holders == vec![worker.machine.instance.clone()] {
+            return Ok(Some(node));
+        }
+    }
+    Ok(None)
+}
+
+/// `FailedAttachVolume` events of the namespace: (pod, message).
+pub async fn failed_attach_events(
+    admin: &Client,
+    namespace: &str,
+) -> anyhow::Result<Vec<(String, String)>> {
+    let list = Api::<Event>::namespaced(admin.clone(), namespace)
+        .list(&ListParams::default())
+        .await?;
+    Ok(list
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("FailedAttachVolume"))
+        .map(|e| {
+            (
+                e.involved_object.name.unwrap_or_default(),
+                e.message.unwrap_or_default(),
+            )
+        })
+        .collect())
+}
+
+/// What is stuck in the seed scenario after node 2 died.
+#[derive(Clone, Debug, Default)]
+pub struct Stuck {
+    /// db's pod is still bound to node 2 and no db pod runs elsewhere.
+    pub db_stuck_on_node2: bool,
+    /// db's pod on node 2 is Terminating.
+    pub db_terminating: bool,
+    /// app's replacement exists on another node, without its volume.
+    pub app_replacement_without_volume: bool,
+    /// `FailedAttachVolume` Multi-Attach events of the replacement.
+    pub multi_attach: Vec<String>,
+    /// The VolumeAttachments on node 2 are still attached.
+    pub node2_attachments_kept: bool,
+}
+
+/// Looks at the seed scenario for the stuck state.
+pub async fn stuck(stack: &Stack, seed: &Seed) -> anyhow::Result<Stuck> {
+    let admin = stack.admin().await?;
+    let node2 = seed.node2().name.as_str();
+    let db = pods(&admin, &seed.namespace, "db").await?;
+    let app = pods(&admin, &seed.namespace, "app").await?;
+    let db_on_2: Vec<&PodView> = db
+        .iter()
+        .filter(|p| p.node.as_deref() == Some(node2))
+        .collect();
+    let mut out = Stuck {
+        db_stuck_on_node2: !db_on_2.is_empty()
+            && running_with_volume(stack, seed, &seed.db, Some(node2))
+                .await?
+                .is_none(),
+        db_terminating: db_on_2.iter().any(|p| p.terminating),
+        ..Stuck::default()
+    };
+    let replacements: Vec<&PodView> = app
+        .iter()
+        .filter(|p| !p.terminating && p.node.is_some() && p.node.as_deref() != Some(node2))
+        .collect();
+    out.app_replacement_without_volume = !replacements.is_empty()
+        && running_with_volume(stack, seed, &seed.app, Some(node2))
+            .await?
+            .is_none();
+    out.multi_attach = failed_attach_events(&admin, &seed.namespace)
+        .await?
+        .into_iter()
+        .filter(|(pod, msg)| {
+            msg.contains("Multi-Attach") && replacements.iter().any(|p| &p.name == pod)
+        })
+        .map(|(_, msg)| msg)
+        .collect();
+    let mut kept = true;
+    for w in [&seed.db, &seed.app] {
+        kept &= attachments(&admin, &w.pv)
+            .await?
+            .iter()
+            .any(|va| va.node == node2 && va.attached);
+    }
+    out.node2_attachments_kept = kept;
+    Ok(out)
+}
+
+/// Stops node 2 of the seed: its instance in moto (unless `keep_instance`)
+/// and its heartbeats.
+pub async fn kill_node2(stack: &Stack, seed: &Seed, keep_instance: bool) -> anyhow::Result<()> {
+    if !keep_instance {
+        crate::fixtures::stop(&stack.ec2().await, &seed.node2().machine).await?;
+    }
+    stop_heartbeats(&stack.admin().await?, &seed.node2().name).await
+}
+
+/// [`kill_node2`], then waits up to `timeout` until node 2 is NotReady;
+/// returns the time from the stop to NotReady.
+pub async fn kill_node2_until_not_ready(
+    stack: &Stack,
+    seed: &Seed,
+    keep_instance: bool,
+    timeout: Duration,
+) -> anyhow::Result<Duration> {
+    let stopped = std::time::Instant::now();
+    kill_node2(stack, seed, keep_instance).await?;
+    wait_not_ready(
+        &stack.admin().await?,
+        std::slice::from_ref(&seed.node2().name),
+        timeout,
+    )
+    .await?;
+    Ok(stopped.elapsed())
+}
+
+/// When each workload of the seed ran again elsewhere with its volume.
+#[derive(Clone, Debug)]
+pub struct Recovery {
+    /// db's new node.
+    pub db_node: String,
+    /// app's new node.
+    pub app_node: String,
+}
+
+/// Waits until both workloads run away from node 2 with their volumes.
+pub async fn wait_recovered(
+    stack: &Stack,
+    seed: &Seed,
+    timeout: Duration,
+) -> anyhow::Result<Recovery> {
+    let node2 = seed.node2().name.clone();
+    wait_until(
+        "db and app to run on another node with their volumes",
+        timeout,
+        || async {
+            let db = running_with_volume(stack, seed, &seed.db, Some(&node2)).await?;
+            let app = running_with_volume(stack, seed, &seed.app, Some(&node2)).await?;
+            Ok(db
+                .zip(app)
+                .map(|(db_node, app_node)| Recovery { db_node, app_node }))
+        },
+    )
+    .await
+}
+
+/// Removes a scene's namespace and nodes (best effort, without waiting):
+/// nodes left tainted would count against later scenes' cap.
+pub async fn teardown(admin: &Client, namespace: Option<&str>, nodes: &[String]) {
+    if let Some(ns) = namespace {
+        let _ = Api::<Namespace>::all(admin.clone())
+            .delete(ns, &DeleteParams::background())
+            .await;
+    }
+    let api: Api<Node> = Api::all(admin.clone());
+    for n in nodes {
+        let _ = api.delete(n, &DeleteParams::background()).await;
+    }
+}
+
+/// Removes a fleet: its VolumeAttachments (the stand-in detaches them) and
+/// its nodes (best effort, without waiting).
+pub async fn teardown_fleet(admin: &Client, fleet: &Fleet) {
+    let vas: Api<VolumeAttachment> = Api::all(admin.clone());
+    for w in &fleet.workers {
+        let _ = vas
+            .delete(&format!("{}-va", w.name), &DeleteParams::background())
+            .await;
+    }
+    let names: Vec<String> = fleet.workers.iter().map(|w| w.name.clone()).collect();
+    teardown(admin, None, &names).await;
+}
+
+/// Many workers, some with one EBS volume attached through a
+/// VolumeAttachment, for the storm.
+#[derive(Clone, Debug)]
+pub struct Fleet {
+    /// The scene label.
+    pub scene: String,
+    /// The workers.
+    pub workers: Vec<Worker>,
+    /// Per worker: its PersistentVolume and EBS volume, if it has one.
+    pub volumes: Vec<Option<(String, String)>>,
+}
+
+/// Creates `count` workers; those with `with_volume(i)` get an EBS volume
+/// behind a PV and a VolumeAttachment, attached by the stand-in.
+pub async fn fleet(
+    stack: &Stack,
+    count: usize,
+    with_volume: impl Fn(usize) -> bool,
+) -> anyhow::Result<Fleet> {
+    let admin = stack.admin().await?;
+    let ec2 = stack.ec2().await;
+    let scene = unique("storm");
+    ensure_storage_class(&admin).await?;
+    let workers = add_workers(stack, &scene, count, |_| false).await?;
+    let mut volumes = Vec::with_capacity(count);
+    let vas: Api<VolumeAttachment> = Api::all(admin.clone());
+    for (i, w) in workers.iter().enumerate() {
+        if !with_volume(i) {
+            volumes.push(None);
+            continue;
+        }
+        let vol = create_volume(&ec2, &w.machine.az).await?;
+        let pv = format!("{}-pv", w.name);
+        create_ebs_pv(&admin, &pv, &vol, &w.machine.az, None).await?;
+        create(
+            &vas,
+            json!({
+                "metadata": {"name": format!("{}-va", w.name)},
+                "spec": {"attacher": DRIVER, "nodeName": w.name,
+                         "source": {"persistentVolumeName": pv}}
+            }),
+        )
+        .await?;
+        volumes.push(Some((pv, vol)));
+    }
+    wait_until(
+        "the fleet's volumes to be attached",
+        Duration::from_secs(60),
+        || async {
+            for (w, v) in workers.iter().zip(&volumes) {
+                let Some((pv, _)) = v else { continue };
+                let attached = attachments(&admin, pv)
+                    .await?
+                    .iter()
+                    .any(|va| va.node == w.name && va.attached);
+                if !attached {
+                    return Ok(None);
+                }
+            }
+            Ok(Some(()))
+        },
+    )
+    .await?;
+    Ok(Fleet {
+        scene,
+        workers,
+        volumes,
+    })
+}
+
+/// The EventBridge `EC2 Instance State-change Notification` for an instance.
+pub fn eventbridge_event(instance: &str, state: &str) -> Value {
+    json!({
+        "version": "0",
+        "id": uuid_like(),
+        "detail-type": "EC2 Instance State-change Notification",
+        "source": "aws.ec2",
+        "account": "123456789012",
+        "time": k8s_openapi::jiff::Timestamp::now().to_string(),
+        "region": "us-east-1",
+        "resources": [format!("arn:aws:ec2:us-east-1:123456789012:instance/{instance}")],
+        "detail": {"instance-id": instance, "state": state}
+    })
+}
+
+/// An Alertmanager webhook (version 4) with one firing `KubeNodeNotReady`
+/// alert per node, as kube-prometheus' rule sends it.
+pub fn kube_node_not_ready(nodes: &[&str]) -> Value {
+    let alerts: Vec<Value> = nodes
+        .iter()
+        .map(|n| {
+            json!({
+                "status": "firing",
+                "labels": {"alertname": "KubeNodeNotReady", "node": n, "severity": "warning",
+                           "job": "kube-state-metrics", "condition": "Ready", "status": "true"},
+                "annotations": {"description": format!("{n} has been unready for more than 15 minutes."),
+                                "summary": "Node is not ready."},
+                "startsAt": k8s_openapi::jiff::Timestamp::now().to_string(),
+                "endsAt": "0001-01-01T00:00:00Z",
+                "generatorURL": "http://prometheus.monitoring:9090/graph",
+                "fingerprint": uuid_like()[..16].to_owned()
+            })
+        })
+        .collect();
+    json!({
+        "version": "4",
+        "groupKey": "{}:{alertname=\"KubeNodeNotReady\"}",
+        "truncatedAlerts": 0,
+        "status": "firing",
+        "receiver": "node-fencer",
+        "groupLabels": {"alertname": "KubeNodeNotReady"},
+        "commonLabels": {"alertname": "KubeNodeNotReady"},
+        "commonAnnotations": {},
+        "externalURL": "http://alertmanager.monitoring:9093",
+        "alerts": alerts
+    })
+}
+
+fn uuid_like() -> String {
+    let u = unique("e");
+    let digits: String = u.chars().filter(char::is_ascii_digit).collect();
+    format!("{digits:0>32}")
+}

@@ -1,0 +1,190 @@
+//! Timing wrappers around the real clients: every call node-fencer makes is
+//! recorded with its start and end on one clock, to split the pipeline's
+//! latency across API calls without faking any answer.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use node_fencer::facts::{AttachmentFacts, InstanceFacts, NodeFacts, PvFacts, VolumeFacts};
+use node_fencer::instance::{InstanceId, VolumeId};
+use node_fencer::kube_model::Stamp;
+use node_fencer::shell::cloud::{Cloud, CloudError};
+use node_fencer::shell::cluster::{Cluster, ClusterError, NodeEvent, TaintOutcome};
+
+/// One call.
+#[derive(Clone, Debug)]
+pub struct Span {
+    /// The operation (`DescribeInstances`, `TaintNode`, ...).
+    pub op: &'static str,
+    /// When it started, from the timeline's origin.
+    pub start: Duration,
+    /// When it returned.
+    pub end: Duration,
+    /// Whether it succeeded.
+    pub ok: bool,
+}
+
+/// The calls of one run, on one clock.
+#[derive(Debug)]
+pub struct Timeline {
+    origin: Instant,
+    spans: Mutex<Vec<Span>>,
+}
+
+impl Default for Timeline {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Timeline {
+    /// A timeline starting now.
+    pub fn new() -> Self {
+        Self {
+            origin: Instant::now(),
+            spans: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Time since the origin.
+    pub fn now(&self) -> Duration {
+        self.origin.elapsed()
+    }
+
+    async fn time<T, E>(
+        &self,
+        op: &'static str,
+        call: impl std::future::Future<Output = Result<T, E>>,
+    ) -> Result<T, E> {
+        let start = self.now();
+        let out = call.await;
+        let span = Span {
+            op,
+            start,
+            end: self.now(),
+            ok: out.is_ok(),
+        };
+        if let Ok(mut spans) = self.spans.lock() {
+            spans.push(span);
+        }
+        out
+    }
+
+    /// Every call so far, in the order they returned.
+    pub fn spans(&self) -> Vec<Span> {
+        self.spans.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+
+    /// Calls and summed duration per operation.
+    pub fn by_op(&self) -> BTreeMap<&'static str, (usize, Duration)> {
+        let mut out: BTreeMap<&'static str, (usize, Duration)> = BTreeMap::new();
+        for s in self.spans() {
+            let e = out.entry(s.op).or_default();
+            e.0 += 1;
+            e.1 += s.end.saturating_sub(s.start);
+        }
+        out
+    }
+
+    /// Total number of calls.
+    pub fn calls(&self) -> usize {
+        self.spans().len()
+    }
+
+    /// When the first successful call of `op` returned.
+    pub fn first_end(&self, op: &str) -> Option<Duration> {
+        self.spans()
+            .iter()
+            .filter(|s| s.op == op && s.ok)
+            .map(|s| s.end)
+            .min()
+    }
+
+    /// When the last successful call of `op` returned.
+    pub fn last_end(&self, op: &str) -> Option<Duration> {
+        self.spans()
+            .iter()
+            .filter(|s| s.op == op && s.ok)
+            .map(|s| s.end)
+            .max()
+    }
+}
+
+/// A [`Cloud`] that times each call, then delegates.
+pub struct TimingCloud<'a> {
+    /// The real client.
+    pub inner: &'a dyn Cloud,
+    /// Where the calls go.
+    pub timeline: &'a Timeline,
+}
+
+#[async_trait]
+impl Cloud for TimingCloud<'_> {
+    async fn describe_instances(
+        &self,
+        ids: &[InstanceId],
+    ) -> Result<Vec<InstanceFacts>, CloudError> {
+        self.timeline
+            .time("DescribeInstances", self.inner.describe_instances(ids))
+            .await
+    }
+    async fn describe_volumes(&self, ids: &[VolumeId]) -> Result<Vec<VolumeFacts>, CloudError> {
+        self.timeline
+            .time("DescribeVolumes", self.inner.describe_volumes(ids))
+            .await
+    }
+    async fn detach_volume(
+        &self,
+        volume: &VolumeId,
+        instance: &InstanceId,
+    ) -> Result<(), CloudError> {
+        self.timeline
+            .time("DetachVolume", self.inner.detach_volume(volume, instance))
+            .await
+    }
+}
+
+/// A [`Cluster`] that times each call, then delegates.
+pub struct TimingCluster<'a> {
+    /// The real client.
+    pub inner: &'a dyn Cluster,
+    /// Where the calls go.
+    pub timeline: &'a Timeline,
+}
+
+#[async_trait]
+impl Cluster for TimingCluster<'_> {
+    async fn list_nodes(&self) -> Result<Vec<NodeFacts>, ClusterError> {
+        self.timeline
+            .time("ListNodes", self.inner.list_nodes())
+            .await
+    }
+    async fn taint_node(&self, node: &str, stamp: &Stamp) -> Result<TaintOutcome, ClusterError> {
+        self.timeline
+            .time("TaintNode", self.inner.taint_node(node, stamp))
+            .await
+    }
+    async fn list_volume_attachments(&self) -> Result<Vec<AttachmentFacts>, ClusterError> {
+        self.timeline
+            .time(
+                "ListVolumeAttachments",
+                self.inner.list_volume_attachments(),
+            )
+            .await
+    }
+    async fn list_persistent_volumes(&self) -> Result<Vec<PvFacts>, ClusterError> {
+        self.timeline
+            .time(
+                "ListPersistentVolumes",
+                self.inner.list_persistent_volumes(),
+            )
+            .await
+    }
+    async fn node_event(&self, node: &str, event: &NodeEvent) -> Result<(), ClusterError> {
+        self.timeline
+            .time("CreateEvent", self.inner.node_event(node, event))
+            .await
+    }
+}

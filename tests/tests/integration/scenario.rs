@@ -1,0 +1,663 @@
+//! End-to-end scenarios on a control plane with its controllers
+//! (kube-controller-manager, kube-scheduler, kwok nodes), moto, the CSI
+//! attacher stand-in, and the real binary under `cargo lambda watch`, as the
+//! node-fencer group under `infra/kubernetes/rbac.yaml`.
+//!
+//! The seed scenario: a StatefulSet and a Deployment, each with a
+//! ReadWriteOnce volume, run on node 2; node 2's instance stops. Kubernetes
+//! alone leaves them stuck; node-fencer's taint and detach let the
+//! controllers move them, volumes included.
+
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use k8s_openapi::api::rbac::v1::ClusterRole;
+use kube::Api;
+use kube::api::PostParams;
+use node_fencer_tests::cluster::{cluster_serial, cluster_stack, restore_rbac, wait_for_rbac};
+use node_fencer_tests::fixtures::{assert_node_events, node_events, unique, volume};
+use node_fencer_tests::lambda::{Emulator, WEBHOOK_TOKEN, start_emulator};
+use node_fencer_tests::scene::*;
+use serde_json::{Value, json};
+
+/// How long the stuck state is watched before node-fencer is called.
+const OBSERVE: Duration = Duration::from_secs(20);
+/// Bound on the recovery after fencing (the pod garbage collector runs every 20 s).
+const RECOVERY: Duration = Duration::from_secs(75);
+/// Bound on a node turning NotReady (grace period 10 s, checked every 2 s).
+const NOT_READY: Duration = Duration::from_secs(40);
+
+/// The emulator of the controller stack, started once per process.
+fn emulator() -> &'static Emulator {
+    static EMULATOR: OnceLock<Result<Emulator, String>> = OnceLock::new();
+    match EMULATOR
+        .get_or_init(|| start_emulator(cluster_stack(), &[]).map_err(|e| format!("{e:#}")))
+    {
+        Ok(e) => e,
+        Err(e) => panic!("cargo lambda watch is not available: {e}"),
+    }
+}
+
+fn bearer() -> String {
+    format!("Bearer {WEBHOOK_TOKEN}")
+}
+
+/// The report's entries about `node`.
+fn results_for<'a>(report: &'a Value, node: &str) -> Vec<&'a Value> {
+    report["results"]
+        .as_array()
+        .map(|r| r.iter().filter(|r| r["node"] == json!(node)).collect())
+        .unwrap_or_default()
+}
+
+fn only_result<'a>(report: &'a Value, node: &str) -> &'a Value {
+    let found = results_for(report, node);
+    assert_eq!(found.len(), 1, "one result for {node}: {report:#}");
+    found[0]
+}
+
+async fn attached_instances(volume_id: &str) -> anyhow::Result<Vec<String>> {
+    Ok(volume(&cluster_stack().ec2().await, volume_id).await?.1)
+}
+
+/// After fencing: node 2 tainted, both workloads running elsewhere with their
+/// volumes attached to the new instances, node 2's attachments and pods gone.
+async fn assert_recovered(seed: &Seed) -> anyhow::Result<Recovery> {
+    let s = cluster_stack();
+    let admin = s.admin().await?;
+    let node2 = seed.node2().name.clone();
+    assert!(is_fenced(&admin, &node2).await?, "node 2 carries the taint");
+    let rec = wait_recovered(s, seed, RECOVERY).await?;
+    assert_ne!(rec.db_node, node2);
+    assert_ne!(rec.app_node, node2);
+    for (w, node) in [(&seed.db, &rec.db_node), (&seed.app, &rec.app_node)] {
+        let vas = attachments(&admin, &w.pv).await?;
+        assert!(
+            vas.iter().all(|va| va.node != node2),
+            "{}: node 2's VolumeAttachment is gone: {vas:?}",
+            w.name
+        );
+        let instance = &seed.worker(node).map(|x| x.machine.instance.clone());
+        assert_eq!(
+            Some(attached_instances(&w.volume).await?),
+            instance.as_ref().map(|i| vec![i.clone()]),
+            "{}: the volume follows to {node}'s instance",
+            w.name
+        );
+    }
+    for app in ["db", "app"] {
+        let left: Vec<PodView> = pods(&admin, &seed.namespace, app)
+            .await?
+            .into_iter()
+            .filter(|p| p.node.as_deref() == Some(node2.as_str()))
+            .collect();
+        assert!(left.is_empty(), "{app}: old pods force-deleted: {left:?}");
+    }
+    Ok(rec)
+}
+
+/// The seed scene with node 2 gone silent (and its instance stopped unless
+/// `keep_instance`), once Kubernetes sees it NotReady. Returns the admin
+/// client, the scene and node 2's name.
+async fn seed_with_node2_down(keep_instance: bool) -> anyhow::Result<(kube::Client, Seed, String)> {
+    let s = cluster_stack();
+    let admin = s.admin().await?;
+    let seed = seed(s).await?;
+    let node2 = seed.node2().name.clone();
+    let t0 = Instant::now();
+    kill_node2(s, &seed, keep_instance).await?;
+    wait_not_ready(&admin, std::slice::from_ref(&node2), NOT_READY).await?;
+    eprintln!(
+        "{}: node 2 NotReady after {:?}",
+        seed.namespace,
+        t0.elapsed()
+    );
+    Ok((admin, seed, node2))
+}
+
+#[tokio::test]
+async fn seed_scenario_stuck_without_node_fencer_recovered_with_it() -> anyhow::Result<()> {
+    let _g = cluster_serial().await;
+    let s = cluster_stack();
+    let emu = emulator();
+    let (admin, seed, node2) = seed_with_node2_down(false).await?;
+
+    // Without node-fencer: Kubernetes evicts (Terminating) but cannot move anything.
+    let not_ready_at = Instant::now();
+    wait_until(
+        "db Terminating on node 2 and app's replacement refused (Multi-Attach)",
+        OBSERVE,
+        || async {
+            let st = stuck(s, &seed).await?;
+            Ok((st.db_terminating && !st.multi_attach.is_empty()).then_some(()))
+        },
+    )
+    .await?;
+    tokio::time::sleep(OBSERVE.saturating_sub(not_ready_at.elapsed())).await;
+    let st = stuck(s, &seed).await?;
+    eprintln!("seed: after {OBSERVE:?} NotReady without node-fencer: {st:?}");
+    assert!(
+        st.db_stuck_on_node2 && st.db_terminating,
+        "db-0 stays Terminating on node 2, no replacement: {st:?}"
+    );
+    assert!(
+        st.app_replacement_without_volume,
+        "app's replacement has no volume: {st:?}"
+    );
+    assert!(
+        st.multi_attach
+            .iter()
+            .any(|m| m.contains("Volume is already used by pod")),
+        "{st:?}"
+    );
+    assert!(st.node2_attachments_kept, "{st:?}");
+    assert!(!is_fenced(&admin, &node2).await?);
+    for w in [&seed.db, &seed.app] {
+        assert_eq!(
+            attached_instances(&w.volume).await?,
+            vec![seed.node2().machine.instance.clone()]
+        );
+    }
+
+    // The EventBridge `stopped` event, through the real binary.
+    let event = eventbridge_event(&seed.node2().machine.instance, "stopped");
+    let sent = Instant::now();
+    let out = emu.invoke(&event)?;
+    let answered = sent.elapsed();
+    assert!(!out.error, "{}", out.output);
+    let report: Value = serde_json::from_str(&out.output)?;
+    let r = only_result(&report, &node2);
+    assert_eq!(r["outcome"], "fenced", "{report:#}");
+    let detached: Vec<&Value> = r["volumes"]
+        .as_array()
+        .map(|v| v.iter().filter(|v| v["outcome"] == "detached").collect())
+        .unwrap_or_default();
+    assert_eq!(detached.len(), 2, "both volumes force-detached: {r:#}");
+    for w in [&seed.db, &seed.app] {
+        assert!(
+            !attached_instances(&w.volume)
+                .await?
+                .contains(&seed.node2().machine.instance),
+            "{}: off node 2's instance",
+            w.name
+        );
+    }
+    let rec = assert_recovered(&seed).await?;
+    eprintln!(
+        "seed: invocation answered in {answered:?}; db on {}, app on {} {:?} after the event",
+        rec.db_node,
+        rec.app_node,
+        sent.elapsed()
+    );
+    assert_node_events(
+        &admin,
+        &node2,
+        &["OutOfServiceTaintApplied", "VolumesForceDetached"],
+    )
+    .await?;
+    teardown(&admin, Some(&seed.namespace), &seed.node_names()).await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn split_brain_a_silent_node_whose_instance_runs_is_left_alone() -> anyhow::Result<()> {
+    let _g = cluster_serial().await;
+    let s = cluster_stack();
+    let emu = emulator();
+    // A network partition: heartbeats stop, the instance keeps running (and writing).
+    let (admin, seed, node2) = seed_with_node2_down(true).await?;
+    let instance = seed.node2().machine.instance.clone();
+
+    // A `stopped` event that EC2 contradicts, and the alert a partition raises.
+    let out = emu.invoke(&eventbridge_event(&instance, "stopped"))?;
+    assert!(!out.error, "nothing to retry: {}", out.output);
+    let report: Value = serde_json::from_str(&out.output)?;
+    let r = only_result(&report, &node2);
+    assert_eq!(r["outcome"], "skipped", "{report:#}");
+    assert_eq!(r["skip"]["reason"], "instance_not_off", "{report:#}");
+    let (status, body) =
+        emu.post_function_url(&kube_node_not_ready(&[&node2]).to_string(), Some(&bearer()))?;
+    assert_eq!(status, 200, "{body}");
+    let report: Value = serde_json::from_str(&body)?;
+    assert_eq!(
+        only_result(&report, &node2)["skip"]["reason"],
+        "instance_not_off",
+        "{report:#}"
+    );
+
+    // One pod garbage collection period later, nothing was forced.
+    tokio::time::sleep(Duration::from_secs(21)).await;
+    assert!(!is_fenced(&admin, &node2).await?, "no taint");
+    for w in [&seed.db, &seed.app] {
+        assert_eq!(
+            attached_instances(&w.volume).await?,
+            vec![instance.clone()],
+            "{}: still attached to the running instance",
+            w.name
+        );
+        assert!(
+            attachments(&admin, &w.pv)
+                .await?
+                .iter()
+                .any(|va| va.node == node2 && va.attached && !va.deleting),
+            "{}: node 2's attachment stays",
+            w.name
+        );
+    }
+    let db = pods(&admin, &seed.namespace, "db").await?;
+    assert!(
+        db.iter()
+            .any(|p| p.name == "db-0" && p.node.as_deref() == Some(node2.as_str())),
+        "db-0 was not force-deleted: {db:?}"
+    );
+    assert!(
+        running_with_volume(s, &seed, &seed.db, Some(&node2))
+            .await?
+            .is_none(),
+        "no second db with the volume"
+    );
+    teardown(&admin, Some(&seed.namespace), &seed.node_names()).await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn alertmanager_kube_node_not_ready_recovers_the_seed_scenario() -> anyhow::Result<()> {
+    let _g = cluster_serial().await;
+    let s = cluster_stack();
+    let emu = emulator();
+    let (admin, seed, node2) = seed_with_node2_down(false).await?;
+    // Kubernetes evicted the pods; they are stuck, not gone, when the alert arrives.
+    let st = wait_until("db Terminating on node 2", OBSERVE, || async {
+        let st = stuck(s, &seed).await?;
+        Ok(st.db_terminating.then_some(st))
+    })
+    .await?;
+    assert!(st.db_stuck_on_node2 && st.node2_attachments_kept, "{st:?}");
+
+    let body = kube_node_not_ready(&[&node2]).to_string();
+    let (status, _) = emu.post_function_url(&body, None)?;
+    assert_eq!(status, 401, "no token, no fencing");
+    assert!(!is_fenced(&admin, &node2).await?);
+    let (status, text) = emu.post_function_url(&body, Some(&bearer()))?;
+    assert_eq!(status, 200, "{text}");
+    let report: Value = serde_json::from_str(&text)?;
+    assert_eq!(
+        only_result(&report, &node2)["outcome"],
+        "fenced",
+        "{report:#}"
+    );
+    assert_recovered(&seed).await?;
+
+    // Alertmanager repeats a firing alert: the same end state, still a success.
+    let (status, text) = emu.post_function_url(&body, Some(&bearer()))?;
+    assert_eq!(status, 200, "{text}");
+    let report: Value = serde_json::from_str(&text)?;
+    assert_eq!(
+        only_result(&report, &node2)["outcome"],
+        "already_fenced",
+        "{report:#}"
+    );
+    teardown(&admin, Some(&seed.namespace), &seed.node_names()).await;
+    Ok(())
+}
+
+/// One invocation of the storm: which trigger, whether it failed, its text.
+#[derive(Debug)]
+struct Answer {
+    trigger: String,
+    failed: bool,
+    text: String,
+}
+
+#[tokio::test]
+async fn storm_respects_the_cap_fences_nothing_twice_and_handles_every_node() -> anyhow::Result<()>
+{
+    const NODES: usize = 20;
+    const STOPPED: usize = 8; // workers 0..8: instance stopped, heartbeats stopped
+    const PARTITIONED: usize = 2; // workers 8..10: heartbeats stopped, instance running
+    const ROOM: usize = 5;
+    let _g = cluster_serial().await;
+    let s = cluster_stack();
+    let admin = s.admin().await?;
+    let ec2 = s.ec2().await;
+    let fleet = fleet(s, NODES, |i| i < STOPPED + PARTITIONED).await?;
+    let before = out_of_service_count(&admin).await?;
+    let limit = before + ROOM;
+    let emu = start_emulator(s, &[("MAX_OUT_OF_SERVICE", &limit.to_string())])?;
+
+    // An availability zone goes down.
+    for w in &fleet.workers[..STOPPED] {
+        node_fencer_tests::fixtures::stop(&ec2, &w.machine).await?;
+    }
+    let silent: Vec<String> = fleet.workers[..STOPPED + PARTITIONED]
+        .iter()
+        .map(|w| w.name.clone())
+        .collect();
+    for n in &silent {
+        stop_heartbeats(&admin, n).await?;
+    }
+    wait_not_ready(&admin, &silent, NOT_READY).await?;
+
+    // One EventBridge event per stopped instance, all at once, and one
+    // Alertmanager batch naming every silent node.
+    let t = Instant::now();
+    let answers: Vec<Answer> = std::thread::scope(|scope| {
+        let emu = &emu;
+        let mut handles = Vec::new();
+        for w in &fleet.workers[..STOPPED] {
+            let event = eventbridge_event(&w.machine.instance, "stopped");
+            let trigger = format!("eventbridge {}", w.name);
+            handles.push(scope.spawn(move || match emu.invoke(&event) {
+                Ok(out) => Answer {
+                    trigger,
+                    failed: out.error,
+                    text: out.output,
+                },
+                Err(e) => Answer {
+                    trigger,
+                    failed: true,
+                    text: format!("{e:#}"),
+                },
+            }));
+        }
+        let names: Vec<&str> = silent.iter().map(String::as_str).collect();
+        let body = kube_node_not_ready(&names).to_string();
+        handles.push(scope.spawn(
+            move || match emu.post_function_url(&body, Some(&bearer())) {
+                Ok((status, text)) => Answer {
+                    trigger: "alertmanager batch".into(),
+                    failed: status != 200,
+                    text,
+                },
+                Err(e) => Answer {
+                    trigger: "alertmanager batch".into(),
+                    failed: true,
+                    text: format!("{e:#}"),
+                },
+            },
+        ));
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join().unwrap_or_else(|_| Answer {
+                    trigger: "panicked".into(),
+                    failed: true,
+                    text: String::new(),
+                })
+            })
+            .collect()
+    });
+    eprintln!(
+        "storm: {} invocations answered in {:?}",
+        answers.len(),
+        t.elapsed()
+    );
+
+    // The cap holds across concurrent invocations.
+    let tainted: Vec<&Worker> = {
+        let mut v = Vec::new();
+        for w in &fleet.workers {
+            if is_fenced(&admin, &w.name).await? {
+                v.push(w);
+            }
+        }
+        v
+    };
+    assert_eq!(
+        tainted.len(),
+        ROOM,
+        "exactly the room under the cap: {answers:#?}"
+    );
+    assert_eq!(out_of_service_count(&admin).await?, limit);
+    for w in &tainted {
+        assert!(
+            fleet.workers[..STOPPED].iter().any(|x| x.name == w.name),
+            "only stopped instances are fenced: {}",
+            w.name
+        );
+    }
+
+    // Nothing fenced twice: one `fenced` outcome and one taint Event per node.
+    let reports: Vec<Value> = answers
+        .iter()
+        .filter_map(|a| serde_json::from_str::<Value>(&a.text).ok())
+        .filter(|v| v.get("results").is_some())
+        .collect();
+    for w in &fleet.workers[..STOPPED + PARTITIONED] {
+        let fenced = reports
+            .iter()
+            .flat_map(|r| results_for(r, &w.name))
+            .filter(|r| r["outcome"] == "fenced")
+            .count();
+        let applied = node_events(&admin, &w.name)
+            .await?
+            .iter()
+            .filter(|(reason, _)| reason == "OutOfServiceTaintApplied")
+            .count();
+        let is_tainted = tainted.iter().any(|t| t.name == w.name);
+        assert_eq!(fenced, usize::from(is_tainted), "{}: {answers:#?}", w.name);
+        assert_eq!(applied, usize::from(is_tainted), "{}", w.name);
+    }
+
+    // Every eligible node handled: fenced, or refused by the cap loudly (a
+    // Warning Event, and the invocations naming it failed so they are retried).
+    for (i, w) in fleet.workers[..STOPPED].iter().enumerate() {
+        let (pv, vol) = fleet.volumes[i].clone().unwrap_or_default();
+        if tainted.iter().any(|t| t.name == w.name) {
+            assert!(attached_instances(&vol).await?.is_empty(), "{pv} detached");
+            continue;
+        }
+        let events = node_events(&admin, &w.name).await?;
+        assert!(
+            events.iter().any(|(r, _)| r == "FencingRefused"),
+            "{}: {events:?}",
+            w.name
+        );
+        let own = answers
+            .iter()
+            .find(|a| a.trigger == format!("eventbridge {}", w.name));
+        assert!(
+            own.is_some_and(|a| a.failed),
+            "{}: its event failed, so Lambda retries it: {own:?}",
+            w.name
+        );
+        assert_eq!(
+            attached_instances(&vol).await?,
+            vec![w.machine.instance.clone()],
+            "{pv}: left attached"
+        );
+    }
+    let batch = answers.iter().find(|a| a.trigger == "alertmanager batch");
+    assert!(
+        batch.is_some_and(|a| a.failed),
+        "the batch left work (cap): {batch:?}"
+    );
+    // The partitioned nodes: EC2 says running, never fenced, volumes kept.
+    for (i, w) in fleet.workers[STOPPED..STOPPED + PARTITIONED]
+        .iter()
+        .enumerate()
+    {
+        assert!(!is_fenced(&admin, &w.name).await?);
+        let (_, vol) = fleet.volumes[STOPPED + i].clone().unwrap_or_default();
+        assert_eq!(
+            attached_instances(&vol).await?,
+            vec![w.machine.instance.clone()]
+        );
+    }
+    teardown_fleet(&admin, &fleet).await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn rbac_a_role_without_patch_nodes_fails_with_403_and_changes_nothing() -> anyhow::Result<()>
+{
+    let _g = cluster_serial().await;
+    let s = cluster_stack();
+    let emu = emulator();
+    let admin = s.admin().await?;
+    let fencer = s.fencer().await?;
+    let fleet = fleet(s, 1, |_| true).await?;
+    let w = fleet.workers[0].clone();
+    let (_, vol) = fleet.volumes[0].clone().unwrap_or_default();
+    node_fencer_tests::fixtures::stop(&s.ec2().await, &w.machine).await?;
+    stop_heartbeats(&admin, &w.name).await?;
+    wait_not_ready(&admin, std::slice::from_ref(&w.name), NOT_READY).await?;
+    let body = kube_node_not_ready(&[&w.name]).to_string();
+
+    // The shipped role minus `patch` on nodes.
+    let roles: Api<ClusterRole> = Api::all(admin.clone());
+    let mut role = roles.get("node-fencer").await?;
+    let rules = role.rules.clone().unwrap_or_default();
+    let without: Vec<_> = rules
+        .iter()
+        .cloned()
+        .map(|mut r| {
+            if r.resources
+                .as_ref()
+                .is_some_and(|res| res.iter().any(|x| x == "nodes"))
+            {
+                r.verbs.retain(|v| v != "patch");
+            }
+            r
+        })
+        .collect();
+    role.rules = Some(without);
+    role.metadata.managed_fields = None;
+    roles
+        .replace("node-fencer", &PostParams::default(), &role)
+        .await?;
+
+    let outcome = async {
+        wait_for_rbac(&fencer, "patch", "", "nodes", false).await?;
+        let (status, text) = emu.post_function_url(&body, Some(&bearer()))?;
+        anyhow::ensure!(status == 500, "work left undone: {status} {text}");
+        let report: Value = serde_json::from_str(&text)?;
+        let r = results_for(&report, &w.name);
+        anyhow::ensure!(
+            r.len() == 1 && r[0]["outcome"] == "failed",
+            "the taint fails: {report:#}"
+        );
+        let errors = r[0]["errors"].to_string();
+        anyhow::ensure!(
+            errors.contains("403") || errors.to_lowercase().contains("forbidden"),
+            "a 403 from the API server: {errors}"
+        );
+        anyhow::ensure!(!is_fenced(&admin, &w.name).await?, "no taint");
+        anyhow::ensure!(
+            attached_instances(&vol).await? == vec![w.machine.instance.clone()],
+            "no detach without the taint"
+        );
+        Ok(())
+    }
+    .await;
+    restore_rbac(s).await?;
+    wait_for_rbac(&fencer, "patch", "", "nodes", true).await?;
+    outcome?;
+
+    // With the role restored, the retry completes.
+    let (status, text) = emu.post_function_url(&body, Some(&bearer()))?;
+    assert_eq!(status, 200, "{text}");
+    let report: Value = serde_json::from_str(&text)?;
+    assert_eq!(
+        only_result(&report, &w.name)["outcome"],
+        "fenced",
+        "{report:#}"
+    );
+    assert!(attached_instances(&vol).await?.is_empty());
+    teardown_fleet(&admin, &fleet).await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_attacher_refuses_a_volume_attached_to_another_instance() -> anyhow::Result<()> {
+    let _g = cluster_serial().await;
+    let s = cluster_stack();
+    let admin = s.admin().await?;
+    // Worker 1 holds the volume (attached through its VolumeAttachment).
+    let fleet = fleet(s, 2, |i| i == 0).await?;
+    let (pv, vol) = fleet.volumes[0].clone().unwrap_or_default();
+    let holder = fleet.workers[0].machine.instance.clone();
+    let other = fleet.workers[1].name.clone();
+    let ns = unique("refuse");
+    create_namespace(&admin, &ns).await?;
+    let claim: PersistentVolumeClaim = serde_json::from_value(json!({
+        "metadata": {"name": "data"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": STORAGE_CLASS,
+                 "volumeName": pv, "resources": {"requests": {"storage": "10Gi"}}}
+    }))?;
+    Api::<PersistentVolumeClaim>::namespaced(admin.clone(), &ns)
+        .create(&PostParams::default(), &claim)
+        .await?;
+    // A pod on worker 2 wants it: the attach/detach controller creates a
+    // VolumeAttachment, EBS (the stand-in) refuses, the controller reports it.
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "reader"},
+        "spec": {"nodeName": other, "containers": [{"name": "c", "image": "busybox",
+                 "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
+                 "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]}
+    }))?;
+    Api::<Pod>::namespaced(admin.clone(), &ns)
+        .create(&PostParams::default(), &pod)
+        .await?;
+    let error = wait_until(
+        "the attach error on the new VolumeAttachment",
+        Duration::from_secs(30),
+        || async {
+            Ok(attachments(&admin, &pv)
+                .await?
+                .into_iter()
+                .find(|va| va.node == other)
+                .and_then(|va| va.attach_error))
+        },
+    )
+    .await?;
+    assert!(error.contains("VolumeInUse"), "{error}");
+    let events = wait_until(
+        "FailedAttachVolume on the pod",
+        Duration::from_secs(30),
+        || async {
+            let ev = failed_attach_events(&admin, &ns).await?;
+            Ok((!ev.is_empty()).then_some(ev))
+        },
+    )
+    .await?;
+    assert!(
+        events
+            .iter()
+            .any(|(pod, msg)| pod == "reader" && msg.contains("VolumeInUse")),
+        "{events:?}"
+    );
+    assert_eq!(attached_instances(&vol).await?, vec![holder.clone()]);
+    assert!(
+        attachments(&admin, &pv)
+            .await?
+            .iter()
+            .any(|va| va.node == other && !va.attached)
+    );
+    // Once the pod is gone, the refused attachment is removed, and that
+    // detaches nothing from the volume's holder.
+    let pods_api = Api::<Pod>::namespaced(admin.clone(), &ns);
+    pods_api.delete("reader", &Default::default()).await?;
+    wait_until("the pod to go", Duration::from_secs(30), || async {
+        Ok(pods_api.get_opt("reader").await?.is_none().then_some(()))
+    })
+    .await?;
+    report_volumes_unmounted(&admin, &other).await?;
+    wait_until(
+        "the refused VolumeAttachment to go",
+        Duration::from_secs(60),
+        || async {
+            let gone = attachments(&admin, &pv)
+                .await?
+                .iter()
+                .all(|va| va.node != other);
+            Ok(gone.then_some(()))
+        },
+    )
+    .await?;
+    assert_eq!(attached_instances(&vol).await?, vec![holder]);
+    teardown(&admin, Some(&ns), &[]).await;
+    teardown_fleet(&admin, &fleet).await;
+    Ok(())
+}
