@@ -8,6 +8,7 @@ use tracing::{error, warn};
 
 use crate::config::Config;
 use crate::decide::Settings;
+use crate::metrics::{self, Dependency, Meter};
 use crate::pipeline::{self, Ctx, PipelineError};
 use crate::report::Report;
 use crate::shell::cloud::Ec2;
@@ -72,6 +73,7 @@ pub struct App {
     clients: Clients,
     config: Config,
     reporter: String,
+    emf: bool,
 }
 
 impl App {
@@ -81,7 +83,16 @@ impl App {
             clients,
             config,
             reporter: reporter.into(),
+            emf: false,
         }
+    }
+
+    /// Also writes the CloudWatch metrics of every run to stdout, as
+    /// Embedded Metric Format lines named after the reporter (in Lambda:
+    /// the function's name).
+    pub fn with_metrics(mut self) -> Self {
+        self.emf = true;
+        self
     }
 
     /// The configuration in force.
@@ -154,7 +165,41 @@ impl App {
         force_dry_run: bool,
         correlation_id: &str,
     ) -> Result<Report, HandlerError> {
-        let client = self.clients.kube().await?;
+        let meter = Meter::default();
+        let result = self
+            .run_metered(batch, force_dry_run, correlation_id, &meter)
+            .await;
+        if self.emf {
+            let now_ms = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+            let lines = metrics::emf_lines(
+                &self.reporter,
+                correlation_id,
+                result.as_ref().ok(),
+                &meter.measured(),
+                now_ms,
+            );
+            // CloudWatch Logs reads EMF documents from stdout, one per line.
+            for line in lines {
+                println!("{line}");
+            }
+        }
+        result
+    }
+
+    async fn run_metered(
+        &self,
+        batch: Batch,
+        force_dry_run: bool,
+        correlation_id: &str,
+        meter: &Meter,
+    ) -> Result<Report, HandlerError> {
+        let client = self
+            .clients
+            .kube()
+            .await
+            .inspect_err(|_| meter.error(Dependency::Kubernetes))?;
         let cluster = Kube::new(client, self.reporter.clone());
         let cloud = Ec2::new(self.clients.ec2.clone());
         let ctx = Ctx {
@@ -167,6 +212,7 @@ impl App {
             detach_wait: self.config.detach_wait,
             poll_interval: POLL_INTERVAL,
             correlation_id: correlation_id.to_owned(),
+            meter,
         };
         Ok(pipeline::run(&ctx, batch).await?)
     }

@@ -6,7 +6,7 @@
 //! pods and their volumes move to a healthy node in seconds.
 //!
 //! The crate is a functional core ([`trigger`], [`resolve`], [`decide`],
-//! [`volumes`], [`kube_model`]) with no I/O, and a thin shell ([`shell`],
+//! [`volumes`], [`kube_model`], [`metrics`]) with no I/O, and a thin shell ([`shell`],
 //! [`pipeline`], [`app`], [`cli`], [`lambda`]) that gathers facts and acts.
 
 #![deny(missing_docs)]
@@ -20,6 +20,7 @@ pub mod facts;
 pub mod instance;
 pub mod kube_model;
 pub mod lambda;
+pub mod metrics;
 pub mod permissions;
 pub mod pipeline;
 pub mod report;

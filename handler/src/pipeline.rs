@@ -4,7 +4,7 @@
 //! core, and carries out the plan.
 
 use std::collections::{BTreeMap, HashMap};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use tracing::{Instrument, info, info_span, warn};
@@ -13,6 +13,7 @@ use crate::decide::{self, Case, Settings, Skip, Verdict};
 use crate::facts::{Confirmation, InstanceFacts, NodeFacts, VolumeFacts};
 use crate::instance::{InstanceId, VolumeId};
 use crate::kube_model::Stamp;
+use crate::metrics::{Dependency, Meter, Stage};
 use crate::report::{NodeReport, Outcome, Report, VolumeOutcome, VolumeReport};
 use crate::resolve::{self, Resolution};
 use crate::shell::cloud::Cloud;
@@ -37,6 +38,8 @@ pub struct Ctx<'a> {
     pub poll_interval: Duration,
     /// The invocation's correlation id.
     pub correlation_id: String,
+    /// Where stage latencies and failed calls are counted.
+    pub meter: &'a Meter,
 }
 
 /// A failure that stops the whole invocation before any decision.
@@ -73,7 +76,7 @@ pub async fn run(ctx: &Ctx<'_>, batch: Batch) -> Result<Report, PipelineError> {
             &ctx.settings,
         );
         if let Verdict::Skip { reason } = verdict {
-            info!(target = %s.target, reason = reason.code(), "reported only");
+            info!(suspect = %s.target, reason = reason.code(), "reported only");
             results.push(skipped(
                 s.target.to_string(),
                 None,
@@ -99,7 +102,9 @@ async fn fence_batch(
     ctx: &Ctx<'_>,
     suspects: Vec<Suspect>,
 ) -> Result<Vec<NodeReport>, PipelineError> {
-    let nodes = ctx.cluster.list_nodes().await?;
+    let nodes = ctx.cluster.list_nodes().await.inspect_err(|_| {
+        ctx.meter.error(Dependency::Kubernetes);
+    })?;
     let resolutions: Vec<Resolution> = suspects
         .iter()
         .map(|s| resolve::resolve(&s.target, &nodes))
@@ -116,7 +121,7 @@ async fn fence_batch(
         .collect();
     ids.sort();
     ids.dedup();
-    let confirmations = confirm(ctx.cloud, &ids).await;
+    let confirmations = confirm(ctx, &ids).await;
 
     let targets = group(suspects, resolutions, &nodes, &confirmations);
     let cases: Vec<Case<'_>> = targets
@@ -136,7 +141,7 @@ async fn fence_batch(
         let node = target.node.map(|n| nodes[n].name.clone());
         let state = seen(target.instance.as_ref(), &confirmations).map(|f| f.state.clone());
         info!(
-            target = %target.reference, node = node.as_deref().unwrap_or("-"),
+            suspect = %target.reference, node = node.as_deref().unwrap_or("-"),
             instance = target.instance.as_ref().map_or("-", |i| i.as_str()),
             state = state.as_ref().map_or("-", |s| s.name()),
             verdict = match verdict { Verdict::Fence { .. } => "fence", Verdict::Skip { reason } => reason.code() },
@@ -189,7 +194,7 @@ async fn fence_batch(
     let reconfirmed = if live.is_empty() {
         HashMap::new()
     } else {
-        confirm(ctx.cloud, &live).await
+        confirm(ctx, &live).await
     };
 
     let mut work = Vec::new();
@@ -298,11 +303,14 @@ async fn fence_batch(
 }
 
 /// Asks EC2 about the instances; any error makes every answer a failed lookup.
-async fn confirm(cloud: &dyn Cloud, ids: &[InstanceId]) -> HashMap<InstanceId, Confirmation> {
+async fn confirm(ctx: &Ctx<'_>, ids: &[InstanceId]) -> HashMap<InstanceId, Confirmation> {
     if ids.is_empty() {
         return HashMap::new();
     }
-    match cloud.describe_instances(ids).await {
+    let started = Instant::now();
+    let described = ctx.cloud.describe_instances(ids).await;
+    ctx.meter.stage(Stage::Confirm, started.elapsed());
+    match described {
         Ok(found) => {
             let mut map: HashMap<InstanceId, Confirmation> = ids
                 .iter()
@@ -316,6 +324,7 @@ async fn confirm(cloud: &dyn Cloud, ids: &[InstanceId]) -> HashMap<InstanceId, C
             map
         }
         Err(e) => {
+            ctx.meter.error(Dependency::Ec2);
             warn!(error = %e, "could not confirm instance states; nothing will be fenced");
             ids.iter()
                 .map(|id| {
@@ -404,12 +413,16 @@ async fn discover_volumes(
         ctx.cluster.list_volume_attachments(),
         ctx.cluster.list_persistent_volumes()
     );
-    let vas = vas.unwrap_or_else(|e| {
+    let mut failed = |e: ClusterError| {
+        ctx.meter.error(Dependency::Kubernetes);
         errors.push(e.to_string());
+    };
+    let vas = vas.unwrap_or_else(|e| {
+        failed(e);
         Vec::new()
     });
     let pvs = pvs.unwrap_or_else(|e| {
-        errors.push(e.to_string());
+        failed(e);
         Vec::new()
     });
     let mut volumes = HashMap::new();
@@ -430,6 +443,7 @@ async fn discover_volumes(
         Vec::new()
     } else {
         ctx.cloud.describe_volumes(&ids).await.unwrap_or_else(|e| {
+            ctx.meter.error(Dependency::Ec2);
             errors.push(e.to_string());
             Vec::new()
         })
@@ -451,7 +465,10 @@ async fn fence_node(
 ) -> NodeReport {
     let node = report.node.clone().unwrap_or_default();
     if add_taint {
-        match ctx.cluster.taint_node(&node, stamp).await {
+        let started = Instant::now();
+        let tainted = ctx.cluster.taint_node(&node, stamp).await;
+        ctx.meter.stage(Stage::Taint, started.elapsed());
+        match tainted {
             Ok(TaintOutcome::Applied) => {
                 info!("out-of-service taint applied");
                 report.taint_applied = true;
@@ -475,6 +492,7 @@ async fn fence_node(
                 return report;
             }
             Err(e) => {
+                ctx.meter.error(Dependency::Kubernetes);
                 warn!(error = %e, "taint failed; no volume is detached");
                 report.outcome = Outcome::Failed;
                 report.reason = "the taint could not be applied".into();
@@ -486,10 +504,13 @@ async fn fence_node(
     }
     report.volumes = volume_reports(actions, node_volumes, false);
     let mut detached = Vec::new();
+    let started = Instant::now();
+    let mut sent = false;
     for (action, vr) in actions.iter().zip(report.volumes.iter_mut()) {
         let VolumeAction::Detach { volume, .. } = action else {
             continue;
         };
+        sent = true;
         match ctx.cloud.detach_volume(volume, &stamp.instance).await {
             Ok(()) => {
                 info!(volume = %volume, "force-detach sent");
@@ -501,12 +522,16 @@ async fn fence_node(
                 vr.detail = Some(e.to_string());
             }
             Err(e) => {
+                ctx.meter.error(Dependency::Ec2);
                 warn!(volume = %volume, error = %e, "force-detach failed");
                 vr.outcome = VolumeOutcome::Failed;
                 vr.detail = Some(e.to_string());
                 report.errors.push(e.to_string());
             }
         }
+    }
+    if sent {
+        ctx.meter.stage(Stage::Detach, started.elapsed());
     }
     if !detached.is_empty() {
         let note = format!(
@@ -534,6 +559,7 @@ async fn verify(ctx: &Ctx<'_>, mut done: Vec<(usize, NodeReport)>) -> Vec<(usize
             .map(|v| v.volume.clone())
             .collect()
     };
+    let started = Instant::now();
     let deadline = tokio::time::Instant::now() + ctx.detach_wait;
     loop {
         let waiting = pending(&done);
@@ -556,9 +582,13 @@ async fn verify(ctx: &Ctx<'_>, mut done: Vec<(usize, NodeReport)>) -> Vec<(usize
                     }
                 }
             }
-            Err(e) => warn!(error = %e, "could not check detached volumes"),
+            Err(e) => {
+                ctx.meter.error(Dependency::Ec2);
+                warn!(error = %e, "could not check detached volumes");
+            }
         }
         if pending(&done).is_empty() || tokio::time::Instant::now() >= deadline {
+            ctx.meter.stage(Stage::Verify, started.elapsed());
             break;
         }
         tokio::time::sleep(ctx.poll_interval).await;
@@ -695,6 +725,7 @@ async fn emit(
         note,
     };
     if let Err(e) = ctx.cluster.node_event(node, &event).await {
+        ctx.meter.error(Dependency::Kubernetes);
         warn!(error = %e, reason, "could not record the event");
     }
 }

@@ -25,6 +25,19 @@ pub enum Outcome {
     Failed,
 }
 
+impl Outcome {
+    /// The name used in the report and the metrics.
+    pub fn code(self) -> &'static str {
+        match self {
+            Self::Fenced => "fenced",
+            Self::AlreadyFenced => "already_fenced",
+            Self::Planned => "planned",
+            Self::Skipped => "skipped",
+            Self::Failed => "failed",
+        }
+    }
+}
+
 /// What happened to one volume.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]

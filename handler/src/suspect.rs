@@ -65,6 +65,17 @@ pub enum Origin {
     Direct,
 }
 
+impl Origin {
+    /// The trigger's name, as in the report's `kind`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Ec2StateChange { .. } => "ec2_state_change",
+            Self::Alert { .. } => "alert",
+            Self::Direct => "direct",
+        }
+    }
+}
+
 /// One machine suspected dead, in normal form.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Suspect {

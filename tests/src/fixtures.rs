@@ -13,6 +13,7 @@ use kube::{Api, Client};
 use serde_json::{Value, json};
 
 use node_fencer::decide::Settings;
+use node_fencer::metrics::{Measured, Meter};
 use node_fencer::pipeline::{self, Ctx};
 use node_fencer::report::Report;
 use node_fencer::shell::cloud::{Cloud, Ec2};
@@ -299,6 +300,18 @@ pub async fn fence_with(
     batch: Batch,
     settings: Settings,
 ) -> anyhow::Result<Report> {
+    Ok(fence_measured(cloud, cluster, batch, settings).await?.0)
+}
+
+/// Runs the pipeline with the given handles; also returns what its meter
+/// recorded (stage latencies, failed calls).
+pub async fn fence_measured(
+    cloud: &dyn Cloud,
+    cluster: &dyn Cluster,
+    batch: Batch,
+    settings: Settings,
+) -> anyhow::Result<(Report, Measured)> {
+    let meter = Meter::default();
     let ctx = Ctx {
         cloud,
         cluster,
@@ -306,8 +319,10 @@ pub async fn fence_with(
         detach_wait: Duration::from_secs(10),
         poll_interval: Duration::from_millis(100),
         correlation_id: unique("test"),
+        meter: &meter,
     };
-    Ok(pipeline::run(&ctx, batch).await?)
+    let report = pipeline::run(&ctx, batch).await?;
+    Ok((report, meter.measured()))
 }
 
 /// Events recorded on a Node (events.k8s.io/v1, namespace default).

@@ -132,6 +132,26 @@ pub struct Invocation {
 }
 
 impl Emulator {
+    /// The CloudWatch EMF lines the function wrote for one invocation, found
+    /// in the emulator's log by their `CorrelationId` (waits up to 5 s for
+    /// the log to catch up).
+    pub fn metric_lines(&self, correlation_id: &str) -> anyhow::Result<Vec<Value>> {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let log = std::fs::read_to_string(&self.log)?;
+            let lines: Vec<Value> = log
+                .lines()
+                .filter(|l| l.starts_with('{') && l.contains("\"_aws\""))
+                .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+                .filter(|v| v["CorrelationId"] == correlation_id)
+                .collect();
+            if !lines.is_empty() || Instant::now() > deadline {
+                return Ok(lines);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     /// Sends an event with `cargo lambda invoke`, as the Lambda service would.
     pub fn invoke(&self, event: &Value) -> anyhow::Result<Invocation> {
         let file = tempfile_with(&event.to_string())?;

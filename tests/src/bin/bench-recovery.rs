@@ -240,6 +240,7 @@ async fn fence_timed(
         detach_wait: Duration::from_secs(60),
         poll_interval: Duration::from_millis(500),
         correlation_id: unique("bench"),
+        meter: &node_fencer::metrics::Meter::default(),
     };
     let report = pipeline::run(&ctx, batch).await?;
     let total = timeline.now();

@@ -5,6 +5,7 @@ use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 use node_fencer::decide::{Settings, Skip};
 use node_fencer::kube_model::ANNOTATION_FENCED_AT;
+use node_fencer::metrics::{Dependency, Stage};
 use node_fencer::report::{Outcome, Report, VolumeOutcome};
 use node_fencer::shell::cloud::Ec2;
 use node_fencer::shell::cluster::Kube;
@@ -494,4 +495,43 @@ async fn suspects_outside_this_cluster_are_reported_not_errors() -> anyhow::Resu
     }
     assert!(!report.incomplete());
     Ok(())
+}
+
+#[tokio::test]
+async fn an_unreachable_ec2_fences_nothing_and_is_counted_as_an_ec2_error() -> anyhow::Result<()> {
+    let _g = serial().await;
+    let s = stack();
+    let sc = scene("Unknown", true).await?;
+    // Nothing listens on port 1: every EC2 call fails to connect.
+    let config = s.sdk_config().await;
+    let dead = aws_sdk_ec2::Client::from_conf(
+        aws_sdk_ec2::config::Builder::from(&config)
+            .endpoint_url("http://127.0.0.1:1")
+            .build(),
+    );
+    let cluster = Kube::new(s.fencer().await?, "node-fencer-tests");
+    let (report, measured) = fence_measured(
+        &Ec2::new(dead),
+        &cluster,
+        one(by_instance(&sc.m.instance), Intent::Fence),
+        settings(),
+    )
+    .await?;
+    let r = only(&report);
+    assert_eq!(r.outcome, Outcome::Skipped, "{r:#?}");
+    assert!(matches!(r.skip, Some(Skip::LookupFailed { .. })), "{r:#?}");
+    assert!(report.incomplete(), "left for a retry");
+    assert_eq!(
+        measured.errors.get(&Dependency::Ec2),
+        Some(&1),
+        "{measured:?}"
+    );
+    assert_eq!(measured.errors.get(&Dependency::Kubernetes), None);
+    let stages: Vec<Stage> = measured.stages.iter().map(|(s, _)| *s).collect();
+    assert_eq!(
+        stages,
+        vec![Stage::Confirm],
+        "no taint, detach or verify was timed"
+    );
+    assert_unfenced(&sc).await
 }

@@ -46,6 +46,47 @@ async fn eventbridge_stopped_event_fences_through_the_runtime() -> anyhow::Resul
     assert!(taints(&get_node(&s.admin().await?, &node).await?).contains(&OOS.into()));
     assert_eq!(volume(&s.ec2().await, &vol).await?.0, "available");
 
+    // Its CloudWatch metrics, as EMF lines on stdout.
+    let correlation_id = report["correlation_id"].as_str().unwrap_or_default();
+    let metrics = emulator(s).metric_lines(correlation_id)?;
+    let with = |key: &str, value: &str| -> Vec<&Value> {
+        metrics.iter().filter(|l| l[key] == json!(value)).collect()
+    };
+    assert_eq!(
+        with("Trigger", "ec2_state_change")[0]["Suspects"],
+        1,
+        "{metrics:#?}"
+    );
+    let decision = with("Outcome", "fenced");
+    assert_eq!(decision[0]["Reason"], "fenced", "{metrics:#?}");
+    assert_eq!(decision[0]["Decisions"], 1, "{metrics:#?}");
+    assert!(
+        with("Dependency", "EC2").is_empty(),
+        "no failed call: {metrics:#?}"
+    );
+    let total: Vec<&Value> = metrics
+        .iter()
+        .filter(|l| l.get("VolumesDetached").is_some())
+        .collect();
+    assert_eq!(total.len(), 1, "{metrics:#?}");
+    assert_eq!(total[0]["VolumesDetached"], 1);
+    for (stage, samples) in [
+        ("ConfirmLatency", 2), // confirm, then re-confirm before acting
+        ("TaintLatency", 1),
+        ("DetachLatency", 1),
+        ("VerifyLatency", 1),
+    ] {
+        assert_eq!(
+            total[0][stage].as_array().map(Vec::len),
+            Some(samples),
+            "{stage}: {metrics:#?}"
+        );
+    }
+    assert_eq!(
+        total[0]["_aws"]["CloudWatchMetrics"][0]["Namespace"],
+        "NodeFencer"
+    );
+
     // The same event again (a Lambda retry): same end state, still a success.
     let again = emulator(s).invoke(&event)?;
     assert!(!again.error, "{}", again.output);
