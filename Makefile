@@ -13,7 +13,7 @@ export CARGO_TERM_COLOR ?= never
 TOOLS := source "$(CACHE)/env.sh"
 STACK_DIR ?= $(CURDIR)/tests/.stack
 
-.PHONY: help setup fmt lint unit test infra-test run bench package stack-up stack-down clean
+.PHONY: help setup fmt lint unit test infra-test fuzz run bench package stack-up stack-down clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -23,20 +23,29 @@ setup: ## install everything the project needs (idempotent; cached by version)
 
 fmt: ## format the Rust code
 	cargo fmt --all
+	cargo fmt --manifest-path handler/fuzz/Cargo.toml
 
 lint: ## rustfmt check and clippy with warnings as errors
 	cargo fmt --all --check
+	cargo fmt --manifest-path handler/fuzz/Cargo.toml --check
 	cargo clippy --workspace --all-targets --locked -- -D warnings
+	cargo clippy -p node-fencer --no-default-features --all-targets --locked -- -D warnings
+	cargo clippy --manifest-path handler/fuzz/Cargo.toml --all-targets --locked -- -D warnings
 
 unit: ## the pure core's unit and property tests (no stack needed)
 	cargo test --locked -p node-fencer
 
-test: setup lint ## everything CI runs: lint, unit, integration against the real stack, infra checks
+test: setup lint ## everything CI runs: lint, unit, integration against the real stack, infra checks, a short fuzz run
 	$(TOOLS) && cargo test --workspace --locked
 	$(MAKE) --no-print-directory infra-test
+	$(MAKE) --no-print-directory fuzz
 
 infra-test: ## Terraform parse, format, IAM/RBAC equality and checkov
 	$(TOOLS) && "$$NODE_FENCER_INFRA_VENV/bin/python" -m pytest tests/infra -q
+
+FUZZ_SECONDS ?= 20
+fuzz: setup ## every fuzz target for FUZZ_SECONDS each (default 20; a longer run: FUZZ_SECONDS=600)
+	bash handler/fuzz/run.sh $(FUZZ_SECONDS)
 
 run: setup ## the seed scenario on the local stack, node-fencer under the Lambda runtime emulator
 	$(TOOLS) && cargo run --locked -q -p node-fencer-tests --bin local-run -- $(ARGS)

@@ -11,22 +11,29 @@
 
 #![deny(missing_docs)]
 
+#[cfg(feature = "runtime")]
 pub mod app;
+#[cfg(feature = "runtime")]
 pub mod cli;
 pub mod config;
 pub mod decide;
+#[cfg(feature = "runtime")]
 pub mod eks_token;
 pub mod facts;
 pub mod instance;
 pub mod kube_model;
+#[cfg(feature = "runtime")]
 pub mod lambda;
 pub mod metrics;
 pub mod permissions;
+#[cfg(feature = "runtime")]
 pub mod pipeline;
 pub mod report;
 pub mod resolve;
+#[cfg(feature = "runtime")]
 pub mod shell;
 pub mod suspect;
+#[cfg(feature = "runtime")]
 pub mod telemetry;
 pub mod trigger;
 pub mod volumes;

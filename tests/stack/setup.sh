@@ -10,6 +10,7 @@
 #   $CACHE/bin/etcd-<ver>/etcd
 #   $CACHE/bin/kwok-<ver>/kwok
 #   $CACHE/bin/hclfmt-<ver>/hclfmt
+#   $CACHE/bin/cargo-fuzz-<ver>/cargo-fuzz   (crates.io; for handler/fuzz)
 #   $CACHE/env.sh                   `source` it: NODE_FENCER_* variables, venv bin on PATH
 #
 # Usage: tests/stack/setup.sh [--only-python] [--skip-controllers]
@@ -50,6 +51,7 @@ main() {
 	# bumping them there (and running `go mod tidy`) is all a version bump takes.
 	KWOK_VERSION=v0.8.0   # sigs.k8s.io/kwok
 	HCLFMT_VERSION=v2.25.0 # github.com/hashicorp/hcl/v2
+	CARGO_FUZZ_VERSION=0.13.2 # crates.io cargo-fuzz
 
 	log() { printf '==> %s\n' "$*"; }
 	die() {
@@ -76,6 +78,7 @@ main() {
 	ETCD_BIN="$CACHE/bin/etcd-$ETCD_VERSION/etcd"
 	KWOK_BIN="$CACHE/bin/kwok-$KWOK_VERSION/kwok"
 	HCLFMT_BIN="$CACHE/bin/hclfmt-$HCLFMT_VERSION/hclfmt"
+	CARGO_FUZZ_BIN="$CACHE/bin/cargo-fuzz-$CARGO_FUZZ_VERSION/cargo-fuzz"
 
 	# --- prerequisites ---------------------------------------------------------
 
@@ -186,6 +189,15 @@ main() {
 	build_kube() { # build_kube CMD
 		(cd "$HERE/gomod/kubernetes" && go build -ldflags "$(kube_ldflags)" -o "$OUT" "k8s.io/kubernetes/cmd/$1")
 	}
+	build_cargo_fuzz() {
+		have cargo || die "cargo is required to install cargo-fuzz"
+		local root="$OUT.root"
+		TMP_PATHS+=("$root")
+		CARGO_TARGET_DIR="$root/target" cargo install cargo-fuzz --version "$CARGO_FUZZ_VERSION" \
+			--locked --quiet --root "$root"
+		mv -f "$root/bin/cargo-fuzz" "$OUT"
+		rm -rf "$root"
+	}
 	build_etcd() {
 		(cd "$HERE/gomod/etcd" && go build -ldflags "-s -w" -o "$OUT" go.etcd.io/etcd/server/v3)
 	}
@@ -209,6 +221,7 @@ main() {
 		fi
 		install_bin hclfmt "$HCLFMT_VERSION" "$HCLFMT_BIN" "<1 min" -- \
 			go_install "github.com/hashicorp/hcl/v2/cmd/hclfmt@$HCLFMT_VERSION" hclfmt
+		install_bin cargo-fuzz "$CARGO_FUZZ_VERSION" "$CARGO_FUZZ_BIN" "<1 min" -- build_cargo_fuzz
 		# kubectl: not used by the tests, handy for looking at a running stack.
 		install_bin kubectl "$KUBE_VERSION" "$KUBE_BIN/kubectl" "~1 min" -- build_kube kubectl
 	fi
@@ -223,6 +236,7 @@ main() {
 		echo "export NODE_FENCER_ETCD=$(q "$ETCD_BIN")"
 		echo "export NODE_FENCER_KWOK=$(q "$KWOK_BIN")"
 		echo "export NODE_FENCER_HCLFMT=$(q "$HCLFMT_BIN")"
+		echo "export NODE_FENCER_CARGO_FUZZ=$(q "$CARGO_FUZZ_BIN")"
 		echo "export NODE_FENCER_VENV=$(q "$STACK_VENV")"
 		if [ -n "$INFRA_VENV" ]; then
 			echo "export NODE_FENCER_INFRA_VENV=$(q "$INFRA_VENV")"
@@ -237,7 +251,7 @@ main() {
 
 	missing=()
 	for b in "$ETCD_BIN" "$KUBE_BIN/kube-apiserver" "$KUBE_BIN/kube-controller-manager" \
-		"$KUBE_BIN/kube-scheduler" "$KWOK_BIN" "$HCLFMT_BIN" "$KUBE_BIN/kubectl"; do
+		"$KUBE_BIN/kube-scheduler" "$KWOK_BIN" "$HCLFMT_BIN" "$CARGO_FUZZ_BIN" "$KUBE_BIN/kubectl"; do
 		[ -x "$b" ] || missing+=("${b#"$CACHE"/}")
 	done
 	if [ ${#missing[@]} -gt 0 ]; then

@@ -127,6 +127,43 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// Every input kept in `handler/fuzz/regressions` (crashes found by the
+    /// fuzz targets, and hostile samples) is refused with an input error, or
+    /// parsed into well-formed suspects; a Function URL request without the
+    /// right token is refused.
+    #[test]
+    fn fuzz_regressions_are_refused_cleanly() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/regressions");
+        let token = function_url::WebhookToken::new("a-token-nobody-presents").ok();
+        let mut replayed = 0;
+        for entry in std::fs::read_dir(&dir).expect("handler/fuzz/regressions exists") {
+            let path = entry.expect("a directory entry").path();
+            if path.extension().is_some_and(|e| e == "md") {
+                continue;
+            }
+            let bytes = std::fs::read(&path).expect("a readable regression input");
+            replayed += 1;
+            match classify_bytes(&bytes) {
+                Err(_) => {}
+                Ok(Trigger::Batch(batch)) => {
+                    for s in &batch.suspects {
+                        if let crate::suspect::NodeRef::Name(name) = &s.target {
+                            assert!(alertmanager::is_dns_subdomain(name), "{path:?}: {name:?}");
+                        }
+                    }
+                }
+                Ok(Trigger::Http(req)) => {
+                    let refused = function_url::parse(&req, token.as_ref());
+                    assert!(refused.is_err(), "{path:?} was accepted");
+                }
+            }
+        }
+        assert!(
+            replayed >= 5,
+            "only {replayed} regression inputs in {dir:?}"
+        );
+    }
+
     #[test]
     fn non_objects_are_refused_by_kind() {
         for (value, kind) in [
