@@ -136,6 +136,17 @@ async fn alertmanager_through_the_function_url() -> anyhow::Result<()> {
     );
     assert!(taints(&get_node(&s.admin().await?, &node).await?).contains(&OOS.into()));
     assert_eq!(volume(&s.ec2().await, &vol).await?.0, "available");
+
+    // Neither the right token nor a wrong one ends up in the function's logs.
+    let log = std::fs::read_to_string(&emu.log)?;
+    assert!(log.contains("request refused"), "the refusals are logged");
+    for secret in [WEBHOOK_TOKEN, "wrong-token-0123456789"] {
+        assert!(
+            !log.contains(secret),
+            "{secret} appears in {}",
+            emu.log.display()
+        );
+    }
     Ok(())
 }
 
