@@ -18,10 +18,21 @@ shift || true
 	echo "run.sh: SECONDS must be a number, not '$seconds'" >&2
 	exit 2
 }
+all=(classify eventbridge alertmanager direct function_url)
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(classify eventbridge alertmanager direct function_url)
+[ ${#targets[@]} -gt 0 ] || targets=("${all[@]}")
+for t in "${targets[@]}"; do
+	[[ " ${all[*]} " == *" $t "* ]] || {
+		echo "run.sh: no fuzz target '$t' (targets: ${all[*]})" >&2
+		exit 2
+	}
+done
 
 CACHE="${NODE_FENCER_CACHE:-$HOME/.cache/node-fencer}"
+[ -f "$CACHE/env.sh" ] || {
+	echo "run.sh: $CACHE/env.sh is missing; run tests/stack/setup.sh (make setup)" >&2
+	exit 1
+}
 # shellcheck source=/dev/null
 source "$CACHE/env.sh"
 [ -x "${NODE_FENCER_CARGO_FUZZ:-}" ] || {
