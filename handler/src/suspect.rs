@@ -19,6 +19,19 @@ pub enum NodeRef {
     Address(IpAddr),
 }
 
+impl NodeRef {
+    /// True when the reference is safe to resolve and to print: instance ids
+    /// and addresses are valid by construction, a name must be a DNS
+    /// subdomain (as Node names are). Every parser upholds it; the fuzz
+    /// targets check it.
+    pub fn is_well_formed(&self) -> bool {
+        match self {
+            Self::Name(name) => crate::trigger::alertmanager::is_dns_subdomain(name),
+            Self::Instance(_) | Self::Address(_) => true,
+        }
+    }
+}
+
 impl std::fmt::Display for NodeRef {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {

@@ -21,7 +21,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
 };
@@ -31,7 +31,7 @@ use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::json;
 
 use crate::scene::{stop_heartbeats, wait_until};
-use crate::{Stack, apply_rbac, attacher, parse_env, repo_root};
+use crate::{Stack, apply_rbac, attacher, repo_root};
 
 static CLUSTER: OnceLock<Result<Stack, String>> = OnceLock::new();
 
@@ -65,21 +65,7 @@ fn start() -> anyhow::Result<Stack> {
     }
     let dir = std::env::temp_dir().join(format!("node-fencer-cluster-{}", std::process::id()));
     for attempt in 1..=KWOK_ATTEMPTS {
-        let status = Command::new("bash")
-            .arg(repo_root().join("tests/stack/up.sh"))
-            .arg(&dir)
-            .arg("--controllers")
-            .arg("--watch-pid")
-            .arg(std::process::id().to_string())
-            .status()
-            .context("running tests/stack/up.sh --controllers")?;
-        if !status.success() {
-            bail!(
-                "tests/stack/up.sh --controllers failed ({status}); run `make setup` \
-                 (tests/stack/setup.sh) first, logs are in {}",
-                dir.join("logs").display()
-            );
-        }
+        crate::up(&dir, &["--controllers"])?;
         let stack = open(dir.clone())?;
         if set_up(&stack)? {
             attacher::spawn(&stack)?;
@@ -98,12 +84,7 @@ fn start() -> anyhow::Result<Stack> {
 }
 
 fn open(dir: PathBuf) -> anyhow::Result<Stack> {
-    let env = std::fs::read_to_string(dir.join("env"))
-        .with_context(|| format!("reading {}", dir.join("env").display()))?;
-    let stack = Stack {
-        dir,
-        vars: parse_env(&env),
-    };
+    let stack = Stack::open(dir)?;
     if stack
         .vars
         .get("NODE_FENCER_STACK_CONTROLLERS")
@@ -122,23 +103,11 @@ fn open(dir: PathBuf) -> anyhow::Result<Stack> {
 /// Applies the RBAC manifest, registers the CSI driver and checks kwok;
 /// false when kwok does not treat a node whose Lease it lost as dead.
 fn set_up(stack: &Stack) -> anyhow::Result<bool> {
-    // Callers may be inside a runtime that must not block: the set-up runs on
-    // a thread of its own.
-    std::thread::scope(|scope| {
-        scope
-            .spawn(|| {
-                tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()?
-                    .block_on(async {
-                        apply_rbac(stack).await?;
-                        let admin = stack.admin().await?;
-                        attacher::register_driver(&admin).await?;
-                        kwok_keeps_dead_nodes_pods(&admin).await
-                    })
-            })
-            .join()
-            .map_err(|_| anyhow::anyhow!("setting up the controller stack panicked"))?
+    crate::on_own_thread("setting up the controller stack", || async {
+        apply_rbac(stack).await?;
+        let admin = stack.admin().await?;
+        attacher::register_driver(&admin).await?;
+        kwok_keeps_dead_nodes_pods(&admin).await
     })
 }
 
@@ -231,14 +200,10 @@ pub async fn wait_for_rbac(
     resource: &str,
     allowed: bool,
 ) -> anyhow::Result<()> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        if can(client, verb, group, resource).await? == allowed {
-            return Ok(());
-        }
-        if tokio::time::Instant::now() > deadline {
-            bail!("RBAC: `{verb} {resource}` still not allowed={allowed} after 30 s");
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait_until(
+        &format!("RBAC to answer allowed={allowed} for `{verb} {resource}`"),
+        Duration::from_secs(30),
+        || async { Ok((can(client, verb, group, resource).await? == allowed).then_some(())) },
+    )
+    .await
 }

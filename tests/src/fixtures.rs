@@ -110,15 +110,7 @@ pub async fn attach_new_volume(
     m: &Machine,
     device: &str,
 ) -> anyhow::Result<String> {
-    let vol = ec2
-        .create_volume()
-        .availability_zone(&m.az)
-        .size(10)
-        .send()
-        .await?
-        .volume_id()
-        .context("no volume id")?
-        .to_owned();
+    let vol = create_volume(ec2, &m.az).await?;
     ec2.attach_volume()
         .volume_id(&vol)
         .instance_id(&m.instance)
@@ -126,6 +118,19 @@ pub async fn attach_new_volume(
         .send()
         .await?;
     Ok(vol)
+}
+
+/// Creates an empty EBS volume in the zone (`available`).
+pub async fn create_volume(ec2: &aws_sdk_ec2::Client, az: &str) -> anyhow::Result<String> {
+    Ok(ec2
+        .create_volume()
+        .availability_zone(az)
+        .size(10)
+        .send()
+        .await?
+        .volume_id()
+        .context("no volume id")?
+        .to_owned())
 }
 
 /// Stops the instance.

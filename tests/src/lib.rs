@@ -8,7 +8,6 @@
 
 pub mod attacher;
 pub mod cluster;
-pub mod counting;
 pub mod fixtures;
 pub mod lambda;
 pub mod scene;
@@ -71,41 +70,56 @@ fn start() -> anyhow::Result<Stack> {
         None => {
             let dir =
                 std::env::temp_dir().join(format!("node-fencer-stack-{}", std::process::id()));
-            let status = Command::new("bash")
-                .arg(repo_root().join("tests/stack/up.sh"))
-                .arg(&dir)
-                .arg("--watch-pid")
-                .arg(std::process::id().to_string())
-                .status()
-                .context("running tests/stack/up.sh")?;
-            if !status.success() {
-                bail!(
-                    "tests/stack/up.sh failed ({status}); run `make setup` (tests/stack/setup.sh) first, \
-                     logs are in {}",
-                    dir.join("logs").display()
-                );
-            }
+            up(&dir, &[])?;
             dir
         }
     };
-    let env = std::fs::read_to_string(dir.join("env"))
-        .with_context(|| format!("reading {}", dir.join("env").display()))?;
-    let vars = parse_env(&env);
-    let stack = Stack { dir, vars };
-    // Tests call this from inside their own runtime, which must not block:
-    // the one-off set-up runs on a thread of its own.
+    let stack = Stack::open(dir)?;
+    on_own_thread("applying rbac.yaml", || apply_rbac(&stack))?;
+    Ok(stack)
+}
+
+/// Starts a stack in `dir` with `tests/stack/up.sh` (plus `extra` options),
+/// watched by a watchdog that stops it when this process exits.
+pub(crate) fn up(dir: &Path, extra: &[&str]) -> anyhow::Result<()> {
+    let status = Command::new("bash")
+        .arg(repo_root().join("tests/stack/up.sh"))
+        .arg(dir)
+        .args(extra)
+        .arg("--watch-pid")
+        .arg(std::process::id().to_string())
+        .status()
+        .context("running tests/stack/up.sh")?;
+    if !status.success() {
+        bail!(
+            "tests/stack/up.sh {} failed ({status}); run `make setup` (tests/stack/setup.sh) \
+             first, logs are in {}",
+            extra.join(" "),
+            dir.join("logs").display()
+        );
+    }
+    Ok(())
+}
+
+/// Runs an async set-up to its end on a thread and runtime of its own:
+/// callers may be inside a test's runtime, which must not block.
+pub(crate) fn on_own_thread<T, F, Fut>(what: &str, make: F) -> anyhow::Result<T>
+where
+    T: Send,
+    F: FnOnce() -> Fut + Send,
+    Fut: std::future::Future<Output = anyhow::Result<T>>,
+{
     std::thread::scope(|scope| {
         scope
             .spawn(|| {
                 tokio::runtime::Builder::new_current_thread()
                     .enable_all()
                     .build()?
-                    .block_on(apply_rbac(&stack))
+                    .block_on(make())
             })
             .join()
-            .map_err(|_| anyhow::anyhow!("applying rbac.yaml panicked"))?
-    })?;
-    Ok(stack)
+            .map_err(|_| anyhow::anyhow!("{what} panicked"))?
+    })
 }
 
 /// Parses `export NAME=value` lines (values optionally single-quoted).
@@ -157,6 +171,17 @@ async fn apply_rbac(stack: &Stack) -> anyhow::Result<()> {
 }
 
 impl Stack {
+    /// The stack whose state directory is `dir`, from the variables `up.sh`
+    /// wrote there.
+    pub(crate) fn open(dir: PathBuf) -> anyhow::Result<Self> {
+        let env = std::fs::read_to_string(dir.join("env"))
+            .with_context(|| format!("reading {}", dir.join("env").display()))?;
+        Ok(Self {
+            vars: parse_env(&env),
+            dir,
+        })
+    }
+
     /// A variable of the stack's env file.
     pub fn var(&self, name: &str) -> &str {
         self.vars

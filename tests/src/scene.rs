@@ -24,7 +24,7 @@ use serde_json::{Value, json};
 
 use crate::Stack;
 use crate::attacher::DRIVER;
-use crate::fixtures::{Machine, launch, unique, volume};
+use crate::fixtures::{Machine, create_volume, launch, unique, volume};
 
 /// The label that ties a scene's pods to its nodes.
 pub const SCENE_LABEL: &str = "node-fencer.io/scene";
@@ -340,19 +340,6 @@ pub async fn create_namespace(admin: &Client, name: &str) -> anyhow::Result<()> 
         return Err(e.into());
     }
     Ok(())
-}
-
-/// Creates an empty EBS volume in the zone (`available`).
-pub async fn create_volume(ec2: &aws_sdk_ec2::Client, az: &str) -> anyhow::Result<String> {
-    Ok(ec2
-        .create_volume()
-        .availability_zone(az)
-        .size(10)
-        .send()
-        .await?
-        .volume_id()
-        .context("no volume id")?
-        .to_owned())
 }
 
 /// Creates a static CSI PersistentVolume for an EBS volume, optionally

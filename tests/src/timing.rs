@@ -1,6 +1,7 @@
-//! Timing wrappers around the real clients: every call node-fencer makes is
-//! recorded with its start and end on one clock, to split the pipeline's
-//! latency across API calls without faking any answer.
+//! Recording wrappers around the real clients: every call node-fencer makes
+//! is recorded with its start and end on one clock, to count calls (batching,
+//! calls per fenced node) and split the pipeline's latency across them,
+//! without faking any answer.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -86,6 +87,11 @@ impl Timeline {
             e.1 += s.end.saturating_sub(s.start);
         }
         out
+    }
+
+    /// Calls of one operation.
+    pub fn count(&self, op: &str) -> usize {
+        self.spans().iter().filter(|s| s.op == op).count()
     }
 
     /// Total number of calls.

@@ -1,16 +1,16 @@
 //! What every fuzz target checks beyond "no panic".
 
-use node_fencer::suspect::{Batch, NodeRef};
-use node_fencer::trigger::alertmanager::is_dns_subdomain;
+use node_fencer::suspect::Batch;
 
-/// Every suspect a parser lets through names a machine in a form the rest of
-/// the pipeline can use safely: a valid instance id (checked when it was
-/// made), a DNS-subdomain node name, or an IP address.
+/// Every suspect a parser lets through is well-formed
+/// ([`node_fencer::suspect::NodeRef::is_well_formed`]).
 pub fn assert_well_formed(batch: &Batch) {
     for s in &batch.suspects {
-        if let NodeRef::Name(name) = &s.target {
-            assert!(is_dns_subdomain(name), "a parser let through {name:?}");
-        }
+        assert!(
+            s.target.is_well_formed(),
+            "a parser let through {:?}",
+            s.target
+        );
     }
 }
 

@@ -147,9 +147,7 @@ mod tests {
                 Err(_) => {}
                 Ok(Trigger::Batch(batch)) => {
                     for s in &batch.suspects {
-                        if let crate::suspect::NodeRef::Name(name) = &s.target {
-                            assert!(alertmanager::is_dns_subdomain(name), "{path:?}: {name:?}");
-                        }
+                        assert!(s.target.is_well_formed(), "{path:?}: {}", s.target);
                     }
                 }
                 Ok(Trigger::Http(req)) => {

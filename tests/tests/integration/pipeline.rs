@@ -10,8 +10,8 @@ use node_fencer::report::{Outcome, Report, VolumeOutcome};
 use node_fencer::shell::cloud::Ec2;
 use node_fencer::shell::cluster::Kube;
 use node_fencer::suspect::{Batch, Intent, NodeRef, Origin, Suspect};
-use node_fencer_tests::counting::{Calls, CountingCloud, CountingCluster};
 use node_fencer_tests::fixtures::*;
+use node_fencer_tests::timing::{Timeline, TimingCloud, TimingCluster};
 use node_fencer_tests::{serial, stack};
 use serde_json::json;
 
@@ -104,13 +104,14 @@ async fn fences_a_stopped_node_and_detaches_only_its_pv_volumes() -> anyhow::Res
     let sc = scene("Unknown", true).await?;
     let real_cloud = Ec2::new(s.ec2().await);
     let real_cluster = Kube::new(s.fencer().await?, "tests");
-    let cloud = CountingCloud {
+    let calls = Timeline::new();
+    let cloud = TimingCloud {
         inner: &real_cloud,
-        calls: Calls::default(),
+        timeline: &calls,
     };
-    let cluster = CountingCluster {
+    let cluster = TimingCluster {
         inner: &real_cluster,
-        calls: Calls::default(),
+        timeline: &calls,
     };
     let report = fence_with(
         &cloud,
@@ -172,9 +173,9 @@ async fn fences_a_stopped_node_and_detaches_only_its_pv_volumes() -> anyhow::Res
     .await?;
 
     // Confirm, then re-confirm before acting: two batched EC2 lookups, one node list.
-    assert_eq!(cloud.calls.get("DescribeInstances"), 2);
-    assert_eq!(cluster.calls.get("ListNodes"), 1);
-    assert_eq!(cloud.calls.get("DetachVolume"), 2);
+    assert_eq!(calls.count("DescribeInstances"), 2);
+    assert_eq!(calls.count("ListNodes"), 1);
+    assert_eq!(calls.count("DetachVolume"), 2);
     Ok(())
 }
 
@@ -229,16 +230,17 @@ async fn the_same_event_twice_leaves_the_same_end_state() -> anyhow::Result<()> 
     let after_first = get_node(&admin, &sc.node).await?;
 
     let real_cloud = Ec2::new(s.ec2().await);
-    let cloud = CountingCloud {
+    let calls = Timeline::new();
+    let cloud = TimingCloud {
         inner: &real_cloud,
-        calls: Calls::default(),
+        timeline: &calls,
     };
     let cluster = Kube::new(s.fencer().await?, "tests");
     let second = fence_with(&cloud, &cluster, batch(), settings()).await?;
     let r = only(&second);
     assert_eq!(r.outcome, Outcome::AlreadyFenced, "{r:#?}");
     assert!(!r.taint_applied);
-    assert_eq!(cloud.calls.get("DetachVolume"), 0, "nothing left to detach");
+    assert_eq!(calls.count("DetachVolume"), 0, "nothing left to detach");
     let after_second = get_node(&admin, &sc.node).await?;
     assert_eq!(after_first.spec, after_second.spec, "taints unchanged");
     assert_eq!(
@@ -411,13 +413,14 @@ async fn one_invocation_lists_nodes_once_and_batches_ec2_lookups() -> anyhow::Re
     };
     let real_cloud = Ec2::new(s.ec2().await);
     let real_cluster = Kube::new(s.fencer().await?, "tests");
-    let cloud = CountingCloud {
+    let calls = Timeline::new();
+    let cloud = TimingCloud {
         inner: &real_cloud,
-        calls: Calls::default(),
+        timeline: &calls,
     };
-    let cluster = CountingCluster {
+    let cluster = TimingCluster {
         inner: &real_cluster,
-        calls: Calls::default(),
+        timeline: &calls,
     };
     let report = fence_with(&cloud, &cluster, batch, settings()).await?;
     let outcomes: Vec<Outcome> = report.results.iter().map(|r| r.outcome).collect();
@@ -427,11 +430,11 @@ async fn one_invocation_lists_nodes_once_and_batches_ec2_lookups() -> anyhow::Re
         "{report:#?}"
     );
     assert_eq!(report.results[0].origins.len(), 2);
-    assert_eq!(cluster.calls.get("ListNodes"), 1);
-    assert_eq!(cluster.calls.get("ListVolumeAttachments"), 1);
-    assert_eq!(cluster.calls.get("ListPersistentVolumes"), 1);
+    assert_eq!(calls.count("ListNodes"), 1);
+    assert_eq!(calls.count("ListVolumeAttachments"), 1);
+    assert_eq!(calls.count("ListPersistentVolumes"), 1);
     assert_eq!(
-        cloud.calls.get("DescribeInstances"),
+        calls.count("DescribeInstances"),
         2,
         "confirm + re-confirm, each batched"
     );
