@@ -538,3 +538,65 @@ async fn an_unreachable_ec2_fences_nothing_and_is_counted_as_an_ec2_error() -> a
     );
     assert_unfenced(&sc).await
 }
+
+/// Recovery is not built yet, so nothing may remove a taint: not one another
+/// writer applied (here on a Ready node whose instance runs, the state in
+/// which a naive recovery would strip it), and not ours while the instance is
+/// still stopped, whatever the trigger says.
+#[tokio::test]
+async fn no_trigger_removes_an_out_of_service_taint() -> anyhow::Result<()> {
+    let _g = serial().await;
+    let s = stack();
+    let admin = s.admin().await?;
+    let foreign = scene("True", false).await?;
+    let patch = json!({"spec": {"taints": [
+        {"key": "node.kubernetes.io/out-of-service", "value": "nodeshutdown", "effect": "NoExecute"}
+    ]}});
+    Api::<Node>::all(admin.clone())
+        .patch(
+            &foreign.node,
+            &Default::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await?;
+    let ours = scene("Unknown", true).await?;
+    let fenced = fence(
+        s,
+        one(by_instance(&ours.m.instance), Intent::Fence),
+        settings(),
+    )
+    .await?;
+    assert_eq!(only(&fenced).outcome, Outcome::Fenced);
+    let before = [
+        get_node(&admin, &foreign.node).await?,
+        get_node(&admin, &ours.node).await?,
+    ];
+
+    for sc in [&foreign, &ours] {
+        for intent in [
+            Intent::RecoveryHint,
+            Intent::Resolved,
+            Intent::Fence,
+            Intent::Check,
+        ] {
+            fence(s, one(by_instance(&sc.m.instance), intent), settings()).await?;
+        }
+    }
+    for (sc, before) in [&foreign, &ours].into_iter().zip(before) {
+        let after = get_node(&admin, &sc.node).await?;
+        assert!(
+            taints(&after).contains(&OOS.into()),
+            "{}: {:?}",
+            sc.node,
+            taints(&after)
+        );
+        assert_eq!(before.spec, after.spec, "{}: taints unchanged", sc.node);
+        assert_eq!(
+            before.metadata.annotations, after.metadata.annotations,
+            "{}: annotations unchanged",
+            sc.node
+        );
+    }
+    delete_nodes(&admin, &[&foreign.node, &ours.node]).await;
+    Ok(())
+}
