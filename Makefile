@@ -13,7 +13,7 @@ export CARGO_TERM_COLOR ?= never
 TOOLS := source "$(CACHE)/env.sh"
 STACK_DIR ?= $(CURDIR)/tests/.stack
 
-.PHONY: help setup fmt lint unit test infra-test fuzz run bench package stack-up stack-down clean
+.PHONY: help setup fmt lint unit test infra-test fuzz run bench bench-budget package stack-up stack-down clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -52,6 +52,9 @@ run: setup ## the seed scenario on the local stack, node-fencer under the Lambda
 
 bench: setup ## the recovery-time benchmark (ARGS=--help for its options)
 	$(TOOLS) && cargo run --locked -q -p node-fencer-tests --bin bench-recovery -- $(ARGS)
+
+bench-budget: package ## the performance budget of the release build: cold start, CPU per event, RSS, zip, storm growth (ARGS=--help)
+	$(TOOLS) && cargo run --locked -q -p node-fencer-tests --bin bench-budget -- $(ARGS)
 
 package: setup ## the deployable bootstrap zip for provided.al2023 (x86_64)
 	$(TOOLS) && cargo lambda build --release --locked --output-format zip --bin node-fencer --lambda-dir target/lambda

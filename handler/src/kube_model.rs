@@ -140,6 +140,9 @@ pub enum TaintPatch {
     Apply(Value),
     /// The taint is there already.
     AlreadyPresent,
+    /// The taint is there, stamped with this invocation's correlation id: an
+    /// earlier attempt of this run applied it and its answer was lost.
+    AppliedByThisRun,
     /// The Node turned Ready since the decision: do not fence.
     NodeReady,
     /// The Node has no resourceVersion to guard the write with.
@@ -168,7 +171,17 @@ pub fn taint_patch(node: &Node, stamp: &Stamp) -> TaintPatch {
         .iter()
         .any(|t| t.key == OUT_OF_SERVICE_KEY && t.effect == OUT_OF_SERVICE_EFFECT)
     {
-        return TaintPatch::AlreadyPresent;
+        let ours = node
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(ANNOTATION_CORRELATION))
+            .is_some_and(|id| *id == stamp.correlation_id);
+        return if ours {
+            TaintPatch::AppliedByThisRun
+        } else {
+            TaintPatch::AlreadyPresent
+        };
     }
     // Restating a taint we cannot serialise would drop it: refuse instead.
     let Ok(mut taints) = existing
@@ -290,6 +303,23 @@ mod tests {
             taint_patch(&node("False", no_schedule, Some("1")), &stamp()),
             TaintPatch::Apply(_)
         ));
+    }
+
+    #[test]
+    fn a_taint_stamped_by_this_run_counts_as_applied_by_it() {
+        let present = json!([{"key": OUT_OF_SERVICE_KEY, "value": "x", "effect": "NoExecute"}]);
+        let mut ours = node("False", present, Some("2"));
+        ours.metadata.annotations = Some(
+            [(ANNOTATION_CORRELATION.to_owned(), "c-1".to_owned())]
+                .into_iter()
+                .collect(),
+        );
+        assert_eq!(taint_patch(&ours, &stamp()), TaintPatch::AppliedByThisRun);
+        let other_run = Stamp {
+            correlation_id: "c-2".into(),
+            ..stamp()
+        };
+        assert_eq!(taint_patch(&ours, &other_run), TaintPatch::AlreadyPresent);
     }
 
     #[test]

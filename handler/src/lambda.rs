@@ -17,6 +17,7 @@ pub async fn serve() -> Result<(), lambda_runtime::Error> {
     let reporter =
         std::env::var("AWS_LAMBDA_FUNCTION_NAME").unwrap_or_else(|_| "node-fencer".into());
     let clients = Clients::new(sdk_config().await, &config);
+    clients.prewarm().await;
     let app = App::new(clients, config, reporter).with_metrics();
     let app = &app;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| async move {

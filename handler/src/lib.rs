@@ -6,7 +6,7 @@
 //! pods and their volumes move to a healthy node in seconds.
 //!
 //! The crate is a functional core ([`trigger`], [`resolve`], [`decide`],
-//! [`volumes`], [`kube_model`], [`metrics`]) with no I/O, and a thin shell ([`shell`],
+//! [`volumes`], [`kube_model`], [`metrics`], [`retry`]) with no I/O, and a thin shell ([`shell`],
 //! [`pipeline`], [`app`], [`cli`], [`lambda`]) that gathers facts and acts.
 
 #![deny(missing_docs)]
@@ -30,6 +30,7 @@ pub mod permissions;
 pub mod pipeline;
 pub mod report;
 pub mod resolve;
+pub mod retry;
 #[cfg(feature = "runtime")]
 pub mod shell;
 pub mod suspect;

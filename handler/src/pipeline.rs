@@ -518,7 +518,9 @@ async fn fence_node(
                 detached.push(volume.to_string());
             }
             Err(e) if e.is_already_detached() => {
-                vr.outcome = VolumeOutcome::AlreadyDetached;
+                // Someone else detached it first, or a detach is under way:
+                // left to the verification, which trusts only `available`.
+                info!(volume = %volume, error = %e, "volume no longer attached, or detaching");
                 vr.detail = Some(e.to_string());
             }
             Err(e) => {

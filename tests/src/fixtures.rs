@@ -316,12 +316,23 @@ pub async fn fence_measured(
     batch: Batch,
     settings: Settings,
 ) -> anyhow::Result<(Report, Measured)> {
+    fence_within(cloud, cluster, batch, settings, Duration::from_secs(10)).await
+}
+
+/// [`fence_measured`] with another bound on the wait for detached volumes.
+pub async fn fence_within(
+    cloud: &dyn Cloud,
+    cluster: &dyn Cluster,
+    batch: Batch,
+    settings: Settings,
+    detach_wait: Duration,
+) -> anyhow::Result<(Report, Measured)> {
     let meter = Meter::default();
     let ctx = Ctx {
         cloud,
         cluster,
         settings,
-        detach_wait: Duration::from_secs(10),
+        detach_wait,
         poll_interval: Duration::from_millis(100),
         correlation_id: unique("test"),
         meter: &meter,
@@ -360,4 +371,38 @@ pub async fn assert_node_events(
         );
     }
     Ok(())
+}
+
+/// A machine with one CSI volume behind a PV and a VolumeAttachment, and its
+/// NotReady Node.
+#[derive(Clone, Debug)]
+pub struct Target {
+    /// The machine.
+    pub m: Machine,
+    /// The Node's name.
+    pub node: String,
+    /// The CSI volume attached to the machine.
+    pub volume: String,
+}
+
+/// Creates a [`Target`], its instance stopped unless `running`.
+pub async fn target(stack: &Stack, running: bool) -> anyhow::Result<Target> {
+    let ec2 = stack.ec2().await;
+    let admin = stack.admin().await?;
+    let m = launch(&ec2).await?;
+    let volume = attach_new_volume(&ec2, &m, "/dev/xvdba").await?;
+    if !running {
+        stop(&ec2, &m).await?;
+    }
+    let mut spec = NodeSpec::for_machine(&m);
+    spec.ready = "Unknown";
+    create_node(&admin, &spec).await?;
+    let pv = unique("pv");
+    create_pv(&admin, &pv, &volume).await?;
+    create_va(&admin, &spec.name, &pv, "ebs.csi.aws.com").await?;
+    Ok(Target {
+        m,
+        node: spec.name,
+        volume,
+    })
 }

@@ -56,11 +56,10 @@ fn start(stack: &Stack) -> anyhow::Result<Emulator> {
     start_with(stack, &[])
 }
 
-fn start_with(stack: &Stack, overrides: &[(&str, &str)]) -> anyhow::Result<Emulator> {
-    let port = free_port()?;
-    let env_file = stack.dir.join(format!("lambda-{port}.env"));
-    let mut f = std::fs::File::create(&env_file)?;
-    let defaults = [
+/// The function's environment on the stack: the restricted kubeconfig,
+/// moto's endpoint and credentials, the webhook token, JSON logs.
+pub fn function_env(stack: &Stack) -> [(&'static str, &str); 11] {
+    [
         ("KUBECONFIG", stack.var("NODE_FENCER_KUBECONFIG_RESTRICTED")),
         ("AWS_ENDPOINT_URL", stack.var("AWS_ENDPOINT_URL")),
         ("AWS_REGION", stack.var("AWS_REGION")),
@@ -72,12 +71,19 @@ fn start_with(stack: &Stack, overrides: &[(&str, &str)]) -> anyhow::Result<Emula
         ("VOLUME_DETACH_TIMEOUT_SECONDS", "10"),
         ("LOG_FORMAT", "json"),
         ("RUST_LOG", "info"),
-    ];
-    for (k, v) in defaults {
+    ]
+}
+
+fn start_with(stack: &Stack, overrides: &[(&str, &str)]) -> anyhow::Result<Emulator> {
+    let port = free_port()?;
+    let env_file = stack.dir.join(format!("lambda-{port}.env"));
+    let mut f = std::fs::File::create(&env_file)?;
+    let defaults = function_env(stack);
+    for (k, v) in &defaults {
         let v = overrides
             .iter()
-            .find(|(name, _)| *name == k)
-            .map_or(v, |(_, value)| *value);
+            .find(|(name, _)| name == k)
+            .map_or(*v, |(_, value)| *value);
         writeln!(f, "{k}={v}")?;
     }
     for (k, v) in overrides {

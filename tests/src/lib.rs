@@ -7,9 +7,12 @@
 //! A missing component is a loud failure, never a skip.
 
 pub mod attacher;
+pub mod bench;
 pub mod cluster;
+pub mod faults;
 pub mod fixtures;
 pub mod lambda;
+pub mod runtime_api;
 pub mod scene;
 pub mod timing;
 
@@ -23,6 +26,7 @@ use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use kube::api::{Patch, PatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client};
+use node_fencer::shell::connect::{self, Timeouts};
 
 /// The repository root.
 pub fn repo_root() -> PathBuf {
@@ -194,7 +198,21 @@ impl Stack {
         let kc = Kubeconfig::read_from(path)?;
         let config =
             kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?;
-        Ok(Client::try_from(config)?)
+        Ok(connect::kube_client(config)?)
+    }
+
+    /// A client as node-fencer that reaches the apiserver through `server`
+    /// (a fault proxy), with these timeouts.
+    pub async fn fencer_via(&self, server: &str, timeouts: Timeouts) -> anyhow::Result<Client> {
+        let mut kc = Kubeconfig::read_from(self.var("NODE_FENCER_KUBECONFIG_RESTRICTED"))?;
+        for named in &mut kc.clusters {
+            if let Some(cluster) = named.cluster.as_mut() {
+                cluster.server = Some(server.to_owned());
+            }
+        }
+        let config =
+            kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?;
+        Ok(connect::kube_client_with(config, timeouts)?)
     }
 
     /// A client with every right, for setting scenes up.
@@ -215,6 +233,17 @@ impl Stack {
 
     /// AWS SDK configuration for moto, built the way the function builds it.
     pub async fn sdk_config(&self) -> aws_config::SdkConfig {
+        self.sdk_config_via(self.var("AWS_ENDPOINT_URL"), Timeouts::default())
+            .await
+    }
+
+    /// [`Stack::sdk_config`] reaching moto through `endpoint` (a fault
+    /// proxy), with these timeouts.
+    pub async fn sdk_config_via(
+        &self,
+        endpoint: &str,
+        timeouts: Timeouts,
+    ) -> aws_config::SdkConfig {
         let creds = aws_credential_types::Credentials::new(
             self.var("AWS_ACCESS_KEY_ID"),
             self.var("AWS_SECRET_ACCESS_KEY"),
@@ -222,9 +251,9 @@ impl Stack {
             None,
             "node-fencer-tests",
         );
-        let base = node_fencer::shell::connect::sdk_config().await;
+        let base = connect::sdk_config_with(timeouts).await;
         base.into_builder()
-            .endpoint_url(self.var("AWS_ENDPOINT_URL"))
+            .endpoint_url(endpoint)
             .region(aws_config::Region::new(self.var("AWS_REGION").to_owned()))
             .credentials_provider(
                 aws_credential_types::provider::SharedCredentialsProvider::new(creds),

@@ -926,6 +926,23 @@ pub fn kube_node_not_ready(nodes: &[&str]) -> Value {
     })
 }
 
+/// A Lambda Function URL request carrying `body`, as Alertmanager posts it.
+pub fn function_url_event(body: &str, authorization: &str) -> Value {
+    json!({
+        "version": "2.0", "rawPath": "/", "rawQueryString": "",
+        "headers": {"content-type": "application/json", "authorization": authorization,
+                    "user-agent": "Alertmanager/0.28.1"},
+        "requestContext": {
+            "accountId": "123456789012", "apiId": "bench", "domainName": "bench.lambda-url.us-east-1.on.aws",
+            "domainPrefix": "bench", "requestId": uuid_like(), "routeKey": "$default", "stage": "$default",
+            "time": "23/Nov/2026:10:00:00 +0000", "timeEpoch": 1795431600000i64,
+            "http": {"method": "POST", "path": "/", "protocol": "HTTP/1.1", "sourceIp": "203.0.113.9",
+                     "userAgent": "Alertmanager/0.28.1"}
+        },
+        "body": body, "isBase64Encoded": false
+    })
+}
+
 fn uuid_like() -> String {
     let u = unique("e");
     let digits: String = u.chars().filter(char::is_ascii_digit).collect();

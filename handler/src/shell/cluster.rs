@@ -1,7 +1,8 @@
 //! The Kubernetes side: the [`Cluster`] trait the pipeline talks to, and its
 //! implementation over `kube`. Only the calls in `infra/kubernetes/rbac.yaml`.
 
-use std::time::Duration;
+use std::future::Future;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{Node, ObjectReference, PersistentVolume};
@@ -13,6 +14,7 @@ use kube::{Api, Client};
 
 use crate::facts::{AttachmentFacts, NodeFacts, PvFacts};
 use crate::kube_model::{self, Stamp, TaintPatch};
+use crate::retry::{self, KUBERNETES};
 
 /// How often a taint patch is retried after a conflict before giving up.
 pub const CONFLICT_RETRIES: usize = 5;
@@ -133,6 +135,49 @@ impl Kube {
     }
 }
 
+/// Failures a later attempt can fix: throttling, an overloaded or restarting
+/// apiserver, a connection refused, dropped or timed out.
+fn is_transient(err: &kube::Error) -> bool {
+    match err {
+        kube::Error::Api(status) => retry::is_transient_status(status.code),
+        kube::Error::HyperError(_) | kube::Error::Service(_) => true,
+        _ => false,
+    }
+}
+
+/// Runs one Kubernetes call, retrying transient failures under
+/// [`KUBERNETES`]. Every call retried here is safe to repeat: reads, the
+/// resourceVersion-guarded taint patch (a repeat of a write that landed gets
+/// 409 and is re-read), and Event creation under a fixed name.
+async fn retrying<T, F, Fut>(call: &'static str, mut attempt: F) -> Result<T, kube::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, kube::Error>>,
+{
+    let started = Instant::now();
+    let mut failed = 0;
+    loop {
+        match attempt().await {
+            Err(e) if is_transient(&e) => {
+                failed += 1;
+                let Some(pause) = KUBERNETES.pause(failed, started.elapsed(), fastrand::f64())
+                else {
+                    return Err(e);
+                };
+                tracing::warn!(
+                    call,
+                    failed,
+                    pause_ms = pause.as_millis() as u64,
+                    error = %e,
+                    "transient Kubernetes failure; retrying"
+                );
+                tokio::time::sleep(pause).await;
+            }
+            done => return done,
+        }
+    }
+}
+
 fn is_conflict(err: &kube::Error) -> bool {
     matches!(err, kube::Error::Api(status) if status.is_conflict())
 }
@@ -145,8 +190,8 @@ fn is_not_found(err: &kube::Error) -> bool {
 impl Cluster for Kube {
     async fn list_nodes(&self) -> Result<Vec<NodeFacts>, ClusterError> {
         let nodes: Api<Node> = Api::all(self.client.clone());
-        let list = nodes
-            .list(&ListParams::default())
+        let params = ListParams::default();
+        let list = retrying("list nodes", || nodes.list(&params))
             .await
             .map_err(ClusterError::ListNodes)?;
         Ok(list
@@ -159,7 +204,7 @@ impl Cluster for Kube {
     async fn taint_node(&self, node: &str, stamp: &Stamp) -> Result<TaintOutcome, ClusterError> {
         let nodes: Api<Node> = Api::all(self.client.clone());
         for attempt in 0..CONFLICT_RETRIES {
-            let current = match nodes.get(node).await {
+            let current = match retrying("get node", || nodes.get(node)).await {
                 Ok(n) => n,
                 Err(e) if is_not_found(&e) => return Ok(TaintOutcome::NodeGone),
                 Err(source) => {
@@ -172,13 +217,16 @@ impl Cluster for Kube {
             let patch = match kube_model::taint_patch(&current, stamp) {
                 TaintPatch::Apply(patch) => patch,
                 TaintPatch::AlreadyPresent => return Ok(TaintOutcome::AlreadyPresent),
+                TaintPatch::AppliedByThisRun => return Ok(TaintOutcome::Applied),
                 TaintPatch::NodeReady => return Ok(TaintOutcome::NodeReady),
                 TaintPatch::NoResourceVersion | TaintPatch::Unrepresentable => {
                     return Err(ClusterError::UnsafeWrite { node: node.into() });
                 }
             };
             let params = PatchParams::default();
-            match nodes.patch(node, &params, &Patch::Merge(&patch)).await {
+            let merge = Patch::Merge(&patch);
+            let sent = retrying("patch node", || nodes.patch(node, &params, &merge)).await;
+            match sent {
                 Ok(_) => return Ok(TaintOutcome::Applied),
                 Err(e) if is_conflict(&e) => {
                     tracing::info!(node, attempt, "node changed under us; re-reading");
@@ -200,8 +248,8 @@ impl Cluster for Kube {
 
     async fn list_volume_attachments(&self) -> Result<Vec<AttachmentFacts>, ClusterError> {
         let api: Api<VolumeAttachment> = Api::all(self.client.clone());
-        let list = api
-            .list(&ListParams::default())
+        let params = ListParams::default();
+        let list = retrying("list volumeattachments", || api.list(&params))
             .await
             .map_err(ClusterError::ListVolumeAttachments)?;
         Ok(list
@@ -213,8 +261,8 @@ impl Cluster for Kube {
 
     async fn list_persistent_volumes(&self) -> Result<Vec<PvFacts>, ClusterError> {
         let api: Api<PersistentVolume> = Api::all(self.client.clone());
-        let list = api
-            .list(&ListParams::default())
+        let params = ListParams::default();
+        let list = retrying("list persistentvolumes", || api.list(&params))
             .await
             .map_err(ClusterError::ListPersistentVolumes)?;
         Ok(list.items.iter().filter_map(kube_model::pv_facts).collect())
@@ -243,13 +291,17 @@ impl Cluster for Kube {
             reporting_instance: Some(truncate(&self.instance, 128)),
             ..Event::default()
         };
-        api.create(&PostParams::default(), &ev)
-            .await
-            .map(|_| ())
-            .map_err(|source| ClusterError::CreateEvent {
+        // The name is fixed before the first attempt, so a retry after a lost
+        // answer meets AlreadyExists instead of recording the Event twice.
+        let params = PostParams::default();
+        match retrying("create event", || api.create(&params, &ev)).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(status)) if status.is_already_exists() => Ok(()),
+            Err(source) => Err(ClusterError::CreateEvent {
                 node: node.into(),
                 source,
-            })
+            }),
+        }
     }
 }
 

@@ -3,8 +3,10 @@
 //! a cluster, and the webhook token. Secrets are fetched on first use, not at
 //! cold start, and kept for the life of the execution environment.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
+use aws_config::retry::RetryConfig;
+use aws_config::timeout::TimeoutConfig;
 use aws_config::{BehaviorVersion, SdkConfig};
 use aws_credential_types::provider::ProvideCredentials;
 use aws_smithy_http_client::tls::{self, rustls_provider::CryptoMode};
@@ -14,6 +16,7 @@ use tokio::sync::{Mutex, OnceCell};
 
 use crate::config::{ClusterAccess, Config, TokenSource};
 use crate::eks_token;
+use crate::retry;
 use crate::trigger::function_url::WebhookToken;
 
 /// A failure to reach or authenticate to a dependency. All are retryable:
@@ -68,15 +71,77 @@ pub enum ConnectError {
     Client(#[source] kube::Error),
 }
 
-/// Loads the shared AWS SDK configuration with the project's one TLS stack.
+/// How long to wait for an API's answers before an attempt counts as failed
+/// (and is retried).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timeouts {
+    /// A TCP and TLS connection.
+    pub connect: Duration,
+    /// One attempt of one call, answer included; EC2 and Kubernetes answer
+    /// in milliseconds, so this only bounds a hung dependency.
+    pub attempt: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Self {
+            connect: Duration::from_secs(3),
+            attempt: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Loads the shared AWS SDK configuration with the project's one TLS stack,
+/// bounded retries (the SDK's standard mode: throttling, 5xx, timeouts and
+/// dropped connections, exponential backoff with jitter) and timeouts.
 pub async fn sdk_config() -> SdkConfig {
+    sdk_config_with(Timeouts::default()).await
+}
+
+/// [`sdk_config`] with other timeouts.
+pub async fn sdk_config_with(timeouts: Timeouts) -> SdkConfig {
     let http = aws_smithy_http_client::Builder::new()
         .tls_provider(tls::Provider::Rustls(CryptoMode::Ring))
         .build_https();
     aws_config::defaults(BehaviorVersion::latest())
         .http_client(http)
+        .retry_config(
+            RetryConfig::standard()
+                .with_max_attempts(retry::EC2.max_attempts)
+                .with_initial_backoff(retry::EC2.base)
+                .with_max_backoff(retry::EC2.cap),
+        )
+        .timeout_config(
+            TimeoutConfig::builder()
+                .connect_timeout(timeouts.connect)
+                .operation_attempt_timeout(timeouts.attempt)
+                .operation_timeout(retry::EC2.budget)
+                .build(),
+        )
         .load()
         .await
+}
+
+/// Builds a Kubernetes client with timeouts on every request and without
+/// kube's own retry layer (up to 15 attempts and pauses of 1000 s, beyond any
+/// Lambda timeout); `shell::cluster` retries within [`retry::KUBERNETES`].
+pub fn kube_client(config: kube::Config) -> Result<kube::Client, kube::Error> {
+    kube_client_with(config, Timeouts::default())
+}
+
+/// [`kube_client`] with other timeouts.
+pub fn kube_client_with(
+    mut config: kube::Config,
+    timeouts: Timeouts,
+) -> Result<kube::Client, kube::Error> {
+    config.connect_timeout = Some(timeouts.connect);
+    config.read_timeout = Some(timeouts.attempt);
+    config.write_timeout = Some(timeouts.attempt);
+    // Count the read timeout from the request, not from when a pooled
+    // connection went idle.
+    config.reset_reader_on_write = true;
+    config.default_retry = false;
+    kube::Client::try_from(config)
 }
 
 /// The clients of one execution environment, built once and reused.
@@ -101,6 +166,19 @@ impl Clients {
             token_source: config.webhook_token.clone(),
             kube: Mutex::new(None),
             token: OnceCell::new(),
+        }
+    }
+
+    /// Builds now the Kubernetes client that needs no network call to build
+    /// (a kubeconfig file or the in-cluster environment), so the first event
+    /// does not pay for it; kubeconfigs in SSM or Secrets Manager and EKS
+    /// tokens stay lazy. A failure is only logged: the first event meets it
+    /// again and reports it.
+    pub async fn prewarm(&self) {
+        if matches!(self.access, ClusterAccess::Ambient)
+            && let Err(e) = self.kube().await
+        {
+            tracing::warn!(error = %e, "the Kubernetes client could not be built yet");
         }
     }
 
@@ -178,7 +256,7 @@ impl Clients {
                     })?
             }
         };
-        kube::Client::try_from(config).map_err(ConnectError::Client)
+        kube_client(config).map_err(ConnectError::Client)
     }
 
     async fn eks_token(&self, cluster: &str) -> Result<String, ConnectError> {

@@ -16,6 +16,7 @@ use node_fencer::shell::cloud::{Cloud, Ec2};
 use node_fencer::shell::cluster::{Cluster, Kube};
 use node_fencer::suspect::{Batch, Intent, NodeRef, Origin, Suspect};
 use node_fencer_tests::Stack;
+use node_fencer_tests::bench::{Clock, median};
 use node_fencer_tests::cluster::cluster_stack;
 use node_fencer_tests::fixtures::{stop, unique};
 use node_fencer_tests::lambda::{Emulator, start_emulator};
@@ -99,15 +100,6 @@ fn parse_args() -> anyhow::Result<Option<Args>> {
     Ok(Some(args))
 }
 
-/// Progress, with the time since the start.
-struct Clock(Instant);
-
-impl Clock {
-    fn say(&self, what: &str) {
-        println!("[{:>6.1}s] {what}", self.0.elapsed().as_secs_f64());
-    }
-}
-
 /// Samples of one figure, in seconds.
 #[derive(Default)]
 struct Figure {
@@ -125,21 +117,6 @@ fn fmt_secs(s: f64) -> String {
     } else {
         format!("{s:.1} s")
     }
-}
-
-fn median(samples: &[f64]) -> Option<(f64, f64, f64)> {
-    if samples.is_empty() {
-        return None;
-    }
-    let mut v = samples.to_vec();
-    v.sort_by(f64::total_cmp);
-    let mid = v.len() / 2;
-    let med = if v.len().is_multiple_of(2) {
-        (v[mid - 1] + v[mid]) / 2.0
-    } else {
-        v[mid]
-    };
-    Some((med, v[0], v[v.len() - 1]))
 }
 
 /// A table of figures: name, median, min, max, n.
@@ -623,7 +600,7 @@ async fn storm(
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
-    let clock = Clock(Instant::now());
+    let clock = Clock::start();
     clock.say("starting the controller stack (etcd, kube-apiserver, controllers, kwok, moto, CSI attacher)");
     let stack: &'static Stack = cluster_stack();
     let admin = stack.admin().await?;

@@ -4,6 +4,7 @@
 
 mod connect;
 mod ec2;
+mod faults;
 mod kube_api;
 mod pipeline;
 mod runtime;

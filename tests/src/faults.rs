@@ -1,0 +1,385 @@
+//! A fault-injecting HTTP proxy for the tests: node-fencer talks to it as if
+//! it were moto or the kube-apiserver; it forwards to the real one, except
+//! for the requests a rule picks, which get a fault instead: an error status
+//! with the dependency's own error body, a delay past the client's timeout,
+//! a connection dropped before or after the real server acted, or an outage
+//! of every request for a while (what a client sees of a restarting server).
+//!
+//! The client side is plain HTTP (a kubeconfig may point at `http://`); the
+//! upstream side reuses a `kube::Client` without credentials, so the
+//! caller's own `Authorization` header and TLS to the apiserver both work.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper::body::{Bytes, Incoming};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use kube::config::{AuthInfo, KubeConfigOptions, Kubeconfig};
+use tokio::net::TcpListener;
+
+/// Which requests a rule applies to: every given part must be a substring of
+/// the request's (method exact).
+#[derive(Clone, Debug, Default)]
+pub struct Match {
+    method: Option<Method>,
+    path: Option<String>,
+    body: Vec<String>,
+}
+
+impl Match {
+    /// Every request.
+    pub fn any() -> Self {
+        Self::default()
+    }
+    /// An EC2 Query API action, e.g. `DetachVolume`.
+    pub fn ec2(action: &str) -> Self {
+        Self::any().body(&format!("Action={action}&"))
+    }
+    /// Only this method.
+    pub fn method(mut self, method: Method) -> Self {
+        self.method = Some(method);
+        self
+    }
+    /// Only paths (with query) containing this.
+    pub fn path(mut self, part: &str) -> Self {
+        self.path = Some(part.to_owned());
+        self
+    }
+    /// Only bodies containing this (and every other part given).
+    pub fn body(mut self, part: &str) -> Self {
+        self.body.push(part.to_owned());
+        self
+    }
+
+    fn hits(&self, method: &Method, path: &str, body: &str) -> bool {
+        self.method.as_ref().is_none_or(|m| m == method)
+            && self.path.as_deref().is_none_or(|p| path.contains(p))
+            && self.body.iter().all(|b| body.contains(b.as_str()))
+    }
+}
+
+/// What a picked request gets instead of a plain forward.
+#[derive(Clone, Debug)]
+pub enum Fault {
+    /// This status and body; the request never reaches the server.
+    Respond {
+        /// HTTP status.
+        status: u16,
+        /// `Content-Type` of the body.
+        content_type: &'static str,
+        /// The body.
+        body: String,
+    },
+    /// Held this long, then forwarded (a client with a shorter timeout gives up first).
+    Delay(Duration),
+    /// The connection is closed without an answer; the server never sees the request.
+    Drop,
+    /// Forwarded, and the server acts on it, but the answer is lost with the connection.
+    ForwardThenDrop,
+    /// From this request on, every request's connection is closed unanswered
+    /// for this long, as while a server restarts.
+    Outage(Duration),
+}
+
+impl Fault {
+    /// An EC2 error answer, as EC2 shapes it (`Response/Errors/Error`).
+    pub fn ec2_error(status: u16, code: &str, message: &str) -> Self {
+        Self::Respond {
+            status,
+            content_type: "text/xml;charset=UTF-8",
+            body: format!(
+                "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Response><Errors><Error><Code>{code}</Code>\
+                 <Message>{message}</Message></Error></Errors><RequestID>fault-proxy</RequestID></Response>"
+            ),
+        }
+    }
+    /// EC2's throttling answer.
+    pub fn ec2_throttled() -> Self {
+        Self::ec2_error(503, "RequestLimitExceeded", "Request limit exceeded.")
+    }
+    /// A Kubernetes `Status` error answer.
+    pub fn kube_status(code: u16, reason: &str) -> Self {
+        Self::Respond {
+            status: code,
+            content_type: "application/json",
+            body: serde_json::json!({
+                "kind": "Status", "apiVersion": "v1", "metadata": {},
+                "status": "Failure", "message": format!("injected: {reason}"),
+                "reason": reason, "code": code
+            })
+            .to_string(),
+        }
+    }
+}
+
+/// One request the proxy saw.
+#[derive(Clone, Debug)]
+pub struct Seen {
+    /// Method.
+    pub method: Method,
+    /// Path with query.
+    pub path: String,
+    /// The EC2 action, when the body names one.
+    pub action: Option<String>,
+    /// The fault it got, if any.
+    pub fault: Option<String>,
+}
+
+struct Rule {
+    when: Match,
+    fault: Fault,
+    left: usize,
+}
+
+#[derive(Default)]
+struct State {
+    rules: Vec<Rule>,
+    seen: Vec<Seen>,
+    down_until: Option<Instant>,
+}
+
+/// A running proxy; it stops when dropped.
+pub struct FaultProxy {
+    /// `http://127.0.0.1:PORT`.
+    pub url: String,
+    state: Arc<Mutex<State>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for FaultProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl FaultProxy {
+    /// A proxy to an HTTP server such as moto.
+    pub async fn to_http(upstream: &str) -> anyhow::Result<Self> {
+        let config = kube::Config::new(upstream.parse().context("upstream url")?);
+        Self::start(config).await
+    }
+
+    /// A proxy to the apiserver of this kubeconfig (its server and CA; the
+    /// credentials stay with the client).
+    pub async fn to_apiserver(kubeconfig: &str) -> anyhow::Result<Self> {
+        let kc = Kubeconfig::read_from(kubeconfig)?;
+        let mut config =
+            kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?;
+        config.auth_info = AuthInfo::default();
+        Self::start(config).await
+    }
+
+    async fn start(mut config: kube::Config) -> anyhow::Result<Self> {
+        config.default_retry = false;
+        let upstream = kube::Client::try_from(config)?;
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let url = format!("http://{}", listener.local_addr()?);
+        let state = Arc::new(Mutex::new(State::default()));
+        let shared = state.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                if lock(&shared).down_until.is_some_and(|t| Instant::now() < t) {
+                    continue; // dropped: the connection closes unanswered
+                }
+                let (state, upstream) = (shared.clone(), upstream.clone());
+                tokio::spawn(async move {
+                    let service =
+                        service_fn(move |req| handle(req, state.clone(), upstream.clone()));
+                    // An error here is a dropped connection, which is the point.
+                    let _ = http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        Ok(Self { url, state, task })
+    }
+
+    /// Gives the next `times` requests that match `when` this fault.
+    pub fn inject(&self, when: Match, fault: Fault, times: usize) {
+        lock(&self.state).rules.push(Rule {
+            when,
+            fault,
+            left: times,
+        });
+    }
+
+    /// Removes every rule that is left.
+    pub fn heal(&self) {
+        let mut state = lock(&self.state);
+        state.rules.clear();
+        state.down_until = None;
+    }
+
+    /// Every request so far.
+    pub fn seen(&self) -> Vec<Seen> {
+        lock(&self.state).seen.clone()
+    }
+
+    /// How many requests for this EC2 action reached the proxy (faulted ones included).
+    pub fn ec2_calls(&self, action: &str) -> usize {
+        self.seen()
+            .iter()
+            .filter(|s| s.action.as_deref() == Some(action))
+            .count()
+    }
+
+    /// How many requests got a fault.
+    pub fn faults_served(&self) -> usize {
+        self.seen().iter().filter(|s| s.fault.is_some()).count()
+    }
+}
+
+fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
+    state.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The action a request is for, as a fault name says it.
+fn ec2_action(body: &str) -> Option<String> {
+    body.split('&')
+        .find_map(|kv| kv.strip_prefix("Action="))
+        .map(str::to_owned)
+}
+
+type Answer = Response<Full<Bytes>>;
+
+async fn handle(
+    req: Request<Incoming>,
+    state: Arc<Mutex<State>>,
+    upstream: kube::Client,
+) -> Result<Answer, std::io::Error> {
+    let (parts, body) = req.into_parts();
+    let body = body
+        .collect()
+        .await
+        .map_err(std::io::Error::other)?
+        .to_bytes();
+    let text = String::from_utf8_lossy(&body);
+    let path = parts
+        .uri
+        .path_and_query()
+        .map_or("/", |p| p.as_str())
+        .to_owned();
+    let fault = {
+        let mut state = lock(&state);
+        let down = state.down_until.is_some_and(|t| Instant::now() < t);
+        let picked = if down {
+            Some(Fault::Drop)
+        } else {
+            state
+                .rules
+                .iter_mut()
+                .find(|r| r.left > 0 && r.when.hits(&parts.method, &path, &text))
+                .map(|r| {
+                    r.left -= 1;
+                    r.fault.clone()
+                })
+        };
+        if let Some(Fault::Outage(d)) = &picked {
+            state.down_until = Some(Instant::now() + *d);
+        }
+        state.seen.push(Seen {
+            method: parts.method.clone(),
+            path: path.clone(),
+            action: ec2_action(&text),
+            fault: picked.as_ref().map(|f| format!("{f:?}")),
+        });
+        picked
+    };
+    let dropped = || std::io::Error::other("connection dropped by the fault proxy");
+    match fault {
+        Some(Fault::Respond {
+            status,
+            content_type,
+            body,
+        }) => Ok(Response::builder()
+            .status(StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR))
+            .header("content-type", content_type)
+            .body(Full::new(Bytes::from(body)))
+            .unwrap_or_default()),
+        Some(Fault::Drop | Fault::Outage(_)) => Err(dropped()),
+        Some(Fault::ForwardThenDrop) => {
+            let _ = forward(&upstream, parts, body).await;
+            Err(dropped())
+        }
+        Some(Fault::Delay(d)) => {
+            tokio::time::sleep(d).await;
+            forward(&upstream, parts, body).await
+        }
+        None => forward(&upstream, parts, body).await,
+    }
+}
+
+async fn forward(
+    upstream: &kube::Client,
+    parts: http::request::Parts,
+    body: Bytes,
+) -> Result<Answer, std::io::Error> {
+    let path = parts
+        .uri
+        .path_and_query()
+        .map_or("/", |p| p.as_str())
+        .to_owned();
+    let mut req = Request::builder().method(parts.method).uri(path);
+    for (name, value) in &parts.headers {
+        // Hop-by-hop and length headers belong to each leg.
+        if !matches!(
+            name.as_str(),
+            "host" | "connection" | "content-length" | "transfer-encoding" | "keep-alive"
+        ) {
+            req = req.header(name, value);
+        }
+    }
+    let req = req
+        .body(kube::client::Body::from(body.to_vec()))
+        .map_err(std::io::Error::other)?;
+    let res = upstream.send(req).await.map_err(std::io::Error::other)?;
+    let (parts, body) = res.into_parts();
+    let body = body
+        .collect()
+        .await
+        .map_err(std::io::Error::other)?
+        .to_bytes();
+    let mut out = Response::builder().status(parts.status);
+    for (name, value) in &parts.headers {
+        if !matches!(
+            name.as_str(),
+            "connection" | "content-length" | "transfer-encoding" | "keep-alive"
+        ) {
+            out = out.header(name, value);
+        }
+    }
+    out.body(Full::new(body)).map_err(std::io::Error::other)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn matching_and_actions() {
+        let m = Match::ec2("DetachVolume");
+        assert!(m.hits(&Method::POST, "/", "Action=DetachVolume&Version=2016-11-15"));
+        assert!(!m.hits(
+            &Method::POST,
+            "/",
+            "Action=DescribeVolumes&Version=2016-11-15"
+        ));
+        let one = Match::ec2("DetachVolume").body("VolumeId=vol-1");
+        assert!(one.hits(&Method::POST, "/", "Action=DetachVolume&VolumeId=vol-1"));
+        assert!(!one.hits(&Method::POST, "/", "Action=DescribeVolumes&VolumeId=vol-1"));
+        let k = Match::any().method(Method::PATCH).path("/api/v1/nodes/");
+        assert!(k.hits(&Method::PATCH, "/api/v1/nodes/worker-1?", ""));
+        assert!(!k.hits(&Method::GET, "/api/v1/nodes/worker-1", ""));
+        assert_eq!(
+            ec2_action("Action=DetachVolume&Force=true").as_deref(),
+            Some("DetachVolume")
+        );
+        assert_eq!(ec2_action("Force=true"), None);
+    }
+}

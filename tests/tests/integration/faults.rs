@@ -1,0 +1,396 @@
+//! node-fencer against dependencies that misbehave: a fault proxy sits
+//! between it and each of moto and the kube-apiserver and answers chosen
+//! requests with throttling, 5xx, timeouts, dropped connections, lost
+//! answers and outages. What must hold whatever fails: bounded retries, no
+//! taint or detach for an instance not confirmed off, success only when the
+//! end state holds, and a retried event converging without duplicates.
+
+use std::time::Duration;
+
+use tokio::sync::MutexGuard;
+
+use http::Method;
+use node_fencer::report::{Outcome, Report, VolumeOutcome};
+use node_fencer::retry::KUBERNETES;
+use node_fencer::shell::cloud::Ec2;
+use node_fencer::shell::cluster::Kube;
+use node_fencer::shell::connect::Timeouts;
+use node_fencer::suspect::Intent;
+use node_fencer_tests::faults::{Fault, FaultProxy, Match};
+use node_fencer_tests::fixtures::*;
+use node_fencer_tests::{serial, stack};
+
+use crate::{by_instance, one};
+
+const OOS_KEY: &str = "node.kubernetes.io/out-of-service";
+
+/// Short timeouts, so a held request counts as a timeout within the test.
+const FAST: Timeouts = Timeouts {
+    connect: Duration::from_secs(1),
+    attempt: Duration::from_secs(2),
+};
+/// Past [`FAST`]'s attempt timeout.
+const HANG: Duration = Duration::from_secs(4);
+const DETACH_WAIT: Duration = Duration::from_secs(5);
+
+/// node-fencer's clients, each behind its own fault proxy.
+struct Faulty {
+    ec2: FaultProxy,
+    kube: FaultProxy,
+    cloud: Ec2,
+    cluster: Kube,
+}
+
+async fn faulty() -> anyhow::Result<Faulty> {
+    let s = stack();
+    let ec2 = FaultProxy::to_http(s.var("AWS_ENDPOINT_URL")).await?;
+    let kube = FaultProxy::to_apiserver(s.var("KUBECONFIG")).await?;
+    let cloud = Ec2::new(aws_sdk_ec2::Client::new(
+        &s.sdk_config_via(&ec2.url, FAST).await,
+    ));
+    let cluster = Kube::new(s.fencer_via(&kube.url, FAST).await?, "fault-tests");
+    Ok(Faulty {
+        ec2,
+        kube,
+        cloud,
+        cluster,
+    })
+}
+
+type Scene = Target;
+
+/// The serial lock (taints count against the cap), the proxied clients and a scene.
+async fn setup(running: bool) -> anyhow::Result<(MutexGuard<'static, ()>, Faulty, Scene)> {
+    let guard = serial().await;
+    Ok((guard, faulty().await?, target(stack(), running).await?))
+}
+
+/// How many node patches reached the apiserver proxy.
+fn patches(f: &Faulty) -> usize {
+    f.kube
+        .seen()
+        .iter()
+        .filter(|s| s.method == Method::PATCH)
+        .count()
+}
+
+async fn fence(f: &Faulty, sc: &Scene) -> anyhow::Result<Report> {
+    let batch = one(by_instance(&sc.m.instance), Intent::Fence);
+    Ok(
+        fence_within(&f.cloud, &f.cluster, batch, settings(), DETACH_WAIT)
+            .await?
+            .0,
+    )
+}
+
+/// How many out-of-service taints the Node carries.
+async fn oos_taints(sc: &Scene) -> anyhow::Result<usize> {
+    let node = get_node(&stack().admin().await?, &sc.node).await?;
+    Ok(node
+        .spec
+        .and_then(|s| s.taints)
+        .unwrap_or_default()
+        .iter()
+        .filter(|t| t.key == OOS_KEY)
+        .count())
+}
+
+/// How many Events of `reason` the Node carries.
+async fn events(sc: &Scene, reason: &str) -> anyhow::Result<usize> {
+    Ok(node_events(&stack().admin().await?, &sc.node)
+        .await?
+        .iter()
+        .filter(|(r, _)| r == reason)
+        .count())
+}
+
+async fn attached_to(volume_id: &str) -> anyhow::Result<Vec<String>> {
+    Ok(volume(&stack().ec2().await, volume_id).await?.1)
+}
+
+/// The whole end state, once: tainted once, one taint Event, the volume free.
+async fn assert_fenced_once(report: &Report, sc: &Scene) -> anyhow::Result<()> {
+    assert!(!report.incomplete(), "{report:#?}");
+    let r = &report.results[0];
+    assert_eq!(r.outcome, Outcome::Fenced, "{report:#?}");
+    assert_eq!(r.volumes[0].outcome, VolumeOutcome::Detached, "{report:#?}");
+    assert_eq!(oos_taints(sc).await?, 1);
+    assert_eq!(events(sc, "OutOfServiceTaintApplied").await?, 1);
+    assert!(attached_to(&sc.volume).await?.is_empty());
+    Ok(())
+}
+
+/// Nothing changed for a node whose instance is not confirmed off, and no
+/// write was even attempted.
+async fn assert_untouched(f: &Faulty, sc: &Scene) -> anyhow::Result<()> {
+    assert_eq!(oos_taints(sc).await?, 0);
+    assert_eq!(attached_to(&sc.volume).await?, vec![sc.m.instance.clone()]);
+    assert_eq!(f.ec2.ec2_calls("DetachVolume"), 0);
+    assert_eq!(patches(f), 0);
+    Ok(())
+}
+
+fn nodes() -> Match {
+    Match::any().path("/api/v1/nodes")
+}
+
+#[tokio::test]
+async fn kubernetes_throttling_and_server_errors_are_retried() -> anyhow::Result<()> {
+    let (_g, f, sc) = setup(false).await?;
+    f.kube.inject(
+        nodes().method(Method::GET),
+        Fault::kube_status(429, "TooManyRequests"),
+        2,
+    );
+    f.kube.inject(
+        nodes().method(Method::PATCH),
+        Fault::kube_status(503, "ServiceUnavailable"),
+        1,
+    );
+    f.kube.inject(
+        Match::any().path("/volumeattachments"),
+        Fault::kube_status(500, "InternalError"),
+        1,
+    );
+    f.kube.inject(
+        Match::any().path("/events"),
+        Fault::kube_status(504, "Timeout"),
+        1,
+    );
+    let report = fence(&f, &sc).await?;
+    assert_eq!(f.kube.faults_served(), 5);
+    assert_fenced_once(&report, &sc).await
+}
+
+#[tokio::test]
+async fn kubernetes_timeouts_and_dropped_connections_are_retried() -> anyhow::Result<()> {
+    let (_g, f, sc) = setup(false).await?;
+    f.kube
+        .inject(nodes().method(Method::GET), Fault::Delay(HANG), 1);
+    f.kube
+        .inject(Match::any().path("/persistentvolumes"), Fault::Drop, 1);
+    f.kube.inject(nodes().method(Method::PATCH), Fault::Drop, 1);
+    let report = fence(&f, &sc).await?;
+    assert_eq!(f.kube.faults_served(), 3);
+    assert_fenced_once(&report, &sc).await
+}
+
+#[tokio::test]
+async fn a_taint_whose_answer_was_lost_is_not_applied_twice() -> anyhow::Result<()> {
+    let (_g, f, sc) = setup(false).await?;
+    // The patch lands, the answer does not: the retry meets 409 (the
+    // resourceVersion moved), re-reads, and finds its own stamp.
+    f.kube
+        .inject(nodes().method(Method::PATCH), Fault::ForwardThenDrop, 1);
+    f.kube
+        .inject(Match::any().path("/events"), Fault::ForwardThenDrop, 1);
+    let report = fence(&f, &sc).await?;
+    assert!(report.results[0].taint_applied, "{report:#?}");
+    assert_fenced_once(&report, &sc).await?;
+    assert_eq!(events(&sc, "VolumesForceDetached").await?, 1);
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_apiserver_outage_mid_run_is_ridden_out() -> anyhow::Result<()> {
+    let (_g, f, sc) = setup(false).await?;
+    // From the taint patch on, every connection is dropped for 4 s, as while
+    // the apiserver restarts; the pauses of the Kubernetes policy outlast it.
+    f.kube.inject(
+        nodes().method(Method::PATCH),
+        Fault::Outage(Duration::from_secs(4)),
+        1,
+    );
+    let report = fence(&f, &sc).await?;
+    assert!(f.kube.faults_served() >= 2, "{:?}", f.kube.seen());
+    assert_fenced_once(&report, &sc).await
+}
+
+#[tokio::test]
+async fn a_kubernetes_failure_that_outlasts_the_retries_fails_before_any_detach()
+-> anyhow::Result<()> {
+    let (_g, f, sc) = setup(false).await?;
+    f.kube.inject(
+        nodes().method(Method::PATCH),
+        Fault::kube_status(503, "ServiceUnavailable"),
+        usize::MAX,
+    );
+    let report = fence(&f, &sc).await?;
+    assert!(report.incomplete(), "{report:#?}");
+    assert_eq!(report.results[0].outcome, Outcome::Failed);
+    assert_eq!(
+        patches(&f),
+        KUBERNETES.max_attempts as usize,
+        "bounded retries"
+    );
+    // No taint, so no detach: the volume stays where it was.
+    assert_eq!(oos_taints(&sc).await?, 0);
+    assert_eq!(f.ec2.ec2_calls("DetachVolume"), 0);
+    assert_eq!(attached_to(&sc.volume).await?, vec![sc.m.instance.clone()]);
+    Ok(())
+}
+
+#[tokio::test]
+async fn ec2_throttling_server_errors_and_timeouts_are_retried() -> anyhow::Result<()> {
+    let (_g, f, sc) = setup(false).await?;
+    f.ec2
+        .inject(Match::ec2("DescribeInstances"), Fault::ec2_throttled(), 2);
+    f.ec2
+        .inject(Match::ec2("DescribeVolumes"), Fault::Delay(HANG), 1);
+    f.ec2.inject(
+        Match::ec2("DetachVolume"),
+        Fault::ec2_error(500, "InternalError", "An internal error has occurred."),
+        1,
+    );
+    let report = fence(&f, &sc).await?;
+    assert_eq!(f.ec2.faults_served(), 4);
+    assert_fenced_once(&report, &sc).await
+}
+
+#[tokio::test]
+async fn a_detach_whose_answer_was_lost_is_verified_not_repeated_blindly() -> anyhow::Result<()> {
+    let (_g, f, sc) = setup(false).await?;
+    // The detach lands and its answer is lost; the SDK's retry meets
+    // "not attached", which the pipeline checks against DescribeVolumes.
+    f.ec2
+        .inject(Match::ec2("DetachVolume"), Fault::ForwardThenDrop, 1);
+    let report = fence(&f, &sc).await?;
+    assert_eq!(f.ec2.ec2_calls("DetachVolume"), 2);
+    assert_fenced_once(&report, &sc).await
+}
+
+#[tokio::test]
+async fn a_volume_detached_by_someone_else_in_between_is_done() -> anyhow::Result<()> {
+    let (_g, f, sc) = setup(false).await?;
+    f.ec2.inject(
+        Match::ec2("DetachVolume"),
+        Fault::Delay(Duration::from_millis(1500)),
+        1,
+    );
+    let other = async {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        // Wait until node-fencer's detach is held at the proxy, then beat it.
+        while f.ec2.ec2_calls("DetachVolume") == 0 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        stack()
+            .ec2()
+            .await
+            .detach_volume()
+            .volume_id(&sc.volume)
+            .instance_id(&sc.m.instance)
+            .force(true)
+            .send()
+            .await
+    };
+    let (report, theirs) = tokio::join!(fence(&f, &sc), other);
+    theirs?;
+    let report = report?;
+    assert_fenced_once(&report, &sc).await
+}
+
+#[tokio::test]
+async fn incorrect_state_on_detach_is_not_taken_for_success() -> anyhow::Result<()> {
+    let (_g, f, sc) = setup(false).await?;
+    // EC2 says the volume is in the wrong state, but it is still attached:
+    // the report must not call it done, and the retried event must finish.
+    f.ec2.inject(
+        Match::ec2("DetachVolume"),
+        Fault::ec2_error(400, "IncorrectState", "Volume is in the 'detaching' state."),
+        1,
+    );
+    let report = fence(&f, &sc).await?;
+    assert!(report.incomplete(), "{report:#?}");
+    assert_eq!(report.results[0].outcome, Outcome::Failed);
+    assert_eq!(report.results[0].volumes[0].outcome, VolumeOutcome::Stuck);
+    assert_eq!(attached_to(&sc.volume).await?, vec![sc.m.instance.clone()]);
+    let again = fence(&f, &sc).await?;
+    assert!(!again.incomplete(), "{again:#?}");
+    assert_eq!(again.results[0].outcome, Outcome::AlreadyFenced);
+    assert!(attached_to(&sc.volume).await?.is_empty());
+    assert_eq!(oos_taints(&sc).await?, 1);
+    Ok(())
+}
+
+#[tokio::test]
+async fn partial_progress_converges_on_the_retried_event_without_duplicates() -> anyhow::Result<()>
+{
+    let (_g, f, sc) = setup(false).await?;
+    // The taint lands; every detach of this volume fails past the SDK's retries.
+    f.ec2.inject(
+        Match::ec2("DetachVolume").body(&sc.volume),
+        Fault::ec2_error(503, "Unavailable", "The service is unavailable."),
+        usize::MAX,
+    );
+    let first = fence(&f, &sc).await?;
+    assert!(first.incomplete(), "{first:#?}");
+    assert_eq!(first.results[0].outcome, Outcome::Failed);
+    assert!(first.results[0].taint_applied);
+    assert_eq!(first.results[0].volumes[0].outcome, VolumeOutcome::Failed);
+    let attempts = f.ec2.ec2_calls("DetachVolume");
+    assert_eq!(attempts, node_fencer::retry::EC2.max_attempts as usize);
+    // The same event again, as Lambda retries it, once EC2 is healthy.
+    f.ec2.heal();
+    let second = fence(&f, &sc).await?;
+    assert!(!second.incomplete(), "{second:#?}");
+    assert_eq!(second.results[0].outcome, Outcome::AlreadyFenced);
+    assert_eq!(
+        second.results[0].volumes[0].outcome,
+        VolumeOutcome::Detached
+    );
+    assert_eq!(f.ec2.ec2_calls("DetachVolume"), attempts + 1);
+    assert_eq!(oos_taints(&sc).await?, 1);
+    assert_eq!(events(&sc, "OutOfServiceTaintApplied").await?, 1);
+    assert_eq!(events(&sc, "VolumesForceDetached").await?, 1);
+    assert!(attached_to(&sc.volume).await?.is_empty());
+    // And once more: nothing left to do, nothing sent.
+    let third = fence(&f, &sc).await?;
+    assert!(!third.incomplete(), "{third:#?}");
+    assert_eq!(f.ec2.ec2_calls("DetachVolume"), attempts + 1);
+    Ok(())
+}
+
+#[tokio::test]
+async fn nothing_is_fenced_for_a_running_instance_whatever_fails() -> anyhow::Result<()> {
+    let (_g, f, sc) = setup(true).await?;
+    f.ec2
+        .inject(Match::ec2("DescribeInstances"), Fault::ec2_throttled(), 1);
+    f.ec2
+        .inject(Match::ec2("DescribeInstances"), Fault::Drop, 1);
+    f.kube
+        .inject(nodes(), Fault::kube_status(429, "TooManyRequests"), 1);
+    let report = fence(&f, &sc).await?;
+    assert_eq!(report.results[0].outcome, Outcome::Skipped, "{report:#?}");
+    let skip = report.results[0].skip.as_ref().map(|s| s.code());
+    assert_eq!(skip, Some("instance_not_off"), "{report:#?}");
+    assert_untouched(&f, &sc).await
+}
+
+#[tokio::test]
+async fn an_unanswerable_confirmation_fences_nothing() -> anyhow::Result<()> {
+    let (_g, f, sc) = setup(false).await?;
+    // The instance is stopped, but EC2 cannot say so: no confirmation, no fence.
+    f.ec2.inject(
+        Match::ec2("DescribeInstances"),
+        Fault::ec2_throttled(),
+        usize::MAX,
+    );
+    let report = fence(&f, &sc).await?;
+    assert!(report.incomplete(), "{report:#?}");
+    assert_ne!(report.results[0].outcome, Outcome::Fenced);
+    assert_untouched(&f, &sc).await?;
+    // An answer that parses but says nothing (an empty 200) is no confirmation either.
+    f.ec2.heal();
+    f.ec2.inject(
+        Match::ec2("DescribeInstances"),
+        Fault::Respond {
+            status: 200,
+            content_type: "text/xml",
+            body: "<DescribeInstancesResponse/>".into(),
+        },
+        1,
+    );
+    let report = fence(&f, &sc).await?;
+    assert_ne!(report.results[0].outcome, Outcome::Fenced, "{report:#?}");
+    assert_untouched(&f, &sc).await
+}
