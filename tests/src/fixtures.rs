@@ -58,15 +58,22 @@ impl Machine {
     }
 }
 
+/// An AMI id; moto's images are the same on every server, and listing them
+/// is its slowest call, so the answer is kept.
 async fn any_ami(ec2: &aws_sdk_ec2::Client) -> anyhow::Result<String> {
-    let images = ec2.describe_images().send().await?;
-    images
-        .images()
-        .iter()
-        .filter_map(|i| i.image_id())
-        .next()
-        .map(str::to_owned)
-        .ok_or_else(|| anyhow!("moto offers no AMI"))
+    static AMI: tokio::sync::OnceCell<String> = tokio::sync::OnceCell::const_new();
+    AMI.get_or_try_init(|| async {
+        let images = ec2.describe_images().send().await?;
+        images
+            .images()
+            .iter()
+            .filter_map(|i| i.image_id())
+            .next()
+            .map(str::to_owned)
+            .ok_or_else(|| anyhow!("moto offers no AMI"))
+    })
+    .await
+    .cloned()
 }
 
 /// Launches a running instance with its root volume.

@@ -20,6 +20,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
+use std::time::Duration;
 
 use anyhow::{Context, bail};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
@@ -44,6 +45,14 @@ pub struct Stack {
     /// The `export` lines of `STATE_DIR/env`.
     pub vars: BTreeMap<String, String>,
 }
+
+/// Timeouts of the harness's own clients: a moto holding hundreds of
+/// instances can take seconds to answer, which is no fault under test.
+const HARNESS: Timeouts = Timeouts {
+    connect: Duration::from_secs(5),
+    attempt: Duration::from_secs(60),
+    call: Duration::from_secs(180),
+};
 
 static STACK: OnceLock<Result<Stack, String>> = OnceLock::new();
 
@@ -198,7 +207,7 @@ impl Stack {
         let kc = Kubeconfig::read_from(path)?;
         let config =
             kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?;
-        Ok(connect::kube_client(config)?)
+        Ok(connect::kube_client_with(config, HARNESS)?)
     }
 
     /// A client as node-fencer that reaches the apiserver through `server`
@@ -233,7 +242,7 @@ impl Stack {
 
     /// AWS SDK configuration for moto, built the way the function builds it.
     pub async fn sdk_config(&self) -> aws_config::SdkConfig {
-        self.sdk_config_via(self.var("AWS_ENDPOINT_URL"), Timeouts::default())
+        self.sdk_config_via(self.var("AWS_ENDPOINT_URL"), HARNESS)
             .await
     }
 

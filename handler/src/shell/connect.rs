@@ -80,6 +80,8 @@ pub struct Timeouts {
     /// One attempt of one call, answer included; EC2 and Kubernetes answer
     /// in milliseconds, so this only bounds a hung dependency.
     pub attempt: Duration,
+    /// One EC2 call, its retries included.
+    pub call: Duration,
 }
 
 impl Default for Timeouts {
@@ -87,6 +89,7 @@ impl Default for Timeouts {
         Self {
             connect: Duration::from_secs(3),
             attempt: Duration::from_secs(10),
+            call: retry::EC2.budget,
         }
     }
 }
@@ -115,7 +118,7 @@ pub async fn sdk_config_with(timeouts: Timeouts) -> SdkConfig {
             TimeoutConfig::builder()
                 .connect_timeout(timeouts.connect)
                 .operation_attempt_timeout(timeouts.attempt)
-                .operation_timeout(retry::EC2.budget)
+                .operation_timeout(timeouts.call)
                 .build(),
         )
         .load()

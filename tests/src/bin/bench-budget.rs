@@ -24,12 +24,14 @@ use node_fencer_tests::{Stack, repo_root, stack};
 use serde_json::Value;
 
 const USAGE: &str = "\
-usage: bench-budget [--binary PATH] [--starts N] [--events N] [--batch N]
+usage: bench-budget [--zip PATH | --binary PATH] [--starts N] [--events N] [--batch N]
                     [--repeats N] [--storm N,N,...]
 
 Runs the release bootstrap (built by `make package`) under a Runtime API
 stand-in against the test stack and prints medians with min/max:
-  --binary PATH   the function (default target/lambda/node-fencer/bootstrap)
+  --zip PATH      the deployable zip, whose bootstrap is run
+                  (default target/lambda/node-fencer/bootstrap.zip)
+  --binary PATH   run this binary instead (e.g. a debug build)
   --starts N      cold starts to time (default 20)
   --events N      single EventBridge `stopped` events, each fencing one node
                   (default 50)
@@ -42,7 +44,8 @@ stand-in against the test stack and prints medians with min/max:
 Set NODE_FENCER_STACK_DIR to use a running stack; otherwise one is started.";
 
 struct Args {
-    binary: PathBuf,
+    zip: PathBuf,
+    binary: Option<PathBuf>,
     starts: usize,
     events: usize,
     batch: usize,
@@ -52,7 +55,8 @@ struct Args {
 
 fn parse_args() -> anyhow::Result<Option<Args>> {
     let mut args = Args {
-        binary: repo_root().join("target/lambda/node-fencer/bootstrap"),
+        zip: repo_root().join("target/lambda/node-fencer/bootstrap.zip"),
+        binary: None,
         starts: 20,
         events: 50,
         batch: 100,
@@ -68,7 +72,8 @@ fn parse_args() -> anyhow::Result<Option<Args>> {
         };
         match a.as_str() {
             "-h" | "--help" => return Ok(None),
-            "--binary" => args.binary = PathBuf::from(value("--binary")?),
+            "--zip" => args.zip = PathBuf::from(value("--zip")?),
+            "--binary" => args.binary = Some(PathBuf::from(value("--binary")?)),
             "--starts" => args.starts = number("--starts", value("--starts")?)?,
             "--events" => args.events = number("--events", value("--events")?)?,
             "--batch" => args.batch = number("--batch", value("--batch")?)?,
@@ -87,6 +92,13 @@ fn parse_args() -> anyhow::Result<Option<Args>> {
         }
     }
     Ok(Some(args))
+}
+
+/// Prints a result line as soon as it is measured, and keeps it for the
+/// tables at the end.
+fn keep(lines: &mut Vec<String>, line: String) {
+    println!("    {line}");
+    lines.push(line);
 }
 
 fn row(name: &str, unit: &str, samples: &[f64]) -> String {
@@ -235,6 +247,31 @@ fn alert_batch(nodes: &[Target]) -> Value {
     )
 }
 
+/// Extracts `bootstrap` from the deployable zip into the stack directory.
+fn unzip(zip: &Path, stack: &Stack) -> anyhow::Result<PathBuf> {
+    if !zip.is_file() {
+        bail!(
+            "{} does not exist: build it with `make package` (or pass --binary)",
+            zip.display()
+        );
+    }
+    let dir = stack.dir.join("bench-bootstrap");
+    let status = Command::new("python3")
+        .args(["-m", "zipfile", "-e"])
+        .arg(zip)
+        .arg(&dir)
+        .status()
+        .context("running python3 to unzip the bootstrap")?;
+    if !status.success() {
+        bail!("could not extract {}", zip.display());
+    }
+    let binary = dir.join("bootstrap");
+    // zipfile does not restore the mode bits.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&binary, std::fs::Permissions::from_mode(0o755))?;
+    Ok(binary)
+}
+
 /// A kubeconfig like the restricted one, but pointing at `server`.
 fn kubeconfig_via(stack: &Stack, server: &str) -> anyhow::Result<PathBuf> {
     let mut kc = Kubeconfig::read_from(stack.var("NODE_FENCER_KUBECONFIG_RESTRICTED"))?;
@@ -252,17 +289,19 @@ fn kubeconfig_via(stack: &Stack, server: &str) -> anyhow::Result<PathBuf> {
 
 async fn run(args: Args) -> anyhow::Result<()> {
     let clock = Clock::start();
-    if !args.binary.is_file() {
-        bail!(
-            "{} does not exist: build it with `make package` (or pass --binary)",
-            args.binary.display()
-        );
-    }
-    let size = std::fs::metadata(&args.binary)?.len();
-    let zip = args.binary.with_file_name("bootstrap.zip");
-    let zip_size = std::fs::metadata(&zip).map(|m| m.len()).ok();
     clock.say("starting the stack");
     let stack = tokio::task::spawn_blocking(stack).await?;
+    let (binary, zip_size) = match &args.binary {
+        Some(b) => (b.clone(), None),
+        None => (
+            unzip(&args.zip, stack)?,
+            Some(std::fs::metadata(&args.zip)?.len()),
+        ),
+    };
+    if !binary.is_file() {
+        bail!("{} is not a file", binary.display());
+    }
+    let size = std::fs::metadata(&binary)?.len();
     let ec2_proxy = FaultProxy::to_http(stack.var("AWS_ENDPOINT_URL")).await?;
     let kube_proxy = FaultProxy::to_apiserver(stack.var("KUBECONFIG")).await?;
     let kubeconfig = kubeconfig_via(stack, &kube_proxy.url)?;
@@ -287,32 +326,41 @@ async fn run(args: Args) -> anyhow::Result<()> {
     clock.say(&format!("{} cold starts", args.starts));
     let mut starts = Vec::new();
     for _ in 0..args.starts {
-        let f = Function::start(&args.binary, &env, &log).await?;
+        let f = Function::start(&binary, &env, &log).await?;
         starts.push(f.cold_start().await?.as_secs_f64() * 1000.0);
     }
-    out.push(row(
-        "cold start: process start to first Runtime API poll",
-        "ms",
-        &starts,
-    ));
+    keep(
+        &mut out,
+        row(
+            "cold start: process start to first Runtime API poll",
+            "ms",
+            &starts,
+        ),
+    );
 
     let singles = targets(stack, args.events, &clock).await?;
     let batch = targets(stack, args.batch, &clock).await?;
-    let f = Function::start(&args.binary, &env, &log).await?;
+    let f = Function::start(&binary, &env, &log).await?;
     f.cold_start().await?;
     // The first event pays for connections; it is reported on its own.
     let warm = eventbridge_event("i-00000000000000000", "stopped");
     let (_, first_cpu, first_wall) = f.invoke(warm).await?;
-    out.push(row(
-        "first invocation (unknown instance): own CPU",
-        "ms",
-        &[first_cpu],
-    ));
-    out.push(row(
-        "first invocation: wall",
-        "ms",
-        &[first_wall.as_secs_f64() * 1000.0],
-    ));
+    keep(
+        &mut out,
+        row(
+            "first invocation (unknown instance): own CPU",
+            "ms",
+            &[first_cpu],
+        ),
+    );
+    keep(
+        &mut out,
+        row(
+            "first invocation: wall",
+            "ms",
+            &[first_wall.as_secs_f64() * 1000.0],
+        ),
+    );
     let (_, rss_after_start) = memory_mb(f.pid())?;
 
     clock.say(&format!(
@@ -332,33 +380,48 @@ async fn run(args: Args) -> anyhow::Result<()> {
         wall.push(w.as_secs_f64() * 1000.0);
     }
     let ticks = (cpu_ticks_ms(f.pid())? - ticks_before) / singles.len().max(1) as f64;
-    out.push(row("one event fencing one node: own CPU", "ms", &cpu));
-    out.push(row(
-        "  the same, mean from utime+stime over the phase",
-        "ms",
-        &[ticks],
-    ));
-    out.push(row("one event fencing one node: wall", "ms", &wall));
+    keep(
+        &mut out,
+        row("one event fencing one node: own CPU", "ms", &cpu),
+    );
+    keep(
+        &mut out,
+        row(
+            "  the same, mean from utime+stime over the phase",
+            "ms",
+            &[ticks],
+        ),
+    );
+    keep(
+        &mut out,
+        row("one event fencing one node: wall", "ms", &wall),
+    );
 
     clock.say(&format!("a batch of {} alerts", batch.len()));
     let (answer, c, w) = f.invoke(alert_batch(&batch)).await?;
     if answer.error || fenced(&answer) != batch.len() {
         bail!("the batch did not fence every node: {}", answer.body);
     }
-    out.push(row(
-        &format!(
-            "{} alerts fencing {} nodes: own CPU",
-            batch.len(),
-            batch.len()
+    keep(
+        &mut out,
+        row(
+            &format!(
+                "{} alerts fencing {} nodes: own CPU",
+                batch.len(),
+                batch.len()
+            ),
+            "ms",
+            &[c],
         ),
-        "ms",
-        &[c],
-    ));
-    out.push(row(
-        &format!("{} alerts fencing {} nodes: wall", batch.len(), batch.len()),
-        "ms",
-        &[w.as_secs_f64() * 1000.0],
-    ));
+    );
+    keep(
+        &mut out,
+        row(
+            &format!("{} alerts fencing {} nodes: wall", batch.len(), batch.len()),
+            "ms",
+            &[w.as_secs_f64() * 1000.0],
+        ),
+    );
     let (mut cpu, mut wall) = (Vec::new(), Vec::new());
     for _ in 0..args.repeats {
         let (answer, c, w) = f.invoke(alert_batch(&batch)).await?;
@@ -368,23 +431,29 @@ async fn run(args: Args) -> anyhow::Result<()> {
         cpu.push(c);
         wall.push(w.as_secs_f64() * 1000.0);
     }
-    out.push(row(
-        &format!("{} alerts, all already fenced: own CPU", batch.len()),
-        "ms",
-        &cpu,
-    ));
-    out.push(row(
-        &format!("{} alerts, all already fenced: wall", batch.len()),
-        "ms",
-        &wall,
-    ));
+    keep(
+        &mut out,
+        row(
+            &format!("{} alerts, all already fenced: own CPU", batch.len()),
+            "ms",
+            &cpu,
+        ),
+    );
+    keep(
+        &mut out,
+        row(
+            &format!("{} alerts, all already fenced: wall", batch.len()),
+            "ms",
+            &wall,
+        ),
+    );
     let (peak, rss) = memory_mb(f.pid())?;
-    out.push(row("RSS after start", "MB", &[rss_after_start]));
-    out.push(row("RSS at the end", "MB", &[rss]));
-    out.push(row("peak RSS (VmHWM)", "MB", &[peak]));
-    out.push(row("bootstrap size", "MB", &[size as f64 / 1e6]));
+    keep(&mut out, row("RSS after start", "MB", &[rss_after_start]));
+    keep(&mut out, row("RSS at the end", "MB", &[rss]));
+    keep(&mut out, row("peak RSS (VmHWM)", "MB", &[peak]));
+    keep(&mut out, row("bootstrap size", "MB", &[size as f64 / 1e6]));
     if let Some(z) = zip_size {
-        out.push(row("bootstrap.zip size", "MB", &[z as f64 / 1e6]));
+        keep(&mut out, row("bootstrap.zip size", "MB", &[z as f64 / 1e6]));
     }
 
     let mut storm = vec![
@@ -399,13 +468,16 @@ async fn run(args: Args) -> anyhow::Result<()> {
         let calls = ec2_proxy.seen().len() + kube_proxy.seen().len() - calls_before;
         let done = fenced(&answer);
         let (peak, _) = memory_mb(f.pid())?;
-        storm.push(format!(
-            "| {n} | {done} | {:.2} s | {:.1} | {c:.1} ms | {:.3} ms | {:.2} | {peak:.1} MB |",
-            w.as_secs_f64(),
-            done as f64 / w.as_secs_f64().max(1e-9),
-            c / done.max(1) as f64,
-            calls as f64 / done.max(1) as f64,
-        ));
+        keep(
+            &mut storm,
+            format!(
+                "| {n} | {done} | {:.2} s | {:.1} | {c:.1} ms | {:.3} ms | {:.2} | {peak:.1} MB |",
+                w.as_secs_f64(),
+                done as f64 / w.as_secs_f64().max(1e-9),
+                c / done.max(1) as f64,
+                calls as f64 / done.max(1) as f64,
+            ),
+        );
     }
     drop(f);
 

@@ -28,6 +28,7 @@ const OOS_KEY: &str = "node.kubernetes.io/out-of-service";
 const FAST: Timeouts = Timeouts {
     connect: Duration::from_secs(1),
     attempt: Duration::from_secs(2),
+    call: Duration::from_secs(30),
 };
 /// Past [`FAST`]'s attempt timeout.
 const HANG: Duration = Duration::from_secs(4);
