@@ -111,14 +111,20 @@ async fn taint_survives_concurrent_writers_and_keeps_their_taints() -> anyhow::R
         "node.kubernetes.io/out-of-service=nodeshutdown:NoExecute"
     );
     assert_eq!(ann[ANNOTATION_INSTANCE], "i-0123456789abcdef0=stopped");
-    // Idempotent: a second call finds it present and writes nothing.
+    // Idempotent: another invocation (a Lambda retry) finds it present, the
+    // same one (an attempt whose answer was lost) finds its own stamp, and
+    // neither writes.
     let rv = get_node(&admin, &spec.name)
         .await?
         .metadata
         .resource_version;
     assert_eq!(
-        cluster.taint_node(&spec.name, &stamp).await?,
+        cluster.taint_node(&spec.name, &self::stamp()).await?,
         TaintOutcome::AlreadyPresent
+    );
+    assert_eq!(
+        cluster.taint_node(&spec.name, &stamp).await?,
+        TaintOutcome::Applied
     );
     assert_eq!(
         get_node(&admin, &spec.name)
