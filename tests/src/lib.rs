@@ -87,9 +87,39 @@ fn start() -> anyhow::Result<Stack> {
             dir
         }
     };
+    ready(dir)
+}
+
+/// The stack in `dir`, with node-fencer's ClusterRole applied.
+fn ready(dir: PathBuf) -> anyhow::Result<Stack> {
     let stack = Stack::open(dir)?;
     on_own_thread("applying rbac.yaml", || apply_rbac(&stack))?;
     Ok(stack)
+}
+
+/// A stack of its own (moto, etcd, kube-apiserver) for a test that breaks
+/// it, such as restarting the apiserver; `tag` names its directory. Stopped
+/// by its watchdog when this process exits.
+pub fn private_stack(tag: &str) -> anyhow::Result<Stack> {
+    let dir = std::env::temp_dir().join(format!("node-fencer-{tag}-{}", std::process::id()));
+    up(&dir, &[])?;
+    ready(dir)
+}
+
+impl Stack {
+    /// Restarts one of the stack's processes (`tests/stack/restart.sh`).
+    pub fn restart(&self, name: &str) -> anyhow::Result<()> {
+        let status = Command::new("bash")
+            .arg(repo_root().join("tests/stack/restart.sh"))
+            .arg(&self.dir)
+            .arg(name)
+            .status()
+            .context("running tests/stack/restart.sh")?;
+        if !status.success() {
+            bail!("restarting {name} failed ({status})");
+        }
+        Ok(())
+    }
 }
 
 /// Starts a stack in `dir` with `tests/stack/up.sh` (plus `extra` options),

@@ -18,16 +18,8 @@ PIDS="$S/pids"
 
 GRACE_SECONDS="${NODE_FENCER_STACK_STOP_TIMEOUT:-10}"
 
-# Start time (field 22 of /proc/PID/stat) of a live, non-zombie process.
-proc_starttime() {
-	local stat
-	stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
-	stat=${stat##*) }
-	# shellcheck disable=SC2086
-	set -- $stat
-	[ "$1" != Z ] || return 1
-	printf '%s' "${20}"
-}
+# shellcheck source=tests/stack/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 # alive PID STARTTIME: still the process that up.sh started (not a recycled pid).
 alive() {
 	local st

@@ -90,6 +90,8 @@ if [ -n "$WATCH_PID" ]; then
 fi
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=tests/stack/lib.sh
+source "$HERE/lib.sh"
 T_START=$(date +%s%N)
 
 # --- binaries ------------------------------------------------------------------
@@ -133,15 +135,6 @@ LOGS="$S/logs"
 
 # alive PID [STARTTIME]: the process exists, is no zombie and (if given) has
 # that start time (guards against a recycled pid).
-proc_starttime() { # field 22 of /proc/PID/stat, after the ")" of the command
-	local stat
-	stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
-	stat=${stat##*) }
-	# shellcheck disable=SC2086
-	set -- $stat
-	[ "$1" != Z ] || return 1
-	printf '%s' "${20}"
-}
 alive() {
 	local st
 	st=$(proc_starttime "$1") || return 1
@@ -169,24 +162,6 @@ on_exit() {
 }
 trap on_exit EXIT
 
-# start NAME CMD...: runs CMD detached with setsid (own process group), logging to
-# logs/NAME.log, records "PID STARTTIME NAME" in pids and sets LAST_PID.
-start() {
-	local name=$1 pid st
-	shift
-	# shellcheck disable=SC2016 # expanded by the inner shell
-	setsid nohup bash -c 'echo $$ >"$0"; exec "$@"' "$S/.pid.$name" "$@" \
-		>"$LOGS/$name.log" 2>&1 </dev/null &
-	for _ in $(seq 100); do
-		[ -s "$S/.pid.$name" ] && break
-		sleep 0.02
-	done
-	pid=$(cat "$S/.pid.$name")
-	rm -f "$S/.pid.$name"
-	st=$(proc_starttime "$pid") || st=0
-	echo "$pid $st $name" >>"$PIDS"
-	LAST_PID=$pid
-}
 
 # wait_for NAME PID CMD...: polls CMD until it succeeds; fails with the log's
 # tail if process PID exits or TIMEOUT seconds pass.

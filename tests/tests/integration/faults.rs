@@ -18,7 +18,7 @@ use node_fencer::shell::connect::Timeouts;
 use node_fencer::suspect::Intent;
 use node_fencer_tests::faults::{Fault, FaultProxy, Match};
 use node_fencer_tests::fixtures::*;
-use node_fencer_tests::{serial, stack};
+use node_fencer_tests::{Stack, private_stack, serial, stack};
 
 use crate::{by_instance, one};
 
@@ -43,7 +43,10 @@ struct Faulty {
 }
 
 async fn faulty() -> anyhow::Result<Faulty> {
-    let s = stack();
+    faulty_on(stack()).await
+}
+
+async fn faulty_on(s: &Stack) -> anyhow::Result<Faulty> {
     let ec2 = FaultProxy::to_http(s.var("AWS_ENDPOINT_URL")).await?;
     let kube = FaultProxy::to_apiserver(s.var("KUBECONFIG")).await?;
     let cloud = Ec2::new(aws_sdk_ec2::Client::new(
@@ -86,7 +89,11 @@ async fn fence(f: &Faulty, sc: &Scene) -> anyhow::Result<Report> {
 
 /// How many out-of-service taints the Node carries.
 async fn oos_taints(sc: &Scene) -> anyhow::Result<usize> {
-    let node = get_node(&stack().admin().await?, &sc.node).await?;
+    oos_taints_on(stack(), sc).await
+}
+
+async fn oos_taints_on(s: &Stack, sc: &Scene) -> anyhow::Result<usize> {
+    let node = get_node(&s.admin().await?, &sc.node).await?;
     Ok(node
         .spec
         .and_then(|s| s.taints)
@@ -394,4 +401,54 @@ async fn an_unanswerable_confirmation_fences_nothing() -> anyhow::Result<()> {
     let report = fence(&f, &sc).await?;
     assert_ne!(report.results[0].outcome, Outcome::Fenced, "{report:#?}");
     assert_untouched(&f, &sc).await
+}
+
+#[tokio::test]
+async fn a_real_apiserver_restart_mid_run_is_ridden_out() -> anyhow::Result<()> {
+    // A stack of its own: the restart would disturb the other tests.
+    let p: &'static Stack = Box::leak(Box::new(
+        tokio::task::spawn_blocking(|| private_stack("restart")).await??,
+    ));
+    let f = faulty_on(p).await?;
+    let sc = target(p, false).await?;
+    // The taint patch is held for a second at the proxy; meanwhile the
+    // apiserver process is stopped and started again.
+    f.kube.inject(
+        nodes().method(Method::PATCH),
+        Fault::Delay(Duration::from_secs(1)),
+        1,
+    );
+    let restart = async {
+        while patches(&f) == 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        tokio::task::spawn_blocking(move || p.restart("kube-apiserver")).await?
+    };
+    let (first, restarted) = tokio::join!(fence(&f, &sc), restart);
+    restarted?;
+    let mut report = first?;
+    // What is left undone fails the invocation, and Lambda sends the event
+    // again. A restarted apiserver answers 403 until its RBAC caches are
+    // filled; a 403 is not retried within a call (it is final on a healthy
+    // apiserver), so here the first invocation fails and the second finishes.
+    let mut invocations = 1;
+    while report.incomplete() && invocations < 4 {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        report = fence(&f, &sc).await?;
+        invocations += 1;
+    }
+    assert!(
+        !report.incomplete(),
+        "not converged after {invocations} invocations: {report:#?}"
+    );
+    let admin = p.admin().await?;
+    assert_eq!(oos_taints_on(p, &sc).await?, 1);
+    let applied = node_events(&admin, &sc.node)
+        .await?
+        .iter()
+        .filter(|(r, _)| r == "OutOfServiceTaintApplied")
+        .count();
+    assert!(applied <= 1, "{applied} taint Events");
+    assert!(volume(&p.ec2().await, &sc.volume).await?.1.is_empty());
+    Ok(())
 }
