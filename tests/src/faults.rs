@@ -14,13 +14,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use http::{Method, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Full};
+use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
 use kube::config::{AuthInfo, KubeConfigOptions, Kubeconfig};
 use tokio::net::TcpListener;
+
+use crate::http_stub::{Reply, read_body, serve};
 
 /// Which requests a rule applies to: every given part must be a substring of
 /// the request's (method exact).
@@ -143,11 +142,24 @@ struct State {
     down_until: Option<Instant>,
 }
 
+impl State {
+    /// True during an outage.
+    fn down(&self) -> bool {
+        self.down_until.is_some_and(|t| Instant::now() < t)
+    }
+}
+
+/// What the connections of one proxy share.
+struct Shared {
+    state: Mutex<State>,
+    upstream: kube::Client,
+}
+
 /// A running proxy; it stops when dropped.
 pub struct FaultProxy {
     /// `http://127.0.0.1:PORT`.
     pub url: String,
-    state: Arc<Mutex<State>>,
+    shared: Arc<Shared>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -179,30 +191,18 @@ impl FaultProxy {
         let upstream = kube::Client::try_from(config)?;
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let url = format!("http://{}", listener.local_addr()?);
-        let state = Arc::new(Mutex::new(State::default()));
-        let shared = state.clone();
-        let task = tokio::spawn(async move {
-            while let Ok((stream, _)) = listener.accept().await {
-                if lock(&shared).down_until.is_some_and(|t| Instant::now() < t) {
-                    continue; // dropped: the connection closes unanswered
-                }
-                let (state, upstream) = (shared.clone(), upstream.clone());
-                tokio::spawn(async move {
-                    let service =
-                        service_fn(move |req| handle(req, state.clone(), upstream.clone()));
-                    // An error here is a dropped connection, which is the point.
-                    let _ = http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
-                });
-            }
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State::default()),
+            upstream,
         });
-        Ok(Self { url, state, task })
+        // During an outage a new connection is closed unanswered, unread.
+        let task = serve(listener, shared.clone(), |s| !lock(&s.state).down(), handle);
+        Ok(Self { url, shared, task })
     }
 
     /// Gives the next `times` requests that match `when` this fault.
     pub fn inject(&self, when: Match, fault: Fault, times: usize) {
-        lock(&self.state).rules.push(Rule {
+        lock(&self.shared.state).rules.push(Rule {
             when,
             fault,
             left: times,
@@ -211,14 +211,14 @@ impl FaultProxy {
 
     /// Removes every rule that is left.
     pub fn heal(&self) {
-        let mut state = lock(&self.state);
+        let mut state = lock(&self.shared.state);
         state.rules.clear();
         state.down_until = None;
     }
 
     /// Every request so far.
     pub fn seen(&self) -> Vec<Seen> {
-        lock(&self.state).seen.clone()
+        lock(&self.shared.state).seen.clone()
     }
 
     /// How many requests for this EC2 action reached the proxy (faulted ones included).
@@ -246,19 +246,9 @@ fn ec2_action(body: &str) -> Option<String> {
         .map(str::to_owned)
 }
 
-type Answer = Response<Full<Bytes>>;
-
-async fn handle(
-    req: Request<Incoming>,
-    state: Arc<Mutex<State>>,
-    upstream: kube::Client,
-) -> Result<Answer, std::io::Error> {
+async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Reply, std::io::Error> {
     let (parts, body) = req.into_parts();
-    let body = body
-        .collect()
-        .await
-        .map_err(std::io::Error::other)?
-        .to_bytes();
+    let body = read_body(body).await?;
     let text = String::from_utf8_lossy(&body);
     let path = parts
         .uri
@@ -266,9 +256,8 @@ async fn handle(
         .map_or("/", |p| p.as_str())
         .to_owned();
     let fault = {
-        let mut state = lock(&state);
-        let down = state.down_until.is_some_and(|t| Instant::now() < t);
-        let picked = if down {
+        let mut state = lock(&shared.state);
+        let picked = if state.down() {
             Some(Fault::Drop)
         } else {
             state
@@ -304,27 +293,23 @@ async fn handle(
             .unwrap_or_default()),
         Some(Fault::Drop | Fault::Outage(_)) => Err(dropped()),
         Some(Fault::ForwardThenDrop) => {
-            let _ = forward(&upstream, parts, body).await;
+            let _ = forward(&shared.upstream, parts, path, body).await;
             Err(dropped())
         }
         Some(Fault::Delay(d)) => {
             tokio::time::sleep(d).await;
-            forward(&upstream, parts, body).await
+            forward(&shared.upstream, parts, path, body).await
         }
-        None => forward(&upstream, parts, body).await,
+        None => forward(&shared.upstream, parts, path, body).await,
     }
 }
 
 async fn forward(
     upstream: &kube::Client,
     parts: http::request::Parts,
+    path: String,
     body: Bytes,
-) -> Result<Answer, std::io::Error> {
-    let path = parts
-        .uri
-        .path_and_query()
-        .map_or("/", |p| p.as_str())
-        .to_owned();
+) -> Result<Reply, std::io::Error> {
     let mut req = Request::builder().method(parts.method).uri(path);
     for (name, value) in &parts.headers {
         // Hop-by-hop and length headers belong to each leg.
@@ -340,11 +325,7 @@ async fn forward(
         .map_err(std::io::Error::other)?;
     let res = upstream.send(req).await.map_err(std::io::Error::other)?;
     let (parts, body) = res.into_parts();
-    let body = body
-        .collect()
-        .await
-        .map_err(std::io::Error::other)?
-        .to_bytes();
+    let body = read_body(body).await?;
     let mut out = Response::builder().status(parts.status);
     for (name, value) in &parts.headers {
         if !matches!(

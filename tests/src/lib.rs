@@ -11,6 +11,7 @@ pub mod bench;
 pub mod cluster;
 pub mod faults;
 pub mod fixtures;
+pub mod http_stub;
 pub mod lambda;
 pub mod runtime_api;
 pub mod scene;
@@ -104,22 +105,6 @@ pub fn private_stack(tag: &str) -> anyhow::Result<Stack> {
     let dir = std::env::temp_dir().join(format!("node-fencer-{tag}-{}", std::process::id()));
     up(&dir, &[])?;
     ready(dir)
-}
-
-impl Stack {
-    /// Restarts one of the stack's processes (`tests/stack/restart.sh`).
-    pub fn restart(&self, name: &str) -> anyhow::Result<()> {
-        let status = Command::new("bash")
-            .arg(repo_root().join("tests/stack/restart.sh"))
-            .arg(&self.dir)
-            .arg(name)
-            .status()
-            .context("running tests/stack/restart.sh")?;
-        if !status.success() {
-            bail!("restarting {name} failed ({status})");
-        }
-        Ok(())
-    }
 }
 
 /// Starts a stack in `dir` with `tests/stack/up.sh` (plus `extra` options),
@@ -234,24 +219,39 @@ impl Stack {
     }
 
     async fn client_from(&self, path: &str) -> anyhow::Result<Client> {
-        let kc = Kubeconfig::read_from(path)?;
-        let config =
-            kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?;
-        Ok(connect::kube_client_with(config, HARNESS)?)
+        client_of(Kubeconfig::read_from(path)?, HARNESS).await
     }
 
-    /// A client as node-fencer that reaches the apiserver through `server`
-    /// (a fault proxy), with these timeouts.
-    pub async fn fencer_via(&self, server: &str, timeouts: Timeouts) -> anyhow::Result<Client> {
+    /// node-fencer's kubeconfig (the ClusterRole of `infra/`), pointing at
+    /// `server` (a proxy) instead of the apiserver.
+    pub fn fencer_kubeconfig_via(&self, server: &str) -> anyhow::Result<Kubeconfig> {
         let mut kc = Kubeconfig::read_from(self.var("NODE_FENCER_KUBECONFIG_RESTRICTED"))?;
         for named in &mut kc.clusters {
             if let Some(cluster) = named.cluster.as_mut() {
                 cluster.server = Some(server.to_owned());
             }
         }
-        let config =
-            kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?;
-        Ok(connect::kube_client_with(config, timeouts)?)
+        Ok(kc)
+    }
+
+    /// A client as node-fencer that reaches the apiserver through `server`
+    /// (a fault proxy), with these timeouts.
+    pub async fn fencer_via(&self, server: &str, timeouts: Timeouts) -> anyhow::Result<Client> {
+        client_of(self.fencer_kubeconfig_via(server)?, timeouts).await
+    }
+
+    /// Restarts one of the stack's processes (`tests/stack/restart.sh`).
+    pub fn restart(&self, name: &str) -> anyhow::Result<()> {
+        let status = Command::new("bash")
+            .arg(repo_root().join("tests/stack/restart.sh"))
+            .arg(&self.dir)
+            .arg(name)
+            .status()
+            .context("running tests/stack/restart.sh")?;
+        if !status.success() {
+            bail!("restarting {name} failed ({status})");
+        }
+        Ok(())
     }
 
     /// A client with every right, for setting scenes up.
@@ -299,6 +299,12 @@ impl Stack {
             )
             .build()
     }
+}
+
+/// A client built the way the function builds its own, with these timeouts.
+async fn client_of(kc: Kubeconfig, timeouts: Timeouts) -> anyhow::Result<Client> {
+    let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?;
+    Ok(connect::kube_client_with(config, timeouts)?)
 }
 
 /// Tests that change cluster-wide state (taints count against the cap) take

@@ -8,14 +8,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use http::{Method, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Full};
+use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
 use serde_json::Value;
 use tokio::net::TcpListener;
 use tokio::sync::{Notify, mpsc, oneshot};
+
+use crate::http_stub::{Reply, read_body, serve};
 
 const PREFIX: &str = "/2018-06-01/runtime";
 
@@ -64,18 +63,7 @@ impl RuntimeApi {
             polled: Notify::new(),
             init_error: Mutex::new(None),
         });
-        let state = shared.clone();
-        let task = tokio::spawn(async move {
-            while let Ok((stream, _)) = listener.accept().await {
-                let state = state.clone();
-                tokio::spawn(async move {
-                    let service = service_fn(move |req| route(req, state.clone()));
-                    let _ = http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
-                });
-            }
-        });
+        let task = serve(listener, shared.clone(), |_| true, route);
         Ok(Self {
             address,
             shared,
@@ -127,24 +115,16 @@ fn uuid_like() -> String {
     format!("{:032x}", fastrand::u128(..))
 }
 
-fn reply(status: StatusCode, body: Bytes) -> Response<Full<Bytes>> {
+fn reply(status: StatusCode, body: Bytes) -> Reply {
     let mut res = Response::new(Full::new(body));
     *res.status_mut() = status;
     res
 }
 
-async fn route(
-    req: Request<Incoming>,
-    shared: Arc<Shared>,
-) -> Result<Response<Full<Bytes>>, std::io::Error> {
+async fn route(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Reply, std::io::Error> {
     let path = req.uri().path().to_owned();
     let method = req.method().clone();
-    let body = req
-        .into_body()
-        .collect()
-        .await
-        .map_err(std::io::Error::other)?
-        .to_bytes();
+    let body = read_body(req.into_body()).await?;
     let Some(rest) = path.strip_prefix(PREFIX) else {
         return Ok(reply(StatusCode::NOT_FOUND, Bytes::new()));
     };

@@ -13,7 +13,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use futures::{StreamExt, TryStreamExt};
-use kube::config::Kubeconfig;
 use node_fencer_tests::bench::{Clock, median};
 use node_fencer_tests::faults::FaultProxy;
 use node_fencer_tests::fixtures::*;
@@ -272,14 +271,9 @@ fn unzip(zip: &Path, stack: &Stack) -> anyhow::Result<PathBuf> {
     Ok(binary)
 }
 
-/// A kubeconfig like the restricted one, but pointing at `server`.
+/// node-fencer's kubeconfig pointing at `server`, written to a file.
 fn kubeconfig_via(stack: &Stack, server: &str) -> anyhow::Result<PathBuf> {
-    let mut kc = Kubeconfig::read_from(stack.var("NODE_FENCER_KUBECONFIG_RESTRICTED"))?;
-    for named in &mut kc.clusters {
-        if let Some(c) = named.cluster.as_mut() {
-            c.server = Some(server.to_owned());
-        }
-    }
+    let kc = stack.fencer_kubeconfig_via(server)?;
     let path = stack
         .dir
         .join(format!("kubeconfig-bench-{}", std::process::id()));

@@ -36,6 +36,8 @@ const DETACH_WAIT: Duration = Duration::from_secs(5);
 
 /// node-fencer's clients, each behind its own fault proxy.
 struct Faulty {
+    /// The stack behind the proxies, for checking the end state.
+    stack: &'static Stack,
     ec2: FaultProxy,
     kube: FaultProxy,
     cloud: Ec2,
@@ -46,7 +48,7 @@ async fn faulty() -> anyhow::Result<Faulty> {
     faulty_on(stack()).await
 }
 
-async fn faulty_on(s: &Stack) -> anyhow::Result<Faulty> {
+async fn faulty_on(s: &'static Stack) -> anyhow::Result<Faulty> {
     let ec2 = FaultProxy::to_http(s.var("AWS_ENDPOINT_URL")).await?;
     let kube = FaultProxy::to_apiserver(s.var("KUBECONFIG")).await?;
     let cloud = Ec2::new(aws_sdk_ec2::Client::new(
@@ -54,6 +56,7 @@ async fn faulty_on(s: &Stack) -> anyhow::Result<Faulty> {
     ));
     let cluster = Kube::new(s.fencer_via(&kube.url, FAST).await?, "fault-tests");
     Ok(Faulty {
+        stack: s,
         ec2,
         kube,
         cloud,
@@ -88,12 +91,8 @@ async fn fence(f: &Faulty, sc: &Scene) -> anyhow::Result<Report> {
 }
 
 /// How many out-of-service taints the Node carries.
-async fn oos_taints(sc: &Scene) -> anyhow::Result<usize> {
-    oos_taints_on(stack(), sc).await
-}
-
-async fn oos_taints_on(s: &Stack, sc: &Scene) -> anyhow::Result<usize> {
-    let node = get_node(&s.admin().await?, &sc.node).await?;
+async fn oos_taints(f: &Faulty, sc: &Scene) -> anyhow::Result<usize> {
+    let node = get_node(&f.stack.admin().await?, &sc.node).await?;
     Ok(node
         .spec
         .and_then(|s| s.taints)
@@ -104,35 +103,38 @@ async fn oos_taints_on(s: &Stack, sc: &Scene) -> anyhow::Result<usize> {
 }
 
 /// How many Events of `reason` the Node carries.
-async fn events(sc: &Scene, reason: &str) -> anyhow::Result<usize> {
-    Ok(node_events(&stack().admin().await?, &sc.node)
+async fn events(f: &Faulty, sc: &Scene, reason: &str) -> anyhow::Result<usize> {
+    Ok(node_events(&f.stack.admin().await?, &sc.node)
         .await?
         .iter()
         .filter(|(r, _)| r == reason)
         .count())
 }
 
-async fn attached_to(volume_id: &str) -> anyhow::Result<Vec<String>> {
-    Ok(volume(&stack().ec2().await, volume_id).await?.1)
+async fn attached_to(f: &Faulty, volume_id: &str) -> anyhow::Result<Vec<String>> {
+    Ok(volume(&f.stack.ec2().await, volume_id).await?.1)
 }
 
 /// The whole end state, once: tainted once, one taint Event, the volume free.
-async fn assert_fenced_once(report: &Report, sc: &Scene) -> anyhow::Result<()> {
+async fn assert_fenced_once(f: &Faulty, report: &Report, sc: &Scene) -> anyhow::Result<()> {
     assert!(!report.incomplete(), "{report:#?}");
     let r = &report.results[0];
     assert_eq!(r.outcome, Outcome::Fenced, "{report:#?}");
     assert_eq!(r.volumes[0].outcome, VolumeOutcome::Detached, "{report:#?}");
-    assert_eq!(oos_taints(sc).await?, 1);
-    assert_eq!(events(sc, "OutOfServiceTaintApplied").await?, 1);
-    assert!(attached_to(&sc.volume).await?.is_empty());
+    assert_eq!(oos_taints(f, sc).await?, 1);
+    assert_eq!(events(f, sc, "OutOfServiceTaintApplied").await?, 1);
+    assert!(attached_to(f, &sc.volume).await?.is_empty());
     Ok(())
 }
 
 /// Nothing changed for a node whose instance is not confirmed off, and no
 /// write was even attempted.
 async fn assert_untouched(f: &Faulty, sc: &Scene) -> anyhow::Result<()> {
-    assert_eq!(oos_taints(sc).await?, 0);
-    assert_eq!(attached_to(&sc.volume).await?, vec![sc.m.instance.clone()]);
+    assert_eq!(oos_taints(f, sc).await?, 0);
+    assert_eq!(
+        attached_to(f, &sc.volume).await?,
+        vec![sc.m.instance.clone()]
+    );
     assert_eq!(f.ec2.ec2_calls("DetachVolume"), 0);
     assert_eq!(patches(f), 0);
     Ok(())
@@ -167,7 +169,7 @@ async fn kubernetes_throttling_and_server_errors_are_retried() -> anyhow::Result
     );
     let report = fence(&f, &sc).await?;
     assert_eq!(f.kube.faults_served(), 5);
-    assert_fenced_once(&report, &sc).await
+    assert_fenced_once(&f, &report, &sc).await
 }
 
 #[tokio::test]
@@ -180,7 +182,7 @@ async fn kubernetes_timeouts_and_dropped_connections_are_retried() -> anyhow::Re
     f.kube.inject(nodes().method(Method::PATCH), Fault::Drop, 1);
     let report = fence(&f, &sc).await?;
     assert_eq!(f.kube.faults_served(), 3);
-    assert_fenced_once(&report, &sc).await
+    assert_fenced_once(&f, &report, &sc).await
 }
 
 #[tokio::test]
@@ -194,8 +196,8 @@ async fn a_taint_whose_answer_was_lost_is_not_applied_twice() -> anyhow::Result<
         .inject(Match::any().path("/events"), Fault::ForwardThenDrop, 1);
     let report = fence(&f, &sc).await?;
     assert!(report.results[0].taint_applied, "{report:#?}");
-    assert_fenced_once(&report, &sc).await?;
-    assert_eq!(events(&sc, "VolumesForceDetached").await?, 1);
+    assert_fenced_once(&f, &report, &sc).await?;
+    assert_eq!(events(&f, &sc, "VolumesForceDetached").await?, 1);
     Ok(())
 }
 
@@ -211,7 +213,7 @@ async fn an_apiserver_outage_mid_run_is_ridden_out() -> anyhow::Result<()> {
     );
     let report = fence(&f, &sc).await?;
     assert!(f.kube.faults_served() >= 2, "{:?}", f.kube.seen());
-    assert_fenced_once(&report, &sc).await
+    assert_fenced_once(&f, &report, &sc).await
 }
 
 #[tokio::test]
@@ -232,9 +234,12 @@ async fn a_kubernetes_failure_that_outlasts_the_retries_fails_before_any_detach(
         "bounded retries"
     );
     // No taint, so no detach: the volume stays where it was.
-    assert_eq!(oos_taints(&sc).await?, 0);
+    assert_eq!(oos_taints(&f, &sc).await?, 0);
     assert_eq!(f.ec2.ec2_calls("DetachVolume"), 0);
-    assert_eq!(attached_to(&sc.volume).await?, vec![sc.m.instance.clone()]);
+    assert_eq!(
+        attached_to(&f, &sc.volume).await?,
+        vec![sc.m.instance.clone()]
+    );
     Ok(())
 }
 
@@ -252,7 +257,7 @@ async fn ec2_throttling_server_errors_and_timeouts_are_retried() -> anyhow::Resu
     );
     let report = fence(&f, &sc).await?;
     assert_eq!(f.ec2.faults_served(), 4);
-    assert_fenced_once(&report, &sc).await
+    assert_fenced_once(&f, &report, &sc).await
 }
 
 #[tokio::test]
@@ -264,7 +269,7 @@ async fn a_detach_whose_answer_was_lost_is_verified_not_repeated_blindly() -> an
         .inject(Match::ec2("DetachVolume"), Fault::ForwardThenDrop, 1);
     let report = fence(&f, &sc).await?;
     assert_eq!(f.ec2.ec2_calls("DetachVolume"), 2);
-    assert_fenced_once(&report, &sc).await
+    assert_fenced_once(&f, &report, &sc).await
 }
 
 #[tokio::test]
@@ -281,7 +286,7 @@ async fn a_volume_detached_by_someone_else_in_between_is_done() -> anyhow::Resul
         while f.ec2.ec2_calls("DetachVolume") == 0 {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        stack()
+        f.stack
             .ec2()
             .await
             .detach_volume()
@@ -294,7 +299,7 @@ async fn a_volume_detached_by_someone_else_in_between_is_done() -> anyhow::Resul
     let (report, theirs) = tokio::join!(fence(&f, &sc), other);
     theirs?;
     let report = report?;
-    assert_fenced_once(&report, &sc).await
+    assert_fenced_once(&f, &report, &sc).await
 }
 
 #[tokio::test]
@@ -311,12 +316,15 @@ async fn incorrect_state_on_detach_is_not_taken_for_success() -> anyhow::Result<
     assert!(report.incomplete(), "{report:#?}");
     assert_eq!(report.results[0].outcome, Outcome::Failed);
     assert_eq!(report.results[0].volumes[0].outcome, VolumeOutcome::Stuck);
-    assert_eq!(attached_to(&sc.volume).await?, vec![sc.m.instance.clone()]);
+    assert_eq!(
+        attached_to(&f, &sc.volume).await?,
+        vec![sc.m.instance.clone()]
+    );
     let again = fence(&f, &sc).await?;
     assert!(!again.incomplete(), "{again:#?}");
     assert_eq!(again.results[0].outcome, Outcome::AlreadyFenced);
-    assert!(attached_to(&sc.volume).await?.is_empty());
-    assert_eq!(oos_taints(&sc).await?, 1);
+    assert!(attached_to(&f, &sc.volume).await?.is_empty());
+    assert_eq!(oos_taints(&f, &sc).await?, 1);
     Ok(())
 }
 
@@ -347,10 +355,10 @@ async fn partial_progress_converges_on_the_retried_event_without_duplicates() ->
         VolumeOutcome::Detached
     );
     assert_eq!(f.ec2.ec2_calls("DetachVolume"), attempts + 1);
-    assert_eq!(oos_taints(&sc).await?, 1);
-    assert_eq!(events(&sc, "OutOfServiceTaintApplied").await?, 1);
-    assert_eq!(events(&sc, "VolumesForceDetached").await?, 1);
-    assert!(attached_to(&sc.volume).await?.is_empty());
+    assert_eq!(oos_taints(&f, &sc).await?, 1);
+    assert_eq!(events(&f, &sc, "OutOfServiceTaintApplied").await?, 1);
+    assert_eq!(events(&f, &sc, "VolumesForceDetached").await?, 1);
+    assert!(attached_to(&f, &sc.volume).await?.is_empty());
     // And once more: nothing left to do, nothing sent.
     let third = fence(&f, &sc).await?;
     assert!(!third.incomplete(), "{third:#?}");
@@ -441,14 +449,9 @@ async fn a_real_apiserver_restart_mid_run_is_ridden_out() -> anyhow::Result<()> 
         !report.incomplete(),
         "not converged after {invocations} invocations: {report:#?}"
     );
-    let admin = p.admin().await?;
-    assert_eq!(oos_taints_on(p, &sc).await?, 1);
-    let applied = node_events(&admin, &sc.node)
-        .await?
-        .iter()
-        .filter(|(r, _)| r == "OutOfServiceTaintApplied")
-        .count();
+    assert_eq!(oos_taints(&f, &sc).await?, 1);
+    let applied = events(&f, &sc, "OutOfServiceTaintApplied").await?;
     assert!(applied <= 1, "{applied} taint Events");
-    assert!(volume(&p.ec2().await, &sc.volume).await?.1.is_empty());
+    assert!(attached_to(&f, &sc.volume).await?.is_empty());
     Ok(())
 }
