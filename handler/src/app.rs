@@ -9,7 +9,8 @@ use tracing::{error, warn};
 use crate::config::Config;
 use crate::decide::Settings;
 use crate::metrics::{self, Dependency, Meter};
-use crate::pipeline::{self, Ctx, PipelineError};
+use crate::pipeline::{self, Ctx, Lifecycle, PipelineError};
+use crate::preflight::{self, Preflight};
 use crate::report::Report;
 use crate::shell::cloud::Ec2;
 use crate::shell::cluster::Kube;
@@ -112,7 +113,13 @@ impl App {
                 finish(report).map(Reply::Report)
             }
             Trigger::Http(req) => Ok(Reply::Http(self.handle_http(&req, correlation_id).await)),
+            Trigger::Preflight => Ok(Reply::Preflight(self.preflight().await)),
         }
+    }
+
+    /// Checks the deployment's access and settings; changes nothing.
+    pub async fn preflight(&self) -> Preflight {
+        preflight::run(&self.clients, &self.config).await
     }
 
     async fn handle_http(
@@ -213,6 +220,13 @@ impl App {
             poll_interval: POLL_INTERVAL,
             correlation_id: correlation_id.to_owned(),
             meter,
+            lifecycle: Lifecycle {
+                mode: self.config.mode,
+                max_out_of_service_percent: self.config.max_out_of_service_percent,
+                confirm_again_after: self.config.confirm_again_after,
+                recovery_settle: self.config.recovery_settle,
+                control_namespace: self.config.control_namespace.clone(),
+            },
         };
         Ok(pipeline::run(&ctx, batch).await?)
     }
@@ -225,6 +239,8 @@ pub enum Reply {
     Report(Report),
     /// A Function URL response, already shaped.
     Http(Value),
+    /// The preflight checks.
+    Preflight(Preflight),
 }
 
 impl Reply {
@@ -233,6 +249,7 @@ impl Reply {
         match self {
             Self::Report(report) => serde_json::to_value(&report).unwrap_or(Value::Null),
             Self::Http(value) => value,
+            Self::Preflight(p) => serde_json::to_value(&p).unwrap_or(Value::Null),
         }
     }
 }
@@ -240,11 +257,19 @@ impl Reply {
 /// Turns a report into the invocation's result: an error when work is left.
 pub fn finish(report: Report) -> Result<Report, HandlerError> {
     if report.incomplete() {
-        let summary = report
+        let fencing = report
             .results
             .iter()
             .filter(|r| r.leaves_work())
-            .map(|r| format!("{}: {}", r.node.as_deref().unwrap_or(&r.target), r.reason))
+            .map(|r| format!("{}: {}", r.node.as_deref().unwrap_or(&r.target), r.reason));
+        let recovering = report
+            .recoveries
+            .iter()
+            .filter(|r| r.leaves_work())
+            .map(|r| format!("{}: recovery: {}", r.node, r.reason));
+        let summary = fencing
+            .chain(recovering)
+            .chain(report.errors.iter().cloned())
             .collect::<Vec<_>>()
             .join("; ");
         return Err(HandlerError::Incomplete {

@@ -52,6 +52,17 @@ enum Command {
         /// Node name or EC2 instance id.
         target: String,
     },
+    /// End node-fencer's fencing of a node that is back: remove its taint once
+    /// EC2 says the instance runs and the node has been Ready for the settle
+    /// delay. Without a target, every node node-fencer fenced is re-checked.
+    Recover {
+        /// Node name or EC2 instance id.
+        target: Option<String>,
+    },
+    /// Check the set-up without changing anything: API server, fencing mode,
+    /// every Kubernetes and EC2 permission, secrets, settings, kill switch.
+    /// Exits 1 when a check fails.
+    Preflight,
     /// Process a trigger payload (EventBridge, Alertmanager, Function URL, direct) from a file or stdin.
     Handle {
         /// Path to a JSON file, or `-` for stdin.
@@ -94,6 +105,23 @@ pub async fn main() -> ExitCode {
         println!("{config:#?}");
         return ExitCode::from(EXIT_OK);
     }
+    if let Command::Preflight = cli.command {
+        let clients = Clients::new(sdk_config().await, &config);
+        let app = App::new(clients, config, hostname());
+        let result = app.preflight().await;
+        match cli.output {
+            Output::Text => print!("{}", result.to_table()),
+            Output::Json => println!(
+                "{}",
+                serde_json::to_string_pretty(&result).unwrap_or_default()
+            ),
+        }
+        return ExitCode::from(if result.passed {
+            EXIT_OK
+        } else {
+            EXIT_INCOMPLETE
+        });
+    }
     let batch_or_event = match parse_input(&cli.command) {
         Ok(input) => input,
         Err(message) => {
@@ -135,6 +163,8 @@ fn parse_input(command: &Command) -> Result<Input, String> {
     match command {
         Command::Check { target: t } => target(t, Intent::Check),
         Command::Fence { target: t } => target(t, Intent::Fence),
+        Command::Recover { target: Some(t) } => target(t, Intent::Recover),
+        Command::Recover { target: None } => Ok(Input::Target(Batch::default())),
         Command::Handle { file } => {
             let mut bytes = Vec::new();
             let read = if file == "-" {
@@ -149,7 +179,9 @@ fn parse_input(command: &Command) -> Result<Input, String> {
                 .map(Input::Event)
                 .map_err(|e| e.to_string())
         }
-        Command::Config => Err("unreachable: config has no input".into()),
+        Command::Config | Command::Preflight => {
+            Err("unreachable: this command has no input".into())
+        }
     }
 }
 
@@ -169,6 +201,7 @@ fn print_result(result: Result<Reply, HandlerError>, output: Output) -> ExitCode
     };
     match (output, reply) {
         (Output::Text, Reply::Report(report)) => print!("{}", report.to_text()),
+        (Output::Text, Reply::Preflight(p)) => print!("{}", p.to_table()),
         (_, reply) => println!(
             "{}",
             serde_json::to_string_pretty(&reply.into_value()).unwrap_or_default()
@@ -204,5 +237,13 @@ mod tests {
         let cli = Cli::try_parse_from(["node-fencer", "--dry-run", "fence", "i-0123abcd"]).unwrap();
         assert!(cli.dry_run);
         assert!(Cli::try_parse_from(["node-fencer", "reboot", "x"]).is_err());
+        let cli = Cli::try_parse_from(["node-fencer", "recover"]).unwrap();
+        assert!(matches!(cli.command, Command::Recover { target: None }));
+        let cli = Cli::try_parse_from(["node-fencer", "recover", "worker-1"]).unwrap();
+        assert!(
+            matches!(parse_input(&cli.command), Ok(Input::Target(b)) if b.suspects[0].intent == Intent::Recover)
+        );
+        let cli = Cli::try_parse_from(["node-fencer", "preflight", "-o", "json"]).unwrap();
+        assert!(matches!(cli.command, Command::Preflight));
     }
 }

@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use crate::mode::ModeSetting;
+
 /// Every variable read, with what it accepts (for `--help` and the README).
 pub const VARIABLES: &[(&str, &str)] = &[
     (
@@ -12,6 +14,26 @@ pub const VARIABLES: &[(&str, &str)] = &[
     (
         "MAX_OUT_OF_SERVICE",
         "integer 1..=1000 (default 3): nodes allowed to carry the out-of-service taint at once",
+    ),
+    (
+        "MAX_OUT_OF_SERVICE_PERCENT",
+        "integer 1..=100 (default unset): also cap out-of-service nodes at this share of all nodes (at least one)",
+    ),
+    (
+        "FENCING_MODE",
+        "auto|taint|legacy (default auto): the out-of-service taint, or force-deleting pods and VolumeAttachments; auto picks by server version (taint from 1.26)",
+    ),
+    (
+        "CONFIRM_AGAIN_AFTER_SECONDS",
+        "integer 0..=300 (default 0): ask EC2 a second time after this delay before acting",
+    ),
+    (
+        "RECOVERY_SETTLE_SECONDS",
+        "integer 0..=300 (default 30): how long a fenced node must be Ready again before its taint is removed",
+    ),
+    (
+        "CONTROL_NAMESPACE",
+        "namespace of the fencing Lease and the kill-switch ConfigMap `node-fencer` (default kube-system)",
     ),
     (
         "VOLUME_DETACH_TIMEOUT_SECONDS",
@@ -115,6 +137,16 @@ pub struct Config {
     pub dry_run: bool,
     /// The out-of-service cap.
     pub max_out_of_service: usize,
+    /// The out-of-service cap as a share of all nodes, in percent.
+    pub max_out_of_service_percent: Option<u8>,
+    /// Taint, legacy, or by server version.
+    pub mode: ModeSetting,
+    /// Delay before the second EC2 confirmation (zero: right away).
+    pub confirm_again_after: Duration,
+    /// How long a recovered node must be Ready before its taint goes.
+    pub recovery_settle: Duration,
+    /// Where the Lease and the kill switch live.
+    pub control_namespace: String,
     /// Bounded wait for detached volumes.
     pub detach_wait: Duration,
     /// Cluster access.
@@ -189,6 +221,43 @@ impl Config {
             "an integer from 0 to 600",
         )? as u64);
 
+        let max_out_of_service_percent = match get("MAX_OUT_OF_SERVICE_PERCENT") {
+            None => None,
+            Some(_) => Some(int(
+                &get,
+                "MAX_OUT_OF_SERVICE_PERCENT",
+                100,
+                1,
+                100,
+                "an integer from 1 to 100",
+            )? as u8),
+        };
+        let mode = match get("FENCING_MODE") {
+            None => ModeSetting::Auto,
+            Some(v) => ModeSetting::parse(&v).ok_or(ConfigError::Invalid {
+                var: "FENCING_MODE",
+                value: v,
+                expected: "auto, taint or legacy",
+            })?,
+        };
+        let seconds = |var, default| -> Result<Duration, ConfigError> {
+            Ok(Duration::from_secs(
+                int(&get, var, default, 0, 300, "an integer from 0 to 300")? as u64,
+            ))
+        };
+        let confirm_again_after = seconds("CONFIRM_AGAIN_AFTER_SECONDS", 0)?;
+        let recovery_settle = seconds("RECOVERY_SETTLE_SECONDS", 30)?;
+        let control_namespace = match get("CONTROL_NAMESPACE") {
+            None => "kube-system".to_owned(),
+            Some(ns) if is_dns_label(&ns) => ns,
+            Some(ns) => {
+                return Err(ConfigError::Invalid {
+                    var: "CONTROL_NAMESPACE",
+                    value: ns,
+                    expected: "a namespace name (lowercase letters, digits, hyphens, up to 63)",
+                });
+            }
+        };
         let cluster = cluster_access(&get)?;
         let token_vars = [
             ("WEBHOOK_TOKEN", get("WEBHOOK_TOKEN")),
@@ -228,6 +297,11 @@ impl Config {
         Ok(Self {
             dry_run,
             max_out_of_service,
+            max_out_of_service_percent,
+            mode,
+            confirm_again_after,
+            recovery_settle,
+            control_namespace,
             detach_wait,
             cluster,
             webhook_token,
@@ -334,6 +408,15 @@ fn int(
     }
 }
 
+/// An RFC 1123 label, as namespace names are.
+fn is_dns_label(s: &str) -> bool {
+    (1..=63).contains(&s.len())
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
 /// Parses a boolean the way people write them in environment variables.
 pub fn parse_bool(v: &str) -> Option<bool> {
     match v.to_ascii_lowercase().as_str() {
@@ -364,6 +447,39 @@ mod tests {
         assert_eq!(c.detach_wait, Duration::from_secs(60));
         assert_eq!(c.cluster, ClusterAccess::Ambient);
         assert_eq!(c.webhook_token, None);
+        assert_eq!(c.mode, ModeSetting::Auto);
+        assert_eq!(c.max_out_of_service_percent, None);
+        assert_eq!(c.confirm_again_after, Duration::ZERO);
+        assert_eq!(c.recovery_settle, Duration::from_secs(30));
+        assert_eq!(c.control_namespace, "kube-system");
+    }
+
+    #[test]
+    fn lifecycle_settings() {
+        let c = cfg(&[
+            ("FENCING_MODE", "legacy"),
+            ("MAX_OUT_OF_SERVICE_PERCENT", "20"),
+            ("CONFIRM_AGAIN_AFTER_SECONDS", "15"),
+            ("RECOVERY_SETTLE_SECONDS", "0"),
+            ("CONTROL_NAMESPACE", "node-fencer"),
+        ])
+        .unwrap();
+        assert_eq!(c.mode, ModeSetting::Legacy);
+        assert_eq!(c.max_out_of_service_percent, Some(20));
+        assert_eq!(c.confirm_again_after, Duration::from_secs(15));
+        assert_eq!(c.recovery_settle, Duration::ZERO);
+        assert_eq!(c.control_namespace, "node-fencer");
+        for (var, bad) in [
+            ("FENCING_MODE", "delete"),
+            ("MAX_OUT_OF_SERVICE_PERCENT", "0"),
+            ("MAX_OUT_OF_SERVICE_PERCENT", "101"),
+            ("CONFIRM_AGAIN_AFTER_SECONDS", "301"),
+            ("RECOVERY_SETTLE_SECONDS", "-1"),
+            ("CONTROL_NAMESPACE", "Kube_System"),
+        ] {
+            let err = cfg(&[(var, bad)]).unwrap_err();
+            assert!(err.to_string().contains(var), "{err}");
+        }
     }
 
     #[test]

@@ -74,10 +74,8 @@ pub enum Skip {
         /// Nodes out of service, including those fenced earlier in this batch.
         out_of_service: usize,
     },
-    /// The instance runs again; recovery is not automated yet.
-    RecoveryNotHandled,
-    /// The alert resolved.
-    AlertResolved,
+    /// The trigger asks for recovery, which the recovery check handles.
+    RecoveryRequest,
 }
 
 impl Skip {
@@ -93,8 +91,7 @@ impl Skip {
             | Self::NoInstance
             | Self::InstanceNotOff { .. }
             | Self::InstanceNotFound
-            | Self::RecoveryNotHandled
-            | Self::AlertResolved => false,
+            | Self::RecoveryRequest => false,
         }
     }
 
@@ -108,8 +105,7 @@ impl Skip {
             Self::LookupFailed { .. } => "lookup_failed",
             Self::NodeReady => "node_ready",
             Self::CapReached { .. } => "cap_reached",
-            Self::RecoveryNotHandled => "recovery_not_handled",
-            Self::AlertResolved => "alert_resolved",
+            Self::RecoveryRequest => "recovery_request",
         }
     }
 }
@@ -137,20 +133,59 @@ impl std::fmt::Display for Skip {
                 f,
                 "refused: {out_of_service} node(s) already out of service, the limit is {limit}"
             ),
-            Self::RecoveryNotHandled => {
-                f.write_str("the instance runs again; automatic recovery is not enabled")
-            }
-            Self::AlertResolved => f.write_str("the alert resolved"),
+            Self::RecoveryRequest => f.write_str("asks for recovery, not fencing"),
         }
     }
+}
+
+/// The cap in force: the configured count, and the configured share of
+/// `nodes` (rounded down, at least one) when a percentage is set.
+pub fn effective_cap(count: usize, percent: Option<u8>, nodes: usize) -> usize {
+    match percent {
+        None => count,
+        Some(p) => count.min((nodes * usize::from(p) / 100).max(1)),
+    }
+}
+
+/// A new taint, recounted under the Lease.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Recount {
+    /// Admitted: it counts against the cap.
+    New,
+    /// Another invocation fenced the node meanwhile: no new taint.
+    AlreadyOut,
+    /// The cap is reached now.
+    Refused(Skip),
+}
+
+/// Recounts the new taints of an invocation against the Nodes as they are
+/// under the Lease: `already_out[k]` tells whether the k-th node is out of
+/// service by now, `out_of_service` how many Nodes are.
+pub fn recount(already_out: &[bool], out_of_service: usize, limit: usize) -> Vec<Recount> {
+    let mut count = out_of_service;
+    already_out
+        .iter()
+        .map(|&out| {
+            if out {
+                Recount::AlreadyOut
+            } else if count >= limit {
+                Recount::Refused(Skip::CapReached {
+                    limit,
+                    out_of_service: count,
+                })
+            } else {
+                count += 1;
+                Recount::New
+            }
+        })
+        .collect()
 }
 
 /// Decides one node, without the cluster-wide cap.
 pub fn decide_one(case: &Case<'_>, settings: &Settings) -> Verdict {
     let skip = |reason| Verdict::Skip { reason };
     match case.intent {
-        Intent::Resolved => return skip(Skip::AlertResolved),
-        Intent::RecoveryHint => return skip(Skip::RecoveryNotHandled),
+        Intent::Recover => return skip(Skip::RecoveryRequest),
         Intent::Fence | Intent::Check => {}
     }
     let Some(node) = case.node else {
@@ -229,6 +264,8 @@ mod tests {
             internal_ips: vec![],
             host_names: vec![],
             taints,
+            ready_since: None,
+            fenced: None,
         }
     }
 
@@ -271,12 +308,7 @@ mod tests {
     /// existing taints × intent × dry-run × cap room.
     #[test]
     fn every_combination() {
-        let intents = [
-            Intent::Fence,
-            Intent::Check,
-            Intent::RecoveryHint,
-            Intent::Resolved,
-        ];
+        let intents = [Intent::Fence, Intent::Check, Intent::Recover];
         let readinesses = [Readiness::Ready, Readiness::NotReady, Readiness::Unknown];
         let mut fenced = 0;
         for confirmation in confirmations() {
@@ -323,11 +355,8 @@ mod tests {
         already: usize,
     ) -> Verdict {
         let skip = |reason| Verdict::Skip { reason };
-        if intent == Intent::Resolved {
-            return skip(Skip::AlertResolved);
-        }
-        if intent == Intent::RecoveryHint {
-            return skip(Skip::RecoveryNotHandled);
+        if intent == Intent::Recover {
+            return skip(Skip::RecoveryRequest);
         }
         let state = match c {
             Confirmation::NotFound => return skip(Skip::InstanceNotFound),
@@ -358,6 +387,35 @@ mod tests {
             add_taint: !tainted,
             dry_run: dry_run || intent == Intent::Check,
         }
+    }
+
+    #[test]
+    fn the_percentage_cap_rounds_down_but_allows_one() {
+        assert_eq!(effective_cap(3, None, 100), 3);
+        assert_eq!(effective_cap(10, Some(20), 30), 6);
+        assert_eq!(effective_cap(3, Some(20), 30), 3);
+        assert_eq!(effective_cap(10, Some(10), 5), 1);
+        assert_eq!(effective_cap(10, Some(100), 0), 1);
+    }
+
+    #[test]
+    fn the_recount_admits_only_up_to_the_cap() {
+        let r = recount(&[false, true, false, false], 1, 3);
+        assert_eq!(r[0], Recount::New);
+        assert_eq!(r[1], Recount::AlreadyOut);
+        assert_eq!(r[2], Recount::New);
+        assert!(matches!(
+            r[3],
+            Recount::Refused(Skip::CapReached {
+                limit: 3,
+                out_of_service: 3
+            })
+        ));
+        assert!(
+            recount(&[false], 5, 3)
+                .iter()
+                .all(|r| matches!(r, Recount::Refused(_)))
+        );
     }
 
     #[test]
@@ -454,12 +512,7 @@ mod tests {
     }
 
     fn arb_intent() -> impl Strategy<Value = Intent> {
-        prop::sample::select(vec![
-            Intent::Fence,
-            Intent::Check,
-            Intent::RecoveryHint,
-            Intent::Resolved,
-        ])
+        prop::sample::select(vec![Intent::Fence, Intent::Check, Intent::Recover])
     }
 
     proptest! {

@@ -52,15 +52,66 @@ pub struct NodeFacts {
     pub host_names: Vec<String>,
     /// The taints.
     pub taints: Vec<TaintFacts>,
+    /// When the `Ready` condition last turned `True` (Unix seconds), if it is `True`.
+    pub ready_since: Option<i64>,
+    /// What node-fencer recorded when it fenced this Node, if it did.
+    pub fenced: Option<FenceMark>,
 }
 
 impl NodeFacts {
-    /// True when the node carries an out-of-service taint that evicts (any value).
+    /// True when the node carries an out-of-service taint that evicts (any
+    /// value), or node-fencer fenced it the legacy way: either counts
+    /// against the cap.
     pub fn is_out_of_service(&self) -> bool {
+        self.has_out_of_service_taint()
+            || self
+                .fenced
+                .as_ref()
+                .is_some_and(|m| m.mode == FenceMode::Legacy)
+    }
+
+    /// True when the node carries an out-of-service taint that evicts.
+    pub fn has_out_of_service_taint(&self) -> bool {
         self.taints
             .iter()
             .any(|t| t.key == OUT_OF_SERVICE_KEY && t.effect == OUT_OF_SERVICE_EFFECT)
     }
+}
+
+/// How a node is fenced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FenceMode {
+    /// The out-of-service taint: Kubernetes deletes the pods and detaches
+    /// the volumes itself (KEP-2268; on by default from 1.26, GA in 1.28).
+    Taint,
+    /// For clusters without it: force-delete the node's pods and its
+    /// VolumeAttachments; the Node object stays.
+    Legacy,
+}
+
+impl FenceMode {
+    /// The name used in annotations, the report and the configuration.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Taint => "taint",
+            Self::Legacy => "legacy",
+        }
+    }
+}
+
+/// node-fencer's record on a Node it fenced (its annotations).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct FenceMark {
+    /// How it was fenced.
+    pub mode: FenceMode,
+    /// The instance EC2 confirmed off, when the annotation is readable.
+    pub instance: Option<InstanceId>,
+    /// The EBS volumes it planned to force-detach.
+    pub volumes: Vec<VolumeId>,
+    /// When (the annotation's text, RFC 3339): names this fencing, so a
+    /// recovery never clears a newer one.
+    pub at: String,
 }
 
 /// What EC2 says about one instance.

@@ -6,8 +6,8 @@ use k8s_openapi::api::storage::v1::VolumeAttachment;
 use serde_json::{Value, json};
 
 use crate::facts::{
-    AttachmentFacts, NodeFacts, OUT_OF_SERVICE_EFFECT, OUT_OF_SERVICE_KEY, OUT_OF_SERVICE_VALUE,
-    PvFacts, Readiness, TaintFacts,
+    AttachmentFacts, FenceMark, FenceMode, NodeFacts, OUT_OF_SERVICE_EFFECT, OUT_OF_SERVICE_KEY,
+    OUT_OF_SERVICE_VALUE, PvFacts, Readiness, TaintFacts,
 };
 use crate::instance::{InstanceId, InstanceState, VolumeId, instance_from_provider_id};
 use crate::volumes::EBS_CSI_DRIVER;
@@ -22,6 +22,19 @@ pub const ANNOTATION_FENCED_AT: &str = "node-fencer.io/fenced-at";
 pub const ANNOTATION_INSTANCE: &str = "node-fencer.io/instance";
 /// The correlation id of the invocation that applied it.
 pub const ANNOTATION_CORRELATION: &str = "node-fencer.io/correlation-id";
+/// How the node was fenced: `taint` or `legacy`.
+pub const ANNOTATION_MODE: &str = "node-fencer.io/mode";
+/// The EBS volumes it planned to force-detach, comma-separated.
+pub const ANNOTATION_VOLUMES: &str = "node-fencer.io/volumes";
+/// Every annotation node-fencer writes; recovery clears them all.
+pub const ANNOTATIONS: [&str; 6] = [
+    ANNOTATION_TAINT,
+    ANNOTATION_FENCED_AT,
+    ANNOTATION_INSTANCE,
+    ANNOTATION_CORRELATION,
+    ANNOTATION_MODE,
+    ANNOTATION_VOLUMES,
+];
 
 /// Reads a Node into facts; `None` for a Node without a name.
 pub fn node_facts(node: &Node) -> Option<NodeFacts> {
@@ -61,6 +74,51 @@ pub fn node_facts(node: &Node) -> Option<NodeFacts> {
         internal_ips,
         host_names,
         taints,
+        ready_since: ready_since(node),
+        fenced: fence_mark(node),
+    })
+}
+
+/// When the `Ready` condition turned `True` (Unix seconds); `None` unless it
+/// is `True` now and says when.
+pub fn ready_since(node: &Node) -> Option<i64> {
+    if readiness(node) != Readiness::Ready {
+        return None;
+    }
+    node.status
+        .as_ref()?
+        .conditions
+        .as_deref()?
+        .iter()
+        .find(|c| c.type_ == "Ready")?
+        .last_transition_time
+        .as_ref()
+        .map(|t| t.0.as_second())
+}
+
+/// node-fencer's record on the Node, read back from its annotations. A Node
+/// with `fenced-at` is fenced; a mark written before `mode` existed is a
+/// taint.
+pub fn fence_mark(node: &Node) -> Option<FenceMark> {
+    let annotations = node.metadata.annotations.as_ref()?;
+    let at = annotations.get(ANNOTATION_FENCED_AT)?.clone();
+    let mode = match annotations.get(ANNOTATION_MODE).map(String::as_str) {
+        Some("legacy") => FenceMode::Legacy,
+        _ => FenceMode::Taint,
+    };
+    let instance = annotations
+        .get(ANNOTATION_INSTANCE)
+        .and_then(|v| v.split('=').next())
+        .and_then(InstanceId::parse);
+    let volumes = annotations
+        .get(ANNOTATION_VOLUMES)
+        .map(|v| v.split(',').filter_map(VolumeId::parse).collect())
+        .unwrap_or_default();
+    Some(FenceMark {
+        mode,
+        instance,
+        volumes,
+        at,
     })
 }
 
@@ -131,6 +189,10 @@ pub struct Stamp {
     pub at: String,
     /// The invocation's correlation id.
     pub correlation_id: String,
+    /// How the node is fenced.
+    pub mode: FenceMode,
+    /// The EBS volumes planned for force-detach.
+    pub volumes: Vec<VolumeId>,
 }
 
 /// What to do about the taint, given the Node as it is now.
@@ -151,10 +213,11 @@ pub enum TaintPatch {
     Unrepresentable,
 }
 
-/// Builds the merge patch that adds the out-of-service taint and the
-/// annotations. The patch carries the resourceVersion it was built from, so
-/// the API server refuses it (409) if anyone changed the Node in between, and
-/// it restates every existing taint, so none is dropped.
+/// Builds the merge patch that fences the Node: the out-of-service taint
+/// (taint mode) and the annotations that record it. The patch carries the
+/// resourceVersion it was built from, so the API server refuses it (409) if
+/// anyone changed the Node in between, and it restates every existing taint,
+/// so none is dropped.
 pub fn taint_patch(node: &Node, stamp: &Stamp) -> TaintPatch {
     if readiness(node) == Readiness::Ready {
         return TaintPatch::NodeReady;
@@ -167,10 +230,13 @@ pub fn taint_patch(node: &Node, stamp: &Stamp) -> TaintPatch {
         .as_ref()
         .and_then(|s| s.taints.clone())
         .unwrap_or_default();
-    if existing
-        .iter()
-        .any(|t| t.key == OUT_OF_SERVICE_KEY && t.effect == OUT_OF_SERVICE_EFFECT)
-    {
+    let present = match stamp.mode {
+        FenceMode::Taint => existing
+            .iter()
+            .any(|t| t.key == OUT_OF_SERVICE_KEY && t.effect == OUT_OF_SERVICE_EFFECT),
+        FenceMode::Legacy => fence_mark(node).is_some(),
+    };
+    if present {
         let ours = node
             .metadata
             .annotations
@@ -182,6 +248,19 @@ pub fn taint_patch(node: &Node, stamp: &Stamp) -> TaintPatch {
         } else {
             TaintPatch::AlreadyPresent
         };
+    }
+    let volumes: Vec<&str> = stamp.volumes.iter().map(VolumeId::as_str).collect();
+    let mut annotations = json!({
+        ANNOTATION_FENCED_AT: stamp.at,
+        ANNOTATION_INSTANCE: format!("{}={}", stamp.instance, stamp.state),
+        ANNOTATION_CORRELATION: stamp.correlation_id,
+        ANNOTATION_MODE: stamp.mode.name(),
+        ANNOTATION_VOLUMES: volumes.join(","),
+    });
+    if stamp.mode == FenceMode::Legacy {
+        return TaintPatch::Apply(json!({
+            "metadata": {"resourceVersion": rv, "annotations": annotations}
+        }));
     }
     // Restating a taint we cannot serialise would drop it: refuse instead.
     let Ok(mut taints) = existing
@@ -197,18 +276,85 @@ pub fn taint_patch(node: &Node, stamp: &Stamp) -> TaintPatch {
         "effect": OUT_OF_SERVICE_EFFECT,
         "timeAdded": stamp.at,
     }));
+    annotations[ANNOTATION_TAINT] = json!(format!(
+        "{OUT_OF_SERVICE_KEY}={OUT_OF_SERVICE_VALUE}:{OUT_OF_SERVICE_EFFECT}"
+    ));
     TaintPatch::Apply(json!({
-        "metadata": {
-            "resourceVersion": rv,
-            "annotations": {
-                ANNOTATION_TAINT: format!("{OUT_OF_SERVICE_KEY}={OUT_OF_SERVICE_VALUE}:{OUT_OF_SERVICE_EFFECT}"),
-                ANNOTATION_FENCED_AT: stamp.at,
-                ANNOTATION_INSTANCE: format!("{}={}", stamp.instance, stamp.state),
-                ANNOTATION_CORRELATION: stamp.correlation_id,
-            }
-        },
+        "metadata": {"resourceVersion": rv, "annotations": annotations},
         "spec": { "taints": taints }
     }))
+}
+
+/// What to do to end a fencing, given the Node as it is now.
+#[derive(Clone, Debug, PartialEq)]
+pub enum UntaintPatch {
+    /// Send this merge patch; `removes_taint` tells whether it drops the taint.
+    Apply {
+        /// The patch.
+        patch: Value,
+        /// Whether the out-of-service taint goes with it.
+        removes_taint: bool,
+    },
+    /// The Node carries no mark of this fencing (cleared, re-fenced since,
+    /// or a new object under the same name): nothing of ours to remove.
+    NotOurs,
+    /// The Node is not Ready: recovery must wait.
+    NodeNotReady,
+    /// The Node has no resourceVersion to guard the write with.
+    NoResourceVersion,
+    /// A remaining taint could not be restated; writing would drop it.
+    Unrepresentable,
+}
+
+/// Builds the merge patch that ends the fencing recorded as `fenced_at`:
+/// removes the out-of-service taint only when node-fencer's annotation says
+/// node-fencer applied it, and clears node-fencer's annotations. Guarded by
+/// the resourceVersion, like the taint patch; every other taint is restated.
+pub fn untaint_patch(node: &Node, fenced_at: &str) -> UntaintPatch {
+    let Some(mark) = fence_mark(node).filter(|m| m.at == fenced_at) else {
+        return UntaintPatch::NotOurs;
+    };
+    if readiness(node) != Readiness::Ready {
+        return UntaintPatch::NodeNotReady;
+    }
+    let Some(rv) = node.metadata.resource_version.as_deref() else {
+        return UntaintPatch::NoResourceVersion;
+    };
+    let applied_taint = mark.mode == FenceMode::Taint
+        && node
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(ANNOTATION_TAINT));
+    let cleared: serde_json::Map<String, Value> = ANNOTATIONS
+        .iter()
+        .map(|k| ((*k).to_owned(), Value::Null))
+        .collect();
+    let mut patch = json!({"metadata": {"resourceVersion": rv, "annotations": cleared}});
+    let existing = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default();
+    let is_ours = |t: &k8s_openapi::api::core::v1::Taint| {
+        t.key == OUT_OF_SERVICE_KEY && t.effect == OUT_OF_SERVICE_EFFECT
+    };
+    let removes_taint = applied_taint && existing.iter().any(is_ours);
+    if removes_taint {
+        let Ok(kept) = existing
+            .iter()
+            .filter(|t| !is_ours(t))
+            .map(serde_json::to_value)
+            .collect::<Result<Vec<Value>, _>>()
+        else {
+            return UntaintPatch::Unrepresentable;
+        };
+        patch["spec"] = json!({ "taints": kept });
+    }
+    UntaintPatch::Apply {
+        patch,
+        removes_taint,
+    }
 }
 
 #[cfg(test)]
@@ -238,7 +384,123 @@ mod tests {
             state: InstanceState::Stopped,
             at: "2026-11-22T10:00:00Z".into(),
             correlation_id: "c-1".into(),
+            mode: FenceMode::Taint,
+            volumes: vec![VolumeId::parse("vol-0123456789abcdef0").unwrap()],
         }
+    }
+
+    /// A Node fenced by `stamp()`, Ready again, with another taint beside ours.
+    fn fenced_and_back() -> Node {
+        let mut n = node(
+            "Unknown",
+            json!([{"key": "dedicated", "value": "db", "effect": "NoSchedule"}]),
+            Some("5"),
+        );
+        let TaintPatch::Apply(patch) = taint_patch(&n, &stamp()) else {
+            panic!("expected a patch");
+        };
+        n.metadata.annotations =
+            serde_json::from_value(patch["metadata"]["annotations"].clone()).unwrap();
+        n.spec.as_mut().unwrap().taints =
+            serde_json::from_value(patch["spec"]["taints"].clone()).unwrap();
+        n.status.as_mut().unwrap().conditions.as_mut().unwrap()[0].status = "True".into();
+        n
+    }
+
+    #[test]
+    fn the_mark_reads_back_what_the_patch_wrote() {
+        let n = fenced_and_back();
+        let mark = fence_mark(&n).unwrap();
+        assert_eq!(mark.mode, FenceMode::Taint);
+        assert_eq!(mark.at, "2026-11-22T10:00:00Z");
+        assert_eq!(mark.instance.unwrap().as_str(), "i-0123456789abcdef0");
+        assert_eq!(mark.volumes, stamp().volumes);
+        assert!(node_facts(&n).unwrap().fenced.is_some());
+        assert_eq!(fence_mark(&node("True", json!([]), Some("1"))), None);
+    }
+
+    #[test]
+    fn recovery_removes_only_our_taint_and_clears_our_annotations() {
+        let n = fenced_and_back();
+        let UntaintPatch::Apply {
+            patch,
+            removes_taint,
+        } = untaint_patch(&n, "2026-11-22T10:00:00Z")
+        else {
+            panic!("expected a patch");
+        };
+        assert!(removes_taint);
+        assert_eq!(patch["metadata"]["resourceVersion"], "5");
+        assert_eq!(
+            patch["spec"]["taints"],
+            json!([{"key": "dedicated", "value": "db", "effect": "NoSchedule"}])
+        );
+        for key in ANNOTATIONS {
+            assert_eq!(patch["metadata"]["annotations"][key], Value::Null, "{key}");
+            assert!(
+                patch["metadata"]["annotations"].get(key).is_some(),
+                "{key} cleared"
+            );
+        }
+        // Another fencing since (a newer mark), or no mark at all: not ours.
+        assert_eq!(
+            untaint_patch(&n, "2026-11-22T09:00:00Z"),
+            UntaintPatch::NotOurs
+        );
+        let mut theirs = n.clone();
+        theirs.metadata.annotations = None;
+        assert_eq!(
+            untaint_patch(&theirs, "2026-11-22T10:00:00Z"),
+            UntaintPatch::NotOurs
+        );
+        // Not Ready yet.
+        let mut down = n.clone();
+        down.status.as_mut().unwrap().conditions.as_mut().unwrap()[0].status = "Unknown".into();
+        assert_eq!(
+            untaint_patch(&down, "2026-11-22T10:00:00Z"),
+            UntaintPatch::NodeNotReady
+        );
+    }
+
+    #[test]
+    fn a_legacy_fence_writes_no_taint_and_recovery_removes_none() {
+        let legacy = Stamp {
+            mode: FenceMode::Legacy,
+            ..stamp()
+        };
+        let mut n = node(
+            "Unknown",
+            json!([{"key": OUT_OF_SERVICE_KEY, "value": "someone", "effect": "NoExecute"}]),
+            Some("3"),
+        );
+        let TaintPatch::Apply(patch) = taint_patch(&n, &legacy) else {
+            panic!("expected a patch");
+        };
+        assert!(patch.get("spec").is_none(), "{patch}");
+        assert_eq!(patch["metadata"]["annotations"][ANNOTATION_MODE], "legacy");
+        n.metadata.annotations =
+            serde_json::from_value(patch["metadata"]["annotations"].clone()).unwrap();
+        assert_eq!(
+            taint_patch(
+                &n,
+                &Stamp {
+                    correlation_id: "c-2".into(),
+                    ..legacy.clone()
+                }
+            ),
+            TaintPatch::AlreadyPresent
+        );
+        n.status.as_mut().unwrap().conditions.as_mut().unwrap()[0].status = "True".into();
+        let UntaintPatch::Apply {
+            patch,
+            removes_taint,
+        } = untaint_patch(&n, &legacy.at)
+        else {
+            panic!("expected a patch");
+        };
+        // Someone else's out-of-service taint stays.
+        assert!(!removes_taint);
+        assert!(patch.get("spec").is_none(), "{patch}");
     }
 
     #[test]

@@ -6,7 +6,8 @@
 //! pods and their volumes move to a healthy node in seconds.
 //!
 //! The crate is a functional core ([`trigger`], [`resolve`], [`decide`],
-//! [`volumes`], [`kube_model`], [`metrics`], [`retry`]) with no I/O, and a thin shell ([`shell`],
+//! [`volumes`], [`kube_model`], [`recovery`], [`mode`], [`control`],
+//! [`metrics`], [`retry`]) with no I/O, and a thin shell ([`shell`],
 //! [`pipeline`], [`app`], [`cli`], [`lambda`]) that gathers facts and acts.
 
 #![deny(missing_docs)]
@@ -16,6 +17,7 @@ pub mod app;
 #[cfg(feature = "runtime")]
 pub mod cli;
 pub mod config;
+pub mod control;
 pub mod decide;
 #[cfg(feature = "runtime")]
 pub mod eks_token;
@@ -25,9 +27,13 @@ pub mod kube_model;
 #[cfg(feature = "runtime")]
 pub mod lambda;
 pub mod metrics;
+pub mod mode;
 pub mod permissions;
 #[cfg(feature = "runtime")]
 pub mod pipeline;
+#[cfg(feature = "runtime")]
+pub mod preflight;
+pub mod recovery;
 pub mod report;
 pub mod resolve;
 pub mod retry;

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 
+use crate::recovery::Hold;
 use crate::report::{Outcome, Report, VolumeOutcome};
 
 /// The CloudWatch namespace of every metric.
@@ -120,7 +121,8 @@ pub fn emf_lines(
     };
     if let Some(report) = report {
         let mut by_trigger: BTreeMap<&str, u64> = BTreeMap::new();
-        for origin in report.results.iter().flat_map(|r| &r.origins) {
+        let origins = report.results.iter().flat_map(|r| &r.origins);
+        for origin in origins.chain(report.recoveries.iter().flat_map(|r| &r.origins)) {
             *by_trigger.entry(origin.kind()).or_default() += 1;
         }
         for (trigger, n) in by_trigger {
@@ -142,6 +144,17 @@ pub fn emf_lines(
             doc(
                 &[("Outcome", outcome), ("Reason", reason)],
                 vec![("Decisions", "Count", json!(n))],
+            );
+        }
+        let mut by_recovery: BTreeMap<(&str, &str), u64> = BTreeMap::new();
+        for r in &report.recoveries {
+            let reason = r.hold.as_ref().map_or(r.outcome.code(), Hold::code);
+            *by_recovery.entry((r.outcome.code(), reason)).or_default() += 1;
+        }
+        for ((outcome, reason), n) in by_recovery {
+            doc(
+                &[("RecoveryOutcome", outcome), ("Reason", reason)],
+                vec![("Recoveries", "Count", json!(n))],
             );
         }
     }
@@ -228,6 +241,8 @@ mod tests {
             reason: String::new(),
             skip,
             taint_applied: outcome == Outcome::Fenced,
+            pods_deleted: 0,
+            attachments_deleted: 0,
             volumes: (0..detached)
                 .map(|i| VolumeReport {
                     volume: VolumeId::parse(&format!("vol-{i:017x}")).expect("a volume id"),
@@ -259,8 +274,12 @@ mod tests {
         Report {
             correlation_id: "c".into(),
             dry_run: false,
+            kill_switch: false,
+            mode: None,
             results,
+            recoveries: Vec::new(),
             ignored: Vec::new(),
+            errors: Vec::new(),
         }
     }
 
@@ -332,6 +351,43 @@ mod tests {
             .collect();
         assert_eq!(totals.len(), 1);
         assert_eq!(totals[0]["VolumesDetached"], json!(3));
+    }
+
+    #[test]
+    fn counts_recoveries_by_outcome_and_hold() {
+        use crate::report::{RecoveryOutcome, RecoveryReport};
+        let recovery = |outcome, hold| RecoveryReport {
+            node: "n".into(),
+            instance_id: None,
+            instance_state: None,
+            outcome,
+            reason: String::new(),
+            hold,
+            taint_removed: false,
+            requested: true,
+            errors: Vec::new(),
+            origins: vec![ec2()],
+        };
+        let mut r = report(vec![]);
+        r.recoveries = vec![
+            recovery(RecoveryOutcome::Recovered, None),
+            recovery(RecoveryOutcome::Waiting, Some(Hold::NodeNotReady)),
+            recovery(RecoveryOutcome::Waiting, Some(Hold::NodeNotReady)),
+        ];
+        let lines = emf_lines("fn", "c", Some(&r), &Meter::default().measured(), 0);
+        assert_eq!(line(&lines, "Reason", "recovered")["Recoveries"], json!(1));
+        assert_eq!(
+            line(&lines, "Reason", "node_not_ready")["Recoveries"],
+            json!(2)
+        );
+        assert_eq!(
+            line(&lines, "Reason", "node_not_ready")["RecoveryOutcome"],
+            json!("waiting")
+        );
+        assert_eq!(
+            line(&lines, "Trigger", "ec2_state_change")["Suspects"],
+            json!(3)
+        );
     }
 
     #[test]

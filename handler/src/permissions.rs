@@ -12,12 +12,26 @@ pub const AWS_ACTIONS: &[&str] = &[
     "ssm:GetParameter",
 ];
 
-/// Every Kubernetes permission the function uses: (API group, resource, verbs).
+/// Every cluster-wide Kubernetes permission the function uses: (API group,
+/// resource, verbs). Pods `list`/`delete` and VolumeAttachments `delete`
+/// serve the legacy mode only.
 pub const KUBERNETES_RULES: &[(&str, &str, &[&str])] = &[
     ("", "nodes", &["get", "list", "patch"]),
     ("", "persistentvolumes", &["list"]),
-    ("storage.k8s.io", "volumeattachments", &["list"]),
+    ("", "pods", &["list", "delete"]),
+    ("storage.k8s.io", "volumeattachments", &["list", "delete"]),
     ("events.k8s.io", "events", &["create"]),
+];
+
+/// Every permission the function uses in `CONTROL_NAMESPACE` (the fencing
+/// Lease and the kill-switch ConfigMap, both named `node-fencer`).
+pub const CONTROL_RULES: &[(&str, &str, &[&str])] = &[
+    (
+        "coordination.k8s.io",
+        "leases",
+        &["get", "create", "update"],
+    ),
+    ("", "configmaps", &["get"]),
 ];
 
 #[cfg(test)]

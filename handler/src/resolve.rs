@@ -62,6 +62,8 @@ mod tests {
             internal_ips: vec![ip.parse().unwrap()],
             host_names: vec![format!("{name}.ec2.internal")],
             taints: vec![],
+            ready_since: None,
+            fenced: None,
         }
     }
 

@@ -50,10 +50,9 @@ pub enum Intent {
     Fence,
     /// Work out what fencing would do, change nothing.
     Check,
-    /// The instance runs again (EventBridge `running`); recovery is not handled yet.
-    RecoveryHint,
-    /// A resolved alert; reported only.
-    Resolved,
+    /// The machine is back (EventBridge `running`, a resolved alert, a
+    /// direct `recover`): end node-fencer's fencing once it is safe.
+    Recover,
 }
 
 /// Where a suspect came from, for the report and the logs.

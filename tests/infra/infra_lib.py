@@ -22,6 +22,8 @@ RBAC_MODULE = INFRA / "modules" / "kubernetes-rbac"
 RBAC_YAML = INFRA / "kubernetes" / "rbac.yaml"
 ALERTMANAGER_EXAMPLE = INFRA / "examples" / "alertmanager"
 PERMISSIONS_RS = REPO / "handler" / "src" / "permissions.rs"
+CONFIG_RS = REPO / "handler" / "src" / "config.rs"
+CONTROL_RS = REPO / "handler" / "src" / "control.rs"
 
 
 def rel(path: Path) -> str:

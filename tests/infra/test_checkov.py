@@ -81,7 +81,14 @@ def test_checkov_terraform_scanned_the_modules():
     summary = _summary(results)
     assert summary["resource_count"] >= 20 and summary["passed"] > 0, f"checkov scanned too little: {summary}"
     resources = {c["resource"] for r in results for k in ("passed_checks", "skipped_checks") for c in r["results"].get(k, [])}
-    for expected in ("aws_lambda_function.this", "aws_iam_policy_document.api", "aws_sqs_queue.dlq", "kubernetes_cluster_role_v1.this"):
+    for expected in (
+        "aws_lambda_function.this",
+        "aws_iam_policy_document.api",
+        "aws_sqs_queue.dlq",
+        "kubernetes_cluster_role_v1.this",
+        "kubernetes_role_v1.this",
+        "aws_lambda_permission.recovery[0]",
+    ):
         assert any(r.endswith(expected) for r in resources), f"checkov did not evaluate {expected}"
 
 
@@ -119,3 +126,6 @@ def test_checkov_kubernetes_manifests_have_no_failed_check():
     failed = _failed(results)
     assert not failed, "checkov failed checks on the RBAC manifest:\n" + "\n".join(_describe(c) for c in failed)
     assert _summary(results)["passed"] > 0, "checkov evaluated nothing in infra/kubernetes"
+    evaluated = {c["resource"] for r in results for c in r["results"].get("passed_checks", [])}
+    for kind in ("ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"):
+        assert any(r.startswith(f"{kind}.") for r in evaluated), f"checkov did not evaluate the {kind} of the manifest"

@@ -2,9 +2,9 @@
 
 No terraform binary or provider can be installed where these run, so the
 configuration is checked as text: it parses, it is canonically formatted, the
-IAM policy grants exactly the AWS calls the code makes, the ClusterRole grants
-exactly what the code needs, and the wiring (EventBridge pattern, timeout,
-variables) holds what the function expects.
+IAM policy grants exactly the AWS calls the code makes, the ClusterRole and the
+Role grant exactly what the code needs, and the wiring (EventBridge pattern and
+schedule, timeout, variables) holds what the function expects.
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ from __future__ import annotations
 import ast
 import difflib
 import importlib.metadata
+import itertools
+import json
 import os
 import re
 import subprocess
@@ -292,12 +294,32 @@ def test_scoped_statements():
     assert for_each["DecryptParametersAndSecrets"] == "var.kms_key_arn != None ? [True] : []"
 
 
+# Environment variables of the function and the module variables they come from.
+INTEGER_VARIABLES = {
+    "MAX_OUT_OF_SERVICE": "max_out_of_service",
+    "MAX_OUT_OF_SERVICE_PERCENT": "max_out_of_service_percent",
+    "CONFIRM_AGAIN_AFTER_SECONDS": "confirm_again_after_seconds",
+    "VOLUME_DETACH_TIMEOUT_SECONDS": "volume_detach_timeout_seconds",
+    "RECOVERY_SETTLE_SECONDS": "recovery_settle_seconds",
+}
+ENV_VARIABLES = {
+    **INTEGER_VARIABLES,
+    "FENCING_MODE": "fencing_mode",
+    "CONTROL_NAMESPACE": "control_namespace",
+}
+
+
 def test_env_names_are_the_contract():
     """The function reads these variables; the module must not invent others nor
     pass the plain WEBHOOK_TOKEN (local use only)."""
     contract = {
         "DRY_RUN",
         "MAX_OUT_OF_SERVICE",
+        "MAX_OUT_OF_SERVICE_PERCENT",
+        "FENCING_MODE",
+        "CONFIRM_AGAIN_AFTER_SECONDS",
+        "RECOVERY_SETTLE_SECONDS",
+        "CONTROL_NAMESPACE",
         "VOLUME_DETACH_TIMEOUT_SECONDS",
         "CLUSTER_NAME",
         "CLUSTER_ENDPOINT",
@@ -317,6 +339,91 @@ def test_env_names_are_the_contract():
     assert names == contract, f"unexpected {sorted(names - contract)}, missing {sorted(contract - names)}"
     assert "'WEBHOOK_TOKEN':" not in environment
     assert "'VOLUME_DETACH_TIMEOUT_SECONDS': '${tostring(var.volume_detach_timeout_seconds)}'" in environment
+    for name, variable in ENV_VARIABLES.items():
+        passed = f"tostring(var.{variable})" if variable in INTEGER_VARIABLES.values() else f"var.{variable}"
+        assert f"'{name}': '${{{passed}}}'" in environment, f"{name} must be passed from var.{variable}"
+    # Unset means no percentage cap: the variable is passed only when set.
+    assert (
+        "var.max_out_of_service_percent != None ? "
+        "{'MAX_OUT_OF_SERVICE_PERCENT': '${tostring(var.max_out_of_service_percent)}'} : {}"
+    ) in environment
+
+    code = code_variables()
+    unknown = names - set(code)
+    assert not unknown, f"the module passes {sorted(unknown)}, which VARIABLES of {L.rel(L.CONFIG_RS)} does not list"
+
+
+def code_variables() -> dict[str, str]:
+    """VARIABLES of handler/src/config.rs: every environment variable the
+    function reads, with what it accepts ("integer 0..=300 (default 30): ...")."""
+    path = L.CONFIG_RS
+    if not path.is_file():
+        pytest.fail(f"{L.rel(path)} does not exist: the handler crate must declare `pub const VARIABLES: &[(&str, &str)]`")
+    text = path.read_text(encoding="utf-8")
+    m = re.search(r"\bVARIABLES\s*:[^=]*=\s*&?\s*\[(?P<body>.*?)\]\s*;", text, re.S)
+    if not m:
+        pytest.fail(f"{L.rel(path)} has no VARIABLES constant of (name, what it accepts) pairs")
+    body = re.sub(r"^\s*//[^\n]*", "", m.group("body"), flags=re.M)
+    pairs = re.findall(r'\(\s*"([A-Z][A-Z0-9_]*)"\s*,\s*"((?:[^"\\]|\\.)*)"\s*,?\s*\)', body)
+    assert pairs, f"VARIABLES in {L.rel(path)} is empty or not (name, description) pairs"
+    return dict(pairs)
+
+
+def _bounds(variable: str) -> tuple[int, int, object]:
+    """Lower and upper bound of a whole-number module variable's validation, and its default."""
+    body = L.variables_of(L.MODULE / "variables.tf")[variable]
+    condition = L.expr(body["validation"][0]["condition"])
+    lower = re.search(rf"var\.{variable}\s*>=\s*(\d+)", condition)
+    upper = re.search(rf"var\.{variable}\s*<=\s*(\d+)", condition)
+    assert lower and upper, f"var.{variable} must be validated with >= and <= bounds: {condition}"
+    assert f"floor(var.{variable}) == var.{variable}" in condition, f"var.{variable} must be validated as a whole number"
+    return int(lower.group(1)), int(upper.group(1)), L.value(body.get("default"))
+
+
+def test_variables_validate_what_the_code_accepts():
+    """Each behaviour variable accepts no value the function would reject at
+    cold start, and defaults to what the function assumes when it is unset."""
+    code = code_variables()
+    variables = L.variables_of(L.MODULE / "variables.tf")
+    for name, variable in INTEGER_VARIABLES.items():
+        assert name in code, f"{name} is not in VARIABLES of {L.rel(L.CONFIG_RS)}"
+        m = re.match(r"integer (\d+)\.\.=(\d+) \(default (\w+)\)", code[name])
+        assert m, f"{name}: cannot read its range from {code[name]!r}"
+        code_lower, code_upper, code_default = int(m.group(1)), int(m.group(2)), m.group(3)
+        lower, upper, default = _bounds(variable)
+        assert code_lower <= lower <= upper <= code_upper, (
+            f"var.{variable} accepts {lower}..={upper}, the code {code_lower}..={code_upper}"
+        )
+        assert L.value(variables[variable]["type"]) == "${number}", variable
+        if code_default == "unset":
+            assert default is None, f"var.{variable} must default to null (unset), not {default!r}"
+            condition = L.expr(variables[variable]["validation"][0]["condition"])
+            assert condition.startswith(f"var.{variable} == None ? True :"), f"var.{variable} must accept null: {condition}"
+        else:
+            assert default == int(code_default), f"var.{variable} defaults to {default}, the code to {code_default}"
+            assert lower <= default <= upper, variable
+
+    m = re.match(r"([a-z|]+) \(default (\w+)\)", code["FENCING_MODE"])
+    assert m, f"FENCING_MODE: cannot read its values from {code['FENCING_MODE']!r}"
+    mode = variables["fencing_mode"]
+    condition = L.expr(mode["validation"][0]["condition"])
+    allowed = re.fullmatch(r"contains\(\[(.*)\],\s*var\.fencing_mode\)", condition)
+    assert allowed, f"var.fencing_mode must be validated with contains([...], var.fencing_mode): {condition}"
+    assert sorted(ast.literal_eval(f"[{allowed.group(1)}]")) == sorted(m.group(1).split("|"))
+    assert L.value(mode["default"]) == m.group(2)
+
+    m = re.search(r"\(default ([a-z0-9-]+)\)", code["CONTROL_NAMESPACE"])
+    assert m, f"CONTROL_NAMESPACE: cannot read its default from {code['CONTROL_NAMESPACE']!r}"
+    namespace = variables["control_namespace"]
+    assert L.value(namespace["default"]) == m.group(1)
+    pattern = re.fullmatch(r'can\(regex\("(.*)",\s*var\.control_namespace\)\)', L.expr(namespace["validation"][0]["condition"]))
+    assert pattern, "var.control_namespace must be validated with can(regex(...))"
+    # The code accepts RFC 1123 labels: lowercase letters, digits, '-' inside, up to 63.
+    regex = re.compile(pattern.group(1).replace("\\\\", "\\"))
+    for good in ("kube-system", "node-fencer", "a", "0", "a" * 63):
+        assert regex.fullmatch(good), f"var.control_namespace rejects {good!r}, which the code accepts"
+    for bad in ("", "Kube_System", "-a", "a-", "a.b", "a" * 64):
+        assert not regex.fullmatch(bad), f"var.control_namespace accepts {bad!r}, which the code rejects"
 
 
 def test_function_package_and_runtime():
@@ -336,15 +443,33 @@ def test_function_package_and_runtime():
 
 
 # ---------------------------------------------------------------------------
-# Lambda timeout versus the detach wait
+# Lambda timeout versus the waits of one invocation
 # ---------------------------------------------------------------------------
 
 LAMBDA_MAX_TIMEOUT = 900
 
+# The module variables whose waits add up within one invocation.
+WAIT_VARIABLES = ("volume_detach_timeout_seconds", "confirm_again_after_seconds", "recovery_settle_seconds")
 
-def _evaluate(expression: str, detach: int) -> int:
-    """Evaluate an arithmetic Terraform expression of var.volume_detach_timeout_seconds."""
-    source = expression.replace("var.volume_detach_timeout_seconds", str(detach))
+
+def code_lease_wait() -> int:
+    """LEASE_WAIT of handler/src/control.rs: how long an invocation waits for
+    the fencing Lease before it gives up."""
+    path = L.CONTROL_RS
+    if not path.is_file():
+        pytest.fail(f"{L.rel(path)} does not exist: the handler crate must declare `pub const LEASE_WAIT: Duration`")
+    m = re.search(r"\bLEASE_WAIT\s*:\s*Duration\s*=\s*Duration::from_secs\(\s*(\d+)\s*\)", path.read_text(encoding="utf-8"))
+    if not m:
+        pytest.fail(f"{L.rel(path)} has no `LEASE_WAIT: Duration = Duration::from_secs(N)`")
+    return int(m.group(1))
+
+
+def _evaluate(expression: str, values: dict[str, int]) -> int:
+    """Evaluate an arithmetic Terraform expression of the given var.* and local.* names."""
+    source = expression
+    # Longest names first, so no name is replaced inside a longer one.
+    for name in sorted(values, key=len, reverse=True):
+        source = source.replace(name, str(values[name]))
     tree = ast.parse(source, mode="eval")
     allowed_calls = {"min": min, "max": max}
     for node in ast.walk(tree):
@@ -357,27 +482,46 @@ def _evaluate(expression: str, detach: int) -> int:
     return eval(compile(tree, "<timeout>", "eval"), {"__builtins__": {}}, allowed_calls)  # noqa: S307
 
 
-def test_timeout_exceeds_detach_wait():
+def test_timeout_covers_every_wait():
+    """Worst case of one invocation: the Lease, the second EC2 confirmation,
+    the detach wait of several nodes, a requested recovery's settle delay, and
+    room for the calls around them; within Lambda's maximum at every bound."""
     mod = module()
     function = L.blocks(mod, "resource", "aws_lambda_function")["this"]
     timeout = L.expr(function["timeout"])
     m = re.fullmatch(r"local\.(\w+)", timeout)
-    expression = L.expr(L.locals_of(mod)[m.group(1)]) if m else timeout
-    assert "var.volume_detach_timeout_seconds" in expression, f"timeout {expression!r} is not derived from the detach wait"
+    local_values = L.locals_of(mod)
+    expression = L.expr(local_values[m.group(1)]) if m else timeout
+    for variable in WAIT_VARIABLES:
+        assert f"var.{variable}" in expression, f"timeout {expression!r} is not derived from var.{variable}"
 
-    variable = L.variables_of(L.MODULE / "variables.tf")["volume_detach_timeout_seconds"]
-    condition = L.expr(variable["validation"][0]["condition"])
-    upper = int(re.search(r"var\.volume_detach_timeout_seconds\s*<=\s*(\d+)", condition).group(1))
-    lower = int(re.search(r"var\.volume_detach_timeout_seconds\s*>=\s*(\d+)", condition).group(1))
-    default = int(L.value(variable["default"]))
-    assert lower <= default <= upper
+    lease = code_lease_wait()
+    assert "local.lease_wait_seconds" in expression, f"timeout {expression!r} does not count the Lease wait"
+    assert L.value(local_values["lease_wait_seconds"]) == lease, (
+        f"local.lease_wait_seconds must equal LEASE_WAIT of {L.rel(L.CONTROL_RS)} ({lease} s)"
+    )
 
-    for detach in sorted({lower, default, upper, *range(lower, upper + 1, 7)}):
-        seconds = _evaluate(expression, detach)
-        # Room for the Kubernetes and EC2 calls around a full wait, and for a
-        # second node's wait in the same invocation.
-        assert seconds >= 2 * detach + 30, f"timeout {seconds}s too close to a {detach}s detach wait"
-        assert seconds <= LAMBDA_MAX_TIMEOUT, f"timeout {seconds}s exceeds Lambda's {LAMBDA_MAX_TIMEOUT}s at detach wait {detach}s"
+    points = {}
+    for variable in WAIT_VARIABLES:
+        lower, upper, default = _bounds(variable)
+        assert lower <= default <= upper, variable
+        points[variable] = sorted({lower, default, upper})
+    detach = points["volume_detach_timeout_seconds"]
+    points["volume_detach_timeout_seconds"] = sorted({*detach, *range(detach[0], detach[-1] + 1, 7)})
+
+    for detach, confirm, settle in itertools.product(*(points[v] for v in WAIT_VARIABLES)):
+        values = {
+            "var.volume_detach_timeout_seconds": detach,
+            "var.confirm_again_after_seconds": confirm,
+            "var.recovery_settle_seconds": settle,
+            "local.lease_wait_seconds": lease,
+        }
+        seconds = _evaluate(expression, values)
+        # Twice the detach wait: a second node's wait in the same invocation;
+        # 30 s: the Kubernetes and EC2 calls around the waits.
+        needed = lease + confirm + 2 * detach + settle + 30
+        assert seconds >= needed, f"timeout {seconds}s below the {needed}s the waits need at {values}"
+        assert seconds <= LAMBDA_MAX_TIMEOUT, f"timeout {seconds}s exceeds Lambda's {LAMBDA_MAX_TIMEOUT}s at {values}"
 
 
 # ---------------------------------------------------------------------------
@@ -414,6 +558,71 @@ def test_eventbridge_rule():
 
     queue = L.blocks(mod, "resource", "aws_sqs_queue")["dlq"]
     assert L.value(queue["sqs_managed_sse_enabled"]) is True or "kms_master_key_id" in queue
+
+
+RECOVERY_INPUT = '{"action":"recover"}'
+
+
+def _jsonencode(expression: str) -> str:
+    """The JSON Terraform's jsonencode() writes for a constant argument: compact,
+    keys sorted."""
+    m = re.fullmatch(r"jsonencode\((.*)\)", expression, re.S)
+    assert m, f"expected jsonencode(<constant>), got {expression}"
+    try:
+        argument = ast.literal_eval(m.group(1))
+    except (ValueError, SyntaxError):
+        raise AssertionError(f"jsonencode argument is not a constant: {m.group(1)}") from None
+    return json.dumps(argument, separators=(",", ":"), sort_keys=True)
+
+
+def test_recovery_schedule():
+    """A schedule invokes the function with exactly {"action":"recover"} (every
+    invocation re-checks the fenced nodes); a null recovery_schedule creates
+    none of rule, target and permission."""
+    mod = module()
+    enabled = "var.recovery_schedule != None ? 1 : 0"
+
+    rule = L.blocks(mod, "resource", "aws_cloudwatch_event_rule")["recovery"]
+    assert L.expr(rule["count"]) == enabled
+    assert L.expr(rule["schedule_expression"]) == "var.recovery_schedule"
+    assert "event_pattern" not in rule, "the recovery rule is a schedule, not an event pattern"
+
+    variable = L.variables_of(L.MODULE / "variables.tf")["recovery_schedule"]
+    assert L.value(variable["type"]) == "${string}"
+    assert L.value(variable["default"]) == "rate(10 minutes)"
+    condition = L.expr(variable["validation"][0]["condition"])
+    assert condition.startswith("var.recovery_schedule == None ||"), f"null must disable the schedule: {condition}"
+
+    target = L.blocks(mod, "resource", "aws_cloudwatch_event_target")["recovery"]
+    assert L.expr(target["count"]) == enabled
+    assert L.expr(target["rule"]) == "aws_cloudwatch_event_rule.recovery[0].name"
+    assert L.expr(target["arn"]) == "aws_lambda_function.this.arn"
+    assert _jsonencode(L.expr(target["input"])) == RECOVERY_INPUT
+    for key in ("input_path", "input_transformer"):
+        assert key not in target, f"the recovery target's input must be the constant {RECOVERY_INPUT}, not {key}"
+    assert L.expr(target["dead_letter_config"][0]["arn"]) == "aws_sqs_queue.dlq.arn"
+
+    permission = L.blocks(mod, "resource", "aws_lambda_permission")["recovery"]
+    assert L.expr(permission["count"]) == enabled
+    assert L.value(permission["action"]) == "lambda:InvokeFunction"
+    assert L.value(permission["principal"]) == "events.amazonaws.com"
+    assert L.expr(permission["function_name"]) == "aws_lambda_function.this.function_name"
+    assert L.expr(permission["source_arn"]) == "aws_cloudwatch_event_rule.recovery[0].arn"
+    statement_ids = [L.value(p["statement_id"]) for p in L.blocks(mod, "resource", "aws_lambda_permission").values()]
+    assert len(statement_ids) == len(set(statement_ids)), f"statement ids must differ: {statement_ids}"
+
+    # The dead-letter queue admits EventBridge only from the module's own rules.
+    policy = L.blocks(mod, "data", "aws_iam_policy_document")["dlq"]
+    (statement,) = L.statements(policy)
+    (condition,) = L.nested(statement, "condition")
+    assert L.value(condition["variable"]) == "aws:SourceArn"
+    arns = L.value(condition["values"])
+    assert "aws_cloudwatch_event_rule.this.arn" in arns and "aws_cloudwatch_event_rule.recovery[*].arn" in arns, arns
+
+    outputs = {}
+    for entry in L.parse(L.MODULE / "outputs.tf")["output"]:
+        outputs.update(entry)
+    assert L.expr(outputs["recovery_rule_arn"]["value"]) == "one(aws_cloudwatch_event_rule.recovery[*].arn)"
 
 
 def test_alarms():
@@ -454,31 +663,59 @@ ALLOWED_RULES = {
     ("", "persistentvolumes", "get"),
     ("", "persistentvolumes", "list"),
     ("events.k8s.io", "events", "create"),
+    # FENCING_MODE=legacy (or auto before Kubernetes 1.26, which has no
+    # out-of-service taint): force-delete the dead node's pods and VolumeAttachments.
+    ("", "pods", "list"),
+    ("", "pods", "delete"),
+    ("storage.k8s.io", "volumeattachments", "delete"),
 }
 
+# The most the Role in the control namespace may ever grant: the Lease that
+# serialises fencing and the kill-switch ConfigMap, both named node-fencer.
+ALLOWED_CONTROL_RULES = {
+    ("coordination.k8s.io", "leases", "get"),
+    ("coordination.k8s.io", "leases", "create"),
+    ("coordination.k8s.io", "leases", "update"),
+    ("", "configmaps", "get"),
+}
+CONTROL_OBJECT = "node-fencer"
+CONTROL_NAMESPACE = "kube-system"
 
-def code_kubernetes_rules() -> set[tuple[str, str, str]]:
-    """KUBERNETES_RULES of handler/src/permissions.rs: (API group, resource, verb)
-    for every Kubernetes call the code makes."""
+
+def _code_rules(constant: str) -> set[tuple[str, str, str]]:
+    """A (API group, resource, &[verbs]) list of handler/src/permissions.rs, flattened."""
     path = L.PERMISSIONS_RS
     declaration = (
-        'pub const KUBERNETES_RULES: &[(&str, &str, &[&str])] = &[("", "nodes", &["get", "list", "patch"]), ...]; '
+        f'pub const {constant}: &[(&str, &str, &[&str])] = &[("", "nodes", &["get", "list", "patch"]), ...]; '
         "listing every Kubernetes call the function's code makes"
     )
     if not path.is_file():
         pytest.fail(f"{L.rel(path)} does not exist: the handler crate must declare `{declaration}`")
     text = path.read_text(encoding="utf-8")
-    m = re.search(r"\bKUBERNETES_RULES\s*:[^=]*=\s*&?\s*\[(?P<body>.*?)\]\s*;", text, re.S)
+    m = re.search(rf"\b{constant}\s*:[^=]*=\s*&?\s*\[(?P<body>.*?)\]\s*;", text, re.S)
     if not m:
-        pytest.fail(f"{L.rel(path)} has no KUBERNETES_RULES constant: expected `{declaration}`")
+        pytest.fail(f"{L.rel(path)} has no {constant} constant: expected `{declaration}`")
     body = re.sub(r"//[^\n]*|/\*.*?\*/", "", m.group("body"), flags=re.S)
     rules = set()
     tuples = re.findall(r'\(\s*"([^"]*)"\s*,\s*"([^"]*)"\s*,\s*&?\s*\[([^\]]*)\]\s*,?\s*\)', body)
-    assert tuples, f"KUBERNETES_RULES in {L.rel(path)} is empty or not (group, resource, &[verbs]) tuples"
+    assert tuples, f"{constant} in {L.rel(path)} is empty or not (group, resource, &[verbs]) tuples"
     for group, resource, verbs in tuples:
         for verb in re.findall(r'"([^"]*)"', verbs):
             rules.add((group, resource, verb))
     return rules
+
+
+def code_kubernetes_rules() -> set[tuple[str, str, str]]:
+    """KUBERNETES_RULES of handler/src/permissions.rs: (API group, resource, verb)
+    for every cluster-wide Kubernetes call the code makes."""
+    return _code_rules("KUBERNETES_RULES")
+
+
+def code_control_rules() -> set[tuple[str, str, str]]:
+    """CONTROL_RULES of handler/src/permissions.rs: (API group, resource, verb)
+    for every call the code makes in its control namespace (the Lease and the
+    kill-switch ConfigMap)."""
+    return _code_rules("CONTROL_RULES")
 
 
 def rbac_documents() -> list[dict]:
@@ -486,10 +723,21 @@ def rbac_documents() -> list[dict]:
         return [d for d in yaml.safe_load_all(f) if d is not None]
 
 
+def _one(kind: str) -> dict:
+    (document,) = [d for d in rbac_documents() if d["kind"] == kind]
+    return document
+
+
+def test_rbac_manifest_holds_the_four_objects():
+    kinds = sorted(d["kind"] for d in rbac_documents())
+    assert kinds == ["ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"], f"{L.rel(L.RBAC_YAML)} holds {kinds}"
+    for document in rbac_documents():
+        assert document["apiVersion"] == "rbac.authorization.k8s.io/v1", document["kind"]
+        assert document["metadata"]["name"] == "node-fencer", document["kind"]
+
+
 def test_cluster_role_is_exactly_what_the_code_needs():
     documents = rbac_documents()
-    kinds = sorted(d["kind"] for d in documents)
-    assert kinds == ["ClusterRole", "ClusterRoleBinding"], f"{L.rel(L.RBAC_YAML)} holds {kinds}"
     role = next(d for d in documents if d["kind"] == "ClusterRole")
     assert role["apiVersion"] == "rbac.authorization.k8s.io/v1"
     assert role["metadata"]["name"] == "node-fencer"
@@ -509,6 +757,47 @@ def test_cluster_role_is_exactly_what_the_code_needs():
         f"{L.rel(L.RBAC_YAML)} and KUBERNETES_RULES of {L.rel(L.PERMISSIONS_RS)} disagree: "
         f"granted but not called {sorted(granted - expected)}, called but not granted {sorted(expected - granted)}"
     )
+
+
+def test_role_is_exactly_what_the_code_needs_in_the_control_namespace():
+    """The Role grants exactly CONTROL_RULES, in kube-system (the function's
+    default CONTROL_NAMESPACE), and every verb that names an object only on
+    the objects named node-fencer; create cannot be restricted by name."""
+    role = _one("Role")
+    assert role["metadata"]["namespace"] == CONTROL_NAMESPACE
+    variables = L.variables_of(L.MODULE / "variables.tf")
+    assert L.value(variables["control_namespace"]["default"]) == CONTROL_NAMESPACE
+    granted = set()
+    for rule in role["rules"]:
+        assert set(rule) <= {"apiGroups", "resources", "resourceNames", "verbs"}, f"unexpected keys in {rule}"
+        for field in rule:
+            assert not any("*" in item for item in rule[field]), f"wildcard in {field} of {rule}"
+        names = rule.get("resourceNames")
+        for verb in rule["verbs"]:
+            if verb == "create":
+                # RBAC authorizes create before the object, and so its name, exists.
+                assert names is None, f"create with resourceNames is never allowed by RBAC: {rule}"
+            else:
+                assert names == [CONTROL_OBJECT], f"{verb} must be restricted to resourceNames [{CONTROL_OBJECT!r}]: {rule}"
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                for verb in rule["verbs"]:
+                    granted.add((group, resource, verb))
+    expected = code_control_rules()
+    assert expected <= ALLOWED_CONTROL_RULES, (
+        f"the code needs control rules beyond the agreed design: {sorted(expected - ALLOWED_CONTROL_RULES)}"
+    )
+    assert granted == expected, (
+        f"the Role in {L.rel(L.RBAC_YAML)} and CONTROL_RULES of {L.rel(L.PERMISSIONS_RS)} disagree: "
+        f"granted but not called {sorted(granted - expected)}, called but not granted {sorted(expected - granted)}"
+    )
+
+
+def test_role_binding_binds_the_group_to_the_role():
+    binding = _one("RoleBinding")
+    assert binding["metadata"]["namespace"] == _one("Role")["metadata"]["namespace"]
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "node-fencer"}
+    assert binding["subjects"] == [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "node-fencer"}]
 
 
 def test_cluster_role_binding_binds_the_group():
@@ -536,8 +825,21 @@ def test_rbac_module_applies_the_manifest_instead_of_restating_it():
     binding = L.blocks(rbac, "resource", "kubernetes_cluster_role_binding_v1")["this"]
     assert "subject" not in binding
     assert L.expr(next(d["subject"] for d in binding["dynamic"] if "subject" in d)["for_each"]) == "local.cluster_role_binding.subjects"
+
+    roles = L.blocks(rbac, "resource", "kubernetes_role_v1")["this"]
+    assert L.expr(roles["for_each"]) == "local.roles"
+    assert "rule" not in roles, "Role rules must come from the manifest, not be written in HCL"
+    assert L.expr(next(d["rule"] for d in roles["dynamic"] if "rule" in d)["for_each"]) == "each.value.rules"
+    assert re.search(r"for d in local\.documents\b.*\bif d\.kind == \"Role\"", L.expr(local_values["roles"]), re.S)
+    role_bindings = L.blocks(rbac, "resource", "kubernetes_role_binding_v1")["this"]
+    assert L.expr(role_bindings["for_each"]) == "local.role_bindings"
+    assert "subject" not in role_bindings
+    assert L.expr(next(d["subject"] for d in role_bindings["dynamic"] if "subject" in d)["for_each"]) == "each.value.subjects"
+    assert re.search(r"for d in local\.documents\b.*\bif d\.kind == \"RoleBinding\"", L.expr(local_values["role_bindings"]), re.S)
+    assert L.expr(role_bindings["role_ref"][0]["name"]).startswith("kubernetes_role_v1.this[")
+
     source = "".join(p.read_text(encoding="utf-8") for p in sorted(L.INFRA.rglob("*.tf")))
-    for word in ("volumeattachments", "persistentvolumes"):
+    for word in ("volumeattachments", "persistentvolumes", "coordination.k8s.io", "leases", "configmaps"):
         assert word not in source, f"'{word}' restated in Terraform: the rules live in {L.rel(L.RBAC_YAML)} only"
 
 
@@ -554,6 +856,14 @@ def test_service_account_for_self_managed_clusters():
     assert "kubernetes.io/service-account.name" in annotations
     binding = L.blocks(rbac, "resource", "kubernetes_cluster_role_binding_v1")["service_account"]
     assert L.expr(binding["role_ref"][0]["name"]) == "kubernetes_cluster_role_v1.this.metadata[0].name"
+    # The ServiceAccount needs the Role as well, in each Role's namespace.
+    role_binding = L.blocks(rbac, "resource", "kubernetes_role_binding_v1")["service_account"]
+    for_each = L.expr(role_binding["for_each"])
+    assert "local.roles" in for_each and "var.create_service_account" in for_each, for_each
+    assert L.value(role_binding["role_ref"][0]["kind"]) == "Role"
+    assert L.expr(role_binding["role_ref"][0]["name"]) == "kubernetes_role_v1.this[each.key].metadata[0].name"
+    assert L.expr(role_binding["metadata"][0]["namespace"]) == "kubernetes_role_v1.this[each.key].metadata[0].namespace"
+    assert L.value(role_binding["subject"][0]["kind"]) == "ServiceAccount"
 
 
 # ---------------------------------------------------------------------------

@@ -22,9 +22,6 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use anyhow::bail;
-use k8s_openapi::api::authorization::v1::{
-    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
-};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Client;
 use kube::api::{Api, DeleteParams, PostParams};
@@ -173,22 +170,7 @@ pub async fn restore_rbac(stack: &Stack) -> anyhow::Result<()> {
 /// Whether `client` may do `verb` on the cluster-scoped `resource` of `group`
 /// (a SelfSubjectAccessReview, which every authenticated user may create).
 pub async fn can(client: &Client, verb: &str, group: &str, resource: &str) -> anyhow::Result<bool> {
-    let review = SelfSubjectAccessReview {
-        spec: SelfSubjectAccessReviewSpec {
-            resource_attributes: Some(ResourceAttributes {
-                verb: Some(verb.into()),
-                group: Some(group.into()),
-                resource: Some(resource.into()),
-                ..ResourceAttributes::default()
-            }),
-            ..SelfSubjectAccessReviewSpec::default()
-        },
-        ..SelfSubjectAccessReview::default()
-    };
-    let out = Api::<SelfSubjectAccessReview>::all(client.clone())
-        .create(&PostParams::default(), &review)
-        .await?;
-    Ok(out.status.is_some_and(|s| s.allowed))
+    Ok(node_fencer::preflight::can(client, group, resource, verb, None).await?)
 }
 
 /// Waits until the authorizer gives `client` the expected answer for `verb`

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 use node_fencer::decide::Settings;
 use node_fencer::metrics::{Measured, Meter};
-use node_fencer::pipeline::{self, Ctx};
+use node_fencer::pipeline::{self, Ctx, Lifecycle};
 use node_fencer::report::Report;
 use node_fencer::shell::cloud::{Cloud, Ec2};
 use node_fencer::shell::cluster::{Cluster, Kube};
@@ -343,6 +343,7 @@ pub async fn fence_within(
         poll_interval: Duration::from_millis(100),
         correlation_id: unique("test"),
         meter: &meter,
+        lifecycle: Lifecycle::default(),
     };
     let report = pipeline::run(&ctx, batch).await?;
     Ok((report, meter.measured()))

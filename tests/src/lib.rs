@@ -24,7 +24,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use kube::api::{Patch, PatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client};
@@ -192,10 +192,33 @@ async fn apply_rbac(stack: &Stack) -> anyhow::Result<()> {
                     .patch(&name, &pp, &Patch::Apply(&binding))
                     .await?;
             }
+            Some("Role") => {
+                let role: Role = serde_json::from_value(doc)?;
+                let (name, ns) = named(&role.metadata)?;
+                Api::<Role>::namespaced(admin.clone(), &ns)
+                    .patch(&name, &pp, &Patch::Apply(&role))
+                    .await?;
+            }
+            Some("RoleBinding") => {
+                let binding: RoleBinding = serde_json::from_value(doc)?;
+                let (name, ns) = named(&binding.metadata)?;
+                Api::<RoleBinding>::namespaced(admin.clone(), &ns)
+                    .patch(&name, &pp, &Patch::Apply(&binding))
+                    .await?;
+            }
             other => bail!("unexpected kind {other:?} in rbac.yaml"),
         }
     }
     Ok(())
+}
+
+fn named(
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> anyhow::Result<(String, String)> {
+    match (&meta.name, &meta.namespace) {
+        (Some(name), Some(ns)) => Ok((name.clone(), ns.clone())),
+        _ => bail!("a namespaced object in rbac.yaml lacks a name or namespace"),
+    }
 }
 
 impl Stack {

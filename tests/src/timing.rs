@@ -8,11 +8,15 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use node_fencer::control::KillSwitch;
 use node_fencer::facts::{AttachmentFacts, InstanceFacts, NodeFacts, PvFacts, VolumeFacts};
 use node_fencer::instance::{InstanceId, VolumeId};
 use node_fencer::kube_model::Stamp;
+use node_fencer::mode::ServerVersion;
 use node_fencer::shell::cloud::{Cloud, CloudError};
-use node_fencer::shell::cluster::{Cluster, ClusterError, NodeEvent, TaintOutcome};
+use node_fencer::shell::cluster::{
+    Cluster, ClusterError, NodeEvent, PodRef, TaintOutcome, UntaintOutcome,
+};
 
 /// One call.
 #[derive(Clone, Debug)]
@@ -191,6 +195,53 @@ impl Cluster for TimingCluster<'_> {
     async fn node_event(&self, node: &str, event: &NodeEvent) -> Result<(), ClusterError> {
         self.timeline
             .time("CreateEvent", self.inner.node_event(node, event))
+            .await
+    }
+    async fn server_version(&self) -> Result<ServerVersion, ClusterError> {
+        self.timeline
+            .time("GetVersion", self.inner.server_version())
+            .await
+    }
+    async fn untaint_node(
+        &self,
+        node: &str,
+        fenced_at: &str,
+    ) -> Result<UntaintOutcome, ClusterError> {
+        self.timeline
+            .time("UntaintNode", self.inner.untaint_node(node, fenced_at))
+            .await
+    }
+    async fn pods_on_node(&self, node: &str) -> Result<Vec<PodRef>, ClusterError> {
+        self.timeline
+            .time("ListPods", self.inner.pods_on_node(node))
+            .await
+    }
+    async fn force_delete_pod(&self, pod: &PodRef) -> Result<(), ClusterError> {
+        self.timeline
+            .time("DeletePod", self.inner.force_delete_pod(pod))
+            .await
+    }
+    async fn delete_volume_attachment(&self, name: &str) -> Result<(), ClusterError> {
+        self.timeline
+            .time(
+                "DeleteVolumeAttachment",
+                self.inner.delete_volume_attachment(name),
+            )
+            .await
+    }
+    async fn kill_switch(&self, namespace: &str) -> Result<KillSwitch, ClusterError> {
+        self.timeline
+            .time("GetKillSwitch", self.inner.kill_switch(namespace))
+            .await
+    }
+    async fn acquire_lease(&self, namespace: &str, holder: &str) -> Result<(), ClusterError> {
+        self.timeline
+            .time("AcquireLease", self.inner.acquire_lease(namespace, holder))
+            .await
+    }
+    async fn release_lease(&self, namespace: &str, holder: &str) -> Result<(), ClusterError> {
+        self.timeline
+            .time("ReleaseLease", self.inner.release_lease(namespace, holder))
             .await
     }
 }

@@ -5,15 +5,18 @@ use std::future::Future;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use k8s_openapi::api::core::v1::{Node, ObjectReference, PersistentVolume};
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, ObjectReference, PersistentVolume, Pod};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
-use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 
+use crate::control::{self, KillSwitch, LeaseFacts, LeaseStep};
 use crate::facts::{AttachmentFacts, NodeFacts, PvFacts};
-use crate::kube_model::{self, Stamp, TaintPatch};
+use crate::kube_model::{self, Stamp, TaintPatch, UntaintPatch};
+use crate::mode::ServerVersion;
 use crate::retry::{self, KUBERNETES};
 
 /// How often a taint patch is retried after a conflict before giving up.
@@ -66,6 +69,51 @@ pub enum ClusterError {
     /// Listing PersistentVolumes failed.
     #[error("listing persistentvolumes failed: {0}")]
     ListPersistentVolumes(#[source] kube::Error),
+    /// The server version could not be read or understood.
+    #[error("reading the server version failed: {0}")]
+    Version(String),
+    /// Listing or force-deleting the pods of a node failed (legacy mode).
+    #[error("{what} failed: {source}")]
+    Pods {
+        /// What was attempted.
+        what: String,
+        /// The cause.
+        #[source]
+        source: kube::Error,
+    },
+    /// Deleting a VolumeAttachment failed (legacy mode).
+    #[error("deleting volumeattachment {name} failed: {source}")]
+    DeleteVolumeAttachment {
+        /// The VolumeAttachment.
+        name: String,
+        /// The cause.
+        #[source]
+        source: kube::Error,
+    },
+    /// Reading the kill-switch ConfigMap failed.
+    #[error("reading the kill switch configmap {namespace}/node-fencer failed: {source}")]
+    KillSwitch {
+        /// Its namespace.
+        namespace: String,
+        /// The cause.
+        #[source]
+        source: kube::Error,
+    },
+    /// A call on the fencing Lease failed.
+    #[error("the fencing lease {namespace}/node-fencer: {source}")]
+    Lease {
+        /// Its namespace.
+        namespace: String,
+        /// The cause.
+        #[source]
+        source: kube::Error,
+    },
+    /// Another invocation held the Lease for longer than node-fencer waits.
+    #[error("the fencing lease is held by {holder} for longer than {}s; retry later", control::LEASE_WAIT.as_secs())]
+    LeaseBusy {
+        /// The holder.
+        holder: String,
+    },
     /// Creating an Event failed.
     #[error("creating an event on node {node} failed: {source}")]
     CreateEvent {
@@ -88,6 +136,31 @@ pub enum TaintOutcome {
     NodeReady,
     /// The Node no longer exists.
     NodeGone,
+}
+
+/// What the recovery step found and did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UntaintOutcome {
+    /// The fencing is ended; `taint_removed` says whether a taint went with it.
+    Ended {
+        /// Whether the out-of-service taint was removed.
+        taint_removed: bool,
+    },
+    /// The Node no longer carries this fencing's mark; nothing was written.
+    NotOurs,
+    /// The Node is not Ready any more; nothing was written.
+    NodeNotReady,
+    /// The Node no longer exists.
+    NodeGone,
+}
+
+/// A pod bound to a Node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodRef {
+    /// Its namespace.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
 }
 
 /// An Event to record on a Node.
@@ -116,6 +189,28 @@ pub trait Cluster: Send + Sync {
     async fn list_persistent_volumes(&self) -> Result<Vec<PvFacts>, ClusterError>;
     /// Records an Event on a Node.
     async fn node_event(&self, node: &str, event: &NodeEvent) -> Result<(), ClusterError>;
+    /// The API server's version.
+    async fn server_version(&self) -> Result<ServerVersion, ClusterError>;
+    /// Ends the fencing recorded as `fenced_at`: removes node-fencer's taint
+    /// and annotations, guarded by resourceVersion.
+    async fn untaint_node(
+        &self,
+        node: &str,
+        fenced_at: &str,
+    ) -> Result<UntaintOutcome, ClusterError>;
+    /// The pods bound to a Node (legacy mode).
+    async fn pods_on_node(&self, node: &str) -> Result<Vec<PodRef>, ClusterError>;
+    /// Force-deletes a pod: grace period 0 (legacy mode). A pod already gone is fine.
+    async fn force_delete_pod(&self, pod: &PodRef) -> Result<(), ClusterError>;
+    /// Deletes a VolumeAttachment (legacy mode). One already gone is fine.
+    async fn delete_volume_attachment(&self, name: &str) -> Result<(), ClusterError>;
+    /// Reads the kill switch in `namespace`.
+    async fn kill_switch(&self, namespace: &str) -> Result<KillSwitch, ClusterError>;
+    /// Takes the fencing Lease in `namespace` for `holder`, waiting up to
+    /// [`control::LEASE_WAIT`] for another holder to release it.
+    async fn acquire_lease(&self, namespace: &str, holder: &str) -> Result<(), ClusterError>;
+    /// Releases the Lease if `holder` still holds it.
+    async fn release_lease(&self, namespace: &str, holder: &str) -> Result<(), ClusterError>;
 }
 
 /// [`Cluster`] over a `kube::Client`.
@@ -132,6 +227,66 @@ impl Kube {
             client,
             instance: instance.into(),
         }
+    }
+}
+
+/// What a guarded write of a Node does, given the Node as just read.
+enum Write<T> {
+    /// Send this merge patch (it carries the resourceVersion read); `T` on success.
+    Patch(serde_json::Value, T),
+    /// Nothing to write: answer `T`.
+    Answer(T),
+    /// No write can be made safe.
+    Refuse,
+}
+
+impl Kube {
+    /// Reads the Node, lets `plan` decide, and sends the patch guarded by
+    /// the resourceVersion read; on a conflict (another writer in between)
+    /// reads and decides again. A Node that is gone answers `gone`.
+    async fn guarded_patch<T: Copy>(
+        &self,
+        node: &str,
+        gone: T,
+        plan: impl Fn(&Node) -> Write<T>,
+    ) -> Result<T, ClusterError> {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        for attempt in 0..CONFLICT_RETRIES {
+            let current = match retrying("get node", || nodes.get(node)).await {
+                Ok(n) => n,
+                Err(e) if is_not_found(&e) => return Ok(gone),
+                Err(source) => {
+                    return Err(ClusterError::GetNode {
+                        node: node.into(),
+                        source,
+                    });
+                }
+            };
+            let (patch, done) = match plan(&current) {
+                Write::Patch(patch, done) => (patch, done),
+                Write::Answer(answer) => return Ok(answer),
+                Write::Refuse => return Err(ClusterError::UnsafeWrite { node: node.into() }),
+            };
+            let params = PatchParams::default();
+            let merge = Patch::Merge(&patch);
+            match retrying("patch node", || nodes.patch(node, &params, &merge)).await {
+                Ok(_) => return Ok(done),
+                Err(e) if is_conflict(&e) => {
+                    tracing::info!(node, attempt, "node changed under us; re-reading");
+                    // Short, growing pause: conflicts come from a live writer
+                    // (kubelet, node controller) that settles within milliseconds.
+                    tokio::time::sleep(Duration::from_millis(20 << attempt)).await;
+                }
+                Err(e) if is_not_found(&e) => return Ok(gone),
+                Err(source) => {
+                    return Err(ClusterError::PatchNode {
+                        node: node.into(),
+                        source,
+                    });
+                }
+            }
+        }
+        Err(ClusterError::PatchConflict { node: node.into() })
     }
 }
 
@@ -202,48 +357,18 @@ impl Cluster for Kube {
     }
 
     async fn taint_node(&self, node: &str, stamp: &Stamp) -> Result<TaintOutcome, ClusterError> {
-        let nodes: Api<Node> = Api::all(self.client.clone());
-        for attempt in 0..CONFLICT_RETRIES {
-            let current = match retrying("get node", || nodes.get(node)).await {
-                Ok(n) => n,
-                Err(e) if is_not_found(&e) => return Ok(TaintOutcome::NodeGone),
-                Err(source) => {
-                    return Err(ClusterError::GetNode {
-                        node: node.into(),
-                        source,
-                    });
-                }
-            };
-            let patch = match kube_model::taint_patch(&current, stamp) {
-                TaintPatch::Apply(patch) => patch,
-                TaintPatch::AlreadyPresent => return Ok(TaintOutcome::AlreadyPresent),
-                TaintPatch::AppliedByThisRun => return Ok(TaintOutcome::Applied),
-                TaintPatch::NodeReady => return Ok(TaintOutcome::NodeReady),
-                TaintPatch::NoResourceVersion | TaintPatch::Unrepresentable => {
-                    return Err(ClusterError::UnsafeWrite { node: node.into() });
-                }
-            };
-            let params = PatchParams::default();
-            let merge = Patch::Merge(&patch);
-            let sent = retrying("patch node", || nodes.patch(node, &params, &merge)).await;
-            match sent {
-                Ok(_) => return Ok(TaintOutcome::Applied),
-                Err(e) if is_conflict(&e) => {
-                    tracing::info!(node, attempt, "node changed under us; re-reading");
-                    // Short, growing pause: conflicts come from a live writer
-                    // (kubelet, node controller) that settles within milliseconds.
-                    tokio::time::sleep(Duration::from_millis(20 << attempt)).await;
-                }
-                Err(e) if is_not_found(&e) => return Ok(TaintOutcome::NodeGone),
-                Err(source) => {
-                    return Err(ClusterError::PatchNode {
-                        node: node.into(),
-                        source,
-                    });
-                }
-            }
-        }
-        Err(ClusterError::PatchConflict { node: node.into() })
+        self.guarded_patch(
+            node,
+            TaintOutcome::NodeGone,
+            |current| match kube_model::taint_patch(current, stamp) {
+                TaintPatch::Apply(patch) => Write::Patch(patch, TaintOutcome::Applied),
+                TaintPatch::AlreadyPresent => Write::Answer(TaintOutcome::AlreadyPresent),
+                TaintPatch::AppliedByThisRun => Write::Answer(TaintOutcome::Applied),
+                TaintPatch::NodeReady => Write::Answer(TaintOutcome::NodeReady),
+                TaintPatch::NoResourceVersion | TaintPatch::Unrepresentable => Write::Refuse,
+            },
+        )
+        .await
     }
 
     async fn list_volume_attachments(&self) -> Result<Vec<AttachmentFacts>, ClusterError> {
@@ -302,6 +427,231 @@ impl Cluster for Kube {
                 source,
             }),
         }
+    }
+
+    async fn server_version(&self) -> Result<ServerVersion, ClusterError> {
+        let info = retrying("get version", || self.client.apiserver_version())
+            .await
+            .map_err(|e| ClusterError::Version(e.to_string()))?;
+        ServerVersion::parse(&info.major, &info.minor).ok_or_else(|| {
+            ClusterError::Version(format!(
+                "unreadable version major={:?} minor={:?}",
+                info.major, info.minor
+            ))
+        })
+    }
+
+    async fn untaint_node(
+        &self,
+        node: &str,
+        fenced_at: &str,
+    ) -> Result<UntaintOutcome, ClusterError> {
+        self.guarded_patch(node, UntaintOutcome::NodeGone, |current| {
+            match kube_model::untaint_patch(current, fenced_at) {
+                UntaintPatch::Apply {
+                    patch,
+                    removes_taint,
+                } => Write::Patch(
+                    patch,
+                    UntaintOutcome::Ended {
+                        taint_removed: removes_taint,
+                    },
+                ),
+                // Also what a lost answer of an earlier attempt looks like.
+                UntaintPatch::NotOurs => Write::Answer(UntaintOutcome::NotOurs),
+                UntaintPatch::NodeNotReady => Write::Answer(UntaintOutcome::NodeNotReady),
+                UntaintPatch::NoResourceVersion | UntaintPatch::Unrepresentable => Write::Refuse,
+            }
+        })
+        .await
+    }
+
+    async fn pods_on_node(&self, node: &str) -> Result<Vec<PodRef>, ClusterError> {
+        let api: Api<Pod> = Api::all(self.client.clone());
+        let params = ListParams::default().fields(&format!("spec.nodeName={node}"));
+        let list = retrying("list pods", || api.list(&params))
+            .await
+            .map_err(|source| ClusterError::Pods {
+                what: format!("listing the pods of node {node}"),
+                source,
+            })?;
+        Ok(list
+            .items
+            .iter()
+            .filter_map(|p| {
+                Some(PodRef {
+                    namespace: p.metadata.namespace.clone()?,
+                    name: p.metadata.name.clone()?,
+                })
+            })
+            .collect())
+    }
+
+    async fn force_delete_pod(&self, pod: &PodRef) -> Result<(), ClusterError> {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &pod.namespace);
+        let params = DeleteParams {
+            grace_period_seconds: Some(0),
+            ..DeleteParams::default()
+        };
+        match retrying("delete pod", || api.delete(&pod.name, &params)).await {
+            Ok(_) => Ok(()),
+            Err(e) if is_not_found(&e) => Ok(()),
+            Err(source) => Err(ClusterError::Pods {
+                what: format!("force-deleting pod {}/{}", pod.namespace, pod.name),
+                source,
+            }),
+        }
+    }
+
+    async fn delete_volume_attachment(&self, name: &str) -> Result<(), ClusterError> {
+        let api: Api<VolumeAttachment> = Api::all(self.client.clone());
+        let params = DeleteParams::default();
+        match retrying("delete volumeattachment", || api.delete(name, &params)).await {
+            Ok(_) => Ok(()),
+            Err(e) if is_not_found(&e) => Ok(()),
+            Err(source) => Err(ClusterError::DeleteVolumeAttachment {
+                name: name.into(),
+                source,
+            }),
+        }
+    }
+
+    async fn kill_switch(&self, namespace: &str) -> Result<KillSwitch, ClusterError> {
+        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), namespace);
+        let found = retrying("get configmap", || api.get_opt(control::OBJECT_NAME))
+            .await
+            .map_err(|source| ClusterError::KillSwitch {
+                namespace: namespace.into(),
+                source,
+            })?;
+        let value = found
+            .as_ref()
+            .and_then(|cm| cm.data.as_ref())
+            .and_then(|d| d.get(control::KILL_SWITCH_KEY))
+            .map(String::as_str);
+        Ok(KillSwitch::from_value(value))
+    }
+
+    async fn acquire_lease(&self, namespace: &str, holder: &str) -> Result<(), ClusterError> {
+        let api: Api<Lease> = Api::namespaced(self.client.clone(), namespace);
+        let failed = |source| ClusterError::Lease {
+            namespace: namespace.into(),
+            source,
+        };
+        let deadline = Instant::now() + control::LEASE_WAIT;
+        loop {
+            let now = k8s_openapi::jiff::Timestamp::now();
+            let found = retrying("get lease", || api.get_opt(control::OBJECT_NAME))
+                .await
+                .map_err(failed)?;
+            let written = match found {
+                None => {
+                    let lease = Lease {
+                        metadata: ObjectMeta {
+                            name: Some(control::OBJECT_NAME.into()),
+                            namespace: Some(namespace.into()),
+                            ..ObjectMeta::default()
+                        },
+                        spec: Some(held_by(holder, now)),
+                    };
+                    // A create is not repeated: a lost answer is found held
+                    // by us on the next look, which `lease_step` accepts.
+                    api.create(&PostParams::default(), &lease).await
+                }
+                Some(mut lease) => {
+                    let spec = lease.spec.clone().unwrap_or_default();
+                    let facts = LeaseFacts {
+                        renewed: spec
+                            .renew_time
+                            .or(spec.acquire_time)
+                            .map(|t| t.0.as_second()),
+                        holder: spec.holder_identity,
+                        duration_secs: spec.lease_duration_seconds,
+                    };
+                    match control::lease_step(&facts, holder, now.as_second()) {
+                        LeaseStep::Take => {
+                            lease.spec = Some(held_by(holder, now));
+                            // Carries the resourceVersion read: two takers
+                            // cannot both win.
+                            api.replace(control::OBJECT_NAME, &PostParams::default(), &lease)
+                                .await
+                        }
+                        LeaseStep::Wait(pause) => {
+                            if Instant::now() + pause > deadline {
+                                return Err(ClusterError::LeaseBusy {
+                                    holder: facts.holder.unwrap_or_default(),
+                                });
+                            }
+                            tokio::time::sleep(pause).await;
+                            continue;
+                        }
+                    }
+                }
+            };
+            match written {
+                Ok(_) => return Ok(()),
+                Err(kube::Error::Api(status))
+                    if status.is_conflict() || status.is_already_exists() =>
+                {
+                    if Instant::now() > deadline {
+                        return Err(ClusterError::LeaseBusy {
+                            holder: "another invocation".into(),
+                        });
+                    }
+                }
+                Err(e) if is_transient(&e) => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => return Err(failed(e)),
+            }
+        }
+    }
+
+    async fn release_lease(&self, namespace: &str, holder: &str) -> Result<(), ClusterError> {
+        let api: Api<Lease> = Api::namespaced(self.client.clone(), namespace);
+        let failed = |source| ClusterError::Lease {
+            namespace: namespace.into(),
+            source,
+        };
+        let Some(mut lease) = retrying("get lease", || api.get_opt(control::OBJECT_NAME))
+            .await
+            .map_err(failed)?
+        else {
+            return Ok(());
+        };
+        let ours = lease
+            .spec
+            .as_ref()
+            .and_then(|s| s.holder_identity.as_deref())
+            == Some(holder);
+        if !ours {
+            return Ok(());
+        }
+        if let Some(spec) = lease.spec.as_mut() {
+            spec.holder_identity = None;
+        }
+        let params = PostParams::default();
+        // Guarded by the resourceVersion read, so a repeat after a lost
+        // answer meets 409, as does a taker after expiry: either way, done.
+        match retrying("release lease", || {
+            api.replace(control::OBJECT_NAME, &params, &lease)
+        })
+        .await
+        {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(status)) if status.is_conflict() => Ok(()),
+            Err(e) => Err(failed(e)),
+        }
+    }
+}
+
+fn held_by(holder: &str, now: k8s_openapi::jiff::Timestamp) -> LeaseSpec {
+    LeaseSpec {
+        holder_identity: Some(holder.into()),
+        lease_duration_seconds: Some(control::LEASE_SECONDS),
+        acquire_time: Some(MicroTime(now)),
+        renew_time: Some(MicroTime(now)),
+        ..LeaseSpec::default()
     }
 }
 

@@ -82,7 +82,7 @@ pub fn parse(value: Value) -> Result<Batch, InputError> {
         };
         let intent = match alert.status {
             AlertStatus::Firing => Intent::Fence,
-            AlertStatus::Resolved => Intent::Resolved,
+            AlertStatus::Resolved => Intent::Recover,
             AlertStatus::Unknown => {
                 batch.ignored.push(Ignored {
                     origin,
@@ -251,7 +251,7 @@ mod tests {
         let batch = parse(payload).unwrap();
         assert_eq!(batch.suspects.len(), 2);
         assert_eq!(batch.suspects[0].intent, Intent::Fence);
-        assert_eq!(batch.suspects[1].intent, Intent::Resolved);
+        assert_eq!(batch.suspects[1].intent, Intent::Recover);
         assert_eq!(batch.ignored.len(), 2);
     }
 

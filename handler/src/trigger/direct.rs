@@ -1,5 +1,7 @@
 //! Direct invocations from runbooks and operators:
-//! `{"action": "fence" | "check", "node": "..."}` or with `"instanceId"`.
+//! `{"action": "fence" | "check" | "recover", "node": "..."}` or with
+//! `"instanceId"`; `{"action": "recover"}` alone re-checks every node
+//! node-fencer fenced; `{"action": "preflight"}` checks the set-up.
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -19,6 +21,19 @@ pub enum Action {
     Fence,
     /// Dry run: report the plan, change nothing.
     Check,
+    /// End node-fencer's fencing of the node once it is safe.
+    Recover,
+    /// Check permissions and settings; change nothing.
+    Preflight,
+}
+
+/// What a direct invocation asks for.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Request {
+    /// Nodes to fence, check or recover.
+    Batch(Batch),
+    /// The preflight check.
+    Preflight,
 }
 
 /// The body of a direct invocation.
@@ -35,10 +50,26 @@ pub struct Invocation {
     pub instance_id: Option<InstanceId>,
 }
 
-/// Parses a direct invocation; exactly one of `node` and `instanceId` is required.
-pub fn parse(value: Value) -> Result<Batch, InputError> {
+/// Parses a direct invocation. `fence` and `check` need exactly one of
+/// `node` and `instanceId`; `recover` takes one or none (none: every node
+/// node-fencer fenced); `preflight` takes neither.
+pub fn parse(value: Value) -> Result<Request, InputError> {
     let inv: Invocation =
         serde_json::from_value(value).map_err(|e| InputError::invalid(SHAPE, e))?;
+    let intent = match inv.action {
+        Action::Fence => Intent::Fence,
+        Action::Check => Intent::Check,
+        Action::Recover => Intent::Recover,
+        Action::Preflight => {
+            if inv.node.is_some() || inv.instance_id.is_some() {
+                return Err(InputError::invalid(
+                    SHAPE,
+                    "`preflight` takes no `node` or `instanceId`",
+                ));
+            }
+            return Ok(Request::Preflight);
+        }
+    };
     let target = match (inv.node, inv.instance_id) {
         (Some(node), None) => NodeRef::Name(node_name(&node)?),
         (None, Some(id)) => NodeRef::Instance(id),
@@ -48,20 +79,29 @@ pub fn parse(value: Value) -> Result<Batch, InputError> {
                 "give either `node` or `instanceId`, not both",
             ));
         }
+        (None, None) if intent == Intent::Recover => {
+            return Ok(Request::Batch(Batch::default()));
+        }
         (None, None) => {
             return Err(InputError::invalid(SHAPE, "missing `node` or `instanceId`"));
         }
     };
-    Ok(Batch {
+    Ok(Request::Batch(Batch {
         suspects: vec![Suspect {
             target,
-            intent: match inv.action {
-                Action::Fence => Intent::Fence,
-                Action::Check => Intent::Check,
-            },
+            intent,
             origin: Origin::Direct,
         }],
         ignored: vec![],
+    }))
+}
+
+/// [`parse`], for fence, check and recover requests only (the fuzz targets'
+/// view): a preflight request is an empty batch.
+pub fn parse_batch(value: Value) -> Result<Batch, InputError> {
+    parse(value).map(|r| match r {
+        Request::Batch(b) => b,
+        Request::Preflight => Batch::default(),
     })
 }
 
@@ -99,7 +139,24 @@ mod tests {
     use serde_json::json;
 
     #[test]
+    fn recover_and_preflight() {
+        let b = parse_batch(json!({"action": "recover", "node": "worker-1"})).unwrap();
+        assert_eq!(b.suspects[0].intent, Intent::Recover);
+        assert_eq!(
+            parse_batch(json!({"action": "recover"})).unwrap(),
+            Batch::default()
+        );
+        assert_eq!(
+            parse(json!({"action": "preflight"})).unwrap(),
+            Request::Preflight
+        );
+        assert!(parse(json!({"action": "preflight", "node": "a"})).is_err());
+        assert!(parse(json!({"action": "check"})).is_err());
+    }
+
+    #[test]
     fn accepted_forms() {
+        let parse = parse_batch;
         let b = parse(json!({"action": "fence", "node": "worker-1"})).unwrap();
         assert_eq!(b.suspects[0].intent, Intent::Fence);
         assert_eq!(b.suspects[0].target, NodeRef::Name("worker-1".into()));
@@ -111,6 +168,7 @@ mod tests {
 
     #[test]
     fn refused_forms() {
+        let parse = parse_batch;
         for bad in [
             json!({"action": "fence"}),
             json!({"action": "fence", "node": "a", "instanceId": "i-0123abcd"}),

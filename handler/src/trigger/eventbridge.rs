@@ -42,7 +42,7 @@ pub fn parse(value: Value) -> Result<Batch, InputError> {
     };
     let intent = match InstanceState::from_name(&detail.state) {
         InstanceState::Stopped | InstanceState::Terminated => Intent::Fence,
-        InstanceState::Running => Intent::RecoveryHint,
+        InstanceState::Running => Intent::Recover,
         InstanceState::Pending
         | InstanceState::Stopping
         | InstanceState::ShuttingDown
@@ -94,7 +94,7 @@ mod tests {
         for (state, intent) in [
             ("stopped", Some(Intent::Fence)),
             ("terminated", Some(Intent::Fence)),
-            ("running", Some(Intent::RecoveryHint)),
+            ("running", Some(Intent::Recover)),
             ("pending", None),
             ("stopping", None),
             ("shutting-down", None),

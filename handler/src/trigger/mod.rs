@@ -24,7 +24,7 @@ pub enum InputError {
     #[error(
         "unrecognised event shape (top-level keys: {keys}); expected an EventBridge EC2 \
          state-change event, a Function URL request, an Alertmanager webhook, or \
-         {{\"action\": \"fence\"|\"check\", \"node\"|\"instanceId\": ...}}"
+         {{\"action\": \"fence\"|\"check\"|\"recover\"|\"preflight\", \"node\"|\"instanceId\": ...}}"
     )]
     UnknownShape {
         /// The keys seen, to help whoever sent it.
@@ -68,6 +68,8 @@ pub enum Trigger {
     Batch(Batch),
     /// A Function URL request: must be authenticated before its body is read.
     Http(Box<LambdaFunctionUrlRequest>),
+    /// `{"action": "preflight"}`: check the set-up, change nothing.
+    Preflight,
 }
 
 /// Classifies a document by its shape and parses it.
@@ -91,7 +93,10 @@ pub fn classify(value: Value) -> Result<Trigger, InputError> {
         return alertmanager::parse(value).map(Trigger::Batch);
     }
     if map.contains_key("action") {
-        return direct::parse(value).map(Trigger::Batch);
+        return direct::parse(value).map(|r| match r {
+            direct::Request::Batch(b) => Trigger::Batch(b),
+            direct::Request::Preflight => Trigger::Preflight,
+        });
     }
     let mut keys: Vec<&str> = map.keys().map(String::as_str).take(8).collect();
     keys.sort_unstable();
@@ -154,6 +159,7 @@ mod tests {
                     let refused = function_url::parse(&req, token.as_ref());
                     assert!(refused.is_err(), "{path:?} was accepted");
                 }
+                Ok(Trigger::Preflight) => {}
             }
         }
         assert!(
@@ -231,7 +237,7 @@ mod tests {
             "instance i-0123456789abcdef0"
         );
         let b = batch("eventbridge-ec2-running.json");
-        assert_eq!(b.suspects[0].intent, Intent::RecoveryHint);
+        assert_eq!(b.suspects[0].intent, Intent::Recover);
         let b = batch("alertmanager-v4.json");
         let targets: Vec<String> = b.suspects.iter().map(|s| s.target.to_string()).collect();
         assert_eq!(
@@ -242,7 +248,7 @@ mod tests {
                 "node ip-10-0-1-19.ec2.internal"
             ]
         );
-        assert_eq!(b.suspects[2].intent, Intent::Resolved);
+        assert_eq!(b.suspects[2].intent, Intent::Recover);
         assert_eq!(b.ignored.len(), 1, "Watchdog names no node");
         let b = batch("direct-fence.json");
         assert_eq!(

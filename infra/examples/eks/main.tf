@@ -1,6 +1,6 @@
 # node-fencer for an EKS cluster: the function authenticates with its IAM role,
 # which an EKS access entry maps to the Kubernetes group "node-fencer"; the
-# kubernetes-rbac module binds that group to the ClusterRole of
+# kubernetes-rbac module binds that group to the ClusterRole and the Role of
 # infra/kubernetes/rbac.yaml.
 
 provider "aws" {

@@ -1,7 +1,7 @@
 # node-fencer for a self-managed cluster on EC2 (kubeadm, k3s, kOps, ...): the
 # function authenticates with a kubeconfig it reads from an SSM SecureString.
 # By default that kubeconfig is built from the token of a ServiceAccount the
-# kubernetes-rbac module creates and binds to the ClusterRole of
+# kubernetes-rbac module creates and binds to the ClusterRole and the Role of
 # infra/kubernetes/rbac.yaml; pass function_kubeconfig to use your own.
 
 provider "aws" {

@@ -15,6 +15,21 @@ locals {
   cluster_role         = one([for d in local.documents : d if d.kind == "ClusterRole"])
   cluster_role_binding = one([for d in local.documents : d if d.kind == "ClusterRoleBinding"])
 
+  # The namespaced Roles (the control objects in CONTROL_NAMESPACE) and their
+  # RoleBindings, keyed by the manifest's namespace/name: for_each, so the
+  # manifest decides how many there are. control_namespace moves them all.
+  roles = {
+    for d in local.documents : "${d.metadata.namespace}/${d.metadata.name}" => merge(d, {
+      namespace = coalesce(var.control_namespace, d.metadata.namespace)
+    }) if d.kind == "Role"
+  }
+  role_bindings = {
+    for d in local.documents : "${d.metadata.namespace}/${d.metadata.name}" => merge(d, {
+      namespace = coalesce(var.control_namespace, d.metadata.namespace)
+      role_key  = "${d.metadata.namespace}/${d.roleRef.name}"
+    }) if d.kind == "RoleBinding"
+  }
+
   labels = merge({ "app.kubernetes.io/name" = "node-fencer" }, var.labels)
 }
 
@@ -69,13 +84,71 @@ resource "kubernetes_cluster_role_binding_v1" "this" {
   }
 }
 
+resource "kubernetes_role_v1" "this" {
+  for_each = local.roles
+
+  metadata {
+    name        = each.value.metadata.name
+    namespace   = each.value.namespace
+    labels      = try(each.value.metadata.labels, {})
+    annotations = try(each.value.metadata.annotations, {})
+  }
+
+  dynamic "rule" {
+    for_each = each.value.rules
+
+    content {
+      api_groups     = try(rule.value.apiGroups, null)
+      resources      = try(rule.value.resources, null)
+      resource_names = try(rule.value.resourceNames, null)
+      verbs          = rule.value.verbs
+    }
+  }
+}
+
+resource "kubernetes_role_binding_v1" "this" {
+  for_each = local.role_bindings
+
+  metadata {
+    name        = each.value.metadata.name
+    namespace   = each.value.namespace
+    labels      = try(each.value.metadata.labels, {})
+    annotations = try(each.value.metadata.annotations, {})
+  }
+
+  role_ref {
+    api_group = each.value.roleRef.apiGroup
+    kind      = each.value.roleRef.kind
+    name      = kubernetes_role_v1.this[each.value.role_key].metadata[0].name
+  }
+
+  dynamic "subject" {
+    for_each = each.value.subjects
+
+    content {
+      kind      = subject.value.kind
+      name      = subject.value.name
+      api_group = try(subject.value.apiGroup, null)
+      namespace = try(subject.value.namespace, null)
+    }
+  }
+
+  lifecycle {
+    precondition {
+      condition     = each.value.roleRef.kind == "Role" && contains(keys(local.roles), each.value.role_key)
+      error_message = "The RoleBinding ${each.key} in ${local.manifest_path} must refer to a Role of the manifest in its own namespace."
+    }
+  }
+}
+
 ################################################################################
 # Self-managed clusters: a ServiceAccount with a long-lived token
 #
 # The function reads a kubeconfig from SSM or Secrets Manager; this identity is
-# what that kubeconfig authenticates as. The token Secret does not expire:
-# rotate it by deleting the Secret (Kubernetes issues a new token) or with
-# `terraform apply -replace`, then update the stored kubeconfig.
+# what that kubeconfig authenticates as, bound to the ClusterRole and to every
+# Role of the manifest. The token Secret does not expire: rotate it by deleting
+# the Secret (Kubernetes issues a new token) or with `terraform apply -replace`,
+# then update the stored kubeconfig.
 ################################################################################
 
 resource "kubernetes_service_account_v1" "this" {
@@ -103,6 +176,28 @@ resource "kubernetes_cluster_role_binding_v1" "service_account" {
     api_group = "rbac.authorization.k8s.io"
     kind      = "ClusterRole"
     name      = kubernetes_cluster_role_v1.this.metadata[0].name
+  }
+
+  subject {
+    kind      = "ServiceAccount"
+    name      = kubernetes_service_account_v1.this[0].metadata[0].name
+    namespace = kubernetes_service_account_v1.this[0].metadata[0].namespace
+  }
+}
+
+resource "kubernetes_role_binding_v1" "service_account" {
+  for_each = { for key, role in local.roles : key => role if var.create_service_account }
+
+  metadata {
+    name      = "${kubernetes_role_v1.this[each.key].metadata[0].name}-serviceaccount"
+    namespace = kubernetes_role_v1.this[each.key].metadata[0].namespace
+    labels    = local.labels
+  }
+
+  role_ref {
+    api_group = "rbac.authorization.k8s.io"
+    kind      = "Role"
+    name      = kubernetes_role_v1.this[each.key].metadata[0].name
   }
 
   subject {

@@ -3,6 +3,11 @@ output "cluster_role_name" {
   value       = kubernetes_cluster_role_v1.this.metadata[0].name
 }
 
+output "control_namespaces" {
+  description = "Namespaces the manifest's Roles were applied in: the function's CONTROL_NAMESPACE must be one of them."
+  value       = distinct([for role in kubernetes_role_v1.this : role.metadata[0].namespace])
+}
+
 output "kubernetes_groups" {
   description = "Groups the manifest's ClusterRoleBinding binds: map the function's identity to one of them."
   value       = [for s in local.cluster_role_binding.subjects : s.name if s.kind == "Group"]

@@ -4,8 +4,19 @@ variable "rbac_manifest_path" {
   default     = null
 }
 
+variable "control_namespace" {
+  description = "Namespace to apply the manifest's Role and RoleBinding in (the function's Lease and kill-switch ConfigMap); must equal the function's CONTROL_NAMESPACE (the node-fencer module's control_namespace). Null keeps the manifest's namespace, kube-system."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.control_namespace == null || can(regex("^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$", var.control_namespace))
+    error_message = "control_namespace must be a namespace name: up to 63 lowercase letters, digits and '-', starting and ending with a letter or digit."
+  }
+}
+
 variable "create_service_account" {
-  description = "Self-managed clusters: also create the ServiceAccount service_account_name in service_account_namespace, bind it to the ClusterRole and issue it a long-lived token Secret, to build the function's kubeconfig from. Not needed on EKS, where the function's IAM role is mapped to the group by an access entry."
+  description = "Self-managed clusters: also create the ServiceAccount service_account_name in service_account_namespace, bind it to the ClusterRole and the Role and issue it a long-lived token Secret, to build the function's kubeconfig from. Not needed on EKS, where the function's IAM role is mapped to the group by an access entry."
   type        = bool
   default     = false
 }
@@ -29,7 +40,7 @@ variable "api_server_url" {
 }
 
 variable "labels" {
-  description = "Extra labels for the ServiceAccount, its Secret and binding (the ClusterRole and its binding keep the labels of the manifest)."
+  description = "Extra labels for the ServiceAccount, its Secret and binding (the manifest's roles and bindings keep the manifest's labels)."
   type        = map(string)
   default     = {}
 }

@@ -13,14 +13,19 @@ locals {
   # With the endpoint and CA given, the function never calls eks:DescribeCluster.
   describe_cluster = local.eks_mode && (var.cluster_endpoint == null || var.cluster_ca_data == null)
 
-  # The function may fence several nodes in one invocation and waits up to
-  # volume_detach_timeout_seconds for their volumes: twice that plus 30 s leaves
-  # room for the Kubernetes and EC2 calls around the wait. At most 900 s, which
-  # the validation of volume_detach_timeout_seconds (<= 435) guarantees.
-  function_timeout = var.volume_detach_timeout_seconds * 2 + 30
+  # How long an invocation waits for another one to release the fencing Lease
+  # before it gives up (LEASE_WAIT in handler/src/control.rs).
+  lease_wait_seconds = 30
 
-  # EC2 states the function acts on: stopped and terminated to fence; running is
-  # the recovery hint (reported only until automatic recovery is built).
+  # The worst case of one invocation, wait by wait: the Lease, the second EC2
+  # confirmation, the detach wait of several nodes (twice it), and a requested
+  # recovery's settle delay, plus 30 s for the Kubernetes and EC2 calls around
+  # them. The variables' upper bounds (120, 300, 120) keep it within Lambda's
+  # 900 s.
+  function_timeout = local.lease_wait_seconds + var.confirm_again_after_seconds + var.volume_detach_timeout_seconds * 2 + var.recovery_settle_seconds + 30
+
+  # EC2 states the function acts on: stopped and terminated to fence; running to
+  # end a fencing, once the node is Ready again and has settled.
   instance_states = ["stopped", "terminated", "running"]
 
   event_pattern = {
@@ -54,10 +59,15 @@ locals {
     {
       DRY_RUN                       = tostring(var.dry_run)
       MAX_OUT_OF_SERVICE            = tostring(var.max_out_of_service)
+      FENCING_MODE                  = var.fencing_mode
+      CONFIRM_AGAIN_AFTER_SECONDS   = tostring(var.confirm_again_after_seconds)
       VOLUME_DETACH_TIMEOUT_SECONDS = tostring(var.volume_detach_timeout_seconds)
+      RECOVERY_SETTLE_SECONDS       = tostring(var.recovery_settle_seconds)
+      CONTROL_NAMESPACE             = var.control_namespace
       LOG_FORMAT                    = var.log_format
       RUST_LOG                      = var.log_level
     },
+    var.max_out_of_service_percent != null ? { MAX_OUT_OF_SERVICE_PERCENT = tostring(var.max_out_of_service_percent) } : {},
     local.eks_mode ? { CLUSTER_NAME = var.cluster_name } : {},
     local.eks_mode && !local.describe_cluster ? { CLUSTER_ENDPOINT = var.cluster_endpoint, CLUSTER_CA_DATA = var.cluster_ca_data } : {},
     var.kubeconfig_ssm_parameter_name != null ? { KUBECONFIG_SSM_PARAMETER = var.kubeconfig_ssm_parameter_name } : {},
@@ -88,7 +98,7 @@ resource "aws_lambda_function" "this" {
   #checkov:skip=CKV_AWS_173:The environment holds no secrets (settings, names and ARNs only: the token and kubeconfig are read from Secrets Manager or SSM), so the AWS managed key suffices.
   #checkov:skip=CKV_AWS_272:Code signing is opt-in through code_signing_config_arn; cargo-lambda builds unsigned zips and signing needs an AWS Signer profile of the deployer's own.
   function_name = var.name
-  description   = "Fences dead Kubernetes nodes: out-of-service taint and EBS force-detach, only when EC2 confirms the instance is off."
+  description   = "Fences dead Kubernetes nodes (out-of-service taint or legacy pod deletion, EBS force-detach) only when EC2 confirms the instance is off, and ends the fencing once the node is back."
   role          = aws_iam_role.this.arn
 
   filename         = var.package_path
@@ -150,7 +160,7 @@ resource "aws_lambda_function" "this" {
 
 ################################################################################
 # EKS access: the function's role becomes the Kubernetes group "node-fencer",
-# which infra/kubernetes/rbac.yaml binds to its ClusterRole.
+# which infra/kubernetes/rbac.yaml binds to its ClusterRole and Role.
 ################################################################################
 
 resource "aws_eks_access_entry" "this" {
@@ -200,6 +210,53 @@ resource "aws_lambda_permission" "events" {
   source_arn    = aws_cloudwatch_event_rule.this.arn
 }
 
+################################################################################
+# EventBridge: the scheduled recovery check
+################################################################################
+
+# Every invocation re-checks the nodes the function fenced and ends a fencing
+# once its instance runs and the node has been Ready for the settle delay. An
+# instance brought back without a running event (or whose node became Ready
+# only after the event) would otherwise stay fenced until the next failure.
+resource "aws_cloudwatch_event_rule" "recovery" {
+  count = var.recovery_schedule != null ? 1 : 0
+
+  name                = "${var.name}-recovery"
+  description         = "Periodic recovery check: ${var.name} removes the taint of fenced nodes that are back."
+  schedule_expression = var.recovery_schedule
+  tags                = var.tags
+}
+
+resource "aws_cloudwatch_event_target" "recovery" {
+  count = var.recovery_schedule != null ? 1 : 0
+
+  rule      = aws_cloudwatch_event_rule.recovery[0].name
+  target_id = "node-fencer-recovery"
+  arn       = aws_lambda_function.this.arn
+  input     = jsonencode({ action = "recover" })
+
+  retry_policy {
+    maximum_event_age_in_seconds = var.event_maximum_age_seconds
+    maximum_retry_attempts       = var.event_maximum_retry_attempts
+  }
+
+  dead_letter_config {
+    arn = aws_sqs_queue.dlq.arn
+  }
+
+  depends_on = [aws_sqs_queue_policy.dlq]
+}
+
+resource "aws_lambda_permission" "recovery" {
+  count = var.recovery_schedule != null ? 1 : 0
+
+  statement_id  = "AllowRecoverySchedule"
+  action        = "lambda:InvokeFunction"
+  function_name = aws_lambda_function.this.function_name
+  principal     = "events.amazonaws.com"
+  source_arn    = aws_cloudwatch_event_rule.recovery[0].arn
+}
+
 # Events Lambda accepted but the function failed on after its retries, or that
 # waited longer than their maximum age (throttled by the reserved concurrency).
 resource "aws_lambda_function_event_invoke_config" "this" {
@@ -242,7 +299,7 @@ data "aws_iam_policy_document" "dlq" {
     condition {
       test     = "ArnEquals"
       variable = "aws:SourceArn"
-      values   = [aws_cloudwatch_event_rule.this.arn]
+      values   = concat([aws_cloudwatch_event_rule.this.arn], aws_cloudwatch_event_rule.recovery[*].arn)
     }
   }
 }
@@ -258,7 +315,7 @@ resource "aws_sqs_queue_policy" "dlq" {
 
 resource "aws_cloudwatch_metric_alarm" "dlq_not_empty" {
   alarm_name          = "${var.name}-dlq-not-empty"
-  alarm_description   = "Events for ${var.name} failed or expired and wait in ${aws_sqs_queue.dlq.name}: a node may not have been fenced. Read the messages, then invoke the function again or delete them."
+  alarm_description   = "Events for ${var.name} failed or expired and wait in ${aws_sqs_queue.dlq.name}: a node may not have been fenced or recovered. Read the messages, then invoke the function again or delete them (a failed {\"action\":\"recover\"} is repeated by the next scheduled check)."
   namespace           = "AWS/SQS"
   metric_name         = "ApproximateNumberOfMessagesVisible"
   dimensions          = { QueueName = aws_sqs_queue.dlq.name }

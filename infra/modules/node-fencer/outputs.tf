@@ -9,7 +9,7 @@ output "function_arn" {
 }
 
 output "function_timeout" {
-  description = "Timeout of the function in seconds, derived from volume_detach_timeout_seconds."
+  description = "Timeout of the function in seconds, derived from the Lease wait, confirm_again_after_seconds, volume_detach_timeout_seconds and recovery_settle_seconds."
   value       = aws_lambda_function.this.timeout
 }
 
@@ -31,6 +31,16 @@ output "log_group_name" {
 output "event_rule_arn" {
   description = "ARN of the EventBridge rule for EC2 instance state changes."
   value       = aws_cloudwatch_event_rule.this.arn
+}
+
+output "recovery_rule_arn" {
+  description = "ARN of the EventBridge schedule of the recovery check, or null when recovery_schedule is null."
+  value       = one(aws_cloudwatch_event_rule.recovery[*].arn)
+}
+
+output "control_namespace" {
+  description = "Namespace of the function's Lease and kill-switch ConfigMap (CONTROL_NAMESPACE); the Role of infra/kubernetes/rbac.yaml must be applied there."
+  value       = var.control_namespace
 }
 
 output "dlq_url" {

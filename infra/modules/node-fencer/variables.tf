@@ -46,7 +46,7 @@ variable "memory_size" {
 }
 
 variable "reserved_concurrent_executions" {
-  description = "Reserved concurrency of the function. The default 1 runs one decision at a time, so two nodes failing together cannot both see room under max_out_of_service and overshoot it. EventBridge events that find it busy wait in Lambda's async queue (up to async_maximum_event_age_seconds); an Alertmanager request gets HTTP 429 and its alert is sent again at the next group_interval or repeat_interval. -1 removes the reservation."
+  description = "Reserved concurrency of the function. The default 1 runs one decision at a time, so two nodes failing together cannot both see room under max_out_of_service and overshoot it (the Lease in control_namespace serialises fencing across invocations as well, so a larger value stays within the cap). EventBridge events that find it busy wait in Lambda's async queue (up to async_maximum_event_age_seconds); an Alertmanager request gets HTTP 429 and its alert is sent again at the next group_interval or repeat_interval. -1 removes the reservation."
   type        = number
   default     = 1
 
@@ -107,14 +107,74 @@ variable "max_out_of_service" {
   }
 }
 
+variable "max_out_of_service_percent" {
+  description = "MAX_OUT_OF_SERVICE_PERCENT: also cap the nodes carrying the out-of-service taint at this share of all the cluster's nodes (at least one node); the stricter of the two caps applies. Null sets no percentage cap."
+  type        = number
+  default     = null
+
+  validation {
+    condition     = var.max_out_of_service_percent == null ? true : (var.max_out_of_service_percent >= 1 && var.max_out_of_service_percent <= 100 && floor(var.max_out_of_service_percent) == var.max_out_of_service_percent)
+    error_message = "max_out_of_service_percent must be null or a whole number from 1 to 100."
+  }
+}
+
+variable "fencing_mode" {
+  description = "FENCING_MODE: taint (the out-of-service taint, Kubernetes 1.26 and later), legacy (force-delete the node's pods and VolumeAttachments, for older clusters), or auto (pick by the API server's version)."
+  type        = string
+  default     = "auto"
+
+  validation {
+    condition     = contains(["auto", "taint", "legacy"], var.fencing_mode)
+    error_message = "fencing_mode must be \"auto\", \"taint\" or \"legacy\"."
+  }
+}
+
+variable "control_namespace" {
+  description = "CONTROL_NAMESPACE: namespace of the function's Lease and kill-switch ConfigMap, both named node-fencer. The Role and RoleBinding of infra/kubernetes/rbac.yaml live in kube-system: for another namespace, apply them there (the kubernetes-rbac module's control_namespace), or the function cannot take the Lease."
+  type        = string
+  default     = "kube-system"
+
+  validation {
+    condition     = can(regex("^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$", var.control_namespace))
+    error_message = "control_namespace must be a namespace name: up to 63 lowercase letters, digits and '-', starting and ending with a letter or digit."
+  }
+}
+
+# The function timeout is the sum of the waits one invocation may make (see
+# local.function_timeout in main.tf). The code accepts up to 600 s of detach
+# wait and 300 s for each delay, far more than fits in Lambda's 900 s, so the
+# three bounds below split those 900 s between them.
+
+variable "confirm_again_after_seconds" {
+  description = "CONFIRM_AGAIN_AFTER_SECONDS: ask EC2 a second time, after this delay, that the instance is still off before acting; 0 acts on the first answer. The code accepts up to 300; at most 120 here keeps the function timeout within Lambda's 900 s."
+  type        = number
+  default     = 0
+
+  validation {
+    condition     = var.confirm_again_after_seconds >= 0 && var.confirm_again_after_seconds <= 120 && floor(var.confirm_again_after_seconds) == var.confirm_again_after_seconds
+    error_message = "confirm_again_after_seconds must be a whole number from 0 to 120."
+  }
+}
+
 variable "volume_detach_timeout_seconds" {
-  description = "VOLUME_DETACH_TIMEOUT_SECONDS: how long the function waits for detached volumes to become available. The function timeout is derived from it (2 x this + 30 s), so at most 435 keeps it within Lambda's 900 s."
+  description = "VOLUME_DETACH_TIMEOUT_SECONDS: how long the function waits for detached volumes to become available. The code accepts up to 600; at most 300 here keeps the function timeout within Lambda's 900 s."
   type        = number
   default     = 60
 
   validation {
-    condition     = var.volume_detach_timeout_seconds >= 0 && var.volume_detach_timeout_seconds <= 435 && floor(var.volume_detach_timeout_seconds) == var.volume_detach_timeout_seconds
-    error_message = "volume_detach_timeout_seconds must be a whole number from 0 (do not wait) to 435."
+    condition     = var.volume_detach_timeout_seconds >= 0 && var.volume_detach_timeout_seconds <= 300 && floor(var.volume_detach_timeout_seconds) == var.volume_detach_timeout_seconds
+    error_message = "volume_detach_timeout_seconds must be a whole number from 0 (do not wait) to 300."
+  }
+}
+
+variable "recovery_settle_seconds" {
+  description = "RECOVERY_SETTLE_SECONDS: how long a fenced node must be Ready again before the function removes its taint; a requested recovery waits it out within the invocation. The code accepts up to 300; at most 120 here keeps the function timeout within Lambda's 900 s."
+  type        = number
+  default     = 30
+
+  validation {
+    condition     = var.recovery_settle_seconds >= 0 && var.recovery_settle_seconds <= 120 && floor(var.recovery_settle_seconds) == var.recovery_settle_seconds
+    error_message = "recovery_settle_seconds must be a whole number from 0 to 120."
   }
 }
 
@@ -221,6 +281,17 @@ variable "instance_ids" {
   validation {
     condition     = alltrue([for id in var.instance_ids : can(regex("^i-[0-9a-f]{8,17}$", id))])
     error_message = "instance_ids must be EC2 instance ids (i-...)."
+  }
+}
+
+variable "recovery_schedule" {
+  description = "EventBridge schedule expression of the recovery check: it invokes the function with {\"action\":\"recover\"}, which re-checks every node the function fenced and removes the taint once the instance runs and the node is Ready again. Every invocation re-checks the fenced nodes; the schedule makes sure one comes when nothing else invokes the function. Null creates no schedule (fenced nodes are then re-checked only on EC2 events, alerts and direct requests)."
+  type        = string
+  default     = "rate(10 minutes)"
+
+  validation {
+    condition     = var.recovery_schedule == null || can(regex("^(rate|cron)\\(.+\\)$", var.recovery_schedule))
+    error_message = "recovery_schedule must be null or an EventBridge schedule expression: rate(...) or cron(...)."
   }
 }
 

@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, anyhow, bail};
 use node_fencer::decide::Settings;
 use node_fencer::instance::InstanceId;
-use node_fencer::pipeline::{self, Ctx};
+use node_fencer::mode::ModeSetting;
+use node_fencer::pipeline::{self, Ctx, Lifecycle};
 use node_fencer::report::{Outcome, Report};
 use node_fencer::shell::cloud::{Cloud, Ec2};
 use node_fencer::shell::cluster::{Cluster, Kube};
@@ -218,6 +219,10 @@ async fn fence_timed(
         poll_interval: Duration::from_millis(500),
         correlation_id: unique("bench"),
         meter: &node_fencer::metrics::Meter::default(),
+        lifecycle: Lifecycle {
+            mode: ModeSetting::Taint,
+            ..Lifecycle::default()
+        },
     };
     let report = pipeline::run(&ctx, batch).await?;
     let total = timeline.now();

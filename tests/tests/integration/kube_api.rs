@@ -4,6 +4,7 @@
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams};
+use node_fencer::facts::FenceMode;
 use node_fencer::instance::{InstanceId, InstanceState};
 use node_fencer::kube_model::{self, ANNOTATION_INSTANCE, ANNOTATION_TAINT, Stamp, TaintPatch};
 use node_fencer::shell::cluster::{Cluster, Kube, TaintOutcome};
@@ -28,6 +29,8 @@ fn stamp() -> Stamp {
         state: InstanceState::Stopped,
         at: "2026-11-22T10:00:00Z".into(),
         correlation_id: unique("corr"),
+        mode: FenceMode::Taint,
+        volumes: Vec::new(),
     }
 }
 

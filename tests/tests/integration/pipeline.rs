@@ -172,9 +172,10 @@ async fn fences_a_stopped_node_and_detaches_only_its_pv_volumes() -> anyhow::Res
     )
     .await?;
 
-    // Confirm, then re-confirm before acting: two batched EC2 lookups, one node list.
+    // Confirm, then re-confirm before acting: two batched EC2 lookups; one
+    // node list to resolve and one under the Lease to count.
     assert_eq!(calls.count("DescribeInstances"), 2);
-    assert_eq!(calls.count("ListNodes"), 1);
+    assert_eq!(calls.count("ListNodes"), 2);
     assert_eq!(calls.count("DetachVolume"), 2);
     Ok(())
 }
@@ -371,7 +372,7 @@ async fn the_cap_refuses_loudly_beyond_the_limit() -> anyhow::Result<()> {
 }
 
 #[tokio::test]
-async fn one_invocation_lists_nodes_once_and_batches_ec2_lookups() -> anyhow::Result<()> {
+async fn one_invocation_lists_nodes_once_per_phase_and_batches_ec2_lookups() -> anyhow::Result<()> {
     let _g = serial().await;
     let s = stack();
     let admin = s.admin().await?;
@@ -430,7 +431,10 @@ async fn one_invocation_lists_nodes_once_and_batches_ec2_lookups() -> anyhow::Re
         "{report:#?}"
     );
     assert_eq!(report.results[0].origins.len(), 2);
-    assert_eq!(calls.count("ListNodes"), 1);
+    // Once to resolve, once under the Lease to count the Nodes out of service.
+    assert_eq!(calls.count("ListNodes"), 2);
+    assert_eq!(calls.count("AcquireLease"), 1);
+    assert_eq!(calls.count("ReleaseLease"), 1);
     assert_eq!(calls.count("ListVolumeAttachments"), 1);
     assert_eq!(calls.count("ListPersistentVolumes"), 1);
     assert_eq!(
@@ -573,12 +577,7 @@ async fn no_trigger_removes_an_out_of_service_taint() -> anyhow::Result<()> {
     ];
 
     for sc in [&foreign, &ours] {
-        for intent in [
-            Intent::RecoveryHint,
-            Intent::Resolved,
-            Intent::Fence,
-            Intent::Check,
-        ] {
+        for intent in [Intent::Recover, Intent::Fence, Intent::Check] {
             fence(s, one(by_instance(&sc.m.instance), intent), settings()).await?;
         }
     }

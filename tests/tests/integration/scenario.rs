@@ -25,6 +25,9 @@ use serde_json::{Value, json};
 const OBSERVE: Duration = Duration::from_secs(20);
 /// Bound on the recovery after fencing (the pod garbage collector runs every 20 s).
 const RECOVERY: Duration = Duration::from_secs(75);
+/// Bound on the recovery after legacy fencing: the attach/detach
+/// controller notices deleted VolumeAttachments in its sync, every minute.
+const LEGACY_RECOVERY: Duration = Duration::from_secs(150);
 /// Bound on a node turning NotReady (grace period 10 s, checked every 2 s).
 const NOT_READY: Duration = Duration::from_secs(40);
 
@@ -59,6 +62,20 @@ fn only_result<'a>(report: &'a Value, node: &str) -> &'a Value {
 
 async fn attached_instances(volume_id: &str) -> anyhow::Result<Vec<String>> {
     Ok(volume(&cluster_stack().ec2().await, volume_id).await?.1)
+}
+
+/// Neither workload's volume is attached to node 2's instance any more.
+async fn assert_volumes_off_node2(seed: &Seed) -> anyhow::Result<()> {
+    for w in [&seed.db, &seed.app] {
+        assert!(
+            !attached_instances(&w.volume)
+                .await?
+                .contains(&seed.node2().machine.instance),
+            "{}: off node 2's instance",
+            w.name
+        );
+    }
+    Ok(())
 }
 
 /// After fencing: node 2 tainted, both workloads running elsewhere with their
@@ -174,15 +191,7 @@ async fn seed_scenario_stuck_without_node_fencer_recovered_with_it() -> anyhow::
         .map(|v| v.iter().filter(|v| v["outcome"] == "detached").collect())
         .unwrap_or_default();
     assert_eq!(detached.len(), 2, "both volumes force-detached: {r:#}");
-    for w in [&seed.db, &seed.app] {
-        assert!(
-            !attached_instances(&w.volume)
-                .await?
-                .contains(&seed.node2().machine.instance),
-            "{}: off node 2's instance",
-            w.name
-        );
-    }
+    assert_volumes_off_node2(&seed).await?;
     let rec = assert_recovered(&seed).await?;
     eprintln!(
         "seed: invocation answered in {answered:?}; db on {}, app on {} {:?} after the event",
@@ -298,6 +307,64 @@ async fn alertmanager_kube_node_not_ready_recovers_the_seed_scenario() -> anyhow
         "already_fenced",
         "{report:#}"
     );
+    teardown(&admin, Some(&seed.namespace), &seed.node_names()).await;
+    Ok(())
+}
+
+/// The legacy recipe alone (FENCING_MODE=legacy: no out-of-service taint)
+/// recovers the seed scenario too: the stuck pods are force-deleted, node
+/// 2's VolumeAttachments deleted and its volumes force-detached; the
+/// attach/detach controller's periodic sync (every minute) then lets the
+/// volumes follow their pods.
+#[tokio::test]
+async fn legacy_mode_alone_recovers_the_seed_scenario() -> anyhow::Result<()> {
+    static LEGACY: OnceLock<Result<Emulator, String>> = OnceLock::new();
+    let _g = cluster_serial().await;
+    let s = cluster_stack();
+    let emu = match LEGACY.get_or_init(|| {
+        start_emulator(s, &[("FENCING_MODE", "legacy")]).map_err(|e| format!("{e:#}"))
+    }) {
+        Ok(e) => e,
+        Err(e) => panic!("cargo lambda watch is not available: {e}"),
+    };
+    let (admin, seed, node2) = seed_with_node2_down(false).await?;
+    wait_until("db Terminating on node 2", OBSERVE, || async {
+        let st = stuck(s, &seed).await?;
+        Ok(st.db_terminating.then_some(()))
+    })
+    .await?;
+
+    let event = eventbridge_event(&seed.node2().machine.instance, "stopped");
+    let sent = Instant::now();
+    let out = emu.invoke(&event)?;
+    assert!(!out.error, "{}", out.output);
+    let report: Value = serde_json::from_str(&out.output)?;
+    assert_eq!(report["mode"], "legacy", "{report:#}");
+    let r = only_result(&report, &node2);
+    assert_eq!(r["outcome"], "fenced", "{report:#}");
+    assert!(r["pods_deleted"].as_u64().unwrap_or(0) >= 1, "{report:#}");
+    assert_eq!(r["attachments_deleted"], 2, "{report:#}");
+    assert!(!is_fenced(&admin, &node2).await?, "no out-of-service taint");
+    let rec = wait_recovered(s, &seed, LEGACY_RECOVERY).await?;
+    assert_ne!(rec.db_node, node2);
+    assert_ne!(rec.app_node, node2);
+    assert_volumes_off_node2(&seed).await?;
+    eprintln!(
+        "seed (legacy): db on {}, app on {} {:?} after the event",
+        rec.db_node,
+        rec.app_node,
+        sent.elapsed()
+    );
+    assert_node_events(
+        &admin,
+        &node2,
+        &[
+            "FencedLegacy",
+            "PodsForceDeleted",
+            "VolumeAttachmentsDeleted",
+        ],
+    )
+    .await?;
     teardown(&admin, Some(&seed.namespace), &seed.node_names()).await;
     Ok(())
 }

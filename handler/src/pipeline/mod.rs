@@ -1,7 +1,11 @@
-//! The fencing pipeline: resolve → confirm → decide → discover volumes →
-//! re-confirm → taint → detach → verify → report. It gathers facts through
-//! the [`Cloud`] and [`Cluster`] traits, leaves every choice to the pure
-//! core, and carries out the plan.
+//! The fencing pipeline: kill switch → resolve → confirm → decide →
+//! discover volumes → (settle, lease, recount) → re-confirm → taint →
+//! (release) → detach → verify → report, then the recovery check of fenced
+//! nodes ([`recover`]). It gathers facts through the [`Cloud`] and
+//! [`Cluster`] traits, leaves every choice to the pure core, and carries out
+//! the plan.
+
+mod recover;
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
@@ -9,11 +13,13 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use tracing::{Instrument, info, info_span, warn};
 
+use crate::control::KillSwitch;
 use crate::decide::{self, Case, Settings, Skip, Verdict};
-use crate::facts::{Confirmation, InstanceFacts, NodeFacts, VolumeFacts};
+use crate::facts::{Confirmation, FenceMode, InstanceFacts, NodeFacts, VolumeFacts};
 use crate::instance::{InstanceId, VolumeId};
 use crate::kube_model::Stamp;
 use crate::metrics::{Dependency, Meter, Stage};
+use crate::mode::{self, ModeSetting};
 use crate::report::{NodeReport, Outcome, Report, VolumeOutcome, VolumeReport};
 use crate::resolve::{self, Resolution};
 use crate::shell::cloud::Cloud;
@@ -40,6 +46,36 @@ pub struct Ctx<'a> {
     pub correlation_id: String,
     /// Where stage latencies and failed calls are counted.
     pub meter: &'a Meter,
+    /// Mode, percentage cap, second confirmation, recovery, controls.
+    pub lifecycle: Lifecycle,
+}
+
+/// The settings of the whole node lifecycle beyond fencing itself.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lifecycle {
+    /// Taint, legacy, or by server version.
+    pub mode: ModeSetting,
+    /// The cap as a share of all nodes, in percent.
+    pub max_out_of_service_percent: Option<u8>,
+    /// Wait before the second EC2 confirmation.
+    pub confirm_again_after: Duration,
+    /// How long a node must be Ready again before its fencing ends.
+    pub recovery_settle: Duration,
+    /// Where the fencing Lease and the kill switch live.
+    pub control_namespace: String,
+}
+
+impl Default for Lifecycle {
+    /// What the configuration defaults to, with no settle delay.
+    fn default() -> Self {
+        Self {
+            mode: ModeSetting::Auto,
+            max_out_of_service_percent: None,
+            confirm_again_after: Duration::ZERO,
+            recovery_settle: Duration::ZERO,
+            control_namespace: "kube-system".into(),
+        }
+    }
 }
 
 /// A failure that stops the whole invocation before any decision.
@@ -61,53 +97,67 @@ struct Target {
 
 /// Runs the pipeline over one batch.
 pub async fn run(ctx: &Ctx<'_>, batch: Batch) -> Result<Report, PipelineError> {
-    let mut results = Vec::new();
-    let (actionable, informational): (Vec<Suspect>, Vec<Suspect>) = batch
+    let mut errors = Vec::new();
+    let kill_switch = match ctx
+        .cluster
+        .kill_switch(&ctx.lifecycle.control_namespace)
+        .await
+    {
+        Ok(k) => k,
+        Err(e) => {
+            // Fail closed: an unreadable switch may be an engaged one.
+            ctx.meter.error(Dependency::Kubernetes);
+            warn!(error = %e, "kill switch unreadable; acting as if it were on");
+            errors.push(format!("{e}; every action was a dry run"));
+            KillSwitch::Unreadable(e.to_string())
+        }
+    };
+    if let KillSwitch::Unreadable(value) = &kill_switch {
+        warn!(
+            value,
+            "the kill switch holds neither true nor false; acting as if it were on"
+        );
+    } else if kill_switch.engaged() {
+        warn!("kill switch on: every action is a dry run");
+    }
+    let settings = Settings {
+        dry_run: ctx.settings.dry_run || kill_switch.engaged(),
+        ..ctx.settings
+    };
+    let (fencing, recovering): (Vec<Suspect>, Vec<Suspect>) = batch
         .suspects
         .into_iter()
         .partition(|s| matches!(s.intent, Intent::Fence | Intent::Check));
-    for s in informational {
-        let verdict = decide::decide_one(
-            &Case {
-                intent: s.intent,
-                node: None,
-                confirmation: None,
-            },
-            &ctx.settings,
-        );
-        if let Verdict::Skip { reason } = verdict {
-            info!(suspect = %s.target, reason = reason.code(), "reported only");
-            results.push(skipped(
-                s.target.to_string(),
-                None,
-                None,
-                None,
-                reason,
-                vec![s.origin],
-            ));
-        }
-    }
-    if !actionable.is_empty() {
-        results.extend(fence_batch(ctx, actionable).await?);
-    }
+    let nodes = ctx.cluster.list_nodes().await.inspect_err(|_| {
+        ctx.meter.error(Dependency::Kubernetes);
+    })?;
+    let (results, mode) = if fencing.is_empty() {
+        (Vec::new(), None)
+    } else {
+        fence_batch(ctx, &settings, fencing, &nodes).await?
+    };
+    let recoveries = recover::run(ctx, settings.dry_run, recovering, &nodes).await;
     Ok(Report {
         correlation_id: ctx.correlation_id.clone(),
-        dry_run: ctx.settings.dry_run,
+        dry_run: settings.dry_run,
+        kill_switch: kill_switch.engaged(),
+        mode,
         results,
+        recoveries,
         ignored: batch.ignored,
+        errors,
     })
 }
 
 async fn fence_batch(
     ctx: &Ctx<'_>,
+    settings: &Settings,
     suspects: Vec<Suspect>,
-) -> Result<Vec<NodeReport>, PipelineError> {
-    let nodes = ctx.cluster.list_nodes().await.inspect_err(|_| {
-        ctx.meter.error(Dependency::Kubernetes);
-    })?;
+    nodes: &[NodeFacts],
+) -> Result<(Vec<NodeReport>, Option<FenceMode>), PipelineError> {
     let resolutions: Vec<Resolution> = suspects
         .iter()
-        .map(|s| resolve::resolve(&s.target, &nodes))
+        .map(|s| resolve::resolve(&s.target, nodes))
         .collect();
 
     // Confirm out of band, one batched call for every instance of the invocation.
@@ -123,7 +173,7 @@ async fn fence_batch(
     ids.dedup();
     let confirmations = confirm(ctx, &ids).await;
 
-    let targets = group(suspects, resolutions, &nodes, &confirmations);
+    let targets = group(suspects, resolutions, nodes, &confirmations);
     let cases: Vec<Case<'_>> = targets
         .iter()
         .map(|t| Case {
@@ -133,7 +183,11 @@ async fn fence_batch(
         })
         .collect();
     let out_of_service = nodes.iter().filter(|n| n.is_out_of_service()).count();
-    let verdicts = decide::decide_batch(&cases, &ctx.settings, out_of_service);
+    let capped = Settings {
+        max_out_of_service: cap(ctx, settings, nodes.len()),
+        ..*settings
+    };
+    let verdicts = decide::decide_batch(&cases, &capped, out_of_service);
 
     let mut reports: Vec<Option<NodeReport>> = Vec::with_capacity(targets.len());
     let mut to_fence: Vec<(usize, bool, bool)> = Vec::new();
@@ -152,25 +206,9 @@ async fn fence_batch(
                 if matches!(reason, Skip::CapReached { .. })
                     && let Some(name) = &node
                 {
-                    warn!(node = %name, "{reason}");
-                    emit(
-                        ctx,
-                        name,
-                        true,
-                        "FencingRefused",
-                        "Fence",
-                        reason.to_string(),
-                    )
-                    .await;
+                    refused(ctx, name, reason).await;
                 }
-                reports.push(Some(skipped(
-                    target.reference.to_string(),
-                    node,
-                    target.instance.clone(),
-                    state,
-                    reason.clone(),
-                    target.origins.clone(),
-                )));
+                reports.push(Some(skipped_target(target, node, state, reason)));
             }
             Verdict::Fence { add_taint, dry_run } => {
                 to_fence.push((i, *add_taint, *dry_run));
@@ -179,11 +217,132 @@ async fn fence_batch(
         }
     }
     if to_fence.is_empty() {
-        return Ok(reports.into_iter().flatten().collect());
+        return Ok((reports.into_iter().flatten().collect(), None));
     }
+    let mode = fence_mode(ctx).await?;
 
     // Discover the volumes of every node to fence: one list of each kind.
-    let discovery = discover_volumes(ctx, &to_fence, &targets, &nodes).await;
+    let discovery = discover_volumes(ctx, &to_fence, &targets, nodes).await;
+
+    let live_taints = to_fence.iter().any(|(_, add, dry)| *add && !*dry);
+    if to_fence.iter().any(|(_, _, dry)| !dry) && !ctx.lifecycle.confirm_again_after.is_zero() {
+        info!(
+            delay_s = ctx.lifecycle.confirm_again_after.as_secs(),
+            "waiting before the second confirmation"
+        );
+        tokio::time::sleep(ctx.lifecycle.confirm_again_after).await;
+    }
+    // New taints are decided and written under the cluster's Lease, counted
+    // against the Nodes as they are now: the cap holds across invocations.
+    let namespace = &ctx.lifecycle.control_namespace;
+    if live_taints {
+        ctx.cluster
+            .acquire_lease(namespace, &ctx.correlation_id)
+            .await
+            .inspect_err(|_| ctx.meter.error(Dependency::Kubernetes))?;
+    }
+    let fenced = fence_under_lease(
+        ctx,
+        settings,
+        mode,
+        to_fence,
+        &targets,
+        nodes,
+        &confirmations,
+        &discovery,
+        reports,
+    )
+    .await;
+    if live_taints
+        && let Err(e) = ctx
+            .cluster
+            .release_lease(namespace, &ctx.correlation_id)
+            .await
+    {
+        // It expires on its own; the next holder waits at most that long.
+        ctx.meter.error(Dependency::Kubernetes);
+        warn!(error = %e, "could not release the fencing lease");
+    }
+    let (work, mut reports) = fenced?;
+    let mut done = Vec::new();
+    for (i, stamp, actions, node_volumes, report) in work {
+        let span = info_span!("act", node = report.node.as_deref().unwrap_or("-"), instance = %stamp.instance);
+        done.push(
+            async move {
+                (
+                    i,
+                    act(ctx, mode, &stamp, &actions, &node_volumes, report).await,
+                )
+            }
+            .instrument(span),
+        );
+    }
+    let done: Vec<(usize, NodeReport)> = futures::stream::iter(done)
+        .buffer_unordered(PARALLEL_NODES)
+        .collect()
+        .await;
+    let mut done = verify(ctx, done).await;
+    for (i, report) in done.drain(..) {
+        reports[i] = Some(report);
+    }
+    Ok((reports.into_iter().flatten().collect(), Some(mode)))
+}
+
+/// One node whose taint stage passed: what its act stage needs.
+type Work = (usize, Stamp, Vec<VolumeAction>, Vec<NodeVolume>, NodeReport);
+
+/// Recounts, re-confirms and writes the taints (or legacy marks). Runs with
+/// the Lease held when any new taint is planned.
+#[allow(clippy::too_many_arguments)]
+async fn fence_under_lease(
+    ctx: &Ctx<'_>,
+    settings: &Settings,
+    mode: FenceMode,
+    mut to_fence: Vec<(usize, bool, bool)>,
+    targets: &[Target],
+    nodes: &[NodeFacts],
+    confirmations: &HashMap<InstanceId, Confirmation>,
+    discovery: &Discovery,
+    mut reports: Vec<Option<NodeReport>>,
+) -> Result<(Vec<Work>, Vec<Option<NodeReport>>), PipelineError> {
+    if to_fence.iter().any(|(_, add, dry)| *add && !*dry) {
+        let fresh = ctx.cluster.list_nodes().await.inspect_err(|_| {
+            ctx.meter.error(Dependency::Kubernetes);
+        })?;
+        let limit = cap(ctx, settings, fresh.len());
+        let now_out = fresh.iter().filter(|n| n.is_out_of_service()).count();
+        let new: Vec<usize> = (0..to_fence.len())
+            .filter(|&k| to_fence[k].1 && !to_fence[k].2)
+            .collect();
+        let already: Vec<bool> = new
+            .iter()
+            .map(|&k| {
+                let name = targets[to_fence[k].0].node.map(|n| &nodes[n].name);
+                fresh
+                    .iter()
+                    .any(|f| Some(&f.name) == name && f.is_out_of_service())
+            })
+            .collect();
+        let admitted = decide::recount(&already, now_out, limit);
+        let mut refused_now = Vec::new();
+        for (&k, verdict) in new.iter().zip(admitted) {
+            match verdict {
+                decide::Recount::New => {}
+                decide::Recount::AlreadyOut => to_fence[k].1 = false,
+                decide::Recount::Refused(reason) => refused_now.push((k, reason)),
+            }
+        }
+        for (k, reason) in refused_now.iter().rev() {
+            let (i, _, _) = to_fence.remove(*k);
+            let target = &targets[i];
+            let node = target.node.map(|n| nodes[n].name.clone());
+            if let Some(name) = &node {
+                refused(ctx, name, reason).await;
+            }
+            let state = seen(target.instance.as_ref(), confirmations).map(|f| f.state.clone());
+            reports[i] = Some(skipped_target(target, node, state, reason));
+        }
+    }
 
     // Re-confirm right before the first irreversible step.
     let live: Vec<InstanceId> = to_fence
@@ -203,7 +362,7 @@ async fn fence_batch(
         let Some(node) = target.node.map(|n| &nodes[n]) else {
             continue;
         };
-        let Some(instance) = seen(target.instance.as_ref(), &confirmations) else {
+        let Some(instance) = seen(target.instance.as_ref(), confirmations) else {
             continue;
         };
         let node_volumes = discovery
@@ -226,13 +385,15 @@ async fn fence_batch(
             reason: String::new(),
             skip: None,
             taint_applied: false,
+            pods_deleted: 0,
+            attachments_deleted: 0,
             volumes: Vec::new(),
             errors: discovery.errors.clone(),
             origins: target.origins.clone(),
         };
         if dry_run {
             report.volumes = volume_reports(&actions, &node_volumes, true);
-            report.reason = plan_text(add_taint, &actions);
+            report.reason = plan_text(mode, add_taint, &actions);
             reports[i] = Some(report);
             continue;
         }
@@ -249,7 +410,7 @@ async fn fence_batch(
                     node: Some(node),
                     confirmation: Some(&again),
                 },
-                &ctx.settings,
+                settings,
             ) {
                 Verdict::Skip { reason } => reason,
                 Verdict::Fence { .. } => Skip::LookupFailed {
@@ -278,28 +439,81 @@ async fn fence_batch(
     }
 
     let stamp_at = k8s_openapi::jiff::Timestamp::now().to_string();
-    let done: Vec<(usize, NodeReport)> = futures::stream::iter(work)
-        .map(|(i, add_taint, instance, actions, node_volumes, report)| {
-            let span = info_span!("fence", node = report.node.as_deref().unwrap_or("-"), instance = %instance.id);
-            let stamp = Stamp {
-                instance: instance.id.clone(),
-                state: instance.state.clone(),
-                at: stamp_at.clone(),
-                correlation_id: ctx.correlation_id.clone(),
-            };
-            async move {
-                (i, fence_node(ctx, add_taint, &stamp, &actions, &node_volumes, report).await)
-            }
-            .instrument(span)
-        })
-        .buffer_unordered(PARALLEL_NODES)
-        .collect()
-        .await;
-    let mut done = verify(ctx, done).await;
-    for (i, report) in done.drain(..) {
-        reports[i] = Some(report);
+    let tainted: Vec<(Work, bool)> =
+        futures::stream::iter(work)
+            .map(|(i, add_taint, instance, actions, node_volumes, report)| {
+                let span = info_span!("fence", node = report.node.as_deref().unwrap_or("-"), instance = %instance.id);
+                let stamp = Stamp {
+                    instance: instance.id.clone(),
+                    state: instance.state.clone(),
+                    at: stamp_at.clone(),
+                    correlation_id: ctx.correlation_id.clone(),
+                    mode,
+                    volumes: actions
+                        .iter()
+                        .filter(|a| matches!(a, VolumeAction::Detach { .. }))
+                        .map(|a| a.volume().clone())
+                        .collect(),
+                };
+                async move {
+                    let (report, go_on) = taint(ctx, add_taint, &stamp, &actions, &node_volumes, report).await;
+                    ((i, stamp, actions, node_volumes, report), go_on)
+                }
+                .instrument(span)
+            })
+            .buffer_unordered(PARALLEL_NODES)
+            .collect()
+            .await;
+    let mut next = Vec::new();
+    for (done, go_on) in tainted {
+        if go_on {
+            next.push(done);
+        } else {
+            let (i, _, _, _, report) = done;
+            reports[i] = Some(report);
+        }
     }
-    Ok(reports.into_iter().flatten().collect())
+    Ok((next, reports))
+}
+
+/// The cap in force for a cluster of `nodes` Nodes.
+fn cap(ctx: &Ctx<'_>, settings: &Settings, nodes: usize) -> usize {
+    decide::effective_cap(
+        settings.max_out_of_service,
+        ctx.lifecycle.max_out_of_service_percent,
+        nodes,
+    )
+}
+
+/// The mode in force: configured, or by the server's version.
+async fn fence_mode(ctx: &Ctx<'_>) -> Result<FenceMode, PipelineError> {
+    Ok(match ctx.lifecycle.mode {
+        ModeSetting::Taint => FenceMode::Taint,
+        ModeSetting::Legacy => FenceMode::Legacy,
+        ModeSetting::Auto => {
+            let version = ctx
+                .cluster
+                .server_version()
+                .await
+                .inspect_err(|_| ctx.meter.error(Dependency::Kubernetes))?;
+            let chosen = mode::choose(ModeSetting::Auto, version);
+            info!(%version, mode = chosen.name(), "fencing mode chosen by server version");
+            chosen
+        }
+    })
+}
+
+async fn refused(ctx: &Ctx<'_>, node: &str, reason: &Skip) {
+    warn!(node, "{reason}");
+    emit(
+        ctx,
+        node,
+        true,
+        "FencingRefused",
+        "Fence",
+        reason.to_string(),
+    )
+    .await;
 }
 
 /// Asks EC2 about the instances; any error makes every answer a failed lookup.
@@ -455,52 +669,92 @@ async fn discover_volumes(
     }
 }
 
-async fn fence_node(
+/// The taint (or, in legacy mode, the mark) on one node. Returns the report
+/// and whether the act stage may go on.
+async fn taint(
     ctx: &Ctx<'_>,
     add_taint: bool,
     stamp: &Stamp,
     actions: &[VolumeAction],
     node_volumes: &[NodeVolume],
     mut report: NodeReport,
+) -> (NodeReport, bool) {
+    if !add_taint {
+        return (report, true);
+    }
+    let node = report.node.clone().unwrap_or_default();
+    let started = Instant::now();
+    let tainted = ctx.cluster.taint_node(&node, stamp).await;
+    ctx.meter.stage(Stage::Taint, started.elapsed());
+    match tainted {
+        Ok(TaintOutcome::Applied) => {
+            report.taint_applied = true;
+            let (reason, note) = match stamp.mode {
+                FenceMode::Taint => {
+                    info!("out-of-service taint applied");
+                    (
+                        "OutOfServiceTaintApplied",
+                        format!(
+                            "EC2 reports {} `{}`: applied node.kubernetes.io/out-of-service=nodeshutdown:NoExecute",
+                            stamp.instance, stamp.state
+                        ),
+                    )
+                }
+                FenceMode::Legacy => {
+                    info!("fenced the legacy way (marked)");
+                    (
+                        "FencedLegacy",
+                        format!(
+                            "EC2 reports {} `{}`: force-deleting the node's pods and VolumeAttachments (no out-of-service taint on this cluster)",
+                            stamp.instance, stamp.state
+                        ),
+                    )
+                }
+            };
+            emit(ctx, &node, false, reason, "Fence", note).await;
+            (report, true)
+        }
+        Ok(TaintOutcome::AlreadyPresent) => {
+            info!("already fenced");
+            (report, true)
+        }
+        Ok(outcome @ (TaintOutcome::NodeReady | TaintOutcome::NodeGone)) => {
+            let reason = if outcome == TaintOutcome::NodeReady {
+                Skip::NodeReady
+            } else {
+                Skip::NotInCluster
+            };
+            warn!(%reason, "node changed before the taint; not fencing");
+            report.outcome = Outcome::Skipped;
+            report.reason = reason.to_string();
+            report.skip = Some(reason);
+            (report, false)
+        }
+        Err(e) => {
+            ctx.meter.error(Dependency::Kubernetes);
+            warn!(error = %e, "taint failed; no volume is detached");
+            report.outcome = Outcome::Failed;
+            report.reason = "the taint could not be applied".into();
+            report.errors.push(e.to_string());
+            report.volumes = volume_reports(actions, node_volumes, true);
+            (report, false)
+        }
+    }
+}
+
+/// What follows the taint: in legacy mode the node's pods and
+/// VolumeAttachments go first; then the EBS volumes are force-detached.
+async fn act(
+    ctx: &Ctx<'_>,
+    mode: FenceMode,
+    stamp: &Stamp,
+    actions: &[VolumeAction],
+    node_volumes: &[NodeVolume],
+    mut report: NodeReport,
 ) -> NodeReport {
     let node = report.node.clone().unwrap_or_default();
-    if add_taint {
-        let started = Instant::now();
-        let tainted = ctx.cluster.taint_node(&node, stamp).await;
-        ctx.meter.stage(Stage::Taint, started.elapsed());
-        match tainted {
-            Ok(TaintOutcome::Applied) => {
-                info!("out-of-service taint applied");
-                report.taint_applied = true;
-                let note = format!(
-                    "EC2 reports {} `{}`: applied node.kubernetes.io/out-of-service=nodeshutdown:NoExecute",
-                    stamp.instance, stamp.state
-                );
-                emit(ctx, &node, false, "OutOfServiceTaintApplied", "Fence", note).await;
-            }
-            Ok(TaintOutcome::AlreadyPresent) => info!("taint already present"),
-            Ok(outcome @ (TaintOutcome::NodeReady | TaintOutcome::NodeGone)) => {
-                let reason = if outcome == TaintOutcome::NodeReady {
-                    Skip::NodeReady
-                } else {
-                    Skip::NotInCluster
-                };
-                warn!(%reason, "node changed before the taint; not fencing");
-                report.outcome = Outcome::Skipped;
-                report.reason = reason.to_string();
-                report.skip = Some(reason);
-                return report;
-            }
-            Err(e) => {
-                ctx.meter.error(Dependency::Kubernetes);
-                warn!(error = %e, "taint failed; no volume is detached");
-                report.outcome = Outcome::Failed;
-                report.reason = "the taint could not be applied".into();
-                report.errors.push(e.to_string());
-                report.volumes = volume_reports(actions, node_volumes, true);
-                return report;
-            }
-        }
+    if mode == FenceMode::Legacy {
+        legacy(ctx, &node, node_volumes, &mut report).await;
     }
     report.volumes = volume_reports(actions, node_volumes, false);
     let mut detached = Vec::new();
@@ -543,12 +797,70 @@ async fn fence_node(
         );
         emit(ctx, &node, false, "VolumesForceDetached", "Detach", note).await;
     }
-    report.outcome = if add_taint && report.taint_applied {
+    report.outcome = if report.taint_applied {
         Outcome::Fenced
     } else {
         Outcome::AlreadyFenced
     };
     report
+}
+
+/// The legacy recipe, for clusters without the out-of-service taint: the
+/// pods still bound to the node are force-deleted (grace period 0) so their
+/// controllers replace them, and the node's VolumeAttachments of the EBS
+/// volumes are deleted so the attach/detach controller lets go of them. The
+/// Node object stays (deleting it loses its labels, taints and history).
+async fn legacy(ctx: &Ctx<'_>, node: &str, node_volumes: &[NodeVolume], report: &mut NodeReport) {
+    match ctx.cluster.pods_on_node(node).await {
+        Ok(pods) => {
+            let mut results = Vec::new();
+            for pod in &pods {
+                results.push(ctx.cluster.force_delete_pod(pod).await);
+            }
+            let deleted = tally(ctx, report, results);
+            report.pods_deleted = deleted;
+            if deleted > 0 {
+                info!(deleted, "pods force-deleted");
+                let note =
+                    format!("force-deleted {deleted} pod(s) bound to the node (grace period 0)");
+                emit(ctx, node, false, "PodsForceDeleted", "Fence", note).await;
+            }
+        }
+        Err(e) => {
+            tally(ctx, report, vec![Err(e)]);
+        }
+    }
+    let mut names: Vec<&str> = node_volumes.iter().map(|v| v.attachment.as_str()).collect();
+    names.sort_unstable();
+    names.dedup();
+    let mut results = Vec::new();
+    for name in names {
+        results.push(ctx.cluster.delete_volume_attachment(name).await);
+    }
+    let deleted = tally(ctx, report, results);
+    report.attachments_deleted = deleted;
+    if deleted > 0 {
+        info!(deleted, "volumeattachments deleted");
+        let note = format!("deleted {deleted} VolumeAttachment(s) of the node");
+        emit(ctx, node, false, "VolumeAttachmentsDeleted", "Fence", note).await;
+    }
+}
+
+/// Counts the Kubernetes calls that succeeded; each failure is counted,
+/// logged and reported (the node's outcome becomes `failed`).
+fn tally(ctx: &Ctx<'_>, report: &mut NodeReport, results: Vec<Result<(), ClusterError>>) -> usize {
+    let mut done = 0;
+    for result in results {
+        match result {
+            Ok(()) => done += 1,
+            Err(e) => {
+                ctx.meter.error(Dependency::Kubernetes);
+                warn!(error = %e, "legacy fencing step failed");
+                report.errors.push(e.to_string());
+            }
+        }
+    }
+    done
 }
 
 /// Waits, bounded, until every detached volume is `available`, then settles
@@ -619,10 +931,16 @@ async fn verify(ctx: &Ctx<'_>, mut done: Vec<(usize, NodeReport)>) -> Vec<(usize
             .iter()
             .filter(|v| v.outcome == VolumeOutcome::Detached)
             .count();
-        let taint = if r.taint_applied {
-            "tainted out-of-service"
-        } else {
-            "already out-of-service"
+        let taint = match (
+            r.taint_applied,
+            r.pods_deleted > 0 || r.attachments_deleted > 0,
+        ) {
+            (true, false) => "tainted out-of-service".to_owned(),
+            (false, false) => "already out-of-service".to_owned(),
+            (_, true) => format!(
+                "fenced the legacy way: {} pod(s) force-deleted, {} VolumeAttachment(s) deleted",
+                r.pods_deleted, r.attachments_deleted
+            ),
         };
         r.reason = format!("{taint}; {detached} volume(s) force-detached");
         if !stuck.is_empty() {
@@ -676,16 +994,36 @@ fn volume_reports(
         .collect()
 }
 
-fn plan_text(add_taint: bool, actions: &[VolumeAction]) -> String {
+fn plan_text(mode: FenceMode, add_taint: bool, actions: &[VolumeAction]) -> String {
     let detach = actions
         .iter()
         .filter(|a| matches!(a, VolumeAction::Detach { .. }))
         .count();
-    if add_taint {
+    if mode == FenceMode::Legacy {
+        format!(
+            "dry run: would force-delete the node's pods and VolumeAttachments and force-detach {detach} volume(s) (legacy mode)"
+        )
+    } else if add_taint {
         format!("dry run: would apply the out-of-service taint and force-detach {detach} volume(s)")
     } else {
         format!("dry run: already out of service; would force-detach {detach} volume(s)")
     }
+}
+
+fn skipped_target(
+    target: &Target,
+    node: Option<String>,
+    state: Option<crate::instance::InstanceState>,
+    reason: &Skip,
+) -> NodeReport {
+    skipped(
+        target.reference.to_string(),
+        node,
+        target.instance.clone(),
+        state,
+        reason.clone(),
+        target.origins.clone(),
+    )
 }
 
 fn skipped(
@@ -705,6 +1043,8 @@ fn skipped(
         reason: reason.to_string(),
         skip: Some(reason),
         taint_applied: false,
+        pods_deleted: 0,
+        attachments_deleted: 0,
         volumes: Vec::new(),
         errors: Vec::new(),
         origins,

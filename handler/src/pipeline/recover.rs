@@ -1,0 +1,402 @@
+//! The recovery check: every invocation looks at the nodes node-fencer
+//! fenced (and at those a trigger asks to recover), and ends a fencing once
+//! [`crate::recovery::decide`] says it is safe.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use tracing::{info, warn};
+
+use super::{Ctx, confirm, emit};
+use crate::facts::{AttachmentFacts, Confirmation, FenceMode, NodeFacts, PvFacts, Readiness};
+use crate::instance::{InstanceId, VolumeId};
+use crate::metrics::Dependency;
+use crate::recovery::{self, Hold, RecoveryCase, RecoveryVerdict};
+use crate::report::{RecoveryOutcome, RecoveryReport};
+use crate::resolve::{self, Resolution};
+use crate::shell::cluster::UntaintOutcome;
+use crate::suspect::{NodeRef, Origin, Suspect};
+use crate::volumes;
+
+/// One node to look at.
+struct Candidate {
+    requested: bool,
+    origins: Vec<Origin>,
+}
+
+/// Runs the recovery check over the fenced nodes and the requested ones.
+pub(super) async fn run(
+    ctx: &Ctx<'_>,
+    dry_run: bool,
+    requested: Vec<Suspect>,
+    nodes: &[NodeFacts],
+) -> Vec<RecoveryReport> {
+    let mut reports = Vec::new();
+    let mut candidates: BTreeMap<String, Candidate> = BTreeMap::new();
+    // Routinely, only the fenced nodes that are Ready again: one still down
+    // cannot recover, and asking EC2 about it on every invocation is waste.
+    for node in nodes
+        .iter()
+        .filter(|n| n.fenced.is_some() && n.readiness == Readiness::Ready)
+    {
+        candidates.insert(
+            node.name.clone(),
+            Candidate {
+                requested: false,
+                origins: Vec::new(),
+            },
+        );
+    }
+    for suspect in requested {
+        let Some(node) = find(&suspect.target, nodes) else {
+            info!(suspect = %suspect.target, "recovery asked for a machine no node matches");
+            reports.push(kept(
+                suspect.target.to_string(),
+                None,
+                "no node of this cluster matches".into(),
+                None,
+                vec![suspect.origin],
+            ));
+            continue;
+        };
+        let c = candidates
+            .entry(node.name.clone())
+            .or_insert_with(|| Candidate {
+                requested: true,
+                origins: Vec::new(),
+            });
+        c.requested = true;
+        c.origins.push(suspect.origin);
+    }
+    if candidates.is_empty() {
+        return reports;
+    }
+
+    let started = tokio::time::Instant::now();
+    let mut view = View::gather(ctx, nodes, &candidates).await;
+    let mut verdicts = view.decide(ctx, &candidates, 0);
+    // A requested recovery that only waits for the settle delay waits here,
+    // once, rather than for a retry minutes later.
+    let wait = verdicts
+        .iter()
+        .filter(|(name, _)| candidates[name.as_str()].requested)
+        .filter_map(|(_, v)| match v {
+            RecoveryVerdict::Hold(Hold::Settling { remaining_secs }) => Some(*remaining_secs),
+            _ => None,
+        })
+        .max();
+    if let Some(secs) = wait
+        && !dry_run
+    {
+        let pause = Duration::from_secs(u64::try_from(secs).unwrap_or(0))
+            .min(ctx.lifecycle.recovery_settle);
+        info!(
+            wait_s = pause.as_secs(),
+            "a requested node is Ready again; waiting out the settle delay"
+        );
+        tokio::time::sleep(pause).await;
+        match ctx.cluster.list_nodes().await {
+            Ok(fresh) => {
+                view = View::gather(ctx, &fresh, &candidates).await;
+                let waited = i64::try_from(started.elapsed().as_secs()).unwrap_or(i64::MAX);
+                verdicts = view.decide(ctx, &candidates, waited);
+            }
+            Err(e) => {
+                ctx.meter.error(Dependency::Kubernetes);
+                warn!(error = %e, "could not re-read the nodes after the settle delay");
+                return reports;
+            }
+        }
+    }
+
+    for (name, verdict) in verdicts {
+        let c = &candidates[&name];
+        let node = view.nodes.get(&name);
+        let instance = node.and_then(|n| n.instance.clone());
+        let state = instance
+            .as_ref()
+            .and_then(|i| match view.confirmations.get(i) {
+                Some(Confirmation::Seen(f)) => Some(f.state.clone()),
+                _ => None,
+            });
+        let mut report = RecoveryReport {
+            node: name.clone(),
+            instance_id: instance,
+            instance_state: state,
+            outcome: RecoveryOutcome::Kept,
+            reason: String::new(),
+            hold: None,
+            taint_removed: false,
+            requested: c.requested,
+            errors: Vec::new(),
+            origins: c.origins.clone(),
+        };
+        match verdict {
+            RecoveryVerdict::Hold(hold) => {
+                report.outcome = if hold.pending() {
+                    RecoveryOutcome::Waiting
+                } else {
+                    RecoveryOutcome::Kept
+                };
+                report.reason = hold.to_string();
+                info!(node = %name, hold = hold.code(), requested = c.requested, "recovery held: {hold}");
+                if c.requested && hold.pending() {
+                    emit(
+                        ctx,
+                        &name,
+                        false,
+                        "RecoveryWaiting",
+                        "Recover",
+                        hold.to_string(),
+                    )
+                    .await;
+                }
+                report.hold = Some(hold);
+                // The routine look at a node that stays fenced is not news.
+                if !c.requested && report.outcome == RecoveryOutcome::Kept {
+                    continue;
+                }
+            }
+            RecoveryVerdict::Recover { fenced_at } if dry_run => {
+                report.outcome = RecoveryOutcome::Planned;
+                report.reason = "dry run: would remove node-fencer's taint and annotations".into();
+                info!(node = %name, fenced_at, "recovery planned (dry run)");
+            }
+            RecoveryVerdict::Recover { fenced_at } => {
+                end(ctx, &name, &fenced_at, node, &mut report).await;
+            }
+        }
+        reports.push(report);
+    }
+    reports
+}
+
+/// Writes the end of one fencing and records it.
+async fn end(
+    ctx: &Ctx<'_>,
+    name: &str,
+    fenced_at: &str,
+    node: Option<&NodeFacts>,
+    report: &mut RecoveryReport,
+) {
+    match ctx.cluster.untaint_node(name, fenced_at).await {
+        Ok(UntaintOutcome::Ended { taint_removed }) => {
+            report.outcome = RecoveryOutcome::Recovered;
+            report.taint_removed = taint_removed;
+            let legacy = node
+                .and_then(|n| n.fenced.as_ref())
+                .is_some_and(|m| m.mode == FenceMode::Legacy);
+            let (reason, note) = if taint_removed {
+                (
+                    "OutOfServiceTaintRemoved",
+                    "the instance runs and the node is Ready again: removed node.kubernetes.io/out-of-service",
+                )
+            } else if legacy {
+                (
+                    "FencingEnded",
+                    "the instance runs and the node is Ready again: cleared node-fencer's legacy fencing",
+                )
+            } else {
+                (
+                    "FencingEnded",
+                    "the instance runs and the node is Ready again; the out-of-service taint was already gone",
+                )
+            };
+            report.reason = note.into();
+            info!(node = name, taint_removed, "fencing ended");
+            emit(ctx, name, false, reason, "Recover", note.into()).await;
+        }
+        Ok(UntaintOutcome::NodeNotReady) => {
+            report.outcome = RecoveryOutcome::Waiting;
+            report.reason = Hold::NodeNotReady.to_string();
+            report.hold = Some(Hold::NodeNotReady);
+        }
+        Ok(UntaintOutcome::NotOurs) => {
+            report.reason = Hold::NotFenced.to_string();
+            report.hold = Some(Hold::NotFenced);
+        }
+        Ok(UntaintOutcome::NodeGone) => {
+            report.reason = "the node no longer exists".into();
+        }
+        Err(e) => {
+            ctx.meter.error(Dependency::Kubernetes);
+            warn!(node = name, error = %e, "could not end the fencing");
+            report.outcome = RecoveryOutcome::Failed;
+            report.reason = "the taint could not be removed".into();
+            report.errors.push(e.to_string());
+        }
+    }
+}
+
+/// The Node a recovery request names: by the usual resolution, or by the
+/// instance node-fencer recorded (the Node may name a new one by now).
+fn find<'a>(target: &NodeRef, nodes: &'a [NodeFacts]) -> Option<&'a NodeFacts> {
+    match resolve::resolve(target, nodes) {
+        Resolution::Node(i) => Some(&nodes[i]),
+        Resolution::Instance(id) => nodes.iter().find(|n| {
+            n.fenced
+                .as_ref()
+                .is_some_and(|m| m.instance.as_ref() == Some(&id))
+        }),
+        Resolution::Unmatched => None,
+    }
+}
+
+/// What the recovery decisions look at, gathered with one call of each kind.
+struct View {
+    nodes: HashMap<String, NodeFacts>,
+    confirmations: HashMap<InstanceId, Confirmation>,
+    attachments: Option<(Vec<AttachmentFacts>, Vec<PvFacts>)>,
+}
+
+impl View {
+    async fn gather(
+        ctx: &Ctx<'_>,
+        nodes: &[NodeFacts],
+        candidates: &BTreeMap<String, Candidate>,
+    ) -> Self {
+        let nodes: HashMap<String, NodeFacts> = nodes
+            .iter()
+            .filter(|n| candidates.contains_key(&n.name))
+            .map(|n| (n.name.clone(), n.clone()))
+            .collect();
+        let mut ids: Vec<InstanceId> = nodes
+            .values()
+            .filter(|n| n.fenced.is_some())
+            .flat_map(|n| {
+                let fenced = n.fenced.as_ref().and_then(|m| m.instance.clone());
+                n.instance.clone().into_iter().chain(fenced)
+            })
+            .collect();
+        ids.sort();
+        ids.dedup();
+        let confirmations = confirm(ctx, &ids).await;
+        let mut view = Self {
+            nodes,
+            confirmations,
+            attachments: None,
+        };
+        // The attachments are listed only when some node is otherwise ready to go.
+        let needed = view.nodes.values().any(|n| {
+            matches!(
+                recovery::decide(&view.case(n, &[], 0, i64::MAX / 2)),
+                RecoveryVerdict::Recover { .. } | RecoveryVerdict::Hold(Hold::Settling { .. })
+            )
+        });
+        if needed {
+            let (vas, pvs) = futures::join!(
+                ctx.cluster.list_volume_attachments(),
+                ctx.cluster.list_persistent_volumes()
+            );
+            match (vas, pvs) {
+                (Ok(vas), Ok(pvs)) => view.attachments = Some((vas, pvs)),
+                (Err(e), _) | (_, Err(e)) => {
+                    ctx.meter.error(Dependency::Kubernetes);
+                    warn!(error = %e, "could not list attachments; no recovery this time");
+                }
+            }
+        }
+        view
+    }
+
+    fn case<'a>(
+        &'a self,
+        node: &'a NodeFacts,
+        attached: &'a [VolumeId],
+        now: i64,
+        settle: i64,
+    ) -> RecoveryCase<'a> {
+        let fenced = node
+            .fenced
+            .as_ref()
+            .and_then(|m| m.instance.as_ref())
+            .filter(|id| Some(*id) != node.instance.as_ref())
+            .and_then(|id| self.confirmations.get(id));
+        RecoveryCase {
+            node,
+            current: node
+                .instance
+                .as_ref()
+                .and_then(|id| self.confirmations.get(id)),
+            fenced,
+            attached,
+            now,
+            seen_ready_at: now,
+            settle_secs: settle,
+        }
+    }
+
+    /// The verdict per candidate; `waited` seconds count as Ready time for
+    /// a Node whose condition does not say since when.
+    fn decide(
+        &self,
+        ctx: &Ctx<'_>,
+        candidates: &BTreeMap<String, Candidate>,
+        waited: i64,
+    ) -> Vec<(String, RecoveryVerdict)> {
+        let now = k8s_openapi::jiff::Timestamp::now().as_second();
+        let settle = i64::try_from(ctx.lifecycle.recovery_settle.as_secs()).unwrap_or(i64::MAX);
+        candidates
+            .keys()
+            .map(|name| {
+                let Some(node) = self.nodes.get(name) else {
+                    return (name.clone(), RecoveryVerdict::Hold(Hold::NotFenced));
+                };
+                let attached = self.attached(node);
+                let mut case =
+                    self.case(node, attached.as_deref().unwrap_or_default(), now, settle);
+                case.seen_ready_at = now - waited;
+                let verdict = match recovery::decide(&case) {
+                    // Nothing is known of the attachments: not safe to end it.
+                    RecoveryVerdict::Recover { .. }
+                    | RecoveryVerdict::Hold(Hold::Settling { .. })
+                        if attached.is_none() =>
+                    {
+                        RecoveryVerdict::Hold(Hold::AttachmentsUnknown)
+                    }
+                    verdict => verdict,
+                };
+                (name.clone(), verdict)
+            })
+            .collect()
+    }
+
+    /// The volumes of the mark still tied to the Node by a VolumeAttachment;
+    /// `None` when the attachments could not be listed.
+    fn attached(&self, node: &NodeFacts) -> Option<Vec<VolumeId>> {
+        let Some(mark) = &node.fenced else {
+            return Some(Vec::new());
+        };
+        let Some((vas, pvs)) = &self.attachments else {
+            return None;
+        };
+        Some(
+            volumes::volumes_of_node(&node.name, vas, pvs)
+                .into_iter()
+                .map(|v| v.volume)
+                .filter(|v| mark.volumes.contains(v))
+                .collect(),
+        )
+    }
+}
+
+fn kept(
+    node: String,
+    instance_id: Option<InstanceId>,
+    reason: String,
+    hold: Option<Hold>,
+    origins: Vec<Origin>,
+) -> RecoveryReport {
+    RecoveryReport {
+        node,
+        instance_id,
+        instance_state: None,
+        outcome: RecoveryOutcome::Kept,
+        reason,
+        hold,
+        taint_removed: false,
+        requested: true,
+        errors: Vec::new(),
+        origins,
+    }
+}
