@@ -50,13 +50,7 @@ pub(super) async fn run(
     for suspect in requested {
         let Some(node) = find(&suspect.target, nodes) else {
             info!(suspect = %suspect.target, "recovery asked for a machine no node matches");
-            reports.push(kept(
-                suspect.target.to_string(),
-                None,
-                "no node of this cluster matches".into(),
-                None,
-                vec![suspect.origin],
-            ));
+            reports.push(unmatched(suspect.target.to_string(), suspect.origin));
             continue;
         };
         let c = candidates
@@ -102,9 +96,10 @@ pub(super) async fn run(
                 verdicts = view.decide(ctx, &candidates, waited);
             }
             Err(e) => {
+                // The verdicts before the delay stand: still settling, so
+                // a requested recovery reports waiting and is retried.
                 ctx.meter.error(Dependency::Kubernetes);
                 warn!(error = %e, "could not re-read the nodes after the settle delay");
-                return reports;
             }
         }
     }
@@ -380,23 +375,18 @@ impl View {
     }
 }
 
-fn kept(
-    node: String,
-    instance_id: Option<InstanceId>,
-    reason: String,
-    hold: Option<Hold>,
-    origins: Vec<Origin>,
-) -> RecoveryReport {
+/// A recovery request that names no Node of this cluster.
+fn unmatched(target: String, origin: Origin) -> RecoveryReport {
     RecoveryReport {
-        node,
-        instance_id,
+        node: target,
+        instance_id: None,
         instance_state: None,
         outcome: RecoveryOutcome::Kept,
-        reason,
-        hold,
+        reason: "no node of this cluster matches".into(),
+        hold: None,
         taint_removed: false,
         requested: true,
         errors: Vec::new(),
-        origins,
+        origins: vec![origin],
     }
 }
