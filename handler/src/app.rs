@@ -2,13 +2,17 @@
 //! run the pipeline, and shape the answer (a report, or a Function URL
 //! response). Shared by the Lambda entry point and the command line.
 
+use std::sync::Arc;
+
 use lambda_runtime::Diagnostic;
 use serde_json::{Value, json};
+use tokio::sync::OnceCell;
 use tracing::{error, warn};
 
 use crate::config::Config;
 use crate::decide::Settings;
 use crate::metrics::{self, Dependency, Meter};
+use crate::mode::ServerVersion;
 use crate::pipeline::{self, Ctx, Lifecycle, PipelineError};
 use crate::preflight::{self, Preflight};
 use crate::report::Report;
@@ -75,6 +79,8 @@ pub struct App {
     config: Config,
     reporter: String,
     emf: bool,
+    /// The API server's version, asked once per execution environment.
+    server_version: Arc<OnceCell<ServerVersion>>,
 }
 
 impl App {
@@ -85,6 +91,7 @@ impl App {
             config,
             reporter: reporter.into(),
             emf: false,
+            server_version: Arc::default(),
         }
     }
 
@@ -207,7 +214,8 @@ impl App {
             .kube()
             .await
             .inspect_err(|_| meter.error(Dependency::Kubernetes))?;
-        let cluster = Kube::new(client, self.reporter.clone());
+        let cluster =
+            Kube::new(client, self.reporter.clone()).sharing_version(self.server_version.clone());
         let cloud = Ec2::new(self.clients.ec2.clone());
         let ctx = Ctx {
             cloud: &cloud,

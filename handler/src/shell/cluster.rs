@@ -2,6 +2,7 @@
 //! implementation over `kube`. Only the calls in `infra/kubernetes/rbac.yaml`.
 
 use std::future::Future;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -12,6 +13,7 @@ use k8s_openapi::api::storage::v1::VolumeAttachment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
+use tokio::sync::OnceCell;
 
 use crate::control::{self, KillSwitch, LeaseFacts, LeaseStep};
 use crate::facts::{AttachmentFacts, NodeFacts, PvFacts};
@@ -218,6 +220,10 @@ pub trait Cluster: Send + Sync {
 pub struct Kube {
     client: Client,
     instance: String,
+    /// The server version, asked once.
+    version: Arc<OnceCell<ServerVersion>>,
+    /// The Lease as this handle last wrote it, so releasing needs no read.
+    held: Arc<Mutex<Option<Lease>>>,
 }
 
 impl Kube {
@@ -226,7 +232,16 @@ impl Kube {
         Self {
             client,
             instance: instance.into(),
+            version: Arc::default(),
+            held: Arc::default(),
         }
+    }
+
+    /// Shares `version` as the cache of the server version: an execution
+    /// environment asks once, not on every invocation.
+    pub fn sharing_version(mut self, version: Arc<OnceCell<ServerVersion>>) -> Self {
+        self.version = version;
+        self
     }
 }
 
@@ -430,15 +445,18 @@ impl Cluster for Kube {
     }
 
     async fn server_version(&self) -> Result<ServerVersion, ClusterError> {
-        let info = retrying("get version", || self.client.apiserver_version())
-            .await
-            .map_err(|e| ClusterError::Version(e.to_string()))?;
-        ServerVersion::parse(&info.major, &info.minor).ok_or_else(|| {
-            ClusterError::Version(format!(
-                "unreadable version major={:?} minor={:?}",
-                info.major, info.minor
-            ))
-        })
+        let ask = || async {
+            let info = retrying("get version", || self.client.apiserver_version())
+                .await
+                .map_err(|e| ClusterError::Version(e.to_string()))?;
+            ServerVersion::parse(&info.major, &info.minor).ok_or_else(|| {
+                ClusterError::Version(format!(
+                    "unreadable version major={:?} minor={:?}",
+                    info.major, info.minor
+                ))
+            })
+        };
+        self.version.get_or_try_init(ask).await.copied()
     }
 
     async fn untaint_node(
@@ -589,7 +607,12 @@ impl Cluster for Kube {
                 }
             };
             match written {
-                Ok(_) => return Ok(()),
+                Ok(lease) => {
+                    if let Ok(mut held) = self.held.lock() {
+                        *held = Some(lease);
+                    }
+                    return Ok(());
+                }
                 Err(kube::Error::Api(status))
                     if status.is_conflict() || status.is_already_exists() =>
                 {
@@ -613,10 +636,21 @@ impl Cluster for Kube {
             namespace: namespace.into(),
             source,
         };
-        let Some(mut lease) = retrying("get lease", || api.get_opt(control::OBJECT_NAME))
-            .await
-            .map_err(failed)?
-        else {
+        // The Lease as written when taken: its resourceVersion guards the
+        // release as well as a fresh read would.
+        let kept = self
+            .held
+            .lock()
+            .ok()
+            .and_then(|mut held| held.take())
+            .filter(|l| l.metadata.namespace.as_deref() == Some(namespace));
+        let found = match kept {
+            Some(lease) => Some(lease),
+            None => retrying("get lease", || api.get_opt(control::OBJECT_NAME))
+                .await
+                .map_err(failed)?,
+        };
+        let Some(mut lease) = found else {
             return Ok(());
         };
         let ours = lease

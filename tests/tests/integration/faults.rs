@@ -13,7 +13,7 @@ use http::Method;
 use node_fencer::report::{Outcome, Report, VolumeOutcome};
 use node_fencer::retry::KUBERNETES;
 use node_fencer::shell::cloud::Ec2;
-use node_fencer::shell::cluster::Kube;
+use node_fencer::shell::cluster::{Cluster, Kube};
 use node_fencer::shell::connect::Timeouts;
 use node_fencer::suspect::Intent;
 use node_fencer_tests::faults::{Fault, FaultProxy, Match};
@@ -453,5 +453,40 @@ async fn a_real_apiserver_restart_mid_run_is_ridden_out() -> anyhow::Result<()> 
     let applied = events(&f, &sc, "OutOfServiceTaintApplied").await?;
     assert!(applied <= 1, "{applied} taint Events");
     assert!(attached_to(&f, &sc.volume).await?.is_empty());
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_version_is_asked_once_and_the_lease_released_without_a_read() -> anyhow::Result<()> {
+    let (_g, f, sc) = setup(false).await?;
+    let requests = |f: &Faulty, method: Method, part: &str| {
+        f.kube
+            .seen()
+            .iter()
+            .filter(|s| s.method == method && s.path.contains(part))
+            .count()
+    };
+    let report = fence(&f, &sc).await?;
+    assert_fenced_once(&f, &report, &sc).await?;
+    assert_eq!(requests(&f, Method::GET, "/version"), 1);
+    // Taken (a read, a write: create or replace), released (a write only).
+    assert_eq!(requests(&f, Method::GET, "/leases/node-fencer"), 1);
+    let writes =
+        requests(&f, Method::PUT, "/leases/node-fencer") + requests(&f, Method::POST, "/leases");
+    assert_eq!(writes, 2, "{:?}", f.kube.seen());
+
+    // Another handle sharing the cache, as the next invocation of the same
+    // execution environment does: no second question.
+    let cache = std::sync::Arc::new(tokio::sync::OnceCell::new());
+    let first =
+        Kube::new(f.stack.fencer_via(&f.kube.url, FAST).await?, "t").sharing_version(cache.clone());
+    let second =
+        Kube::new(f.stack.fencer_via(&f.kube.url, FAST).await?, "t").sharing_version(cache);
+    let before = requests(&f, Method::GET, "/version");
+    assert_eq!(
+        first.server_version().await?,
+        second.server_version().await?
+    );
+    assert_eq!(requests(&f, Method::GET, "/version"), before + 1);
     Ok(())
 }
