@@ -125,6 +125,19 @@ STAR_RESOURCE_ACTIONS = {
 ACTION_RE = re.compile(r"[a-z0-9-]+:[A-Za-z0-9]+")
 
 
+def rust_list(path: Path, constant: str, declaration: str) -> str:
+    """The text between the brackets of `const CONSTANT: ... = &[...];` in a
+    Rust file, as written (comments included); fails the test, saying what is
+    expected, when the file or the constant is missing."""
+    if not path.is_file():
+        pytest.fail(f"{L.rel(path)} does not exist: the handler crate must declare `{declaration}`")
+    text = path.read_text(encoding="utf-8")
+    m = re.search(rf"\b{constant}\s*:[^=]*=\s*&?\s*\[(?P<body>.*?)\]\s*;", text, re.S)
+    if not m:
+        pytest.fail(f"{L.rel(path)} has no {constant} constant: expected `{declaration}`")
+    return m.group("body")
+
+
 def code_actions() -> set[str]:
     """AWS_ACTIONS of handler/src/permissions.rs: the AWS API calls the code makes."""
     path = L.PERMISSIONS_RS
@@ -132,13 +145,7 @@ def code_actions() -> set[str]:
         'pub const AWS_ACTIONS: &[&str] = &["ec2:DescribeInstances", ...]; '
         "listing every AWS API action the function's code calls"
     )
-    if not path.is_file():
-        pytest.fail(f"{L.rel(path)} does not exist: the handler crate must declare `{declaration}`")
-    text = path.read_text(encoding="utf-8")
-    m = re.search(r"\bAWS_ACTIONS\s*:[^=]*=\s*&?\s*\[(?P<body>.*?)\]\s*;", text, re.S)
-    if not m:
-        pytest.fail(f"{L.rel(path)} has no AWS_ACTIONS constant: expected `{declaration}`")
-    body = re.sub(r"//[^\n]*|/\*.*?\*/", "", m.group("body"), flags=re.S)
+    body = re.sub(r"//[^\n]*|/\*.*?\*/", "", rust_list(path, "AWS_ACTIONS", declaration), flags=re.S)
     strings = re.findall(r'"([^"]*)"', body)
     bad = [s for s in strings if not ACTION_RE.fullmatch(s)]
     assert not bad, f"AWS_ACTIONS in {L.rel(path)} holds entries that are not service:Action: {bad}"
@@ -357,13 +364,9 @@ def code_variables() -> dict[str, str]:
     """VARIABLES of handler/src/config.rs: every environment variable the
     function reads, with what it accepts ("integer 0..=300 (default 30): ...")."""
     path = L.CONFIG_RS
-    if not path.is_file():
-        pytest.fail(f"{L.rel(path)} does not exist: the handler crate must declare `pub const VARIABLES: &[(&str, &str)]`")
-    text = path.read_text(encoding="utf-8")
-    m = re.search(r"\bVARIABLES\s*:[^=]*=\s*&?\s*\[(?P<body>.*?)\]\s*;", text, re.S)
-    if not m:
-        pytest.fail(f"{L.rel(path)} has no VARIABLES constant of (name, what it accepts) pairs")
-    body = re.sub(r"^\s*//[^\n]*", "", m.group("body"), flags=re.M)
+    declaration = "pub const VARIABLES: &[(&str, &str)] = &[(name, what it accepts), ...];"
+    # Only whole-line comments: the descriptions themselves hold `//` (https://).
+    body = re.sub(r"^\s*//[^\n]*", "", rust_list(path, "VARIABLES", declaration), flags=re.M)
     pairs = re.findall(r'\(\s*"([A-Z][A-Z0-9_]*)"\s*,\s*"((?:[^"\\]|\\.)*)"\s*,?\s*\)', body)
     assert pairs, f"VARIABLES in {L.rel(path)} is empty or not (name, description) pairs"
     return dict(pairs)
@@ -689,13 +692,7 @@ def _code_rules(constant: str) -> set[tuple[str, str, str]]:
         f'pub const {constant}: &[(&str, &str, &[&str])] = &[("", "nodes", &["get", "list", "patch"]), ...]; '
         "listing every Kubernetes call the function's code makes"
     )
-    if not path.is_file():
-        pytest.fail(f"{L.rel(path)} does not exist: the handler crate must declare `{declaration}`")
-    text = path.read_text(encoding="utf-8")
-    m = re.search(rf"\b{constant}\s*:[^=]*=\s*&?\s*\[(?P<body>.*?)\]\s*;", text, re.S)
-    if not m:
-        pytest.fail(f"{L.rel(path)} has no {constant} constant: expected `{declaration}`")
-    body = re.sub(r"//[^\n]*|/\*.*?\*/", "", m.group("body"), flags=re.S)
+    body = re.sub(r"//[^\n]*|/\*.*?\*/", "", rust_list(path, constant, declaration), flags=re.S)
     rules = set()
     tuples = re.findall(r'\(\s*"([^"]*)"\s*,\s*"([^"]*)"\s*,\s*&?\s*\[([^\]]*)\]\s*,?\s*\)', body)
     assert tuples, f"{constant} in {L.rel(path)} is empty or not (group, resource, &[verbs]) tuples"
