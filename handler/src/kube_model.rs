@@ -1,7 +1,7 @@
 //! Kubernetes objects read into facts, and the taint patch written from a
 //! Node. Pure: the shell fetches and sends, this module only looks.
 
-use k8s_openapi::api::core::v1::{Node, PersistentVolume};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, Taint};
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use serde_json::{Value, json};
 
@@ -178,6 +178,11 @@ pub fn pv_facts(pv: &PersistentVolume) -> Option<PvFacts> {
     })
 }
 
+/// The out-of-service taint that evicts (any value).
+fn is_out_of_service(t: &Taint) -> bool {
+    t.key == OUT_OF_SERVICE_KEY && t.effect == OUT_OF_SERVICE_EFFECT
+}
+
 /// What node-fencer records with the taint.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Stamp {
@@ -231,9 +236,7 @@ pub fn taint_patch(node: &Node, stamp: &Stamp) -> TaintPatch {
         .and_then(|s| s.taints.clone())
         .unwrap_or_default();
     let present = match stamp.mode {
-        FenceMode::Taint => existing
-            .iter()
-            .any(|t| t.key == OUT_OF_SERVICE_KEY && t.effect == OUT_OF_SERVICE_EFFECT),
+        FenceMode::Taint => existing.iter().any(is_out_of_service),
         FenceMode::Legacy => fence_mark(node).is_some(),
     };
     if present {
@@ -336,14 +339,11 @@ pub fn untaint_patch(node: &Node, fenced_at: &str) -> UntaintPatch {
         .as_ref()
         .and_then(|s| s.taints.clone())
         .unwrap_or_default();
-    let is_ours = |t: &k8s_openapi::api::core::v1::Taint| {
-        t.key == OUT_OF_SERVICE_KEY && t.effect == OUT_OF_SERVICE_EFFECT
-    };
-    let removes_taint = applied_taint && existing.iter().any(is_ours);
+    let removes_taint = applied_taint && existing.iter().any(is_out_of_service);
     if removes_taint {
         let Ok(kept) = existing
             .iter()
-            .filter(|t| !is_ours(t))
+            .filter(|t| !is_out_of_service(t))
             .map(serde_json::to_value)
             .collect::<Result<Vec<Value>, _>>()
         else {

@@ -25,8 +25,9 @@ pub struct RecoveryCase<'a> {
     /// names another one (the instance was replaced under the same name).
     pub fenced: Option<&'a Confirmation>,
     /// The volumes node-fencer detached that a VolumeAttachment still ties
-    /// to this Node.
-    pub attached: &'a [VolumeId],
+    /// to this Node; `None` while the attachments are not known (not listed
+    /// yet, or the list failed).
+    pub attached: Option<&'a [VolumeId]>,
     /// Now, in Unix seconds.
     pub now: i64,
     /// When the Node was first seen Ready, if its condition does not say.
@@ -205,10 +206,14 @@ pub fn decide(case: &RecoveryCase<'_>) -> RecoveryVerdict {
     if case.node.readiness != Readiness::Ready {
         return hold(Hold::NodeNotReady);
     }
-    if !case.attached.is_empty() {
-        return hold(Hold::AttachmentsRemain {
-            volumes: case.attached.to_vec(),
-        });
+    match case.attached {
+        None => return hold(Hold::AttachmentsUnknown),
+        Some(volumes) if !volumes.is_empty() => {
+            return hold(Hold::AttachmentsRemain {
+                volumes: volumes.to_vec(),
+            });
+        }
+        Some(_) => {}
     }
     let since = case.node.ready_since.unwrap_or(case.seen_ready_at);
     let remaining = case.settle_secs - (case.now - since);
@@ -276,7 +281,7 @@ mod tests {
             node: n,
             current: Some(current),
             fenced: None,
-            attached: &[],
+            attached: Some(&[]),
             now: 1_000,
             seen_ready_at: 1_000,
             settle_secs: 30,
@@ -314,11 +319,13 @@ mod tests {
         let vol = [VolumeId::parse("vol-0123456789abcdef0").unwrap()];
         let settled = node(FENCED, Readiness::Ready, Some(0));
         let mut c = case(&settled, &running);
-        c.attached = &vol;
+        c.attached = Some(&vol);
         assert!(matches!(
             decide(&c),
             RecoveryVerdict::Hold(Hold::AttachmentsRemain { .. })
         ));
+        c.attached = None;
+        assert_eq!(decide(&c), RecoveryVerdict::Hold(Hold::AttachmentsUnknown));
         let down = node(FENCED, Readiness::Unknown, None);
         assert_eq!(
             decide(&case(&down, &running)),
@@ -389,7 +396,7 @@ mod tests {
             ready_since in prop::option::of(0i64..2_000),
             current in arb_confirmation(OTHER),
             fenced in arb_confirmation(FENCED),
-            attached in any::<bool>(),
+            attached in 0usize..3,
             settle in 0i64..120,
         ) {
             let mut n = node(if replaced { OTHER } else { FENCED }, readiness, ready_since);
@@ -401,7 +408,8 @@ mod tests {
                 node: &n,
                 current: current.as_ref(),
                 fenced: fenced.as_ref(),
-                attached: if attached { &vol } else { &[] },
+                // Unknown, none left, one left.
+                attached: [None, Some(&[][..]), Some(&vol[..])][attached],
                 now: 1_000,
                 seen_ready_at: 990,
                 settle_secs: settle,
@@ -410,7 +418,7 @@ mod tests {
                 prop_assert!(marked);
                 prop_assert!(matches!(current, Some(Confirmation::Seen(ref f)) if f.state == InstanceState::Running));
                 prop_assert_eq!(readiness, Readiness::Ready);
-                prop_assert!(!attached);
+                prop_assert_eq!(attached, 1);
                 prop_assert!(1_000 - ready_since.unwrap_or(990) >= settle);
                 if replaced {
                     prop_assert!(matches!(fenced, Some(Confirmation::NotFound))

@@ -103,7 +103,19 @@ pub async fn run(ctx: &Ctx<'_>, batch: Batch) -> Result<Report, PipelineError> {
         .kill_switch(&ctx.lifecycle.control_namespace)
         .await
     {
-        Ok(k) => k,
+        Ok(KillSwitch::Unreadable(value)) => {
+            warn!(
+                value,
+                "the kill switch holds neither true nor false; acting as if it were on"
+            );
+            KillSwitch::Unreadable(value)
+        }
+        Ok(k) => {
+            if k.engaged() {
+                warn!("kill switch on: every action is a dry run");
+            }
+            k
+        }
         Err(e) => {
             // Fail closed: an unreadable switch may be an engaged one.
             ctx.meter.error(Dependency::Kubernetes);
@@ -112,14 +124,6 @@ pub async fn run(ctx: &Ctx<'_>, batch: Batch) -> Result<Report, PipelineError> {
             KillSwitch::Unreadable(e.to_string())
         }
     };
-    if let KillSwitch::Unreadable(value) = &kill_switch {
-        warn!(
-            value,
-            "the kill switch holds neither true nor false; acting as if it were on"
-        );
-    } else if kill_switch.engaged() {
-        warn!("kill switch on: every action is a dry run");
-    }
     let settings = Settings {
         dry_run: ctx.settings.dry_run || kill_switch.engaged(),
         ..ctx.settings
@@ -245,6 +249,7 @@ async fn fence_batch(
         ctx,
         settings,
         mode,
+        live_taints,
         to_fence,
         &targets,
         nodes,
@@ -292,12 +297,13 @@ async fn fence_batch(
 type Work = (usize, Stamp, Vec<VolumeAction>, Vec<NodeVolume>, NodeReport);
 
 /// Recounts, re-confirms and writes the taints (or legacy marks). Runs with
-/// the Lease held when any new taint is planned.
+/// the Lease held when `live_taints` (a new taint is planned, not a dry run).
 #[allow(clippy::too_many_arguments)]
 async fn fence_under_lease(
     ctx: &Ctx<'_>,
     settings: &Settings,
     mode: FenceMode,
+    live_taints: bool,
     mut to_fence: Vec<(usize, bool, bool)>,
     targets: &[Target],
     nodes: &[NodeFacts],
@@ -305,7 +311,7 @@ async fn fence_under_lease(
     discovery: &Discovery,
     mut reports: Vec<Option<NodeReport>>,
 ) -> Result<(Vec<Work>, Vec<Option<NodeReport>>), PipelineError> {
-    if to_fence.iter().any(|(_, add, dry)| *add && !*dry) {
+    if live_taints {
         let fresh = ctx.cluster.list_nodes().await.inspect_err(|_| {
             ctx.meter.error(Dependency::Kubernetes);
         })?;

@@ -271,13 +271,11 @@ impl View {
             confirmations,
             attachments: None,
         };
-        // The attachments are listed only when some node is otherwise ready to go.
-        let needed = view.nodes.values().any(|n| {
-            matches!(
-                recovery::decide(&view.case(n, &[], 0, i64::MAX / 2)),
-                RecoveryVerdict::Recover { .. } | RecoveryVerdict::Hold(Hold::Settling { .. })
-            )
-        });
+        // The attachments are listed only when some node gets that far.
+        let needed = view
+            .nodes
+            .values()
+            .any(|n| view.verdict(ctx, n, 0) == RecoveryVerdict::Hold(Hold::AttachmentsUnknown));
         if needed {
             let (vas, pvs) = futures::join!(
                 ctx.cluster.list_volume_attachments(),
@@ -294,62 +292,45 @@ impl View {
         view
     }
 
-    fn case<'a>(
-        &'a self,
-        node: &'a NodeFacts,
-        attached: &'a [VolumeId],
-        now: i64,
-        settle: i64,
-    ) -> RecoveryCase<'a> {
+    /// The verdict for one Node as gathered; `waited` seconds count as
+    /// Ready time for a Node whose condition does not say since when.
+    fn verdict(&self, ctx: &Ctx<'_>, node: &NodeFacts, waited: i64) -> RecoveryVerdict {
+        let now = k8s_openapi::jiff::Timestamp::now().as_second();
+        let attached = self.attached(node);
         let fenced = node
             .fenced
             .as_ref()
             .and_then(|m| m.instance.as_ref())
             .filter(|id| Some(*id) != node.instance.as_ref())
             .and_then(|id| self.confirmations.get(id));
-        RecoveryCase {
+        recovery::decide(&RecoveryCase {
             node,
             current: node
                 .instance
                 .as_ref()
                 .and_then(|id| self.confirmations.get(id)),
             fenced,
-            attached,
+            attached: attached.as_deref(),
             now,
-            seen_ready_at: now,
-            settle_secs: settle,
-        }
+            seen_ready_at: now - waited,
+            settle_secs: i64::try_from(ctx.lifecycle.recovery_settle.as_secs()).unwrap_or(i64::MAX),
+        })
     }
 
-    /// The verdict per candidate; `waited` seconds count as Ready time for
-    /// a Node whose condition does not say since when.
+    /// The verdict per candidate; a candidate no Node matches any more is
+    /// not node-fencer's to end.
     fn decide(
         &self,
         ctx: &Ctx<'_>,
         candidates: &BTreeMap<String, Candidate>,
         waited: i64,
     ) -> Vec<(String, RecoveryVerdict)> {
-        let now = k8s_openapi::jiff::Timestamp::now().as_second();
-        let settle = i64::try_from(ctx.lifecycle.recovery_settle.as_secs()).unwrap_or(i64::MAX);
         candidates
             .keys()
             .map(|name| {
-                let Some(node) = self.nodes.get(name) else {
-                    return (name.clone(), RecoveryVerdict::Hold(Hold::NotFenced));
-                };
-                let attached = self.attached(node);
-                let mut case =
-                    self.case(node, attached.as_deref().unwrap_or_default(), now, settle);
-                case.seen_ready_at = now - waited;
-                let verdict = match recovery::decide(&case) {
-                    // Nothing is known of the attachments: not safe to end it.
-                    RecoveryVerdict::Recover { .. }
-                    | RecoveryVerdict::Hold(Hold::Settling { .. })
-                        if attached.is_none() =>
-                    {
-                        RecoveryVerdict::Hold(Hold::AttachmentsUnknown)
-                    }
-                    verdict => verdict,
+                let verdict = match self.nodes.get(name) {
+                    Some(node) => self.verdict(ctx, node, waited),
+                    None => RecoveryVerdict::Hold(Hold::NotFenced),
                 };
                 (name.clone(), verdict)
             })
@@ -357,7 +338,7 @@ impl View {
     }
 
     /// The volumes of the mark still tied to the Node by a VolumeAttachment;
-    /// `None` when the attachments could not be listed.
+    /// `None` while the attachments are not listed.
     fn attached(&self, node: &NodeFacts) -> Option<Vec<VolumeId>> {
         let Some(mark) = &node.fenced else {
             return Some(Vec::new());

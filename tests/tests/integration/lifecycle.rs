@@ -93,12 +93,8 @@ async fn invoke(emu: &'static Emulator, event: Value) -> anyhow::Result<Invocati
 /// The report of an invocation, whether it succeeded or asked for a retry.
 fn report(out: &Invocation) -> Value {
     let text = out.output.trim();
-    serde_json::from_str(text)
-        .or_else(|_| {
-            // An error's message carries the summary, not the report: keep it readable.
-            Ok::<Value, serde_json::Error>(json!({"error": text}))
-        })
-        .unwrap_or_default()
+    // An error's message carries the summary, not the report: keep it readable.
+    serde_json::from_str(text).unwrap_or_else(|_| json!({"error": text}))
 }
 
 fn annotations(node: &Node) -> Vec<String> {
@@ -130,32 +126,27 @@ async fn set_ready(admin: &Client, node: &str, status: &str) -> anyhow::Result<(
     Ok(())
 }
 
-/// Deletes the node's VolumeAttachments, as the attach/detach controller does.
-async fn delete_vas_of(admin: &Client, node: &str) -> anyhow::Result<usize> {
-    let api: Api<VolumeAttachment> = Api::all(admin.clone());
-    let mut n = 0;
-    for va in api.list(&ListParams::default()).await?.items {
-        if va.spec.node_name == node {
-            api.delete(
-                &va.metadata.name.unwrap_or_default(),
-                &DeleteParams::default(),
-            )
-            .await?;
-            n += 1;
-        }
-    }
-    Ok(n)
-}
-
-async fn vas_of(admin: &Client, node: &str) -> anyhow::Result<usize> {
+/// The names of the node's VolumeAttachments.
+async fn vas_of(admin: &Client, node: &str) -> anyhow::Result<Vec<String>> {
     let api: Api<VolumeAttachment> = Api::all(admin.clone());
     Ok(api
         .list(&ListParams::default())
         .await?
         .items
-        .iter()
+        .into_iter()
         .filter(|va| va.spec.node_name == node)
-        .count())
+        .filter_map(|va| va.metadata.name)
+        .collect())
+}
+
+/// Deletes the node's VolumeAttachments, as the attach/detach controller does.
+async fn delete_vas_of(admin: &Client, node: &str) -> anyhow::Result<usize> {
+    let api: Api<VolumeAttachment> = Api::all(admin.clone());
+    let names = vas_of(admin, node).await?;
+    for name in &names {
+        api.delete(name, &DeleteParams::default()).await?;
+    }
+    Ok(names.len())
 }
 
 fn recovery<'a>(report: &'a Value, node: &str) -> &'a Value {
@@ -550,7 +541,7 @@ async fn legacy_mode_force_deletes_pods_and_attachments_and_recovers_without_a_t
     assert_eq!(res["pods_deleted"], 1, "{r:#}");
     assert_eq!(res["attachments_deleted"], 1, "{r:#}");
     assert!(pods.get_opt(&pod_name).await?.is_none(), "the pod is gone");
-    assert_eq!(vas_of(&admin, &t.node).await?, 0);
+    assert_eq!(vas_of(&admin, &t.node).await?.len(), 0);
     assert_eq!(volume(&ec2, &t.volume).await?.0, "available");
     let node = get_node(&admin, &t.node).await?;
     assert!(
