@@ -13,7 +13,7 @@ export CARGO_TERM_COLOR ?= never
 TOOLS := source "$(CACHE)/env.sh"
 STACK_DIR ?= $(CURDIR)/tests/.stack
 
-.PHONY: help setup fmt lint unit test infra-test fuzz run bench bench-budget package stack-up stack-down clean
+.PHONY: help setup fmt lint unit test infra-test manifest fuzz run bench bench-budget package stack-up stack-down clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -42,6 +42,9 @@ test: setup lint ## everything CI runs: lint, unit, integration against the real
 
 infra-test: ## Terraform parse, format, IAM/RBAC equality and checkov
 	$(TOOLS) && "$$NODE_FENCER_INFRA_VENV/bin/python" -m pytest tests/infra -q
+
+manifest: ## write infra/manifest.json (AWS actions, Kubernetes rules, variables) from the code
+	cargo run --locked -q -p node-fencer -- manifest > infra/manifest.json
 
 FUZZ_SECONDS ?= 20
 fuzz: setup ## every fuzz target for FUZZ_SECONDS each (default 20; a longer run: FUZZ_SECONDS=600)

@@ -5,42 +5,23 @@
 //! taint (KEP-2268) and force-detaches the node's EBS volumes, so stateful
 //! pods and their volumes move to a healthy node in seconds.
 //!
-//! The crate is a functional core ([`trigger`], [`resolve`], [`decide`],
-//! [`volumes`], [`kube_model`], [`recovery`], [`mode`], [`control`],
-//! [`metrics`], [`retry`]) with no I/O, and a thin shell ([`shell`],
-//! [`pipeline`], [`app`], [`cli`], [`lambda`]) that gathers facts and acts.
+//! The folders show the split:
+//!
+//! - [`core`]: the functional core. Parsing triggers, the decisions, the plan
+//!   per node, the report; no I/O, so it builds without the `runtime`
+//!   feature (the fuzz targets build it that way).
+//! - [`shell`]: the only code that talks to the cloud and to Kubernetes, behind
+//!   the [`shell::cloud::Cloud`] and [`shell::cluster::Cluster`] traits.
+//! - [`pipeline`]: carries the core's plan out through the shell, one file per
+//!   stage.
+//! - [`entry`]: the entry points (Lambda, command line) and what they share.
 
 #![deny(missing_docs)]
 
+pub mod core;
 #[cfg(feature = "runtime")]
-pub mod app;
-#[cfg(feature = "runtime")]
-pub mod cli;
-pub mod config;
-pub mod control;
-pub mod decide;
-#[cfg(feature = "runtime")]
-pub mod eks_token;
-pub mod facts;
-pub mod instance;
-pub mod kube_model;
-#[cfg(feature = "runtime")]
-pub mod lambda;
-pub mod metrics;
-pub mod mode;
-pub mod permissions;
+pub mod entry;
 #[cfg(feature = "runtime")]
 pub mod pipeline;
 #[cfg(feature = "runtime")]
-pub mod preflight;
-pub mod recovery;
-pub mod report;
-pub mod resolve;
-pub mod retry;
-#[cfg(feature = "runtime")]
 pub mod shell;
-pub mod suspect;
-#[cfg(feature = "runtime")]
-pub mod telemetry;
-pub mod trigger;
-pub mod volumes;

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 #[tokio::main]
 async fn main() -> ExitCode {
     if std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_some() {
-        match node_fencer::lambda::serve().await {
+        match node_fencer::entry::lambda::serve().await {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("node-fencer: {e}");
@@ -16,6 +16,6 @@ async fn main() -> ExitCode {
             }
         }
     } else {
-        node_fencer::cli::main().await
+        node_fencer::entry::cli::main().await
     }
 }

@@ -21,9 +21,10 @@ MODULE = INFRA / "modules" / "node-fencer"
 RBAC_MODULE = INFRA / "modules" / "kubernetes-rbac"
 RBAC_YAML = INFRA / "kubernetes" / "rbac.yaml"
 ALERTMANAGER_EXAMPLE = INFRA / "examples" / "alertmanager"
-PERMISSIONS_RS = REPO / "handler" / "src" / "permissions.rs"
-CONFIG_RS = REPO / "handler" / "src" / "config.rs"
-CONTROL_RS = REPO / "handler" / "src" / "control.rs"
+PERMISSIONS_RS = REPO / "handler" / "src" / "core" / "permissions.rs"
+CONFIG_RS = REPO / "handler" / "src" / "core" / "config.rs"
+CONTROL_RS = REPO / "handler" / "src" / "core" / "control.rs"
+MANIFEST = INFRA / "manifest.json"
 
 
 def rel(path: Path) -> str:

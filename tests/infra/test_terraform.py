@@ -125,33 +125,23 @@ STAR_RESOURCE_ACTIONS = {
 ACTION_RE = re.compile(r"[a-z0-9-]+:[A-Za-z0-9]+")
 
 
-def rust_list(path: Path, constant: str, declaration: str) -> str:
-    """The text between the brackets of `const CONSTANT: ... = &[...];` in a
-    Rust file, as written (comments included); fails the test, saying what is
-    expected, when the file or the constant is missing."""
-    if not path.is_file():
-        pytest.fail(f"{L.rel(path)} does not exist: the handler crate must declare `{declaration}`")
-    text = path.read_text(encoding="utf-8")
-    m = re.search(rf"\b{constant}\s*:[^=]*=\s*&?\s*\[(?P<body>.*?)\]\s*;", text, re.S)
-    if not m:
-        pytest.fail(f"{L.rel(path)} has no {constant} constant: expected `{declaration}`")
-    return m.group("body")
+def manifest() -> dict:
+    """infra/manifest.json: what the function's code needs (AWS actions,
+    Kubernetes rules, environment variables, the Lease wait), as
+    `node-fencer manifest` prints it; a Rust test keeps the file current."""
+    if not L.MANIFEST.is_file():
+        pytest.fail(f"{L.rel(L.MANIFEST)} does not exist: run `make manifest`")
+    return json.loads(L.MANIFEST.read_text(encoding="utf-8"))
 
 
 def code_actions() -> set[str]:
-    """AWS_ACTIONS of handler/src/permissions.rs: the AWS API calls the code makes."""
-    path = L.PERMISSIONS_RS
-    declaration = (
-        'pub const AWS_ACTIONS: &[&str] = &["ec2:DescribeInstances", ...]; '
-        "listing every AWS API action the function's code calls"
-    )
-    body = re.sub(r"//[^\n]*|/\*.*?\*/", "", rust_list(path, "AWS_ACTIONS", declaration), flags=re.S)
-    strings = re.findall(r'"([^"]*)"', body)
+    """The AWS API actions the code calls (AWS_ACTIONS of handler/src/core/permissions.rs)."""
+    strings = manifest()["aws_actions"]
     bad = [s for s in strings if not ACTION_RE.fullmatch(s)]
-    assert not bad, f"AWS_ACTIONS in {L.rel(path)} holds entries that are not service:Action: {bad}"
-    assert strings, f"AWS_ACTIONS in {L.rel(path)} is empty"
+    assert not bad, f"aws_actions in {L.rel(L.MANIFEST)} holds entries that are not service:Action: {bad}"
+    assert strings, f"aws_actions in {L.rel(L.MANIFEST)} is empty"
     dupes = sorted({s for s in strings if strings.count(s) > 1})
-    assert not dupes, f"AWS_ACTIONS in {L.rel(path)} lists {dupes} more than once"
+    assert not dupes, f"aws_actions in {L.rel(L.MANIFEST)} lists {dupes} more than once"
     return set(strings)
 
 
@@ -196,7 +186,7 @@ def test_no_managed_or_extra_policies_on_the_role():
 
 
 def test_api_policy_equals_code_actions():
-    """The `api` document grants exactly AWS_ACTIONS of handler/src/permissions.rs."""
+    """The `api` document grants exactly AWS_ACTIONS of handler/src/core/permissions.rs."""
     expected = code_actions()
     granted = actions_of(role_policy_documents(module())["api"])
     assert set(granted) == expected, (
@@ -361,15 +351,31 @@ def test_env_names_are_the_contract():
 
 
 def code_variables() -> dict[str, str]:
-    """VARIABLES of handler/src/config.rs: every environment variable the
-    function reads, with what it accepts ("integer 0..=300 (default 30): ...")."""
-    path = L.CONFIG_RS
-    declaration = "pub const VARIABLES: &[(&str, &str)] = &[(name, what it accepts), ...];"
-    # Only whole-line comments: the descriptions themselves hold `//` (https://).
-    body = re.sub(r"^\s*//[^\n]*", "", rust_list(path, "VARIABLES", declaration), flags=re.M)
-    pairs = re.findall(r'\(\s*"([A-Z][A-Z0-9_]*)"\s*,\s*"((?:[^"\\]|\\.)*)"\s*,?\s*\)', body)
-    assert pairs, f"VARIABLES in {L.rel(path)} is empty or not (name, description) pairs"
-    return dict(pairs)
+    """Every environment variable the function reads, with what it accepts
+    ("integer 0..=300 (default 30): ..."), from the manifest."""
+    pairs = {v["name"]: v["accepts"] for v in manifest()["variables"]}
+    assert pairs, f"variables in {L.rel(L.MANIFEST)} is empty"
+    return pairs
+
+
+def test_readme_configuration_table_lists_every_variable_once():
+    """The README's configuration table is the one copy for people: it
+    names every variable the code reads, each once, and no other."""
+    readme = (L.REPO / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Configuration", 1)
+    assert len(section) == 2, "README.md has no '## Configuration' section"
+    table = section[1].split("\n## ", 1)[0]
+    first_cells = re.findall(r"^\| (`[A-Z][^|]*?) \|", table, flags=re.M)
+    rows = [name for cell in first_cells for name in re.findall(r"`([A-Z][A-Z0-9_]*)`", cell)]
+    # The AWS SDK reads its own variables (AWS_REGION, ...): documented there, not ours.
+    rows = [r for r in rows if not r.startswith("AWS_")]
+    dupes = sorted({r for r in rows if rows.count(r) > 1})
+    assert not dupes, f"README.md's configuration table lists {dupes} twice"
+    code = set(code_variables())
+    assert set(rows) == code, (
+        f"README.md's configuration table and {L.rel(L.MANIFEST)} disagree: "
+        f"missing {sorted(code - set(rows))}, unknown {sorted(set(rows) - code)}"
+    )
 
 
 def _bounds(variable: str) -> tuple[int, int, object]:
@@ -456,15 +462,9 @@ WAIT_VARIABLES = ("volume_detach_timeout_seconds", "confirm_again_after_seconds"
 
 
 def code_lease_wait() -> int:
-    """LEASE_WAIT of handler/src/control.rs: how long an invocation waits for
-    the fencing Lease before it gives up."""
-    path = L.CONTROL_RS
-    if not path.is_file():
-        pytest.fail(f"{L.rel(path)} does not exist: the handler crate must declare `pub const LEASE_WAIT: Duration`")
-    m = re.search(r"\bLEASE_WAIT\s*:\s*Duration\s*=\s*Duration::from_secs\(\s*(\d+)\s*\)", path.read_text(encoding="utf-8"))
-    if not m:
-        pytest.fail(f"{L.rel(path)} has no `LEASE_WAIT: Duration = Duration::from_secs(N)`")
-    return int(m.group(1))
+    """How long an invocation waits for the fencing Lease before it gives up
+    (LEASE_WAIT of handler/src/core/control.rs), from the manifest."""
+    return int(manifest()["lease_wait_seconds"])
 
 
 def _evaluate(expression: str, values: dict[str, int]) -> int:
@@ -656,7 +656,7 @@ def test_function_url_is_optional_and_token_backed():
 # ---------------------------------------------------------------------------
 
 # The most the ClusterRole may ever grant (the agreed design). What it grants is
-# exactly KUBERNETES_RULES of handler/src/permissions.rs, which must fit in here.
+# exactly KUBERNETES_RULES of handler/src/core/permissions.rs, which must fit in here.
 ALLOWED_RULES = {
     ("", "nodes", "get"),
     ("", "nodes", "list"),
@@ -685,34 +685,28 @@ CONTROL_OBJECT = "node-fencer"
 CONTROL_NAMESPACE = "kube-system"
 
 
-def _code_rules(constant: str) -> set[tuple[str, str, str]]:
-    """A (API group, resource, &[verbs]) list of handler/src/permissions.rs, flattened."""
-    path = L.PERMISSIONS_RS
-    declaration = (
-        f'pub const {constant}: &[(&str, &str, &[&str])] = &[("", "nodes", &["get", "list", "patch"]), ...]; '
-        "listing every Kubernetes call the function's code makes"
-    )
-    body = re.sub(r"//[^\n]*|/\*.*?\*/", "", rust_list(path, constant, declaration), flags=re.S)
+def _code_rules(key: str) -> set[tuple[str, str, str]]:
+    """A list of {group, resource, verbs} rules of the manifest, flattened."""
     rules = set()
-    tuples = re.findall(r'\(\s*"([^"]*)"\s*,\s*"([^"]*)"\s*,\s*&?\s*\[([^\]]*)\]\s*,?\s*\)', body)
-    assert tuples, f"{constant} in {L.rel(path)} is empty or not (group, resource, &[verbs]) tuples"
-    for group, resource, verbs in tuples:
-        for verb in re.findall(r'"([^"]*)"', verbs):
-            rules.add((group, resource, verb))
+    entries = manifest()[key]
+    assert entries, f"{key} in {L.rel(L.MANIFEST)} is empty"
+    for rule in entries:
+        for verb in rule["verbs"]:
+            rules.add((rule["group"], rule["resource"], verb))
     return rules
 
 
 def code_kubernetes_rules() -> set[tuple[str, str, str]]:
-    """KUBERNETES_RULES of handler/src/permissions.rs: (API group, resource, verb)
+    """KUBERNETES_RULES of handler/src/core/permissions.rs: (API group, resource, verb)
     for every cluster-wide Kubernetes call the code makes."""
-    return _code_rules("KUBERNETES_RULES")
+    return _code_rules("kubernetes_rules")
 
 
 def code_control_rules() -> set[tuple[str, str, str]]:
-    """CONTROL_RULES of handler/src/permissions.rs: (API group, resource, verb)
+    """CONTROL_RULES of handler/src/core/permissions.rs: (API group, resource, verb)
     for every call the code makes in its control namespace (the Lease and the
     kill-switch ConfigMap)."""
-    return _code_rules("CONTROL_RULES")
+    return _code_rules("control_rules")
 
 
 def rbac_documents() -> list[dict]:

@@ -170,7 +170,7 @@ pub async fn restore_rbac(stack: &Stack) -> anyhow::Result<()> {
 /// Whether `client` may do `verb` on the cluster-scoped `resource` of `group`
 /// (a SelfSubjectAccessReview, which every authenticated user may create).
 pub async fn can(client: &Client, verb: &str, group: &str, resource: &str) -> anyhow::Result<bool> {
-    Ok(node_fencer::preflight::can(client, group, resource, verb, None).await?)
+    Ok(node_fencer::shell::cluster::can(client, group, resource, verb, None).await?)
 }
 
 /// Waits until the authorizer gives `client` the expected answer for `verb`

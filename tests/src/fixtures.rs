@@ -12,13 +12,14 @@ use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
-use node_fencer::decide::Settings;
-use node_fencer::metrics::{Measured, Meter};
-use node_fencer::pipeline::{self, Ctx, Lifecycle};
-use node_fencer::report::Report;
-use node_fencer::shell::cloud::{Cloud, Ec2};
+use node_fencer::core::metrics::{Measured, Meter};
+use node_fencer::core::policy::Policy;
+use node_fencer::core::report::Report;
+use node_fencer::core::suspect::Batch;
+use node_fencer::pipeline::{self, Ctx};
+use node_fencer::shell::cloud::Cloud;
+use node_fencer::shell::cloud::aws::Ec2;
 use node_fencer::shell::cluster::{Cluster, Kube};
-use node_fencer::suspect::Batch;
 
 use crate::Stack;
 
@@ -290,16 +291,25 @@ pub async fn delete_nodes(admin: &Client, names: &[&str]) {
     }
 }
 
-/// Settings with room under the cap and no dry run.
-pub fn settings() -> Settings {
-    Settings {
+/// The taint node-fencer applies, as [`taints`] lists it (`key:effect`);
+/// `the_harness_names_the_taint_the_code_applies` ties it to the code's constants.
+pub const OUT_OF_SERVICE: &str = "node.kubernetes.io/out-of-service:NoExecute";
+
+/// The policy of the in-process tests: room under the cap, no dry run, no
+/// settle delay, detached volumes looked at every 100 ms for up to 10 s.
+pub fn settings() -> Policy {
+    Policy {
         dry_run: false,
         max_out_of_service: 1000,
+        recovery_settle: Duration::ZERO,
+        detach_wait: Duration::from_secs(10),
+        poll_interval: Duration::from_millis(100),
+        ..Policy::default()
     }
 }
 
 /// Runs the pipeline in-process against the stack, as node-fencer (restricted RBAC).
-pub async fn fence(stack: &Stack, batch: Batch, settings: Settings) -> anyhow::Result<Report> {
+pub async fn fence(stack: &Stack, batch: Batch, settings: Policy) -> anyhow::Result<Report> {
     let cloud = Ec2::new(stack.ec2().await);
     let cluster = Kube::new(stack.fencer().await?, "node-fencer-tests");
     fence_with(&cloud, &cluster, batch, settings).await
@@ -310,7 +320,7 @@ pub async fn fence_with(
     cloud: &dyn Cloud,
     cluster: &dyn Cluster,
     batch: Batch,
-    settings: Settings,
+    settings: Policy,
 ) -> anyhow::Result<Report> {
     Ok(fence_measured(cloud, cluster, batch, settings).await?.0)
 }
@@ -321,9 +331,10 @@ pub async fn fence_measured(
     cloud: &dyn Cloud,
     cluster: &dyn Cluster,
     batch: Batch,
-    settings: Settings,
+    settings: Policy,
 ) -> anyhow::Result<(Report, Measured)> {
-    fence_within(cloud, cluster, batch, settings, Duration::from_secs(10)).await
+    let detach_wait = settings.detach_wait;
+    fence_within(cloud, cluster, batch, settings, detach_wait).await
 }
 
 /// [`fence_measured`] with another bound on the wait for detached volumes.
@@ -331,21 +342,21 @@ pub async fn fence_within(
     cloud: &dyn Cloud,
     cluster: &dyn Cluster,
     batch: Batch,
-    settings: Settings,
+    settings: Policy,
     detach_wait: Duration,
 ) -> anyhow::Result<(Report, Measured)> {
     let meter = Meter::default();
     let ctx = Ctx {
         cloud,
         cluster,
-        settings,
-        detach_wait,
-        poll_interval: Duration::from_millis(100),
-        correlation_id: unique("test"),
         meter: &meter,
-        lifecycle: Lifecycle::default(),
+        correlation_id: unique("test"),
     };
-    let report = pipeline::run(&ctx, batch).await?;
+    let policy = Policy {
+        detach_wait,
+        ..settings
+    };
+    let report = pipeline::run(&ctx, &policy, batch).await?;
     Ok((report, meter.measured()))
 }
 
@@ -413,4 +424,17 @@ pub async fn target(stack: &Stack, running: bool) -> anyhow::Result<Target> {
         node: spec.name,
         volume,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use node_fencer::core::facts::{OUT_OF_SERVICE_EFFECT, OUT_OF_SERVICE_KEY};
+
+    #[test]
+    fn the_harness_names_the_taint_the_code_applies() {
+        assert_eq!(
+            super::OUT_OF_SERVICE,
+            format!("{OUT_OF_SERVICE_KEY}:{OUT_OF_SERVICE_EFFECT}")
+        );
+    }
 }

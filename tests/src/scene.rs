@@ -35,8 +35,7 @@ pub const STORAGE_CLASS: &str = "ebs-sc";
 /// it leads to, happen within a test's observation window; node-fencer's path
 /// does not depend on it (pods do not tolerate the out-of-service taint).
 pub const TOLERATION_SECONDS: i64 = 5;
-/// The taint node-fencer applies, as `key:effect`.
-pub const OUT_OF_SERVICE: &str = "node.kubernetes.io/out-of-service:NoExecute";
+pub use crate::fixtures::OUT_OF_SERVICE;
 
 /// Polls `probe` every 200 ms until it yields a value, or fails after `timeout`.
 pub async fn wait_until<T, F, Fut>(what: &str, timeout: Duration, mut probe: F) -> anyhow::Result<T>

@@ -8,15 +8,14 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use node_fencer::control::KillSwitch;
-use node_fencer::facts::{AttachmentFacts, InstanceFacts, NodeFacts, PvFacts, VolumeFacts};
-use node_fencer::instance::{InstanceId, VolumeId};
-use node_fencer::kube_model::Stamp;
-use node_fencer::mode::ServerVersion;
+use node_fencer::core::control::KillSwitch;
+use node_fencer::core::events::NodeEvent;
+use node_fencer::core::facts::{AttachmentFacts, InstanceFacts, NodeFacts, PvFacts, VolumeFacts};
+use node_fencer::core::instance::{InstanceId, VolumeId};
+use node_fencer::core::kube_model::Stamp;
+use node_fencer::core::mode::ServerVersion;
 use node_fencer::shell::cloud::{Cloud, CloudError};
-use node_fencer::shell::cluster::{
-    Cluster, ClusterError, NodeEvent, PodRef, TaintOutcome, UntaintOutcome,
-};
+use node_fencer::shell::cluster::{Cluster, ClusterError, PodRef, TaintOutcome, UntaintOutcome};
 
 /// One call.
 #[derive(Clone, Debug)]

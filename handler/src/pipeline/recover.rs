@@ -1,22 +1,24 @@
 //! The recovery check: every invocation looks at the nodes node-fencer
 //! fenced (and at those a trigger asks to recover), and ends a fencing once
-//! [`crate::recovery::decide`] says it is safe.
+//! [`crate::core::recovery::decide`] says it is safe.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use tracing::{info, warn};
 
-use super::{Ctx, confirm, emit};
-use crate::facts::{AttachmentFacts, Confirmation, FenceMode, NodeFacts, PvFacts, Readiness};
-use crate::instance::{InstanceId, VolumeId};
-use crate::metrics::Dependency;
-use crate::recovery::{self, Hold, RecoveryCase, RecoveryVerdict};
-use crate::report::{RecoveryOutcome, RecoveryReport};
-use crate::resolve::{self, Resolution};
+use super::{Ctx, confirm};
+use crate::core::events::NodeEvent;
+use crate::core::facts::{AttachmentFacts, Confirmation, FenceMode, NodeFacts, PvFacts, Readiness};
+use crate::core::instance::{InstanceId, VolumeId};
+use crate::core::metrics::Dependency;
+use crate::core::policy::Policy;
+use crate::core::recovery::{self, Hold, RecoveryCase, RecoveryVerdict};
+use crate::core::report::{RecoveryOutcome, RecoveryReport};
+use crate::core::resolve::{self, Resolution};
+use crate::core::suspect::{NodeRef, Origin, Suspect};
+use crate::core::volumes;
 use crate::shell::cluster::UntaintOutcome;
-use crate::suspect::{NodeRef, Origin, Suspect};
-use crate::volumes;
 
 /// One node to look at.
 struct Candidate {
@@ -27,6 +29,7 @@ struct Candidate {
 /// Runs the recovery check over the fenced nodes and the requested ones.
 pub(super) async fn run(
     ctx: &Ctx<'_>,
+    policy: &Policy,
     dry_run: bool,
     requested: Vec<Suspect>,
     nodes: &[NodeFacts],
@@ -67,8 +70,9 @@ pub(super) async fn run(
     }
 
     let started = tokio::time::Instant::now();
-    let mut view = View::gather(ctx, nodes, &candidates).await;
-    let mut verdicts = view.decide(ctx, &candidates, 0);
+    let settle = policy.recovery_settle;
+    let mut view = View::gather(ctx, settle, nodes, &candidates).await;
+    let mut verdicts = view.decide(settle, &candidates, 0);
     // A requested recovery that only waits for the settle delay waits here,
     // once, rather than for a retry minutes later.
     let wait = verdicts
@@ -82,8 +86,7 @@ pub(super) async fn run(
     if let Some(secs) = wait
         && !dry_run
     {
-        let pause = Duration::from_secs(u64::try_from(secs).unwrap_or(0))
-            .min(ctx.lifecycle.recovery_settle);
+        let pause = Duration::from_secs(u64::try_from(secs).unwrap_or(0)).min(settle);
         info!(
             wait_s = pause.as_secs(),
             "a requested node is Ready again; waiting out the settle delay"
@@ -91,9 +94,9 @@ pub(super) async fn run(
         tokio::time::sleep(pause).await;
         match ctx.cluster.list_nodes().await {
             Ok(fresh) => {
-                view = View::gather(ctx, &fresh, &candidates).await;
+                view = View::gather(ctx, settle, &fresh, &candidates).await;
                 let waited = i64::try_from(started.elapsed().as_secs()).unwrap_or(i64::MAX);
-                verdicts = view.decide(ctx, &candidates, waited);
+                verdicts = view.decide(settle, &candidates, waited);
             }
             Err(e) => {
                 // The verdicts before the delay stand: still settling, so
@@ -136,15 +139,7 @@ pub(super) async fn run(
                 report.reason = hold.to_string();
                 info!(node = %name, hold = hold.code(), requested = c.requested, "recovery held: {hold}");
                 if c.requested && hold.pending() {
-                    emit(
-                        ctx,
-                        &name,
-                        false,
-                        "RecoveryWaiting",
-                        "Recover",
-                        hold.to_string(),
-                    )
-                    .await;
+                    ctx.record(&name, NodeEvent::recovery_waiting(&hold)).await;
                 }
                 report.hold = Some(hold);
                 // The routine look at a node that stays fenced is not news.
@@ -181,25 +176,10 @@ async fn end(
             let legacy = node
                 .and_then(|n| n.fenced.as_ref())
                 .is_some_and(|m| m.mode == FenceMode::Legacy);
-            let (reason, note) = if taint_removed {
-                (
-                    "OutOfServiceTaintRemoved",
-                    "the instance runs and the node is Ready again: removed node.kubernetes.io/out-of-service",
-                )
-            } else if legacy {
-                (
-                    "FencingEnded",
-                    "the instance runs and the node is Ready again: cleared node-fencer's legacy fencing",
-                )
-            } else {
-                (
-                    "FencingEnded",
-                    "the instance runs and the node is Ready again; the out-of-service taint was already gone",
-                )
-            };
-            report.reason = note.into();
+            let event = NodeEvent::fencing_ended(taint_removed, legacy);
+            report.reason.clone_from(&event.note);
             info!(node = name, taint_removed, "fencing ended");
-            emit(ctx, name, false, reason, "Recover", note.into()).await;
+            ctx.record(name, event).await;
         }
         Ok(UntaintOutcome::NodeNotReady) => {
             report.outcome = RecoveryOutcome::Waiting;
@@ -247,6 +227,7 @@ struct View {
 impl View {
     async fn gather(
         ctx: &Ctx<'_>,
+        settle: Duration,
         nodes: &[NodeFacts],
         candidates: &BTreeMap<String, Candidate>,
     ) -> Self {
@@ -265,7 +246,7 @@ impl View {
             .collect();
         ids.sort();
         ids.dedup();
-        let confirmations = confirm(ctx, &ids).await;
+        let confirmations = confirm::instances(ctx, &ids).await;
         let mut view = Self {
             nodes,
             confirmations,
@@ -275,7 +256,7 @@ impl View {
         let needed = view
             .nodes
             .values()
-            .any(|n| view.verdict(ctx, n, 0) == RecoveryVerdict::Hold(Hold::AttachmentsUnknown));
+            .any(|n| view.verdict(settle, n, 0) == RecoveryVerdict::Hold(Hold::AttachmentsUnknown));
         if needed {
             let (vas, pvs) = futures::join!(
                 ctx.cluster.list_volume_attachments(),
@@ -294,7 +275,7 @@ impl View {
 
     /// The verdict for one Node as gathered; `waited` seconds count as
     /// Ready time for a Node whose condition does not say since when.
-    fn verdict(&self, ctx: &Ctx<'_>, node: &NodeFacts, waited: i64) -> RecoveryVerdict {
+    fn verdict(&self, settle: Duration, node: &NodeFacts, waited: i64) -> RecoveryVerdict {
         let now = k8s_openapi::jiff::Timestamp::now().as_second();
         let attached = self.attached(node);
         let fenced = node
@@ -313,7 +294,7 @@ impl View {
             attached: attached.as_deref(),
             now,
             seen_ready_at: now - waited,
-            settle_secs: i64::try_from(ctx.lifecycle.recovery_settle.as_secs()).unwrap_or(i64::MAX),
+            settle_secs: i64::try_from(settle.as_secs()).unwrap_or(i64::MAX),
         })
     }
 
@@ -321,7 +302,7 @@ impl View {
     /// not node-fencer's to end.
     fn decide(
         &self,
-        ctx: &Ctx<'_>,
+        settle: Duration,
         candidates: &BTreeMap<String, Candidate>,
         waited: i64,
     ) -> Vec<(String, RecoveryVerdict)> {
@@ -329,7 +310,7 @@ impl View {
             .keys()
             .map(|name| {
                 let verdict = match self.nodes.get(name) {
-                    Some(node) => self.verdict(ctx, node, waited),
+                    Some(node) => self.verdict(settle, node, waited),
                     None => RecoveryVerdict::Hold(Hold::NotFenced),
                 };
                 (name.clone(), verdict)

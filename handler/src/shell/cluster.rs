@@ -6,6 +6,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{ConfigMap, Node, ObjectReference, PersistentVolume, Pod};
 use k8s_openapi::api::events::v1::Event;
@@ -15,11 +18,13 @@ use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use tokio::sync::OnceCell;
 
-use crate::control::{self, KillSwitch, LeaseFacts, LeaseStep};
-use crate::facts::{AttachmentFacts, NodeFacts, PvFacts};
-use crate::kube_model::{self, Stamp, TaintPatch, UntaintPatch};
-use crate::mode::ServerVersion;
-use crate::retry::{self, KUBERNETES};
+use crate::core::control::{self, KillSwitch, LeaseFacts, LeaseStep};
+use crate::core::events::NodeEvent;
+use crate::core::facts::{AttachmentFacts, NodeFacts, PvFacts};
+use crate::core::kube_model::{self, Stamp, TaintPatch, UntaintPatch};
+pub use crate::core::kube_model::{TaintOutcome, UntaintOutcome};
+use crate::core::mode::ServerVersion;
+use crate::core::retry::{self, KUBERNETES};
 
 /// How often a taint patch is retried after a conflict before giving up.
 pub const CONFLICT_RETRIES: usize = 5;
@@ -127,35 +132,6 @@ pub enum ClusterError {
     },
 }
 
-/// What the taint step found and did.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TaintOutcome {
-    /// The taint was added by this call.
-    Applied,
-    /// The taint was already there.
-    AlreadyPresent,
-    /// The Node became Ready since the decision; nothing was written.
-    NodeReady,
-    /// The Node no longer exists.
-    NodeGone,
-}
-
-/// What the recovery step found and did.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum UntaintOutcome {
-    /// The fencing is ended; `taint_removed` says whether a taint went with it.
-    Ended {
-        /// Whether the out-of-service taint was removed.
-        taint_removed: bool,
-    },
-    /// The Node no longer carries this fencing's mark; nothing was written.
-    NotOurs,
-    /// The Node is not Ready any more; nothing was written.
-    NodeNotReady,
-    /// The Node no longer exists.
-    NodeGone,
-}
-
 /// A pod bound to a Node.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PodRef {
@@ -163,19 +139,6 @@ pub struct PodRef {
     pub namespace: String,
     /// Its name.
     pub name: String,
-}
-
-/// An Event to record on a Node.
-#[derive(Clone, Debug)]
-pub struct NodeEvent {
-    /// `Normal` or `Warning`.
-    pub warning: bool,
-    /// CamelCase reason, e.g. `OutOfServiceTaintApplied`.
-    pub reason: &'static str,
-    /// The action, e.g. `Fence`.
-    pub action: &'static str,
-    /// The human-readable note.
-    pub note: String,
 }
 
 /// The Kubernetes calls node-fencer makes.
@@ -417,10 +380,17 @@ impl Cluster for Kube {
                 ..ObjectMeta::default()
             },
             event_time: Some(MicroTime(k8s_openapi::jiff::Timestamp::now())),
-            action: Some(event.action.into()),
-            reason: Some(event.reason.into()),
+            action: Some(event.reason.action().into()),
+            reason: Some(event.reason.as_str().into()),
             note: Some(truncate(&event.note, 1024)),
-            type_: Some(if event.warning { "Warning" } else { "Normal" }.into()),
+            type_: Some(
+                if event.reason.warning() {
+                    "Warning"
+                } else {
+                    "Normal"
+                }
+                .into(),
+            ),
             regarding: Some(ObjectReference {
                 api_version: Some("v1".into()),
                 kind: Some("Node".into()),
@@ -705,4 +675,34 @@ fn truncate(s: &str, max: usize) -> String {
         end -= 1;
     }
     s[..end].to_owned()
+}
+
+/// Whether `client` may do `verb` on `resource` of `group`: cluster-wide, or
+/// in a namespace (and on a named object) given by `scope`. A
+/// SelfSubjectAccessReview, which every authenticated user may create.
+pub async fn can(
+    client: &Client,
+    group: &str,
+    resource: &str,
+    verb: &str,
+    scope: Option<(&str, Option<&str>)>,
+) -> Result<bool, kube::Error> {
+    let review = SelfSubjectAccessReview {
+        spec: SelfSubjectAccessReviewSpec {
+            resource_attributes: Some(ResourceAttributes {
+                group: Some(group.into()),
+                resource: Some(resource.into()),
+                verb: Some(verb.into()),
+                namespace: scope.map(|(ns, _)| ns.to_owned()),
+                name: scope.and_then(|(_, n)| n.map(str::to_owned)),
+                ..ResourceAttributes::default()
+            }),
+            ..SelfSubjectAccessReviewSpec::default()
+        },
+        ..SelfSubjectAccessReview::default()
+    };
+    let answer = Api::<SelfSubjectAccessReview>::all(client.clone())
+        .create(&PostParams::default(), &review)
+        .await?;
+    Ok(answer.status.is_some_and(|s| s.allowed))
 }

@@ -14,10 +14,10 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use serde_json::json;
 use tokio::sync::{Mutex, OnceCell};
 
-use crate::config::{ClusterAccess, Config, TokenSource};
-use crate::eks_token;
-use crate::retry;
-use crate::trigger::function_url::WebhookToken;
+use crate::core::config::{ClusterAccess, Config, TokenSource};
+use crate::core::retry;
+use crate::core::trigger::function_url::WebhookToken;
+use crate::shell::eks_token;
 
 /// A failure to reach or authenticate to a dependency. All are retryable:
 /// the invocation fails and Lambda tries again.

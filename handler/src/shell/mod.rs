@@ -1,6 +1,7 @@
-//! The imperative shell: the only code that talks to EC2, Kubernetes and AWS
-//! secret stores. Kept thin; every choice is made in the pure core.
+//! The imperative shell: the only code that talks to the cloud, Kubernetes
+//! and AWS secret stores. Kept thin; every choice is made in the core.
 
 pub mod cloud;
 pub mod cluster;
 pub mod connect;
+pub mod eks_token;

@@ -8,14 +8,15 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow, bail};
-use node_fencer::decide::Settings;
-use node_fencer::instance::InstanceId;
-use node_fencer::mode::ModeSetting;
-use node_fencer::pipeline::{self, Ctx, Lifecycle};
-use node_fencer::report::{Outcome, Report};
-use node_fencer::shell::cloud::{Cloud, Ec2};
+use node_fencer::core::instance::InstanceId;
+use node_fencer::core::mode::ModeSetting;
+use node_fencer::core::policy::Policy;
+use node_fencer::core::report::{Outcome, Report};
+use node_fencer::core::suspect::{Batch, Intent, NodeRef, Origin, Suspect};
+use node_fencer::pipeline::{self, Ctx};
+use node_fencer::shell::cloud::Cloud;
+use node_fencer::shell::cloud::aws::Ec2;
 use node_fencer::shell::cluster::{Cluster, Kube};
-use node_fencer::suspect::{Batch, Intent, NodeRef, Origin, Suspect};
 use node_fencer_tests::Stack;
 use node_fencer_tests::bench::{Clock, median};
 use node_fencer_tests::cluster::cluster_stack;
@@ -208,23 +209,22 @@ async fn fence_timed(
         inner: &warm.cluster,
         timeline: &timeline,
     };
+    let meter = node_fencer::core::metrics::Meter::default();
     let ctx = Ctx {
         cloud: &cloud,
         cluster: &cluster,
-        settings: Settings {
-            dry_run: false,
-            max_out_of_service,
-        },
+        meter: &meter,
+        correlation_id: unique("bench"),
+    };
+    let policy = Policy {
+        max_out_of_service,
+        mode: ModeSetting::Taint,
+        recovery_settle: Duration::ZERO,
         detach_wait: Duration::from_secs(60),
         poll_interval: Duration::from_millis(500),
-        correlation_id: unique("bench"),
-        meter: &node_fencer::metrics::Meter::default(),
-        lifecycle: Lifecycle {
-            mode: ModeSetting::Taint,
-            ..Lifecycle::default()
-        },
+        ..Policy::default()
     };
-    let report = pipeline::run(&ctx, batch).await?;
+    let report = pipeline::run(&ctx, &policy, batch).await?;
     let total = timeline.now();
     Ok((report, timeline, total))
 }

@@ -10,19 +10,18 @@ use std::time::Duration;
 use tokio::sync::MutexGuard;
 
 use http::Method;
-use node_fencer::report::{Outcome, Report, VolumeOutcome};
-use node_fencer::retry::KUBERNETES;
-use node_fencer::shell::cloud::Ec2;
+use node_fencer::core::facts::OUT_OF_SERVICE_KEY;
+use node_fencer::core::report::{Outcome, Report, VolumeOutcome};
+use node_fencer::core::retry::KUBERNETES;
+use node_fencer::core::suspect::Intent;
+use node_fencer::shell::cloud::aws::Ec2;
 use node_fencer::shell::cluster::{Cluster, Kube};
 use node_fencer::shell::connect::Timeouts;
-use node_fencer::suspect::Intent;
 use node_fencer_tests::faults::{Fault, FaultProxy, Match};
 use node_fencer_tests::fixtures::*;
 use node_fencer_tests::{Stack, private_stack, serial, stack};
 
 use crate::{by_instance, one};
-
-const OOS_KEY: &str = "node.kubernetes.io/out-of-service";
 
 /// Short timeouts, so a held request counts as a timeout within the test.
 const FAST: Timeouts = Timeouts {
@@ -98,7 +97,7 @@ async fn oos_taints(f: &Faulty, sc: &Scene) -> anyhow::Result<usize> {
         .and_then(|s| s.taints)
         .unwrap_or_default()
         .iter()
-        .filter(|t| t.key == OOS_KEY)
+        .filter(|t| t.key == OUT_OF_SERVICE_KEY)
         .count())
 }
 
@@ -344,7 +343,10 @@ async fn partial_progress_converges_on_the_retried_event_without_duplicates() ->
     assert!(first.results[0].taint_applied);
     assert_eq!(first.results[0].volumes[0].outcome, VolumeOutcome::Failed);
     let attempts = f.ec2.ec2_calls("DetachVolume");
-    assert_eq!(attempts, node_fencer::retry::EC2.max_attempts as usize);
+    assert_eq!(
+        attempts,
+        node_fencer::core::retry::EC2.max_attempts as usize
+    );
     // The same event again, as Lambda retries it, once EC2 is healthy.
     f.ec2.heal();
     let second = fence(&f, &sc).await?;

@@ -4,11 +4,15 @@
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams};
-use node_fencer::facts::FenceMode;
-use node_fencer::instance::{InstanceId, InstanceState};
-use node_fencer::kube_model::{self, ANNOTATION_INSTANCE, ANNOTATION_TAINT, Stamp, TaintPatch};
+use node_fencer::core::facts::FenceMode;
+use node_fencer::core::instance::{InstanceId, InstanceState};
+use node_fencer::core::kube_model::{
+    self, ANNOTATION_INSTANCE, ANNOTATION_TAINT, Stamp, TaintPatch,
+};
 use node_fencer::shell::cluster::{Cluster, Kube, TaintOutcome};
-use node_fencer_tests::fixtures::{NodeSpec, create_node, get_node, taints, unique, unique_ip};
+use node_fencer_tests::fixtures::{
+    NodeSpec, OUT_OF_SERVICE, create_node, get_node, taints, unique, unique_ip,
+};
 use node_fencer_tests::stack;
 use serde_json::json;
 
@@ -97,10 +101,7 @@ async fn taint_survives_concurrent_writers_and_keeps_their_taints() -> anyhow::R
     }
     let node = get_node(&admin, &spec.name).await?;
     let t = taints(&node);
-    assert!(
-        t.contains(&"node.kubernetes.io/out-of-service:NoExecute".into()),
-        "{t:?}"
-    );
+    assert!(t.contains(&OUT_OF_SERVICE.into()), "{t:?}");
     assert!(t.contains(&"dedicated:NoSchedule".into()));
     for i in 0..12 {
         assert!(
@@ -173,12 +174,7 @@ async fn the_role_allows_what_the_code_does_and_no_more() -> anyhow::Result<()> 
     assert!(!cluster.list_nodes().await?.is_empty());
     cluster.list_volume_attachments().await?;
     cluster.list_persistent_volumes().await?;
-    let event = node_fencer::shell::cluster::NodeEvent {
-        warning: false,
-        reason: "Test",
-        action: "Test",
-        note: "rbac".into(),
-    };
+    let event = node_fencer::core::events::NodeEvent::pods_deleted(0);
     cluster.node_event(&spec.name, &event).await?;
     let denied = Api::<Node>::all(fencer)
         .delete(&spec.name, &DeleteParams::default())

@@ -12,6 +12,7 @@ use k8s_openapi::api::rbac::v1::ClusterRole;
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
+use node_fencer::core::facts::{OUT_OF_SERVICE_EFFECT, OUT_OF_SERVICE_KEY};
 use node_fencer_tests::cluster::{restore_rbac, wait_for_rbac};
 use node_fencer_tests::fixtures::*;
 use node_fencer_tests::lambda::{Emulator, Invocation, start_emulator};
@@ -20,7 +21,6 @@ use node_fencer_tests::{Stack, private_stack};
 use serde_json::{Value, json};
 use tokio::sync::MutexGuard;
 
-const OOS: &str = "node.kubernetes.io/out-of-service:NoExecute";
 const SETTLE: &str = "2";
 
 /// The stack of these tests, started on first use.
@@ -205,7 +205,7 @@ async fn recovery_ends_only_its_own_fencing_once_running_ready_detached_and_sett
         "instance_not_running",
         "{r:#}"
     );
-    assert!(taints(&get_node(&admin, &t.node).await?).contains(&OOS.into()));
+    assert!(taints(&get_node(&admin, &t.node).await?).contains(&OUT_OF_SERVICE.into()));
 
     // Running, but the Node is not Ready yet: wait (a retry is asked for).
     start_instance(&ec2, &t.m).await?;
@@ -220,14 +220,14 @@ async fn recovery_ends_only_its_own_fencing_once_running_ready_detached_and_sett
         "{}",
         out.output
     );
-    assert!(taints(&get_node(&admin, &t.node).await?).contains(&OOS.into()));
+    assert!(taints(&get_node(&admin, &t.node).await?).contains(&OUT_OF_SERVICE.into()));
 
     // Ready, but the VolumeAttachment of the detached volume still points here.
     set_ready(&admin, &t.node, "True").await?;
     let out = invoke(emu, json!({"action": "recover", "node": t.node})).await?;
     assert!(out.error, "{}", out.output);
     assert!(out.output.contains("VolumeAttachment"), "{}", out.output);
-    assert!(taints(&get_node(&admin, &t.node).await?).contains(&OOS.into()));
+    assert!(taints(&get_node(&admin, &t.node).await?).contains(&OUT_OF_SERVICE.into()));
 
     // The attach/detach controller let go: after the settle delay, it ends.
     assert_eq!(delete_vas_of(&admin, &t.node).await?, 1);
@@ -245,7 +245,7 @@ async fn recovery_ends_only_its_own_fencing_once_running_ready_detached_and_sett
     assert_eq!(rec["taint_removed"], true, "{r:#}");
     let after = get_node(&admin, &t.node).await?;
     let left = taints(&after);
-    assert!(!left.contains(&OOS.into()), "{left:?}");
+    assert!(!left.contains(&OUT_OF_SERVICE.into()), "{left:?}");
     assert!(
         left.contains(&"node.kubernetes.io/unreachable:NoExecute".into()),
         "only node-fencer's taint is removed: {left:?}"
@@ -287,7 +287,7 @@ async fn recovery_leaves_others_taints_recreated_nodes_and_terminated_instances_
     let mut spec = NodeSpec::for_machine(&m);
     spec.ready = "True";
     spec.taints = vec![
-        json!({"key": "node.kubernetes.io/out-of-service", "value": "manual", "effect": "NoExecute"}),
+        json!({"key": OUT_OF_SERVICE_KEY, "value": "manual", "effect": OUT_OF_SERVICE_EFFECT}),
     ];
     create_node(&admin, &spec).await?;
     let out = invoke(emu, json!({"action": "recover", "node": spec.name})).await?;
@@ -296,7 +296,7 @@ async fn recovery_leaves_others_taints_recreated_nodes_and_terminated_instances_
         recovery(&report(&out), &spec.name)["hold"]["code"],
         "not_fenced"
     );
-    assert!(taints(&get_node(&admin, &spec.name).await?).contains(&OOS.into()));
+    assert!(taints(&get_node(&admin, &spec.name).await?).contains(&OUT_OF_SERVICE.into()));
 
     // Fenced, then deleted and created again under the same name (a node
     // that re-registered): the new object carries no fencing of ours.
@@ -339,7 +339,7 @@ async fn recovery_leaves_others_taints_recreated_nodes_and_terminated_instances_
             .contains("terminated"),
         "{r:#}"
     );
-    assert!(taints(&get_node(&admin, &gone.node).await?).contains(&OOS.into()));
+    assert!(taints(&get_node(&admin, &gone.node).await?).contains(&OUT_OF_SERVICE.into()));
     delete_nodes(&admin, &[&spec.name, &t.node, &gone.node]).await;
     Ok(())
 }
@@ -364,7 +364,7 @@ async fn every_invocation_rechecks_the_nodes_it_fenced() -> anyhow::Result<()> {
     let rec = recovery(&r, &t.node);
     assert_eq!(rec["outcome"], "recovered", "{r:#}");
     assert_eq!(rec["requested"], false, "{r:#}");
-    assert!(!taints(&get_node(&admin, &t.node).await?).contains(&OOS.into()));
+    assert!(!taints(&get_node(&admin, &t.node).await?).contains(&OUT_OF_SERVICE.into()));
     delete_nodes(&admin, &[&t.node]).await;
     Ok(())
 }
@@ -392,7 +392,7 @@ async fn the_kill_switch_turns_every_action_into_a_dry_run() -> anyhow::Result<(
         assert_eq!(r["kill_switch"], true, "{value}: {r:#}");
         assert_eq!(r["dry_run"], true, "{value}: {r:#}");
         assert_eq!(r["results"][0]["outcome"], "planned", "{value}: {r:#}");
-        assert!(!taints(&get_node(&admin, &t.node).await?).contains(&OOS.into()));
+        assert!(!taints(&get_node(&admin, &t.node).await?).contains(&OUT_OF_SERVICE.into()));
         assert_eq!(volume(&ec2, &t.volume).await?.0, "in-use");
     }
     maps.patch("node-fencer", &apply, &Patch::Apply(&switch("false")?))
@@ -463,7 +463,9 @@ async fn the_cap_holds_across_concurrent_invocations_and_the_second_confirmation
     let tainted = {
         let mut n = 0;
         for t in &targets {
-            n += usize::from(taints(&get_node(&admin, &t.node).await?).contains(&OOS.into()));
+            n += usize::from(
+                taints(&get_node(&admin, &t.node).await?).contains(&OUT_OF_SERVICE.into()),
+            );
         }
         n
     };
@@ -499,7 +501,7 @@ async fn the_cap_holds_across_concurrent_invocations_and_the_second_confirmation
         r["results"][0]["skip"]["reason"], "instance_not_off",
         "{r:#}"
     );
-    assert!(!taints(&get_node(&admin, &late.node).await?).contains(&OOS.into()));
+    assert!(!taints(&get_node(&admin, &late.node).await?).contains(&OUT_OF_SERVICE.into()));
     assert_eq!(volume(&ec2, &late.volume).await?.0, "in-use");
     let log = std::fs::read_to_string(&emu.log)?;
     assert!(
@@ -545,7 +547,7 @@ async fn legacy_mode_force_deletes_pods_and_attachments_and_recovers_without_a_t
     assert_eq!(volume(&ec2, &t.volume).await?.0, "available");
     let node = get_node(&admin, &t.node).await?;
     assert!(
-        !taints(&node).contains(&OOS.into()),
+        !taints(&node).contains(&OUT_OF_SERVICE.into()),
         "no taint in legacy mode"
     );
     assert!(annotations(&node).contains(&"node-fencer.io/mode=legacy".to_owned()));

@@ -11,8 +11,8 @@ mod pipeline;
 mod runtime;
 mod scenario;
 
-use node_fencer::instance::InstanceId;
-use node_fencer::suspect::{Batch, Intent, NodeRef, Origin, Suspect};
+use node_fencer::core::instance::InstanceId;
+use node_fencer::core::suspect::{Batch, Intent, NodeRef, Origin, Suspect};
 
 /// A batch of one suspect.
 pub fn one(target: NodeRef, intent: Intent) -> Batch {

@@ -3,21 +3,22 @@
 
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
-use node_fencer::decide::{Settings, Skip};
-use node_fencer::kube_model::ANNOTATION_FENCED_AT;
-use node_fencer::metrics::{Dependency, Stage};
-use node_fencer::report::{Outcome, Report, VolumeOutcome};
-use node_fencer::shell::cloud::Ec2;
+use node_fencer::core::decide::Skip;
+use node_fencer::core::facts::{OUT_OF_SERVICE_EFFECT, OUT_OF_SERVICE_KEY, OUT_OF_SERVICE_VALUE};
+use node_fencer::core::kube_model::ANNOTATION_FENCED_AT;
+use node_fencer::core::metrics::{Dependency, Stage};
+use node_fencer::core::names::NodeName;
+use node_fencer::core::policy::Policy;
+use node_fencer::core::report::{Outcome, Report, VolumeOutcome};
+use node_fencer::core::suspect::{Batch, Intent, NodeRef, Origin, Suspect};
+use node_fencer::shell::cloud::aws::Ec2;
 use node_fencer::shell::cluster::Kube;
-use node_fencer::suspect::{Batch, Intent, NodeRef, Origin, Suspect};
 use node_fencer_tests::fixtures::*;
 use node_fencer_tests::timing::{Timeline, TimingCloud, TimingCluster};
 use node_fencer_tests::{serial, stack};
 use serde_json::json;
 
 use crate::{by_instance, one};
-
-const OOS: &str = "node.kubernetes.io/out-of-service:NoExecute";
 
 /// A stopped machine with a CSI volume, an in-tree volume, a volume that
 /// backs no PV, and its root volume; and its NotReady Node.
@@ -73,7 +74,7 @@ async fn scene(ready: &'static str, stopped: bool) -> anyhow::Result<Scene> {
     })
 }
 
-fn only(report: &Report) -> &node_fencer::report::NodeReport {
+fn only(report: &Report) -> &node_fencer::core::report::NodeReport {
     assert_eq!(report.results.len(), 1, "{report:#?}");
     &report.results[0]
 }
@@ -86,7 +87,7 @@ async fn attached_to(volume_id: &str) -> anyhow::Result<Vec<String>> {
 async fn assert_unfenced(sc: &Scene) -> anyhow::Result<()> {
     let node = get_node(&stack().admin().await?, &sc.node).await?;
     assert!(
-        !taints(&node).contains(&OOS.into()),
+        !taints(&node).contains(&OUT_OF_SERVICE.into()),
         "{} must not be tainted",
         sc.node
     );
@@ -128,7 +129,7 @@ async fn fences_a_stopped_node_and_detaches_only_its_pv_volumes() -> anyhow::Res
     let admin = s.admin().await?;
     let node = get_node(&admin, &sc.node).await?;
     let t = taints(&node);
-    assert!(t.contains(&OOS.into()), "{t:?}");
+    assert!(t.contains(&OUT_OF_SERVICE.into()), "{t:?}");
     assert!(
         t.contains(&"node.kubernetes.io/unreachable:NoExecute".into()),
         "other taints kept: {t:?}"
@@ -207,7 +208,10 @@ async fn a_ready_node_is_never_fenced_even_if_its_instance_is_stopped() -> anyho
     let sc = scene("True", true).await?;
     let report = fence(
         s,
-        one(NodeRef::Name(sc.node.clone()), Intent::Fence),
+        one(
+            NodeRef::Name(NodeName::parse(&sc.node).unwrap()),
+            Intent::Fence,
+        ),
         settings(),
     )
     .await?;
@@ -260,7 +264,7 @@ async fn a_taint_without_detached_volumes_converges_on_retry() -> anyhow::Result
     let admin = s.admin().await?;
     let patch = json!({"spec": {"taints": [
         {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"},
-        {"key": "node.kubernetes.io/out-of-service", "value": "nodeshutdown", "effect": "NoExecute"}
+        {"key": OUT_OF_SERVICE_KEY, "value": OUT_OF_SERVICE_VALUE, "effect": OUT_OF_SERVICE_EFFECT}
     ]}});
     Api::<Node>::all(admin.clone())
         .patch(
@@ -271,7 +275,10 @@ async fn a_taint_without_detached_volumes_converges_on_retry() -> anyhow::Result
         .await?;
     let report = fence(
         s,
-        one(NodeRef::Name(sc.node.clone()), Intent::Fence),
+        one(
+            NodeRef::Name(NodeName::parse(&sc.node).unwrap()),
+            Intent::Fence,
+        ),
         settings(),
     )
     .await?;
@@ -293,7 +300,7 @@ async fn dry_run_reports_the_full_plan_and_changes_nothing() -> anyhow::Result<(
         (one(by_instance(&sc.m.instance), Intent::Check), settings()),
         (
             one(by_instance(&sc.m.instance), Intent::Fence),
-            Settings {
+            Policy {
                 dry_run: true,
                 ..settings()
             },
@@ -333,7 +340,7 @@ async fn the_cap_refuses_loudly_beyond_the_limit() -> anyhow::Result<()> {
         .await?
         .items
         .iter()
-        .filter(|n| taints(n).contains(&OOS.into()))
+        .filter(|n| taints(n).contains(&OUT_OF_SERVICE.into()))
         .count();
     let batch = Batch {
         suspects: [&a, &b]
@@ -346,9 +353,9 @@ async fn the_cap_refuses_loudly_beyond_the_limit() -> anyhow::Result<()> {
             .collect(),
         ignored: vec![],
     };
-    let settings = Settings {
-        dry_run: false,
+    let settings = Policy {
         max_out_of_service: tainted_now + 1,
+        ..settings()
     };
     let report = fence(s, batch, settings).await?;
     let outcomes: Vec<Outcome> = report.results.iter().map(|r| r.outcome).collect();
@@ -389,7 +396,7 @@ async fn one_invocation_lists_nodes_once_per_phase_and_batches_ec2_lookups() -> 
     let batch = Batch {
         suspects: vec![
             Suspect {
-                target: NodeRef::Name(a.node.clone()),
+                target: NodeRef::Name(NodeName::parse(&a.node).unwrap()),
                 intent: Intent::Fence,
                 origin: Origin::Direct,
             },
@@ -489,7 +496,7 @@ async fn suspects_outside_this_cluster_are_reported_not_errors() -> anyhow::Resu
                 origin: Origin::Direct,
             },
             Suspect {
-                target: NodeRef::Name(unique("nobody")),
+                target: NodeRef::Name(NodeName::parse(&unique("nobody")).unwrap()),
                 intent: Intent::Fence,
                 origin: Origin::Direct,
             },
@@ -554,7 +561,7 @@ async fn no_trigger_removes_an_out_of_service_taint() -> anyhow::Result<()> {
     let admin = s.admin().await?;
     let foreign = scene("True", false).await?;
     let patch = json!({"spec": {"taints": [
-        {"key": "node.kubernetes.io/out-of-service", "value": "nodeshutdown", "effect": "NoExecute"}
+        {"key": OUT_OF_SERVICE_KEY, "value": OUT_OF_SERVICE_VALUE, "effect": OUT_OF_SERVICE_EFFECT}
     ]}});
     Api::<Node>::all(admin.clone())
         .patch(
@@ -584,7 +591,7 @@ async fn no_trigger_removes_an_out_of_service_taint() -> anyhow::Result<()> {
     for (sc, before) in [&foreign, &ours].into_iter().zip(before) {
         let after = get_node(&admin, &sc.node).await?;
         assert!(
-            taints(&after).contains(&OOS.into()),
+            taints(&after).contains(&OUT_OF_SERVICE.into()),
             "{}: {:?}",
             sc.node,
             taints(&after)

@@ -7,8 +7,6 @@ use node_fencer_tests::lambda::{WEBHOOK_TOKEN, emulator};
 use node_fencer_tests::{repo_root, serial, stack};
 use serde_json::{Value, json};
 
-const OOS: &str = "node.kubernetes.io/out-of-service:NoExecute";
-
 fn fixture(name: &str) -> Value {
     let path = repo_root().join("handler/tests/fixtures").join(name);
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
@@ -43,7 +41,7 @@ async fn eventbridge_stopped_event_fences_through_the_runtime() -> anyhow::Resul
     let report: Value = serde_json::from_str(&out.output)?;
     assert_eq!(report["results"][0]["outcome"], "fenced", "{report:#}");
     assert_eq!(report["results"][0]["node"], json!(node));
-    assert!(taints(&get_node(&s.admin().await?, &node).await?).contains(&OOS.into()));
+    assert!(taints(&get_node(&s.admin().await?, &node).await?).contains(&OUT_OF_SERVICE.into()));
     assert_eq!(volume(&s.ec2().await, &vol).await?.0, "available");
 
     // Its CloudWatch metrics, as EMF lines on stdout.
@@ -118,7 +116,7 @@ async fn alertmanager_through_the_function_url() -> anyhow::Result<()> {
     let (status, _) =
         emu.post_function_url("{not json", Some(&format!("Bearer {WEBHOOK_TOKEN}")))?;
     assert_eq!(status, 400);
-    assert!(!taints(&get_node(&s.admin().await?, &node).await?).contains(&OOS.into()));
+    assert!(!taints(&get_node(&s.admin().await?, &node).await?).contains(&OUT_OF_SERVICE.into()));
 
     let (status, text) = emu.post_function_url(&body, Some(&format!("Bearer {WEBHOOK_TOKEN}")))?;
     assert_eq!(status, 200, "{text}");
@@ -134,7 +132,7 @@ async fn alertmanager_through_the_function_url() -> anyhow::Result<()> {
         Some(1),
         "the Watchdog alert"
     );
-    assert!(taints(&get_node(&s.admin().await?, &node).await?).contains(&OOS.into()));
+    assert!(taints(&get_node(&s.admin().await?, &node).await?).contains(&OUT_OF_SERVICE.into()));
     assert_eq!(volume(&s.ec2().await, &vol).await?.0, "available");
 
     // Neither the right token nor a wrong one ends up in the function's logs.

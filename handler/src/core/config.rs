@@ -1,0 +1,549 @@
+//! Configuration from environment variables, validated once at cold start.
+//! Every error names the variable and what it accepts.
+
+use std::time::Duration;
+
+use crate::core::mode::ModeSetting;
+use crate::core::policy::Policy;
+
+/// Every variable read, with what it accepts (for `--help` and the README).
+pub const VARIABLES: &[(&str, &str)] = &[
+    (
+        "DRY_RUN",
+        "true|false (default false): plan only, change nothing",
+    ),
+    (
+        "MAX_OUT_OF_SERVICE",
+        "integer 1..=1000 (default 3): nodes allowed to carry the out-of-service taint at once",
+    ),
+    (
+        "MAX_OUT_OF_SERVICE_PERCENT",
+        "integer 1..=100 (default unset): also cap out-of-service nodes at this share of all nodes (at least one)",
+    ),
+    (
+        "FENCING_MODE",
+        "auto|taint|legacy (default auto): the out-of-service taint, or force-deleting pods and VolumeAttachments; auto picks by server version (taint from 1.26)",
+    ),
+    (
+        "CONFIRM_AGAIN_AFTER_SECONDS",
+        "integer 0..=300 (default 0): ask EC2 a second time after this delay before acting",
+    ),
+    (
+        "RECOVERY_SETTLE_SECONDS",
+        "integer 0..=300 (default 30): how long a fenced node must be Ready again before its taint is removed",
+    ),
+    (
+        "CONTROL_NAMESPACE",
+        "namespace of the fencing Lease and the kill-switch ConfigMap `node-fencer` (default kube-system)",
+    ),
+    (
+        "VOLUME_DETACH_TIMEOUT_SECONDS",
+        "integer 0..=600 (default 60): wait for detached volumes to become available",
+    ),
+    (
+        "CLUSTER_NAME",
+        "EKS cluster name: authenticate with an EKS token (eks:DescribeCluster unless CLUSTER_ENDPOINT and CLUSTER_CA_DATA are set)",
+    ),
+    (
+        "CLUSTER_ENDPOINT",
+        "EKS API server URL (with CLUSTER_NAME and CLUSTER_CA_DATA)",
+    ),
+    (
+        "CLUSTER_CA_DATA",
+        "base64 PEM CA of the EKS API server (with CLUSTER_ENDPOINT)",
+    ),
+    (
+        "KUBECONFIG_SSM_PARAMETER",
+        "SSM SecureString parameter holding a kubeconfig (self-managed clusters)",
+    ),
+    (
+        "KUBECONFIG_SECRET_ID",
+        "Secrets Manager secret holding a kubeconfig (self-managed clusters)",
+    ),
+    (
+        "KUBECONFIG",
+        "kubeconfig path when none of the above is set (local use)",
+    ),
+    (
+        "WEBHOOK_TOKEN_SECRET_ID",
+        "Secrets Manager secret holding the Alertmanager bearer token",
+    ),
+    (
+        "WEBHOOK_TOKEN_SSM_PARAMETER",
+        "SSM SecureString parameter holding the Alertmanager bearer token",
+    ),
+    (
+        "WEBHOOK_TOKEN",
+        "the Alertmanager bearer token itself (local use only)",
+    ),
+    (
+        "LOG_FORMAT",
+        "json|text (default json in Lambda, text on a terminal)",
+    ),
+    ("RUST_LOG", "log filter (default info)"),
+];
+
+/// How node-fencer reaches the Kubernetes API.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ClusterAccess {
+    /// `KUBECONFIG`, `~/.kube/config`, or in-cluster service account.
+    Ambient,
+    /// EKS with an IAM-derived bearer token.
+    Eks {
+        /// The cluster name (also signed into the token).
+        name: String,
+        /// Endpoint and CA, when given; otherwise `eks:DescribeCluster`.
+        endpoint: Option<(String, String)>,
+    },
+    /// A kubeconfig kept in an SSM SecureString parameter.
+    KubeconfigParameter(String),
+    /// A kubeconfig kept in a Secrets Manager secret.
+    KubeconfigSecret(String),
+}
+
+/// Where the Alertmanager bearer token comes from.
+#[derive(Clone, PartialEq, Eq)]
+pub enum TokenSource {
+    /// Given inline (local use).
+    Inline(String),
+    /// An SSM SecureString parameter name.
+    Parameter(String),
+    /// A Secrets Manager secret id.
+    Secret(String),
+}
+
+impl std::fmt::Debug for TokenSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Inline(_) => f.write_str("Inline(<redacted>)"),
+            Self::Parameter(p) => write!(f, "Parameter({p})"),
+            Self::Secret(s) => write!(f, "Secret({s})"),
+        }
+    }
+}
+
+/// Log line format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogFormat {
+    /// One JSON object per line (CloudWatch).
+    Json,
+    /// Human-readable.
+    Text,
+}
+
+/// The validated configuration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// What the pipeline acts on: dry run, the cap, the mode, the waits.
+    pub policy: Policy,
+    /// Cluster access.
+    pub cluster: ClusterAccess,
+    /// The webhook token's source; `None` refuses every Function URL request.
+    pub webhook_token: Option<TokenSource>,
+    /// Log format, if set.
+    pub log_format: Option<LogFormat>,
+}
+
+/// A configuration error, naming the variable.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ConfigError {
+    /// A variable holds a value it does not accept.
+    #[error("{var}={value:?} is invalid: expected {expected}")]
+    Invalid {
+        /// The variable.
+        var: &'static str,
+        /// Its value.
+        value: String,
+        /// What it accepts.
+        expected: &'static str,
+    },
+    /// Variables that exclude each other are both set.
+    #[error("{0} are mutually exclusive: set at most one")]
+    Exclusive(String),
+    /// A variable needs another one.
+    #[error("{var} requires {needs}")]
+    Requires {
+        /// The variable set.
+        var: &'static str,
+        /// What else it needs.
+        needs: &'static str,
+    },
+}
+
+impl Config {
+    /// Reads the process environment.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// Reads configuration through `get`; empty values count as unset.
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let get = |k: &str| {
+            get(k)
+                .map(|v| v.trim().to_owned())
+                .filter(|v| !v.is_empty())
+        };
+        let dry_run = match get("DRY_RUN").as_deref() {
+            None => false,
+            Some(v) => parse_bool(v).ok_or_else(|| ConfigError::Invalid {
+                var: "DRY_RUN",
+                value: v.into(),
+                expected: "true or false",
+            })?,
+        };
+        let max_out_of_service = int(
+            &get,
+            "MAX_OUT_OF_SERVICE",
+            3,
+            1,
+            1000,
+            "an integer from 1 to 1000",
+        )?;
+        let detach_wait = Duration::from_secs(int(
+            &get,
+            "VOLUME_DETACH_TIMEOUT_SECONDS",
+            60,
+            0,
+            600,
+            "an integer from 0 to 600",
+        )? as u64);
+
+        let max_out_of_service_percent = match get("MAX_OUT_OF_SERVICE_PERCENT") {
+            None => None,
+            Some(_) => Some(int(
+                &get,
+                "MAX_OUT_OF_SERVICE_PERCENT",
+                100,
+                1,
+                100,
+                "an integer from 1 to 100",
+            )? as u8),
+        };
+        let mode = match get("FENCING_MODE") {
+            None => ModeSetting::Auto,
+            Some(v) => ModeSetting::parse(&v).ok_or(ConfigError::Invalid {
+                var: "FENCING_MODE",
+                value: v,
+                expected: "auto, taint or legacy",
+            })?,
+        };
+        let seconds = |var, default| -> Result<Duration, ConfigError> {
+            Ok(Duration::from_secs(
+                int(&get, var, default, 0, 300, "an integer from 0 to 300")? as u64,
+            ))
+        };
+        let confirm_again_after = seconds("CONFIRM_AGAIN_AFTER_SECONDS", 0)?;
+        let recovery_settle = seconds("RECOVERY_SETTLE_SECONDS", 30)?;
+        let control_namespace = match get("CONTROL_NAMESPACE") {
+            None => "kube-system".to_owned(),
+            Some(ns) if is_dns_label(&ns) => ns,
+            Some(ns) => {
+                return Err(ConfigError::Invalid {
+                    var: "CONTROL_NAMESPACE",
+                    value: ns,
+                    expected: "a namespace name (lowercase letters, digits, hyphens, up to 63)",
+                });
+            }
+        };
+        let cluster = cluster_access(&get)?;
+        let token_vars = [
+            ("WEBHOOK_TOKEN", get("WEBHOOK_TOKEN")),
+            (
+                "WEBHOOK_TOKEN_SSM_PARAMETER",
+                get("WEBHOOK_TOKEN_SSM_PARAMETER"),
+            ),
+            ("WEBHOOK_TOKEN_SECRET_ID", get("WEBHOOK_TOKEN_SECRET_ID")),
+        ];
+        let webhook_token = match exclusive(&token_vars)? {
+            None => None,
+            Some(("WEBHOOK_TOKEN", v)) => {
+                crate::core::trigger::function_url::WebhookToken::new(&v).map_err(|_| {
+                    ConfigError::Invalid {
+                        var: "WEBHOOK_TOKEN",
+                        value: "<redacted>".into(),
+                        expected: "a token of at least 16 characters",
+                    }
+                })?;
+                Some(TokenSource::Inline(v))
+            }
+            Some(("WEBHOOK_TOKEN_SSM_PARAMETER", v)) => Some(TokenSource::Parameter(v)),
+            Some((_, v)) => Some(TokenSource::Secret(v)),
+        };
+        let log_format = match get("LOG_FORMAT").as_deref() {
+            None => None,
+            Some("json") => Some(LogFormat::Json),
+            Some("text") => Some(LogFormat::Text),
+            Some(v) => {
+                return Err(ConfigError::Invalid {
+                    var: "LOG_FORMAT",
+                    value: v.into(),
+                    expected: "json or text",
+                });
+            }
+        };
+        Ok(Self {
+            policy: Policy {
+                dry_run,
+                max_out_of_service,
+                max_out_of_service_percent,
+                mode,
+                confirm_again_after,
+                recovery_settle,
+                control_namespace,
+                detach_wait,
+                ..Policy::default()
+            },
+            cluster,
+            webhook_token,
+            log_format,
+        })
+    }
+}
+
+fn cluster_access(get: &impl Fn(&str) -> Option<String>) -> Result<ClusterAccess, ConfigError> {
+    let sources = [
+        ("CLUSTER_NAME", get("CLUSTER_NAME")),
+        ("KUBECONFIG_SSM_PARAMETER", get("KUBECONFIG_SSM_PARAMETER")),
+        ("KUBECONFIG_SECRET_ID", get("KUBECONFIG_SECRET_ID")),
+    ];
+    let endpoint = get("CLUSTER_ENDPOINT");
+    let ca = get("CLUSTER_CA_DATA");
+    let access = match exclusive(&sources)? {
+        None => ClusterAccess::Ambient,
+        Some(("CLUSTER_NAME", name)) => {
+            if !crate::core::names::is_dns_subdomain(&name.to_ascii_lowercase()) || name.len() > 100
+            {
+                return Err(ConfigError::Invalid {
+                    var: "CLUSTER_NAME",
+                    value: name,
+                    expected: "an EKS cluster name (letters, digits, hyphens, up to 100)",
+                });
+            }
+            let endpoint = match (endpoint.clone(), ca.clone()) {
+                (Some(e), Some(c)) => {
+                    if !e.starts_with("https://") {
+                        return Err(ConfigError::Invalid {
+                            var: "CLUSTER_ENDPOINT",
+                            value: e,
+                            expected: "an https:// URL",
+                        });
+                    }
+                    Some((e, c))
+                }
+                (None, None) => None,
+                (Some(_), None) => {
+                    return Err(ConfigError::Requires {
+                        var: "CLUSTER_ENDPOINT",
+                        needs: "CLUSTER_CA_DATA",
+                    });
+                }
+                (None, Some(_)) => {
+                    return Err(ConfigError::Requires {
+                        var: "CLUSTER_CA_DATA",
+                        needs: "CLUSTER_ENDPOINT",
+                    });
+                }
+            };
+            ClusterAccess::Eks { name, endpoint }
+        }
+        Some(("KUBECONFIG_SSM_PARAMETER", p)) => ClusterAccess::KubeconfigParameter(p),
+        Some((_, s)) => ClusterAccess::KubeconfigSecret(s),
+    };
+    if !matches!(access, ClusterAccess::Eks { .. }) && (endpoint.is_some() || ca.is_some()) {
+        return Err(ConfigError::Requires {
+            var: if endpoint.is_some() {
+                "CLUSTER_ENDPOINT"
+            } else {
+                "CLUSTER_CA_DATA"
+            },
+            needs: "CLUSTER_NAME",
+        });
+    }
+    Ok(access)
+}
+
+fn exclusive(
+    vars: &[(&'static str, Option<String>)],
+) -> Result<Option<(&'static str, String)>, ConfigError> {
+    let set: Vec<_> = vars.iter().filter(|(_, v)| v.is_some()).collect();
+    match set.as_slice() {
+        [] => Ok(None),
+        [(k, Some(v))] => Ok(Some((k, v.clone()))),
+        _ => Err(ConfigError::Exclusive(
+            set.iter().map(|(k, _)| *k).collect::<Vec<_>>().join(", "),
+        )),
+    }
+}
+
+fn int(
+    get: &impl Fn(&str) -> Option<String>,
+    var: &'static str,
+    default: usize,
+    min: usize,
+    max: usize,
+    expected: &'static str,
+) -> Result<usize, ConfigError> {
+    match get(var) {
+        None => Ok(default),
+        Some(v) => v
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (min..=max).contains(n))
+            .ok_or(ConfigError::Invalid {
+                var,
+                value: v,
+                expected,
+            }),
+    }
+}
+
+/// An RFC 1123 label, as namespace names are.
+fn is_dns_label(s: &str) -> bool {
+    (1..=63).contains(&s.len())
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+/// Parses a boolean the way people write them in environment variables.
+pub fn parse_bool(v: &str) -> Option<bool> {
+    match v.to_ascii_lowercase().as_str() {
+        "true" | "1" | "yes" | "on" => Some(true),
+        "false" | "0" | "no" | "off" => Some(false),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn cfg(pairs: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Config::from_lookup(|k| map.get(k).cloned())
+    }
+
+    #[test]
+    fn defaults() {
+        let c = cfg(&[]).unwrap();
+        assert!(!c.policy.dry_run);
+        assert_eq!(c.policy.max_out_of_service, 3);
+        assert_eq!(c.policy.detach_wait, Duration::from_secs(60));
+        assert_eq!(c.cluster, ClusterAccess::Ambient);
+        assert_eq!(c.webhook_token, None);
+        assert_eq!(c.policy.mode, ModeSetting::Auto);
+        assert_eq!(c.policy.max_out_of_service_percent, None);
+        assert_eq!(c.policy.confirm_again_after, Duration::ZERO);
+        assert_eq!(c.policy.recovery_settle, Duration::from_secs(30));
+        assert_eq!(c.policy.control_namespace, "kube-system");
+    }
+
+    #[test]
+    fn lifecycle_settings() {
+        let c = cfg(&[
+            ("FENCING_MODE", "legacy"),
+            ("MAX_OUT_OF_SERVICE_PERCENT", "20"),
+            ("CONFIRM_AGAIN_AFTER_SECONDS", "15"),
+            ("RECOVERY_SETTLE_SECONDS", "0"),
+            ("CONTROL_NAMESPACE", "node-fencer"),
+        ])
+        .unwrap();
+        assert_eq!(c.policy.mode, ModeSetting::Legacy);
+        assert_eq!(c.policy.max_out_of_service_percent, Some(20));
+        assert_eq!(c.policy.confirm_again_after, Duration::from_secs(15));
+        assert_eq!(c.policy.recovery_settle, Duration::ZERO);
+        assert_eq!(c.policy.control_namespace, "node-fencer");
+        for (var, bad) in [
+            ("FENCING_MODE", "delete"),
+            ("MAX_OUT_OF_SERVICE_PERCENT", "0"),
+            ("MAX_OUT_OF_SERVICE_PERCENT", "101"),
+            ("CONFIRM_AGAIN_AFTER_SECONDS", "301"),
+            ("RECOVERY_SETTLE_SECONDS", "-1"),
+            ("CONTROL_NAMESPACE", "Kube_System"),
+        ] {
+            let err = cfg(&[(var, bad)]).unwrap_err();
+            assert!(err.to_string().contains(var), "{err}");
+        }
+    }
+
+    #[test]
+    fn values_are_parsed() {
+        let c = cfg(&[
+            ("DRY_RUN", "TRUE"),
+            ("MAX_OUT_OF_SERVICE", "5"),
+            ("VOLUME_DETACH_TIMEOUT_SECONDS", "0"),
+            ("CLUSTER_NAME", "prod-eu"),
+            (
+                "WEBHOOK_TOKEN_SECRET_ID",
+                "arn:aws:secretsmanager:eu-west-1:1:secret:t",
+            ),
+            ("LOG_FORMAT", "text"),
+            ("KUBECONFIG_SECRET_ID", ""),
+        ])
+        .unwrap();
+        assert!(c.policy.dry_run);
+        assert_eq!(c.policy.max_out_of_service, 5);
+        assert_eq!(
+            c.cluster,
+            ClusterAccess::Eks {
+                name: "prod-eu".into(),
+                endpoint: None
+            }
+        );
+        assert!(matches!(c.webhook_token, Some(TokenSource::Secret(_))));
+        assert_eq!(c.log_format, Some(LogFormat::Text));
+    }
+
+    #[test]
+    fn errors_name_the_variable() {
+        for (pairs, var) in [
+            (vec![("DRY_RUN", "maybe")], "DRY_RUN"),
+            (vec![("MAX_OUT_OF_SERVICE", "0")], "MAX_OUT_OF_SERVICE"),
+            (vec![("MAX_OUT_OF_SERVICE", "-1")], "MAX_OUT_OF_SERVICE"),
+            (
+                vec![("VOLUME_DETACH_TIMEOUT_SECONDS", "601")],
+                "VOLUME_DETACH_TIMEOUT_SECONDS",
+            ),
+            (vec![("LOG_FORMAT", "xml")], "LOG_FORMAT"),
+            (vec![("WEBHOOK_TOKEN", "short")], "WEBHOOK_TOKEN"),
+            (vec![("CLUSTER_NAME", "a b")], "CLUSTER_NAME"),
+            (
+                vec![("CLUSTER_NAME", "c"), ("CLUSTER_ENDPOINT", "https://x")],
+                "CLUSTER_ENDPOINT",
+            ),
+            (
+                vec![("CLUSTER_ENDPOINT", "https://x"), ("CLUSTER_CA_DATA", "x")],
+                "CLUSTER_ENDPOINT",
+            ),
+            (
+                vec![("CLUSTER_NAME", "c"), ("KUBECONFIG_SECRET_ID", "s")],
+                "KUBECONFIG_SECRET_ID",
+            ),
+            (
+                vec![
+                    ("WEBHOOK_TOKEN", "0123456789abcdef"),
+                    ("WEBHOOK_TOKEN_SECRET_ID", "s"),
+                ],
+                "WEBHOOK_TOKEN_SECRET_ID",
+            ),
+        ] {
+            let err = cfg(&pairs).unwrap_err().to_string();
+            assert!(err.contains(var), "{err} should name {var}");
+        }
+    }
+
+    #[test]
+    fn the_inline_token_never_shows() {
+        let c = cfg(&[("WEBHOOK_TOKEN", "0123456789abcdef-secret")]).unwrap();
+        assert!(!format!("{c:?}").contains("secret"));
+        let err = cfg(&[("WEBHOOK_TOKEN", "tiny-secret")])
+            .unwrap_err()
+            .to_string();
+        assert!(!err.contains("tiny-secret"));
+    }
+}

@@ -1,0 +1,141 @@
+//! The cluster-wide controls, kept in the cluster itself: the Lease that
+//! serialises fencing across concurrent invocations, and the kill switch
+//! that turns every action into a dry run. Pure: the shell reads and writes
+//! the objects.
+
+use std::time::Duration;
+
+/// The name of the Lease and of the kill-switch ConfigMap.
+pub const OBJECT_NAME: &str = "node-fencer";
+/// The kill switch's key in the ConfigMap's data.
+pub const KILL_SWITCH_KEY: &str = "dry-run";
+/// How long a Lease is held without renewal before another invocation may
+/// take it over (an invocation that died holding it, or could not release
+/// it). A holder keeps it for one node list, one EC2 lookup and the taint
+/// patches, a few seconds; this is shorter than [`LEASE_WAIT`], so an
+/// orphaned Lease delays the next invocation but does not fail it.
+pub const LEASE_SECONDS: i32 = 20;
+/// How long an invocation waits for the Lease before giving up (retryable).
+pub const LEASE_WAIT: Duration = Duration::from_secs(30);
+
+/// The Lease as read, reduced to what the decision needs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaseFacts {
+    /// `spec.holderIdentity`; `None` when released.
+    pub holder: Option<String>,
+    /// `spec.renewTime` (or `acquireTime`), Unix seconds.
+    pub renewed: Option<i64>,
+    /// `spec.leaseDurationSeconds`.
+    pub duration_secs: Option<i32>,
+}
+
+/// What to do about the Lease.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LeaseStep {
+    /// It is free, expired or ours: write ourselves in (guarded by its resourceVersion).
+    Take,
+    /// Another invocation holds it: look again after this long.
+    Wait(Duration),
+}
+
+/// Decides whether `me` may take the Lease now.
+pub fn lease_step(lease: &LeaseFacts, me: &str, now: i64) -> LeaseStep {
+    let Some(holder) = lease.holder.as_deref().filter(|h| !h.is_empty()) else {
+        return LeaseStep::Take;
+    };
+    if holder == me {
+        return LeaseStep::Take;
+    }
+    let duration = i64::from(lease.duration_secs.unwrap_or(LEASE_SECONDS).max(1));
+    let Some(renewed) = lease.renewed else {
+        return LeaseStep::Take;
+    };
+    let expires = renewed.saturating_add(duration);
+    if now >= expires {
+        return LeaseStep::Take;
+    }
+    // Look again soon: holders release as soon as their taints are written.
+    let left = u64::try_from(expires - now).unwrap_or(1);
+    LeaseStep::Wait(Duration::from_millis(250).min(Duration::from_secs(left)))
+}
+
+/// The kill switch's state, from the ConfigMap's value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KillSwitch {
+    /// No ConfigMap, no key, or `false`: act normally.
+    Off,
+    /// `true`: every action becomes a dry run.
+    On,
+    /// A value that is neither: treated as on, and reported.
+    Unreadable(String),
+}
+
+impl KillSwitch {
+    /// Reads the ConfigMap's value; `None` when the ConfigMap or key is missing.
+    pub fn from_value(value: Option<&str>) -> Self {
+        match value.map(str::trim) {
+            None | Some("") => Self::Off,
+            Some(v) => match crate::core::config::parse_bool(v) {
+                Some(true) => Self::On,
+                Some(false) => Self::Off,
+                None => Self::Unreadable(v.to_owned()),
+            },
+        }
+    }
+
+    /// True when actions must become plans: fail closed on anything but a clear `false`.
+    pub fn engaged(&self) -> bool {
+        !matches!(self, Self::Off)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lease(holder: Option<&str>, renewed: Option<i64>) -> LeaseFacts {
+        LeaseFacts {
+            holder: holder.map(str::to_owned),
+            renewed,
+            duration_secs: Some(60),
+        }
+    }
+
+    #[test]
+    fn the_lease_is_taken_only_when_free_expired_or_ours() {
+        assert_eq!(
+            lease_step(&lease(None, Some(990)), "me", 1_000),
+            LeaseStep::Take
+        );
+        assert_eq!(
+            lease_step(&lease(Some(""), Some(990)), "me", 1_000),
+            LeaseStep::Take
+        );
+        assert_eq!(
+            lease_step(&lease(Some("me"), Some(990)), "me", 1_000),
+            LeaseStep::Take
+        );
+        assert_eq!(
+            lease_step(&lease(Some("other"), Some(900)), "me", 1_000),
+            LeaseStep::Take
+        );
+        assert!(matches!(
+            lease_step(&lease(Some("other"), Some(990)), "me", 1_000),
+            LeaseStep::Wait(d) if d <= Duration::from_millis(250)
+        ));
+        assert!(matches!(
+            lease_step(&lease(Some("other"), Some(1_000)), "me", 1_000),
+            LeaseStep::Wait(_)
+        ));
+    }
+
+    #[test]
+    fn the_kill_switch_fails_closed() {
+        assert_eq!(KillSwitch::from_value(None), KillSwitch::Off);
+        assert_eq!(KillSwitch::from_value(Some(" ")), KillSwitch::Off);
+        assert_eq!(KillSwitch::from_value(Some("false")), KillSwitch::Off);
+        assert!(KillSwitch::from_value(Some("true")).engaged());
+        assert!(KillSwitch::from_value(Some("yes")).engaged());
+        assert!(KillSwitch::from_value(Some("maybe")).engaged());
+    }
+}

@@ -1,0 +1,196 @@
+//! Plain facts gathered from Kubernetes and EC2, reduced to what the decision
+//! needs. The shell fills them in; the core only reads them.
+
+use std::net::IpAddr;
+
+use serde::Serialize;
+
+use crate::core::instance::{AttachmentState, InstanceId, InstanceState, VolumeId, VolumeState};
+
+/// The out-of-service taint key (KEP-2268).
+pub const OUT_OF_SERVICE_KEY: &str = "node.kubernetes.io/out-of-service";
+/// The value node-fencer applies.
+pub const OUT_OF_SERVICE_VALUE: &str = "nodeshutdown";
+/// The effect node-fencer applies; only `NoExecute` makes pods go.
+pub const OUT_OF_SERVICE_EFFECT: &str = "NoExecute";
+
+/// The node's `Ready` condition.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Readiness {
+    /// `Ready=True`: the kubelet reports in. Never fenced.
+    Ready,
+    /// `Ready=False`.
+    NotReady,
+    /// `Ready=Unknown` or no condition: the kubelet went silent.
+    Unknown,
+}
+
+/// A taint, as the decision sees it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct TaintFacts {
+    /// The key.
+    pub key: String,
+    /// The value, if any.
+    pub value: Option<String>,
+    /// The effect.
+    pub effect: String,
+}
+
+/// What Kubernetes says about one Node.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct NodeFacts {
+    /// `metadata.name`.
+    pub name: String,
+    /// The instance from `spec.providerID`, when it is an AWS one.
+    pub instance: Option<InstanceId>,
+    /// The `Ready` condition.
+    pub readiness: Readiness,
+    /// `InternalIP` addresses.
+    pub internal_ips: Vec<IpAddr>,
+    /// `InternalDNS` and `Hostname` addresses.
+    pub host_names: Vec<String>,
+    /// The taints.
+    pub taints: Vec<TaintFacts>,
+    /// When the `Ready` condition last turned `True` (Unix seconds), if it is `True`.
+    pub ready_since: Option<i64>,
+    /// What node-fencer recorded when it fenced this Node, if it did.
+    pub fenced: Option<FenceMark>,
+}
+
+impl NodeFacts {
+    /// True when the node carries an out-of-service taint that evicts (any
+    /// value), or node-fencer fenced it the legacy way: either counts
+    /// against the cap.
+    pub fn is_out_of_service(&self) -> bool {
+        self.has_out_of_service_taint()
+            || self
+                .fenced
+                .as_ref()
+                .is_some_and(|m| m.mode == FenceMode::Legacy)
+    }
+
+    /// True when the node carries an out-of-service taint that evicts.
+    pub fn has_out_of_service_taint(&self) -> bool {
+        self.taints
+            .iter()
+            .any(|t| t.key == OUT_OF_SERVICE_KEY && t.effect == OUT_OF_SERVICE_EFFECT)
+    }
+}
+
+/// How a node is fenced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FenceMode {
+    /// The out-of-service taint: Kubernetes deletes the pods and detaches
+    /// the volumes itself (KEP-2268; on by default from 1.26, GA in 1.28).
+    Taint,
+    /// For clusters without it: force-delete the node's pods and its
+    /// VolumeAttachments; the Node object stays.
+    Legacy,
+}
+
+impl FenceMode {
+    /// The name used in annotations, the report and the configuration.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Taint => "taint",
+            Self::Legacy => "legacy",
+        }
+    }
+}
+
+/// node-fencer's record on a Node it fenced (its annotations).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct FenceMark {
+    /// How it was fenced.
+    pub mode: FenceMode,
+    /// The instance EC2 confirmed off, when the annotation is readable.
+    pub instance: Option<InstanceId>,
+    /// The EBS volumes it planned to force-detach.
+    pub volumes: Vec<VolumeId>,
+    /// When (the annotation's text, RFC 3339): names this fencing, so a
+    /// recovery never clears a newer one.
+    pub at: String,
+}
+
+/// What EC2 says about one instance.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct InstanceFacts {
+    /// The id.
+    pub id: InstanceId,
+    /// The lifecycle state.
+    pub state: InstanceState,
+    /// The private DNS name, the usual node name on EKS.
+    pub private_dns_name: Option<String>,
+    /// The root device name (e.g. `/dev/xvda`), never detached.
+    pub root_device_name: Option<String>,
+}
+
+/// The out-of-band answer for one instance.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "result")]
+pub enum Confirmation {
+    /// EC2 described the instance.
+    Seen(InstanceFacts),
+    /// EC2 does not know the instance (in this account and region).
+    NotFound,
+    /// The lookup failed (throttled, denied, unreachable): nothing is known.
+    LookupFailed {
+        /// The error, for the report.
+        error: String,
+    },
+}
+
+impl Confirmation {
+    /// True only when EC2 said, in this lookup, that the instance is off.
+    pub fn confirms_off(&self) -> bool {
+        matches!(self, Self::Seen(facts) if facts.state.is_off())
+    }
+}
+
+/// A VolumeAttachment, as the volume mapping needs it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AttachmentFacts {
+    /// `metadata.name`.
+    pub name: String,
+    /// `spec.attacher`.
+    pub attacher: String,
+    /// `spec.nodeName`.
+    pub node_name: String,
+    /// `spec.source.persistentVolumeName`.
+    pub pv_name: Option<String>,
+    /// The EBS volume of an inline (migrated in-tree) volume spec.
+    pub inline_volume: Option<VolumeId>,
+}
+
+/// A PersistentVolume, as the volume mapping needs it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PvFacts {
+    /// `metadata.name`.
+    pub name: String,
+    /// The EBS volume behind it (CSI `ebs.csi.aws.com` or in-tree), if any.
+    pub volume: Option<VolumeId>,
+}
+
+/// One attachment of an EBS volume, as EC2 reports it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct VolumeAttachmentState {
+    /// The instance.
+    pub instance: InstanceId,
+    /// The device name on the instance.
+    pub device: Option<String>,
+    /// Attaching, attached, detaching, detached, busy.
+    pub state: AttachmentState,
+}
+
+/// What EC2 says about one EBS volume.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct VolumeFacts {
+    /// The id.
+    pub id: VolumeId,
+    /// Available, in use, ...
+    pub state: VolumeState,
+    /// Its attachments.
+    pub attachments: Vec<VolumeAttachmentState>,
+}

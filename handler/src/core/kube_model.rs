@@ -1,0 +1,654 @@
+//! Kubernetes objects read into facts, and the taint patch written from a
+//! Node. Pure: the shell fetches and sends, this module only looks.
+
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, Taint};
+use k8s_openapi::api::storage::v1::VolumeAttachment;
+use serde_json::{Value, json};
+
+use crate::core::facts::{
+    AttachmentFacts, FenceMark, FenceMode, NodeFacts, OUT_OF_SERVICE_EFFECT, OUT_OF_SERVICE_KEY,
+    OUT_OF_SERVICE_VALUE, PvFacts, Readiness, TaintFacts,
+};
+use crate::core::instance::{InstanceId, InstanceState, VolumeId, instance_from_provider_id};
+use crate::core::volumes::EBS_CSI_DRIVER;
+
+/// Annotation prefix for what node-fencer records on a Node it fenced.
+pub const ANNOTATION_PREFIX: &str = "node-fencer.io/";
+/// The taint node-fencer applied, as `key=value:effect`.
+pub const ANNOTATION_TAINT: &str = "node-fencer.io/taint";
+/// When it was applied (RFC 3339).
+pub const ANNOTATION_FENCED_AT: &str = "node-fencer.io/fenced-at";
+/// The instance and the state EC2 reported at decision time.
+pub const ANNOTATION_INSTANCE: &str = "node-fencer.io/instance";
+/// The correlation id of the invocation that applied it.
+pub const ANNOTATION_CORRELATION: &str = "node-fencer.io/correlation-id";
+/// How the node was fenced: `taint` or `legacy`.
+pub const ANNOTATION_MODE: &str = "node-fencer.io/mode";
+/// The EBS volumes it planned to force-detach, comma-separated.
+pub const ANNOTATION_VOLUMES: &str = "node-fencer.io/volumes";
+/// Every annotation node-fencer writes; recovery clears them all.
+pub const ANNOTATIONS: [&str; 6] = [
+    ANNOTATION_TAINT,
+    ANNOTATION_FENCED_AT,
+    ANNOTATION_INSTANCE,
+    ANNOTATION_CORRELATION,
+    ANNOTATION_MODE,
+    ANNOTATION_VOLUMES,
+];
+
+/// Reads a Node into facts; `None` for a Node without a name.
+pub fn node_facts(node: &Node) -> Option<NodeFacts> {
+    let name = node.metadata.name.clone()?;
+    let spec = node.spec.as_ref();
+    let status = node.status.as_ref();
+    let instance = spec
+        .and_then(|s| s.provider_id.as_deref())
+        .and_then(instance_from_provider_id);
+    let addresses = status
+        .and_then(|s| s.addresses.as_deref())
+        .unwrap_or_default();
+    let internal_ips = addresses
+        .iter()
+        .filter(|a| a.type_ == "InternalIP")
+        .filter_map(|a| a.address.parse().ok())
+        .collect();
+    let host_names = addresses
+        .iter()
+        .filter(|a| a.type_ == "InternalDNS" || a.type_ == "Hostname")
+        .map(|a| a.address.clone())
+        .collect();
+    let taints = spec
+        .and_then(|s| s.taints.as_deref())
+        .unwrap_or_default()
+        .iter()
+        .map(|t| TaintFacts {
+            key: t.key.clone(),
+            value: t.value.clone(),
+            effect: t.effect.clone(),
+        })
+        .collect();
+    Some(NodeFacts {
+        name,
+        instance,
+        readiness: readiness(node),
+        internal_ips,
+        host_names,
+        taints,
+        ready_since: ready_since(node),
+        fenced: fence_mark(node),
+    })
+}
+
+/// When the `Ready` condition turned `True` (Unix seconds); `None` unless it
+/// is `True` now and says when.
+pub fn ready_since(node: &Node) -> Option<i64> {
+    if readiness(node) != Readiness::Ready {
+        return None;
+    }
+    node.status
+        .as_ref()?
+        .conditions
+        .as_deref()?
+        .iter()
+        .find(|c| c.type_ == "Ready")?
+        .last_transition_time
+        .as_ref()
+        .map(|t| t.0.as_second())
+}
+
+/// node-fencer's record on the Node, read back from its annotations. A Node
+/// with `fenced-at` is fenced; a mark written before `mode` existed is a
+/// taint.
+pub fn fence_mark(node: &Node) -> Option<FenceMark> {
+    let annotations = node.metadata.annotations.as_ref()?;
+    let at = annotations.get(ANNOTATION_FENCED_AT)?.clone();
+    let mode = match annotations.get(ANNOTATION_MODE).map(String::as_str) {
+        Some("legacy") => FenceMode::Legacy,
+        _ => FenceMode::Taint,
+    };
+    let instance = annotations
+        .get(ANNOTATION_INSTANCE)
+        .and_then(|v| v.split('=').next())
+        .and_then(InstanceId::parse);
+    let volumes = annotations
+        .get(ANNOTATION_VOLUMES)
+        .map(|v| v.split(',').filter_map(VolumeId::parse).collect())
+        .unwrap_or_default();
+    Some(FenceMark {
+        mode,
+        instance,
+        volumes,
+        at,
+    })
+}
+
+/// The node's `Ready` condition; a missing condition counts as `Unknown`.
+pub fn readiness(node: &Node) -> Readiness {
+    let ready = node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_deref())
+        .unwrap_or_default()
+        .iter()
+        .find(|c| c.type_ == "Ready");
+    match ready.map(|c| c.status.as_str()) {
+        Some("True") => Readiness::Ready,
+        Some("False") => Readiness::NotReady,
+        _ => Readiness::Unknown,
+    }
+}
+
+/// Reads a VolumeAttachment into facts.
+pub fn attachment_facts(va: &VolumeAttachment) -> Option<AttachmentFacts> {
+    let inline = va.spec.source.inline_volume_spec.as_ref();
+    let inline_volume = inline.and_then(|spec| {
+        spec.aws_elastic_block_store
+            .as_ref()
+            .and_then(|ebs| VolumeId::parse(&ebs.volume_id))
+            .or_else(|| {
+                spec.csi
+                    .as_ref()
+                    .filter(|c| c.driver == EBS_CSI_DRIVER)
+                    .and_then(|c| VolumeId::parse(&c.volume_handle))
+            })
+    });
+    Some(AttachmentFacts {
+        name: va.metadata.name.clone()?,
+        attacher: va.spec.attacher.clone(),
+        node_name: va.spec.node_name.clone(),
+        pv_name: va.spec.source.persistent_volume_name.clone(),
+        inline_volume,
+    })
+}
+
+/// Reads a PersistentVolume into facts: the EBS volume from the CSI
+/// `volumeHandle` of `ebs.csi.aws.com`, or the in-tree `awsElasticBlockStore`.
+pub fn pv_facts(pv: &PersistentVolume) -> Option<PvFacts> {
+    let spec = pv.spec.as_ref();
+    let csi = spec
+        .and_then(|s| s.csi.as_ref())
+        .filter(|c| c.driver == EBS_CSI_DRIVER)
+        .and_then(|c| VolumeId::parse(&c.volume_handle));
+    let in_tree = spec
+        .and_then(|s| s.aws_elastic_block_store.as_ref())
+        .and_then(|e| VolumeId::parse(&e.volume_id));
+    Some(PvFacts {
+        name: pv.metadata.name.clone()?,
+        volume: csi.or(in_tree),
+    })
+}
+
+/// The out-of-service taint that evicts (any value).
+fn is_out_of_service(t: &Taint) -> bool {
+    t.key == OUT_OF_SERVICE_KEY && t.effect == OUT_OF_SERVICE_EFFECT
+}
+
+/// What node-fencer records with the taint.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stamp {
+    /// The instance EC2 confirmed off.
+    pub instance: InstanceId,
+    /// Its state at decision time.
+    pub state: InstanceState,
+    /// RFC 3339 time of the decision.
+    pub at: String,
+    /// The invocation's correlation id.
+    pub correlation_id: String,
+    /// How the node is fenced.
+    pub mode: FenceMode,
+    /// The EBS volumes planned for force-detach.
+    pub volumes: Vec<VolumeId>,
+}
+
+/// What the taint step found and did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TaintOutcome {
+    /// The taint was added by this call.
+    Applied,
+    /// The taint was already there.
+    AlreadyPresent,
+    /// The Node became Ready since the decision; nothing was written.
+    NodeReady,
+    /// The Node no longer exists.
+    NodeGone,
+}
+
+/// What the recovery step found and did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UntaintOutcome {
+    /// The fencing is ended; `taint_removed` says whether a taint went with it.
+    Ended {
+        /// Whether the out-of-service taint was removed.
+        taint_removed: bool,
+    },
+    /// The Node no longer carries this fencing's mark; nothing was written.
+    NotOurs,
+    /// The Node is not Ready any more; nothing was written.
+    NodeNotReady,
+    /// The Node no longer exists.
+    NodeGone,
+}
+
+/// What to do about the taint, given the Node as it is now.
+#[derive(Clone, Debug, PartialEq)]
+pub enum TaintPatch {
+    /// Send this merge patch.
+    Apply(Value),
+    /// The taint is there already.
+    AlreadyPresent,
+    /// The taint is there, stamped with this invocation's correlation id: an
+    /// earlier attempt of this run applied it and its answer was lost.
+    AppliedByThisRun,
+    /// The Node turned Ready since the decision: do not fence.
+    NodeReady,
+    /// The Node has no resourceVersion to guard the write with.
+    NoResourceVersion,
+    /// An existing taint could not be restated; writing would drop it.
+    Unrepresentable,
+}
+
+/// Builds the merge patch that fences the Node: the out-of-service taint
+/// (taint mode) and the annotations that record it. The patch carries the
+/// resourceVersion it was built from, so the API server refuses it (409) if
+/// anyone changed the Node in between, and it restates every existing taint,
+/// so none is dropped.
+pub fn taint_patch(node: &Node, stamp: &Stamp) -> TaintPatch {
+    if readiness(node) == Readiness::Ready {
+        return TaintPatch::NodeReady;
+    }
+    let Some(rv) = node.metadata.resource_version.as_deref() else {
+        return TaintPatch::NoResourceVersion;
+    };
+    let existing = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default();
+    let present = match stamp.mode {
+        FenceMode::Taint => existing.iter().any(is_out_of_service),
+        FenceMode::Legacy => fence_mark(node).is_some(),
+    };
+    if present {
+        let ours = node
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(ANNOTATION_CORRELATION))
+            .is_some_and(|id| *id == stamp.correlation_id);
+        return if ours {
+            TaintPatch::AppliedByThisRun
+        } else {
+            TaintPatch::AlreadyPresent
+        };
+    }
+    let volumes: Vec<&str> = stamp.volumes.iter().map(VolumeId::as_str).collect();
+    let mut annotations = json!({
+        ANNOTATION_FENCED_AT: stamp.at,
+        ANNOTATION_INSTANCE: format!("{}={}", stamp.instance, stamp.state),
+        ANNOTATION_CORRELATION: stamp.correlation_id,
+        ANNOTATION_MODE: stamp.mode.name(),
+        ANNOTATION_VOLUMES: volumes.join(","),
+    });
+    if stamp.mode == FenceMode::Legacy {
+        return TaintPatch::Apply(json!({
+            "metadata": {"resourceVersion": rv, "annotations": annotations}
+        }));
+    }
+    // Restating a taint we cannot serialise would drop it: refuse instead.
+    let Ok(mut taints) = existing
+        .iter()
+        .map(serde_json::to_value)
+        .collect::<Result<Vec<Value>, _>>()
+    else {
+        return TaintPatch::Unrepresentable;
+    };
+    taints.push(json!({
+        "key": OUT_OF_SERVICE_KEY,
+        "value": OUT_OF_SERVICE_VALUE,
+        "effect": OUT_OF_SERVICE_EFFECT,
+        "timeAdded": stamp.at,
+    }));
+    annotations[ANNOTATION_TAINT] = json!(format!(
+        "{OUT_OF_SERVICE_KEY}={OUT_OF_SERVICE_VALUE}:{OUT_OF_SERVICE_EFFECT}"
+    ));
+    TaintPatch::Apply(json!({
+        "metadata": {"resourceVersion": rv, "annotations": annotations},
+        "spec": { "taints": taints }
+    }))
+}
+
+/// What to do to end a fencing, given the Node as it is now.
+#[derive(Clone, Debug, PartialEq)]
+pub enum UntaintPatch {
+    /// Send this merge patch; `removes_taint` tells whether it drops the taint.
+    Apply {
+        /// The patch.
+        patch: Value,
+        /// Whether the out-of-service taint goes with it.
+        removes_taint: bool,
+    },
+    /// The Node carries no mark of this fencing (cleared, re-fenced since,
+    /// or a new object under the same name): nothing of ours to remove.
+    NotOurs,
+    /// The Node is not Ready: recovery must wait.
+    NodeNotReady,
+    /// The Node has no resourceVersion to guard the write with.
+    NoResourceVersion,
+    /// A remaining taint could not be restated; writing would drop it.
+    Unrepresentable,
+}
+
+/// Builds the merge patch that ends the fencing recorded as `fenced_at`:
+/// removes the out-of-service taint only when node-fencer's annotation says
+/// node-fencer applied it, and clears node-fencer's annotations. Guarded by
+/// the resourceVersion, like the taint patch; every other taint is restated.
+pub fn untaint_patch(node: &Node, fenced_at: &str) -> UntaintPatch {
+    let Some(mark) = fence_mark(node).filter(|m| m.at == fenced_at) else {
+        return UntaintPatch::NotOurs;
+    };
+    if readiness(node) != Readiness::Ready {
+        return UntaintPatch::NodeNotReady;
+    }
+    let Some(rv) = node.metadata.resource_version.as_deref() else {
+        return UntaintPatch::NoResourceVersion;
+    };
+    let applied_taint = mark.mode == FenceMode::Taint
+        && node
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(ANNOTATION_TAINT));
+    let cleared: serde_json::Map<String, Value> = ANNOTATIONS
+        .iter()
+        .map(|k| ((*k).to_owned(), Value::Null))
+        .collect();
+    let mut patch = json!({"metadata": {"resourceVersion": rv, "annotations": cleared}});
+    let existing = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default();
+    let removes_taint = applied_taint && existing.iter().any(is_out_of_service);
+    if removes_taint {
+        let Ok(kept) = existing
+            .iter()
+            .filter(|t| !is_out_of_service(t))
+            .map(serde_json::to_value)
+            .collect::<Result<Vec<Value>, _>>()
+        else {
+            return UntaintPatch::Unrepresentable;
+        };
+        patch["spec"] = json!({ "taints": kept });
+    }
+    UntaintPatch::Apply {
+        patch,
+        removes_taint,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn node(ready: &str, taints: Value, rv: Option<&str>) -> Node {
+        serde_json::from_value(json!({
+            "metadata": {"name": "worker-2", "resourceVersion": rv},
+            "spec": {"providerID": "aws:///us-east-1a/i-0123456789abcdef0", "taints": taints},
+            "status": {
+                "conditions": [{"type": "Ready", "status": ready}],
+                "addresses": [
+                    {"type": "InternalIP", "address": "10.0.1.17"},
+                    {"type": "InternalDNS", "address": "ip-10-0-1-17.ec2.internal"},
+                    {"type": "Hostname", "address": "ip-10-0-1-17.ec2.internal"}
+                ]
+            }
+        }))
+        .unwrap()
+    }
+
+    fn stamp() -> Stamp {
+        Stamp {
+            instance: InstanceId::parse("i-0123456789abcdef0").unwrap(),
+            state: InstanceState::Stopped,
+            at: "2026-11-22T10:00:00Z".into(),
+            correlation_id: "c-1".into(),
+            mode: FenceMode::Taint,
+            volumes: vec![VolumeId::parse("vol-0123456789abcdef0").unwrap()],
+        }
+    }
+
+    /// A Node fenced by `stamp()`, Ready again, with another taint beside ours.
+    fn fenced_and_back() -> Node {
+        let mut n = node(
+            "Unknown",
+            json!([{"key": "dedicated", "value": "db", "effect": "NoSchedule"}]),
+            Some("5"),
+        );
+        let TaintPatch::Apply(patch) = taint_patch(&n, &stamp()) else {
+            panic!("expected a patch");
+        };
+        n.metadata.annotations =
+            serde_json::from_value(patch["metadata"]["annotations"].clone()).unwrap();
+        n.spec.as_mut().unwrap().taints =
+            serde_json::from_value(patch["spec"]["taints"].clone()).unwrap();
+        n.status.as_mut().unwrap().conditions.as_mut().unwrap()[0].status = "True".into();
+        n
+    }
+
+    #[test]
+    fn the_mark_reads_back_what_the_patch_wrote() {
+        let n = fenced_and_back();
+        let mark = fence_mark(&n).unwrap();
+        assert_eq!(mark.mode, FenceMode::Taint);
+        assert_eq!(mark.at, "2026-11-22T10:00:00Z");
+        assert_eq!(mark.instance.unwrap().as_str(), "i-0123456789abcdef0");
+        assert_eq!(mark.volumes, stamp().volumes);
+        assert!(node_facts(&n).unwrap().fenced.is_some());
+        assert_eq!(fence_mark(&node("True", json!([]), Some("1"))), None);
+    }
+
+    #[test]
+    fn recovery_removes_only_our_taint_and_clears_our_annotations() {
+        let n = fenced_and_back();
+        let UntaintPatch::Apply {
+            patch,
+            removes_taint,
+        } = untaint_patch(&n, "2026-11-22T10:00:00Z")
+        else {
+            panic!("expected a patch");
+        };
+        assert!(removes_taint);
+        assert_eq!(patch["metadata"]["resourceVersion"], "5");
+        assert_eq!(
+            patch["spec"]["taints"],
+            json!([{"key": "dedicated", "value": "db", "effect": "NoSchedule"}])
+        );
+        for key in ANNOTATIONS {
+            assert_eq!(patch["metadata"]["annotations"][key], Value::Null, "{key}");
+            assert!(
+                patch["metadata"]["annotations"].get(key).is_some(),
+                "{key} cleared"
+            );
+        }
+        // Another fencing since (a newer mark), or no mark at all: not ours.
+        assert_eq!(
+            untaint_patch(&n, "2026-11-22T09:00:00Z"),
+            UntaintPatch::NotOurs
+        );
+        let mut theirs = n.clone();
+        theirs.metadata.annotations = None;
+        assert_eq!(
+            untaint_patch(&theirs, "2026-11-22T10:00:00Z"),
+            UntaintPatch::NotOurs
+        );
+        // Not Ready yet.
+        let mut down = n.clone();
+        down.status.as_mut().unwrap().conditions.as_mut().unwrap()[0].status = "Unknown".into();
+        assert_eq!(
+            untaint_patch(&down, "2026-11-22T10:00:00Z"),
+            UntaintPatch::NodeNotReady
+        );
+    }
+
+    #[test]
+    fn a_legacy_fence_writes_no_taint_and_recovery_removes_none() {
+        let legacy = Stamp {
+            mode: FenceMode::Legacy,
+            ..stamp()
+        };
+        let mut n = node(
+            "Unknown",
+            json!([{"key": OUT_OF_SERVICE_KEY, "value": "someone", "effect": "NoExecute"}]),
+            Some("3"),
+        );
+        let TaintPatch::Apply(patch) = taint_patch(&n, &legacy) else {
+            panic!("expected a patch");
+        };
+        assert!(patch.get("spec").is_none(), "{patch}");
+        assert_eq!(patch["metadata"]["annotations"][ANNOTATION_MODE], "legacy");
+        n.metadata.annotations =
+            serde_json::from_value(patch["metadata"]["annotations"].clone()).unwrap();
+        assert_eq!(
+            taint_patch(
+                &n,
+                &Stamp {
+                    correlation_id: "c-2".into(),
+                    ..legacy.clone()
+                }
+            ),
+            TaintPatch::AlreadyPresent
+        );
+        n.status.as_mut().unwrap().conditions.as_mut().unwrap()[0].status = "True".into();
+        let UntaintPatch::Apply {
+            patch,
+            removes_taint,
+        } = untaint_patch(&n, &legacy.at)
+        else {
+            panic!("expected a patch");
+        };
+        // Someone else's out-of-service taint stays.
+        assert!(!removes_taint);
+        assert!(patch.get("spec").is_none(), "{patch}");
+    }
+
+    #[test]
+    fn facts_from_a_node() {
+        let n = node("Unknown", json!([]), Some("7"));
+        let f = node_facts(&n).unwrap();
+        assert_eq!(f.instance.unwrap().as_str(), "i-0123456789abcdef0");
+        assert_eq!(f.readiness, Readiness::Unknown);
+        assert_eq!(
+            f.internal_ips,
+            ["10.0.1.17".parse::<std::net::IpAddr>().unwrap()]
+        );
+        assert_eq!(f.host_names.len(), 2);
+        assert_eq!(readiness(&node("True", json!([]), None)), Readiness::Ready);
+        assert_eq!(
+            readiness(&node("False", json!([]), None)),
+            Readiness::NotReady
+        );
+        assert_eq!(readiness(&Node::default()), Readiness::Unknown);
+    }
+
+    #[test]
+    fn the_patch_keeps_other_taints_and_carries_the_resource_version() {
+        let others = json!([
+            {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute", "timeAdded": "2026-11-22T09:59:00Z"},
+            {"key": "dedicated", "value": "db", "effect": "NoSchedule"}
+        ]);
+        let TaintPatch::Apply(patch) = taint_patch(&node("Unknown", others, Some("42")), &stamp())
+        else {
+            panic!("expected a patch");
+        };
+        assert_eq!(patch["metadata"]["resourceVersion"], "42");
+        let taints = patch["spec"]["taints"].as_array().unwrap();
+        assert_eq!(taints.len(), 3);
+        assert_eq!(taints[0]["key"], "node.kubernetes.io/unreachable");
+        assert_eq!(taints[1]["value"], "db");
+        assert_eq!(taints[2]["key"], OUT_OF_SERVICE_KEY);
+        assert_eq!(taints[2]["effect"], "NoExecute");
+        assert_eq!(
+            patch["metadata"]["annotations"][ANNOTATION_INSTANCE],
+            "i-0123456789abcdef0=stopped"
+        );
+    }
+
+    #[test]
+    fn no_patch_when_present_ready_or_unversioned() {
+        let present = json!([{"key": OUT_OF_SERVICE_KEY, "value": "x", "effect": "NoExecute"}]);
+        assert_eq!(
+            taint_patch(&node("False", present, Some("1")), &stamp()),
+            TaintPatch::AlreadyPresent
+        );
+        assert_eq!(
+            taint_patch(&node("True", json!([]), Some("1")), &stamp()),
+            TaintPatch::NodeReady
+        );
+        assert_eq!(
+            taint_patch(&node("False", json!([]), None), &stamp()),
+            TaintPatch::NoResourceVersion
+        );
+        let no_schedule = json!([{"key": OUT_OF_SERVICE_KEY, "effect": "NoSchedule"}]);
+        assert!(matches!(
+            taint_patch(&node("False", no_schedule, Some("1")), &stamp()),
+            TaintPatch::Apply(_)
+        ));
+    }
+
+    #[test]
+    fn a_taint_stamped_by_this_run_counts_as_applied_by_it() {
+        let present = json!([{"key": OUT_OF_SERVICE_KEY, "value": "x", "effect": "NoExecute"}]);
+        let mut ours = node("False", present, Some("2"));
+        ours.metadata.annotations = Some(
+            [(ANNOTATION_CORRELATION.to_owned(), "c-1".to_owned())]
+                .into_iter()
+                .collect(),
+        );
+        assert_eq!(taint_patch(&ours, &stamp()), TaintPatch::AppliedByThisRun);
+        let other_run = Stamp {
+            correlation_id: "c-2".into(),
+            ..stamp()
+        };
+        assert_eq!(taint_patch(&ours, &other_run), TaintPatch::AlreadyPresent);
+    }
+
+    #[test]
+    fn pv_and_attachment_facts() {
+        let csi: PersistentVolume = serde_json::from_value(json!({
+            "metadata": {"name": "pv-a"},
+            "spec": {"csi": {"driver": "ebs.csi.aws.com", "volumeHandle": "vol-0123456789abcdef0"}}
+        }))
+        .unwrap();
+        assert_eq!(
+            pv_facts(&csi).unwrap().volume.unwrap().as_str(),
+            "vol-0123456789abcdef0"
+        );
+        let other: PersistentVolume = serde_json::from_value(json!({
+            "metadata": {"name": "pv-b"},
+            "spec": {"csi": {"driver": "efs.csi.aws.com", "volumeHandle": "vol-0123456789abcdef0"}}
+        }))
+        .unwrap();
+        assert_eq!(pv_facts(&other).unwrap().volume, None);
+        let in_tree: PersistentVolume = serde_json::from_value(json!({
+            "metadata": {"name": "pv-c"},
+            "spec": {"awsElasticBlockStore": {"volumeID": "aws://us-east-1a/vol-0123abcd"}}
+        }))
+        .unwrap();
+        assert_eq!(
+            pv_facts(&in_tree).unwrap().volume.unwrap().as_str(),
+            "vol-0123abcd"
+        );
+        let va: VolumeAttachment = serde_json::from_value(json!({
+            "metadata": {"name": "csi-1"},
+            "spec": {"attacher": "ebs.csi.aws.com", "nodeName": "worker-2",
+                     "source": {"persistentVolumeName": "pv-a"}}
+        }))
+        .unwrap();
+        let f = attachment_facts(&va).unwrap();
+        assert_eq!(
+            (f.node_name.as_str(), f.pv_name.as_deref()),
+            ("worker-2", Some("pv-a"))
+        );
+    }
+}

@@ -1,0 +1,134 @@
+//! The exact AWS API calls and Kubernetes verbs the code makes. The IAM
+//! policy in `infra/` and the ClusterRole in `infra/kubernetes/rbac.yaml` are
+//! tested against these lists, and these lists against the code.
+
+/// Every AWS action the function calls, as IAM spells it.
+pub const AWS_ACTIONS: &[&str] = &[
+    "ec2:DescribeInstances",
+    "ec2:DescribeVolumes",
+    "ec2:DetachVolume",
+    "eks:DescribeCluster",
+    "secretsmanager:GetSecretValue",
+    "ssm:GetParameter",
+];
+
+/// Every cluster-wide Kubernetes permission the function uses: (API group,
+/// resource, verbs). Pods `list`/`delete` and VolumeAttachments `delete`
+/// serve the legacy mode only.
+pub const KUBERNETES_RULES: &[(&str, &str, &[&str])] = &[
+    ("", "nodes", &["get", "list", "patch"]),
+    ("", "persistentvolumes", &["list"]),
+    ("", "pods", &["list", "delete"]),
+    ("storage.k8s.io", "volumeattachments", &["list", "delete"]),
+    ("events.k8s.io", "events", &["create"]),
+];
+
+/// Every permission the function uses in `CONTROL_NAMESPACE` (the fencing
+/// Lease and the kill-switch ConfigMap, both named `node-fencer`).
+pub const CONTROL_RULES: &[(&str, &str, &[&str])] = &[
+    (
+        "coordination.k8s.io",
+        "leases",
+        &["get", "create", "update"],
+    ),
+    ("", "configmaps", &["get"]),
+];
+
+/// Where the manifest is kept, from the repository's root: Terraform's
+/// checks read it instead of this file's source.
+pub const MANIFEST_PATH: &str = "infra/manifest.json";
+
+/// What this build needs from the cloud, the cluster and its environment,
+/// as one JSON document (`node-fencer manifest`): the AWS actions, the
+/// Kubernetes rules cluster-wide and in the control namespace, every
+/// environment variable with what it accepts, and the Lease wait.
+pub fn manifest() -> serde_json::Value {
+    let rules = |rules: &[(&str, &str, &[&str])]| -> Vec<serde_json::Value> {
+        rules
+            .iter()
+            .map(|(group, resource, verbs)| {
+                serde_json::json!({"group": group, "resource": resource, "verbs": verbs})
+            })
+            .collect()
+    };
+    let variables: Vec<serde_json::Value> = crate::core::config::VARIABLES
+        .iter()
+        .map(|(name, accepts)| serde_json::json!({"name": name, "accepts": accepts}))
+        .collect();
+    serde_json::json!({
+        "aws_actions": AWS_ACTIONS,
+        "kubernetes_rules": rules(KUBERNETES_RULES),
+        "control_rules": rules(CONTROL_RULES),
+        "variables": variables,
+        "lease_wait_seconds": crate::core::control::LEASE_WAIT.as_secs(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{AWS_ACTIONS, manifest};
+    use std::collections::BTreeSet;
+
+    /// The checked-in manifest is what this build says; after a change to
+    /// the lists, `make manifest` writes it anew.
+    #[test]
+    fn the_checked_in_manifest_is_current() {
+        let file: serde_json::Value =
+            serde_json::from_str(include_str!("../../../infra/manifest.json"))
+                .expect("infra/manifest.json is JSON");
+        assert!(
+            file == manifest(),
+            "infra/manifest.json is out of date: run `make manifest`"
+        );
+    }
+
+    /// SDK operations as they appear in the code (`.describe_instances()`)
+    /// mapped to IAM actions. A new SDK call without an entry here fails the
+    /// scan below, and so does an entry that no code calls any more.
+    const OPERATIONS: &[(&str, &str)] = &[
+        (".describe_instances()", "ec2:DescribeInstances"),
+        (".describe_volumes()", "ec2:DescribeVolumes"),
+        (".detach_volume()", "ec2:DetachVolume"),
+        (".describe_cluster()", "eks:DescribeCluster"),
+        (".get_secret_value()", "secretsmanager:GetSecretValue"),
+        (".get_parameter()", "ssm:GetParameter"),
+    ];
+
+    const SHELL: &[&str] = &[
+        include_str!("../shell/cloud/aws.rs"),
+        include_str!("../shell/connect.rs"),
+        include_str!("../shell/cluster.rs"),
+    ];
+
+    #[test]
+    fn the_action_list_is_what_the_code_calls() {
+        let called: BTreeSet<&str> = OPERATIONS
+            .iter()
+            .filter(|(call, _)| SHELL.iter().any(|src| src.contains(call)))
+            .map(|(_, action)| *action)
+            .collect();
+        let listed: BTreeSet<&str> = AWS_ACTIONS.iter().copied().collect();
+        assert_eq!(called, listed);
+    }
+
+    #[test]
+    fn no_unlisted_sdk_client_is_used() {
+        // Every `aws_sdk_*::Client` the shell builds must belong to a listed service.
+        for src in SHELL {
+            for (i, _) in src.match_indices("aws_sdk_") {
+                let service: String = src[i + 8..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric())
+                    .collect();
+                // SDK crate names and IAM service prefixes coincide for every service used.
+                let iam = service.as_str();
+                assert!(
+                    AWS_ACTIONS
+                        .iter()
+                        .any(|a| a.starts_with(&format!("{iam}:"))),
+                    "aws_sdk_{service} is used but no {iam}: action is listed"
+                );
+            }
+        }
+    }
+}

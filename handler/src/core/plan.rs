@@ -1,0 +1,819 @@
+//! The plan per node and how far each node got. The pipeline's stages move a
+//! [`NodeRun`] from one [`Stage`] to the next through the transitions here;
+//! the report is built once, from the final state, by [`NodeRun::into_report`].
+//! Pure: every transition is a function of what a stage observed.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use crate::core::decide::{self, Recount, Skip, Verdict};
+use crate::core::facts::{Confirmation, FenceMode, InstanceFacts, NodeFacts, VolumeFacts};
+use crate::core::instance::{InstanceId, InstanceState, VolumeId, VolumeState};
+use crate::core::kube_model::{Stamp, TaintOutcome};
+use crate::core::report::{NodeReport, Outcome, VolumeOutcome, VolumeReport};
+use crate::core::resolve::{self, Resolution};
+use crate::core::suspect::{Intent, NodeRef, Origin, Suspect};
+use crate::core::volumes::{self, NodeVolume, VolumeAction};
+
+/// One node (or one suspect that matched no node), after merging the
+/// suspects that name the same node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Target {
+    /// How the first trigger named it.
+    pub reference: NodeRef,
+    /// The Node (index into the node list), if one matched.
+    pub node: Option<usize>,
+    /// The instance to confirm: the Node's, or the one the trigger named.
+    pub instance: Option<InstanceId>,
+    /// Fence wins over check when several triggers name the node.
+    pub intent: Intent,
+    /// Every trigger that named it.
+    pub origins: Vec<Origin>,
+}
+
+/// The instances to ask the cloud about, once each, for these resolutions.
+pub fn instances_to_confirm(resolutions: &[Resolution], nodes: &[NodeFacts]) -> Vec<InstanceId> {
+    let mut ids: Vec<InstanceId> = resolutions
+        .iter()
+        .filter_map(|r| match r {
+            Resolution::Node(i) => nodes[*i].instance.clone(),
+            Resolution::Instance(id) => Some(id.clone()),
+            Resolution::Unmatched => None,
+        })
+        .collect();
+    ids.sort();
+    ids.dedup();
+    ids
+}
+
+/// What the cloud described for `id`, if it described it.
+pub fn seen<'a>(
+    id: Option<&InstanceId>,
+    confirmations: &'a HashMap<InstanceId, Confirmation>,
+) -> Option<&'a InstanceFacts> {
+    match confirmations.get(id?)? {
+        Confirmation::Seen(facts) => Some(facts),
+        Confirmation::NotFound | Confirmation::LookupFailed { .. } => None,
+    }
+}
+
+/// Merges suspects that point at the same node, so each node is decided once.
+pub fn targets(
+    suspects: Vec<Suspect>,
+    resolutions: Vec<Resolution>,
+    nodes: &[NodeFacts],
+    confirmations: &HashMap<InstanceId, Confirmation>,
+) -> Vec<Target> {
+    let mut targets: Vec<Target> = Vec::new();
+    let mut index: HashMap<String, usize> = HashMap::new();
+    for (suspect, resolution) in suspects.into_iter().zip(resolutions) {
+        let (node, instance) = match resolution {
+            Resolution::Node(i) => (Some(i), nodes[i].instance.clone()),
+            Resolution::Instance(id) => {
+                let by_dns = seen(Some(&id), confirmations)
+                    .and_then(|facts| resolve::resolve_by_dns(facts, nodes));
+                (by_dns, Some(id))
+            }
+            Resolution::Unmatched => (None, None),
+        };
+        let key = match node {
+            Some(i) => format!("node/{}", nodes[i].name),
+            None => format!("ref/{}", suspect.target),
+        };
+        match index.get(&key) {
+            Some(&t) => {
+                let target = &mut targets[t];
+                if suspect.intent == Intent::Fence {
+                    target.intent = Intent::Fence;
+                }
+                target.origins.push(suspect.origin);
+            }
+            None => {
+                index.insert(key, targets.len());
+                targets.push(Target {
+                    reference: suspect.target,
+                    node,
+                    instance,
+                    intent: suspect.intent,
+                    origins: vec![suspect.origin],
+                });
+            }
+        }
+    }
+    targets
+}
+
+/// How far one node got.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Stage {
+    /// Left alone, for this reason.
+    Skipped(Skip),
+    /// To be fenced; not yet admitted (recount, second confirmation).
+    Decided,
+    /// Dry run: the plan is the outcome.
+    Planned,
+    /// Admitted and confirmed off again: the taint is next.
+    Admitted,
+    /// The taint (legacy mode: the mark) is on the Node.
+    Tainted,
+    /// The taint could not be written; no volume was touched.
+    TaintFailed,
+    /// The legacy steps and the force-detaches were sent.
+    DetachSent,
+    /// The wait for the detached volumes is over (all free, or the bound ran out).
+    Verified,
+}
+
+/// What fencing one node means: set when it is decided, its volumes once
+/// they are discovered.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodePlan {
+    /// What the cloud said at decision time.
+    pub instance: InstanceFacts,
+    /// False when the Node carries the taint already: only the volumes are left.
+    pub add_taint: bool,
+    /// Plan only.
+    pub dry_run: bool,
+    /// The node's volumes, from its VolumeAttachments.
+    pub node_volumes: Vec<NodeVolume>,
+    /// What to do with each, once the cloud has described them.
+    pub actions: Vec<VolumeAction>,
+}
+
+impl NodePlan {
+    /// The volumes to force-detach.
+    pub fn detaches(&self) -> impl Iterator<Item = &VolumeId> {
+        self.actions.iter().filter_map(|a| match a {
+            VolumeAction::Detach { volume, .. } => Some(volume),
+            VolumeAction::NotAttached { .. } | VolumeAction::Refuse { .. } => None,
+        })
+    }
+
+    /// A new taint written for real: what makes an invocation take the Lease.
+    pub fn writes_new_taint(&self) -> bool {
+        self.add_taint && !self.dry_run
+    }
+}
+
+/// One node's way through the pipeline.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeRun {
+    /// How the trigger named it.
+    pub reference: String,
+    /// The Node, if one matched.
+    pub node: Option<String>,
+    /// The instance.
+    pub instance_id: Option<InstanceId>,
+    /// The state the cloud reported at decision time.
+    pub instance_state: Option<InstanceState>,
+    /// The triggers that named it.
+    pub origins: Vec<Origin>,
+    /// How far it got.
+    pub stage: Stage,
+    /// The plan, for a node decided for fencing.
+    pub plan: Option<NodePlan>,
+    /// Whether this invocation wrote the taint (legacy mode: the mark).
+    pub taint_applied: bool,
+    /// Legacy mode: pods force-deleted.
+    pub pods_deleted: usize,
+    /// Legacy mode: VolumeAttachments deleted.
+    pub attachments_deleted: usize,
+    /// Each volume's progress, once the act stage starts.
+    pub volumes: Vec<VolumeReport>,
+    /// Errors met on the way.
+    pub errors: Vec<String>,
+}
+
+/// The runs of a batch, one per target, from the decisions: a node to fence
+/// gets its plan (volumes to follow), every other one its skip reason.
+pub fn plan(
+    targets: &[Target],
+    verdicts: &[Verdict],
+    nodes: &[NodeFacts],
+    confirmations: &HashMap<InstanceId, Confirmation>,
+) -> Vec<NodeRun> {
+    targets
+        .iter()
+        .zip(verdicts)
+        .map(|(target, verdict)| {
+            let node = target.node.map(|n| &nodes[n]);
+            let instance = seen(target.instance.as_ref(), confirmations);
+            let (stage, plan) = match (verdict, instance) {
+                (Verdict::Fence { add_taint, dry_run }, Some(instance)) if node.is_some() => (
+                    Stage::Decided,
+                    Some(NodePlan {
+                        instance: instance.clone(),
+                        add_taint: *add_taint,
+                        dry_run: *dry_run,
+                        node_volumes: Vec::new(),
+                        actions: Vec::new(),
+                    }),
+                ),
+                (Verdict::Skip { reason }, _) => (Stage::Skipped(reason.clone()), None),
+                // The decision fences only a Node whose instance was seen off.
+                (Verdict::Fence { .. }, _) => (
+                    Stage::Skipped(Skip::LookupFailed {
+                        error: "no instance facts for a node decided for fencing".into(),
+                    }),
+                    None,
+                ),
+            };
+            NodeRun {
+                reference: target.reference.to_string(),
+                node: node.map(|n| n.name.clone()),
+                instance_id: instance
+                    .map(|f| f.id.clone())
+                    .or_else(|| target.instance.clone()),
+                instance_state: instance.map(|f| f.state.clone()),
+                origins: target.origins.clone(),
+                stage,
+                plan,
+                taint_applied: false,
+                pods_deleted: 0,
+                attachments_deleted: 0,
+                volumes: Vec::new(),
+                errors: Vec::new(),
+            }
+        })
+        .collect()
+}
+
+impl NodeRun {
+    /// A run still on its way to fencing, with its plan.
+    pub fn fencing(&self) -> Option<&NodePlan> {
+        match self.stage {
+            Stage::Decided | Stage::Admitted | Stage::Tainted | Stage::DetachSent => {
+                self.plan.as_ref()
+            }
+            Stage::Skipped(_) | Stage::Planned | Stage::TaintFailed | Stage::Verified => None,
+        }
+    }
+
+    /// Sets the node's volumes and what to do with each, from the
+    /// VolumeAttachments and the cloud's description of the volumes.
+    pub fn plan_volumes(&mut self, node_volumes: Vec<NodeVolume>, described: &[VolumeFacts]) {
+        if let Some(plan) = &mut self.plan {
+            plan.actions = volumes::plan_detach(
+                &plan.instance.id,
+                plan.instance.root_device_name.as_deref(),
+                &node_volumes,
+                described,
+            );
+            plan.node_volumes = node_volumes;
+        }
+    }
+
+    /// Skips the run for `reason`.
+    pub fn skip(&mut self, reason: Skip) {
+        self.stage = Stage::Skipped(reason);
+    }
+
+    /// Under the Lease, the recount found another invocation had fenced the
+    /// node meanwhile: no new taint, the volumes are still ours to free.
+    pub fn already_out(&mut self) {
+        if let Some(plan) = &mut self.plan {
+            plan.add_taint = false;
+        }
+    }
+
+    /// The second confirmation, right before the first irreversible step:
+    /// admitted only if the cloud says, again, that the instance is off. A
+    /// dry run is planned and never written.
+    pub fn confirm_again(&mut self, again: Option<&Confirmation>) {
+        if self.stage != Stage::Decided {
+            return;
+        }
+        let Some(plan) = &self.plan else {
+            return;
+        };
+        if plan.dry_run {
+            self.stage = Stage::Planned;
+            return;
+        }
+        let missing = Confirmation::LookupFailed {
+            error: "missing from the re-confirmation".into(),
+        };
+        self.stage = match decide::not_confirmed(again.unwrap_or(&missing)) {
+            Some(reason) => Stage::Skipped(reason),
+            None => Stage::Admitted,
+        };
+    }
+
+    /// What the taint stage writes on the Node (annotations and taint).
+    pub fn stamp(&self, mode: FenceMode, at: &str, correlation_id: &str) -> Option<Stamp> {
+        let plan = self.plan.as_ref()?;
+        Some(Stamp {
+            instance: plan.instance.id.clone(),
+            state: plan.instance.state.clone(),
+            at: at.to_owned(),
+            correlation_id: correlation_id.to_owned(),
+            mode,
+            volumes: plan.detaches().cloned().collect(),
+        })
+    }
+
+    /// What the taint write found. `Ok(None)`: no write was needed (the
+    /// node was out of service already).
+    pub fn tainted(&mut self, outcome: Result<Option<TaintOutcome>, String>) {
+        self.stage = match outcome {
+            Ok(Some(TaintOutcome::Applied)) => {
+                self.taint_applied = true;
+                Stage::Tainted
+            }
+            Ok(None | Some(TaintOutcome::AlreadyPresent)) => Stage::Tainted,
+            Ok(Some(TaintOutcome::NodeReady)) => Stage::Skipped(Skip::NodeReady),
+            Ok(Some(TaintOutcome::NodeGone)) => Stage::Skipped(Skip::NotInCluster),
+            Err(e) => {
+                self.errors.push(e);
+                Stage::TaintFailed
+            }
+        };
+    }
+
+    /// The act stage starts: every volume to detach is pending until the
+    /// detach is answered and the volume seen free.
+    pub fn start_detaching(&mut self) {
+        if let Some(plan) = &self.plan {
+            self.volumes = volume_reports(&plan.actions, &plan.node_volumes, false);
+        }
+        self.stage = Stage::DetachSent;
+    }
+
+    /// The volumes still waiting to be seen free.
+    pub fn pending(&self) -> impl Iterator<Item = &VolumeId> {
+        self.volumes
+            .iter()
+            .filter(|v| v.outcome == VolumeOutcome::Stuck)
+            .map(|v| &v.volume)
+    }
+
+    /// The cloud described these volumes: those no longer attached to the
+    /// fenced instance are done.
+    pub fn observe(&mut self, described: &[VolumeFacts]) {
+        for v in &mut self.volumes {
+            let free = described
+                .iter()
+                .any(|f| f.id == v.volume && f.state == VolumeState::Available);
+            if v.outcome == VolumeOutcome::Stuck && free {
+                v.outcome = VolumeOutcome::Detached;
+                v.detail = None;
+            }
+        }
+    }
+
+    /// The wait for the volumes is over.
+    pub fn verified(&mut self) {
+        if self.stage == Stage::DetachSent {
+            self.stage = Stage::Verified;
+        }
+    }
+
+    /// The node's report, from its final state; `detach_wait` is the bound
+    /// the verification waited for.
+    pub fn into_report(self, mode: Option<FenceMode>, detach_wait: Duration) -> NodeReport {
+        let mut report = NodeReport {
+            target: self.reference,
+            node: self.node,
+            instance_id: self.instance_id,
+            instance_state: self.instance_state,
+            outcome: Outcome::Skipped,
+            reason: String::new(),
+            skip: None,
+            taint_applied: self.taint_applied,
+            pods_deleted: self.pods_deleted,
+            attachments_deleted: self.attachments_deleted,
+            volumes: self.volumes,
+            errors: self.errors,
+            origins: self.origins,
+        };
+        let planned = |plan: &NodePlan| volume_reports(&plan.actions, &plan.node_volumes, true);
+        match (self.stage, self.plan) {
+            (Stage::Skipped(reason), _) => {
+                report.reason = reason.to_string();
+                report.skip = Some(reason);
+                report.volumes.clear();
+            }
+            (Stage::Planned, Some(plan)) => {
+                report.outcome = Outcome::Planned;
+                report.reason = plan_text(mode.unwrap_or(FenceMode::Taint), &plan);
+                report.volumes = planned(&plan);
+            }
+            (Stage::TaintFailed, plan) => {
+                report.outcome = Outcome::Failed;
+                report.reason = "the taint could not be applied".into();
+                report.volumes = plan.as_ref().map(planned).unwrap_or_default();
+            }
+            (Stage::Tainted | Stage::DetachSent | Stage::Verified, _) => {
+                settle(&mut report, detach_wait);
+            }
+            (Stage::Decided | Stage::Admitted | Stage::Planned, _) => {
+                report.outcome = Outcome::Failed;
+                report.reason = "the plan was not carried out".into();
+            }
+        }
+        report
+    }
+}
+
+/// The outcome and reason of a node whose taint is on, from its volumes.
+fn settle(report: &mut NodeReport, detach_wait: Duration) {
+    let stuck: Vec<String> = report
+        .volumes
+        .iter()
+        .filter(|v| v.outcome == VolumeOutcome::Stuck)
+        .map(|v| v.volume.to_string())
+        .collect();
+    for v in &mut report.volumes {
+        if v.outcome == VolumeOutcome::Stuck {
+            v.detail = Some(format!("not available after {}s", detach_wait.as_secs()));
+        }
+    }
+    let failed = report
+        .volumes
+        .iter()
+        .any(|v| v.outcome == VolumeOutcome::Failed);
+    let detached = report
+        .volumes
+        .iter()
+        .filter(|v| v.outcome == VolumeOutcome::Detached)
+        .count();
+    let legacy = report.pods_deleted > 0 || report.attachments_deleted > 0;
+    let taint = match (report.taint_applied, legacy) {
+        (true, false) => "tainted out-of-service".to_owned(),
+        (false, false) => "already out-of-service".to_owned(),
+        (_, true) => format!(
+            "fenced the legacy way: {} pod(s) force-deleted, {} VolumeAttachment(s) deleted",
+            report.pods_deleted, report.attachments_deleted
+        ),
+    };
+    report.reason = format!("{taint}; {detached} volume(s) force-detached");
+    if !stuck.is_empty() {
+        report.errors.push(format!(
+            "volume(s) still not available: {}",
+            stuck.join(", ")
+        ));
+    }
+    report.outcome = if !stuck.is_empty() || failed || !report.errors.is_empty() {
+        Outcome::Failed
+    } else if report.taint_applied {
+        Outcome::Fenced
+    } else {
+        Outcome::AlreadyFenced
+    };
+}
+
+/// The volume lines of a report: `planned` for a dry run or a plan not
+/// carried out, otherwise the detaches as pending.
+pub fn volume_reports(
+    actions: &[VolumeAction],
+    node_volumes: &[NodeVolume],
+    planned: bool,
+) -> Vec<VolumeReport> {
+    actions
+        .iter()
+        .map(|a| {
+            let pv = node_volumes
+                .iter()
+                .find(|nv| &nv.volume == a.volume())
+                .and_then(|nv| nv.pv.clone());
+            let (outcome, detail) = match a {
+                VolumeAction::Detach { device, .. } => (
+                    if planned {
+                        VolumeOutcome::WouldDetach
+                    } else {
+                        VolumeOutcome::Stuck
+                    },
+                    device.clone(),
+                ),
+                VolumeAction::NotAttached { state, .. } => (
+                    VolumeOutcome::AlreadyDetached,
+                    Some(state.name().to_owned()),
+                ),
+                VolumeAction::Refuse { reason, .. } => {
+                    (VolumeOutcome::Refused, Some(reason.clone()))
+                }
+            };
+            VolumeReport {
+                volume: a.volume().clone(),
+                pv,
+                outcome,
+                detail,
+            }
+        })
+        .collect()
+}
+
+fn plan_text(mode: FenceMode, plan: &NodePlan) -> String {
+    let detach = plan.detaches().count();
+    if mode == FenceMode::Legacy {
+        format!(
+            "dry run: would force-delete the node's pods and VolumeAttachments and force-detach {detach} volume(s) (legacy mode)"
+        )
+    } else if plan.add_taint {
+        format!("dry run: would apply the out-of-service taint and force-detach {detach} volume(s)")
+    } else {
+        format!("dry run: already out of service; would force-detach {detach} volume(s)")
+    }
+}
+
+/// Recounts the runs about to write a new taint against the Nodes as they
+/// are under the Lease (`fresh`), with `limit` in force. A run whose node is
+/// out of service by now loses its new taint; one over the cap is skipped.
+/// Returns the indices of the runs refused here.
+pub fn recount(runs: &mut [NodeRun], fresh: &[NodeFacts], limit: usize) -> Vec<usize> {
+    let new: Vec<usize> = runs
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.fencing().is_some_and(NodePlan::writes_new_taint))
+        .map(|(k, _)| k)
+        .collect();
+    let already: Vec<bool> = new
+        .iter()
+        .map(|&k| {
+            fresh
+                .iter()
+                .any(|f| Some(&f.name) == runs[k].node.as_ref() && f.is_out_of_service())
+        })
+        .collect();
+    let now_out = fresh.iter().filter(|n| n.is_out_of_service()).count();
+    let mut refused = Vec::new();
+    for (&k, verdict) in new.iter().zip(decide::recount(&already, now_out, limit)) {
+        match verdict {
+            Recount::New => {}
+            Recount::AlreadyOut => runs[k].already_out(),
+            Recount::Refused(reason) => {
+                runs[k].skip(reason);
+                refused.push(k);
+            }
+        }
+    }
+    refused
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::facts::{OUT_OF_SERVICE_EFFECT, OUT_OF_SERVICE_KEY, VolumeAttachmentState};
+    use crate::core::facts::{Readiness, TaintFacts};
+    use crate::core::instance::AttachmentState;
+
+    fn id(s: &str) -> InstanceId {
+        InstanceId::parse(s).unwrap()
+    }
+
+    fn vol(s: &str) -> VolumeId {
+        VolumeId::parse(s).unwrap()
+    }
+
+    fn node(name: &str, out: bool) -> NodeFacts {
+        NodeFacts {
+            name: name.into(),
+            instance: None,
+            readiness: Readiness::NotReady,
+            internal_ips: vec![],
+            host_names: vec![],
+            taints: if out {
+                vec![TaintFacts {
+                    key: OUT_OF_SERVICE_KEY.into(),
+                    value: Some("x".into()),
+                    effect: OUT_OF_SERVICE_EFFECT.into(),
+                }]
+            } else {
+                vec![]
+            },
+            ready_since: None,
+            fenced: None,
+        }
+    }
+
+    fn decided(name: &str, add_taint: bool, dry_run: bool) -> NodeRun {
+        NodeRun {
+            reference: format!("node {name}"),
+            node: Some(name.into()),
+            instance_id: Some(id("i-0123456789abcdef0")),
+            instance_state: Some(InstanceState::Stopped),
+            origins: vec![Origin::Direct],
+            stage: Stage::Decided,
+            plan: Some(NodePlan {
+                instance: InstanceFacts {
+                    id: id("i-0123456789abcdef0"),
+                    state: InstanceState::Stopped,
+                    private_dns_name: None,
+                    root_device_name: Some("/dev/xvda".into()),
+                },
+                add_taint,
+                dry_run,
+                node_volumes: vec![],
+                actions: vec![],
+            }),
+            taint_applied: false,
+            pods_deleted: 0,
+            attachments_deleted: 0,
+            volumes: vec![],
+            errors: vec![],
+        }
+    }
+
+    fn with_volume(mut run: NodeRun) -> NodeRun {
+        let volume = vol("vol-0123456789abcdef0");
+        run.plan_volumes(
+            vec![NodeVolume {
+                volume: volume.clone(),
+                pv: Some("pv-a".into()),
+                attachment: "csi-a".into(),
+            }],
+            &[VolumeFacts {
+                id: volume,
+                state: VolumeState::InUse,
+                attachments: vec![VolumeAttachmentState {
+                    instance: id("i-0123456789abcdef0"),
+                    device: Some("/dev/xvdba".into()),
+                    state: AttachmentState::Attached,
+                }],
+            }],
+        );
+        run
+    }
+
+    fn free(volume: &str) -> VolumeFacts {
+        VolumeFacts {
+            id: vol(volume),
+            state: VolumeState::Available,
+            attachments: vec![],
+        }
+    }
+
+    #[test]
+    fn the_second_confirmation_admits_only_an_instance_still_off() {
+        let off = Confirmation::Seen(decided("a", true, false).plan.unwrap().instance);
+        let mut running = off.clone();
+        if let Confirmation::Seen(f) = &mut running {
+            f.state = InstanceState::Running;
+        }
+        let cases = [
+            (Some(&off), Stage::Admitted),
+            (
+                Some(&running),
+                Stage::Skipped(Skip::InstanceNotOff {
+                    state: InstanceState::Running,
+                }),
+            ),
+            (
+                Some(&Confirmation::NotFound),
+                Stage::Skipped(Skip::InstanceNotFound),
+            ),
+            (
+                None,
+                Stage::Skipped(Skip::LookupFailed {
+                    error: "missing from the re-confirmation".into(),
+                }),
+            ),
+        ];
+        for (again, want) in cases {
+            let mut run = decided("a", true, false);
+            run.confirm_again(again);
+            assert_eq!(run.stage, want, "{again:?}");
+        }
+        let mut dry = decided("a", true, true);
+        dry.confirm_again(Some(&running));
+        assert_eq!(
+            dry.stage,
+            Stage::Planned,
+            "a dry run is planned, never written"
+        );
+    }
+
+    #[test]
+    fn every_taint_answer_moves_the_run_to_its_stage() {
+        let cases = [
+            (Ok(Some(TaintOutcome::Applied)), Stage::Tainted, true),
+            (
+                Ok(Some(TaintOutcome::AlreadyPresent)),
+                Stage::Tainted,
+                false,
+            ),
+            (Ok(None), Stage::Tainted, false),
+            (
+                Ok(Some(TaintOutcome::NodeReady)),
+                Stage::Skipped(Skip::NodeReady),
+                false,
+            ),
+            (
+                Ok(Some(TaintOutcome::NodeGone)),
+                Stage::Skipped(Skip::NotInCluster),
+                false,
+            ),
+            (Err("apiserver down".to_owned()), Stage::TaintFailed, false),
+        ];
+        for (answer, stage, applied) in cases {
+            let mut run = decided("a", true, false);
+            run.stage = Stage::Admitted;
+            run.tainted(answer.clone());
+            assert_eq!(
+                (run.stage.clone(), run.taint_applied),
+                (stage, applied),
+                "{answer:?}"
+            );
+            assert_eq!(run.fencing().is_some(), run.stage == Stage::Tainted);
+        }
+    }
+
+    #[test]
+    fn a_failed_taint_reports_the_volumes_it_left_alone() {
+        let mut run = with_volume(decided("a", true, false));
+        run.stage = Stage::Admitted;
+        run.tainted(Err("boom".into()));
+        let report = run.into_report(Some(FenceMode::Taint), Duration::from_secs(60));
+        assert_eq!(report.outcome, Outcome::Failed);
+        assert_eq!(report.reason, "the taint could not be applied");
+        assert_eq!(report.volumes[0].outcome, VolumeOutcome::WouldDetach);
+        assert!(report.leaves_work());
+    }
+
+    #[test]
+    fn a_volume_seen_free_is_detached_and_one_still_attached_fails_the_node() {
+        for (described, outcome, vol_outcome) in [
+            (
+                vec![free("vol-0123456789abcdef0")],
+                Outcome::Fenced,
+                VolumeOutcome::Detached,
+            ),
+            (vec![], Outcome::Failed, VolumeOutcome::Stuck),
+        ] {
+            let mut run = with_volume(decided("a", true, false));
+            run.tainted(Ok(Some(TaintOutcome::Applied)));
+            run.start_detaching();
+            assert_eq!(run.pending().count(), 1);
+            run.observe(&described);
+            run.verified();
+            let report = run.into_report(Some(FenceMode::Taint), Duration::from_secs(7));
+            assert_eq!(report.outcome, outcome, "{report:#?}");
+            assert_eq!(report.volumes[0].outcome, vol_outcome);
+            if outcome == Outcome::Failed {
+                assert_eq!(
+                    report.volumes[0].detail.as_deref(),
+                    Some("not available after 7s")
+                );
+                assert!(report.errors[0].contains("vol-0123456789abcdef0"));
+            } else {
+                assert_eq!(
+                    report.reason,
+                    "tainted out-of-service; 1 volume(s) force-detached"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_dry_run_reports_its_plan() {
+        let mut run = with_volume(decided("a", false, true));
+        run.confirm_again(None);
+        let report = run.into_report(Some(FenceMode::Taint), Duration::ZERO);
+        assert_eq!(report.outcome, Outcome::Planned);
+        assert_eq!(
+            report.reason,
+            "dry run: already out of service; would force-detach 1 volume(s)"
+        );
+        assert_eq!(report.volumes[0].outcome, VolumeOutcome::WouldDetach);
+    }
+
+    #[test]
+    fn the_recount_admits_up_to_the_cap_and_drops_the_taint_of_a_node_fenced_meanwhile() {
+        let mut runs = vec![
+            decided("a", true, false),
+            decided("b", true, false),
+            decided("c", true, false),
+            decided("d", true, true),
+        ];
+        // b was fenced by another invocation; one more node is out elsewhere.
+        let fresh = [
+            node("a", false),
+            node("b", true),
+            node("c", false),
+            node("x", true),
+        ];
+        let refused = recount(&mut runs, &fresh, 3);
+        assert_eq!(refused, [2]);
+        assert_eq!(runs[0].stage, Stage::Decided);
+        assert!(runs[0].plan.as_ref().unwrap().add_taint);
+        assert!(!runs[1].plan.as_ref().unwrap().add_taint, "no second taint");
+        assert!(matches!(
+            runs[2].stage,
+            Stage::Skipped(Skip::CapReached {
+                limit: 3,
+                out_of_service: 3
+            })
+        ));
+        assert_eq!(runs[3].stage, Stage::Decided, "a dry run takes no cap room");
+    }
+
+    #[test]
+    fn the_stamp_names_the_volumes_planned_for_detach() {
+        let run = with_volume(decided("a", true, false));
+        let stamp = run
+            .stamp(FenceMode::Taint, "2026-01-01T00:00:00Z", "c-1")
+            .unwrap();
+        assert_eq!(stamp.volumes, [vol("vol-0123456789abcdef0")]);
+        assert_eq!(stamp.instance, id("i-0123456789abcdef0"));
+    }
+}

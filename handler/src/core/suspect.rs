@@ -1,0 +1,119 @@
+//! The normal form every trigger is reduced to: which node or instance is
+//! suspected, what the trigger asks for, and where it came from.
+
+use std::net::IpAddr;
+
+use serde::Serialize;
+
+use crate::core::instance::InstanceId;
+use crate::core::names::NodeName;
+
+/// How a trigger names the machine it is about.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case", tag = "by", content = "value")]
+pub enum NodeRef {
+    /// An EC2 instance id (from EventBridge, a label, or a provider id).
+    Instance(InstanceId),
+    /// A Kubernetes node name, or a host name that may be the node's private DNS name.
+    Name(NodeName),
+    /// An address, matched against the Node's `InternalIP`.
+    Address(IpAddr),
+}
+
+impl NodeRef {
+    /// True when the reference is safe to resolve and to print: instance ids
+    /// and addresses are valid by construction, a name must be a DNS
+    /// subdomain (as Node names are). Every parser upholds it; the fuzz
+    /// targets check it.
+    pub fn is_well_formed(&self) -> bool {
+        match self {
+            Self::Name(name) => crate::core::names::is_dns_subdomain(name.as_str()),
+            Self::Instance(_) | Self::Address(_) => true,
+        }
+    }
+}
+
+impl std::fmt::Display for NodeRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Instance(id) => write!(f, "instance {id}"),
+            Self::Name(name) => write!(f, "node {name}"),
+            Self::Address(ip) => write!(f, "address {ip}"),
+        }
+    }
+}
+
+/// What the trigger asks node-fencer to do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Intent {
+    /// Fence the node if it is safe.
+    Fence,
+    /// Work out what fencing would do, change nothing.
+    Check,
+    /// The machine is back (EventBridge `running`, a resolved alert, a
+    /// direct `recover`): end node-fencer's fencing once it is safe.
+    Recover,
+}
+
+/// Where a suspect came from, for the report and the logs.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum Origin {
+    /// An EventBridge `EC2 Instance State-change Notification`.
+    Ec2StateChange {
+        /// The event id.
+        event_id: Option<String>,
+        /// The state the event reported (not trusted for the decision).
+        reported_state: String,
+    },
+    /// One alert of an Alertmanager webhook.
+    Alert {
+        /// The `alertname` label.
+        alertname: Option<String>,
+        /// Alertmanager's fingerprint of the alert.
+        fingerprint: Option<String>,
+    },
+    /// A direct invocation or the command line.
+    Direct,
+}
+
+impl Origin {
+    /// The trigger's name, as in the report's `kind`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Ec2StateChange { .. } => "ec2_state_change",
+            Self::Alert { .. } => "alert",
+            Self::Direct => "direct",
+        }
+    }
+}
+
+/// One machine suspected dead, in normal form.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Suspect {
+    /// The machine.
+    pub target: NodeRef,
+    /// What is asked.
+    pub intent: Intent,
+    /// Where it came from.
+    pub origin: Origin,
+}
+
+/// A part of a trigger that names no machine, reported and otherwise ignored.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Ignored {
+    /// Where it came from.
+    pub origin: Origin,
+    /// Why it was ignored.
+    pub reason: String,
+}
+
+/// Everything one invocation carries, after parsing.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Batch {
+    /// The machines to look at.
+    pub suspects: Vec<Suspect>,
+    /// What named no machine.
+    pub ignored: Vec<Ignored>,
+}

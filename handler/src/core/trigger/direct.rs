@@ -1,0 +1,197 @@
+//! Direct invocations from runbooks and operators:
+//! `{"action": "fence" | "check" | "recover", "node": "..."}` or with
+//! `"instanceId"`; `{"action": "recover"}` alone re-checks every node
+//! node-fencer fenced; `{"action": "preflight"}` checks the set-up.
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::InputError;
+use crate::core::instance::InstanceId;
+use crate::core::names::NodeName;
+use crate::core::suspect::{Batch, Intent, NodeRef, Origin, Suspect};
+
+const SHAPE: &str = "direct invocation";
+
+/// What a direct invocation may ask for.
+#[derive(Debug, Deserialize, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Action {
+    /// Fence the node if it is safe.
+    Fence,
+    /// Dry run: report the plan, change nothing.
+    Check,
+    /// End node-fencer's fencing of the node once it is safe.
+    Recover,
+    /// Check permissions and settings; change nothing.
+    Preflight,
+}
+
+/// What a direct invocation asks for.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Request {
+    /// Nodes to fence, check or recover.
+    Batch(Batch),
+    /// The preflight check.
+    Preflight,
+}
+
+/// The body of a direct invocation.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Invocation {
+    /// The action.
+    pub action: Action,
+    /// A node name.
+    #[serde(default)]
+    pub node: Option<String>,
+    /// An EC2 instance id.
+    #[serde(default, alias = "instance_id")]
+    pub instance_id: Option<InstanceId>,
+}
+
+/// Parses a direct invocation. `fence` and `check` need exactly one of
+/// `node` and `instanceId`; `recover` takes one or none (none: every node
+/// node-fencer fenced); `preflight` takes neither.
+pub fn parse(value: Value) -> Result<Request, InputError> {
+    let inv: Invocation =
+        serde_json::from_value(value).map_err(|e| InputError::invalid(SHAPE, e))?;
+    let intent = match inv.action {
+        Action::Fence => Intent::Fence,
+        Action::Check => Intent::Check,
+        Action::Recover => Intent::Recover,
+        Action::Preflight => {
+            if inv.node.is_some() || inv.instance_id.is_some() {
+                return Err(InputError::invalid(
+                    SHAPE,
+                    "`preflight` takes no `node` or `instanceId`",
+                ));
+            }
+            return Ok(Request::Preflight);
+        }
+    };
+    let target = match (inv.node, inv.instance_id) {
+        (Some(node), None) => NodeRef::Name(node_name(&node)?),
+        (None, Some(id)) => NodeRef::Instance(id),
+        (Some(_), Some(_)) => {
+            return Err(InputError::invalid(
+                SHAPE,
+                "give either `node` or `instanceId`, not both",
+            ));
+        }
+        (None, None) if intent == Intent::Recover => {
+            return Ok(Request::Batch(Batch::default()));
+        }
+        (None, None) => {
+            return Err(InputError::invalid(SHAPE, "missing `node` or `instanceId`"));
+        }
+    };
+    Ok(Request::Batch(Batch {
+        suspects: vec![Suspect {
+            target,
+            intent,
+            origin: Origin::Direct,
+        }],
+        ignored: vec![],
+    }))
+}
+
+/// [`parse`], for fence, check and recover requests only (the fuzz targets'
+/// view): a preflight request is an empty batch.
+pub fn parse_batch(value: Value) -> Result<Batch, InputError> {
+    parse(value).map(|r| match r {
+        Request::Batch(b) => b,
+        Request::Preflight => Batch::default(),
+    })
+}
+
+/// Validates a node name given by a person or a runbook.
+pub fn node_name(raw: &str) -> Result<NodeName, InputError> {
+    NodeName::parse(raw).ok_or_else(|| {
+        InputError::invalid(
+            SHAPE,
+            format!("`{}` is not a valid node name", raw.escape_debug()),
+        )
+    })
+}
+
+/// Turns a command-line target (node name or instance id) into a batch.
+pub fn from_cli(target: &str, intent: Intent) -> Result<Batch, InputError> {
+    let target = match InstanceId::parse(target) {
+        Some(id) => NodeRef::Instance(id),
+        None => NodeRef::Name(node_name(target)?),
+    };
+    Ok(Batch {
+        suspects: vec![Suspect {
+            target,
+            intent,
+            origin: Origin::Direct,
+        }],
+        ignored: vec![],
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn recover_and_preflight() {
+        let b = parse_batch(json!({"action": "recover", "node": "worker-1"})).unwrap();
+        assert_eq!(b.suspects[0].intent, Intent::Recover);
+        assert_eq!(
+            parse_batch(json!({"action": "recover"})).unwrap(),
+            Batch::default()
+        );
+        assert_eq!(
+            parse(json!({"action": "preflight"})).unwrap(),
+            Request::Preflight
+        );
+        assert!(parse(json!({"action": "preflight", "node": "a"})).is_err());
+        assert!(parse(json!({"action": "check"})).is_err());
+    }
+
+    #[test]
+    fn accepted_forms() {
+        let parse = parse_batch;
+        let b = parse(json!({"action": "fence", "node": "worker-1"})).unwrap();
+        assert_eq!(b.suspects[0].intent, Intent::Fence);
+        assert_eq!(
+            b.suspects[0].target,
+            NodeRef::Name(NodeName::parse("worker-1").unwrap())
+        );
+        let b = parse(json!({"action": "check", "instanceId": "i-0123abcd"})).unwrap();
+        assert_eq!(b.suspects[0].intent, Intent::Check);
+        let b = parse(json!({"action": "check", "instance_id": "i-0123abcd"})).unwrap();
+        assert!(matches!(b.suspects[0].target, NodeRef::Instance(_)));
+    }
+
+    #[test]
+    fn refused_forms() {
+        let parse = parse_batch;
+        for bad in [
+            json!({"action": "fence"}),
+            json!({"action": "fence", "node": "a", "instanceId": "i-0123abcd"}),
+            json!({"action": "reboot", "node": "a"}),
+            json!({"action": "fence", "node": "A B"}),
+            json!({"action": "fence", "node": 3}),
+            json!({"action": "fence", "instanceId": "i-nothex!"}),
+            json!({"action": "fence", "node": "a", "force": true}),
+        ] {
+            assert!(
+                matches!(parse(bad.clone()), Err(InputError::Invalid { .. })),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn cli_targets() {
+        let b = from_cli("i-0123456789abcdef0", Intent::Check).unwrap();
+        assert!(matches!(b.suspects[0].target, NodeRef::Instance(_)));
+        let b = from_cli("ip-10-0-0-1.ec2.internal", Intent::Fence).unwrap();
+        assert!(matches!(b.suspects[0].target, NodeRef::Name(_)));
+        assert!(from_cli("bad name", Intent::Fence).is_err());
+    }
+}

@@ -1,0 +1,249 @@
+//! Which EBS volumes belong to a node's attachments, and what to do with each
+//! once EC2 has described them. Pure.
+
+use serde::Serialize;
+
+use crate::core::facts::{AttachmentFacts, PvFacts, VolumeFacts};
+use crate::core::instance::{InstanceId, VolumeId, VolumeState};
+
+/// The CSI driver name of the EBS CSI driver.
+pub const EBS_CSI_DRIVER: &str = "ebs.csi.aws.com";
+
+/// A volume that backs one of the node's VolumeAttachments.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct NodeVolume {
+    /// The EBS volume.
+    pub volume: VolumeId,
+    /// The PersistentVolume it backs (none for inline volumes).
+    pub pv: Option<String>,
+    /// The VolumeAttachment that ties it to the node.
+    pub attachment: String,
+}
+
+/// The EBS volumes behind the VolumeAttachments of `node`, through their
+/// PersistentVolumes. Attachments of other drivers are not ours to touch.
+/// In-tree `awsElasticBlockStore` PVs count too: CSI migration attaches them
+/// through `ebs.csi.aws.com` (the in-tree attacher no longer exists).
+pub fn volumes_of_node(
+    node: &str,
+    attachments: &[AttachmentFacts],
+    pvs: &[PvFacts],
+) -> Vec<NodeVolume> {
+    let mut out: Vec<NodeVolume> = attachments
+        .iter()
+        .filter(|va| va.node_name == node)
+        .filter(|va| va.attacher == EBS_CSI_DRIVER)
+        .filter_map(|va| {
+            let (volume, pv) = match (&va.pv_name, &va.inline_volume) {
+                (Some(pv_name), _) => {
+                    let pv = pvs.iter().find(|p| &p.name == pv_name)?;
+                    (pv.volume.clone()?, Some(pv_name.clone()))
+                }
+                (None, Some(volume)) => (volume.clone(), None),
+                (None, None) => return None,
+            };
+            Some(NodeVolume {
+                volume,
+                pv,
+                attachment: va.name.clone(),
+            })
+        })
+        .collect();
+    out.sort_by(|a, b| a.volume.cmp(&b.volume));
+    out.dedup_by(|a, b| a.volume == b.volume);
+    out
+}
+
+/// What to do with one of the node's volumes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "action")]
+pub enum VolumeAction {
+    /// Force-detach it from the instance.
+    Detach {
+        /// The volume.
+        volume: VolumeId,
+        /// Its device on the instance.
+        device: Option<String>,
+    },
+    /// Already detached from this instance: nothing to do.
+    NotAttached {
+        /// The volume.
+        volume: VolumeId,
+        /// Its EC2 state.
+        state: VolumeState,
+    },
+    /// Never detached.
+    Refuse {
+        /// The volume.
+        volume: VolumeId,
+        /// Why.
+        reason: String,
+    },
+}
+
+impl VolumeAction {
+    /// The volume concerned.
+    pub fn volume(&self) -> &VolumeId {
+        match self {
+            Self::Detach { volume, .. }
+            | Self::NotAttached { volume, .. }
+            | Self::Refuse { volume, .. } => volume,
+        }
+    }
+}
+
+/// Cross-checks the node's volumes against EC2: a volume is detached only if
+/// EC2 says it is attached to this very instance, and never the root device.
+pub fn plan_detach(
+    instance: &InstanceId,
+    root_device: Option<&str>,
+    volumes: &[NodeVolume],
+    described: &[VolumeFacts],
+) -> Vec<VolumeAction> {
+    volumes
+        .iter()
+        .map(|nv| {
+            let Some(facts) = described.iter().find(|f| f.id == nv.volume) else {
+                return VolumeAction::Refuse {
+                    volume: nv.volume.clone(),
+                    reason: "EC2 does not know this volume".into(),
+                };
+            };
+            let on_instance = facts
+                .attachments
+                .iter()
+                .find(|a| &a.instance == instance && a.state.holds());
+            match on_instance {
+                None => VolumeAction::NotAttached {
+                    volume: nv.volume.clone(),
+                    state: facts.state,
+                },
+                Some(a) if a.device.is_some() && a.device.as_deref() == root_device => {
+                    VolumeAction::Refuse {
+                        volume: nv.volume.clone(),
+                        reason: "it is the instance's root device".into(),
+                    }
+                }
+                Some(a) => VolumeAction::Detach {
+                    volume: nv.volume.clone(),
+                    device: a.device.clone(),
+                },
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::facts::VolumeAttachmentState;
+    use crate::core::instance::AttachmentState;
+
+    fn vol(s: &str) -> VolumeId {
+        VolumeId::parse(s).unwrap()
+    }
+
+    fn va(name: &str, node: &str, attacher: &str, pv: Option<&str>) -> AttachmentFacts {
+        AttachmentFacts {
+            name: name.into(),
+            attacher: attacher.into(),
+            node_name: node.into(),
+            pv_name: pv.map(Into::into),
+            inline_volume: None,
+        }
+    }
+
+    fn pv(name: &str, volume: Option<&str>) -> PvFacts {
+        PvFacts {
+            name: name.into(),
+            volume: volume.map(vol),
+        }
+    }
+
+    #[test]
+    fn only_this_nodes_ebs_attachments_count() {
+        let vas = vec![
+            va("va-1", "n2", EBS_CSI_DRIVER, Some("pv-a")),
+            va("va-2", "n1", EBS_CSI_DRIVER, Some("pv-b")),
+            va("va-3", "n2", "efs.csi.aws.com", Some("pv-c")),
+            va("va-4", "n2", EBS_CSI_DRIVER, Some("pv-d")),
+            va("va-5", "n2", EBS_CSI_DRIVER, Some("pv-missing")),
+            va("va-6", "n2", EBS_CSI_DRIVER, Some("pv-nfs")),
+            AttachmentFacts {
+                inline_volume: Some(vol("vol-0000000e")),
+                ..va("va-7", "n2", EBS_CSI_DRIVER, None)
+            },
+        ];
+        let pvs = vec![
+            pv("pv-a", Some("vol-0000000a")),
+            pv("pv-b", Some("vol-0000000b")),
+            pv("pv-c", Some("vol-0000000c")),
+            pv("pv-d", Some("aws://us-east-1a/vol-0000000d")),
+            pv("pv-nfs", None),
+        ];
+        let got: Vec<String> = volumes_of_node("n2", &vas, &pvs)
+            .into_iter()
+            .map(|v| v.volume.to_string())
+            .collect();
+        assert_eq!(got, ["vol-0000000a", "vol-0000000d", "vol-0000000e"]);
+    }
+
+    #[test]
+    fn detach_only_what_is_attached_here_and_never_the_root() {
+        let me = InstanceId::parse("i-0000000a").unwrap();
+        let other = InstanceId::parse("i-0000000b").unwrap();
+        let att = |i: &InstanceId, dev: &str, state: &str| VolumeAttachmentState {
+            instance: i.clone(),
+            device: Some(dev.into()),
+            state: AttachmentState::from_name(state),
+        };
+        let nv = |v: &str| NodeVolume {
+            volume: vol(v),
+            pv: None,
+            attachment: "va".into(),
+        };
+        let described = vec![
+            VolumeFacts {
+                id: vol("vol-00000001"),
+                state: VolumeState::InUse,
+                attachments: vec![att(&me, "/dev/xvdba", "attached")],
+            },
+            VolumeFacts {
+                id: vol("vol-00000002"),
+                state: VolumeState::InUse,
+                attachments: vec![att(&me, "/dev/xvda", "attached")],
+            },
+            VolumeFacts {
+                id: vol("vol-00000003"),
+                state: VolumeState::InUse,
+                attachments: vec![att(&other, "/dev/xvdbb", "attached")],
+            },
+            VolumeFacts {
+                id: vol("vol-00000004"),
+                state: VolumeState::Available,
+                attachments: vec![],
+            },
+        ];
+        let wanted = [
+            "vol-00000001",
+            "vol-00000002",
+            "vol-00000003",
+            "vol-00000004",
+            "vol-00000005",
+        ]
+        .map(nv);
+        let plan = plan_detach(&me, Some("/dev/xvda"), &wanted, &described);
+        let kinds: Vec<&str> = plan
+            .iter()
+            .map(|a| match a {
+                VolumeAction::Detach { .. } => "detach",
+                VolumeAction::NotAttached { .. } => "not_attached",
+                VolumeAction::Refuse { .. } => "refuse",
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            ["detach", "refuse", "not_attached", "not_attached", "refuse"]
+        );
+    }
+}

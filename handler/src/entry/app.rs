@@ -1,0 +1,277 @@
+//! One invocation end to end: classify the event, authenticate HTTP requests,
+//! run the pipeline, and shape the answer (a report, or a Function URL
+//! response). Shared by the Lambda entry point and the command line.
+
+use std::sync::Arc;
+
+use lambda_runtime::Diagnostic;
+use serde_json::{Value, json};
+use tokio::sync::OnceCell;
+use tracing::{error, warn};
+
+use crate::core::config::Config;
+use crate::core::metrics::{self, Dependency, Meter};
+use crate::core::mode::ServerVersion;
+use crate::core::policy::Policy;
+use crate::core::report::Report;
+use crate::core::suspect::Batch;
+use crate::core::trigger::{self, InputError, Trigger, function_url};
+use crate::entry::preflight::{self, Preflight};
+use crate::pipeline::{self, Ctx, PipelineError};
+use crate::shell::cloud::aws::Ec2;
+use crate::shell::cluster::Kube;
+use crate::shell::connect::{Clients, ConnectError};
+
+/// Why an invocation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum HandlerError {
+    /// The event was refused; nothing was changed. Not worth retrying.
+    #[error("invalid input: {0}")]
+    Input(#[from] InputError),
+    /// A dependency could not be reached or authenticated to. Retryable.
+    #[error(transparent)]
+    Connect(#[from] ConnectError),
+    /// The pipeline could not start (node list unreadable). Retryable.
+    #[error(transparent)]
+    Pipeline(#[from] PipelineError),
+    /// Some work is left undone; the report says what. Retryable.
+    #[error("work left undone: {summary}")]
+    Incomplete {
+        /// The full report.
+        report: Box<Report>,
+        /// One line per node that is not done.
+        summary: String,
+    },
+}
+
+impl HandlerError {
+    /// A stable name for the error kind (the Lambda error type).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Input(_) => "InvalidInput",
+            Self::Connect(_) => "DependencyUnavailable",
+            Self::Pipeline(_) => "ClusterUnavailable",
+            Self::Incomplete { .. } => "Incomplete",
+        }
+    }
+
+    /// True when retrying the same event may succeed.
+    pub fn retryable(&self) -> bool {
+        !matches!(self, Self::Input(_))
+    }
+}
+
+impl From<HandlerError> for Diagnostic {
+    fn from(e: HandlerError) -> Self {
+        Diagnostic {
+            error_type: format!("NodeFencer.{}", e.kind()),
+            error_message: e.to_string(),
+        }
+    }
+}
+
+/// The long-lived state of one execution environment.
+pub struct App {
+    clients: Clients,
+    config: Config,
+    reporter: String,
+    emf: bool,
+    /// The API server's version, asked once per execution environment.
+    server_version: Arc<OnceCell<ServerVersion>>,
+}
+
+impl App {
+    /// Builds the application; makes no network call.
+    pub fn new(clients: Clients, config: Config, reporter: impl Into<String>) -> Self {
+        Self {
+            clients,
+            config,
+            reporter: reporter.into(),
+            emf: false,
+            server_version: Arc::default(),
+        }
+    }
+
+    /// Also writes the CloudWatch metrics of every run to stdout, as
+    /// Embedded Metric Format lines named after the reporter (in Lambda:
+    /// the function's name).
+    pub fn with_metrics(mut self) -> Self {
+        self.emf = true;
+        self
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Handles any inbound document.
+    ///
+    /// Function URL requests always get an HTTP response (401/4xx for refused
+    /// requests, 500 when work is left undone so Alertmanager retries); every
+    /// other shape gets the report, or an error when work is left undone.
+    pub async fn handle(&self, event: Value, correlation_id: &str) -> Result<Reply, HandlerError> {
+        match trigger::classify(event)? {
+            Trigger::Batch(batch) => {
+                let report = self.run(batch, false, correlation_id).await?;
+                finish(report).map(Reply::Report)
+            }
+            Trigger::Http(req) => Ok(Reply::Http(self.handle_http(&req, correlation_id).await)),
+            Trigger::Preflight => Ok(Reply::Preflight(self.preflight().await)),
+        }
+    }
+
+    /// Checks the deployment's access and settings; changes nothing.
+    pub async fn preflight(&self) -> Preflight {
+        preflight::run(&self.clients, &self.config).await
+    }
+
+    async fn handle_http(
+        &self,
+        req: &aws_lambda_events::event::lambda_function_urls::LambdaFunctionUrlRequest,
+        correlation_id: &str,
+    ) -> Value {
+        let reply = |status: u16, body: Value| {
+            serde_json::to_value(function_url::response(status, &body)).unwrap_or(Value::Null)
+        };
+        let token = match self.clients.webhook_token().await {
+            Ok(token) => token,
+            Err(e) => {
+                error!(error = %e, "webhook token unavailable");
+                return reply(
+                    503,
+                    json!({"error": "the webhook token store is unavailable", "correlation_id": correlation_id}),
+                );
+            }
+        };
+        let batch = match function_url::parse(req, token.as_ref()) {
+            Ok(batch) => batch,
+            Err(rejection) => {
+                warn!(status = rejection.status, reason = %rejection.message, "request refused");
+                return reply(
+                    rejection.status,
+                    json!({"error": rejection.message, "correlation_id": correlation_id}),
+                );
+            }
+        };
+        match self.run(batch, false, correlation_id).await {
+            Ok(report) => {
+                let status = if report.incomplete() { 500 } else { 200 };
+                reply(status, serde_json::to_value(&report).unwrap_or(Value::Null))
+            }
+            Err(e) => {
+                error!(error = %e, "invocation failed");
+                reply(
+                    503,
+                    json!({"error": e.to_string(), "correlation_id": correlation_id}),
+                )
+            }
+        }
+    }
+
+    /// Runs the pipeline over a parsed batch; `force_dry_run` turns every action into a plan.
+    pub async fn run(
+        &self,
+        batch: Batch,
+        force_dry_run: bool,
+        correlation_id: &str,
+    ) -> Result<Report, HandlerError> {
+        let meter = Meter::default();
+        let result = self
+            .run_metered(batch, force_dry_run, correlation_id, &meter)
+            .await;
+        if self.emf {
+            let now_ms = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+            let lines = metrics::emf_lines(
+                &self.reporter,
+                correlation_id,
+                result.as_ref().ok(),
+                &meter.measured(),
+                now_ms,
+            );
+            // CloudWatch Logs reads EMF documents from stdout, one per line.
+            for line in lines {
+                println!("{line}");
+            }
+        }
+        result
+    }
+
+    async fn run_metered(
+        &self,
+        batch: Batch,
+        force_dry_run: bool,
+        correlation_id: &str,
+        meter: &Meter,
+    ) -> Result<Report, HandlerError> {
+        let client = self
+            .clients
+            .kube()
+            .await
+            .inspect_err(|_| meter.error(Dependency::Kubernetes))?;
+        let cluster =
+            Kube::new(client, self.reporter.clone()).sharing_version(self.server_version.clone());
+        let cloud = Ec2::new(self.clients.ec2.clone());
+        let ctx = Ctx {
+            cloud: &cloud,
+            cluster: &cluster,
+            meter,
+            correlation_id: correlation_id.to_owned(),
+        };
+        let policy = Policy {
+            dry_run: self.config.policy.dry_run || force_dry_run,
+            ..self.config.policy.clone()
+        };
+        Ok(pipeline::run(&ctx, &policy, batch).await?)
+    }
+}
+
+/// What an invocation answers.
+#[derive(Debug)]
+pub enum Reply {
+    /// The report (EventBridge, direct invocations, the command line).
+    Report(Report),
+    /// A Function URL response, already shaped.
+    Http(Value),
+    /// The preflight checks.
+    Preflight(Preflight),
+}
+
+impl Reply {
+    /// The JSON the Lambda runtime returns.
+    pub fn into_value(self) -> Value {
+        match self {
+            Self::Report(report) => serde_json::to_value(&report).unwrap_or(Value::Null),
+            Self::Http(value) => value,
+            Self::Preflight(p) => serde_json::to_value(&p).unwrap_or(Value::Null),
+        }
+    }
+}
+
+/// Turns a report into the invocation's result: an error when work is left.
+pub fn finish(report: Report) -> Result<Report, HandlerError> {
+    if report.incomplete() {
+        let fencing = report
+            .results
+            .iter()
+            .filter(|r| r.leaves_work())
+            .map(|r| format!("{}: {}", r.node.as_deref().unwrap_or(&r.target), r.reason));
+        let recovering = report
+            .recoveries
+            .iter()
+            .filter(|r| r.leaves_work())
+            .map(|r| format!("{}: recovery: {}", r.node, r.reason));
+        let summary = fencing
+            .chain(recovering)
+            .chain(report.errors.iter().cloned())
+            .collect::<Vec<_>>()
+            .join("; ");
+        return Err(HandlerError::Incomplete {
+            report: Box::new(report),
+            summary,
+        });
+    }
+    Ok(report)
+}

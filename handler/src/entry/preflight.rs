@@ -1,0 +1,407 @@
+//! `node-fencer preflight` and `{"action": "preflight"}`: checks, without
+//! changing anything, that this deployment can do its job: the API server
+//! answers, every Kubernetes permission the code uses is granted
+//! (SelfSubjectAccessReview per verb and resource), every EC2 call is
+//! allowed (`DryRun=true`), the secrets are readable, and what the settings
+//! and the kill switch will do.
+
+use std::fmt::Write as _;
+
+use kube::Client;
+use serde::Serialize;
+
+use crate::core::config::Config;
+use crate::core::control::{self, KillSwitch};
+use crate::core::facts::FenceMode;
+use crate::core::mode::{self, ModeSetting, ServerVersion};
+use crate::core::permissions::{CONTROL_RULES, KUBERNETES_RULES};
+use crate::shell::cloud::aws;
+use crate::shell::cluster::{Cluster, Kube, can};
+use crate::shell::connect::Clients;
+
+/// How one check came out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// As needed.
+    Pass,
+    /// Not needed in the mode in force, but missing.
+    Warn,
+    /// Fencing or recovery would fail.
+    Fail,
+    /// A setting, for the record.
+    Info,
+}
+
+impl Status {
+    fn label(self) -> &'static str {
+        match self {
+            Self::Pass => "PASS",
+            Self::Warn => "WARN",
+            Self::Fail => "FAIL",
+            Self::Info => "INFO",
+        }
+    }
+}
+
+/// One row of the table.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Check {
+    /// What is checked.
+    pub check: String,
+    /// The result.
+    pub status: Status,
+    /// What was found.
+    pub detail: String,
+    /// How to fix a failure.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fix: Option<String>,
+}
+
+/// Every check, and whether they all passed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Preflight {
+    /// True when no check failed.
+    pub passed: bool,
+    /// The checks, in order.
+    pub checks: Vec<Check>,
+}
+
+impl Preflight {
+    fn new(checks: Vec<Check>) -> Self {
+        Self {
+            passed: !checks.iter().any(|c| c.status == Status::Fail),
+            checks,
+        }
+    }
+
+    /// The table for the terminal: one line per check, fixes below failures.
+    pub fn to_table(&self) -> String {
+        let width = self.checks.iter().map(|c| c.check.len()).max().unwrap_or(0);
+        let mut out = String::new();
+        for c in &self.checks {
+            let _ = writeln!(
+                out,
+                "{:<4}  {:<width$}  {}",
+                c.status.label(),
+                c.check,
+                c.detail
+            );
+            if let Some(fix) = &c.fix {
+                let _ = writeln!(out, "      {:<width$}  fix: {fix}", "");
+            }
+        }
+        let failed = self
+            .checks
+            .iter()
+            .filter(|c| c.status == Status::Fail)
+            .count();
+        if failed == 0 {
+            out.push_str("preflight passed\n");
+        } else {
+            let _ = writeln!(out, "preflight FAILED: {failed} check(s)");
+        }
+        out
+    }
+}
+
+fn row(check: impl Into<String>, status: Status, detail: impl Into<String>) -> Check {
+    Check {
+        check: check.into(),
+        status,
+        detail: detail.into(),
+        fix: None,
+    }
+}
+
+fn failed(check: impl Into<String>, detail: impl Into<String>, fix: impl Into<String>) -> Check {
+    Check {
+        fix: Some(fix.into()),
+        ..row(check, Status::Fail, detail)
+    }
+}
+
+/// The legacy mode's permissions, which the taint mode never uses.
+fn legacy_only(resource: &str, verb: &str) -> bool {
+    matches!(
+        (resource, verb),
+        ("pods", _) | ("volumeattachments", "delete")
+    )
+}
+
+/// Runs every check. Never changes anything: the only writes are
+/// SelfSubjectAccessReviews and EC2 dry runs, which store nothing.
+pub async fn run(clients: &Clients, config: &Config) -> Preflight {
+    let mut checks = Vec::new();
+    settings(config, &mut checks);
+    checks.push(match clients.webhook_token().await {
+        Ok(Some(_)) => row("webhook token", Status::Pass, "readable"),
+        Ok(None) => row(
+            "webhook token",
+            Status::Info,
+            "none configured: every Function URL request is refused",
+        ),
+        Err(e) => failed(
+            "webhook token",
+            e.to_string(),
+            "grant secretsmanager:GetSecretValue or ssm:GetParameter (and kms:Decrypt) on it, or fix its name",
+        ),
+    });
+    let client = match clients.kube().await {
+        Ok(c) => c,
+        Err(e) => {
+            checks.push(failed(
+                "kubernetes access",
+                e.to_string(),
+                "check CLUSTER_NAME / CLUSTER_ENDPOINT / KUBECONFIG_* and the network path to the API server",
+            ));
+            ec2(&clients.ec2, &mut checks).await;
+            return Preflight::new(checks);
+        }
+    };
+    let cluster = Kube::new(client.clone(), "node-fencer-preflight");
+    let mode = match cluster.server_version().await {
+        Ok(version) => {
+            checks.push(row(
+                "api server",
+                Status::Pass,
+                format!("reachable, Kubernetes {version}"),
+            ));
+            let chosen = mode::choose(config.policy.mode, version);
+            checks.push(row(
+                "fencing mode",
+                Status::Info,
+                mode_text(config.policy.mode, version, chosen),
+            ));
+            Some(chosen)
+        }
+        Err(e) => {
+            checks.push(failed(
+                "api server",
+                e.to_string(),
+                "check the endpoint, the CA, the credentials and the network path to the API server",
+            ));
+            None
+        }
+    };
+    if mode.is_some() {
+        permissions(&client, config, mode, &mut checks).await;
+        checks.push(
+            match cluster.kill_switch(&config.policy.control_namespace).await {
+                Ok(KillSwitch::Off) => row("kill switch", Status::Pass, "off"),
+                Ok(KillSwitch::On) => row(
+                    "kill switch",
+                    Status::Warn,
+                    format!(
+                        "ON: every action is a dry run (configmap {}/{} {}=true)",
+                        config.policy.control_namespace,
+                        control::OBJECT_NAME,
+                        control::KILL_SWITCH_KEY
+                    ),
+                ),
+                Ok(KillSwitch::Unreadable(v)) => failed(
+                    "kill switch",
+                    format!("holds {v:?}: treated as on"),
+                    format!("set {} to true or false", control::KILL_SWITCH_KEY),
+                ),
+                Err(e) => failed(
+                    "kill switch",
+                    format!("{e}: treated as on"),
+                    "grant get on the configmap (infra/kubernetes/rbac.yaml's Role)",
+                ),
+            },
+        );
+    }
+    ec2(&clients.ec2, &mut checks).await;
+    Preflight::new(checks)
+}
+
+fn mode_text(setting: ModeSetting, version: ServerVersion, chosen: FenceMode) -> String {
+    match setting {
+        ModeSetting::Auto => format!(
+            "{} (auto: Kubernetes {version} {} 1.{})",
+            chosen.name(),
+            if version.has_out_of_service_taint() {
+                "≥"
+            } else {
+                "<"
+            },
+            mode::TAINT_SINCE_MINOR
+        ),
+        _ => format!("{} (FENCING_MODE={})", chosen.name(), setting.name()),
+    }
+}
+
+fn settings(config: &Config, checks: &mut Vec<Check>) {
+    checks.push(row(
+        "dry run",
+        Status::Info,
+        if config.policy.dry_run {
+            "DRY_RUN=true: nothing will be changed"
+        } else {
+            "off"
+        },
+    ));
+    let percent = config
+        .policy
+        .max_out_of_service_percent
+        .map(|p| format!(" and {p}% of the nodes"))
+        .unwrap_or_default();
+    checks.push(row(
+        "out-of-service cap",
+        Status::Info,
+        format!(
+            "{} node(s){percent}, counted across invocations under lease {}/{}",
+            config.policy.max_out_of_service,
+            config.policy.control_namespace,
+            control::OBJECT_NAME
+        ),
+    ));
+    checks.push(row(
+        "confirmation",
+        Status::Info,
+        if config.policy.confirm_again_after.is_zero() {
+            "EC2 is asked again right before acting".to_owned()
+        } else {
+            format!(
+                "EC2 is asked again after {}s, right before acting",
+                config.policy.confirm_again_after.as_secs()
+            )
+        },
+    ));
+    checks.push(row(
+        "recovery",
+        Status::Info,
+        format!(
+            "the taint is removed once the instance runs and the node has been Ready for {}s",
+            config.policy.recovery_settle.as_secs()
+        ),
+    ));
+}
+
+async fn permissions(
+    client: &Client,
+    config: &Config,
+    mode: Option<FenceMode>,
+    checks: &mut Vec<Check>,
+) {
+    let ns = config.policy.control_namespace.as_str();
+    let cluster_wide = KUBERNETES_RULES
+        .iter()
+        .flat_map(|(g, r, verbs)| verbs.iter().map(move |v| (*g, *r, *v, None)));
+    let namespaced = CONTROL_RULES.iter().flat_map(|(g, r, verbs)| {
+        verbs.iter().map(move |v| {
+            // Creating cannot name the object; the others are granted by name.
+            let name = (*v != "create").then_some(control::OBJECT_NAME);
+            (*g, *r, *v, Some((ns, name)))
+        })
+    });
+    for (group, resource, verb, scope) in cluster_wide.chain(namespaced) {
+        let what = match scope {
+            None => format!("{verb} {resource}"),
+            Some((ns, _)) => format!("{verb} {resource} in {ns}"),
+        };
+        let what = if group.is_empty() {
+            what
+        } else {
+            what.replacen(resource, &format!("{resource}.{group}"), 1)
+        };
+        let answer = can(client, group, resource, verb, scope).await;
+        checks.push(match answer {
+            Ok(true) => row(what, Status::Pass, "allowed"),
+            Ok(false) if legacy_only(resource, verb) && mode != Some(FenceMode::Legacy) => {
+                row(what, Status::Warn, "denied; only the legacy mode needs it")
+            }
+            Ok(false) => failed(
+                what,
+                "denied",
+                "apply infra/kubernetes/rbac.yaml (or grant this verb to the group node-fencer)",
+            ),
+            Err(e) => failed(
+                what,
+                format!("could not ask: {e}"),
+                "allow SelfSubjectAccessReviews (system:basic-user does by default)",
+            ),
+        });
+    }
+}
+
+/// What an EC2 dry run said.
+fn dry_run_check<E>(action: &str, result: Result<E, String>) -> Check {
+    let check = format!("ec2:{action}");
+    match result {
+        // Only the reads are sent without DryRun support somewhere (some
+        // EC2 stand-ins ignore it): a read that answered is allowed.
+        Ok(_) => row(check, Status::Pass, "allowed"),
+        Err(code) if code == "DryRunOperation" => row(check, Status::Pass, "allowed (dry run)"),
+        Err(code) if code == "UnauthorizedOperation" || code == "AccessDenied" => failed(
+            check,
+            "denied",
+            format!("grant ec2:{action} to the function's role (infra/modules/node-fencer)"),
+        ),
+        Err(other) => failed(
+            check,
+            format!("could not check: {other}"),
+            "check the region, the endpoint and the credentials",
+        ),
+    }
+}
+
+async fn ec2(ec2: &aws_sdk_ec2::Client, checks: &mut Vec<Check>) {
+    for (action, answer) in aws::dry_run_probes(ec2).await {
+        checks.push(dry_run_check(action, answer));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_shows_failures_with_their_fix_and_the_verdict() {
+        let p = Preflight::new(vec![
+            row("api server", Status::Pass, "reachable, Kubernetes 1.36"),
+            failed("patch nodes", "denied", "apply infra/kubernetes/rbac.yaml"),
+            row(
+                "delete pods",
+                Status::Warn,
+                "denied; only the legacy mode needs it",
+            ),
+        ]);
+        assert!(!p.passed);
+        let table = p.to_table();
+        assert!(table.contains("FAIL  patch nodes"), "{table}");
+        assert!(
+            table.contains("fix: apply infra/kubernetes/rbac.yaml"),
+            "{table}"
+        );
+        assert!(table.ends_with("preflight FAILED: 1 check(s)\n"), "{table}");
+        let ok = Preflight::new(vec![row("delete pods", Status::Warn, "x")]);
+        assert!(ok.passed);
+        assert!(ok.to_table().ends_with("preflight passed\n"));
+    }
+
+    #[test]
+    fn dry_run_answers() {
+        assert_eq!(
+            dry_run_check::<()>("DetachVolume", Err("DryRunOperation".into())).status,
+            Status::Pass
+        );
+        let denied = dry_run_check::<()>("DetachVolume", Err("UnauthorizedOperation".into()));
+        assert_eq!(denied.status, Status::Fail);
+        assert!(denied.fix.unwrap().contains("ec2:DetachVolume"));
+        assert_eq!(
+            dry_run_check::<()>("X", Err("timeout".into())).status,
+            Status::Fail
+        );
+    }
+
+    #[test]
+    fn only_pod_and_attachment_deletes_are_legacy_only() {
+        assert!(legacy_only("pods", "list"));
+        assert!(legacy_only("pods", "delete"));
+        assert!(legacy_only("volumeattachments", "delete"));
+        assert!(!legacy_only("volumeattachments", "list"));
+        assert!(!legacy_only("nodes", "patch"));
+    }
+}

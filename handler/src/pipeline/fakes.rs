@@ -1,0 +1,604 @@
+//! In-memory [`Cloud`] and [`Cluster`] for the pipeline's fast tests. The
+//! fake cluster keeps real `Node` objects and writes them through the same
+//! pure patch decisions ([`kube_model::taint_patch`], [`kube_model::untaint_patch`])
+//! that [`crate::shell::cluster::Kube`] sends to an apiserver, so what the
+//! tests see on a Node is what the code would have written. Every call is
+//! logged, and any one call (counted across both fakes) can be made to fail.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use async_trait::async_trait;
+use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, NodeStatus, Taint};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use serde_json::Value;
+
+use crate::core::control::KillSwitch;
+use crate::core::events::NodeEvent;
+use crate::core::facts::{
+    AttachmentFacts, InstanceFacts, NodeFacts, PvFacts, VolumeAttachmentState, VolumeFacts,
+};
+use crate::core::instance::{AttachmentState, InstanceId, InstanceState, VolumeId, VolumeState};
+use crate::core::kube_model::{
+    self, Stamp, TaintOutcome, TaintPatch, UntaintOutcome, UntaintPatch,
+};
+use crate::core::mode::ServerVersion;
+use crate::shell::cloud::{Cloud, CloudError};
+use crate::shell::cluster::{Cluster, ClusterError, PodRef};
+
+/// The call log and the fault plan, shared by both fakes.
+#[derive(Default)]
+pub struct Calls {
+    log: Vec<String>,
+    /// Fail the call with this index (0-based, counted across both fakes).
+    fail_at: Option<usize>,
+}
+
+/// A handle on the shared call log.
+#[derive(Clone, Default)]
+pub struct Recorder(Arc<Mutex<Calls>>);
+
+impl Recorder {
+    fn lock(&self) -> MutexGuard<'_, Calls> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Logs a call; true when the fault plan says it fails.
+    fn call(&self, what: String) -> bool {
+        let mut calls = self.lock();
+        let index = calls.log.len();
+        calls.log.push(what);
+        calls.fail_at == Some(index)
+    }
+
+    /// Every call so far, in order (`Op target`).
+    pub fn log(&self) -> Vec<String> {
+        self.lock().log.clone()
+    }
+
+    /// Makes the call with this index fail (and no other); `None` heals.
+    pub fn fail_at(&self, index: Option<usize>) {
+        self.lock().fail_at = index;
+    }
+}
+
+fn injected() -> kube::Error {
+    kube::Error::Service("injected fault".into())
+}
+
+/// An in-memory EC2: instances and EBS volumes.
+pub struct FakeCloud {
+    calls: Recorder,
+    state: Mutex<CloudState>,
+}
+
+#[derive(Default)]
+struct CloudState {
+    instances: BTreeMap<InstanceId, InstanceFacts>,
+    volumes: BTreeMap<VolumeId, VolumeFacts>,
+    /// On the n-th DescribeInstances (1-based), an instance changes state first.
+    changes: Vec<(usize, InstanceId, InstanceState)>,
+    describes: usize,
+    /// Volumes whose detach is accepted but never completes.
+    sticky: Vec<VolumeId>,
+}
+
+impl FakeCloud {
+    /// An empty cloud logging to `calls`.
+    pub fn new(calls: Recorder) -> Self {
+        Self {
+            calls,
+            state: Mutex::default(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, CloudState> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Adds an instance with its root volume name `/dev/xvda`.
+    pub fn instance(&self, id: &InstanceId, state: InstanceState) {
+        self.lock().instances.insert(
+            id.clone(),
+            InstanceFacts {
+                id: id.clone(),
+                state,
+                private_dns_name: None,
+                root_device_name: Some("/dev/xvda".into()),
+            },
+        );
+    }
+
+    /// Adds a volume attached to `instance` at `device`.
+    pub fn attached_volume(&self, id: &VolumeId, instance: &InstanceId, device: &str) {
+        self.lock().volumes.insert(
+            id.clone(),
+            VolumeFacts {
+                id: id.clone(),
+                state: VolumeState::InUse,
+                attachments: vec![VolumeAttachmentState {
+                    instance: instance.clone(),
+                    device: Some(device.into()),
+                    state: AttachmentState::Attached,
+                }],
+            },
+        );
+    }
+
+    /// Before the `nth` DescribeInstances (1-based), `id` turns `state`.
+    pub fn on_describe(&self, nth: usize, id: &InstanceId, state: InstanceState) {
+        self.lock().changes.push((nth, id.clone(), state));
+    }
+
+    /// The volume's detach will be accepted and never complete.
+    pub fn stick(&self, id: &VolumeId) {
+        self.lock().sticky.push(id.clone());
+    }
+
+    /// The volume's state now.
+    pub fn volume_state(&self, id: &VolumeId) -> Option<VolumeState> {
+        self.lock().volumes.get(id).map(|v| v.state)
+    }
+}
+
+#[async_trait]
+impl Cloud for FakeCloud {
+    async fn describe_instances(
+        &self,
+        ids: &[InstanceId],
+    ) -> Result<Vec<InstanceFacts>, CloudError> {
+        let fail = self.calls.call("DescribeInstances".into());
+        let mut state = self.lock();
+        state.describes += 1;
+        let n = state.describes;
+        let changes: Vec<_> = state
+            .changes
+            .iter()
+            .filter(|(at, _, _)| *at == n)
+            .map(|(_, id, s)| (id.clone(), s.clone()))
+            .collect();
+        for (id, s) in changes {
+            if let Some(i) = state.instances.get_mut(&id) {
+                i.state = s;
+            }
+        }
+        if fail {
+            return Err(CloudError::DescribeInstances("RequestLimitExceeded".into()));
+        }
+        Ok(ids
+            .iter()
+            .filter_map(|id| state.instances.get(id).cloned())
+            .collect())
+    }
+
+    async fn describe_volumes(&self, ids: &[VolumeId]) -> Result<Vec<VolumeFacts>, CloudError> {
+        if self.calls.call("DescribeVolumes".into()) {
+            return Err(CloudError::DescribeVolumes("InternalError".into()));
+        }
+        let state = self.lock();
+        Ok(ids
+            .iter()
+            .filter_map(|id| state.volumes.get(id).cloned())
+            .collect())
+    }
+
+    async fn detach_volume(
+        &self,
+        volume: &VolumeId,
+        instance: &InstanceId,
+    ) -> Result<(), CloudError> {
+        let error = |code: &str| CloudError::DetachVolume {
+            volume_id: volume.to_string(),
+            code: Some(code.into()),
+            message: code.into(),
+        };
+        if self.calls.call(format!("DetachVolume {volume}")) {
+            return Err(error("InternalError"));
+        }
+        let mut state = self.lock();
+        if state.sticky.contains(volume) {
+            return Ok(());
+        }
+        let Some(v) = state.volumes.get_mut(volume) else {
+            return Err(error("InvalidVolume.NotFound"));
+        };
+        let before = v.attachments.len();
+        v.attachments.retain(|a| &a.instance != instance);
+        if v.attachments.len() == before {
+            return Err(error("IncorrectState"));
+        }
+        if v.attachments.is_empty() {
+            v.state = VolumeState::Available;
+        }
+        Ok(())
+    }
+}
+
+/// An in-memory Kubernetes: Nodes, attachments, pods, Events, the Lease.
+pub struct FakeCluster {
+    calls: Recorder,
+    state: Mutex<ClusterState>,
+}
+
+struct ClusterState {
+    nodes: BTreeMap<String, Node>,
+    attachments: Vec<AttachmentFacts>,
+    pvs: Vec<PvFacts>,
+    pods: BTreeMap<String, Vec<PodRef>>,
+    events: Vec<(String, NodeEvent)>,
+    kill_switch: KillSwitch,
+    lease: Option<String>,
+    version: ServerVersion,
+    writes: u64,
+    /// A Node that turns Ready right before the next taint write reads it.
+    ready_before_taint: Option<String>,
+}
+
+impl FakeCluster {
+    /// An empty cluster at Kubernetes 1.36 logging to `calls`.
+    pub fn new(calls: Recorder) -> Self {
+        Self {
+            calls,
+            state: Mutex::new(ClusterState {
+                nodes: BTreeMap::new(),
+                attachments: Vec::new(),
+                pvs: Vec::new(),
+                pods: BTreeMap::new(),
+                events: Vec::new(),
+                kill_switch: KillSwitch::Off,
+                lease: None,
+                version: ServerVersion {
+                    major: 1,
+                    minor: 36,
+                },
+                writes: 0,
+                ready_before_taint: None,
+            }),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, ClusterState> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Adds a Node for `instance` with the given `Ready` status
+    /// (`True`, `False`, `Unknown`).
+    pub fn node(&self, name: &str, instance: &InstanceId, ready: &str) {
+        let node = Node {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                resource_version: Some("1".into()),
+                ..ObjectMeta::default()
+            },
+            spec: Some(NodeSpec {
+                provider_id: Some(format!("aws:///us-east-1a/{instance}")),
+                ..NodeSpec::default()
+            }),
+            status: Some(NodeStatus {
+                conditions: Some(vec![NodeCondition {
+                    type_: "Ready".into(),
+                    status: ready.into(),
+                    last_transition_time: Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH)),
+                    ..NodeCondition::default()
+                }]),
+                ..NodeStatus::default()
+            }),
+        };
+        self.lock().nodes.insert(name.into(), node);
+    }
+
+    /// Sets a Node's `Ready` status.
+    pub fn set_ready(&self, name: &str, ready: &str) {
+        let mut state = self.lock();
+        if let Some(c) = state
+            .nodes
+            .get_mut(name)
+            .and_then(|n| n.status.as_mut())
+            .and_then(|s| s.conditions.as_mut())
+            .and_then(|c| c.iter_mut().find(|c| c.type_ == "Ready"))
+        {
+            c.status = ready.into();
+        }
+    }
+
+    /// `name` turns Ready between the decision and the taint write.
+    pub fn ready_before_taint(&self, name: &str) {
+        self.lock().ready_before_taint = Some(name.into());
+    }
+
+    /// Removes the VolumeAttachment of `volume`, as the attach/detach
+    /// controller does once the volume is detached.
+    pub fn remove_attachment(&self, volume: &VolumeId) {
+        let name = format!("csi-{volume}");
+        self.lock().attachments.retain(|a| a.name != name);
+    }
+
+    /// Adds a CSI VolumeAttachment of `volume` (through a PV) to `node`.
+    pub fn attachment(&self, node: &str, volume: &VolumeId) {
+        let mut state = self.lock();
+        let pv = format!("pv-{volume}");
+        state.attachments.push(AttachmentFacts {
+            name: format!("csi-{volume}"),
+            attacher: crate::core::volumes::EBS_CSI_DRIVER.into(),
+            node_name: node.into(),
+            pv_name: Some(pv.clone()),
+            inline_volume: None,
+        });
+        state.pvs.push(PvFacts {
+            name: pv,
+            volume: Some(volume.clone()),
+        });
+    }
+
+    /// Binds a pod to `node`.
+    pub fn pod(&self, node: &str, name: &str) {
+        self.lock()
+            .pods
+            .entry(node.into())
+            .or_default()
+            .push(PodRef {
+                namespace: "default".into(),
+                name: name.into(),
+            });
+    }
+
+    /// Sets the kill switch.
+    pub fn set_kill_switch(&self, k: KillSwitch) {
+        self.lock().kill_switch = k;
+    }
+
+    /// The Node's taints.
+    pub fn taints(&self, name: &str) -> Vec<Taint> {
+        self.lock()
+            .nodes
+            .get(name)
+            .and_then(|n| n.spec.as_ref())
+            .and_then(|s| s.taints.clone())
+            .unwrap_or_default()
+    }
+
+    /// The Node as the pipeline reads it.
+    pub fn facts(&self, name: &str) -> Option<NodeFacts> {
+        self.lock().nodes.get(name).and_then(kube_model::node_facts)
+    }
+
+    /// The reasons of the Events recorded on `node`, in order.
+    pub fn events(&self, node: &str) -> Vec<&'static str> {
+        self.lock()
+            .events
+            .iter()
+            .filter(|(n, _)| n == node)
+            .map(|(_, e)| e.reason.as_str())
+            .collect()
+    }
+
+    /// The VolumeAttachments left.
+    pub fn attachments(&self) -> Vec<String> {
+        self.lock()
+            .attachments
+            .iter()
+            .map(|a| a.name.clone())
+            .collect()
+    }
+
+    /// The pods left on `node`.
+    pub fn pods(&self, node: &str) -> usize {
+        self.lock().pods.get(node).map_or(0, Vec::len)
+    }
+
+    /// Whoever holds the Lease.
+    pub fn lease(&self) -> Option<String> {
+        self.lock().lease.clone()
+    }
+
+    /// Applies a merge patch to a Node, as the apiserver would.
+    fn patch(&self, name: &str, patch: &Value) -> Result<(), ClusterError> {
+        let mut state = self.lock();
+        state.writes += 1;
+        let rv = (state.writes + 1).to_string();
+        let Some(node) = state.nodes.get_mut(name) else {
+            return Ok(());
+        };
+        let mut value = serde_json::to_value(&*node)
+            .map_err(|_| ClusterError::UnsafeWrite { node: name.into() })?;
+        merge(&mut value, patch);
+        value["metadata"]["resourceVersion"] = Value::String(rv);
+        *node = serde_json::from_value(value)
+            .map_err(|_| ClusterError::UnsafeWrite { node: name.into() })?;
+        Ok(())
+    }
+}
+
+/// RFC 7386 JSON merge patch.
+fn merge(target: &mut Value, patch: &Value) {
+    let Value::Object(fields) = patch else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = Value::Object(serde_json::Map::new());
+    }
+    if let Value::Object(object) = target {
+        for (key, value) in fields {
+            if value.is_null() {
+                object.remove(key);
+            } else {
+                merge(object.entry(key.clone()).or_insert(Value::Null), value);
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Cluster for FakeCluster {
+    async fn list_nodes(&self) -> Result<Vec<NodeFacts>, ClusterError> {
+        if self.calls.call("ListNodes".into()) {
+            return Err(ClusterError::ListNodes(injected()));
+        }
+        Ok(self
+            .lock()
+            .nodes
+            .values()
+            .filter_map(kube_model::node_facts)
+            .collect())
+    }
+
+    async fn taint_node(&self, node: &str, stamp: &Stamp) -> Result<TaintOutcome, ClusterError> {
+        if self.calls.call(format!("TaintNode {node}")) {
+            return Err(ClusterError::PatchConflict { node: node.into() });
+        }
+        let turning = self.lock().ready_before_taint.take();
+        if turning.as_deref() == Some(node) {
+            self.set_ready(node, "True");
+        }
+        let current = self.lock().nodes.get(node).cloned();
+        let Some(current) = current else {
+            return Ok(TaintOutcome::NodeGone);
+        };
+        match kube_model::taint_patch(&current, stamp) {
+            TaintPatch::Apply(patch) => {
+                self.patch(node, &patch)?;
+                Ok(TaintOutcome::Applied)
+            }
+            TaintPatch::AlreadyPresent => Ok(TaintOutcome::AlreadyPresent),
+            TaintPatch::AppliedByThisRun => Ok(TaintOutcome::Applied),
+            TaintPatch::NodeReady => Ok(TaintOutcome::NodeReady),
+            TaintPatch::NoResourceVersion | TaintPatch::Unrepresentable => {
+                Err(ClusterError::UnsafeWrite { node: node.into() })
+            }
+        }
+    }
+
+    async fn list_volume_attachments(&self) -> Result<Vec<AttachmentFacts>, ClusterError> {
+        if self.calls.call("ListVolumeAttachments".into()) {
+            return Err(ClusterError::ListVolumeAttachments(injected()));
+        }
+        Ok(self.lock().attachments.clone())
+    }
+
+    async fn list_persistent_volumes(&self) -> Result<Vec<PvFacts>, ClusterError> {
+        if self.calls.call("ListPersistentVolumes".into()) {
+            return Err(ClusterError::ListPersistentVolumes(injected()));
+        }
+        Ok(self.lock().pvs.clone())
+    }
+
+    async fn node_event(&self, node: &str, event: &NodeEvent) -> Result<(), ClusterError> {
+        if self.calls.call(format!("CreateEvent {node}")) {
+            return Err(ClusterError::CreateEvent {
+                node: node.into(),
+                source: injected(),
+            });
+        }
+        self.lock().events.push((node.into(), event.clone()));
+        Ok(())
+    }
+
+    async fn server_version(&self) -> Result<ServerVersion, ClusterError> {
+        if self.calls.call("GetVersion".into()) {
+            return Err(ClusterError::Version("injected fault".into()));
+        }
+        Ok(self.lock().version)
+    }
+
+    async fn untaint_node(
+        &self,
+        node: &str,
+        fenced_at: &str,
+    ) -> Result<UntaintOutcome, ClusterError> {
+        if self.calls.call(format!("UntaintNode {node}")) {
+            return Err(ClusterError::PatchConflict { node: node.into() });
+        }
+        let current = self.lock().nodes.get(node).cloned();
+        let Some(current) = current else {
+            return Ok(UntaintOutcome::NodeGone);
+        };
+        match kube_model::untaint_patch(&current, fenced_at) {
+            UntaintPatch::Apply {
+                patch,
+                removes_taint,
+            } => {
+                self.patch(node, &patch)?;
+                Ok(UntaintOutcome::Ended {
+                    taint_removed: removes_taint,
+                })
+            }
+            UntaintPatch::NotOurs => Ok(UntaintOutcome::NotOurs),
+            UntaintPatch::NodeNotReady => Ok(UntaintOutcome::NodeNotReady),
+            UntaintPatch::NoResourceVersion | UntaintPatch::Unrepresentable => {
+                Err(ClusterError::UnsafeWrite { node: node.into() })
+            }
+        }
+    }
+
+    async fn pods_on_node(&self, node: &str) -> Result<Vec<PodRef>, ClusterError> {
+        if self.calls.call(format!("ListPods {node}")) {
+            return Err(ClusterError::Version("injected fault".into()));
+        }
+        Ok(self.lock().pods.get(node).cloned().unwrap_or_default())
+    }
+
+    async fn force_delete_pod(&self, pod: &PodRef) -> Result<(), ClusterError> {
+        if self.calls.call(format!("DeletePod {}", pod.name)) {
+            return Err(ClusterError::Version("injected fault".into()));
+        }
+        for pods in self.lock().pods.values_mut() {
+            pods.retain(|p| p != pod);
+        }
+        Ok(())
+    }
+
+    async fn delete_volume_attachment(&self, name: &str) -> Result<(), ClusterError> {
+        if self.calls.call(format!("DeleteVolumeAttachment {name}")) {
+            return Err(ClusterError::DeleteVolumeAttachment {
+                name: name.into(),
+                source: injected(),
+            });
+        }
+        self.lock().attachments.retain(|a| a.name != name);
+        Ok(())
+    }
+
+    async fn kill_switch(&self, namespace: &str) -> Result<KillSwitch, ClusterError> {
+        if self.calls.call("GetKillSwitch".into()) {
+            return Err(ClusterError::KillSwitch {
+                namespace: namespace.into(),
+                source: injected(),
+            });
+        }
+        Ok(self.lock().kill_switch.clone())
+    }
+
+    async fn acquire_lease(&self, namespace: &str, holder: &str) -> Result<(), ClusterError> {
+        if self.calls.call("AcquireLease".into()) {
+            return Err(ClusterError::Lease {
+                namespace: namespace.into(),
+                source: injected(),
+            });
+        }
+        // A Lease held by another holder counts as expired: the fakes run
+        // one invocation at a time, and the stack tests hold the real one.
+        self.lock().lease = Some(holder.into());
+        Ok(())
+    }
+
+    async fn release_lease(&self, namespace: &str, holder: &str) -> Result<(), ClusterError> {
+        if self.calls.call("ReleaseLease".into()) {
+            return Err(ClusterError::Lease {
+                namespace: namespace.into(),
+                source: injected(),
+            });
+        }
+        let mut state = self.lock();
+        if state.lease.as_deref() == Some(holder) {
+            state.lease = None;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,431 @@
+//! The pipeline over the in-memory fakes: named scenarios that assert every
+//! call in order, the safety rules, and every single call failing in turn.
+//! What only real components show (the apiserver's patch semantics under
+//! load, EC2's answers, the Lambda runtime) is tested in `tests/`.
+
+use std::time::Duration;
+
+use super::fakes::{FakeCloud, FakeCluster, Recorder};
+use super::{Ctx, PipelineError, run};
+use crate::core::control::KillSwitch;
+use crate::core::decide::Skip;
+use crate::core::facts::OUT_OF_SERVICE_KEY;
+use crate::core::instance::{InstanceId, InstanceState, VolumeId, VolumeState};
+use crate::core::metrics::Meter;
+use crate::core::mode::ModeSetting;
+use crate::core::policy::Policy;
+use crate::core::report::{Outcome, RecoveryOutcome, Report, VolumeOutcome};
+use crate::core::suspect::{Batch, Intent, NodeRef, Origin, Suspect};
+
+const NODE: &str = "ip-10-0-1-17.ec2.internal";
+
+fn instance(n: u8) -> InstanceId {
+    InstanceId::parse(&format!("i-0123456789abcde{n:02x}")).unwrap()
+}
+
+fn volume(n: u8) -> VolumeId {
+    VolumeId::parse(&format!("vol-0123456789abcde{n:02x}")).unwrap()
+}
+
+fn policy() -> Policy {
+    Policy {
+        max_out_of_service: 10,
+        recovery_settle: Duration::ZERO,
+        detach_wait: Duration::ZERO,
+        poll_interval: Duration::from_millis(1),
+        ..Policy::default()
+    }
+}
+
+fn batch(intent: Intent, ids: &[InstanceId]) -> Batch {
+    Batch {
+        suspects: ids
+            .iter()
+            .map(|id| Suspect {
+                target: NodeRef::Instance(id.clone()),
+                intent,
+                origin: Origin::Direct,
+            })
+            .collect(),
+        ignored: vec![],
+    }
+}
+
+/// A cluster and a cloud sharing one call log.
+struct World {
+    calls: Recorder,
+    cloud: FakeCloud,
+    cluster: FakeCluster,
+}
+
+impl World {
+    fn new() -> Self {
+        let calls = Recorder::default();
+        Self {
+            cloud: FakeCloud::new(calls.clone()),
+            cluster: FakeCluster::new(calls.clone()),
+            calls,
+        }
+    }
+
+    /// Node `name` on instance `n` in `state`, `Ready` as given, with one
+    /// EBS volume attached through a PersistentVolume.
+    fn with_node(self, name: &str, n: u8, state: InstanceState, ready: &str) -> Self {
+        self.cloud.instance(&instance(n), state);
+        self.cloud
+            .attached_volume(&volume(n), &instance(n), "/dev/xvdba");
+        self.cluster.node(name, &instance(n), ready);
+        self.cluster.attachment(name, &volume(n));
+        self
+    }
+
+    /// The seed case: one stopped machine whose Node went silent.
+    fn stopped() -> Self {
+        Self::new().with_node(NODE, 1, InstanceState::Stopped, "Unknown")
+    }
+
+    async fn run(&self, policy: &Policy, batch: Batch) -> Result<Report, PipelineError> {
+        let meter = Meter::default();
+        let ctx = Ctx {
+            cloud: &self.cloud,
+            cluster: &self.cluster,
+            meter: &meter,
+            correlation_id: format!("test-{}", self.calls.log().len()),
+        };
+        run(&ctx, policy, batch).await
+    }
+
+    async fn fence(&self, policy: &Policy) -> Result<Report, PipelineError> {
+        self.run(policy, batch(Intent::Fence, &[instance(1)])).await
+    }
+
+    fn out_of_service_taints(&self, node: &str) -> usize {
+        self.cluster
+            .taints(node)
+            .iter()
+            .filter(|t| t.key == OUT_OF_SERVICE_KEY)
+            .count()
+    }
+
+    fn writes(&self) -> Vec<String> {
+        const WRITES: [&str; 7] = [
+            "TaintNode",
+            "UntaintNode",
+            "DetachVolume",
+            "CreateEvent",
+            "DeletePod",
+            "DeleteVolumeAttachment",
+            "AcquireLease",
+        ];
+        self.calls
+            .log()
+            .into_iter()
+            .filter(|c| WRITES.iter().any(|w| c.starts_with(w)))
+            .collect()
+    }
+}
+
+#[tokio::test]
+async fn a_stopped_silent_node_is_tainted_and_its_volume_freed_in_this_order() {
+    let w = World::stopped();
+    let report = w.fence(&policy()).await.unwrap();
+    let r = &report.results[0];
+    assert_eq!(r.outcome, Outcome::Fenced, "{report:#?}");
+    assert!(r.taint_applied);
+    assert_eq!(r.volumes[0].outcome, VolumeOutcome::Detached);
+    assert_eq!(
+        r.reason,
+        "tainted out-of-service; 1 volume(s) force-detached"
+    );
+    assert!(!report.incomplete());
+    assert_eq!(w.out_of_service_taints(NODE), 1);
+    assert_eq!(
+        w.cloud.volume_state(&volume(1)),
+        Some(VolumeState::Available)
+    );
+    assert_eq!(
+        w.cluster.events(NODE),
+        ["OutOfServiceTaintApplied", "VolumesForceDetached"]
+    );
+    assert!(w.cluster.lease().is_none(), "the Lease is released");
+    let vol = volume(1);
+    assert_eq!(
+        w.calls.log(),
+        [
+            "GetKillSwitch".to_owned(),
+            "ListNodes".into(),
+            "DescribeInstances".into(),
+            "GetVersion".into(),
+            "ListVolumeAttachments".into(),
+            "ListPersistentVolumes".into(),
+            "DescribeVolumes".into(),
+            "AcquireLease".into(),
+            "ListNodes".into(),
+            "DescribeInstances".into(),
+            format!("TaintNode {NODE}"),
+            format!("CreateEvent {NODE}"),
+            "ReleaseLease".into(),
+            format!("DetachVolume {vol}"),
+            format!("CreateEvent {NODE}"),
+            "DescribeVolumes".into(),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn split_brain_a_silent_node_whose_instance_runs_is_left_alone() {
+    let w = World::new().with_node(NODE, 1, InstanceState::Running, "Unknown");
+    let report = w.fence(&policy()).await.unwrap();
+    assert_eq!(
+        report.results[0].skip,
+        Some(Skip::InstanceNotOff {
+            state: InstanceState::Running
+        })
+    );
+    assert!(w.writes().is_empty(), "{:?}", w.writes());
+    assert_eq!(w.out_of_service_taints(NODE), 0);
+}
+
+#[tokio::test]
+async fn a_ready_node_is_never_fenced_and_the_event_is_retried() {
+    let w = World::new().with_node(NODE, 1, InstanceState::Stopped, "True");
+    let report = w.fence(&policy()).await.unwrap();
+    assert_eq!(report.results[0].skip, Some(Skip::NodeReady));
+    assert!(report.incomplete(), "a retry may find it NotReady");
+    assert!(w.writes().is_empty(), "{:?}", w.writes());
+}
+
+#[tokio::test]
+async fn an_instance_started_before_the_second_look_is_not_fenced() {
+    let w = World::stopped();
+    w.cloud.on_describe(2, &instance(1), InstanceState::Pending);
+    let report = w.fence(&policy()).await.unwrap();
+    assert_eq!(
+        report.results[0].skip,
+        Some(Skip::InstanceNotOff {
+            state: InstanceState::Pending
+        })
+    );
+    assert_eq!(w.out_of_service_taints(NODE), 0);
+    assert!(
+        !w.calls
+            .log()
+            .iter()
+            .any(|c| c.starts_with("TaintNode") || c.starts_with("DetachVolume"))
+    );
+}
+
+#[tokio::test]
+async fn a_node_turned_ready_before_the_taint_is_left_alone() {
+    let w = World::stopped();
+    w.cluster.ready_before_taint(NODE);
+    let report = w.fence(&policy()).await.unwrap();
+    assert_eq!(report.results[0].skip, Some(Skip::NodeReady));
+    assert_eq!(w.out_of_service_taints(NODE), 0);
+    assert!(!w.calls.log().iter().any(|c| c.starts_with("DetachVolume")));
+}
+
+#[tokio::test]
+async fn a_dry_run_or_the_kill_switch_plans_and_writes_nothing() {
+    let dry = Policy {
+        dry_run: true,
+        ..policy()
+    };
+    let cases = [
+        (dry, KillSwitch::Off),
+        (policy(), KillSwitch::On),
+        (policy(), KillSwitch::Unreadable("maybe".into())),
+    ];
+    for (p, switch) in cases {
+        let w = World::stopped();
+        w.cluster.set_kill_switch(switch.clone());
+        let report = w.fence(&p).await.unwrap();
+        assert_eq!(report.results[0].outcome, Outcome::Planned, "{switch:?}");
+        assert_eq!(
+            report.results[0].volumes[0].outcome,
+            VolumeOutcome::WouldDetach
+        );
+        assert!(report.dry_run);
+        assert!(w.writes().is_empty(), "{switch:?}: {:?}", w.writes());
+    }
+}
+
+#[tokio::test]
+async fn the_cap_refuses_the_second_node_and_records_why() {
+    let w = World::stopped().with_node("other", 2, InstanceState::Terminated, "False");
+    let p = Policy {
+        max_out_of_service: 1,
+        ..policy()
+    };
+    let report = w
+        .run(&p, batch(Intent::Fence, &[instance(1), instance(2)]))
+        .await
+        .unwrap();
+    let outcomes: Vec<Outcome> = report.results.iter().map(|r| r.outcome).collect();
+    assert_eq!(outcomes, [Outcome::Fenced, Outcome::Skipped]);
+    assert!(matches!(
+        report.results[1].skip,
+        Some(Skip::CapReached { limit: 1, .. })
+    ));
+    assert_eq!(w.cluster.events("other"), ["FencingRefused"]);
+    assert_eq!(w.out_of_service_taints("other"), 0);
+    assert_eq!(
+        w.cloud.volume_state(&volume(2)).as_ref(),
+        Some(&VolumeState::InUse)
+    );
+    assert!(report.incomplete(), "a refused node is retried");
+}
+
+#[tokio::test]
+async fn legacy_mode_deletes_pods_and_attachments_then_detaches() {
+    let w = World::stopped();
+    w.cluster.pod(NODE, "db-0");
+    let p = Policy {
+        mode: ModeSetting::Legacy,
+        ..policy()
+    };
+    let report = w.fence(&p).await.unwrap();
+    let r = &report.results[0];
+    assert_eq!(r.outcome, Outcome::Fenced, "{report:#?}");
+    assert_eq!((r.pods_deleted, r.attachments_deleted), (1, 1));
+    assert_eq!(w.out_of_service_taints(NODE), 0, "no taint in legacy mode");
+    assert_eq!(w.cluster.pods(NODE), 0);
+    assert!(w.cluster.attachments().is_empty());
+    assert_eq!(
+        w.cloud.volume_state(&volume(1)),
+        Some(VolumeState::Available)
+    );
+    assert_eq!(
+        w.cluster.events(NODE),
+        [
+            "FencedLegacy",
+            "PodsForceDeleted",
+            "VolumeAttachmentsDeleted",
+            "VolumesForceDetached"
+        ]
+    );
+    let mark = w.cluster.facts(NODE).and_then(|n| n.fenced).unwrap();
+    assert_eq!(mark.volumes, [volume(1)]);
+}
+
+#[tokio::test]
+async fn a_volume_still_attached_after_the_wait_fails_the_node() {
+    let w = World::stopped();
+    w.cloud.stick(&volume(1));
+    let report = w.fence(&policy()).await.unwrap();
+    let r = &report.results[0];
+    assert_eq!(r.outcome, Outcome::Failed, "{report:#?}");
+    assert_eq!(r.volumes[0].outcome, VolumeOutcome::Stuck);
+    assert_eq!(
+        r.volumes[0].detail.as_deref(),
+        Some("not available after 0s")
+    );
+    assert!(report.incomplete());
+}
+
+#[tokio::test]
+async fn a_volume_attached_elsewhere_is_not_detached() {
+    let w = World::stopped();
+    w.cloud
+        .attached_volume(&volume(1), &instance(9), "/dev/xvdba");
+    let report = w.fence(&policy()).await.unwrap();
+    let r = &report.results[0];
+    assert_eq!(r.outcome, Outcome::Fenced, "{report:#?}");
+    assert_eq!(r.volumes[0].outcome, VolumeOutcome::AlreadyDetached);
+    assert!(!w.calls.log().iter().any(|c| c.starts_with("DetachVolume")));
+}
+
+#[tokio::test]
+async fn a_fenced_node_back_up_is_recovered_and_its_taint_removed() {
+    let w = World::stopped();
+    w.fence(&policy()).await.unwrap();
+    assert_eq!(w.out_of_service_taints(NODE), 1);
+    w.cloud.instance(&instance(1), InstanceState::Running);
+    w.cluster.set_ready(NODE, "True");
+    // The attachment went with the detach; the attach/detach controller
+    // would have removed it.
+    w.cluster.remove_attachment(&volume(1));
+    let report = w
+        .run(&policy(), batch(Intent::Recover, &[instance(1)]))
+        .await
+        .unwrap();
+    assert_eq!(
+        report.recoveries[0].outcome,
+        RecoveryOutcome::Recovered,
+        "{report:#?}"
+    );
+    assert_eq!(w.out_of_service_taints(NODE), 0);
+    assert!(w.cluster.facts(NODE).unwrap().fenced.is_none());
+    assert_eq!(
+        w.cluster.events(NODE).last(),
+        Some(&"OutOfServiceTaintRemoved")
+    );
+}
+
+/// Every call of the seed scenario failing in turn, one at a time: whatever
+/// fails, no volume is freed from a Node without the taint, nothing is
+/// written once a confirmation failed, the work left is reported (so Lambda
+/// retries), and the same event after the fault converges to one taint and a
+/// free volume.
+#[tokio::test]
+async fn every_call_failing_in_turn_leaves_a_safe_state_and_the_retry_converges() {
+    let baseline = World::stopped();
+    baseline.fence(&policy()).await.unwrap();
+    let calls = baseline.calls.log();
+    assert!(calls.len() > 10, "{calls:?}");
+    for (k, failed) in calls.iter().enumerate() {
+        let w = World::stopped();
+        w.calls.fail_at(Some(k));
+        let result = w.fence(&policy()).await;
+        let log = w.calls.log();
+        assert_eq!(log.get(k), Some(failed), "the same path up to the fault");
+
+        let freed = w.cloud.volume_state(&volume(1)) == Some(VolumeState::Available);
+        assert!(
+            !freed || w.out_of_service_taints(NODE) == 1,
+            "call {k} ({failed}) failing freed a volume of an untainted node"
+        );
+        if failed == "DescribeInstances" {
+            let after: Vec<_> = log[k..]
+                .iter()
+                .filter(|c| c.starts_with("TaintNode") || c.starts_with("DetachVolume"))
+                .collect();
+            assert!(
+                after.is_empty(),
+                "acted after a failed confirmation: {after:?}"
+            );
+        }
+        let benign = failed.starts_with("CreateEvent") || failed == "ReleaseLease";
+        match &result {
+            Err(_) => {}
+            Ok(report) => assert!(
+                benign || report.incomplete(),
+                "call {k} ({failed}) failing was reported done: {report:#?}"
+            ),
+        }
+
+        w.calls.fail_at(None);
+        let again = w.fence(&policy()).await.unwrap();
+        let r = &again.results[0];
+        assert!(
+            matches!(r.outcome, Outcome::Fenced | Outcome::AlreadyFenced),
+            "call {k} ({failed}): the retry did not converge: {again:#?}"
+        );
+        assert!(!again.incomplete(), "call {k} ({failed})");
+        assert_eq!(w.out_of_service_taints(NODE), 1, "call {k} ({failed})");
+        assert_eq!(
+            w.cloud.volume_state(&volume(1)),
+            Some(VolumeState::Available)
+        );
+        let applied = w
+            .cluster
+            .events(NODE)
+            .iter()
+            .filter(|e| **e == "OutOfServiceTaintApplied")
+            .count();
+        assert!(
+            applied <= 1,
+            "call {k} ({failed}): the taint recorded twice"
+        );
+    }
+}

@@ -1,0 +1,194 @@
+//! [`Cloud`] over `aws-sdk-ec2`.
+
+use async_trait::async_trait;
+use aws_sdk_ec2::error::ProvideErrorMetadata;
+use aws_sdk_ec2::types::Filter;
+
+use super::{Cloud, CloudError};
+use crate::core::facts::{InstanceFacts, VolumeAttachmentState, VolumeFacts};
+use crate::core::instance::{AttachmentState, InstanceId, InstanceState, VolumeId, VolumeState};
+
+/// EC2 filters accept at most 200 values each.
+const FILTER_CHUNK: usize = 200;
+
+/// [`Cloud`] over the AWS SDK.
+#[derive(Clone, Debug)]
+pub struct Ec2 {
+    client: aws_sdk_ec2::Client,
+}
+
+impl Ec2 {
+    /// Wraps a configured SDK client.
+    pub fn new(client: aws_sdk_ec2::Client) -> Self {
+        Self { client }
+    }
+}
+
+fn describe_error<E>(err: &aws_sdk_ec2::error::SdkError<E>) -> String
+where
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+{
+    match (err.code(), err.message()) {
+        (Some(code), Some(msg)) => format!("{code}: {msg}"),
+        (Some(code), None) => code.to_owned(),
+        _ => aws_sdk_ec2::error::DisplayErrorContext(err).to_string(),
+    }
+}
+
+#[async_trait]
+impl Cloud for Ec2 {
+    async fn describe_instances(
+        &self,
+        ids: &[InstanceId],
+    ) -> Result<Vec<InstanceFacts>, CloudError> {
+        let mut out = Vec::with_capacity(ids.len());
+        // A filter, not InstanceIds: with InstanceIds one unknown id fails the
+        // whole call, and one stale event would block the batch.
+        for chunk in ids.chunks(FILTER_CHUNK) {
+            let filter = Filter::builder()
+                .name("instance-id")
+                .set_values(Some(chunk.iter().map(|i| i.as_str().to_owned()).collect()))
+                .build();
+            let mut pages = self
+                .client
+                .describe_instances()
+                .filters(filter)
+                .into_paginator()
+                .send();
+            while let Some(page) = pages.next().await {
+                let page = page.map_err(|e| CloudError::DescribeInstances(describe_error(&e)))?;
+                for instance in page.reservations().iter().flat_map(|r| r.instances()) {
+                    let Some(id) = instance.instance_id().and_then(InstanceId::parse) else {
+                        continue;
+                    };
+                    let state = instance
+                        .state()
+                        .and_then(|s| s.name())
+                        .map_or(InstanceState::Unknown, |n| {
+                            InstanceState::from_name(n.as_str())
+                        });
+                    out.push(InstanceFacts {
+                        id,
+                        state,
+                        private_dns_name: instance.private_dns_name().map(str::to_owned),
+                        root_device_name: instance.root_device_name().map(str::to_owned),
+                    });
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    async fn describe_volumes(&self, ids: &[VolumeId]) -> Result<Vec<VolumeFacts>, CloudError> {
+        let mut out = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks(FILTER_CHUNK) {
+            let filter = Filter::builder()
+                .name("volume-id")
+                .set_values(Some(chunk.iter().map(|v| v.as_str().to_owned()).collect()))
+                .build();
+            let mut pages = self
+                .client
+                .describe_volumes()
+                .filters(filter)
+                .into_paginator()
+                .send();
+            while let Some(page) = pages.next().await {
+                let page = page.map_err(|e| CloudError::DescribeVolumes(describe_error(&e)))?;
+                for volume in page.volumes() {
+                    let Some(id) = volume.volume_id().and_then(VolumeId::parse) else {
+                        continue;
+                    };
+                    let attachments = volume
+                        .attachments()
+                        .iter()
+                        .filter_map(|a| {
+                            Some(VolumeAttachmentState {
+                                instance: a.instance_id().and_then(InstanceId::parse)?,
+                                device: a.device().map(str::to_owned),
+                                state: a.state().map_or(AttachmentState::Unknown, |s| {
+                                    AttachmentState::from_name(s.as_str())
+                                }),
+                            })
+                        })
+                        .collect();
+                    out.push(VolumeFacts {
+                        id,
+                        state: volume
+                            .state()
+                            .map_or(VolumeState::Unknown, |s| VolumeState::from_name(s.as_str())),
+                        attachments,
+                    });
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    async fn detach_volume(
+        &self,
+        volume: &VolumeId,
+        instance: &InstanceId,
+    ) -> Result<(), CloudError> {
+        self.client
+            .detach_volume()
+            .volume_id(volume.as_str())
+            .instance_id(instance.as_str())
+            .force(true)
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| CloudError::DetachVolume {
+                volume_id: volume.to_string(),
+                code: e.code().map(str::to_owned),
+                message: describe_error(&e),
+            })
+    }
+}
+
+fn code_of<E, R>(err: aws_sdk_ec2::error::SdkError<E, R>) -> String
+where
+    E: aws_sdk_ec2::error::ProvideErrorMetadata + std::error::Error + 'static,
+    R: std::fmt::Debug,
+{
+    match err.as_service_error().and_then(|e| e.code()) {
+        Some(code) => code.to_owned(),
+        None => aws_sdk_ec2::error::DisplayErrorContext(&err).to_string(),
+    }
+}
+
+/// Asks EC2, with `DryRun=true`, whether each call node-fencer makes is
+/// allowed: the answer per IAM action is `Ok` when the call went through,
+/// or the error code (`DryRunOperation` means allowed, `UnauthorizedOperation`
+/// denied). Changes nothing.
+pub async fn dry_run_probes(ec2: &aws_sdk_ec2::Client) -> Vec<(&'static str, Result<(), String>)> {
+    let describe = ec2
+        .describe_instances()
+        .dry_run(true)
+        .send()
+        .await
+        .map(|_| ())
+        .map_err(code_of);
+    let volumes = ec2
+        .describe_volumes()
+        .dry_run(true)
+        .send()
+        .await
+        .map(|_| ())
+        .map_err(code_of);
+    // Permission is checked before the volume is looked up, so a made-up id
+    // answers DryRunOperation or UnauthorizedOperation.
+    let detach = ec2
+        .detach_volume()
+        .volume_id("vol-00000000000000000")
+        .force(true)
+        .dry_run(true)
+        .send()
+        .await
+        .map(|_| ())
+        .map_err(code_of);
+    vec![
+        ("DescribeInstances", describe),
+        ("DescribeVolumes", volumes),
+        ("DetachVolume", detach),
+    ]
+}
