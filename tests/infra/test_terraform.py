@@ -311,6 +311,9 @@ def test_env_names_are_the_contract():
     pass the plain WEBHOOK_TOKEN (local use only)."""
     contract = {
         "DRY_RUN",
+        "FENCE_HIBERNATED",
+        "CLUSTER_VPC_ID",
+        "CLUSTER_TAG",
         "MAX_OUT_OF_SERVICE",
         "MAX_OUT_OF_SERVICE_PERCENT",
         "FENCING_MODE",

@@ -21,7 +21,7 @@ use node_fencer::shell::cloud::Cloud;
 use node_fencer::shell::cloud::aws::Ec2;
 use node_fencer::shell::cluster::{Cluster, Kube};
 
-use crate::Stack;
+use crate::{NodeCleanup, Stack};
 
 static COUNTER: AtomicU32 = AtomicU32::new(1);
 
@@ -394,7 +394,7 @@ pub async fn assert_node_events(
 
 /// A machine with one CSI volume behind a PV and a VolumeAttachment, and its
 /// NotReady Node.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct Target {
     /// The machine.
     pub m: Machine,
@@ -402,6 +402,8 @@ pub struct Target {
     pub node: String,
     /// The CSI volume attached to the machine.
     pub volume: String,
+    /// Deletes the Node when the target goes out of scope.
+    pub cleanup: NodeCleanup,
 }
 
 /// Creates a [`Target`], its instance stopped unless `running`.
@@ -416,6 +418,7 @@ pub async fn target(stack: &Stack, running: bool) -> anyhow::Result<Target> {
     let mut spec = NodeSpec::for_machine(&m);
     spec.ready = "Unknown";
     create_node(&admin, &spec).await?;
+    let cleanup = stack.delete_on_drop(&[&spec.name]);
     let pv = unique("pv");
     create_pv(&admin, &pv, &volume).await?;
     create_va(&admin, &spec.name, &pv, "ebs.csi.aws.com").await?;
@@ -423,6 +426,7 @@ pub async fn target(stack: &Stack, running: bool) -> anyhow::Result<Target> {
         m,
         node: spec.name,
         volume,
+        cleanup,
     })
 }
 

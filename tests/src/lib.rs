@@ -330,6 +330,47 @@ async fn client_of(kc: Kubeconfig, timeouts: Timeouts) -> anyhow::Result<Client>
     Ok(connect::kube_client_with(config, timeouts)?)
 }
 
+/// Deletes test Nodes when dropped, at the end of a test or while a failed
+/// one unwinds, so no Node a test made outlives it to count against the next
+/// test's cap. A drop cannot await, so it runs `kubectl` (the one `make setup`
+/// built) and waits for nothing.
+#[derive(Debug)]
+#[must_use = "the Nodes are deleted when the guard is dropped"]
+pub struct NodeCleanup {
+    kubeconfig: String,
+    names: Vec<String>,
+}
+
+impl Stack {
+    /// A guard that deletes these Nodes when it is dropped.
+    pub fn delete_on_drop(&self, names: &[&str]) -> NodeCleanup {
+        NodeCleanup {
+            kubeconfig: self.var("KUBECONFIG").to_owned(),
+            names: names.iter().map(|n| (*n).to_owned()).collect(),
+        }
+    }
+}
+
+impl Drop for NodeCleanup {
+    fn drop(&mut self) {
+        if self.names.is_empty() {
+            return;
+        }
+        let kubectl = std::env::var_os("NODE_FENCER_KUBE_BIN").map_or_else(
+            || PathBuf::from("kubectl"),
+            |d| PathBuf::from(d).join("kubectl"),
+        );
+        // Best effort: a Node already gone, or a stack already stopped, is fine.
+        let _ = Command::new(kubectl)
+            .args(["--kubeconfig", &self.kubeconfig, "delete", "node"])
+            .args(["--ignore-not-found", "--wait=false"])
+            .args(&self.names)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status();
+    }
+}
+
 /// Tests that change cluster-wide state (taints count against the cap) take
 /// this lock, so they can run in one process without seeing each other.
 pub async fn serial() -> tokio::sync::MutexGuard<'static, ()> {

@@ -30,11 +30,23 @@ pub struct Span {
     pub ok: bool,
 }
 
+/// Something a test does to the world once a call has returned, before the
+/// code under test goes on (an instance started right after the taint).
+pub type Hook = Box<dyn Fn() -> futures::future::BoxFuture<'static, ()> + Send + Sync>;
+
 /// The calls of one run, on one clock.
-#[derive(Debug)]
 pub struct Timeline {
     origin: Instant,
     spans: Mutex<Vec<Span>>,
+    hooks: Mutex<Vec<(&'static str, Hook)>>,
+}
+
+impl std::fmt::Debug for Timeline {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Timeline")
+            .field("spans", &self.spans())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Default for Timeline {
@@ -49,6 +61,14 @@ impl Timeline {
         Self {
             origin: Instant::now(),
             spans: Mutex::new(Vec::new()),
+            hooks: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Runs `hook` once, right after the first call of `op` returns.
+    pub fn after(&self, op: &'static str, hook: Hook) {
+        if let Ok(mut hooks) = self.hooks.lock() {
+            hooks.push((op, hook));
         }
     }
 
@@ -72,6 +92,17 @@ impl Timeline {
         };
         if let Ok(mut spans) = self.spans.lock() {
             spans.push(span);
+        }
+        let due: Vec<Hook> = match self.hooks.lock() {
+            Ok(mut hooks) => {
+                let (due, rest) = hooks.drain(..).partition(|(o, _)| *o == op);
+                *hooks = rest;
+                due.into_iter().map(|(_, h)| h).collect()
+            }
+            Err(_) => Vec::new(),
+        };
+        for hook in due {
+            hook().await;
         }
         out
     }
@@ -220,11 +251,11 @@ impl Cluster for TimingCluster<'_> {
             .time("DeletePod", self.inner.force_delete_pod(pod))
             .await
     }
-    async fn delete_volume_attachment(&self, name: &str) -> Result<(), ClusterError> {
+    async fn delete_volume_attachment(&self, name: &str, uid: &str) -> Result<(), ClusterError> {
         self.timeline
             .time(
                 "DeleteVolumeAttachment",
-                self.inner.delete_volume_attachment(name),
+                self.inner.delete_volume_attachment(name, uid),
             )
             .await
     }

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use crate::core::mode::ModeSetting;
 use crate::core::policy::Policy;
+use crate::core::resolve::ClusterScope;
 
 /// Every variable read, with what it accepts (for `--help` and the README).
 pub const VARIABLES: &[(&str, &str)] = &[
@@ -37,8 +38,20 @@ pub const VARIABLES: &[(&str, &str)] = &[
         "namespace of the fencing Lease and the kill-switch ConfigMap `node-fencer` (default kube-system)",
     ),
     (
+        "FENCE_HIBERNATED",
+        "true|false (default false): take an instance stopped by hibernation for off (it resumes from RAM when started)",
+    ),
+    (
         "VOLUME_DETACH_TIMEOUT_SECONDS",
-        "integer 0..=600 (default 60): wait for detached volumes to become available",
+        "integer 1..=600 (default 60): wait for the fenced instance to let go of its detached volumes (0 would report every fence failed)",
+    ),
+    (
+        "CLUSTER_VPC_ID",
+        "vpc-… (default unset): the cluster's VPC; Nodes without an AWS provider id are fenced only when an EC2 event's instance is in this VPC and holds the Node's InternalIP",
+    ),
+    (
+        "CLUSTER_TAG",
+        "KEY or KEY=VALUE (default unset; with CLUSTER_VPC_ID): a tag the cluster's instances carry, also required of such an instance",
     ),
     (
         "CLUSTER_NAME",
@@ -171,6 +184,27 @@ pub enum ConfigError {
 }
 
 impl Config {
+    /// Settings that are valid but weaken a protection: logged at start and
+    /// shown by preflight, each naming the variable.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.policy.recovery_settle.is_zero() {
+            out.push(
+                "RECOVERY_SETTLE_SECONDS=0: a fencing ends the moment the node reads Ready, \
+                 while the controllers may still act on the Node they cached as NotReady"
+                    .to_owned(),
+            );
+        }
+        if self.policy.fence_hibernated {
+            out.push(
+                "FENCE_HIBERNATED=true: an instance stopped by hibernation is fenced, and \
+                 resumes from RAM if it is started again"
+                    .to_owned(),
+            );
+        }
+        out
+    }
+
     /// Reads the process environment.
     pub fn from_env() -> Result<Self, ConfigError> {
         Self::from_lookup(|k| std::env::var(k).ok())
@@ -191,6 +225,14 @@ impl Config {
                 expected: "true or false",
             })?,
         };
+        let fence_hibernated = match get("FENCE_HIBERNATED").as_deref() {
+            None => false,
+            Some(v) => parse_bool(v).ok_or_else(|| ConfigError::Invalid {
+                var: "FENCE_HIBERNATED",
+                value: v.into(),
+                expected: "true or false",
+            })?,
+        };
         let max_out_of_service = int(
             &get,
             "MAX_OUT_OF_SERVICE",
@@ -203,9 +245,9 @@ impl Config {
             &get,
             "VOLUME_DETACH_TIMEOUT_SECONDS",
             60,
-            0,
+            1,
             600,
-            "an integer from 0 to 600",
+            "an integer from 1 to 600 (0 would report every fence failed)",
         )? as u64);
 
         let max_out_of_service_percent = match get("MAX_OUT_OF_SERVICE_PERCENT") {
@@ -245,6 +287,7 @@ impl Config {
                 });
             }
         };
+        let scope = cluster_scope(&get)?;
         let cluster = cluster_access(&get)?;
         let token_vars = [
             ("WEBHOOK_TOKEN", get("WEBHOOK_TOKEN")),
@@ -291,6 +334,8 @@ impl Config {
                 recovery_settle,
                 control_namespace,
                 detach_wait,
+                fence_hibernated,
+                scope,
                 ..Policy::default()
             },
             cluster,
@@ -298,6 +343,53 @@ impl Config {
             log_format,
         })
     }
+}
+
+/// `CLUSTER_VPC_ID` and `CLUSTER_TAG`: what proves an instance is one of the
+/// cluster's machines when its Node has no provider id.
+fn cluster_scope(
+    get: &impl Fn(&str) -> Option<String>,
+) -> Result<Option<ClusterScope>, ConfigError> {
+    let tag = match get("CLUSTER_TAG") {
+        None => None,
+        Some(raw) => {
+            let (key, value) = match raw.split_once('=') {
+                Some((k, v)) => (k.to_owned(), Some(v.to_owned())),
+                None => (raw.clone(), None),
+            };
+            if key.is_empty() || key.len() > 128 || value.as_ref().is_some_and(|v| v.len() > 256) {
+                return Err(ConfigError::Invalid {
+                    var: "CLUSTER_TAG",
+                    value: raw,
+                    expected: "a tag KEY (1-128 characters) or KEY=VALUE (value up to 256)",
+                });
+            }
+            Some((key, value))
+        }
+    };
+    let vpc = match get("CLUSTER_VPC_ID") {
+        None if tag.is_some() => {
+            return Err(ConfigError::Requires {
+                var: "CLUSTER_TAG",
+                needs: "CLUSTER_VPC_ID",
+            });
+        }
+        None => return Ok(None),
+        Some(vpc) => vpc,
+    };
+    let hex = vpc.strip_prefix("vpc-").unwrap_or_default();
+    if !matches!(hex.len(), 8 | 17)
+        || !hex
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    {
+        return Err(ConfigError::Invalid {
+            var: "CLUSTER_VPC_ID",
+            value: vpc,
+            expected: "a VPC id: vpc- and 8 or 17 lowercase hex digits",
+        });
+    }
+    Ok(Some(ClusterScope { vpc, tag }))
 }
 
 fn cluster_access(get: &impl Fn(&str) -> Option<String>) -> Result<ClusterAccess, ConfigError> {
@@ -441,6 +533,12 @@ mod tests {
         assert_eq!(c.policy.confirm_again_after, Duration::ZERO);
         assert_eq!(c.policy.recovery_settle, Duration::from_secs(30));
         assert_eq!(c.policy.control_namespace, "kube-system");
+        assert!(
+            !c.policy.fence_hibernated,
+            "a hibernated instance is not off by default"
+        );
+        let c = cfg(&[("FENCE_HIBERNATED", "true")]).unwrap();
+        assert!(c.policy.fence_hibernated);
     }
 
     #[test]
@@ -476,7 +574,7 @@ mod tests {
         let c = cfg(&[
             ("DRY_RUN", "TRUE"),
             ("MAX_OUT_OF_SERVICE", "5"),
-            ("VOLUME_DETACH_TIMEOUT_SECONDS", "0"),
+            ("VOLUME_DETACH_TIMEOUT_SECONDS", "1"),
             ("CLUSTER_NAME", "prod-eu"),
             (
                 "WEBHOOK_TOKEN_SECRET_ID",
@@ -503,10 +601,32 @@ mod tests {
     fn errors_name_the_variable() {
         for (pairs, var) in [
             (vec![("DRY_RUN", "maybe")], "DRY_RUN"),
+            (vec![("FENCE_HIBERNATED", "yes please")], "FENCE_HIBERNATED"),
+            (vec![("CLUSTER_VPC_ID", "vpc-xyz")], "CLUSTER_VPC_ID"),
+            (
+                vec![("CLUSTER_VPC_ID", "subnet-0123abcd")],
+                "CLUSTER_VPC_ID",
+            ),
+            (
+                vec![("CLUSTER_TAG", "kubernetes.io/cluster/prod")],
+                "CLUSTER_TAG",
+            ),
+            (
+                vec![
+                    ("CLUSTER_VPC_ID", "vpc-0123abcd"),
+                    ("CLUSTER_TAG", "=owned"),
+                ],
+                "CLUSTER_TAG",
+            ),
             (vec![("MAX_OUT_OF_SERVICE", "0")], "MAX_OUT_OF_SERVICE"),
             (vec![("MAX_OUT_OF_SERVICE", "-1")], "MAX_OUT_OF_SERVICE"),
             (
                 vec![("VOLUME_DETACH_TIMEOUT_SECONDS", "601")],
+                "VOLUME_DETACH_TIMEOUT_SECONDS",
+            ),
+            // Issue 12, item 15: with no wait at all every fence reads failed.
+            (
+                vec![("VOLUME_DETACH_TIMEOUT_SECONDS", "0")],
                 "VOLUME_DETACH_TIMEOUT_SECONDS",
             ),
             (vec![("LOG_FORMAT", "xml")], "LOG_FORMAT"),
@@ -535,6 +655,43 @@ mod tests {
             let err = cfg(&pairs).unwrap_err().to_string();
             assert!(err.contains(var), "{err} should name {var}");
         }
+    }
+
+    /// Issue 12, item 15: valid settings that weaken a protection say so.
+    #[test]
+    fn settings_that_weaken_a_protection_are_named() {
+        assert!(cfg(&[]).unwrap().warnings().is_empty());
+        let warned = cfg(&[
+            ("RECOVERY_SETTLE_SECONDS", "0"),
+            ("FENCE_HIBERNATED", "true"),
+        ])
+        .unwrap()
+        .warnings();
+        assert_eq!(warned.len(), 2);
+        assert!(warned[0].starts_with("RECOVERY_SETTLE_SECONDS=0"));
+        assert!(warned[1].starts_with("FENCE_HIBERNATED=true"));
+    }
+
+    #[test]
+    fn the_cluster_scope_is_a_vpc_and_an_optional_tag() {
+        assert_eq!(cfg(&[]).unwrap().policy.scope, None);
+        let c = cfg(&[
+            ("CLUSTER_VPC_ID", "vpc-0123456789abcdef0"),
+            ("CLUSTER_TAG", "kubernetes.io/cluster/prod=owned"),
+        ])
+        .unwrap();
+        assert_eq!(
+            c.policy.scope,
+            Some(ClusterScope {
+                vpc: "vpc-0123456789abcdef0".into(),
+                tag: Some(("kubernetes.io/cluster/prod".into(), Some("owned".into()))),
+            })
+        );
+        let c = cfg(&[("CLUSTER_VPC_ID", "vpc-0123abcd"), ("CLUSTER_TAG", "team")]).unwrap();
+        assert_eq!(
+            c.policy.scope.and_then(|s| s.tag),
+            Some(("team".into(), None))
+        );
     }
 
     #[test]

@@ -14,6 +14,8 @@ pub struct Settings {
     pub dry_run: bool,
     /// How many Nodes may carry the out-of-service taint at once.
     pub max_out_of_service: usize,
+    /// Take a hibernated instance for off (it resumes from RAM when started).
+    pub fence_hibernated: bool,
 }
 
 /// Everything known about one node when deciding.
@@ -58,6 +60,9 @@ pub enum Skip {
         /// The state EC2 reported.
         state: InstanceState,
     },
+    /// EC2 says `stopped`, but the stop was a hibernation: started again, the
+    /// instance resumes from RAM as if it had never stopped.
+    Hibernated,
     /// EC2 does not know the instance.
     InstanceNotFound,
     /// EC2 could not be asked; nothing is known, so nothing is done.
@@ -90,6 +95,7 @@ impl Skip {
             Self::NotInCluster
             | Self::NoInstance
             | Self::InstanceNotOff { .. }
+            | Self::Hibernated
             | Self::InstanceNotFound
             | Self::RecoveryRequest => false,
         }
@@ -101,6 +107,7 @@ impl Skip {
             Self::NotInCluster => "not_in_cluster",
             Self::NoInstance => "no_instance",
             Self::InstanceNotOff { .. } => "instance_not_off",
+            Self::Hibernated => "hibernated",
             Self::InstanceNotFound => "instance_not_found",
             Self::LookupFailed { .. } => "lookup_failed",
             Self::NodeReady => "node_ready",
@@ -114,13 +121,18 @@ impl std::fmt::Display for Skip {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::NotInCluster => f.write_str("no node of this cluster matches"),
-            Self::NoInstance => f.write_str("the node has no AWS provider id"),
+            Self::NoInstance => f.write_str(
+                "the node has no AWS provider id, so nothing names its machine; without a cloud provider, set CLUSTER_VPC_ID (and CLUSTER_TAG) so an EC2 event's instance is matched to it by InternalIP within the cluster's VPC",
+            ),
             Self::InstanceNotOff { state } => {
                 write!(
                     f,
                     "EC2 reports the instance `{state}`, not stopped or terminated"
                 )
             }
+            Self::Hibernated => f.write_str(
+                "EC2 reports the instance stopped by hibernation: it resumes from RAM when started; FENCE_HIBERNATED=true fences it anyway",
+            ),
             Self::InstanceNotFound => f.write_str("EC2 does not know the instance"),
             Self::LookupFailed { error } => write!(f, "EC2 lookup failed: {error}"),
             Self::NodeReady => f.write_str(
@@ -182,9 +194,13 @@ pub fn recount(already_out: &[bool], out_of_service: usize, limit: usize) -> Vec
 }
 
 /// Why EC2's answer does not confirm the instance off; `None` when it does.
-/// The same rule serves the decision and every confirmation after it.
-pub fn not_confirmed(confirmation: &Confirmation) -> Option<Skip> {
+/// The same rule serves the decision and every confirmation after it; a
+/// hibernated instance counts as off only with `fence_hibernated`.
+pub fn not_confirmed(confirmation: &Confirmation, fence_hibernated: bool) -> Option<Skip> {
     match confirmation {
+        Confirmation::Seen(facts) if facts.state == InstanceState::Hibernated => {
+            (!fence_hibernated).then_some(Skip::Hibernated)
+        }
         Confirmation::NotFound => Some(Skip::InstanceNotFound),
         Confirmation::LookupFailed { error } => Some(Skip::LookupFailed {
             error: error.clone(),
@@ -209,7 +225,7 @@ pub fn decide_one(case: &Case<'_>, settings: &Settings) -> Verdict {
     let Some(confirmation) = case.confirmation else {
         return skip(Skip::NoInstance);
     };
-    if let Some(reason) = not_confirmed(confirmation) {
+    if let Some(reason) = not_confirmed(confirmation, settings.fence_hibernated) {
         return skip(reason);
     }
     match node.readiness {
@@ -234,6 +250,19 @@ pub fn decide_batch(
     cases
         .iter()
         .map(|case| match decide_one(case, settings) {
+            // A check reports whether the cap would refuse it, and takes no
+            // room from the fences beside it.
+            Verdict::Fence {
+                add_taint: true, ..
+            } if case.intent == Intent::Check && out_of_service >= settings.max_out_of_service => {
+                Verdict::Skip {
+                    reason: Skip::CapReached {
+                        limit: settings.max_out_of_service,
+                        out_of_service,
+                    },
+                }
+            }
+            verdict @ Verdict::Fence { .. } if case.intent == Intent::Check => verdict,
             Verdict::Fence {
                 add_taint: true, ..
             } if out_of_service >= settings.max_out_of_service => Verdict::Skip {
@@ -278,6 +307,9 @@ mod tests {
             id: InstanceId::parse("i-0123456789abcdef0").unwrap(),
             state,
             private_dns_name: None,
+            vpc_id: None,
+            private_ips: vec![],
+            tags: vec![],
             root_device_name: Some("/dev/xvda".into()),
         })
     }
@@ -319,12 +351,14 @@ mod tests {
             for readiness in readinesses {
                 for taints in taint_sets() {
                     for intent in intents {
-                        for dry_run in [false, true] {
+                        for (dry_run, hibernated) in [(false, false), (true, false), (false, true)]
+                        {
                             for (cap, already) in [(3, 0), (3, 3), (1, 2)] {
                                 let n = node(readiness, taints.clone());
                                 let settings = Settings {
                                     dry_run,
                                     max_out_of_service: cap,
+                                    fence_hibernated: hibernated,
                                 };
                                 let case = Case {
                                     intent,
@@ -333,11 +367,17 @@ mod tests {
                                 };
                                 let verdict =
                                     decide_batch(&[case], &settings, already).pop().unwrap();
-                                let expected =
-                                    expected(&n, &confirmation, intent, dry_run, cap, already);
+                                let expected = expected(
+                                    &n,
+                                    &confirmation,
+                                    intent,
+                                    (dry_run, hibernated),
+                                    cap,
+                                    already,
+                                );
                                 assert_eq!(
                                     verdict, expected,
-                                    "{confirmation:?} {readiness:?} {taints:?} {intent:?} dry_run={dry_run} cap={cap}/{already}"
+                                    "{confirmation:?} {readiness:?} {taints:?} {intent:?} dry_run={dry_run} fence_hibernated={hibernated} cap={cap}/{already}"
                                 );
                                 fenced += usize::from(matches!(verdict, Verdict::Fence { .. }));
                             }
@@ -354,7 +394,7 @@ mod tests {
         n: &NodeFacts,
         c: &Confirmation,
         intent: Intent,
-        dry_run: bool,
+        (dry_run, fence_hibernated): (bool, bool),
         cap: usize,
         already: usize,
     ) -> Verdict {
@@ -371,7 +411,15 @@ mod tests {
             }
             Confirmation::Seen(f) => f.state.clone(),
         };
-        if state != InstanceState::Stopped && state != InstanceState::Terminated {
+        if state == InstanceState::Hibernated && !fence_hibernated {
+            return skip(Skip::Hibernated);
+        }
+        let off = [
+            InstanceState::Stopped,
+            InstanceState::Terminated,
+            InstanceState::Hibernated,
+        ];
+        if !off.contains(&state) {
             return skip(Skip::InstanceNotOff { state });
         }
         if n.readiness == Readiness::Ready {
@@ -427,6 +475,7 @@ mod tests {
         let settings = Settings {
             dry_run: false,
             max_out_of_service: 3,
+            fence_hibernated: false,
         };
         let c = seen(InstanceState::Stopped);
         let case = Case {
@@ -454,11 +503,52 @@ mod tests {
         );
     }
 
+    /// Issue 12, item 15: a dry-run check beside a live fence used to take
+    /// the room the fence needed.
+    #[test]
+    fn a_check_takes_no_cap_room_from_a_fence_beside_it() {
+        let settings = Settings {
+            dry_run: false,
+            max_out_of_service: 1,
+            fence_hibernated: false,
+        };
+        let c = seen(InstanceState::Stopped);
+        let n = node(Readiness::Unknown, vec![]);
+        let case = |intent| Case {
+            intent,
+            node: Some(&n),
+            confirmation: Some(&c),
+        };
+        let verdicts = decide_batch(&[case(Intent::Check), case(Intent::Fence)], &settings, 0);
+        assert_eq!(
+            verdicts,
+            [
+                Verdict::Fence {
+                    add_taint: true,
+                    dry_run: true
+                },
+                Verdict::Fence {
+                    add_taint: true,
+                    dry_run: false
+                }
+            ]
+        );
+        // At the cap, a check says the cap would refuse it.
+        let verdicts = decide_batch(&[case(Intent::Check)], &settings, 1);
+        assert!(matches!(
+            verdicts[0],
+            Verdict::Skip {
+                reason: Skip::CapReached { .. }
+            }
+        ));
+    }
+
     #[test]
     fn the_cap_counts_new_taints_across_the_batch() {
         let settings = Settings {
             dry_run: false,
             max_out_of_service: 2,
+            fence_hibernated: false,
         };
         let c = seen(InstanceState::Stopped);
         let fresh = node(Readiness::Unknown, vec![]);
@@ -530,7 +620,7 @@ mod tests {
             cap in 0usize..6,
             already in 0usize..6,
         ) {
-            let settings = Settings { dry_run, max_out_of_service: cap };
+            let settings = Settings { dry_run, max_out_of_service: cap, fence_hibernated: false };
             let batch: Vec<Case<'_>> = cases
                 .iter()
                 .map(|(intent, node, c)| Case { intent: *intent, node: node.as_ref(), confirmation: c.as_ref() })

@@ -121,8 +121,15 @@ pub struct InstanceFacts {
     pub id: InstanceId,
     /// The lifecycle state.
     pub state: InstanceState,
-    /// The private DNS name, the usual node name on EKS.
+    /// The private DNS name, the usual node name on EKS. Never proof of
+    /// identity: other VPCs reuse the same names.
     pub private_dns_name: Option<String>,
+    /// The VPC it runs in.
+    pub vpc_id: Option<String>,
+    /// Its private addresses (every network interface).
+    pub private_ips: Vec<IpAddr>,
+    /// Its tags, key and value.
+    pub tags: Vec<(String, String)>,
     /// The root device name (e.g. `/dev/xvda`), never detached.
     pub root_device_name: Option<String>,
 }
@@ -154,6 +161,9 @@ impl Confirmation {
 pub struct AttachmentFacts {
     /// `metadata.name`.
     pub name: String,
+    /// `metadata.uid`: a delete names this very object, never a successor
+    /// created under the same name.
+    pub uid: String,
     /// `spec.attacher`.
     pub attacher: String,
     /// `spec.nodeName`.

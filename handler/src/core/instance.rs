@@ -100,6 +100,9 @@ pub enum InstanceState {
     ShuttingDown,
     /// Terminated: gone for good.
     Terminated,
+    /// Stopped by hibernation: EC2 says `stopped`, but the instance resumes
+    /// from the RAM it saved, with whatever it meant to write still in it.
+    Hibernated,
     /// A state this build does not know; never treated as off.
     #[serde(other)]
     Unknown,
@@ -123,9 +126,12 @@ impl InstanceState {
     pub fn is_off(&self) -> bool {
         match self {
             Self::Stopped | Self::Terminated => true,
-            Self::Pending | Self::Running | Self::Stopping | Self::ShuttingDown | Self::Unknown => {
-                false
-            }
+            Self::Pending
+            | Self::Running
+            | Self::Stopping
+            | Self::ShuttingDown
+            | Self::Hibernated
+            | Self::Unknown => false,
         }
     }
 
@@ -138,18 +144,38 @@ impl InstanceState {
             Self::Stopped => "stopped",
             Self::ShuttingDown => "shutting-down",
             Self::Terminated => "terminated",
+            Self::Hibernated => "hibernated",
             Self::Unknown => "unknown",
         }
     }
 
+    /// Classifies what `DescribeInstances` says: its state name, the code of
+    /// its `StateReason`, and whether hibernation is configured. A `stopped`
+    /// instance whose last stop was a hibernation (`Client.UserInitiatedHibernate`,
+    /// or any code naming hibernation) is [`InstanceState::Hibernated`]; so is
+    /// one configured for hibernation whose reason is not given, since
+    /// nothing then says its RAM was let go.
+    pub fn from_ec2(name: &str, reason_code: Option<&str>, hibernation_configured: bool) -> Self {
+        let state = Self::from_name(name);
+        if state != Self::Stopped {
+            return state;
+        }
+        let hibernated = match reason_code {
+            Some(code) => code.to_ascii_lowercase().contains("hibernat"),
+            None => hibernation_configured,
+        };
+        if hibernated { Self::Hibernated } else { state }
+    }
+
     /// Every state, for exhaustive tests.
-    pub const ALL: [InstanceState; 7] = [
+    pub const ALL: [InstanceState; 8] = [
         Self::Pending,
         Self::Running,
         Self::Stopping,
         Self::Stopped,
         Self::ShuttingDown,
         Self::Terminated,
+        Self::Hibernated,
         Self::Unknown,
     ];
 }
@@ -304,11 +330,63 @@ mod tests {
         let off: Vec<_> = InstanceState::ALL.iter().filter(|s| s.is_off()).collect();
         assert_eq!(off, [&InstanceState::Stopped, &InstanceState::Terminated]);
         for state in InstanceState::ALL {
-            if state != InstanceState::Unknown {
+            if !matches!(state, InstanceState::Unknown | InstanceState::Hibernated) {
                 assert_eq!(InstanceState::from_name(state.name()), state);
             }
         }
         assert_eq!(InstanceState::from_name(""), InstanceState::Unknown);
         assert_eq!(InstanceState::from_name("Stopped"), InstanceState::Unknown);
+    }
+
+    #[test]
+    fn a_hibernated_stop_is_not_a_plain_stop() {
+        use InstanceState::{Hibernated, Running, Stopped};
+        let cases = [
+            (
+                "stopped",
+                Some("Client.UserInitiatedHibernate"),
+                false,
+                Hibernated,
+            ),
+            (
+                "stopped",
+                Some("Client.UserInitiatedHibernate"),
+                true,
+                Hibernated,
+            ),
+            (
+                "stopped",
+                Some("Server.SpotInstanceHibernate"),
+                true,
+                Hibernated,
+            ),
+            (
+                "stopped",
+                Some("Client.UserInitiatedShutdown"),
+                true,
+                Stopped,
+            ),
+            (
+                "stopped",
+                Some("Client.InstanceInitiatedShutdown"),
+                false,
+                Stopped,
+            ),
+            ("stopped", None, true, Hibernated),
+            ("stopped", None, false, Stopped),
+            (
+                "running",
+                Some("Client.UserInitiatedHibernate"),
+                true,
+                Running,
+            ),
+        ];
+        for (name, code, configured, want) in cases {
+            assert_eq!(
+                InstanceState::from_ec2(name, code, configured),
+                want,
+                "{name} {code:?} {configured}"
+            );
+        }
     }
 }

@@ -154,6 +154,7 @@ pub fn attachment_facts(va: &VolumeAttachment) -> Option<AttachmentFacts> {
     });
     Some(AttachmentFacts {
         name: va.metadata.name.clone()?,
+        uid: va.metadata.uid.clone()?,
         attacher: va.spec.attacher.clone(),
         node_name: va.spec.node_name.clone(),
         pv_name: va.spec.source.persistent_volume_name.clone(),
@@ -640,7 +641,7 @@ mod tests {
             "vol-0123abcd"
         );
         let va: VolumeAttachment = serde_json::from_value(json!({
-            "metadata": {"name": "csi-1"},
+            "metadata": {"name": "csi-1", "uid": "7c1e0a52-0000-4000-8000-000000000001"},
             "spec": {"attacher": "ebs.csi.aws.com", "nodeName": "worker-2",
                      "source": {"persistentVolumeName": "pv-a"}}
         }))
@@ -650,5 +651,6 @@ mod tests {
             (f.node_name.as_str(), f.pv_name.as_deref()),
             ("worker-2", Some("pv-a"))
         );
+        assert_eq!(f.uid, "7c1e0a52-0000-4000-8000-000000000001");
     }
 }

@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use crate::core::decide::{self, Recount, Skip, Verdict};
 use crate::core::facts::{Confirmation, FenceMode, InstanceFacts, NodeFacts, VolumeFacts};
-use crate::core::instance::{InstanceId, InstanceState, VolumeId, VolumeState};
+use crate::core::instance::{InstanceId, InstanceState, VolumeId};
 use crate::core::kube_model::{Stamp, TaintOutcome};
 use crate::core::report::{NodeReport, Outcome, VolumeOutcome, VolumeReport};
-use crate::core::resolve::{self, Resolution};
+use crate::core::resolve::{self, ClusterScope, Resolution, Unclaimed};
 use crate::core::suspect::{Intent, NodeRef, Origin, Suspect};
 use crate::core::volumes::{self, NodeVolume, VolumeAction};
 
@@ -58,11 +58,14 @@ pub fn seen<'a>(
 }
 
 /// Merges suspects that point at the same node, so each node is decided once.
+/// An instance no Node claims by provider id is matched to a Node only as
+/// [`resolve::resolve_unclaimed`] allows, within the cluster's `scope`.
 pub fn targets(
     suspects: Vec<Suspect>,
     resolutions: Vec<Resolution>,
     nodes: &[NodeFacts],
     confirmations: &HashMap<InstanceId, Confirmation>,
+    scope: Option<&ClusterScope>,
 ) -> Vec<Target> {
     let mut targets: Vec<Target> = Vec::new();
     let mut index: HashMap<String, usize> = HashMap::new();
@@ -70,9 +73,14 @@ pub fn targets(
         let (node, instance) = match resolution {
             Resolution::Node(i) => (Some(i), nodes[i].instance.clone()),
             Resolution::Instance(id) => {
-                let by_dns = seen(Some(&id), confirmations)
-                    .and_then(|facts| resolve::resolve_by_dns(facts, nodes));
-                (by_dns, Some(id))
+                let unclaimed = seen(Some(&id), confirmations)
+                    .map(|facts| resolve::resolve_unclaimed(facts, nodes, scope));
+                match unclaimed {
+                    Some(Unclaimed::Node(i)) => (Some(i), Some(id)),
+                    // The Node is named, its machine is not: no instance to confirm.
+                    Some(Unclaimed::Unproven(i)) => (Some(i), None),
+                    Some(Unclaimed::Nothing) | None => (None, Some(id)),
+                }
             }
             Resolution::Unmatched => (None, None),
         };
@@ -118,6 +126,9 @@ pub enum Stage {
     Tainted,
     /// The taint could not be written; no volume was touched.
     TaintFailed,
+    /// The taint is on, but right before the detaches the cloud did not
+    /// confirm the instance off again: nothing of the node's is freed.
+    DetachHeld(Skip),
     /// The legacy steps and the force-detaches were sent.
     DetachSent,
     /// The wait for the detached volumes is over (all free, or the bound ran out).
@@ -245,7 +256,11 @@ impl NodeRun {
             Stage::Decided | Stage::Admitted | Stage::Tainted | Stage::DetachSent => {
                 self.plan.as_ref()
             }
-            Stage::Skipped(_) | Stage::Planned | Stage::TaintFailed | Stage::Verified => None,
+            Stage::Skipped(_)
+            | Stage::Planned
+            | Stage::TaintFailed
+            | Stage::DetachHeld(_)
+            | Stage::Verified => None,
         }
     }
 
@@ -279,7 +294,7 @@ impl NodeRun {
     /// The second confirmation, right before the first irreversible step:
     /// admitted only if the cloud says, again, that the instance is off. A
     /// dry run is planned and never written.
-    pub fn confirm_again(&mut self, again: Option<&Confirmation>) {
+    pub fn confirm_again(&mut self, again: Option<&Confirmation>, fence_hibernated: bool) {
         if self.stage != Stage::Decided {
             return;
         }
@@ -293,7 +308,7 @@ impl NodeRun {
         let missing = Confirmation::LookupFailed {
             error: "missing from the re-confirmation".into(),
         };
-        self.stage = match decide::not_confirmed(again.unwrap_or(&missing)) {
+        self.stage = match decide::not_confirmed(again.unwrap_or(&missing), fence_hibernated) {
             Some(reason) => Stage::Skipped(reason),
             None => Stage::Admitted,
         };
@@ -330,6 +345,22 @@ impl NodeRun {
         };
     }
 
+    /// The confirmation right before the node's volumes are freed (and, in
+    /// legacy mode, its pods and VolumeAttachments deleted): the taint patch,
+    /// its retries and the Lease lie between the last look and this one, so
+    /// the cloud is asked again; anything but "off" holds the node here.
+    pub fn confirm_before_detach(&mut self, again: Option<&Confirmation>, fence_hibernated: bool) {
+        if self.stage != Stage::Tainted {
+            return;
+        }
+        let missing = Confirmation::LookupFailed {
+            error: "missing from the confirmation before the detach".into(),
+        };
+        if let Some(reason) = decide::not_confirmed(again.unwrap_or(&missing), fence_hibernated) {
+            self.stage = Stage::DetachHeld(reason);
+        }
+    }
+
     /// The act stage starts: every volume to detach is pending until the
     /// detach is answered and the volume seen free.
     pub fn start_detaching(&mut self) {
@@ -347,13 +378,21 @@ impl NodeRun {
             .map(|v| &v.volume)
     }
 
-    /// The cloud described these volumes: those no longer attached to the
-    /// fenced instance are done.
+    /// The cloud described these volumes: those no longer held by the
+    /// fenced instance are done, whether `available`, already attached to
+    /// the replacement's node, or still attached elsewhere (io2 Multi-Attach).
     pub fn observe(&mut self, described: &[VolumeFacts]) {
+        let Some(fenced) = self.plan.as_ref().map(|p| p.instance.id.clone()) else {
+            return;
+        };
         for v in &mut self.volumes {
-            let free = described
-                .iter()
-                .any(|f| f.id == v.volume && f.state == VolumeState::Available);
+            let free = described.iter().any(|f| {
+                f.id == v.volume
+                    && !f
+                        .attachments
+                        .iter()
+                        .any(|a| a.instance == fenced && a.state.holds())
+            });
             if v.outcome == VolumeOutcome::Stuck && free {
                 v.outcome = VolumeOutcome::Detached;
                 v.detail = None;
@@ -401,6 +440,13 @@ impl NodeRun {
             (Stage::TaintFailed, plan) => {
                 report.outcome = Outcome::Failed;
                 report.reason = "the taint could not be applied".into();
+                report.volumes = plan.as_ref().map(planned).unwrap_or_default();
+            }
+            (Stage::DetachHeld(reason), plan) => {
+                report.outcome = Outcome::Failed;
+                report.reason = format!(
+                    "the taint is on, but no volume was freed: right before the detach, {reason}"
+                );
                 report.volumes = plan.as_ref().map(planned).unwrap_or_default();
             }
             (Stage::Tainted | Stage::DetachSent | Stage::Verified, _) => {
@@ -555,7 +601,7 @@ mod tests {
     use super::*;
     use crate::core::facts::{OUT_OF_SERVICE_EFFECT, OUT_OF_SERVICE_KEY, VolumeAttachmentState};
     use crate::core::facts::{Readiness, TaintFacts};
-    use crate::core::instance::AttachmentState;
+    use crate::core::instance::{AttachmentState, VolumeState};
 
     fn id(s: &str) -> InstanceId {
         InstanceId::parse(s).unwrap()
@@ -599,6 +645,9 @@ mod tests {
                     id: id("i-0123456789abcdef0"),
                     state: InstanceState::Stopped,
                     private_dns_name: None,
+                    vpc_id: None,
+                    private_ips: vec![],
+                    tags: vec![],
                     root_device_name: Some("/dev/xvda".into()),
                 },
                 add_taint,
@@ -621,6 +670,7 @@ mod tests {
                 volume: volume.clone(),
                 pv: Some("pv-a".into()),
                 attachment: "csi-a".into(),
+                attachment_uid: "uid-csi-a".into(),
             }],
             &[VolumeFacts {
                 id: volume,
@@ -671,11 +721,11 @@ mod tests {
         ];
         for (again, want) in cases {
             let mut run = decided("a", true, false);
-            run.confirm_again(again);
+            run.confirm_again(again, false);
             assert_eq!(run.stage, want, "{again:?}");
         }
         let mut dry = decided("a", true, true);
-        dry.confirm_again(Some(&running));
+        dry.confirm_again(Some(&running), false);
         assert_eq!(
             dry.stage,
             Stage::Planned,
@@ -715,6 +765,32 @@ mod tests {
                 "{answer:?}"
             );
             assert_eq!(run.fencing().is_some(), run.stage == Stage::Tainted);
+        }
+    }
+
+    #[test]
+    fn nothing_is_freed_unless_the_instance_is_still_off_right_before_the_detach() {
+        let off = Confirmation::Seen(decided("a", true, false).plan.unwrap().instance);
+        let mut started = off.clone();
+        if let Confirmation::Seen(f) = &mut started {
+            f.state = InstanceState::Pending;
+        }
+        for (again, held) in [
+            (Some(&off), false),
+            (Some(&started), true),
+            (Some(&Confirmation::NotFound), true),
+            (None, true),
+        ] {
+            let mut run = with_volume(decided("a", true, false));
+            run.tainted(Ok(Some(TaintOutcome::Applied)));
+            run.confirm_before_detach(again, false);
+            assert_eq!(run.fencing().is_some(), !held, "{again:?}");
+            let report = run.into_report(Some(FenceMode::Taint), Duration::ZERO);
+            if held {
+                assert_eq!(report.outcome, Outcome::Failed);
+                assert!(report.leaves_work(), "a retry looks again");
+                assert_eq!(report.volumes[0].outcome, VolumeOutcome::WouldDetach);
+            }
         }
     }
 
@@ -764,10 +840,59 @@ mod tests {
         }
     }
 
+    /// Issue 12, item 13: io2 Multi-Attach volumes, and volumes the
+    /// attach/detach controller already gave to the replacement's node, are
+    /// never `available`; what matters is that the fenced instance let go.
+    #[test]
+    fn a_volume_is_free_once_the_fenced_instance_no_longer_holds_it() {
+        let attached = |to: &str, state| VolumeAttachmentState {
+            instance: id(to),
+            device: Some("/dev/xvdba".into()),
+            state,
+        };
+        let cases = [
+            (VolumeState::Available, vec![], VolumeOutcome::Detached),
+            (
+                VolumeState::InUse,
+                vec![attached("i-0000000000000000b", AttachmentState::Attached)],
+                VolumeOutcome::Detached,
+            ),
+            (
+                VolumeState::InUse,
+                vec![attached("i-0123456789abcdef0", AttachmentState::Detached)],
+                VolumeOutcome::Detached,
+            ),
+            (
+                VolumeState::InUse,
+                vec![attached("i-0123456789abcdef0", AttachmentState::Detaching)],
+                VolumeOutcome::Stuck,
+            ),
+            (
+                VolumeState::InUse,
+                vec![
+                    attached("i-0000000000000000b", AttachmentState::Attached),
+                    attached("i-0123456789abcdef0", AttachmentState::Attached),
+                ],
+                VolumeOutcome::Stuck,
+            ),
+        ];
+        for (state, attachments, want) in cases {
+            let mut run = with_volume(decided("a", true, false));
+            run.tainted(Ok(Some(TaintOutcome::Applied)));
+            run.start_detaching();
+            run.observe(&[VolumeFacts {
+                id: vol("vol-0123456789abcdef0"),
+                state,
+                attachments: attachments.clone(),
+            }]);
+            assert_eq!(run.volumes[0].outcome, want, "{state:?} {attachments:?}");
+        }
+    }
+
     #[test]
     fn a_dry_run_reports_its_plan() {
         let mut run = with_volume(decided("a", false, true));
-        run.confirm_again(None);
+        run.confirm_again(None, false);
         let report = run.into_report(Some(FenceMode::Taint), Duration::ZERO);
         assert_eq!(report.outcome, Outcome::Planned);
         assert_eq!(

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use crate::core::decide::{self, Settings};
 use crate::core::mode::ModeSetting;
+use crate::core::resolve::ClusterScope;
 
 /// How node-fencer fences and recovers, as configured.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -27,6 +28,11 @@ pub struct Policy {
     pub detach_wait: Duration,
     /// How often to look while waiting for detached volumes.
     pub poll_interval: Duration,
+    /// Take an instance stopped by hibernation for off.
+    pub fence_hibernated: bool,
+    /// For Nodes without a provider id: what proves an instance is one of
+    /// the cluster's machines. Unset, such Nodes are never fenced.
+    pub scope: Option<ClusterScope>,
 }
 
 impl Default for Policy {
@@ -42,6 +48,8 @@ impl Default for Policy {
             control_namespace: "kube-system".into(),
             detach_wait: Duration::from_secs(60),
             poll_interval: Duration::from_millis(500),
+            fence_hibernated: false,
+            scope: None,
         }
     }
 }
@@ -63,6 +71,7 @@ impl Policy {
         Settings {
             dry_run,
             max_out_of_service: self.cap(nodes),
+            fence_hibernated: self.fence_hibernated,
         }
     }
 }

@@ -272,6 +272,9 @@ mod tests {
             id: InstanceId::parse(id).unwrap(),
             state,
             private_dns_name: None,
+            vpc_id: None,
+            private_ips: vec![],
+            tags: vec![],
             root_device_name: None,
         })
     }

@@ -46,9 +46,10 @@ impl Outcome {
 pub enum VolumeOutcome {
     /// Would be detached (dry run).
     WouldDetach,
-    /// Detached and now `available`.
+    /// Detached: the fenced instance no longer holds it (it is `available`,
+    /// or already attached to another node).
     Detached,
-    /// Detach sent but not yet `available` within the wait.
+    /// Detach sent, but the fenced instance still holds it after the wait.
     Stuck,
     /// Was not attached to the instance any more.
     AlreadyDetached,

@@ -38,18 +38,89 @@ pub fn resolve(target: &NodeRef, nodes: &[NodeFacts]) -> Resolution {
     }
 }
 
-/// The fallback for instances without a matching provider id: a Node named
-/// after, or addressed by, the instance's private DNS name. A Node whose
-/// provider id names another instance is never matched this way.
-pub fn resolve_by_dns(instance: &InstanceFacts, nodes: &[NodeFacts]) -> Option<usize> {
-    let dns = instance
-        .private_dns_name
-        .as_deref()
-        .filter(|d| !d.is_empty())?;
-    nodes.iter().position(|n| {
-        let claims_other = n.instance.as_ref().is_some_and(|i| i != &instance.id);
-        !claims_other && (n.name == dns || n.host_names.iter().any(|h| h == dns))
-    })
+/// What proves, for a cluster without a cloud provider, that an instance is
+/// one of its Nodes' machines: the cluster's VPC and, where set, a tag.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClusterScope {
+    /// The cluster's VPC (`CLUSTER_VPC_ID`).
+    pub vpc: String,
+    /// A tag the cluster's instances carry (`CLUSTER_TAG`): its key, and its
+    /// value when one is given.
+    pub tag: Option<(String, Option<String>)>,
+}
+
+impl ClusterScope {
+    /// True when the instance runs in the cluster's VPC and carries its tag.
+    pub fn holds(&self, instance: &InstanceFacts) -> bool {
+        let tagged = match &self.tag {
+            None => true,
+            Some((key, value)) => instance
+                .tags
+                .iter()
+                .any(|(k, v)| k == key && value.as_ref().is_none_or(|want| want == v)),
+        };
+        instance.vpc_id.as_deref() == Some(self.vpc.as_str()) && tagged
+    }
+}
+
+/// Who an instance is when no Node claims it by provider id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unclaimed {
+    /// This Node's own machine: in the cluster's scope, and the only Node
+    /// without a provider id whose InternalIP is one of the instance's.
+    Node(usize),
+    /// A Node without a provider id carries the instance's private DNS name,
+    /// but no scope is configured: nothing proves it is that Node's machine
+    /// (other VPCs reuse the same names), so it names the Node and no instance.
+    Unproven(usize),
+    /// None of this cluster's Nodes.
+    Nothing,
+}
+
+/// The rule for an instance no Node claims by provider id. A name is never
+/// proof: another VPC of the account reusing the CIDR has instances with the
+/// same private DNS names and addresses. Only the cluster's scope (its VPC and
+/// tag) plus the Node's InternalIP name the Node's own machine.
+pub fn resolve_unclaimed(
+    instance: &InstanceFacts,
+    nodes: &[NodeFacts],
+    scope: Option<&ClusterScope>,
+) -> Unclaimed {
+    let unclaimed = || {
+        nodes
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| n.instance.is_none())
+    };
+    match scope {
+        Some(scope) => {
+            if !scope.holds(instance) {
+                return Unclaimed::Nothing;
+            }
+            let mut matches = unclaimed().filter(|(_, n)| {
+                n.internal_ips
+                    .iter()
+                    .any(|ip| instance.private_ips.contains(ip))
+            });
+            match (matches.next(), matches.next()) {
+                (Some((i, _)), None) => Unclaimed::Node(i),
+                // Two Nodes on one address: neither is proven.
+                _ => Unclaimed::Nothing,
+            }
+        }
+        None => {
+            let Some(dns) = instance
+                .private_dns_name
+                .as_deref()
+                .filter(|d| !d.is_empty())
+            else {
+                return Unclaimed::Nothing;
+            };
+            unclaimed()
+                .find(|(_, n)| n.name == dns || n.host_names.iter().any(|h| h == dns))
+                .map_or(Unclaimed::Nothing, |(i, _)| Unclaimed::Unproven(i))
+        }
+    }
 }
 
 #[cfg(test)]
@@ -106,26 +177,100 @@ mod tests {
         );
     }
 
+    fn instance(id: &str, vpc: &str, ip: &str, dns: &str) -> InstanceFacts {
+        InstanceFacts {
+            id: InstanceId::parse(id).unwrap(),
+            state: InstanceState::Stopped,
+            private_dns_name: Some(dns.into()),
+            vpc_id: Some(vpc.into()),
+            private_ips: vec![ip.parse().unwrap()],
+            tags: vec![("kubernetes.io/cluster/prod".into(), "owned".into())],
+            root_device_name: None,
+        }
+    }
+
+    /// Issue 12, item 1: another VPC reusing the CIDR has instances with the
+    /// same private DNS names and addresses.
     #[test]
-    fn dns_fallback_never_steals_a_node_of_another_instance() {
+    fn only_the_cluster_scope_and_the_internal_ip_name_a_nodes_machine() {
         let nodes = vec![
             node("ip-10-0-0-1.ec2.internal", Some("i-0000000a"), "10.0.0.1"),
             node("ip-10-0-0-2.ec2.internal", None, "10.0.0.2"),
         ];
-        let facts = |id: &str, dns: &str| InstanceFacts {
-            id: InstanceId::parse(id).unwrap(),
-            state: InstanceState::Stopped,
-            private_dns_name: Some(dns.into()),
-            root_device_name: None,
+        let ours = instance(
+            "i-0000000b",
+            "vpc-0aaa",
+            "10.0.0.2",
+            "ip-10-0-0-2.ec2.internal",
+        );
+        let twin = instance(
+            "i-0000000c",
+            "vpc-0bbb",
+            "10.0.0.2",
+            "ip-10-0-0-2.ec2.internal",
+        );
+        let scope = ClusterScope {
+            vpc: "vpc-0aaa".into(),
+            tag: None,
         };
         assert_eq!(
-            resolve_by_dns(&facts("i-0000000f", "ip-10-0-0-1.ec2.internal"), &nodes),
-            None
+            resolve_unclaimed(&ours, &nodes, Some(&scope)),
+            Unclaimed::Node(1)
         );
         assert_eq!(
-            resolve_by_dns(&facts("i-0000000f", "ip-10-0-0-2.ec2.internal"), &nodes),
-            Some(1)
+            resolve_unclaimed(&twin, &nodes, Some(&scope)),
+            Unclaimed::Nothing
         );
-        assert_eq!(resolve_by_dns(&facts("i-0000000f", ""), &nodes), None);
+        // Without a scope the name matches, and proves nothing.
+        assert_eq!(
+            resolve_unclaimed(&ours, &nodes, None),
+            Unclaimed::Unproven(1)
+        );
+        assert_eq!(
+            resolve_unclaimed(&twin, &nodes, None),
+            Unclaimed::Unproven(1)
+        );
+        // A Node that names another instance is never matched.
+        let other = instance(
+            "i-0000000f",
+            "vpc-0aaa",
+            "10.0.0.1",
+            "ip-10-0-0-1.ec2.internal",
+        );
+        assert_eq!(
+            resolve_unclaimed(&other, &nodes, Some(&scope)),
+            Unclaimed::Nothing
+        );
+        assert_eq!(resolve_unclaimed(&other, &nodes, None), Unclaimed::Nothing);
+        // The tag, when set, must be there with its value.
+        for (tag, want) in [
+            (("kubernetes.io/cluster/prod", None), Unclaimed::Node(1)),
+            (
+                ("kubernetes.io/cluster/prod", Some("owned")),
+                Unclaimed::Node(1),
+            ),
+            (
+                ("kubernetes.io/cluster/prod", Some("shared")),
+                Unclaimed::Nothing,
+            ),
+            (("kubernetes.io/cluster/dev", None), Unclaimed::Nothing),
+        ] {
+            let scope = ClusterScope {
+                vpc: "vpc-0aaa".into(),
+                tag: Some((tag.0.into(), tag.1.map(Into::into))),
+            };
+            assert_eq!(
+                resolve_unclaimed(&ours, &nodes, Some(&scope)),
+                want,
+                "{tag:?}"
+            );
+        }
+        // Two Nodes on one address: neither is proven.
+        let mut two = nodes.clone();
+        two.push(node("copy", None, "10.0.0.2"));
+        assert_eq!(
+            resolve_unclaimed(&ours, &two, Some(&scope)),
+            Unclaimed::Nothing
+        );
     }
 }

@@ -18,6 +18,8 @@ pub struct NodeVolume {
     pub pv: Option<String>,
     /// The VolumeAttachment that ties it to the node.
     pub attachment: String,
+    /// That VolumeAttachment's `metadata.uid`.
+    pub attachment_uid: String,
 }
 
 /// The EBS volumes behind the VolumeAttachments of `node`, through their
@@ -46,6 +48,7 @@ pub fn volumes_of_node(
                 volume,
                 pv,
                 attachment: va.name.clone(),
+                attachment_uid: va.uid.clone(),
             })
         })
         .collect();
@@ -146,6 +149,7 @@ mod tests {
     fn va(name: &str, node: &str, attacher: &str, pv: Option<&str>) -> AttachmentFacts {
         AttachmentFacts {
             name: name.into(),
+            uid: format!("uid-{name}"),
             attacher: attacher.into(),
             node_name: node.into(),
             pv_name: pv.map(Into::into),
@@ -201,6 +205,7 @@ mod tests {
             volume: vol(v),
             pv: None,
             attachment: "va".into(),
+            attachment_uid: "uid-va".into(),
         };
         let described = vec![
             VolumeFacts {

@@ -113,6 +113,9 @@ pub async fn main() -> ExitCode {
         }
     };
     telemetry::init(config.log_format.unwrap_or(LogFormat::Text), true);
+    for warning in config.warnings() {
+        tracing::warn!("{warning}");
+    }
     if let Command::Config = cli.command {
         println!("{config:#?}");
         return ExitCode::from(EXIT_OK);

@@ -14,6 +14,9 @@ use crate::shell::connect::{Clients, sdk_config};
 pub async fn serve() -> Result<(), lambda_runtime::Error> {
     let config = Config::from_env()?;
     telemetry::init(config.log_format.unwrap_or(LogFormat::Json), false);
+    for warning in config.warnings() {
+        tracing::warn!("{warning}");
+    }
     let reporter =
         std::env::var("AWS_LAMBDA_FUNCTION_NAME").unwrap_or_else(|_| "node-fencer".into());
     let clients = Clients::new(sdk_config().await, &config);

@@ -270,6 +270,31 @@ fn settings(config: &Config, checks: &mut Vec<Check>) {
         },
     ));
     checks.push(row(
+        "nodes without a provider id",
+        Status::Info,
+        match &config.policy.scope {
+            Some(scope) => format!(
+                "matched to an EC2 event's instance by InternalIP within {}{}",
+                scope.vpc,
+                scope
+                    .tag
+                    .as_ref()
+                    .map(|(k, v)| format!(", tagged {k}{}", v.as_ref().map(|v| format!("={v}")).unwrap_or_default()))
+                    .unwrap_or_default()
+            ),
+            None => "never fenced: set CLUSTER_VPC_ID (and CLUSTER_TAG) to match them by InternalIP within the cluster's VPC".into(),
+        },
+    ));
+    checks.push(row(
+        "hibernation",
+        Status::Info,
+        if config.policy.fence_hibernated {
+            "FENCE_HIBERNATED=true: an instance stopped by hibernation is fenced like a stopped one"
+        } else {
+            "an instance stopped by hibernation is not fenced (it resumes from RAM)"
+        },
+    ));
+    checks.push(row(
         "recovery",
         Status::Info,
         format!(
@@ -277,6 +302,9 @@ fn settings(config: &Config, checks: &mut Vec<Check>) {
             config.policy.recovery_settle.as_secs()
         ),
     ));
+    for warning in config.warnings() {
+        checks.push(row("setting", Status::Warn, warning));
+    }
 }
 
 async fn permissions(

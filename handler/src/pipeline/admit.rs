@@ -88,7 +88,7 @@ async fn under_lease(
     };
     for run in runs.iter_mut().filter(|r| r.stage == Stage::Decided) {
         let id = run.plan.as_ref().map(|p| p.instance.id.clone());
-        run.confirm_again(id.and_then(|id| again.get(&id)));
+        run.confirm_again(id.and_then(|id| again.get(&id)), policy.fence_hibernated);
         if let Stage::Skipped(reason) = &run.stage {
             warn!(node = run.node.as_deref().unwrap_or("-"), %reason, "re-confirmation did not confirm; not fencing");
         }

@@ -1,22 +1,39 @@
-//! The act stage of each tainted node: in legacy mode the [`super::legacy`]
-//! recipe first, then the force-detach of every volume the plan names. A
-//! detach the cloud answers "not attached" to is left to the verification,
-//! which trusts only what it sees.
+//! The act stage of each tainted node: the cloud is asked once more, for
+//! every node at once, whether the instances are still off; then, for each
+//! node it confirms, the [`super::legacy`] recipe in that mode and the
+//! force-detach of every volume the plan names. A detach the cloud answers
+//! "not attached" to is left to the verification, which trusts only what it
+//! sees.
 
 use std::time::Instant;
 
 use futures::StreamExt;
 use tracing::{Instrument, info, info_span, warn};
 
-use super::{Ctx, PARALLEL_NODES, legacy};
+use super::{Ctx, PARALLEL_NODES, confirm, legacy};
 use crate::core::events::NodeEvent;
 use crate::core::facts::FenceMode;
+use crate::core::instance::InstanceId;
 use crate::core::metrics::{self, Dependency};
 use crate::core::plan::{NodeRun, Stage};
+use crate::core::policy::Policy;
 use crate::core::report::VolumeOutcome;
 
-/// Acts on every tainted run, a few nodes at once.
-pub(super) async fn act(ctx: &Ctx<'_>, mode: FenceMode, runs: &mut [NodeRun]) {
+/// Acts on every tainted run still confirmed off, a few nodes at once.
+pub(super) async fn act(ctx: &Ctx<'_>, policy: &Policy, mode: FenceMode, runs: &mut [NodeRun]) {
+    let ids: Vec<InstanceId> = runs
+        .iter()
+        .filter(|r| r.stage == Stage::Tainted)
+        .filter_map(|r| r.plan.as_ref().map(|p| p.instance.id.clone()))
+        .collect();
+    let again = confirm::instances(ctx, &ids).await;
+    for run in runs.iter_mut().filter(|r| r.stage == Stage::Tainted) {
+        let id = run.plan.as_ref().map(|p| p.instance.id.clone());
+        run.confirm_before_detach(id.and_then(|id| again.get(&id)), policy.fence_hibernated);
+        if let Stage::DetachHeld(reason) = &run.stage {
+            warn!(node = run.node.as_deref().unwrap_or("-"), %reason, "not confirmed off right before the detach; nothing freed");
+        }
+    }
     futures::stream::iter(runs.iter_mut().filter(|r| r.stage == Stage::Tainted))
         .map(|run| {
             let span = info_span!(
@@ -57,7 +74,7 @@ async fn one(ctx: &Ctx<'_>, mode: FenceMode, run: &mut NodeRun) {
             }
             Err(e) if e.is_already_detached() => {
                 // Someone else detached it first, or a detach is under way:
-                // left to the verification, which trusts only `available`.
+                // left to the verification, which trusts only what EC2 shows.
                 info!(volume = %v.volume, error = %e, "volume no longer attached, or detaching");
                 v.detail = Some(e.to_string());
             }

@@ -108,6 +108,9 @@ impl FakeCloud {
                 id: id.clone(),
                 state,
                 private_dns_name: None,
+                vpc_id: None,
+                private_ips: vec![],
+                tags: vec![],
                 root_device_name: Some("/dev/xvda".into()),
             },
         );
@@ -325,6 +328,7 @@ impl FakeCluster {
         let pv = format!("pv-{volume}");
         state.attachments.push(AttachmentFacts {
             name: format!("csi-{volume}"),
+            uid: format!("uid-csi-{volume}"),
             attacher: crate::core::volumes::EBS_CSI_DRIVER.into(),
             node_name: node.into(),
             pv_name: Some(pv.clone()),
@@ -345,6 +349,7 @@ impl FakeCluster {
             .push(PodRef {
                 namespace: "default".into(),
                 name: name.into(),
+                uid: format!("uid-{name}"),
             });
     }
 
@@ -554,14 +559,16 @@ impl Cluster for FakeCluster {
         Ok(())
     }
 
-    async fn delete_volume_attachment(&self, name: &str) -> Result<(), ClusterError> {
+    async fn delete_volume_attachment(&self, name: &str, uid: &str) -> Result<(), ClusterError> {
         if self.calls.call(format!("DeleteVolumeAttachment {name}")) {
             return Err(ClusterError::DeleteVolumeAttachment {
                 name: name.into(),
                 source: injected(),
             });
         }
-        self.lock().attachments.retain(|a| a.name != name);
+        self.lock()
+            .attachments
+            .retain(|a| a.name != name || a.uid != uid);
         Ok(())
     }
 

@@ -31,16 +31,20 @@ pub(super) async fn recipe(ctx: &Ctx<'_>, node: &str, run: &mut NodeRun) {
             tally(ctx, run, vec![Err(e)]);
         }
     }
-    let mut names: Vec<String> = run
+    let mut attachments: Vec<(String, String)> = run
         .plan
         .iter()
-        .flat_map(|p| p.node_volumes.iter().map(|v| v.attachment.clone()))
+        .flat_map(|p| {
+            p.node_volumes
+                .iter()
+                .map(|v| (v.attachment.clone(), v.attachment_uid.clone()))
+        })
         .collect();
-    names.sort_unstable();
-    names.dedup();
+    attachments.sort_unstable();
+    attachments.dedup();
     let mut results = Vec::new();
-    for name in &names {
-        results.push(ctx.cluster.delete_volume_attachment(name).await);
+    for (name, uid) in &attachments {
+        results.push(ctx.cluster.delete_volume_attachment(name, uid).await);
     }
     let deleted = tally(ctx, run, results);
     run.attachments_deleted = deleted;

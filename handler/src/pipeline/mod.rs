@@ -1,6 +1,7 @@
 //! The fencing pipeline: kill switch → resolve → [`confirm`] → decide →
 //! [`discover`] → [`admit`] (second confirmation, Lease, recount) →
-//! [`taint`] → [`detach`] (after [`legacy`] in that mode) → [`verify`] →
+//! [`taint`] → [`detach`] (a third confirmation, then [`legacy`] in that
+//! mode, then the detaches) → [`verify`] →
 //! report, then the recovery check ([`recover`]). Each stage is a file that
 //! gathers facts through the [`Cloud`] and [`Cluster`] traits, hands them to
 //! the core, and carries out what the core says. Every node's progress is a
@@ -136,7 +137,13 @@ async fn fence(
     // Out of band, one batched call for every instance of the invocation.
     let ids = plan::instances_to_confirm(&resolutions, nodes);
     let confirmations = confirm::instances(ctx, &ids).await;
-    let targets = plan::targets(suspects, resolutions, nodes, &confirmations);
+    let targets = plan::targets(
+        suspects,
+        resolutions,
+        nodes,
+        &confirmations,
+        policy.scope.as_ref(),
+    );
     let cases: Vec<Case<'_>> = targets
         .iter()
         .map(|t| Case {
@@ -150,7 +157,7 @@ async fn fence(
     let verdicts = decide::decide_batch(&cases, &settings, out_of_service);
     let mut runs = plan::plan(&targets, &verdicts, nodes, &confirmations);
 
-    for (run, verdict) in runs.iter().zip(&verdicts) {
+    for ((run, verdict), target) in runs.iter().zip(&verdicts).zip(&targets) {
         info!(
             suspect = %run.reference, node = run.node.as_deref().unwrap_or("-"),
             instance = run.instance_id.as_ref().map_or("-", |i| i.as_str()),
@@ -158,8 +165,11 @@ async fn fence(
             verdict = match verdict { Verdict::Fence { .. } => "fence", Verdict::Skip { reason } => reason.code() },
             "decided"
         );
+        // A dry run changes nothing, not even the Node's Events.
+        let live = !dry_run && target.intent == Intent::Fence;
         if let (Verdict::Skip { reason }, Some(node)) = (verdict, &run.node)
             && matches!(reason, decide::Skip::CapReached { .. })
+            && live
         {
             refused(ctx, node, reason).await;
         }
@@ -170,7 +180,7 @@ async fn fence(
     let mode = fence_mode(ctx, policy).await?;
     discover::volumes(ctx, &mut runs).await;
     admit::admit(ctx, policy, mode, &mut runs).await?;
-    detach::act(ctx, mode, &mut runs).await;
+    detach::act(ctx, policy, mode, &mut runs).await;
     verify::volumes(ctx, policy, &mut runs).await;
     Ok((finish(runs, Some(mode), policy), Some(mode)))
 }

@@ -165,6 +165,7 @@ async fn a_stopped_silent_node_is_tainted_and_its_volume_freed_in_this_order() {
             format!("TaintNode {NODE}"),
             format!("CreateEvent {NODE}"),
             "ReleaseLease".into(),
+            "DescribeInstances".into(),
             format!("DetachVolume {vol}"),
             format!("CreateEvent {NODE}"),
             "DescribeVolumes".into(),
@@ -184,6 +185,22 @@ async fn split_brain_a_silent_node_whose_instance_runs_is_left_alone() {
     );
     assert!(w.writes().is_empty(), "{:?}", w.writes());
     assert_eq!(w.out_of_service_taints(NODE), 0);
+}
+
+/// Issue 12, item 2: a hibernated instance resumes from RAM when started.
+#[tokio::test]
+async fn a_hibernated_instance_is_fenced_only_when_the_setting_says_so() {
+    let w = World::new().with_node(NODE, 1, InstanceState::Hibernated, "Unknown");
+    let report = w.fence(&policy()).await.unwrap();
+    assert_eq!(report.results[0].skip, Some(Skip::Hibernated));
+    assert!(!report.incomplete());
+    assert!(w.writes().is_empty(), "{:?}", w.writes());
+    let anyway = Policy {
+        fence_hibernated: true,
+        ..policy()
+    };
+    let report = w.fence(&anyway).await.unwrap();
+    assert_eq!(report.results[0].outcome, Outcome::Fenced, "{report:#?}");
 }
 
 #[tokio::test]
@@ -213,6 +230,31 @@ async fn an_instance_started_before_the_second_look_is_not_fenced() {
             .iter()
             .any(|c| c.starts_with("TaintNode") || c.starts_with("DetachVolume"))
     );
+}
+
+/// Issue 12, item 3: the taint patch, its retries and the Lease lie between
+/// the second look and the detaches.
+#[tokio::test]
+async fn an_instance_started_after_the_taint_keeps_its_volumes() {
+    for mode in [ModeSetting::Taint, ModeSetting::Legacy] {
+        let w = World::stopped();
+        w.cluster.pod(NODE, "db-0");
+        w.cloud.on_describe(3, &instance(1), InstanceState::Running);
+        let p = Policy { mode, ..policy() };
+        let report = w.fence(&p).await.unwrap();
+        let r = &report.results[0];
+        assert_eq!(r.outcome, Outcome::Failed, "{report:#?}");
+        assert!(report.incomplete(), "a retry looks again");
+        let log = w.calls.log();
+        for write in ["DetachVolume", "DeletePod", "DeleteVolumeAttachment"] {
+            assert!(
+                !log.iter().any(|c| c.starts_with(write)),
+                "{mode:?}: {log:?}"
+            );
+        }
+        assert_eq!(w.cloud.volume_state(&volume(1)), Some(VolumeState::InUse));
+        assert_eq!(w.cluster.pods(NODE), 1);
+    }
 }
 
 #[tokio::test]

@@ -1,6 +1,8 @@
-//! Verification: waits, bounded by the policy, until every volume a
-//! detach was sent for is seen `available`. What is still attached when the
-//! bound runs out is reported stuck, and the node's outcome says so.
+//! Verification: waits, bounded by the policy, until the fenced instance
+//! no longer holds any volume a detach was sent for (the volume is
+//! `available`, or already attached to the replacement's node). What it still
+//! holds when the bound runs out is reported stuck, and the node's outcome
+//! says so.
 
 use std::time::Instant;
 

@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Node, ObjectReference, PersistentVol
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::{Api, Client};
 use tokio::sync::OnceCell;
 
@@ -139,6 +139,9 @@ pub struct PodRef {
     pub namespace: String,
     /// Its name.
     pub name: String,
+    /// Its `metadata.uid`: the force-delete names this very pod, never the
+    /// replacement its controller creates under the same name.
+    pub uid: String,
 }
 
 /// The Kubernetes calls node-fencer makes.
@@ -165,10 +168,12 @@ pub trait Cluster: Send + Sync {
     ) -> Result<UntaintOutcome, ClusterError>;
     /// The pods bound to a Node (legacy mode).
     async fn pods_on_node(&self, node: &str) -> Result<Vec<PodRef>, ClusterError>;
-    /// Force-deletes a pod: grace period 0 (legacy mode). A pod already gone is fine.
+    /// Force-deletes a pod if it is still the object `pod.uid`: grace period 0
+    /// (legacy mode). A pod already gone, or replaced, is fine.
     async fn force_delete_pod(&self, pod: &PodRef) -> Result<(), ClusterError>;
-    /// Deletes a VolumeAttachment (legacy mode). One already gone is fine.
-    async fn delete_volume_attachment(&self, name: &str) -> Result<(), ClusterError>;
+    /// Deletes the VolumeAttachment `name` if it is still the object `uid`
+    /// (legacy mode). One already gone, or replaced, is fine.
+    async fn delete_volume_attachment(&self, name: &str, uid: &str) -> Result<(), ClusterError>;
     /// Reads the kill switch in `namespace`.
     async fn kill_switch(&self, namespace: &str) -> Result<KillSwitch, ClusterError>;
     /// Takes the fencing Lease in `namespace` for `holder`, waiting up to
@@ -470,6 +475,7 @@ impl Cluster for Kube {
                 Some(PodRef {
                     namespace: p.metadata.namespace.clone()?,
                     name: p.metadata.name.clone()?,
+                    uid: p.metadata.uid.clone()?,
                 })
             })
             .collect())
@@ -479,11 +485,17 @@ impl Cluster for Kube {
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &pod.namespace);
         let params = DeleteParams {
             grace_period_seconds: Some(0),
+            preconditions: Some(Preconditions {
+                uid: Some(pod.uid.clone()),
+                resource_version: None,
+            }),
             ..DeleteParams::default()
         };
         match retrying("delete pod", || api.delete(&pod.name, &params)).await {
             Ok(_) => Ok(()),
-            Err(e) if is_not_found(&e) => Ok(()),
+            // Gone, or another pod holds the name now (a retry after a lost
+            // answer, a StatefulSet's replacement): the pod we meant is gone.
+            Err(e) if is_not_found(&e) || is_conflict(&e) => Ok(()),
             Err(source) => Err(ClusterError::Pods {
                 what: format!("force-deleting pod {}/{}", pod.namespace, pod.name),
                 source,
@@ -491,12 +503,19 @@ impl Cluster for Kube {
         }
     }
 
-    async fn delete_volume_attachment(&self, name: &str) -> Result<(), ClusterError> {
+    async fn delete_volume_attachment(&self, name: &str, uid: &str) -> Result<(), ClusterError> {
         let api: Api<VolumeAttachment> = Api::all(self.client.clone());
-        let params = DeleteParams::default();
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: Some(uid.to_owned()),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
         match retrying("delete volumeattachment", || api.delete(name, &params)).await {
             Ok(_) => Ok(()),
-            Err(e) if is_not_found(&e) => Ok(()),
+            // Gone, or re-created for another attach under the same name.
+            Err(e) if is_not_found(&e) || is_conflict(&e) => Ok(()),
             Err(source) => Err(ClusterError::DeleteVolumeAttachment {
                 name: name.into(),
                 source,
@@ -527,6 +546,7 @@ impl Cluster for Kube {
             source,
         };
         let deadline = Instant::now() + control::LEASE_WAIT;
+        let params = PostParams::default();
         loop {
             let now = k8s_openapi::jiff::Timestamp::now();
             let found = retrying("get lease", || api.get_opt(control::OBJECT_NAME))
@@ -542,9 +562,10 @@ impl Cluster for Kube {
                         },
                         spec: Some(held_by(holder, now)),
                     };
-                    // A create is not repeated: a lost answer is found held
-                    // by us on the next look, which `lease_step` accepts.
-                    api.create(&PostParams::default(), &lease).await
+                    // Retried like every call; a lost answer makes the
+                    // repeat meet AlreadyExists, and the next look finds the
+                    // Lease held by us, which `lease_step` accepts.
+                    retrying("create lease", || api.create(&params, &lease)).await
                 }
                 Some(mut lease) => {
                     let spec = lease.spec.clone().unwrap_or_default();
@@ -561,8 +582,10 @@ impl Cluster for Kube {
                             lease.spec = Some(held_by(holder, now));
                             // Carries the resourceVersion read: two takers
                             // cannot both win.
-                            api.replace(control::OBJECT_NAME, &PostParams::default(), &lease)
-                                .await
+                            retrying("replace lease", || {
+                                api.replace(control::OBJECT_NAME, &params, &lease)
+                            })
+                            .await
                         }
                         LeaseStep::Wait(pause) => {
                             if Instant::now() + pause > deadline {
@@ -592,9 +615,7 @@ impl Cluster for Kube {
                         });
                     }
                 }
-                Err(e) if is_transient(&e) => {
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
+                // Transient failures were retried, bounded, by `retrying`.
                 Err(e) => return Err(failed(e)),
             }
         }

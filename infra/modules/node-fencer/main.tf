@@ -58,6 +58,7 @@ locals {
   environment = merge(
     {
       DRY_RUN                       = tostring(var.dry_run)
+      FENCE_HIBERNATED              = tostring(var.fence_hibernated)
       MAX_OUT_OF_SERVICE            = tostring(var.max_out_of_service)
       FENCING_MODE                  = var.fencing_mode
       CONFIRM_AGAIN_AFTER_SECONDS   = tostring(var.confirm_again_after_seconds)
@@ -68,6 +69,8 @@ locals {
       RUST_LOG                      = var.log_level
     },
     var.max_out_of_service_percent != null ? { MAX_OUT_OF_SERVICE_PERCENT = tostring(var.max_out_of_service_percent) } : {},
+    var.cluster_vpc_id != null ? { CLUSTER_VPC_ID = var.cluster_vpc_id } : {},
+    var.cluster_vpc_id != null && var.cluster_tag != null ? { CLUSTER_TAG = var.cluster_tag } : {},
     local.eks_mode ? { CLUSTER_NAME = var.cluster_name } : {},
     local.eks_mode && !local.describe_cluster ? { CLUSTER_ENDPOINT = var.cluster_endpoint, CLUSTER_CA_DATA = var.cluster_ca_data } : {},
     var.kubeconfig_ssm_parameter_name != null ? { KUBECONFIG_SSM_PARAMETER = var.kubeconfig_ssm_parameter_name } : {},

@@ -96,6 +96,12 @@ variable "dry_run" {
   default     = false
 }
 
+variable "fence_hibernated" {
+  description = "FENCE_HIBERNATED: when true an instance stopped by hibernation counts as off. By default it does not: started again, it resumes from RAM with whatever it meant to write."
+  type        = bool
+  default     = false
+}
+
 variable "max_out_of_service" {
   description = "MAX_OUT_OF_SERVICE: how many nodes of the cluster may carry the out-of-service taint at once; past it the function refuses to fence more."
   type        = number
@@ -162,8 +168,8 @@ variable "volume_detach_timeout_seconds" {
   default     = 60
 
   validation {
-    condition     = var.volume_detach_timeout_seconds >= 0 && var.volume_detach_timeout_seconds <= 300 && floor(var.volume_detach_timeout_seconds) == var.volume_detach_timeout_seconds
-    error_message = "volume_detach_timeout_seconds must be a whole number from 0 (do not wait) to 300."
+    condition     = var.volume_detach_timeout_seconds >= 1 && var.volume_detach_timeout_seconds <= 300 && floor(var.volume_detach_timeout_seconds) == var.volume_detach_timeout_seconds
+    error_message = "volume_detach_timeout_seconds must be a whole number from 1 to 300 (0 would report every fence failed)."
   }
 }
 
@@ -199,6 +205,28 @@ variable "log_level" {
 # Cluster access: exactly one of cluster_name, kubeconfig_ssm_parameter_name,
 # kubeconfig_secret_arn
 ################################################################################
+
+variable "cluster_vpc_id" {
+  description = "CLUSTER_VPC_ID: the cluster's VPC. Clusters without a cloud provider (Nodes with no AWS provider id) need it: such a Node is fenced only when an EC2 event's instance runs in this VPC and holds the Node's InternalIP; a private DNS name alone never names a machine. Unset, such Nodes are never fenced."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.cluster_vpc_id == null || can(regex("^vpc-([0-9a-f]{8}|[0-9a-f]{17})$", var.cluster_vpc_id))
+    error_message = "cluster_vpc_id must be a VPC id: vpc- and 8 or 17 lowercase hex digits."
+  }
+}
+
+variable "cluster_tag" {
+  description = "CLUSTER_TAG, with cluster_vpc_id: a tag KEY or KEY=VALUE the cluster's instances carry (for example kubernetes.io/cluster/NAME=owned), also required of an instance matched to a Node without a provider id."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.cluster_tag == null || can(regex("^[^=]{1,128}(=.{0,256})?$", var.cluster_tag))
+    error_message = "cluster_tag must be KEY (1-128 characters) or KEY=VALUE (value up to 256)."
+  }
+}
 
 variable "cluster_name" {
   description = "EKS mode: name of the EKS cluster in this account and region (CLUSTER_NAME). The function authenticates with its IAM role; see eks_access_entry."

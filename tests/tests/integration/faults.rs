@@ -10,7 +10,9 @@ use std::time::Duration;
 use tokio::sync::MutexGuard;
 
 use http::Method;
+use node_fencer::core::decide::Skip;
 use node_fencer::core::facts::OUT_OF_SERVICE_KEY;
+use node_fencer::core::policy::Policy;
 use node_fencer::core::report::{Outcome, Report, VolumeOutcome};
 use node_fencer::core::retry::KUBERNETES;
 use node_fencer::core::suspect::Intent;
@@ -239,6 +241,40 @@ async fn a_kubernetes_failure_that_outlasts_the_retries_fails_before_any_detach(
         attached_to(&f, &sc.volume).await?,
         vec![sc.m.instance.clone()]
     );
+    Ok(())
+}
+
+/// Issue 12, item 7: the Lease write used to retry every 100 ms until the
+/// function timed out.
+#[tokio::test]
+async fn a_lease_write_that_keeps_failing_is_bounded_like_every_call() -> anyhow::Result<()> {
+    let (_g, f, sc) = setup(false).await?;
+    for method in [Method::POST, Method::PUT] {
+        f.kube.inject(
+            Match::any().method(method).path("/leases"),
+            Fault::kube_status(503, "ServiceUnavailable"),
+            usize::MAX,
+        );
+    }
+    let started = std::time::Instant::now();
+    let result = fence(&f, &sc).await;
+    assert!(result.is_err(), "the Lease could not be taken: {result:?}");
+    let writes = f
+        .kube
+        .seen()
+        .iter()
+        .filter(|s| s.path.contains("/leases") && matches!(s.method, Method::POST | Method::PUT))
+        .count();
+    assert_eq!(writes, KUBERNETES.max_attempts as usize, "bounded retries");
+    // At most a wait for another holder's Lease to expire, then one bounded call.
+    let bound = node_fencer::core::control::LEASE_WAIT + KUBERNETES.budget;
+    assert!(
+        started.elapsed() < bound,
+        "gave up after {:?}",
+        started.elapsed()
+    );
+    assert_eq!(oos_taints(&f, &sc).await?, 0);
+    assert_eq!(f.ec2.ec2_calls("DetachVolume"), 0);
     Ok(())
 }
 
@@ -490,5 +526,58 @@ async fn the_version_is_asked_once_and_the_lease_released_without_a_read() -> an
         second.server_version().await?
     );
     assert_eq!(requests(&f, Method::GET, "/version"), before + 1);
+    Ok(())
+}
+
+/// EC2's answer for one instance stopped by hibernation, as EC2 writes it;
+/// the SDK parses it as it parses any answer.
+fn hibernated_answer(instance: &str) -> Fault {
+    Fault::Respond {
+        status: 200,
+        content_type: "text/xml;charset=UTF-8",
+        body: format!(
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n\
+             <DescribeInstancesResponse xmlns=\"http://ec2.amazonaws.com/doc/2016-11-15/\">\
+             <requestId>fault-proxy</requestId><reservationSet><item>\
+             <reservationId>r-0123456789abcdef0</reservationId><ownerId>123456789012</ownerId>\
+             <instancesSet><item><instanceId>{instance}</instanceId>\
+             <instanceState><code>80</code><name>stopped</name></instanceState>\
+             <stateReason><code>Client.UserInitiatedHibernate</code>\
+             <message>Client.UserInitiatedHibernate: User initiated hibernate</message></stateReason>\
+             <hibernationOptions><configured>true</configured></hibernationOptions>\
+             <rootDeviceName>/dev/xvda</rootDeviceName></item></instancesSet>\
+             </item></reservationSet></DescribeInstancesResponse>"
+        ),
+    }
+}
+
+/// Issue 12, item 2: a hibernated instance says `stopped`, and resumes from
+/// RAM when started; it is not fenced unless FENCE_HIBERNATED says so.
+#[tokio::test]
+async fn a_hibernated_instance_is_not_fenced_unless_the_setting_says_so() -> anyhow::Result<()> {
+    let (_g, f, sc) = setup(false).await?;
+    f.ec2.inject(
+        Match::ec2("DescribeInstances"),
+        hibernated_answer(&sc.m.instance),
+        usize::MAX,
+    );
+    let report = fence(&f, &sc).await?;
+    let r = &report.results[0];
+    assert_eq!(r.skip, Some(Skip::Hibernated), "{report:#?}");
+    assert_eq!(
+        r.instance_state.as_ref().map(|s| s.name()),
+        Some("hibernated")
+    );
+    assert!(!report.incomplete(), "nothing a retry could change");
+    assert_untouched(&f, &sc).await?;
+
+    let batch = one(by_instance(&sc.m.instance), Intent::Fence);
+    let anyway = Policy {
+        fence_hibernated: true,
+        ..settings()
+    };
+    let (report, _) = fence_within(&f.cloud, &f.cluster, batch, anyway, DETACH_WAIT).await?;
+    assert_eq!(report.results[0].outcome, Outcome::Fenced, "{report:#?}");
+    assert_eq!(oos_taints(&f, &sc).await?, 1);
     Ok(())
 }

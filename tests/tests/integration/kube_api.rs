@@ -1,9 +1,10 @@
 //! The Kubernetes shell against a real API server, as node-fencer (the
 //! ClusterRole of `infra/kubernetes/rbac.yaml`, nothing more).
 
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, Pod, ServiceAccount};
+use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::Api;
-use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use node_fencer::core::facts::FenceMode;
 use node_fencer::core::instance::{InstanceId, InstanceState};
 use node_fencer::core::kube_model::{
@@ -184,5 +185,81 @@ async fn the_role_allows_what_the_code_does_and_no_more() -> anyhow::Result<()> 
         matches!(&denied, kube::Error::Api(st) if st.code == 403),
         "{denied}"
     );
+    Ok(())
+}
+
+/// Issue 12, item 8: a legacy force-delete whose answer was lost is retried
+/// by name; by then a StatefulSet may have created the replacement pod, and
+/// the attach/detach controller a new VolumeAttachment, under the same name.
+/// The UID precondition keeps the retry off them.
+#[tokio::test]
+async fn a_retried_legacy_delete_never_hits_the_replacement() -> anyhow::Result<()> {
+    let s = stack();
+    let admin = s.admin().await?;
+    let cluster = Kube::new(s.fencer().await?, "tests");
+    let (dead, healthy) = (unique("dead"), unique("healthy"));
+
+    // The bare stack runs no controller-manager to create the namespace's
+    // default ServiceAccount, which admission requires of every pod.
+    let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), "default");
+    let account: ServiceAccount = serde_json::from_value(json!({"metadata": {"name": "default"}}))?;
+    match accounts.create(&PostParams::default(), &account).await {
+        Err(kube::Error::Api(st)) if st.is_already_exists() => {}
+        created => {
+            created?;
+        }
+    }
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), "default");
+    let pod_on = |node: &str, name: &str| -> anyhow::Result<Pod> {
+        Ok(serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {"nodeName": node, "containers": [{"name": "db", "image": "db"}]}
+        }))?)
+    };
+    let name = unique("db");
+    pods.create(&PostParams::default(), &pod_on(&dead, &name)?)
+        .await?;
+    let listed = cluster.pods_on_node(&dead).await?;
+    let old = listed.iter().find(|p| p.name == name).cloned().unwrap();
+    // The first delete went through; its answer was lost. The replacement
+    // comes up on a healthy node under the same name.
+    pods.delete(&name, &DeleteParams::default().grace_period(0))
+        .await?;
+    pods.create(&PostParams::default(), &pod_on(&healthy, &name)?)
+        .await?;
+    cluster.force_delete_pod(&old).await?;
+    let replacement = pods.get(&name).await?;
+    assert_ne!(replacement.metadata.uid.as_ref(), Some(&old.uid));
+    assert_eq!(
+        replacement.spec.and_then(|s| s.node_name).as_deref(),
+        Some(healthy.as_str())
+    );
+    pods.delete(&name, &DeleteParams::default().grace_period(0))
+        .await?;
+
+    let vas: Api<VolumeAttachment> = Api::all(admin.clone());
+    let va_on = |node: &str, name: &str| -> anyhow::Result<VolumeAttachment> {
+        Ok(serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {"attacher": "ebs.csi.aws.com", "nodeName": node,
+                     "source": {"persistentVolumeName": "pv-db"}}
+        }))?)
+    };
+    let name = unique("csi");
+    vas.create(&PostParams::default(), &va_on(&dead, &name)?)
+        .await?;
+    let old = cluster
+        .list_volume_attachments()
+        .await?
+        .into_iter()
+        .find(|a| a.name == name)
+        .unwrap();
+    vas.delete(&name, &DeleteParams::default()).await?;
+    vas.create(&PostParams::default(), &va_on(&healthy, &name)?)
+        .await?;
+    cluster.delete_volume_attachment(&name, &old.uid).await?;
+    let replacement = vas.get(&name).await?;
+    assert_eq!(replacement.spec.node_name, healthy);
+    vas.delete(&name, &DeleteParams::default()).await?;
     Ok(())
 }

@@ -270,7 +270,6 @@ async fn recovery_ends_only_its_own_fencing_once_running_ready_detached_and_sett
         "not_fenced"
     );
     assert_eq!(get_node(&admin, &t.node).await?.spec, after.spec);
-    delete_nodes(&admin, &[&t.node]).await;
     Ok(())
 }
 
@@ -290,6 +289,7 @@ async fn recovery_leaves_others_taints_recreated_nodes_and_terminated_instances_
         json!({"key": OUT_OF_SERVICE_KEY, "value": "manual", "effect": OUT_OF_SERVICE_EFFECT}),
     ];
     create_node(&admin, &spec).await?;
+    let _spec = s.delete_on_drop(&[&spec.name]);
     let out = invoke(emu, json!({"action": "recover", "node": spec.name})).await?;
     assert!(!out.error, "{}", out.output);
     assert_eq!(
@@ -340,7 +340,6 @@ async fn recovery_leaves_others_taints_recreated_nodes_and_terminated_instances_
         "{r:#}"
     );
     assert!(taints(&get_node(&admin, &gone.node).await?).contains(&OUT_OF_SERVICE.into()));
-    delete_nodes(&admin, &[&spec.name, &t.node, &gone.node]).await;
     Ok(())
 }
 
@@ -365,7 +364,6 @@ async fn every_invocation_rechecks_the_nodes_it_fenced() -> anyhow::Result<()> {
     assert_eq!(rec["outcome"], "recovered", "{r:#}");
     assert_eq!(rec["requested"], false, "{r:#}");
     assert!(!taints(&get_node(&admin, &t.node).await?).contains(&OUT_OF_SERVICE.into()));
-    delete_nodes(&admin, &[&t.node]).await;
     Ok(())
 }
 
@@ -403,7 +401,6 @@ async fn the_kill_switch_turns_every_action_into_a_dry_run() -> anyhow::Result<(
     assert!(r.get("kill_switch").is_none(), "{r:#}");
     assert_eq!(r["results"][0]["outcome"], "fenced", "{r:#}");
     maps.delete("node-fencer", &DeleteParams::default()).await?;
-    delete_nodes(&admin, &[&t.node]).await;
     Ok(())
 }
 
@@ -508,7 +505,6 @@ async fn the_cap_holds_across_concurrent_invocations_and_the_second_confirmation
         log.contains("re-confirmation did not confirm"),
         "the second look, not the first, stopped it"
     );
-    delete_nodes(&admin, &[&late.node]).await;
     Ok(())
 }
 
@@ -578,7 +574,6 @@ async fn legacy_mode_force_deletes_pods_and_attachments_and_recovers_without_a_t
     assert_eq!(rec["outcome"], "recovered", "{r:#}");
     assert_eq!(rec["taint_removed"], false, "{r:#}");
     assert!(annotations(&get_node(&admin, &t.node).await?).is_empty());
-    delete_nodes(&admin, &[&t.node]).await;
     Ok(())
 }
 

@@ -69,7 +69,8 @@ async fn eventbridge_stopped_event_fences_through_the_runtime() -> anyhow::Resul
     assert_eq!(total.len(), 1, "{metrics:#?}");
     assert_eq!(total[0]["VolumesDetached"], 1);
     for (stage, samples) in [
-        ("ConfirmLatency", 2), // confirm, then re-confirm before acting
+        // confirm, re-confirm before the taint, and again before the detaches
+        ("ConfirmLatency", 3),
         ("TaintLatency", 1),
         ("DetachLatency", 1),
         ("VerifyLatency", 1),

@@ -41,7 +41,11 @@ pub fn parse(value: Value) -> Result<Batch, InputError> {
         reported_state: detail.state.clone(),
     };
     let intent = match InstanceState::from_name(&detail.state) {
-        InstanceState::Stopped | InstanceState::Terminated => Intent::Fence,
+        // EC2's events never say `hibernated` (they say `stopped`); the
+        // confirmation tells the two apart.
+        InstanceState::Stopped | InstanceState::Terminated | InstanceState::Hibernated => {
+            Intent::Fence
+        }
         InstanceState::Running => Intent::Recover,
         InstanceState::Pending
         | InstanceState::Stopping

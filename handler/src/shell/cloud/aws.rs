@@ -61,16 +61,30 @@ impl Cloud for Ec2 {
                     let Some(id) = instance.instance_id().and_then(InstanceId::parse) else {
                         continue;
                     };
-                    let state = instance
-                        .state()
-                        .and_then(|s| s.name())
-                        .map_or(InstanceState::Unknown, |n| {
-                            InstanceState::from_name(n.as_str())
-                        });
+                    let state = instance.state().and_then(|s| s.name()).map_or(
+                        InstanceState::Unknown,
+                        |n| {
+                            InstanceState::from_ec2(
+                                n.as_str(),
+                                instance.state_reason().and_then(|r| r.code()),
+                                instance
+                                    .hibernation_options()
+                                    .and_then(|h| h.configured())
+                                    .unwrap_or(false),
+                            )
+                        },
+                    );
                     out.push(InstanceFacts {
                         id,
                         state,
                         private_dns_name: instance.private_dns_name().map(str::to_owned),
+                        vpc_id: instance.vpc_id().map(str::to_owned),
+                        private_ips: private_ips(instance),
+                        tags: instance
+                            .tags()
+                            .iter()
+                            .filter_map(|t| Some((t.key()?.to_owned(), t.value()?.to_owned())))
+                            .collect(),
                         root_device_name: instance.root_device_name().map(str::to_owned),
                     });
                 }
@@ -191,4 +205,23 @@ pub async fn dry_run_probes(ec2: &aws_sdk_ec2::Client) -> Vec<(&'static str, Res
         ("DescribeVolumes", volumes),
         ("DetachVolume", detach),
     ]
+}
+
+/// Every private address of the instance: the primary one and those of each
+/// network interface.
+fn private_ips(instance: &aws_sdk_ec2::types::Instance) -> Vec<std::net::IpAddr> {
+    let interfaces = instance.network_interfaces().iter().flat_map(|n| {
+        n.private_ip_addresses()
+            .iter()
+            .filter_map(|a| a.private_ip_address())
+    });
+    let mut ips: Vec<std::net::IpAddr> = instance
+        .private_ip_address()
+        .into_iter()
+        .chain(interfaces)
+        .filter_map(|a| a.parse().ok())
+        .collect();
+    ips.sort_unstable();
+    ips.dedup();
+    ips
 }
