@@ -184,6 +184,20 @@ fn is_out_of_service(t: &Taint) -> bool {
     t.key == OUT_OF_SERVICE_KEY && t.effect == OUT_OF_SERVICE_EFFECT
 }
 
+/// True for the out-of-service taint node-fencer wrote at `fenced_at`: its
+/// value, and its `timeAdded` to the second (the API keeps seconds). An
+/// operator's taint (another value, or re-applied later) is not ours.
+fn is_ours(t: &Taint, fenced_at: &str) -> bool {
+    let at = fenced_at
+        .parse::<k8s_openapi::jiff::Timestamp>()
+        .ok()
+        .map(|t| t.as_second());
+    is_out_of_service(t)
+        && t.value.as_deref() == Some(OUT_OF_SERVICE_VALUE)
+        && at.is_some()
+        && t.time_added.as_ref().map(|added| added.0.as_second()) == at
+}
+
 /// What node-fencer records with the taint.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Stamp {
@@ -369,11 +383,11 @@ pub fn untaint_patch(node: &Node, fenced_at: &str) -> UntaintPatch {
         .as_ref()
         .and_then(|s| s.taints.clone())
         .unwrap_or_default();
-    let removes_taint = applied_taint && existing.iter().any(is_out_of_service);
+    let removes_taint = applied_taint && existing.iter().any(|t| is_ours(t, fenced_at));
     if removes_taint {
         let Ok(kept) = existing
             .iter()
-            .filter(|t| !is_out_of_service(t))
+            .filter(|t| !is_ours(t, fenced_at))
             .map(serde_json::to_value)
             .collect::<Result<Vec<Value>, _>>()
         else {
@@ -470,6 +484,37 @@ mod tests {
             assert!(
                 patch["metadata"]["annotations"].get(key).is_some(),
                 "{key} cleared"
+            );
+        }
+        // Issue 12, item 9: a taint an operator put back (another value, or
+        // the same value added later) stays, while our annotations go.
+        for theirs in [
+            json!({"key": OUT_OF_SERVICE_KEY, "value": "manual", "effect": "NoExecute",
+                   "timeAdded": "2026-11-22T10:00:00Z"}),
+            json!({"key": OUT_OF_SERVICE_KEY, "value": "nodeshutdown", "effect": "NoExecute",
+                   "timeAdded": "2026-11-22T10:05:00Z"}),
+            json!({"key": OUT_OF_SERVICE_KEY, "value": "nodeshutdown", "effect": "NoExecute"}),
+        ] {
+            let mut put_back = n.clone();
+            put_back.spec.as_mut().unwrap().taints = Some(vec![
+                serde_json::from_value(
+                    json!({"key": "dedicated", "value": "db", "effect": "NoSchedule"}),
+                )
+                .unwrap(),
+                serde_json::from_value(theirs.clone()).unwrap(),
+            ]);
+            let UntaintPatch::Apply {
+                patch,
+                removes_taint,
+            } = untaint_patch(&put_back, "2026-11-22T10:00:00Z")
+            else {
+                panic!("expected a patch");
+            };
+            assert!(!removes_taint, "{theirs}");
+            assert!(patch.get("spec").is_none(), "{theirs}: {patch}");
+            assert_eq!(
+                patch["metadata"]["annotations"][ANNOTATION_FENCED_AT],
+                Value::Null
             );
         }
         // Another fencing since (a newer mark), or no mark at all: not ours.

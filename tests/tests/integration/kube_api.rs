@@ -6,11 +6,12 @@ use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use node_fencer::core::facts::FenceMode;
+use node_fencer::core::facts::OUT_OF_SERVICE_KEY;
 use node_fencer::core::instance::{InstanceId, InstanceState};
 use node_fencer::core::kube_model::{
     self, ANNOTATION_INSTANCE, ANNOTATION_TAINT, Stamp, TaintPatch,
 };
-use node_fencer::shell::cluster::{Cluster, Kube, TaintOutcome};
+use node_fencer::shell::cluster::{Cluster, Kube, TaintOutcome, UntaintOutcome};
 use node_fencer_tests::fixtures::{
     NodeSpec, OUT_OF_SERVICE, create_node, get_node, taints, unique, unique_ip,
 };
@@ -261,5 +262,108 @@ async fn a_retried_legacy_delete_never_hits_the_replacement() -> anyhow::Result<
     let replacement = vas.get(&name).await?;
     assert_eq!(replacement.spec.node_name, healthy);
     vas.delete(&name, &DeleteParams::default()).await?;
+    Ok(())
+}
+
+/// Issue 12, item 9: while node-fencer's mark is on the Node, an operator
+/// replaces the out-of-service taint with one of their own; recovery clears
+/// the mark and leaves their taint, matched by value and `timeAdded` as the
+/// API server stores them.
+#[tokio::test]
+async fn recovery_leaves_a_taint_an_operator_put_back() -> anyhow::Result<()> {
+    let s = stack();
+    let admin = s.admin().await?;
+    let cluster = Kube::new(s.fencer().await?, "tests");
+    let spec = spec("Unknown");
+    create_node(&admin, &spec).await?;
+    let _cleanup = s.delete_on_drop(&[&spec.name]);
+    // A real stamp time, with the sub-second part the API server drops.
+    let at = k8s_openapi::jiff::Timestamp::now().to_string();
+    let ours = Stamp {
+        at: at.clone(),
+        ..stamp()
+    };
+    assert_eq!(
+        cluster.taint_node(&spec.name, &ours).await?,
+        TaintOutcome::Applied
+    );
+    let nodes: Api<Node> = Api::all(admin.clone());
+    let ready = json!({"status": {"conditions": [{"type": "Ready", "status": "True",
+        "reason": "Test", "lastHeartbeatTime": at, "lastTransitionTime": at}]}});
+    nodes
+        .patch_status(
+            &spec.name,
+            &PatchParams::default(),
+            &Patch::Strategic(&ready),
+        )
+        .await?;
+
+    // Recovery finds its own taint by value and time as stored.
+    let mut back = cluster.untaint_node(&spec.name, &at).await?;
+    assert_eq!(
+        back,
+        UntaintOutcome::Ended {
+            taint_removed: true
+        }
+    );
+
+    // Fenced again; the operator swaps the taint for their own.
+    let again = k8s_openapi::jiff::Timestamp::now().to_string();
+    let ours = Stamp {
+        at: again.clone(),
+        ..stamp()
+    };
+    nodes
+        .patch_status(
+            &spec.name,
+            &PatchParams::default(),
+            &Patch::Strategic(
+                &json!({"status": {"conditions": [{"type": "Ready", "status": "Unknown",
+                "reason": "Test", "lastHeartbeatTime": again, "lastTransitionTime": again}]}}),
+            ),
+        )
+        .await?;
+    assert_eq!(
+        cluster.taint_node(&spec.name, &ours).await?,
+        TaintOutcome::Applied
+    );
+    let operator = json!({"spec": {"taints": [
+        {"key": "dedicated", "value": "db", "effect": "NoSchedule"},
+        {"key": OUT_OF_SERVICE_KEY, "value": "manual", "effect": "NoExecute"}
+    ]}});
+    nodes
+        .patch(
+            &spec.name,
+            &PatchParams::default(),
+            &Patch::Merge(&operator),
+        )
+        .await?;
+    nodes
+        .patch_status(
+            &spec.name,
+            &PatchParams::default(),
+            &Patch::Strategic(&ready),
+        )
+        .await?;
+    back = cluster.untaint_node(&spec.name, &again).await?;
+    assert_eq!(
+        back,
+        UntaintOutcome::Ended {
+            taint_removed: false
+        }
+    );
+    let node = get_node(&admin, &spec.name).await?;
+    assert!(
+        taints(&node).contains(&OUT_OF_SERVICE.into()),
+        "the operator's taint stays"
+    );
+    assert!(
+        node.metadata
+            .annotations
+            .unwrap_or_default()
+            .keys()
+            .all(|k| !k.starts_with(kube_model::ANNOTATION_PREFIX)),
+        "node-fencer's mark is cleared"
+    );
     Ok(())
 }
