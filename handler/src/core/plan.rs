@@ -278,6 +278,15 @@ impl NodeRun {
         }
     }
 
+    /// Makes a run still decided a plan only (the kill switch turned on).
+    pub fn plan_only(&mut self) {
+        if self.stage == Stage::Decided
+            && let Some(plan) = &mut self.plan
+        {
+            plan.dry_run = true;
+        }
+    }
+
     /// Skips the run for `reason`.
     pub fn skip(&mut self, reason: Skip) {
         self.stage = Stage::Skipped(reason);

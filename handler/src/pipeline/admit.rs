@@ -8,7 +8,7 @@ use std::collections::HashMap;
 
 use tracing::{info, warn};
 
-use super::{Ctx, PipelineError, confirm, refused, taint};
+use super::{Ctx, PipelineError, Switched, confirm, refused, taint};
 use crate::core::facts::FenceMode;
 use crate::core::instance::InstanceId;
 use crate::core::metrics::Dependency;
@@ -16,13 +16,14 @@ use crate::core::plan::{self, NodePlan, NodeRun, Stage};
 use crate::core::policy::Policy;
 
 /// Admits the runs still decided for fencing and taints them; a run that is
-/// refused or not confirmed again is skipped with its reason.
+/// refused or not confirmed again is skipped with its reason. Returns the
+/// kill switch as read after the waits (on: the runs became plans).
 pub(super) async fn admit(
     ctx: &Ctx<'_>,
     policy: &Policy,
     mode: FenceMode,
     runs: &mut [NodeRun],
-) -> Result<(), PipelineError> {
+) -> Result<Switched, PipelineError> {
     let live = runs.iter().any(|r| r.fencing().is_some_and(|p| !p.dry_run));
     let new_taints = runs
         .iter()
@@ -41,7 +42,19 @@ pub(super) async fn admit(
             .await
             .inspect_err(|_| ctx.meter.error(Dependency::Kubernetes))?;
     }
-    let held = under_lease(ctx, policy, mode, new_taints, runs).await;
+    // After a wait (the delay, or the Lease held by another invocation), the
+    // kill switch is read again before the first write.
+    let waited = new_taints || (live && !policy.confirm_again_after.is_zero());
+    let switched = if waited {
+        ctx.switched_off_since(namespace).await
+    } else {
+        Switched::default()
+    };
+    if switched.on {
+        warn!("the kill switch turned on while waiting: the rest is a plan");
+        runs.iter_mut().for_each(NodeRun::plan_only);
+    }
+    let held = under_lease(ctx, policy, mode, new_taints && !switched.on, runs).await;
     if new_taints
         && let Err(e) = ctx
             .cluster
@@ -52,7 +65,7 @@ pub(super) async fn admit(
         ctx.meter.error(Dependency::Kubernetes);
         warn!(error = %e, "could not release the fencing lease");
     }
-    held
+    held.map(|()| switched)
 }
 
 /// Recounts (when new taints are planned), confirms again and taints.

@@ -239,6 +239,9 @@ struct ClusterState {
     writes: u64,
     /// A Node that turns Ready right before the next taint write reads it.
     ready_before_taint: Option<String>,
+    /// The kill switch from its n-th read on (1-based).
+    switch_at: Option<(usize, KillSwitch)>,
+    switch_reads: usize,
 }
 
 impl FakeCluster {
@@ -260,6 +263,8 @@ impl FakeCluster {
                 },
                 writes: 0,
                 ready_before_taint: None,
+                switch_at: None,
+                switch_reads: 0,
             }),
         }
     }
@@ -307,6 +312,7 @@ impl FakeCluster {
             .and_then(|c| c.iter_mut().find(|c| c.type_ == "Ready"))
         {
             c.status = ready.into();
+            c.last_transition_time = Some(Time(k8s_openapi::jiff::Timestamp::now()));
         }
     }
 
@@ -351,6 +357,12 @@ impl FakeCluster {
                 name: name.into(),
                 uid: format!("uid-{name}"),
             });
+    }
+
+    /// From its `nth` read from now on (1-based), the kill switch reads `k`.
+    pub fn kill_switch_from_read(&self, nth: usize, k: KillSwitch) {
+        let mut state = self.lock();
+        state.switch_at = Some((state.switch_reads + nth, k));
     }
 
     /// Sets the kill switch.
@@ -579,7 +591,14 @@ impl Cluster for FakeCluster {
                 source: injected(),
             });
         }
-        Ok(self.lock().kill_switch.clone())
+        let mut state = self.lock();
+        state.switch_reads += 1;
+        if let Some((nth, k)) = state.switch_at.clone()
+            && state.switch_reads >= nth
+        {
+            state.kill_switch = k;
+        }
+        Ok(state.kill_switch.clone())
     }
 
     async fn acquire_lease(&self, namespace: &str, holder: &str) -> Result<(), ClusterError> {

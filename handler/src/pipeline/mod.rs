@@ -52,12 +52,66 @@ pub struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
+    /// Reads the kill switch; one that cannot be read counts as on (it may
+    /// be). Returns the switch and, when the read failed, the error.
+    async fn kill_switch(&self, namespace: &str) -> (KillSwitch, Option<String>) {
+        match self.cluster.kill_switch(namespace).await {
+            Ok(KillSwitch::Unreadable(value)) => {
+                warn!(
+                    value,
+                    "the kill switch holds neither true nor false; acting as if it were on"
+                );
+                (KillSwitch::Unreadable(value), None)
+            }
+            Ok(k) => {
+                if k.engaged() {
+                    warn!("kill switch on: every action is a dry run");
+                }
+                (k, None)
+            }
+            Err(e) => {
+                // Fail closed: an unreadable switch may be an engaged one.
+                self.meter.error(Dependency::Kubernetes);
+                warn!(error = %e, "kill switch unreadable; acting as if it were on");
+                (KillSwitch::Unreadable(e.to_string()), Some(e.to_string()))
+            }
+        }
+    }
+
+    /// The kill switch read again after a wait, right before the first write
+    /// after it: on (or unreadable) now, and the read's error if it failed.
+    async fn switched_off_since(&self, namespace: &str) -> Switched {
+        let (now, error) = self.kill_switch(namespace).await;
+        Switched {
+            on: now.engaged(),
+            error: error.map(|e| format!("{e}; what followed the wait was a dry run")),
+        }
+    }
+
     /// Records an Event on a Node; a failure to record is logged, never
     /// fatal to fencing.
     async fn record(&self, node: &str, event: NodeEvent) {
         if let Err(e) = self.cluster.node_event(node, &event).await {
             self.meter.error(Dependency::Kubernetes);
             warn!(error = %e, reason = event.reason.as_str(), "could not record the event");
+        }
+    }
+}
+
+/// The kill switch as read again after a wait.
+#[derive(Debug, Default)]
+struct Switched {
+    /// On, or unreadable: what follows the wait is a plan.
+    on: bool,
+    /// The failed read, for the report (the invocation is then retried).
+    error: Option<String>,
+}
+
+impl Switched {
+    fn or(self, other: Switched) -> Switched {
+        Switched {
+            on: self.on || other.on,
+            error: self.error.or(other.error),
         }
     }
 }
@@ -74,28 +128,10 @@ pub enum PipelineError {
 /// Runs the pipeline over one batch under `policy`.
 pub async fn run(ctx: &Ctx<'_>, policy: &Policy, batch: Batch) -> Result<Report, PipelineError> {
     let mut errors = Vec::new();
-    let kill_switch = match ctx.cluster.kill_switch(&policy.control_namespace).await {
-        Ok(KillSwitch::Unreadable(value)) => {
-            warn!(
-                value,
-                "the kill switch holds neither true nor false; acting as if it were on"
-            );
-            KillSwitch::Unreadable(value)
-        }
-        Ok(k) => {
-            if k.engaged() {
-                warn!("kill switch on: every action is a dry run");
-            }
-            k
-        }
-        Err(e) => {
-            // Fail closed: an unreadable switch may be an engaged one.
-            ctx.meter.error(Dependency::Kubernetes);
-            warn!(error = %e, "kill switch unreadable; acting as if it were on");
-            errors.push(format!("{e}; every action was a dry run"));
-            KillSwitch::Unreadable(e.to_string())
-        }
-    };
+    let (kill_switch, unreadable) = ctx.kill_switch(&policy.control_namespace).await;
+    if let Some(e) = unreadable {
+        errors.push(format!("{e}; every action was a dry run"));
+    }
     let dry_run = policy.dry_run || kill_switch.engaged();
     let (fencing, recovering): (Vec<Suspect>, Vec<Suspect>) = batch
         .suspects
@@ -104,16 +140,21 @@ pub async fn run(ctx: &Ctx<'_>, policy: &Policy, batch: Batch) -> Result<Report,
     let nodes = ctx.cluster.list_nodes().await.inspect_err(|_| {
         ctx.meter.error(Dependency::Kubernetes);
     })?;
-    let (results, mode) = if fencing.is_empty() {
-        (Vec::new(), None)
+    let (results, mode, fence_switched) = if fencing.is_empty() {
+        (Vec::new(), None, Switched::default())
     } else {
         fence(ctx, policy, dry_run, fencing, &nodes).await?
     };
-    let recoveries = recover::run(ctx, policy, dry_run, recovering, &nodes).await;
+    let (recoveries, recover_switched) =
+        recover::run(ctx, policy, dry_run, recovering, &nodes).await;
+    // Turned on during a wait: what was left became a plan.
+    let switched = fence_switched.or(recover_switched);
+    errors.extend(switched.error);
+    let switched = switched.on;
     Ok(Report {
         correlation_id: ctx.correlation_id.clone(),
-        dry_run,
-        kill_switch: kill_switch.engaged(),
+        dry_run: dry_run || switched,
+        kill_switch: kill_switch.engaged() || switched,
         mode,
         results,
         recoveries,
@@ -122,14 +163,15 @@ pub async fn run(ctx: &Ctx<'_>, policy: &Policy, batch: Batch) -> Result<Report,
     })
 }
 
-/// Decides every suspect of the batch and fences those the core says to.
+/// Decides every suspect of the batch and fences those the core says to;
+/// also says whether the kill switch turned on during a wait.
 async fn fence(
     ctx: &Ctx<'_>,
     policy: &Policy,
     dry_run: bool,
     suspects: Vec<Suspect>,
     nodes: &[NodeFacts],
-) -> Result<(Vec<NodeReport>, Option<FenceMode>), PipelineError> {
+) -> Result<(Vec<NodeReport>, Option<FenceMode>, Switched), PipelineError> {
     let resolutions: Vec<Resolution> = suspects
         .iter()
         .map(|s| resolve::resolve(&s.target, nodes))
@@ -175,14 +217,14 @@ async fn fence(
         }
     }
     if runs.iter().all(|r| r.fencing().is_none()) {
-        return Ok((finish(runs, None, policy), None));
+        return Ok((finish(runs, None, policy), None, Switched::default()));
     }
     let mode = fence_mode(ctx, policy).await?;
     discover::volumes(ctx, &mut runs).await;
-    admit::admit(ctx, policy, mode, &mut runs).await?;
+    let switched = admit::admit(ctx, policy, mode, &mut runs).await?;
     detach::act(ctx, policy, mode, &mut runs).await;
     verify::volumes(ctx, policy, &mut runs).await;
-    Ok((finish(runs, Some(mode), policy), Some(mode)))
+    Ok((finish(runs, Some(mode), policy), Some(mode), switched))
 }
 
 /// The reports, one per run, in the order of the suspects.

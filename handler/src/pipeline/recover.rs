@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tracing::{info, warn};
 
-use super::{Ctx, confirm};
+use super::{Ctx, Switched, confirm};
 use crate::core::events::NodeEvent;
 use crate::core::facts::{AttachmentFacts, Confirmation, FenceMode, NodeFacts, PvFacts, Readiness};
 use crate::core::instance::{InstanceId, VolumeId};
@@ -26,14 +26,15 @@ struct Candidate {
     origins: Vec<Origin>,
 }
 
-/// Runs the recovery check over the fenced nodes and the requested ones.
+/// Runs the recovery check over the fenced nodes and the requested ones;
+/// also says whether the kill switch turned on during the settle wait.
 pub(super) async fn run(
     ctx: &Ctx<'_>,
     policy: &Policy,
-    dry_run: bool,
+    mut dry_run: bool,
     requested: Vec<Suspect>,
     nodes: &[NodeFacts],
-) -> Vec<RecoveryReport> {
+) -> (Vec<RecoveryReport>, Switched) {
     let mut reports = Vec::new();
     let mut candidates: BTreeMap<String, Candidate> = BTreeMap::new();
     // Routinely, only the fenced nodes that are Ready again: one still down
@@ -66,8 +67,9 @@ pub(super) async fn run(
         c.origins.push(suspect.origin);
     }
     if candidates.is_empty() {
-        return reports;
+        return (reports, Switched::default());
     }
+    let mut switched = Switched::default();
 
     let started = tokio::time::Instant::now();
     let settle = policy.recovery_settle;
@@ -92,6 +94,11 @@ pub(super) async fn run(
             "a requested node is Ready again; waiting out the settle delay"
         );
         tokio::time::sleep(pause).await;
+        switched = ctx.switched_off_since(&policy.control_namespace).await;
+        if switched.on {
+            warn!("the kill switch turned on during the settle delay: the rest is a plan");
+            dry_run = true;
+        }
         match ctx.cluster.list_nodes().await {
             Ok(fresh) => {
                 view = View::gather(ctx, settle, &fresh, &candidates).await;
@@ -158,7 +165,7 @@ pub(super) async fn run(
         }
         reports.push(report);
     }
-    reports
+    (reports, switched)
 }
 
 /// Writes the end of one fencing and records it.

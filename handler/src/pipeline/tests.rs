@@ -160,6 +160,7 @@ async fn a_stopped_silent_node_is_tainted_and_its_volume_freed_in_this_order() {
             "ListPersistentVolumes".into(),
             "DescribeVolumes".into(),
             "AcquireLease".into(),
+            "GetKillSwitch".into(),
             "ListNodes".into(),
             "DescribeInstances".into(),
             format!("TaintNode {NODE}"),
@@ -290,6 +291,52 @@ async fn a_dry_run_or_the_kill_switch_plans_and_writes_nothing() {
         assert!(report.dry_run);
         assert!(w.writes().is_empty(), "{switch:?}: {:?}", w.writes());
     }
+}
+
+/// Issue 12, item 11: the kill switch is read again after every wait, before
+/// the first write after it.
+#[tokio::test]
+async fn a_kill_switch_turned_on_during_a_wait_stops_what_comes_after_it() {
+    // While the second confirmation waits, or another invocation holds the Lease.
+    let w = World::stopped();
+    w.cluster.kill_switch_from_read(2, KillSwitch::On);
+    let p = Policy {
+        confirm_again_after: Duration::from_millis(1),
+        ..policy()
+    };
+    let report = w.fence(&p).await.unwrap();
+    assert_eq!(report.results[0].outcome, Outcome::Planned, "{report:#?}");
+    assert!(report.kill_switch && report.dry_run);
+    let log = w.calls.log();
+    assert_eq!(log.iter().filter(|c| *c == "GetKillSwitch").count(), 2);
+    for write in ["TaintNode", "DetachVolume", "CreateEvent"] {
+        assert!(!log.iter().any(|c| c.starts_with(write)), "{log:?}");
+    }
+    assert!(w.cluster.lease().is_none(), "the Lease is let go");
+
+    // While a requested recovery waits out the settle delay.
+    let w = World::stopped();
+    w.fence(&policy()).await.unwrap();
+    w.cloud.instance(&instance(1), InstanceState::Running);
+    w.cluster.set_ready(NODE, "True");
+    w.cluster.remove_attachment(&volume(1));
+    w.cluster.kill_switch_from_read(2, KillSwitch::On);
+    let settle = Policy {
+        recovery_settle: Duration::from_secs(1),
+        ..policy()
+    };
+    let report = w
+        .run(&settle, batch(Intent::Recover, &[instance(1)]))
+        .await
+        .unwrap();
+    assert_eq!(
+        report.recoveries[0].outcome,
+        RecoveryOutcome::Planned,
+        "{report:#?}"
+    );
+    assert!(report.kill_switch);
+    assert!(!w.calls.log().iter().any(|c| c.starts_with("UntaintNode")));
+    assert_eq!(w.out_of_service_taints(NODE), 1);
 }
 
 #[tokio::test]
