@@ -283,6 +283,17 @@ pub async fn create_va(
     Ok(name)
 }
 
+/// Sets the Node's `Ready` condition, as a kubelet would, transition time now.
+pub async fn set_ready(admin: &Client, node: &str, status: &str) -> anyhow::Result<()> {
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    let patch = json!({"status": {"conditions": [{"type": "Ready", "status": status, "reason": "Test",
+        "lastHeartbeatTime": now, "lastTransitionTime": now}]}});
+    Api::<Node>::all(admin.clone())
+        .patch_status(node, &PatchParams::default(), &Patch::Strategic(&patch))
+        .await?;
+    Ok(())
+}
+
 /// Deletes the test Nodes (best effort), so later tests see a clean cap.
 pub async fn delete_nodes(admin: &Client, names: &[&str]) {
     let nodes: Api<Node> = Api::all(admin.clone());

@@ -264,7 +264,7 @@ impl Cluster for TimingCluster<'_> {
             .time("GetKillSwitch", self.inner.kill_switch(namespace))
             .await
     }
-    async fn acquire_lease(&self, namespace: &str, holder: &str) -> Result<(), ClusterError> {
+    async fn acquire_lease(&self, namespace: &str, holder: &str) -> Result<bool, ClusterError> {
         self.timeline
             .time("AcquireLease", self.inner.acquire_lease(namespace, holder))
             .await

@@ -303,15 +303,10 @@ mod tests {
     }
 
     fn seen(state: InstanceState) -> Confirmation {
-        Confirmation::Seen(InstanceFacts {
-            id: InstanceId::parse("i-0123456789abcdef0").unwrap(),
+        Confirmation::Seen(InstanceFacts::bare(
+            InstanceId::parse("i-0123456789abcdef0").unwrap(),
             state,
-            private_dns_name: None,
-            vpc_id: None,
-            private_ips: vec![],
-            tags: vec![],
-            root_device_name: Some("/dev/xvda".into()),
-        })
+        ))
     }
 
     fn taint(key: &str, effect: &str) -> TaintFacts {

@@ -134,6 +134,23 @@ pub struct InstanceFacts {
     pub root_device_name: Option<String>,
 }
 
+#[cfg(test)]
+impl InstanceFacts {
+    /// An instance in `state` with root device `/dev/xvda` and nothing else
+    /// known: what most tests need.
+    pub fn bare(id: InstanceId, state: InstanceState) -> Self {
+        Self {
+            id,
+            state,
+            private_dns_name: None,
+            vpc_id: None,
+            private_ips: vec![],
+            tags: vec![],
+            root_device_name: Some("/dev/xvda".into()),
+        }
+    }
+}
+
 /// The out-of-band answer for one instance.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case", tag = "result")]

@@ -314,10 +314,7 @@ impl NodeRun {
             self.stage = Stage::Planned;
             return;
         }
-        let missing = Confirmation::LookupFailed {
-            error: "missing from the re-confirmation".into(),
-        };
-        self.stage = match decide::not_confirmed(again.unwrap_or(&missing), fence_hibernated) {
+        self.stage = match not_off(again, fence_hibernated, "the re-confirmation") {
             Some(reason) => Stage::Skipped(reason),
             None => Stage::Admitted,
         };
@@ -362,10 +359,11 @@ impl NodeRun {
         if self.stage != Stage::Tainted {
             return;
         }
-        let missing = Confirmation::LookupFailed {
-            error: "missing from the confirmation before the detach".into(),
-        };
-        if let Some(reason) = decide::not_confirmed(again.unwrap_or(&missing), fence_hibernated) {
+        if let Some(reason) = not_off(
+            again,
+            fence_hibernated,
+            "the confirmation before the detach",
+        ) {
             self.stage = Stage::DetachHeld(reason);
         }
     }
@@ -467,6 +465,17 @@ impl NodeRun {
             }
         }
         report
+    }
+}
+
+/// Why a later look does not confirm the instance off (`None`: it does);
+/// an instance missing from `look`'s answer is a failed lookup.
+fn not_off(again: Option<&Confirmation>, fence_hibernated: bool, look: &str) -> Option<Skip> {
+    match again {
+        Some(c) => decide::not_confirmed(c, fence_hibernated),
+        None => Some(Skip::LookupFailed {
+            error: format!("missing from {look}"),
+        }),
     }
 }
 
@@ -650,15 +659,7 @@ mod tests {
             origins: vec![Origin::Direct],
             stage: Stage::Decided,
             plan: Some(NodePlan {
-                instance: InstanceFacts {
-                    id: id("i-0123456789abcdef0"),
-                    state: InstanceState::Stopped,
-                    private_dns_name: None,
-                    vpc_id: None,
-                    private_ips: vec![],
-                    tags: vec![],
-                    root_device_name: Some("/dev/xvda".into()),
-                },
+                instance: InstanceFacts::bare(id("i-0123456789abcdef0"), InstanceState::Stopped),
                 add_taint,
                 dry_run,
                 node_volumes: vec![],

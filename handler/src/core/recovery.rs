@@ -268,15 +268,7 @@ mod tests {
     }
 
     fn seen(id: &str, state: InstanceState) -> Confirmation {
-        Confirmation::Seen(InstanceFacts {
-            id: InstanceId::parse(id).unwrap(),
-            state,
-            private_dns_name: None,
-            vpc_id: None,
-            private_ips: vec![],
-            tags: vec![],
-            root_device_name: None,
-        })
+        Confirmation::Seen(InstanceFacts::bare(InstanceId::parse(id).unwrap(), state))
     }
 
     fn case<'a>(n: &'a NodeFacts, current: &'a Confirmation) -> RecoveryCase<'a> {

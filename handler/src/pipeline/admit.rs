@@ -36,15 +36,15 @@ pub(super) async fn admit(
         tokio::time::sleep(policy.confirm_again_after).await;
     }
     let namespace = &policy.control_namespace;
-    if new_taints {
-        ctx.cluster
+    let lease_waited = new_taints
+        && ctx
+            .cluster
             .acquire_lease(namespace, &ctx.correlation_id)
             .await
             .inspect_err(|_| ctx.meter.error(Dependency::Kubernetes))?;
-    }
     // After a wait (the delay, or the Lease held by another invocation), the
     // kill switch is read again before the first write.
-    let waited = new_taints || (live && !policy.confirm_again_after.is_zero());
+    let waited = lease_waited || (live && !policy.confirm_again_after.is_zero());
     let switched = if waited {
         ctx.switched_off_since(namespace).await
     } else {

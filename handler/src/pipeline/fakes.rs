@@ -102,18 +102,9 @@ impl FakeCloud {
 
     /// Adds an instance with its root volume name `/dev/xvda`.
     pub fn instance(&self, id: &InstanceId, state: InstanceState) {
-        self.lock().instances.insert(
-            id.clone(),
-            InstanceFacts {
-                id: id.clone(),
-                state,
-                private_dns_name: None,
-                vpc_id: None,
-                private_ips: vec![],
-                tags: vec![],
-                root_device_name: Some("/dev/xvda".into()),
-            },
-        );
+        self.lock()
+            .instances
+            .insert(id.clone(), InstanceFacts::bare(id.clone(), state));
     }
 
     /// Adds a volume attached to `instance` at `device`.
@@ -241,6 +232,8 @@ struct ClusterState {
     ready_before_taint: Option<String>,
     /// The kill switch from its n-th read on (1-based).
     switch_at: Option<(usize, KillSwitch)>,
+    /// The next Lease taken is taken after waiting for another holder.
+    lease_held: bool,
     switch_reads: usize,
 }
 
@@ -265,6 +258,7 @@ impl FakeCluster {
                 ready_before_taint: None,
                 switch_at: None,
                 switch_reads: 0,
+                lease_held: false,
             }),
         }
     }
@@ -363,6 +357,11 @@ impl FakeCluster {
     pub fn kill_switch_from_read(&self, nth: usize, k: KillSwitch) {
         let mut state = self.lock();
         state.switch_at = Some((state.switch_reads + nth, k));
+    }
+
+    /// The next Lease is taken only after waiting for another holder.
+    pub fn lease_held_once(&self) {
+        self.lock().lease_held = true;
     }
 
     /// Sets the kill switch.
@@ -601,17 +600,19 @@ impl Cluster for FakeCluster {
         Ok(state.kill_switch.clone())
     }
 
-    async fn acquire_lease(&self, namespace: &str, holder: &str) -> Result<(), ClusterError> {
+    async fn acquire_lease(&self, namespace: &str, holder: &str) -> Result<bool, ClusterError> {
         if self.calls.call("AcquireLease".into()) {
             return Err(ClusterError::Lease {
                 namespace: namespace.into(),
                 source: injected(),
             });
         }
-        // A Lease held by another holder counts as expired: the fakes run
-        // one invocation at a time, and the stack tests hold the real one.
-        self.lock().lease = Some(holder.into());
-        Ok(())
+        // A Lease held by another holder counts as expired (after the wait
+        // `lease_held_once` asks for): the fakes run one invocation at a
+        // time, and the stack tests hold the real one.
+        let mut state = self.lock();
+        state.lease = Some(holder.into());
+        Ok(std::mem::take(&mut state.lease_held))
     }
 
     async fn release_lease(&self, namespace: &str, holder: &str) -> Result<(), ClusterError> {

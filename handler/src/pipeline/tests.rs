@@ -160,7 +160,6 @@ async fn a_stopped_silent_node_is_tainted_and_its_volume_freed_in_this_order() {
             "ListPersistentVolumes".into(),
             "DescribeVolumes".into(),
             "AcquireLease".into(),
-            "GetKillSwitch".into(),
             "ListNodes".into(),
             "DescribeInstances".into(),
             format!("TaintNode {NODE}"),
@@ -298,21 +297,48 @@ async fn a_dry_run_or_the_kill_switch_plans_and_writes_nothing() {
 #[tokio::test]
 async fn a_kill_switch_turned_on_during_a_wait_stops_what_comes_after_it() {
     // While the second confirmation waits, or another invocation holds the Lease.
-    let w = World::stopped();
-    w.cluster.kill_switch_from_read(2, KillSwitch::On);
-    let p = Policy {
+    let delayed = Policy {
         confirm_again_after: Duration::from_millis(1),
         ..policy()
     };
-    let report = w.fence(&p).await.unwrap();
-    assert_eq!(report.results[0].outcome, Outcome::Planned, "{report:#?}");
-    assert!(report.kill_switch && report.dry_run);
-    let log = w.calls.log();
-    assert_eq!(log.iter().filter(|c| *c == "GetKillSwitch").count(), 2);
-    for write in ["TaintNode", "DetachVolume", "CreateEvent"] {
-        assert!(!log.iter().any(|c| c.starts_with(write)), "{log:?}");
+    for (p, lease_held) in [(delayed, false), (policy(), true)] {
+        let w = World::stopped();
+        w.cluster.kill_switch_from_read(2, KillSwitch::On);
+        if lease_held {
+            w.cluster.lease_held_once();
+        }
+        let report = w.fence(&p).await.unwrap();
+        assert_eq!(report.results[0].outcome, Outcome::Planned, "{report:#?}");
+        assert!(report.kill_switch && report.dry_run);
+        let log = w.calls.log();
+        assert_eq!(log.iter().filter(|c| *c == "GetKillSwitch").count(), 2);
+        for write in ["TaintNode", "DetachVolume", "CreateEvent"] {
+            assert!(!log.iter().any(|c| c.starts_with(write)), "{log:?}");
+        }
+        assert!(w.cluster.lease().is_none(), "the Lease is let go");
     }
-    assert!(w.cluster.lease().is_none(), "the Lease is let go");
+
+    // The second read fails: that counts as on, and the invocation is retried.
+    let baseline = World::stopped();
+    let delayed = Policy {
+        confirm_again_after: Duration::from_millis(1),
+        ..policy()
+    };
+    baseline.fence(&delayed).await.unwrap();
+    let second_read = baseline
+        .calls
+        .log()
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| *c == "GetKillSwitch")
+        .nth(1)
+        .map(|(k, _)| k);
+    let w = World::stopped();
+    w.calls.fail_at(second_read);
+    let report = w.fence(&delayed).await.unwrap();
+    assert_eq!(report.results[0].outcome, Outcome::Planned, "{report:#?}");
+    assert!(report.incomplete(), "an unreadable switch is retried");
+    assert!(!w.calls.log().iter().any(|c| c.starts_with("TaintNode")));
 
     // While a requested recovery waits out the settle delay.
     let w = World::stopped();

@@ -177,8 +177,9 @@ pub trait Cluster: Send + Sync {
     /// Reads the kill switch in `namespace`.
     async fn kill_switch(&self, namespace: &str) -> Result<KillSwitch, ClusterError>;
     /// Takes the fencing Lease in `namespace` for `holder`, waiting up to
-    /// [`control::LEASE_WAIT`] for another holder to release it.
-    async fn acquire_lease(&self, namespace: &str, holder: &str) -> Result<(), ClusterError>;
+    /// [`control::LEASE_WAIT`] for another holder to release it. True when
+    /// it had to wait (another holder, or a writer racing it).
+    async fn acquire_lease(&self, namespace: &str, holder: &str) -> Result<bool, ClusterError>;
     /// Releases the Lease if `holder` still holds it.
     async fn release_lease(&self, namespace: &str, holder: &str) -> Result<(), ClusterError>;
 }
@@ -539,7 +540,7 @@ impl Cluster for Kube {
         Ok(KillSwitch::from_value(value))
     }
 
-    async fn acquire_lease(&self, namespace: &str, holder: &str) -> Result<(), ClusterError> {
+    async fn acquire_lease(&self, namespace: &str, holder: &str) -> Result<bool, ClusterError> {
         let api: Api<Lease> = Api::namespaced(self.client.clone(), namespace);
         let failed = |source| ClusterError::Lease {
             namespace: namespace.into(),
@@ -547,6 +548,7 @@ impl Cluster for Kube {
         };
         let deadline = Instant::now() + control::LEASE_WAIT;
         let params = PostParams::default();
+        let mut waited = false;
         loop {
             let now = k8s_openapi::jiff::Timestamp::now();
             let found = retrying("get lease", || api.get_opt(control::OBJECT_NAME))
@@ -593,6 +595,7 @@ impl Cluster for Kube {
                                     holder: facts.holder.unwrap_or_default(),
                                 });
                             }
+                            waited = true;
                             tokio::time::sleep(pause).await;
                             continue;
                         }
@@ -604,7 +607,7 @@ impl Cluster for Kube {
                     if let Ok(mut held) = self.held.lock() {
                         *held = Some(lease);
                     }
-                    return Ok(());
+                    return Ok(waited);
                 }
                 Err(kube::Error::Api(status))
                     if status.is_conflict() || status.is_already_exists() =>
@@ -614,6 +617,7 @@ impl Cluster for Kube {
                             holder: "another invocation".into(),
                         });
                     }
+                    waited = true;
                 }
                 // Transient failures were retried, bounded, by `retrying`.
                 Err(e) => return Err(failed(e)),

@@ -13,7 +13,7 @@ use node_fencer::core::kube_model::{
 };
 use node_fencer::shell::cluster::{Cluster, Kube, TaintOutcome, UntaintOutcome};
 use node_fencer_tests::fixtures::{
-    NodeSpec, OUT_OF_SERVICE, create_node, get_node, taints, unique, unique_ip,
+    NodeSpec, OUT_OF_SERVICE, create_node, get_node, set_ready, taints, unique, unique_ip,
 };
 use node_fencer_tests::stack;
 use serde_json::json;
@@ -287,16 +287,7 @@ async fn recovery_leaves_a_taint_an_operator_put_back() -> anyhow::Result<()> {
         cluster.taint_node(&spec.name, &ours).await?,
         TaintOutcome::Applied
     );
-    let nodes: Api<Node> = Api::all(admin.clone());
-    let ready = json!({"status": {"conditions": [{"type": "Ready", "status": "True",
-        "reason": "Test", "lastHeartbeatTime": at, "lastTransitionTime": at}]}});
-    nodes
-        .patch_status(
-            &spec.name,
-            &PatchParams::default(),
-            &Patch::Strategic(&ready),
-        )
-        .await?;
+    set_ready(&admin, &spec.name, "True").await?;
 
     // Recovery finds its own taint by value and time as stored.
     let mut back = cluster.untaint_node(&spec.name, &at).await?;
@@ -313,16 +304,7 @@ async fn recovery_leaves_a_taint_an_operator_put_back() -> anyhow::Result<()> {
         at: again.clone(),
         ..stamp()
     };
-    nodes
-        .patch_status(
-            &spec.name,
-            &PatchParams::default(),
-            &Patch::Strategic(
-                &json!({"status": {"conditions": [{"type": "Ready", "status": "Unknown",
-                "reason": "Test", "lastHeartbeatTime": again, "lastTransitionTime": again}]}}),
-            ),
-        )
-        .await?;
+    set_ready(&admin, &spec.name, "Unknown").await?;
     assert_eq!(
         cluster.taint_node(&spec.name, &ours).await?,
         TaintOutcome::Applied
@@ -331,20 +313,14 @@ async fn recovery_leaves_a_taint_an_operator_put_back() -> anyhow::Result<()> {
         {"key": "dedicated", "value": "db", "effect": "NoSchedule"},
         {"key": OUT_OF_SERVICE_KEY, "value": "manual", "effect": "NoExecute"}
     ]}});
-    nodes
+    Api::<Node>::all(admin.clone())
         .patch(
             &spec.name,
             &PatchParams::default(),
             &Patch::Merge(&operator),
         )
         .await?;
-    nodes
-        .patch_status(
-            &spec.name,
-            &PatchParams::default(),
-            &Patch::Strategic(&ready),
-        )
-        .await?;
+    set_ready(&admin, &spec.name, "True").await?;
     back = cluster.untaint_node(&spec.name, &again).await?;
     assert_eq!(
         back,

@@ -115,17 +115,6 @@ async fn start_instance(ec2: &aws_sdk_ec2::Client, m: &Machine) -> anyhow::Resul
     Ok(())
 }
 
-/// Sets the Node's `Ready` condition, as a kubelet would, transition time now.
-async fn set_ready(admin: &Client, node: &str, status: &str) -> anyhow::Result<()> {
-    let now = k8s_openapi::jiff::Timestamp::now().to_string();
-    let patch = json!({"status": {"conditions": [{"type": "Ready", "status": status, "reason": "Test",
-        "lastHeartbeatTime": now, "lastTransitionTime": now}]}});
-    Api::<Node>::all(admin.clone())
-        .patch_status(node, &PatchParams::default(), &Patch::Strategic(&patch))
-        .await?;
-    Ok(())
-}
-
 /// The names of the node's VolumeAttachments.
 async fn vas_of(admin: &Client, node: &str) -> anyhow::Result<Vec<String>> {
     let api: Api<VolumeAttachment> = Api::all(admin.clone());
