@@ -8,7 +8,7 @@ use anyhow::{Context, anyhow};
 use aws_sdk_ec2::types::{Filter, InstanceType};
 use k8s_openapi::api::core::v1::{Node, PersistentVolume};
 use k8s_openapi::api::storage::v1::VolumeAttachment;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
@@ -356,18 +356,29 @@ pub async fn fence_within(
     settings: Policy,
     detach_wait: Duration,
 ) -> anyhow::Result<(Report, Measured)> {
+    let policy = Policy {
+        detach_wait,
+        ..settings
+    };
+    run_as(cloud, cluster, batch, &policy, &unique("test")).await
+}
+
+/// One invocation under `correlation_id`; a Lambda retry of it keeps the id.
+pub async fn run_as(
+    cloud: &dyn Cloud,
+    cluster: &dyn Cluster,
+    batch: Batch,
+    policy: &Policy,
+    correlation_id: &str,
+) -> anyhow::Result<(Report, Measured)> {
     let meter = Meter::default();
     let ctx = Ctx {
         cloud,
         cluster,
         meter: &meter,
-        correlation_id: unique("test"),
+        correlation_id: correlation_id.into(),
     };
-    let policy = Policy {
-        detach_wait,
-        ..settings
-    };
-    let report = pipeline::run(&ctx, &policy, batch).await?;
+    let report = pipeline::run(&ctx, policy, batch).await?;
     Ok((report, meter.measured()))
 }
 
@@ -415,6 +426,38 @@ pub struct Target {
     pub volume: String,
     /// Deletes the Node when the target goes out of scope.
     pub cleanup: NodeCleanup,
+}
+
+/// Starts the machine again.
+pub async fn start_instance(ec2: &aws_sdk_ec2::Client, m: &Machine) -> anyhow::Result<()> {
+    ec2.start_instances()
+        .instance_ids(&m.instance)
+        .send()
+        .await?;
+    Ok(())
+}
+
+/// The names of the node's VolumeAttachments.
+pub async fn vas_of(admin: &Client, node: &str) -> anyhow::Result<Vec<String>> {
+    let api: Api<VolumeAttachment> = Api::all(admin.clone());
+    Ok(api
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|va| va.spec.node_name == node)
+        .filter_map(|va| va.metadata.name)
+        .collect())
+}
+
+/// Deletes the node's VolumeAttachments, as the attach/detach controller does.
+pub async fn delete_vas_of(admin: &Client, node: &str) -> anyhow::Result<usize> {
+    let api: Api<VolumeAttachment> = Api::all(admin.clone());
+    let names = vas_of(admin, node).await?;
+    for name in &names {
+        api.delete(name, &DeleteParams::default()).await?;
+    }
+    Ok(names.len())
 }
 
 /// Creates a [`Target`], its instance stopped unless `running`.

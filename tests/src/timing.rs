@@ -12,7 +12,7 @@ use node_fencer::core::control::KillSwitch;
 use node_fencer::core::events::NodeEvent;
 use node_fencer::core::facts::{AttachmentFacts, InstanceFacts, NodeFacts, PvFacts, VolumeFacts};
 use node_fencer::core::instance::{InstanceId, VolumeId};
-use node_fencer::core::kube_model::Stamp;
+use node_fencer::core::kube_model::{Ending, Stamp};
 use node_fencer::core::mode::ServerVersion;
 use node_fencer::shell::cloud::{Cloud, CloudError};
 use node_fencer::shell::cluster::{Cluster, ClusterError, PodRef, TaintOutcome, UntaintOutcome};
@@ -222,9 +222,14 @@ impl Cluster for TimingCluster<'_> {
             )
             .await
     }
-    async fn node_event(&self, node: &str, event: &NodeEvent) -> Result<(), ClusterError> {
+    async fn node_event(
+        &self,
+        node: &str,
+        event: &NodeEvent,
+        name: &str,
+    ) -> Result<(), ClusterError> {
         self.timeline
-            .time("CreateEvent", self.inner.node_event(node, event))
+            .time("CreateEvent", self.inner.node_event(node, event, name))
             .await
     }
     async fn server_version(&self) -> Result<ServerVersion, ClusterError> {
@@ -235,10 +240,10 @@ impl Cluster for TimingCluster<'_> {
     async fn untaint_node(
         &self,
         node: &str,
-        fenced_at: &str,
+        ending: &Ending<'_>,
     ) -> Result<UntaintOutcome, ClusterError> {
         self.timeline
-            .time("UntaintNode", self.inner.untaint_node(node, fenced_at))
+            .time("UntaintNode", self.inner.untaint_node(node, ending))
             .await
     }
     async fn pods_on_node(&self, node: &str) -> Result<Vec<PodRef>, ClusterError> {

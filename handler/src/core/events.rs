@@ -73,11 +73,19 @@ pub struct NodeEvent {
     pub reason: Reason,
     /// What a person reads (`note`).
     pub note: String,
+    /// What the Event is about, when that outlives the invocation: a
+    /// fencing's `fenced-at`. Otherwise the invocation's correlation id
+    /// names the occasion (see [`event_name`]).
+    pub occasion: Option<String>,
 }
 
 impl NodeEvent {
     fn new(reason: Reason, note: String) -> Self {
-        Self { reason, note }
+        Self {
+            reason,
+            note,
+            occasion: None,
+        }
     }
 
     /// The taint is on: EC2 confirmed the instance off.
@@ -137,8 +145,9 @@ impl NodeEvent {
         Self::new(Reason::RecoveryWaiting, hold.to_string())
     }
 
-    /// A fencing ended; `taint_removed` and `legacy` say how.
-    pub fn fencing_ended(taint_removed: bool, legacy: bool) -> Self {
+    /// The fencing recorded as `fenced_at` ended; `taint_removed` and
+    /// `legacy` say how.
+    pub fn fencing_ended(fenced_at: &str, taint_removed: bool, legacy: bool) -> Self {
         let (reason, note) = if taint_removed {
             (
                 Reason::OutOfServiceTaintRemoved,
@@ -155,8 +164,35 @@ impl NodeEvent {
                 "the instance runs and the node is Ready again; the out-of-service taint was already gone",
             )
         };
-        Self::new(reason, note.into())
+        Self {
+            occasion: Some(fenced_at.to_owned()),
+            ..Self::new(reason, note.into())
+        }
     }
+}
+
+/// The Event's object name: `<node>.<16 hex digits>`, the kubelet's shape,
+/// where the digits hash the Node, the reason and the occasion. The same
+/// three always give the same name, so a write repeated after a lost answer,
+/// or by a Lambda retry (which keeps the request id), meets AlreadyExists
+/// instead of recording the Event twice.
+pub fn event_name(node: &str, reason: Reason, occasion: &str) -> String {
+    // FNV-1a: stable across builds and platforms, unlike std's hasher.
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for part in [node, reason.as_str(), occasion] {
+        for byte in part.bytes().chain([0]) {
+            hash ^= u64::from(byte);
+            hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    // 253 characters in all; node names are ASCII, cut on a char boundary anyway.
+    let mut end = node.len().min(253 - 1 - 16);
+    while !node.is_char_boundary(end) {
+        end -= 1;
+    }
+    // A cut may end a label on '.' or '-', which no name may hold before '.'.
+    let node = node[..end].trim_end_matches(['.', '-']);
+    format!("{node}.{hash:016x}")
 }
 
 #[cfg(test)]
@@ -189,18 +225,42 @@ mod tests {
 
     #[test]
     fn a_fencing_that_removed_the_taint_says_so() {
+        const AT: &str = "2026-11-23T10:00:00Z";
         assert_eq!(
-            NodeEvent::fencing_ended(true, false).reason,
+            NodeEvent::fencing_ended(AT, true, false).reason,
             Reason::OutOfServiceTaintRemoved
         );
         assert_eq!(
-            NodeEvent::fencing_ended(false, true).reason,
+            NodeEvent::fencing_ended(AT, false, true).reason,
             Reason::FencingEnded
         );
-        assert!(
-            NodeEvent::fencing_ended(false, true)
-                .note
-                .contains("legacy")
+        let legacy = NodeEvent::fencing_ended(AT, false, true);
+        assert!(legacy.note.contains("legacy"));
+        assert_eq!(legacy.occasion.as_deref(), Some(AT));
+    }
+
+    #[test]
+    fn an_event_name_is_fixed_by_node_reason_and_occasion() {
+        let name = event_name("worker-2", Reason::OutOfServiceTaintApplied, "req-1");
+        assert_eq!(
+            name,
+            event_name("worker-2", Reason::OutOfServiceTaintApplied, "req-1")
         );
+        assert!(name.starts_with("worker-2."), "{name}");
+        assert_eq!(name.len(), "worker-2.".len() + 16);
+        for other in [
+            event_name("worker-3", Reason::OutOfServiceTaintApplied, "req-1"),
+            event_name("worker-2", Reason::VolumesForceDetached, "req-1"),
+            event_name("worker-2", Reason::OutOfServiceTaintApplied, "req-2"),
+        ] {
+            assert_ne!(name, other);
+        }
+        // Cut to 253 characters, never leaving a '.' or '-' before the suffix.
+        for label in ["n".repeat(58), format!("{}n", "n-".repeat(29))] {
+            let long = [label.as_str(); 5].join(".");
+            let cut = event_name(&long, Reason::FencingEnded, "x");
+            assert!(cut.len() <= 253, "{cut}");
+            assert!(crate::core::names::is_dns_subdomain(&cut), "{cut}");
+        }
     }
 }

@@ -112,6 +112,8 @@ pub struct FenceMark {
     /// When (the annotation's text, RFC 3339): names this fencing, so a
     /// recovery never clears a newer one.
     pub at: String,
+    /// The invocation that fenced it (a Lambda retry keeps the id).
+    pub correlation_id: Option<String>,
 }
 
 /// What EC2 says about one instance.

@@ -119,6 +119,7 @@ pub fn fence_mark(node: &Node) -> Option<FenceMark> {
         instance,
         volumes,
         at,
+        correlation_id: annotations.get(ANNOTATION_CORRELATION).cloned(),
     })
 }
 
@@ -240,6 +241,12 @@ pub enum UntaintOutcome {
     NotOurs,
     /// The Node is not Ready any more; nothing was written.
     NodeNotReady,
+    /// The Node is Ready, but (as read at patch time) not for the settle
+    /// delay yet; nothing was written.
+    NotSettled {
+        /// Seconds still to wait.
+        remaining_secs: i64,
+    },
     /// The Node no longer exists.
     NodeGone,
 }
@@ -347,22 +354,48 @@ pub enum UntaintPatch {
     NotOurs,
     /// The Node is not Ready: recovery must wait.
     NodeNotReady,
+    /// The Node has not been Ready for the settle delay: recovery must wait.
+    NotSettled {
+        /// Seconds still to wait.
+        remaining_secs: i64,
+    },
     /// The Node has no resourceVersion to guard the write with.
     NoResourceVersion,
     /// A remaining taint could not be restated; writing would drop it.
     Unrepresentable,
 }
 
-/// Builds the merge patch that ends the fencing recorded as `fenced_at`:
-/// removes the out-of-service taint only when node-fencer's annotation says
-/// node-fencer applied it, and clears node-fencer's annotations. Guarded by
-/// the resourceVersion, like the taint patch; every other taint is restated.
-pub fn untaint_patch(node: &Node, fenced_at: &str) -> UntaintPatch {
+/// The fencing to end and the settle rule it must meet on the Node read at
+/// patch time: a Node that flapped since the list the decision came from
+/// shows a newer Ready transition there.
+#[derive(Clone, Copy, Debug)]
+pub struct Ending<'a> {
+    /// The fencing, by its `fenced-at`.
+    pub fenced_at: &'a str,
+    /// How long the Node must have been Ready, in seconds.
+    pub settle_secs: i64,
+    /// Since when the invocation has seen the Node Ready (Unix seconds):
+    /// the start of the settle delay when the condition does not say.
+    pub seen_ready_at: i64,
+}
+
+/// Builds the merge patch that ends the fencing `ending` names, at `now`
+/// (Unix seconds): removes the out-of-service taint only when node-fencer's
+/// annotation says node-fencer applied it, and clears node-fencer's
+/// annotations. Guarded by the resourceVersion, like the taint patch; every
+/// other taint is restated.
+pub fn untaint_patch(node: &Node, ending: &Ending<'_>, now: i64) -> UntaintPatch {
+    let fenced_at = ending.fenced_at;
     let Some(mark) = fence_mark(node).filter(|m| m.at == fenced_at) else {
         return UntaintPatch::NotOurs;
     };
     if readiness(node) != Readiness::Ready {
         return UntaintPatch::NodeNotReady;
+    }
+    let since = ready_since(node).unwrap_or(ending.seen_ready_at);
+    let remaining_secs = ending.settle_secs - (now - since);
+    if remaining_secs > 0 {
+        return UntaintPatch::NotSettled { remaining_secs };
     }
     let Some(rv) = node.metadata.resource_version.as_deref() else {
         return UntaintPatch::NoResourceVersion;
@@ -422,6 +455,17 @@ mod tests {
         .unwrap()
     }
 
+    const NOW: i64 = 1_795_000_000;
+
+    /// Ending the fencing `at` with no settle delay left to wait.
+    fn settled(fenced_at: &str) -> Ending<'_> {
+        Ending {
+            fenced_at,
+            settle_secs: 30,
+            seen_ready_at: NOW - 30,
+        }
+    }
+
     fn stamp() -> Stamp {
         Stamp {
             instance: InstanceId::parse("i-0123456789abcdef0").unwrap(),
@@ -469,7 +513,7 @@ mod tests {
         let UntaintPatch::Apply {
             patch,
             removes_taint,
-        } = untaint_patch(&n, "2026-11-22T10:00:00Z")
+        } = untaint_patch(&n, &settled("2026-11-22T10:00:00Z"), NOW)
         else {
             panic!("expected a patch");
         };
@@ -506,7 +550,7 @@ mod tests {
             let UntaintPatch::Apply {
                 patch,
                 removes_taint,
-            } = untaint_patch(&put_back, "2026-11-22T10:00:00Z")
+            } = untaint_patch(&put_back, &settled("2026-11-22T10:00:00Z"), NOW)
             else {
                 panic!("expected a patch");
             };
@@ -519,22 +563,51 @@ mod tests {
         }
         // Another fencing since (a newer mark), or no mark at all: not ours.
         assert_eq!(
-            untaint_patch(&n, "2026-11-22T09:00:00Z"),
+            untaint_patch(&n, &settled("2026-11-22T09:00:00Z"), NOW),
             UntaintPatch::NotOurs
         );
         let mut theirs = n.clone();
         theirs.metadata.annotations = None;
         assert_eq!(
-            untaint_patch(&theirs, "2026-11-22T10:00:00Z"),
+            untaint_patch(&theirs, &settled("2026-11-22T10:00:00Z"), NOW),
             UntaintPatch::NotOurs
         );
         // Not Ready yet.
         let mut down = n.clone();
         down.status.as_mut().unwrap().conditions.as_mut().unwrap()[0].status = "Unknown".into();
         assert_eq!(
-            untaint_patch(&down, "2026-11-22T10:00:00Z"),
+            untaint_patch(&down, &settled("2026-11-22T10:00:00Z"), NOW),
             UntaintPatch::NodeNotReady
         );
+    }
+
+    #[test]
+    fn the_settle_delay_is_checked_on_the_node_read_at_patch_time() {
+        let at = "2026-11-22T10:00:00Z";
+        let mut n = fenced_and_back();
+        // No transition time: the delay runs from the invocation's first sighting.
+        let early = Ending {
+            seen_ready_at: NOW - 10,
+            ..settled(at)
+        };
+        assert_eq!(
+            untaint_patch(&n, &early, NOW),
+            UntaintPatch::NotSettled { remaining_secs: 20 }
+        );
+        // Issue 12, item 10: the Node flapped after the list the decision
+        // came from; its fresh transition time wins over the first sighting.
+        let ready = &mut n.status.as_mut().unwrap().conditions.as_mut().unwrap()[0];
+        ready.last_transition_time = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::from_second(NOW - 5).unwrap(),
+        ));
+        assert_eq!(
+            untaint_patch(&n, &settled(at), NOW),
+            UntaintPatch::NotSettled { remaining_secs: 25 }
+        );
+        assert!(matches!(
+            untaint_patch(&n, &settled(at), NOW + 25),
+            UntaintPatch::Apply { .. }
+        ));
     }
 
     #[test]
@@ -569,7 +642,7 @@ mod tests {
         let UntaintPatch::Apply {
             patch,
             removes_taint,
-        } = untaint_patch(&n, &legacy.at)
+        } = untaint_patch(&n, &settled(&legacy.at), NOW)
         else {
             panic!("expected a patch");
         };

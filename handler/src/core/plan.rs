@@ -143,6 +143,8 @@ pub struct NodePlan {
     pub instance: InstanceFacts,
     /// False when the Node carries the taint already: only the volumes are left.
     pub add_taint: bool,
+    /// The invocation whose fencing the Node carries, if any.
+    pub marked_by: Option<String>,
     /// Plan only.
     pub dry_run: bool,
     /// The node's volumes, from its VolumeAttachments.
@@ -215,6 +217,9 @@ pub fn plan(
                     Some(NodePlan {
                         instance: instance.clone(),
                         add_taint: *add_taint,
+                        marked_by: node
+                            .and_then(|n| n.fenced.as_ref())
+                            .and_then(|m| m.correlation_id.clone()),
                         dry_run: *dry_run,
                         node_volumes: Vec::new(),
                         actions: Vec::new(),
@@ -661,6 +666,7 @@ mod tests {
             plan: Some(NodePlan {
                 instance: InstanceFacts::bare(id("i-0123456789abcdef0"), InstanceState::Stopped),
                 add_taint,
+                marked_by: None,
                 dry_run,
                 node_volumes: vec![],
                 actions: vec![],

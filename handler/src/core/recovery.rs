@@ -263,6 +263,7 @@ mod tests {
                 instance: InstanceId::parse(FENCED),
                 volumes: vec![],
                 at: "2026-11-22T10:00:00Z".into(),
+                correlation_id: None,
             }),
         }
     }

@@ -20,7 +20,7 @@ use crate::core::facts::{
 };
 use crate::core::instance::{AttachmentState, InstanceId, InstanceState, VolumeId, VolumeState};
 use crate::core::kube_model::{
-    self, Stamp, TaintOutcome, TaintPatch, UntaintOutcome, UntaintPatch,
+    self, Ending, Stamp, TaintOutcome, TaintPatch, UntaintOutcome, UntaintPatch,
 };
 use crate::core::mode::ServerVersion;
 use crate::shell::cloud::{Cloud, CloudError};
@@ -223,7 +223,8 @@ struct ClusterState {
     attachments: Vec<AttachmentFacts>,
     pvs: Vec<PvFacts>,
     pods: BTreeMap<String, Vec<PodRef>>,
-    events: Vec<(String, NodeEvent)>,
+    /// By object name, in the order written: a name written again is kept once.
+    events: Vec<(String, String, NodeEvent)>,
     kill_switch: KillSwitch,
     lease: Option<String>,
     version: ServerVersion,
@@ -389,8 +390,8 @@ impl FakeCluster {
         self.lock()
             .events
             .iter()
-            .filter(|(n, _)| n == node)
-            .map(|(_, e)| e.reason.as_str())
+            .filter(|(n, _, _)| n == node)
+            .map(|(_, _, e)| e.reason.as_str())
             .collect()
     }
 
@@ -505,14 +506,22 @@ impl Cluster for FakeCluster {
         Ok(self.lock().pvs.clone())
     }
 
-    async fn node_event(&self, node: &str, event: &NodeEvent) -> Result<(), ClusterError> {
+    async fn node_event(
+        &self,
+        node: &str,
+        event: &NodeEvent,
+        name: &str,
+    ) -> Result<(), ClusterError> {
         if self.calls.call(format!("CreateEvent {node}")) {
             return Err(ClusterError::CreateEvent {
                 node: node.into(),
                 source: injected(),
             });
         }
-        self.lock().events.push((node.into(), event.clone()));
+        let mut state = self.lock();
+        if !state.events.iter().any(|(_, n, _)| n == name) {
+            state.events.push((node.into(), name.into(), event.clone()));
+        }
         Ok(())
     }
 
@@ -526,7 +535,7 @@ impl Cluster for FakeCluster {
     async fn untaint_node(
         &self,
         node: &str,
-        fenced_at: &str,
+        ending: &Ending<'_>,
     ) -> Result<UntaintOutcome, ClusterError> {
         if self.calls.call(format!("UntaintNode {node}")) {
             return Err(ClusterError::PatchConflict { node: node.into() });
@@ -535,7 +544,8 @@ impl Cluster for FakeCluster {
         let Some(current) = current else {
             return Ok(UntaintOutcome::NodeGone);
         };
-        match kube_model::untaint_patch(&current, fenced_at) {
+        let now = k8s_openapi::jiff::Timestamp::now().as_second();
+        match kube_model::untaint_patch(&current, ending, now) {
             UntaintPatch::Apply {
                 patch,
                 removes_taint,
@@ -547,6 +557,9 @@ impl Cluster for FakeCluster {
             }
             UntaintPatch::NotOurs => Ok(UntaintOutcome::NotOurs),
             UntaintPatch::NodeNotReady => Ok(UntaintOutcome::NodeNotReady),
+            UntaintPatch::NotSettled { remaining_secs } => {
+                Ok(UntaintOutcome::NotSettled { remaining_secs })
+            }
             UntaintPatch::NoResourceVersion | UntaintPatch::Unrepresentable => {
                 Err(ClusterError::UnsafeWrite { node: node.into() })
             }

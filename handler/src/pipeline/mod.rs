@@ -24,7 +24,7 @@ use tracing::{info, warn};
 
 use crate::core::control::KillSwitch;
 use crate::core::decide::{self, Case, Verdict};
-use crate::core::events::NodeEvent;
+use crate::core::events::{self, NodeEvent};
 use crate::core::facts::{FenceMode, NodeFacts};
 use crate::core::metrics::{Dependency, Meter};
 use crate::core::mode::{self, ModeSetting};
@@ -88,10 +88,13 @@ impl Ctx<'_> {
         }
     }
 
-    /// Records an Event on a Node; a failure to record is logged, never
-    /// fatal to fencing.
+    /// Records an Event on a Node, once per occasion (the fencing it ends,
+    /// else this invocation); a failure to record is logged, never fatal to
+    /// fencing.
     async fn record(&self, node: &str, event: NodeEvent) {
-        if let Err(e) = self.cluster.node_event(node, &event).await {
+        let occasion = event.occasion.as_deref().unwrap_or(&self.correlation_id);
+        let name = events::event_name(node, event.reason, occasion);
+        if let Err(e) = self.cluster.node_event(node, &event, &name).await {
             self.meter.error(Dependency::Kubernetes);
             warn!(error = %e, reason = event.reason.as_str(), "could not record the event");
         }

@@ -11,6 +11,7 @@ use super::{Ctx, Switched, confirm};
 use crate::core::events::NodeEvent;
 use crate::core::facts::{AttachmentFacts, Confirmation, FenceMode, NodeFacts, PvFacts, Readiness};
 use crate::core::instance::{InstanceId, VolumeId};
+use crate::core::kube_model::Ending;
 use crate::core::metrics::Dependency;
 use crate::core::policy::Policy;
 use crate::core::recovery::{self, Hold, RecoveryCase, RecoveryVerdict};
@@ -72,7 +73,9 @@ pub(super) async fn run(
     let mut switched = Switched::default();
 
     let started = tokio::time::Instant::now();
+    let first_seen = k8s_openapi::jiff::Timestamp::now().as_second();
     let settle = policy.recovery_settle;
+    let settle_secs = i64::try_from(settle.as_secs()).unwrap_or(i64::MAX);
     let mut view = View::gather(ctx, settle, nodes, &candidates).await;
     let mut verdicts = view.decide(settle, &candidates, 0);
     // A requested recovery that only waits for the settle delay waits here,
@@ -160,7 +163,12 @@ pub(super) async fn run(
                 info!(node = %name, fenced_at, "recovery planned (dry run)");
             }
             RecoveryVerdict::Recover { fenced_at } => {
-                end(ctx, &name, &fenced_at, node, &mut report).await;
+                let ending = Ending {
+                    fenced_at: &fenced_at,
+                    settle_secs,
+                    seen_ready_at: first_seen,
+                };
+                end(ctx, &name, &ending, node, &mut report).await;
             }
         }
         reports.push(report);
@@ -172,18 +180,18 @@ pub(super) async fn run(
 async fn end(
     ctx: &Ctx<'_>,
     name: &str,
-    fenced_at: &str,
+    ending: &Ending<'_>,
     node: Option<&NodeFacts>,
     report: &mut RecoveryReport,
 ) {
-    match ctx.cluster.untaint_node(name, fenced_at).await {
+    match ctx.cluster.untaint_node(name, ending).await {
         Ok(UntaintOutcome::Ended { taint_removed }) => {
             report.outcome = RecoveryOutcome::Recovered;
             report.taint_removed = taint_removed;
             let legacy = node
                 .and_then(|n| n.fenced.as_ref())
                 .is_some_and(|m| m.mode == FenceMode::Legacy);
-            let event = NodeEvent::fencing_ended(taint_removed, legacy);
+            let event = NodeEvent::fencing_ended(ending.fenced_at, taint_removed, legacy);
             report.reason.clone_from(&event.note);
             info!(node = name, taint_removed, "fencing ended");
             ctx.record(name, event).await;
@@ -192,6 +200,17 @@ async fn end(
             report.outcome = RecoveryOutcome::Waiting;
             report.reason = Hold::NodeNotReady.to_string();
             report.hold = Some(Hold::NodeNotReady);
+        }
+        Ok(UntaintOutcome::NotSettled { remaining_secs }) => {
+            // The Node flapped since the list: its new Ready time counts.
+            let hold = Hold::Settling { remaining_secs };
+            info!(
+                node = name,
+                remaining_secs, "not Ready for the settle delay at patch time"
+            );
+            report.outcome = RecoveryOutcome::Waiting;
+            report.reason = hold.to_string();
+            report.hold = Some(hold);
         }
         Ok(UntaintOutcome::NotOurs) => {
             report.reason = Hold::NotFenced.to_string();

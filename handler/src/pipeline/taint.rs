@@ -33,30 +33,38 @@ pub(super) async fn nodes(ctx: &Ctx<'_>, mode: FenceMode, runs: &mut [NodeRun]) 
 }
 
 async fn one(ctx: &Ctx<'_>, mode: FenceMode, at: &str, run: &mut NodeRun) {
-    let (Some(stamp), Some(node)) = (run.stamp(mode, at, &ctx.correlation_id), run.node.clone())
-    else {
+    let (Some(stamp), Some(node), Some(plan)) = (
+        run.stamp(mode, at, &ctx.correlation_id),
+        run.node.clone(),
+        run.plan.as_ref(),
+    ) else {
         return;
     };
-    if !run.plan.as_ref().is_some_and(|p| p.add_taint) {
-        run.tainted(Ok(None));
-        return;
-    }
-    let started = Instant::now();
-    let result = ctx.cluster.taint_node(&node, &stamp).await;
-    ctx.meter.stage(metrics::Stage::Taint, started.elapsed());
-    match &result {
-        Ok(TaintOutcome::Applied) => match mode {
-            FenceMode::Taint => info!("out-of-service taint applied"),
-            FenceMode::Legacy => info!("fenced the legacy way (marked)"),
-        },
-        Ok(TaintOutcome::AlreadyPresent) => info!("already fenced"),
-        Ok(TaintOutcome::NodeReady | TaintOutcome::NodeGone) => {}
-        Err(e) => {
-            ctx.meter.error(Dependency::Kubernetes);
-            warn!(error = %e, "taint failed; no volume is detached");
+    if plan.add_taint {
+        let started = Instant::now();
+        let result = ctx.cluster.taint_node(&node, &stamp).await;
+        ctx.meter.stage(metrics::Stage::Taint, started.elapsed());
+        match &result {
+            Ok(TaintOutcome::Applied) => match mode {
+                FenceMode::Taint => info!("out-of-service taint applied"),
+                FenceMode::Legacy => info!("fenced the legacy way (marked)"),
+            },
+            Ok(TaintOutcome::AlreadyPresent) => info!("already fenced"),
+            Ok(TaintOutcome::NodeReady | TaintOutcome::NodeGone) => {}
+            Err(e) => {
+                ctx.meter.error(Dependency::Kubernetes);
+                warn!(error = %e, "taint failed; no volume is detached");
+            }
         }
+        run.tainted(result.map(Some).map_err(|e| e.to_string()));
+    } else {
+        // A Lambda retry keeps the request id: a fencing stamped with it was
+        // written by an earlier attempt of this invocation, which may have
+        // stopped before its Event. Recorded now; the Event's name makes a
+        // second copy impossible.
+        let ours = plan.marked_by.as_deref() == Some(ctx.correlation_id.as_str());
+        run.tainted(Ok(ours.then_some(TaintOutcome::Applied)));
     }
-    run.tainted(result.map(Some).map_err(|e| e.to_string()));
     match &run.stage {
         Stage::Tainted if run.taint_applied => {
             let event = match mode {

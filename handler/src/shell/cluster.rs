@@ -21,7 +21,7 @@ use tokio::sync::OnceCell;
 use crate::core::control::{self, KillSwitch, LeaseFacts, LeaseStep};
 use crate::core::events::NodeEvent;
 use crate::core::facts::{AttachmentFacts, NodeFacts, PvFacts};
-use crate::core::kube_model::{self, Stamp, TaintPatch, UntaintPatch};
+use crate::core::kube_model::{self, Ending, Stamp, TaintPatch, UntaintPatch};
 pub use crate::core::kube_model::{TaintOutcome, UntaintOutcome};
 use crate::core::mode::ServerVersion;
 use crate::core::retry::{self, KUBERNETES};
@@ -155,16 +155,23 @@ pub trait Cluster: Send + Sync {
     async fn list_volume_attachments(&self) -> Result<Vec<AttachmentFacts>, ClusterError>;
     /// Lists every PersistentVolume.
     async fn list_persistent_volumes(&self) -> Result<Vec<PvFacts>, ClusterError>;
-    /// Records an Event on a Node.
-    async fn node_event(&self, node: &str, event: &NodeEvent) -> Result<(), ClusterError>;
+    /// Records an Event on a Node under the object name `name`; one that
+    /// exists already counts as recorded.
+    async fn node_event(
+        &self,
+        node: &str,
+        event: &NodeEvent,
+        name: &str,
+    ) -> Result<(), ClusterError>;
     /// The API server's version.
     async fn server_version(&self) -> Result<ServerVersion, ClusterError>;
-    /// Ends the fencing recorded as `fenced_at`: removes node-fencer's taint
-    /// and annotations, guarded by resourceVersion.
+    /// Ends the fencing `ending` names, if the Node as read at patch time
+    /// meets its settle rule: removes node-fencer's taint and annotations,
+    /// guarded by resourceVersion.
     async fn untaint_node(
         &self,
         node: &str,
-        fenced_at: &str,
+        ending: &Ending<'_>,
     ) -> Result<UntaintOutcome, ClusterError>;
     /// The pods bound to a Node (legacy mode).
     async fn pods_on_node(&self, node: &str) -> Result<Vec<PodRef>, ClusterError>;
@@ -227,14 +234,18 @@ enum Write<T> {
 impl Kube {
     /// Reads the Node, lets `plan` decide, and sends the patch guarded by
     /// the resourceVersion read; on a conflict (another writer in between)
-    /// reads and decides again. A Node that is gone answers `gone`.
+    /// reads and decides again. `plan` also gets what the patch sent last
+    /// would have answered: a conflict may follow our own write whose answer
+    /// was lost (its repeat carries a stale resourceVersion). A Node that is
+    /// gone answers `gone`.
     async fn guarded_patch<T: Copy>(
         &self,
         node: &str,
         gone: T,
-        plan: impl Fn(&Node) -> Write<T>,
+        plan: impl Fn(&Node, Option<T>) -> Write<T>,
     ) -> Result<T, ClusterError> {
         let nodes: Api<Node> = Api::all(self.client.clone());
+        let mut sent = None;
         for attempt in 0..CONFLICT_RETRIES {
             let current = match retrying("get node", || nodes.get(node)).await {
                 Ok(n) => n,
@@ -246,7 +257,7 @@ impl Kube {
                     });
                 }
             };
-            let (patch, done) = match plan(&current) {
+            let (patch, done) = match plan(&current, sent) {
                 Write::Patch(patch, done) => (patch, done),
                 Write::Answer(answer) => return Ok(answer),
                 Write::Refuse => return Err(ClusterError::UnsafeWrite { node: node.into() }),
@@ -256,6 +267,7 @@ impl Kube {
             match retrying("patch node", || nodes.patch(node, &params, &merge)).await {
                 Ok(_) => return Ok(done),
                 Err(e) if is_conflict(&e) => {
+                    sent = Some(done);
                     tracing::info!(node, attempt, "node changed under us; re-reading");
                     // Short, growing pause: conflicts come from a live writer
                     // (kubelet, node controller) that settles within milliseconds.
@@ -344,7 +356,8 @@ impl Cluster for Kube {
         self.guarded_patch(
             node,
             TaintOutcome::NodeGone,
-            |current| match kube_model::taint_patch(current, stamp) {
+            // A taint whose answer was lost shows as this run's own.
+            |current, _| match kube_model::taint_patch(current, stamp) {
                 TaintPatch::Apply(patch) => Write::Patch(patch, TaintOutcome::Applied),
                 TaintPatch::AlreadyPresent => Write::Answer(TaintOutcome::AlreadyPresent),
                 TaintPatch::AppliedByThisRun => Write::Answer(TaintOutcome::Applied),
@@ -377,11 +390,16 @@ impl Cluster for Kube {
         Ok(list.items.iter().filter_map(kube_model::pv_facts).collect())
     }
 
-    async fn node_event(&self, node: &str, event: &NodeEvent) -> Result<(), ClusterError> {
+    async fn node_event(
+        &self,
+        node: &str,
+        event: &NodeEvent,
+        name: &str,
+    ) -> Result<(), ClusterError> {
         let api: Api<Event> = Api::namespaced(self.client.clone(), EVENT_NAMESPACE);
         let ev = Event {
             metadata: ObjectMeta {
-                name: Some(event_name(node)),
+                name: Some(name.into()),
                 namespace: Some(EVENT_NAMESPACE.into()),
                 ..ObjectMeta::default()
             },
@@ -407,8 +425,8 @@ impl Cluster for Kube {
             reporting_instance: Some(truncate(&self.instance, 128)),
             ..Event::default()
         };
-        // The name is fixed before the first attempt, so a retry after a lost
-        // answer meets AlreadyExists instead of recording the Event twice.
+        // The name is fixed by the occasion, so a repeat after a lost answer
+        // (or a retried invocation) meets AlreadyExists: recorded once.
         let params = PostParams::default();
         match retrying("create event", || api.create(&params, &ev)).await {
             Ok(_) => Ok(()),
@@ -438,10 +456,11 @@ impl Cluster for Kube {
     async fn untaint_node(
         &self,
         node: &str,
-        fenced_at: &str,
+        ending: &Ending<'_>,
     ) -> Result<UntaintOutcome, ClusterError> {
-        self.guarded_patch(node, UntaintOutcome::NodeGone, |current| {
-            match kube_model::untaint_patch(current, fenced_at) {
+        self.guarded_patch(node, UntaintOutcome::NodeGone, |current, sent| {
+            let now = k8s_openapi::jiff::Timestamp::now().as_second();
+            match kube_model::untaint_patch(current, ending, now) {
                 UntaintPatch::Apply {
                     patch,
                     removes_taint,
@@ -451,9 +470,13 @@ impl Cluster for Kube {
                         taint_removed: removes_taint,
                     },
                 ),
-                // Also what a lost answer of an earlier attempt looks like.
-                UntaintPatch::NotOurs => Write::Answer(UntaintOutcome::NotOurs),
+                // Also what our own patch looks like once its answer was
+                // lost: then it is what that patch did.
+                UntaintPatch::NotOurs => Write::Answer(sent.unwrap_or(UntaintOutcome::NotOurs)),
                 UntaintPatch::NodeNotReady => Write::Answer(UntaintOutcome::NodeNotReady),
+                UntaintPatch::NotSettled { remaining_secs } => {
+                    Write::Answer(UntaintOutcome::NotSettled { remaining_secs })
+                }
                 UntaintPatch::NoResourceVersion | UntaintPatch::Unrepresentable => Write::Refuse,
             }
         })
@@ -682,13 +705,6 @@ fn held_by(holder: &str, now: k8s_openapi::jiff::Timestamp) -> LeaseSpec {
         renew_time: Some(MicroTime(now)),
         ..LeaseSpec::default()
     }
-}
-
-/// `<node>.<unique suffix>`, the kubelet's naming; the node part is cut so
-/// the whole stays a valid object name.
-fn event_name(node: &str) -> String {
-    let suffix = uuid::Uuid::new_v4().simple().to_string();
-    format!("{}.{}", truncate(node, 253 - 1 - 16), &suffix[..16])
 }
 
 fn truncate(s: &str, max: usize) -> String {

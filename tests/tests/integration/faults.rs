@@ -13,7 +13,7 @@ use http::Method;
 use node_fencer::core::decide::Skip;
 use node_fencer::core::facts::OUT_OF_SERVICE_KEY;
 use node_fencer::core::policy::Policy;
-use node_fencer::core::report::{Outcome, Report, VolumeOutcome};
+use node_fencer::core::report::{Outcome, RecoveryOutcome, Report, VolumeOutcome};
 use node_fencer::core::retry::KUBERNETES;
 use node_fencer::core::suspect::Intent;
 use node_fencer::shell::cloud::aws::Ec2;
@@ -202,6 +202,61 @@ async fn a_taint_whose_answer_was_lost_is_not_applied_twice() -> anyhow::Result<
     Ok(())
 }
 
+/// Issue 12, item 12: a Lambda retry keeps the request id. The first
+/// attempt taints but cannot record its Event; the retries under the same id
+/// record it, once.
+#[tokio::test]
+async fn a_retried_invocation_records_its_taint_event_once() -> anyhow::Result<()> {
+    let (_g, f, sc) = setup(false).await?;
+    let request = unique("request");
+    let batch = || one(by_instance(&sc.m.instance), Intent::Fence);
+    f.kube.inject(
+        Match::any().path("/events"),
+        Fault::kube_status(403, "Forbidden"),
+        usize::MAX,
+    );
+    let (first, _) = run_as(&f.cloud, &f.cluster, batch(), &settings(), &request).await?;
+    assert!(first.results[0].taint_applied, "{first:#?}");
+    assert_eq!(events(&f, &sc, "OutOfServiceTaintApplied").await?, 0);
+    f.kube.heal();
+    for _ in 0..2 {
+        let (again, _) = run_as(&f.cloud, &f.cluster, batch(), &settings(), &request).await?;
+        assert!(!again.incomplete(), "{again:#?}");
+        assert_eq!(events(&f, &sc, "OutOfServiceTaintApplied").await?, 1);
+    }
+    assert_eq!(oos_taints(&f, &sc).await?, 1);
+    Ok(())
+}
+
+/// Issue 12, item 12: the patch that ends a fencing lands and its answer is
+/// lost. The repeat meets 409 and finds the mark gone: that is this
+/// recovery's own write, reported and recorded as the end of the fencing.
+#[tokio::test]
+async fn a_recovery_whose_answer_was_lost_is_recorded() -> anyhow::Result<()> {
+    let (_g, f, sc) = setup(false).await?;
+    assert_fenced_once(&f, &fence(&f, &sc).await?, &sc).await?;
+    let admin = f.stack.admin().await?;
+    start_instance(&f.stack.ec2().await, &sc.m).await?;
+    set_ready(&admin, &sc.node, "True").await?;
+    delete_vas_of(&admin, &sc.node).await?;
+    f.kube.inject(
+        Match::any()
+            .path(&format!("/api/v1/nodes/{}", sc.node))
+            .method(Method::PATCH),
+        Fault::ForwardThenDrop,
+        1,
+    );
+    let batch = one(by_instance(&sc.m.instance), Intent::Recover);
+    let (report, _) = run_as(&f.cloud, &f.cluster, batch, &settings(), &unique("t")).await?;
+    let r = &report.recoveries[0];
+    assert_eq!(r.outcome, RecoveryOutcome::Recovered, "{report:#?}");
+    assert!(r.taint_removed, "{report:#?}");
+    assert_eq!(f.kube.faults_served(), 1, "the answer was lost once");
+    assert_eq!(oos_taints(&f, &sc).await?, 0);
+    assert_eq!(events(&f, &sc, "OutOfServiceTaintRemoved").await?, 1);
+    Ok(())
+}
+
 #[tokio::test]
 async fn an_apiserver_outage_mid_run_is_ridden_out() -> anyhow::Result<()> {
     let (_g, f, sc) = setup(false).await?;
@@ -223,7 +278,7 @@ async fn a_kubernetes_failure_that_outlasts_the_retries_fails_before_any_detach(
     let (_g, f, sc) = setup(false).await?;
     f.kube.inject(
         nodes().method(Method::PATCH),
-        Fault::kube_status(503, "ServiceUnavailable"),
+        Fault::kube_status(403, "Forbidden"),
         usize::MAX,
     );
     let report = fence(&f, &sc).await?;

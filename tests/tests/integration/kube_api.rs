@@ -9,7 +9,7 @@ use node_fencer::core::facts::FenceMode;
 use node_fencer::core::facts::OUT_OF_SERVICE_KEY;
 use node_fencer::core::instance::{InstanceId, InstanceState};
 use node_fencer::core::kube_model::{
-    self, ANNOTATION_INSTANCE, ANNOTATION_TAINT, Stamp, TaintPatch,
+    self, ANNOTATION_INSTANCE, ANNOTATION_TAINT, Ending, Stamp, TaintPatch,
 };
 use node_fencer::shell::cluster::{Cluster, Kube, TaintOutcome, UntaintOutcome};
 use node_fencer_tests::fixtures::{
@@ -26,6 +26,15 @@ fn spec(ready: &'static str) -> NodeSpec {
         ip: unique_ip(),
         hostname: None,
         taints: vec![json!({"key": "dedicated", "value": "db", "effect": "NoSchedule"})],
+    }
+}
+
+/// Ending the fencing `at`, no settle delay.
+fn ending(fenced_at: &str) -> Ending<'_> {
+    Ending {
+        fenced_at,
+        settle_secs: 0,
+        seen_ready_at: 0,
     }
 }
 
@@ -177,7 +186,9 @@ async fn the_role_allows_what_the_code_does_and_no_more() -> anyhow::Result<()> 
     cluster.list_volume_attachments().await?;
     cluster.list_persistent_volumes().await?;
     let event = node_fencer::core::events::NodeEvent::pods_deleted(0);
-    cluster.node_event(&spec.name, &event).await?;
+    cluster
+        .node_event(&spec.name, &event, &unique("event"))
+        .await?;
     let denied = Api::<Node>::all(fencer)
         .delete(&spec.name, &DeleteParams::default())
         .await
@@ -265,12 +276,17 @@ async fn a_retried_legacy_delete_never_hits_the_replacement() -> anyhow::Result<
     Ok(())
 }
 
-/// Issue 12, item 9: while node-fencer's mark is on the Node, an operator
-/// replaces the out-of-service taint with one of their own; recovery clears
-/// the mark and leaves their taint, matched by value and `timeAdded` as the
-/// API server stores them.
-#[tokio::test]
-async fn recovery_leaves_a_taint_an_operator_put_back() -> anyhow::Result<()> {
+/// A Node node-fencer fenced just now, Ready again since just now.
+struct Fenced {
+    admin: kube::Client,
+    cluster: Kube,
+    spec: NodeSpec,
+    /// The fencing's `fenced-at`.
+    at: String,
+    _cleanup: node_fencer_tests::NodeCleanup,
+}
+
+async fn fenced_and_ready() -> anyhow::Result<Fenced> {
     let s = stack();
     let admin = s.admin().await?;
     let cluster = Kube::new(s.fencer().await?, "tests");
@@ -288,9 +304,31 @@ async fn recovery_leaves_a_taint_an_operator_put_back() -> anyhow::Result<()> {
         TaintOutcome::Applied
     );
     set_ready(&admin, &spec.name, "True").await?;
+    Ok(Fenced {
+        admin,
+        cluster,
+        spec,
+        at,
+        _cleanup,
+    })
+}
+
+/// Issue 12, item 9: while node-fencer's mark is on the Node, an operator
+/// replaces the out-of-service taint with one of their own; recovery clears
+/// the mark and leaves their taint, matched by value and `timeAdded` as the
+/// API server stores them.
+#[tokio::test]
+async fn recovery_leaves_a_taint_an_operator_put_back() -> anyhow::Result<()> {
+    let Fenced {
+        admin,
+        cluster,
+        spec,
+        at,
+        _cleanup,
+    } = fenced_and_ready().await?;
 
     // Recovery finds its own taint by value and time as stored.
-    let mut back = cluster.untaint_node(&spec.name, &at).await?;
+    let mut back = cluster.untaint_node(&spec.name, &ending(&at)).await?;
     assert_eq!(
         back,
         UntaintOutcome::Ended {
@@ -321,7 +359,7 @@ async fn recovery_leaves_a_taint_an_operator_put_back() -> anyhow::Result<()> {
         )
         .await?;
     set_ready(&admin, &spec.name, "True").await?;
-    back = cluster.untaint_node(&spec.name, &again).await?;
+    back = cluster.untaint_node(&spec.name, &ending(&again)).await?;
     assert_eq!(
         back,
         UntaintOutcome::Ended {
@@ -341,5 +379,37 @@ async fn recovery_leaves_a_taint_an_operator_put_back() -> anyhow::Result<()> {
             .all(|k| !k.starts_with(kube_model::ANNOTATION_PREFIX)),
         "node-fencer's mark is cleared"
     );
+    Ok(())
+}
+
+/// Issue 12, item 10: the decision to end a fencing came from a node list
+/// that saw the Node Ready long ago; it flapped since. The settle delay is
+/// checked on the Node as read at patch time, so nothing is written.
+#[tokio::test]
+async fn the_settle_delay_is_checked_on_the_node_read_at_patch_time() -> anyhow::Result<()> {
+    // Ready again just now (a fresh lastTransitionTime).
+    let Fenced {
+        admin,
+        cluster,
+        spec,
+        at,
+        _cleanup,
+    } = fenced_and_ready().await?;
+    let long_ago = Ending {
+        fenced_at: &at,
+        settle_secs: 600,
+        seen_ready_at: k8s_openapi::jiff::Timestamp::now().as_second() - 3600,
+    };
+    let held = cluster.untaint_node(&spec.name, &long_ago).await?;
+    assert!(
+        matches!(held, UntaintOutcome::NotSettled { remaining_secs } if remaining_secs > 590),
+        "{held:?}"
+    );
+    let node = get_node(&admin, &spec.name).await?;
+    assert!(
+        taints(&node).contains(&OUT_OF_SERVICE.into()),
+        "still fenced"
+    );
+    assert!(kube_model::fence_mark(&node).is_some(), "mark kept");
     Ok(())
 }

@@ -9,9 +9,8 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, ServiceAccount};
 use k8s_openapi::api::rbac::v1::ClusterRole;
-use k8s_openapi::api::storage::v1::VolumeAttachment;
+use kube::Api;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::{Api, Client};
 use node_fencer::core::facts::{OUT_OF_SERVICE_EFFECT, OUT_OF_SERVICE_KEY};
 use node_fencer_tests::cluster::{restore_rbac, wait_for_rbac};
 use node_fencer_tests::fixtures::*;
@@ -105,37 +104,6 @@ fn annotations(node: &Node) -> Vec<String> {
         .filter(|(k, _)| k.starts_with("node-fencer.io/"))
         .map(|(k, v)| format!("{k}={v}"))
         .collect()
-}
-
-async fn start_instance(ec2: &aws_sdk_ec2::Client, m: &Machine) -> anyhow::Result<()> {
-    ec2.start_instances()
-        .instance_ids(&m.instance)
-        .send()
-        .await?;
-    Ok(())
-}
-
-/// The names of the node's VolumeAttachments.
-async fn vas_of(admin: &Client, node: &str) -> anyhow::Result<Vec<String>> {
-    let api: Api<VolumeAttachment> = Api::all(admin.clone());
-    Ok(api
-        .list(&ListParams::default())
-        .await?
-        .items
-        .into_iter()
-        .filter(|va| va.spec.node_name == node)
-        .filter_map(|va| va.metadata.name)
-        .collect())
-}
-
-/// Deletes the node's VolumeAttachments, as the attach/detach controller does.
-async fn delete_vas_of(admin: &Client, node: &str) -> anyhow::Result<usize> {
-    let api: Api<VolumeAttachment> = Api::all(admin.clone());
-    let names = vas_of(admin, node).await?;
-    for name in &names {
-        api.delete(name, &DeleteParams::default()).await?;
-    }
-    Ok(names.len())
 }
 
 fn recovery<'a>(report: &'a Value, node: &str) -> &'a Value {
