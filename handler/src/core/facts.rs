@@ -107,6 +107,8 @@ pub struct FenceMark {
     pub mode: FenceMode,
     /// The instance EC2 confirmed off, when the annotation is readable.
     pub instance: Option<InstanceId>,
+    /// The state EC2 reported for it then.
+    pub state: Option<InstanceState>,
     /// The EBS volumes it planned to force-detach.
     pub volumes: Vec<VolumeId>,
     /// When (the annotation's text, RFC 3339): names this fencing, so a

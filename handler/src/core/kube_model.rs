@@ -106,10 +106,14 @@ pub fn fence_mark(node: &Node) -> Option<FenceMark> {
         Some("legacy") => FenceMode::Legacy,
         _ => FenceMode::Taint,
     };
-    let instance = annotations
-        .get(ANNOTATION_INSTANCE)
-        .and_then(|v| v.split('=').next())
-        .and_then(InstanceId::parse);
+    // `i-…=state`, as the taint patch writes it.
+    let recorded = annotations.get(ANNOTATION_INSTANCE).map(String::as_str);
+    let (id, state) = match recorded.map(|v| v.split_once('=')) {
+        Some(Some((id, state))) => (Some(id), Some(InstanceState::from_name(state))),
+        Some(None) => (recorded, None),
+        None => (None, None),
+    };
+    let instance = id.and_then(InstanceId::parse);
     let volumes = annotations
         .get(ANNOTATION_VOLUMES)
         .map(|v| v.split(',').filter_map(VolumeId::parse).collect())
@@ -117,6 +121,7 @@ pub fn fence_mark(node: &Node) -> Option<FenceMark> {
     Some(FenceMark {
         mode,
         instance,
+        state,
         volumes,
         at,
         correlation_id: annotations.get(ANNOTATION_CORRELATION).cloned(),

@@ -2,6 +2,7 @@
 //! over plain facts. Nothing here does I/O; the shell gathers the facts and
 //! the pipeline carries the results out.
 
+pub mod cap;
 pub mod config;
 pub mod control;
 pub mod decide;

@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use crate::core::cap;
 use crate::core::decide::{self, Recount, Skip, Verdict};
 use crate::core::facts::{Confirmation, FenceMode, InstanceFacts, NodeFacts, VolumeFacts};
 use crate::core::instance::{InstanceId, InstanceState, VolumeId};
@@ -589,7 +590,12 @@ fn plan_text(mode: FenceMode, plan: &NodePlan) -> String {
 /// are under the Lease (`fresh`), with `limit` in force. A run whose node is
 /// out of service by now loses its new taint; one over the cap is skipped.
 /// Returns the indices of the runs refused here.
-pub fn recount(runs: &mut [NodeRun], fresh: &[NodeFacts], limit: usize) -> Vec<usize> {
+pub fn recount(
+    runs: &mut [NodeRun],
+    fresh: &[NodeFacts],
+    known: &HashMap<InstanceId, Confirmation>,
+    limit: usize,
+) -> Vec<usize> {
     let new: Vec<usize> = runs
         .iter()
         .enumerate()
@@ -604,7 +610,7 @@ pub fn recount(runs: &mut [NodeRun], fresh: &[NodeFacts], limit: usize) -> Vec<u
                 .any(|f| Some(&f.name) == runs[k].node.as_ref() && f.is_out_of_service())
         })
         .collect();
-    let now_out = fresh.iter().filter(|n| n.is_out_of_service()).count();
+    let now_out = cap::taken(fresh, known);
     let mut refused = Vec::new();
     for (&k, verdict) in new.iter().zip(decide::recount(&already, now_out, limit)) {
         match verdict {
@@ -933,7 +939,7 @@ mod tests {
             node("c", false),
             node("x", true),
         ];
-        let refused = recount(&mut runs, &fresh, 3);
+        let refused = recount(&mut runs, &fresh, &HashMap::new(), 3);
         assert_eq!(refused, [2]);
         assert_eq!(runs[0].stage, Stage::Decided);
         assert!(runs[0].plan.as_ref().unwrap().add_taint);

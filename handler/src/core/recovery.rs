@@ -261,6 +261,7 @@ mod tests {
             fenced: Some(FenceMark {
                 mode: FenceMode::Taint,
                 instance: InstanceId::parse(FENCED),
+                state: Some(InstanceState::Stopped),
                 volumes: vec![],
                 at: "2026-11-22T10:00:00Z".into(),
                 correlation_id: None,

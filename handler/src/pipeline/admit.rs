@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use tracing::{info, warn};
 
 use super::{Ctx, PipelineError, Switched, confirm, refused, taint};
-use crate::core::facts::FenceMode;
+use crate::core::facts::{Confirmation, FenceMode};
 use crate::core::instance::InstanceId;
 use crate::core::metrics::Dependency;
 use crate::core::plan::{self, NodePlan, NodeRun, Stage};
@@ -22,6 +22,7 @@ pub(super) async fn admit(
     ctx: &Ctx<'_>,
     policy: &Policy,
     mode: FenceMode,
+    known: &HashMap<InstanceId, Confirmation>,
     runs: &mut [NodeRun],
 ) -> Result<Switched, PipelineError> {
     let live = runs.iter().any(|r| r.fencing().is_some_and(|p| !p.dry_run));
@@ -54,7 +55,8 @@ pub(super) async fn admit(
         warn!("the kill switch turned on while waiting: the rest is a plan");
         runs.iter_mut().for_each(NodeRun::plan_only);
     }
-    let held = under_lease(ctx, policy, mode, new_taints && !switched.on, runs).await;
+    let recount = (new_taints && !switched.on).then_some(known);
+    let held = under_lease(ctx, policy, mode, recount, runs).await;
     if new_taints
         && let Err(e) = ctx
             .cluster
@@ -68,19 +70,20 @@ pub(super) async fn admit(
     held.map(|()| switched)
 }
 
-/// Recounts (when new taints are planned), confirms again and taints.
+/// Recounts (when new taints are planned: `recount` holds what the
+/// invocation knows of the machines), confirms again and taints.
 async fn under_lease(
     ctx: &Ctx<'_>,
     policy: &Policy,
     mode: FenceMode,
-    recount: bool,
+    recount: Option<&HashMap<InstanceId, Confirmation>>,
     runs: &mut [NodeRun],
 ) -> Result<(), PipelineError> {
-    if recount {
+    if let Some(known) = recount {
         let fresh = ctx.cluster.list_nodes().await.inspect_err(|_| {
             ctx.meter.error(Dependency::Kubernetes);
         })?;
-        let refused_now = plan::recount(runs, &fresh, policy.cap(fresh.len()));
+        let refused_now = plan::recount(runs, &fresh, known, policy.cap(fresh.len()));
         for k in refused_now {
             if let (Some(node), Stage::Skipped(reason)) = (&runs[k].node, &runs[k].stage) {
                 refused(ctx, node, reason).await;

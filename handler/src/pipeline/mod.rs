@@ -22,10 +22,14 @@ mod verify;
 
 use tracing::{info, warn};
 
+use std::collections::HashMap;
+
+use crate::core::cap;
 use crate::core::control::KillSwitch;
 use crate::core::decide::{self, Case, Verdict};
 use crate::core::events::{self, NodeEvent};
-use crate::core::facts::{FenceMode, NodeFacts};
+use crate::core::facts::{Confirmation, FenceMode, NodeFacts};
+use crate::core::instance::InstanceId;
 use crate::core::metrics::{Dependency, Meter};
 use crate::core::mode::{self, ModeSetting};
 use crate::core::plan::{self, NodeRun};
@@ -181,7 +185,7 @@ async fn fence(
         .collect();
     // Out of band, one batched call for every instance of the invocation.
     let ids = plan::instances_to_confirm(&resolutions, nodes);
-    let confirmations = confirm::instances(ctx, &ids).await;
+    let mut confirmations = confirm::instances(ctx, &ids).await;
     let targets = plan::targets(
         suspects,
         resolutions,
@@ -189,17 +193,25 @@ async fn fence(
         &confirmations,
         policy.scope.as_ref(),
     );
-    let cases: Vec<Case<'_>> = targets
-        .iter()
-        .map(|t| Case {
-            intent: t.intent,
-            node: t.node.map(|i| &nodes[i]),
-            confirmation: t.instance.as_ref().and_then(|id| confirmations.get(id)),
-        })
-        .collect();
-    let out_of_service = nodes.iter().filter(|n| n.is_out_of_service()).count();
     let settings = policy.decision(dry_run, nodes.len());
-    let verdicts = decide::decide_batch(&cases, &settings, out_of_service);
+    let mut verdicts = decide_all(&targets, nodes, &confirmations, &settings);
+    // Before refusing, ask whether the Nodes filling the cap are dead for
+    // good (terminated or gone): those take no room.
+    let by_cap = |v: &Verdict| {
+        matches!(
+            v,
+            Verdict::Skip {
+                reason: decide::Skip::CapReached { .. }
+            }
+        )
+    };
+    if verdicts.iter().any(by_cap) {
+        let ids = cap::worth_asking(nodes, &confirmations);
+        if !ids.is_empty() {
+            confirmations.extend(confirm::instances(ctx, &ids).await);
+            verdicts = decide_all(&targets, nodes, &confirmations, &settings);
+        }
+    }
     let mut runs = plan::plan(&targets, &verdicts, nodes, &confirmations);
 
     for ((run, verdict), target) in runs.iter().zip(&verdicts).zip(&targets) {
@@ -224,10 +236,28 @@ async fn fence(
     }
     let mode = fence_mode(ctx, policy).await?;
     discover::volumes(ctx, &mut runs).await;
-    let switched = admit::admit(ctx, policy, mode, &mut runs).await?;
+    let switched = admit::admit(ctx, policy, mode, &confirmations, &mut runs).await?;
     detach::act(ctx, policy, mode, &mut runs).await;
     verify::volumes(ctx, policy, &mut runs).await;
     Ok((finish(runs, Some(mode), policy), Some(mode), switched))
+}
+
+/// The verdict for every target, against the room the cap has left.
+fn decide_all(
+    targets: &[plan::Target],
+    nodes: &[NodeFacts],
+    confirmations: &HashMap<InstanceId, Confirmation>,
+    settings: &decide::Settings,
+) -> Vec<Verdict> {
+    let cases: Vec<Case<'_>> = targets
+        .iter()
+        .map(|t| Case {
+            intent: t.intent,
+            node: t.node.map(|i| &nodes[i]),
+            confirmation: t.instance.as_ref().and_then(|id| confirmations.get(id)),
+        })
+        .collect();
+    decide::decide_batch(&cases, settings, cap::taken(nodes, confirmations))
 }
 
 /// The reports, one per run, in the order of the suspects.

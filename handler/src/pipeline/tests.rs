@@ -408,6 +408,33 @@ async fn the_cap_refuses_the_second_node_and_records_why() {
     assert!(report.incomplete(), "a refused node is retried");
 }
 
+/// Issue 12, item 14: a fenced Node whose instance was terminated since can
+/// never come back, so it takes no room under the cap; one whose instance is
+/// only stopped does.
+#[tokio::test]
+async fn a_fenced_node_whose_instance_is_terminated_takes_no_room_under_the_cap() {
+    let w = World::stopped();
+    w.fence(&policy()).await.unwrap();
+    assert_eq!(w.out_of_service_taints(NODE), 1);
+    let w = w.with_node("other", 2, InstanceState::Stopped, "False");
+    let p = Policy {
+        max_out_of_service: 1,
+        ..policy()
+    };
+    let second = || batch(Intent::Fence, &[instance(2)]);
+    let report = w.run(&p, second()).await.unwrap();
+    assert!(
+        matches!(report.results[0].skip, Some(Skip::CapReached { .. })),
+        "{report:#?}"
+    );
+    // The machine of the first Node is terminated now (an Auto Scaling
+    // group replaced it); its Node object stays, tainted.
+    w.cloud.instance(&instance(1), InstanceState::Terminated);
+    let report = w.run(&p, second()).await.unwrap();
+    assert_eq!(report.results[0].outcome, Outcome::Fenced, "{report:#?}");
+    assert_eq!(w.out_of_service_taints("other"), 1);
+}
+
 #[tokio::test]
 async fn legacy_mode_deletes_pods_and_attachments_then_detaches() {
     let w = World::stopped();

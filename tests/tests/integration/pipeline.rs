@@ -460,6 +460,40 @@ async fn the_cap_refuses_loudly_beyond_the_limit() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Issue 12, item 14: without a cloud controller the Node of a terminated
+/// instance stays, tainted, for ever. It takes no room under the cap: the
+/// machine can never come back. A Node whose machine is stopped does.
+#[tokio::test]
+async fn a_node_whose_instance_is_terminated_does_not_fill_the_cap() -> anyhow::Result<()> {
+    let _g = serial().await;
+    let s = stack();
+    let admin = s.admin().await?;
+    let a = scene("Unknown", true).await?;
+    let b = scene("Unknown", true).await?;
+    let settings = Policy {
+        max_out_of_service: node_fencer_tests::scene::out_of_service_count(&admin).await? + 1,
+        ..settings()
+    };
+    let fence_one = |sc: &Scene| one(by_instance(&sc.m.instance), Intent::Fence);
+    let first = fence(s, fence_one(&a), settings.clone()).await?;
+    assert_eq!(only(&first).outcome, Outcome::Fenced, "{first:#?}");
+    let refused = fence(s, fence_one(&b), settings.clone()).await?;
+    assert!(
+        matches!(only(&refused).skip, Some(Skip::CapReached { .. })),
+        "{refused:#?}"
+    );
+    s.ec2()
+        .await
+        .terminate_instances()
+        .instance_ids(&a.m.instance)
+        .send()
+        .await?;
+    let report = fence(s, fence_one(&b), settings).await?;
+    assert_eq!(only(&report).outcome, Outcome::Fenced, "{report:#?}");
+    assert!(attached_to(&b.csi_volume).await?.is_empty());
+    Ok(())
+}
+
 #[tokio::test]
 async fn one_invocation_lists_nodes_once_per_phase_and_batches_ec2_lookups() -> anyhow::Result<()> {
     let _g = serial().await;

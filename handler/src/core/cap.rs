@@ -1,0 +1,145 @@
+//! What counts against the cap on out-of-service Nodes. A Node whose machine
+//! is terminated (or gone from EC2) can never come back: its pods moved, and
+//! it waits only for its Node object to be deleted, which no cloud
+//! controller does on clusters without one. Counting it would let dead Nodes
+//! fill the cap for ever and refuse every later fencing.
+
+use std::collections::HashMap;
+
+use crate::core::facts::{Confirmation, NodeFacts};
+use crate::core::instance::{InstanceId, InstanceState};
+
+/// The machine an out-of-service Node stands for: the one node-fencer
+/// fenced, else the Node's own.
+fn machine(node: &NodeFacts) -> Option<&InstanceId> {
+    node.fenced
+        .as_ref()
+        .and_then(|m| m.instance.as_ref())
+        .or(node.instance.as_ref())
+}
+
+/// True when the Node's machine is known to be dead for good: node-fencer
+/// recorded it `terminated` when it fenced it, or EC2 said so (or no longer
+/// knows it) in this invocation.
+fn dead(node: &NodeFacts, known: &HashMap<InstanceId, Confirmation>) -> bool {
+    let recorded = node
+        .fenced
+        .as_ref()
+        .is_some_and(|m| m.state == Some(InstanceState::Terminated));
+    recorded
+        || machine(node).and_then(|id| known.get(id)).is_some_and(|c| {
+            matches!(c, Confirmation::NotFound)
+                || matches!(c, Confirmation::Seen(f) if f.state == InstanceState::Terminated)
+        })
+}
+
+/// True when the Node takes room under the cap: out of service, and not
+/// known dead. A lookup that failed proves nothing: the Node counts.
+pub fn counts(node: &NodeFacts, known: &HashMap<InstanceId, Confirmation>) -> bool {
+    node.is_out_of_service() && !dead(node, known)
+}
+
+/// How many Nodes take room under the cap.
+pub fn taken(nodes: &[NodeFacts], known: &HashMap<InstanceId, Confirmation>) -> usize {
+    nodes.iter().filter(|n| counts(n, known)).count()
+}
+
+/// The machines of the Nodes that take room, not asked about yet in this
+/// invocation: asked only when the cap would refuse, so a cluster under its
+/// cap costs no extra call.
+pub fn worth_asking(
+    nodes: &[NodeFacts],
+    known: &HashMap<InstanceId, Confirmation>,
+) -> Vec<InstanceId> {
+    let mut ids: Vec<InstanceId> = nodes
+        .iter()
+        .filter(|n| counts(n, known))
+        .filter_map(machine)
+        .filter(|id| !known.contains_key(*id))
+        .cloned()
+        .collect();
+    ids.sort();
+    ids.dedup();
+    ids
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::facts::{
+        FenceMark, FenceMode, InstanceFacts, OUT_OF_SERVICE_EFFECT, OUT_OF_SERVICE_KEY, Readiness,
+        TaintFacts,
+    };
+
+    fn id(n: u8) -> InstanceId {
+        InstanceId::parse(&format!("i-0123456789abcde{n:02x}")).unwrap()
+    }
+
+    /// A tainted Node on instance `n`; `mark` is the state node-fencer recorded.
+    fn out(n: u8, mark: Option<InstanceState>) -> NodeFacts {
+        NodeFacts {
+            name: format!("node-{n}"),
+            instance: Some(id(n)),
+            readiness: Readiness::Unknown,
+            internal_ips: vec![],
+            host_names: vec![],
+            taints: vec![TaintFacts {
+                key: OUT_OF_SERVICE_KEY.into(),
+                value: Some("nodeshutdown".into()),
+                effect: OUT_OF_SERVICE_EFFECT.into(),
+            }],
+            ready_since: None,
+            fenced: mark.map(|state| FenceMark {
+                mode: FenceMode::Taint,
+                instance: Some(id(n)),
+                state: Some(state),
+                volumes: vec![],
+                at: "2026-11-23T10:00:00Z".into(),
+                correlation_id: None,
+            }),
+        }
+    }
+
+    fn seen(n: u8, state: InstanceState) -> (InstanceId, Confirmation) {
+        (id(n), Confirmation::Seen(InstanceFacts::bare(id(n), state)))
+    }
+
+    #[test]
+    fn only_nodes_whose_machine_may_come_back_take_room() {
+        let nodes = [
+            out(1, Some(InstanceState::Stopped)),
+            out(2, Some(InstanceState::Terminated)),
+            out(3, Some(InstanceState::Stopped)),
+            out(4, None),
+            out(5, Some(InstanceState::Stopped)),
+            out(6, Some(InstanceState::Stopped)),
+        ];
+        let nothing = HashMap::new();
+        // Recorded terminated at fencing time: dead without asking.
+        assert_eq!(taken(&nodes, &nothing), 5);
+        assert_eq!(
+            worth_asking(&nodes, &nothing),
+            [id(1), id(3), id(4), id(5), id(6)]
+        );
+        let known: HashMap<_, _> = [
+            seen(1, InstanceState::Stopped),
+            seen(3, InstanceState::Terminated),
+            (id(4), Confirmation::NotFound),
+            (
+                id(5),
+                Confirmation::LookupFailed {
+                    error: "throttled".into(),
+                },
+            ),
+        ]
+        .into_iter()
+        .collect();
+        // Stopped may start again; a failed lookup proves nothing.
+        assert_eq!(taken(&nodes, &known), 3);
+        assert_eq!(worth_asking(&nodes, &known), [id(6)]);
+        // A Node that is not out of service never counts.
+        let mut ready = out(7, None);
+        ready.taints.clear();
+        assert!(!counts(&ready, &nothing));
+    }
+}
