@@ -92,9 +92,11 @@ impl Skip {
             // Kubernetes has not noticed yet (node-monitor-grace-period), and
             // Lambda's retries after 1 and 2 minutes will find it NotReady.
             Self::LookupFailed { .. } | Self::CapReached { .. } | Self::NodeReady => true,
+            // On its way off: EC2's state lags its own event by seconds, and
+            // a retry after a minute finds it off.
+            Self::InstanceNotOff { state } => state.is_stopping(),
             Self::NotInCluster
             | Self::NoInstance
-            | Self::InstanceNotOff { .. }
             | Self::Hibernated
             | Self::InstanceNotFound
             | Self::RecoveryRequest => false,

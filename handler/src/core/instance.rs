@@ -135,6 +135,12 @@ impl InstanceState {
         }
     }
 
+    /// True for the states on the way to off (`stopping`, `shutting-down`):
+    /// not off yet, soon.
+    pub fn is_stopping(&self) -> bool {
+        matches!(self, Self::Stopping | Self::ShuttingDown)
+    }
+
     /// EC2's name for the state.
     pub fn name(&self) -> &'static str {
         match self {

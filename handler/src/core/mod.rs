@@ -21,5 +21,6 @@ pub mod report;
 pub mod resolve;
 pub mod retry;
 pub mod suspect;
+pub mod sweep;
 pub mod trigger;
 pub mod volumes;

@@ -76,6 +76,10 @@ pub enum Origin {
     },
     /// A direct invocation or the command line.
     Direct,
+    /// The sweep: a NotReady Node not fenced yet, found by listing the Nodes
+    /// rather than by an event (one missed, dead-lettered, or handled while
+    /// the kill switch was on).
+    Sweep,
 }
 
 impl Origin {
@@ -85,6 +89,7 @@ impl Origin {
             Self::Ec2StateChange { .. } => "ec2_state_change",
             Self::Alert { .. } => "alert",
             Self::Direct => "direct",
+            Self::Sweep => "sweep",
         }
     }
 }
@@ -116,4 +121,7 @@ pub struct Batch {
     pub suspects: Vec<Suspect>,
     /// What named no machine.
     pub ignored: Vec<Ignored>,
+    /// Also look for NotReady Nodes to fence that no event named (the
+    /// scheduled invocation, `{"action": "sweep"}`, `node-fencer sweep`).
+    pub sweep: bool,
 }

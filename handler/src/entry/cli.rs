@@ -59,6 +59,10 @@ enum Command {
         /// Node name or EC2 instance id.
         target: Option<String>,
     },
+    /// Look for NotReady nodes that no event named, fence those whose
+    /// instance EC2 reports off, and re-check every node node-fencer fenced
+    /// (what the scheduled invocation does).
+    Sweep,
     /// Check the set-up without changing anything: API server, fencing mode,
     /// every Kubernetes and EC2 permission, secrets, settings, kill switch.
     /// Exits 1 when a check fails.
@@ -180,6 +184,7 @@ fn parse_input(command: &Command) -> Result<Input, String> {
         Command::Fence { target: t } => target(t, Intent::Fence),
         Command::Recover { target: Some(t) } => target(t, Intent::Recover),
         Command::Recover { target: None } => Ok(Input::Target(Batch::default())),
+        Command::Sweep => Ok(Input::Target(direct::sweep())),
         Command::Handle { file } => {
             let mut bytes = Vec::new();
             let read = if file == "-" {
@@ -252,6 +257,8 @@ mod tests {
         let cli = Cli::try_parse_from(["node-fencer", "--dry-run", "fence", "i-0123abcd"]).unwrap();
         assert!(cli.dry_run);
         assert!(Cli::try_parse_from(["node-fencer", "reboot", "x"]).is_err());
+        let cli = Cli::try_parse_from(["node-fencer", "sweep"]).unwrap();
+        assert!(matches!(parse_input(&cli.command), Ok(Input::Target(b)) if b.sweep));
         let cli = Cli::try_parse_from(["node-fencer", "recover"]).unwrap();
         assert!(matches!(cli.command, Command::Recover { target: None }));
         let cli = Cli::try_parse_from(["node-fencer", "recover", "worker-1"]).unwrap();

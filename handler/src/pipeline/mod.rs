@@ -37,6 +37,7 @@ use crate::core::policy::Policy;
 use crate::core::report::{NodeReport, Report};
 use crate::core::resolve::{self, Resolution};
 use crate::core::suspect::{Batch, Intent, Suspect};
+use crate::core::sweep;
 use crate::shell::cloud::Cloud;
 use crate::shell::cluster::{Cluster, ClusterError};
 
@@ -140,13 +141,22 @@ pub async fn run(ctx: &Ctx<'_>, policy: &Policy, batch: Batch) -> Result<Report,
         errors.push(format!("{e}; every action was a dry run"));
     }
     let dry_run = policy.dry_run || kill_switch.engaged();
-    let (fencing, recovering): (Vec<Suspect>, Vec<Suspect>) = batch
-        .suspects
-        .into_iter()
-        .partition(|s| matches!(s.intent, Intent::Fence | Intent::Check));
     let nodes = ctx.cluster.list_nodes().await.inspect_err(|_| {
         ctx.meter.error(Dependency::Kubernetes);
     })?;
+    let mut suspects = batch.suspects;
+    if batch.sweep {
+        let swept = sweep::suspects(&nodes);
+        info!(
+            nodes = nodes.len(),
+            swept = swept.len(),
+            "sweeping for nodes no event named"
+        );
+        suspects.extend(swept);
+    }
+    let (fencing, recovering): (Vec<Suspect>, Vec<Suspect>) = suspects
+        .into_iter()
+        .partition(|s| matches!(s.intent, Intent::Fence | Intent::Check));
     let (results, mode, fence_switched) = if fencing.is_empty() {
         (Vec::new(), None, Switched::default())
     } else {

@@ -47,7 +47,7 @@ fn batch(intent: Intent, ids: &[InstanceId]) -> Batch {
                 origin: Origin::Direct,
             })
             .collect(),
-        ignored: vec![],
+        ..Batch::default()
     }
 }
 
@@ -433,6 +433,62 @@ async fn a_fenced_node_whose_instance_is_terminated_takes_no_room_under_the_cap(
     let report = w.run(&p, second()).await.unwrap();
     assert_eq!(report.results[0].outcome, Outcome::Fenced, "{report:#?}");
     assert_eq!(w.out_of_service_taints("other"), 1);
+}
+
+/// Issue 12, item 5: the sweep finds what no event named. One node list and
+/// one batched lookup decide every NotReady Node: the one whose machine is
+/// off is fenced, the hung one (machine running) left alone, the one still
+/// stopping left for the retry, the Ready one not even looked at.
+#[tokio::test]
+async fn the_sweep_fences_what_no_event_named_with_one_lookup() {
+    let w = World::stopped()
+        .with_node("hung", 2, InstanceState::Running, "Unknown")
+        .with_node("stopping", 3, InstanceState::Stopping, "False")
+        .with_node("healthy", 4, InstanceState::Running, "True");
+    let report = w
+        .run(&policy(), crate::core::trigger::direct::sweep())
+        .await
+        .unwrap();
+    let seen: Vec<(&str, Outcome)> = report
+        .results
+        .iter()
+        .map(|r| (r.node.as_deref().unwrap_or("-"), r.outcome))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("hung", Outcome::Skipped),
+            (NODE, Outcome::Fenced),
+            ("stopping", Outcome::Skipped)
+        ],
+        "{report:#?}"
+    );
+    assert!(report.results.iter().all(|r| r.origins == [Origin::Sweep]));
+    assert_eq!(w.out_of_service_taints(NODE), 1);
+    assert_eq!(w.out_of_service_taints("hung"), 0);
+    assert_eq!(w.out_of_service_taints("stopping"), 0);
+    let log = w.calls.log();
+    let first_taint = log.iter().position(|c| c.starts_with("TaintNode")).unwrap();
+    assert_eq!(
+        log[..first_taint]
+            .iter()
+            .filter(|c| c.starts_with("ListNodes"))
+            .count(),
+        2,
+        "the sweep's list, and the recount under the Lease: {log:?}"
+    );
+    assert_eq!(
+        log[..first_taint]
+            .iter()
+            .filter(|c| *c == "DescribeInstances")
+            .count(),
+        2,
+        "one lookup to decide, one to confirm again: {log:?}"
+    );
+    // A machine on its way off is retried, not dropped.
+    assert!(report.incomplete(), "{report:#?}");
+    assert!(report.results[2].leaves_work());
+    assert!(!report.results[0].leaves_work());
 }
 
 #[tokio::test]

@@ -291,7 +291,7 @@ async fn seed_run(
                     intent: Intent::Fence,
                     origin: Origin::Direct,
                 }],
-                ignored: vec![],
+                ..Batch::default()
             };
             let (report, tl, total) = fence_timed(warm, batch, 1000).await?;
             if report.results.first().map(|r| r.outcome) != Some(Outcome::Fenced) {
@@ -536,7 +536,7 @@ async fn storm(
                         })
                     })
                     .collect::<anyhow::Result<_>>()?,
-                ignored: vec![],
+                ..Batch::default()
             };
             let (report, tl, total) = fence_timed(warm, batch, 1000).await?;
             let fenced = report

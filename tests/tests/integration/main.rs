@@ -22,7 +22,7 @@ pub fn one(target: NodeRef, intent: Intent) -> Batch {
             intent,
             origin: Origin::Direct,
         }],
-        ignored: vec![],
+        ..Batch::default()
     }
 }
 

@@ -434,7 +434,7 @@ async fn the_cap_refuses_loudly_beyond_the_limit() -> anyhow::Result<()> {
                 origin: Origin::Direct,
             })
             .collect(),
-        ignored: vec![],
+        ..Batch::default()
     };
     let settings = Policy {
         max_out_of_service: tainted_now + 1,
@@ -533,7 +533,7 @@ async fn one_invocation_lists_nodes_once_per_phase_and_batches_ec2_lookups() -> 
                 origin: Origin::Direct,
             },
         ],
-        ignored: vec![],
+        ..Batch::default()
     };
     let real_cloud = Ec2::new(s.ec2().await);
     let real_cluster = Kube::new(s.fencer().await?, "tests");
@@ -698,7 +698,7 @@ async fn suspects_outside_this_cluster_are_reported_not_errors() -> anyhow::Resu
                 origin: Origin::Direct,
             },
         ],
-        ignored: vec![],
+        ..Batch::default()
     };
     let report = fence(s, batch, settings()).await?;
     for r in &report.results {

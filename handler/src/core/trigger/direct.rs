@@ -1,7 +1,8 @@
 //! Direct invocations from runbooks and operators:
 //! `{"action": "fence" | "check" | "recover", "node": "..."}` or with
 //! `"instanceId"`; `{"action": "recover"}` alone re-checks every node
-//! node-fencer fenced; `{"action": "preflight"}` checks the set-up.
+//! node-fencer fenced; `{"action": "sweep"}` also looks for NotReady nodes
+//! to fence that no event named; `{"action": "preflight"}` checks the set-up.
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -23,6 +24,9 @@ pub enum Action {
     Check,
     /// End node-fencer's fencing of the node once it is safe.
     Recover,
+    /// Look for NotReady nodes whose machine is off and that are not fenced
+    /// yet, and re-check every node node-fencer fenced.
+    Sweep,
     /// Check permissions and settings; change nothing.
     Preflight,
 }
@@ -60,14 +64,17 @@ pub fn parse(value: Value) -> Result<Request, InputError> {
         Action::Fence => Intent::Fence,
         Action::Check => Intent::Check,
         Action::Recover => Intent::Recover,
-        Action::Preflight => {
+        Action::Sweep | Action::Preflight => {
             if inv.node.is_some() || inv.instance_id.is_some() {
                 return Err(InputError::invalid(
                     SHAPE,
-                    "`preflight` takes no `node` or `instanceId`",
+                    "`sweep` and `preflight` take no `node` or `instanceId`",
                 ));
             }
-            return Ok(Request::Preflight);
+            return Ok(match inv.action {
+                Action::Sweep => Request::Batch(sweep()),
+                _ => Request::Preflight,
+            });
         }
     };
     let target = match (inv.node, inv.instance_id) {
@@ -92,8 +99,16 @@ pub fn parse(value: Value) -> Result<Request, InputError> {
             intent,
             origin: Origin::Direct,
         }],
-        ignored: vec![],
+        ..Batch::default()
     }))
+}
+
+/// The sweep: no named machine; the pipeline lists the candidates.
+pub fn sweep() -> Batch {
+    Batch {
+        sweep: true,
+        ..Batch::default()
+    }
 }
 
 /// [`parse`], for fence, check and recover requests only (the fuzz targets'
@@ -127,7 +142,7 @@ pub fn from_cli(target: &str, intent: Intent) -> Result<Batch, InputError> {
             intent,
             origin: Origin::Direct,
         }],
-        ignored: vec![],
+        ..Batch::default()
     })
 }
 
@@ -135,6 +150,21 @@ pub fn from_cli(target: &str, intent: Intent) -> Result<Batch, InputError> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn sweep_takes_no_target() {
+        assert_eq!(
+            parse_batch(json!({"action": "sweep"})).unwrap(),
+            super::sweep()
+        );
+        assert!(super::sweep().sweep && super::sweep().suspects.is_empty());
+        for bad in [
+            json!({"action": "sweep", "node": "worker-1"}),
+            json!({"action": "sweep", "instanceId": "i-0123456789abcdef0"}),
+        ] {
+            assert!(parse(bad.clone()).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn recover_and_preflight() {

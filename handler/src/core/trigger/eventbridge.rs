@@ -61,6 +61,7 @@ pub fn parse(value: Value) -> Result<Batch, InputError> {
                         detail.state
                     ),
                 }],
+                ..Batch::default()
             });
         }
     };
@@ -70,7 +71,7 @@ pub fn parse(value: Value) -> Result<Batch, InputError> {
             intent,
             origin,
         }],
-        ignored: vec![],
+        ..Batch::default()
     })
 }
 

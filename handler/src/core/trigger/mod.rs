@@ -24,7 +24,7 @@ pub enum InputError {
     #[error(
         "unrecognised event shape (top-level keys: {keys}); expected an EventBridge EC2 \
          state-change event, a Function URL request, an Alertmanager webhook, or \
-         {{\"action\": \"fence\"|\"check\"|\"recover\"|\"preflight\", \"node\"|\"instanceId\": ...}}"
+         {{\"action\": \"fence\"|\"check\"|\"recover\"|\"sweep\"|\"preflight\", \"node\"|\"instanceId\": ...}}"
     )]
     UnknownShape {
         /// The keys seen, to help whoever sent it.
