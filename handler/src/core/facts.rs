@@ -202,6 +202,34 @@ pub struct PvFacts {
     pub name: String,
     /// The EBS volume behind it (CSI `ebs.csi.aws.com` or in-tree), if any.
     pub volume: Option<VolumeId>,
+    /// The claim bound to it (`spec.claimRef`): namespace and name.
+    pub claim: Option<(String, String)>,
+}
+
+/// A pod bound to a Node.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PodRef {
+    /// Its namespace.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+    /// Its `metadata.uid`: the force-delete names this very pod, never the
+    /// replacement its controller creates under the same name.
+    pub uid: String,
+    /// It tolerates the out-of-service taint for good (no
+    /// `tolerationSeconds`): the taint never evicts it, so it stays bound
+    /// to the Node, its VolumeAttachments with it.
+    pub stays: bool,
+    /// The PersistentVolumeClaims it mounts (generic ephemeral volumes
+    /// included, by the name Kubernetes gives their claims).
+    pub claims: Vec<String>,
+}
+
+impl PodRef {
+    /// `namespace/name`, as people name pods.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
 }
 
 /// One attachment of an EBS volume, as EC2 reports it.

@@ -1,13 +1,13 @@
 //! Kubernetes objects read into facts, and the taint patch written from a
 //! Node. Pure: the shell fetches and sends, this module only looks.
 
-use k8s_openapi::api::core::v1::{Node, PersistentVolume, Taint};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, Pod, Taint, Toleration};
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use serde_json::{Value, json};
 
 use crate::core::facts::{
     AttachmentFacts, FenceMark, FenceMode, NodeFacts, OUT_OF_SERVICE_EFFECT, OUT_OF_SERVICE_KEY,
-    OUT_OF_SERVICE_VALUE, PvFacts, Readiness, TaintFacts,
+    OUT_OF_SERVICE_VALUE, PodRef, PvFacts, Readiness, TaintFacts,
 };
 use crate::core::instance::{InstanceId, InstanceState, VolumeId, instance_from_provider_id};
 use crate::core::volumes::EBS_CSI_DRIVER;
@@ -179,10 +179,62 @@ pub fn pv_facts(pv: &PersistentVolume) -> Option<PvFacts> {
     let in_tree = spec
         .and_then(|s| s.aws_elastic_block_store.as_ref())
         .and_then(|e| VolumeId::parse(&e.volume_id));
+    let claim = spec
+        .and_then(|s| s.claim_ref.as_ref())
+        .and_then(|c| Some((c.namespace.clone()?, c.name.clone()?)));
     Some(PvFacts {
         name: pv.metadata.name.clone()?,
         volume: csi.or(in_tree),
+        claim,
     })
+}
+
+/// Reads a Pod into what fencing needs of it.
+pub fn pod_ref(pod: &Pod) -> Option<PodRef> {
+    let name = pod.metadata.name.clone()?;
+    let spec = pod.spec.as_ref();
+    let stays = spec
+        .and_then(|s| s.tolerations.as_deref())
+        .unwrap_or_default()
+        .iter()
+        .any(tolerates_out_of_service_for_good);
+    let claims = spec
+        .and_then(|s| s.volumes.as_deref())
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|v| {
+            if let Some(pvc) = &v.persistent_volume_claim {
+                return Some(pvc.claim_name.clone());
+            }
+            // A generic ephemeral volume's claim is named `<pod>-<volume>`.
+            v.ephemeral.as_ref().map(|_| format!("{name}-{}", v.name))
+        })
+        .collect();
+    Some(PodRef {
+        namespace: pod.metadata.namespace.clone()?,
+        uid: pod.metadata.uid.clone()?,
+        name,
+        stays,
+        claims,
+    })
+}
+
+/// True when the toleration matches node-fencer's out-of-service taint
+/// (`key=nodeshutdown:NoExecute`) with no time limit, as Kubernetes matches
+/// them: an empty key with `Exists` matches every key, an empty effect every
+/// effect, `Equal` (the default) needs the value.
+fn tolerates_out_of_service_for_good(t: &Toleration) -> bool {
+    let exists = t.operator.as_deref() == Some("Exists");
+    let key = match t.key.as_deref() {
+        None | Some("") => exists,
+        Some(k) => k == OUT_OF_SERVICE_KEY,
+    };
+    let value = exists || t.value.as_deref() == Some(OUT_OF_SERVICE_VALUE);
+    let effect = matches!(
+        t.effect.as_deref(),
+        None | Some("") | Some(OUT_OF_SERVICE_EFFECT)
+    );
+    key && value && effect && t.toleration_seconds.is_none()
 }
 
 /// The out-of-service taint that evicts (any value).
@@ -654,6 +706,59 @@ mod tests {
         // Someone else's out-of-service taint stays.
         assert!(!removes_taint);
         assert!(patch.get("spec").is_none(), "{patch}");
+    }
+
+    #[test]
+    fn a_pod_stays_only_if_it_tolerates_the_taint_for_good() {
+        let pod = |tolerations: Value| -> Pod {
+            serde_json::from_value(json!({
+                "metadata": {"name": "store-0", "namespace": "db", "uid": "u-1"},
+                "spec": {
+                    "containers": [],
+                    "tolerations": tolerations,
+                    "volumes": [
+                        {"name": "data", "persistentVolumeClaim": {"claimName": "data-store-0"}},
+                        {"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}},
+                        {"name": "config", "configMap": {"name": "c"}}
+                    ]
+                }
+            }))
+            .unwrap()
+        };
+        let oos = OUT_OF_SERVICE_KEY;
+        for (tolerations, stays) in [
+            (json!([{"operator": "Exists"}]), true),
+            (json!([{"operator": "Exists", "effect": "NoExecute"}]), true),
+            (json!([{"key": oos, "operator": "Exists"}]), true),
+            (
+                json!([{"key": oos, "value": "nodeshutdown", "effect": "NoExecute"}]),
+                true,
+            ),
+            (
+                json!([{"key": oos, "operator": "Equal", "value": "nodeshutdown"}]),
+                true,
+            ),
+            (json!([{"key": oos, "value": "other"}]), false),
+            (
+                json!([{"key": oos, "operator": "Exists", "effect": "NoSchedule"}]),
+                false,
+            ),
+            (
+                json!([{"key": oos, "operator": "Exists", "tolerationSeconds": 300}]),
+                false,
+            ),
+            (
+                json!([{"key": "node.kubernetes.io/unreachable", "operator": "Exists"}]),
+                false,
+            ),
+            (json!([{"key": "", "value": "nodeshutdown"}]), false),
+            (json!([]), false),
+        ] {
+            let p = pod_ref(&pod(tolerations.clone())).unwrap();
+            assert_eq!(p.stays, stays, "{tolerations}");
+            assert_eq!(p.claims, ["data-store-0", "store-0-scratch"]);
+            assert_eq!(p.key(), "db/store-0");
+        }
     }
 
     #[test]

@@ -13,8 +13,9 @@ pub const AWS_ACTIONS: &[&str] = &[
 ];
 
 /// Every cluster-wide Kubernetes permission the function uses: (API group,
-/// resource, verbs). Pods `list`/`delete` and VolumeAttachments `delete`
-/// serve the legacy mode only.
+/// resource, verbs). Pods `delete` and VolumeAttachments `delete` serve the
+/// legacy mode only; pods `list` serves both (taint mode: the volumes of
+/// pods that tolerate the taint stay attached).
 pub const KUBERNETES_RULES: &[(&str, &str, &[&str])] = &[
     ("", "nodes", &["get", "list", "patch"]),
     ("", "persistentvolumes", &["list"]),

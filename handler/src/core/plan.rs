@@ -159,7 +159,9 @@ impl NodePlan {
     pub fn detaches(&self) -> impl Iterator<Item = &VolumeId> {
         self.actions.iter().filter_map(|a| match a {
             VolumeAction::Detach { volume, .. } => Some(volume),
-            VolumeAction::NotAttached { .. } | VolumeAction::Refuse { .. } => None,
+            VolumeAction::NotAttached { .. }
+            | VolumeAction::Refuse { .. }
+            | VolumeAction::Keep { .. } => None,
         })
     }
 
@@ -272,13 +274,19 @@ impl NodeRun {
 
     /// Sets the node's volumes and what to do with each, from the
     /// VolumeAttachments and the cloud's description of the volumes.
-    pub fn plan_volumes(&mut self, node_volumes: Vec<NodeVolume>, described: &[VolumeFacts]) {
+    pub fn plan_volumes(
+        &mut self,
+        node_volumes: Vec<NodeVolume>,
+        described: &[VolumeFacts],
+        kept: &[(VolumeId, String)],
+    ) {
         if let Some(plan) = &mut self.plan {
             plan.actions = volumes::plan_detach(
                 &plan.instance.id,
                 plan.instance.root_device_name.as_deref(),
                 &node_volumes,
                 described,
+                kept,
             );
             plan.node_volumes = node_volumes;
         }
@@ -562,6 +570,12 @@ pub fn volume_reports(
                 VolumeAction::Refuse { reason, .. } => {
                     (VolumeOutcome::Refused, Some(reason.clone()))
                 }
+                VolumeAction::Keep { pod, .. } => (
+                    VolumeOutcome::Kept,
+                    Some(format!(
+                        "used by pod {pod}, which tolerates the out-of-service taint and stays on the node"
+                    )),
+                ),
             };
             VolumeReport {
                 volume: a.volume().clone(),
@@ -703,6 +717,7 @@ mod tests {
                     state: AttachmentState::Attached,
                 }],
             }],
+            &[],
         );
         run
     }

@@ -55,6 +55,9 @@ pub enum VolumeOutcome {
     AlreadyDetached,
     /// Never detached (root device, unknown to EC2).
     Refused,
+    /// Left attached for a pod that stays on the node (it tolerates the
+    /// out-of-service taint).
+    Kept,
     /// The detach call failed.
     Failed,
 }

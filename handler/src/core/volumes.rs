@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use crate::core::facts::{AttachmentFacts, PvFacts, VolumeFacts};
+use crate::core::facts::{AttachmentFacts, PodRef, PvFacts, VolumeFacts};
 use crate::core::instance::{InstanceId, VolumeId, VolumeState};
 
 /// The CSI driver name of the EBS CSI driver.
@@ -82,6 +82,15 @@ pub enum VolumeAction {
         /// Why.
         reason: String,
     },
+    /// Left attached: a pod that stays on the node (it tolerates the
+    /// out-of-service taint) uses it. Its VolumeAttachment stays with the
+    /// pod, and the volume with it.
+    Keep {
+        /// The volume.
+        volume: VolumeId,
+        /// The pod, `namespace/name`.
+        pod: String,
+    },
 }
 
 impl VolumeAction {
@@ -90,9 +99,34 @@ impl VolumeAction {
         match self {
             Self::Detach { volume, .. }
             | Self::NotAttached { volume, .. }
-            | Self::Refuse { volume, .. } => volume,
+            | Self::Refuse { volume, .. }
+            | Self::Keep { volume, .. } => volume,
         }
     }
+}
+
+/// The pod that keeps each of the node's volumes attached, if any: one that
+/// stays on the node and mounts the claim bound to the volume's
+/// PersistentVolume. Detaching it would leave a VolumeAttachment that no
+/// eviction ever removes, and a pod that finds its disk gone when the node
+/// comes back.
+pub fn kept_by_pods(
+    volumes: &[NodeVolume],
+    pods: &[PodRef],
+    pvs: &[PvFacts],
+) -> Vec<(VolumeId, String)> {
+    volumes
+        .iter()
+        .filter_map(|nv| {
+            let pv = pvs.iter().find(|p| Some(&p.name) == nv.pv.as_ref())?;
+            let (namespace, claim) = pv.claim.as_ref()?;
+            let pod = pods
+                .iter()
+                .filter(|p| p.stays && &p.namespace == namespace)
+                .find(|p| p.claims.contains(claim))?;
+            Some((nv.volume.clone(), pod.key()))
+        })
+        .collect()
 }
 
 /// Cross-checks the node's volumes against EC2: a volume is detached only if
@@ -102,10 +136,17 @@ pub fn plan_detach(
     root_device: Option<&str>,
     volumes: &[NodeVolume],
     described: &[VolumeFacts],
+    kept: &[(VolumeId, String)],
 ) -> Vec<VolumeAction> {
     volumes
         .iter()
         .map(|nv| {
+            if let Some((_, pod)) = kept.iter().find(|(v, _)| v == &nv.volume) {
+                return VolumeAction::Keep {
+                    volume: nv.volume.clone(),
+                    pod: pod.clone(),
+                };
+            }
             let Some(facts) = described.iter().find(|f| f.id == nv.volume) else {
                 return VolumeAction::Refuse {
                     volume: nv.volume.clone(),
@@ -161,6 +202,7 @@ mod tests {
         PvFacts {
             name: name.into(),
             volume: volume.map(vol),
+            claim: Some(("db".into(), format!("claim-{name}"))),
         }
     }
 
@@ -237,18 +279,62 @@ mod tests {
             "vol-00000005",
         ]
         .map(nv);
-        let plan = plan_detach(&me, Some("/dev/xvda"), &wanted, &described);
-        let kinds: Vec<&str> = plan
-            .iter()
-            .map(|a| match a {
-                VolumeAction::Detach { .. } => "detach",
-                VolumeAction::NotAttached { .. } => "not_attached",
-                VolumeAction::Refuse { .. } => "refuse",
-            })
-            .collect();
+        let kept = [(vol("vol-00000001"), "db/store-0".to_owned())];
+        for (kept, first) in [(&[][..], "detach"), (&kept[..], "keep")] {
+            let plan = plan_detach(&me, Some("/dev/xvda"), &wanted, &described, kept);
+            let kinds: Vec<&str> = plan
+                .iter()
+                .map(|a| match a {
+                    VolumeAction::Detach { .. } => "detach",
+                    VolumeAction::NotAttached { .. } => "not_attached",
+                    VolumeAction::Refuse { .. } => "refuse",
+                    VolumeAction::Keep { .. } => "keep",
+                })
+                .collect();
+            assert_eq!(
+                kinds,
+                [first, "refuse", "not_attached", "not_attached", "refuse"]
+            );
+        }
+    }
+
+    #[test]
+    fn a_volume_stays_attached_only_for_a_pod_that_stays_and_mounts_its_claim() {
+        let nv = |v: &str, pv: &str| NodeVolume {
+            volume: vol(v),
+            pv: Some(pv.into()),
+            attachment: format!("va-{pv}"),
+            attachment_uid: format!("uid-{pv}"),
+        };
+        let volumes = [
+            nv("vol-00000001", "pv-a"),
+            nv("vol-00000002", "pv-b"),
+            nv("vol-00000003", "pv-c"),
+        ];
+        let pvs = [
+            pv("pv-a", Some("vol-00000001")),
+            pv("pv-b", Some("vol-00000002")),
+            PvFacts {
+                claim: Some(("other".into(), "claim-pv-c".into())),
+                ..pv("pv-c", Some("vol-00000003"))
+            },
+        ];
+        let pod = |name: &str, stays: bool, claims: &[&str]| PodRef {
+            namespace: "db".into(),
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            stays,
+            claims: claims.iter().map(|c| (*c).to_owned()).collect(),
+        };
+        let pods = [
+            pod("storage-daemon", true, &["claim-pv-a"]),
+            pod("app-0", false, &["claim-pv-b"]),
+            // Same claim name, another namespace's PV: not this pod's.
+            pod("daemon-2", true, &["claim-pv-c"]),
+        ];
         assert_eq!(
-            kinds,
-            ["detach", "refuse", "not_attached", "not_attached", "refuse"]
+            kept_by_pods(&volumes, &pods, &pvs),
+            [(vol("vol-00000001"), "db/storage-daemon".to_owned())]
         );
     }
 }

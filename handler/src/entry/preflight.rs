@@ -121,11 +121,12 @@ fn failed(check: impl Into<String>, detail: impl Into<String>, fix: impl Into<St
     }
 }
 
-/// The legacy mode's permissions, which the taint mode never uses.
+/// The legacy mode's permissions, which the taint mode never uses (it lists
+/// pods too, for the volumes of pods that tolerate the taint).
 fn legacy_only(resource: &str, verb: &str) -> bool {
     matches!(
         (resource, verb),
-        ("pods", _) | ("volumeattachments", "delete")
+        ("pods", "delete") | ("volumeattachments", "delete")
     )
 }
 
@@ -426,7 +427,7 @@ mod tests {
 
     #[test]
     fn only_pod_and_attachment_deletes_are_legacy_only() {
-        assert!(legacy_only("pods", "list"));
+        assert!(!legacy_only("pods", "list"));
         assert!(legacy_only("pods", "delete"));
         assert!(legacy_only("volumeattachments", "delete"));
         assert!(!legacy_only("volumeattachments", "list"));

@@ -1,12 +1,14 @@
 //! Discover the volumes of every node to fence: one list of
 //! VolumeAttachments, one of PersistentVolumes, one description of the
-//! volumes from the cloud, whatever the number of nodes. A failed list is
-//! an error on each node's report (the node is then not reported fenced),
-//! never a reason to guess.
+//! volumes from the cloud, whatever the number of nodes; in taint mode also
+//! each node's pods, for the volumes of pods the taint never evicts. A
+//! failed list is an error on the node's report (the node is then not
+//! reported fenced), never a reason to guess.
 
-use futures::join;
+use futures::{StreamExt, join};
 
-use super::Ctx;
+use super::{Ctx, PARALLEL_NODES};
+use crate::core::facts::{FenceMode, PodRef};
 use crate::core::instance::VolumeId;
 use crate::core::metrics::Dependency;
 use crate::core::plan::NodeRun;
@@ -14,7 +16,7 @@ use crate::core::volumes;
 use crate::shell::cluster::ClusterError;
 
 /// Sets each fencing run's volumes and what to do with each.
-pub(super) async fn volumes(ctx: &Ctx<'_>, runs: &mut [NodeRun]) {
+pub(super) async fn volumes(ctx: &Ctx<'_>, mode: FenceMode, runs: &mut [NodeRun]) {
     let mut errors = Vec::new();
     let (vas, pvs) = join!(
         ctx.cluster.list_volume_attachments(),
@@ -56,11 +58,43 @@ pub(super) async fn volumes(ctx: &Ctx<'_>, runs: &mut [NodeRun]) {
             Vec::new()
         })
     };
-    for (run, node_volumes) in runs.iter_mut().zip(of_node) {
+    let pods = staying_pods(ctx, mode, runs).await;
+    for ((run, node_volumes), pods) in runs.iter_mut().zip(of_node).zip(pods) {
         let Some(node_volumes) = node_volumes else {
             continue;
         };
-        run.plan_volumes(node_volumes, &described);
         run.errors.extend(errors.iter().cloned());
+        match pods {
+            Ok(pods) => {
+                let kept = volumes::kept_by_pods(&node_volumes, &pods, &pvs);
+                run.plan_volumes(node_volumes, &described, &kept);
+            }
+            // Which volumes a pod keeps is unknown: none is planned.
+            Err(e) => run.errors.push(e.to_string()),
+        }
     }
+}
+
+/// The pods of each fencing run's node, in taint mode: a pod that tolerates
+/// the out-of-service taint stays, and keeps its volumes. In legacy mode
+/// every pod is force-deleted, so none stays and none is listed here.
+async fn staying_pods(
+    ctx: &Ctx<'_>,
+    mode: FenceMode,
+    runs: &[NodeRun],
+) -> Vec<Result<Vec<PodRef>, ClusterError>> {
+    futures::stream::iter(runs)
+        .map(|run| async move {
+            match run.node.as_deref().filter(|_| run.fencing().is_some()) {
+                Some(node) if mode == FenceMode::Taint => {
+                    ctx.cluster.pods_on_node(node).await.inspect_err(|_| {
+                        ctx.meter.error(Dependency::Kubernetes);
+                    })
+                }
+                _ => Ok(Vec::new()),
+            }
+        })
+        .buffered(PARALLEL_NODES)
+        .collect()
+        .await
 }

@@ -338,11 +338,19 @@ impl FakeCluster {
         state.pvs.push(PvFacts {
             name: pv,
             volume: Some(volume.clone()),
+            claim: Some(("default".into(), format!("claim-{volume}"))),
         });
     }
 
     /// Binds a pod to `node`.
     pub fn pod(&self, node: &str, name: &str) {
+        self.staying_pod(node, name, false, None);
+    }
+
+    /// Binds a pod to `node` that mounts the claim of `volume` (see
+    /// [`Self::attachment`]) and, when `stays`, tolerates the out-of-service
+    /// taint for good.
+    pub fn staying_pod(&self, node: &str, name: &str, stays: bool, volume: Option<&VolumeId>) {
         self.lock()
             .pods
             .entry(node.into())
@@ -351,6 +359,8 @@ impl FakeCluster {
                 namespace: "default".into(),
                 name: name.into(),
                 uid: format!("uid-{name}"),
+                stays,
+                claims: volume.map(|v| format!("claim-{v}")).into_iter().collect(),
             });
     }
 

@@ -245,7 +245,7 @@ async fn fence(
         return Ok((finish(runs, None, policy), None, Switched::default()));
     }
     let mode = fence_mode(ctx, policy).await?;
-    discover::volumes(ctx, &mut runs).await;
+    discover::volumes(ctx, mode, &mut runs).await;
     let switched = admit::admit(ctx, policy, mode, &confirmations, &mut runs).await?;
     detach::act(ctx, policy, mode, &mut runs).await;
     verify::volumes(ctx, policy, &mut runs).await;

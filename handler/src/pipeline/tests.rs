@@ -176,6 +176,7 @@ async fn a_stopped_silent_node_is_tainted_and_its_volume_freed_in_this_order() {
             "ListVolumeAttachments".into(),
             "ListPersistentVolumes".into(),
             "DescribeVolumes".into(),
+            format!("ListPods {NODE}"),
             "AcquireLease".into(),
             "ListNodes".into(),
             "DescribeInstances".into(),
@@ -489,6 +490,55 @@ async fn the_sweep_fences_what_no_event_named_with_one_lookup() {
     assert!(report.incomplete(), "{report:#?}");
     assert!(report.results[2].leaves_work());
     assert!(!report.results[0].leaves_work());
+}
+
+/// Issue 12, item 4: a pod that tolerates the out-of-service taint (a
+/// storage daemon with `operator: Exists`) is never evicted, so its volume
+/// stays attached and is reported kept; the fencing's annotation does not
+/// list it, so recovery does not wait for its VolumeAttachment to go.
+#[tokio::test]
+async fn the_volume_of_a_pod_that_stays_on_the_node_stays_attached() {
+    let w = World::stopped();
+    let daemons = volume(9);
+    w.cloud
+        .attached_volume(&daemons, &instance(1), "/dev/xvdbz");
+    w.cluster.attachment(NODE, &daemons);
+    w.cluster
+        .staying_pod(NODE, "storage-daemon", true, Some(&daemons));
+    w.cluster
+        .staying_pod(NODE, "app-0", false, Some(&volume(1)));
+    let report = w.fence(&policy()).await.unwrap();
+    let r = &report.results[0];
+    assert_eq!(r.outcome, Outcome::Fenced, "{report:#?}");
+    assert!(!report.incomplete(), "{report:#?}");
+    let outcomes: Vec<(String, VolumeOutcome)> = r
+        .volumes
+        .iter()
+        .map(|v| (v.volume.to_string(), v.outcome))
+        .collect();
+    assert_eq!(
+        outcomes,
+        [
+            (volume(1).to_string(), VolumeOutcome::Detached),
+            (daemons.to_string(), VolumeOutcome::Kept)
+        ]
+    );
+    assert_eq!(w.cloud.volume_state(&daemons), Some(VolumeState::InUse));
+    let mark = w.cluster.facts(NODE).unwrap().fenced.unwrap();
+    assert_eq!(mark.volumes, [volume(1)], "only what was detached");
+    // Back: the daemon's attachment remains, and recovery ends the fencing.
+    w.cloud.instance(&instance(1), InstanceState::Running);
+    w.cluster.set_ready(NODE, "True");
+    w.cluster.remove_attachment(&volume(1));
+    let back = w
+        .run(&policy(), batch(Intent::Recover, &[instance(1)]))
+        .await
+        .unwrap();
+    assert_eq!(
+        back.recoveries[0].outcome,
+        RecoveryOutcome::Recovered,
+        "{back:#?}"
+    );
 }
 
 #[tokio::test]

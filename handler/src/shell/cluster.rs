@@ -20,6 +20,7 @@ use tokio::sync::OnceCell;
 
 use crate::core::control::{self, KillSwitch, LeaseFacts, LeaseStep};
 use crate::core::events::NodeEvent;
+pub use crate::core::facts::PodRef;
 use crate::core::facts::{AttachmentFacts, NodeFacts, PvFacts};
 use crate::core::kube_model::{self, Ending, Stamp, TaintPatch, UntaintPatch};
 pub use crate::core::kube_model::{TaintOutcome, UntaintOutcome};
@@ -130,18 +131,6 @@ pub enum ClusterError {
         #[source]
         source: kube::Error,
     },
-}
-
-/// A pod bound to a Node.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PodRef {
-    /// Its namespace.
-    pub namespace: String,
-    /// Its name.
-    pub name: String,
-    /// Its `metadata.uid`: the force-delete names this very pod, never the
-    /// replacement its controller creates under the same name.
-    pub uid: String,
 }
 
 /// The Kubernetes calls node-fencer makes.
@@ -492,17 +481,7 @@ impl Cluster for Kube {
                 what: format!("listing the pods of node {node}"),
                 source,
             })?;
-        Ok(list
-            .items
-            .iter()
-            .filter_map(|p| {
-                Some(PodRef {
-                    namespace: p.metadata.namespace.clone()?,
-                    name: p.metadata.name.clone()?,
-                    uid: p.metadata.uid.clone()?,
-                })
-            })
-            .collect())
+        Ok(list.items.iter().filter_map(kube_model::pod_ref).collect())
     }
 
     async fn force_delete_pod(&self, pod: &PodRef) -> Result<(), ClusterError> {

@@ -494,6 +494,79 @@ async fn a_node_whose_instance_is_terminated_does_not_fill_the_cap() -> anyhow::
     Ok(())
 }
 
+/// Issue 12, item 4: a storage daemon tolerates every taint (`operator:
+/// Exists`), so the out-of-service taint never evicts it and its
+/// VolumeAttachment stays. Its volume stays attached (reported kept) and is
+/// left out of the fencing's annotation, which recovery waits on; the
+/// volume of an ordinary pod is detached.
+#[tokio::test]
+async fn the_volume_of_a_pod_that_tolerates_the_taint_stays_attached() -> anyhow::Result<()> {
+    let _g = serial().await;
+    let s = stack();
+    let (admin, ec2) = (s.admin().await?, s.ec2().await);
+    let t = target(s, true).await?;
+    let daemons = attach_new_volume(&ec2, &t.m, "/dev/xvdbz").await?;
+    stop(&ec2, &t.m).await?;
+    let ns = unique("daemons");
+    node_fencer_tests::scene::create_namespace(&admin, &ns).await?;
+    let pv = unique("pv");
+    node_fencer_tests::scene::create_ebs_pv(&admin, &pv, &daemons, &t.m.az, Some((&ns, "data")))
+        .await?;
+    create_va(&admin, &t.node, &pv, "ebs.csi.aws.com").await?;
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
+        "metadata": {"name": "storage-daemon", "namespace": ns},
+        "spec": {
+            "nodeName": t.node,
+            "tolerations": [{"operator": "Exists"}],
+            "containers": [{"name": "daemon", "image": "daemon"}],
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]
+        }
+    }))?;
+    Api::<k8s_openapi::api::core::v1::Pod>::namespaced(admin.clone(), &ns)
+        .create(&Default::default(), &pod)
+        .await?;
+
+    let report = fence(
+        s,
+        one(by_instance(&t.m.instance), Intent::Fence),
+        settings(),
+    )
+    .await?;
+    let r = only(&report);
+    assert_eq!(r.outcome, Outcome::Fenced, "{report:#?}");
+    assert!(!report.incomplete(), "{report:#?}");
+    let outcome = |v: &str| {
+        r.volumes
+            .iter()
+            .find(|x| x.volume.as_str() == v)
+            .map(|x| x.outcome)
+    };
+    assert_eq!(
+        outcome(&t.volume),
+        Some(VolumeOutcome::Detached),
+        "{report:#?}"
+    );
+    assert_eq!(outcome(&daemons), Some(VolumeOutcome::Kept), "{report:#?}");
+    assert!(attached_to(&t.volume).await?.is_empty());
+    assert_eq!(attached_to(&daemons).await?, vec![t.m.instance.clone()]);
+    let node = get_node(&admin, &t.node).await?;
+    let recorded = node
+        .metadata
+        .annotations
+        .unwrap_or_default()
+        .get(node_fencer::core::kube_model::ANNOTATION_VOLUMES)
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(
+        recorded, t.volume,
+        "the annotation lists only what was detached"
+    );
+    let _ = Api::<k8s_openapi::api::core::v1::Namespace>::all(admin)
+        .delete(&ns, &Default::default())
+        .await;
+    Ok(())
+}
+
 #[tokio::test]
 async fn one_invocation_lists_nodes_once_per_phase_and_batches_ec2_lookups() -> anyhow::Result<()> {
     let _g = serial().await;
