@@ -326,6 +326,33 @@ pub async fn fence(stack: &Stack, batch: Batch, settings: Policy) -> anyhow::Res
     fence_with(&cloud, &cluster, batch, settings).await
 }
 
+/// How many Nodes take room under the cap now, counted as the pipeline
+/// counts them (a Node whose machine is dead for good takes none): the
+/// baseline for a test that sets the cap just above it.
+pub async fn room_taken(stack: &Stack) -> anyhow::Result<usize> {
+    use node_fencer::core::facts::Confirmation;
+    let nodes = Kube::new(stack.fencer().await?, "tests")
+        .list_nodes()
+        .await?;
+    let ids = node_fencer::core::cap::worth_asking(&nodes, &Default::default());
+    let seen = if ids.is_empty() {
+        Vec::new()
+    } else {
+        Ec2::new(stack.ec2().await).describe_instances(&ids).await?
+    };
+    let known = ids
+        .into_iter()
+        .map(|id| {
+            let c = seen
+                .iter()
+                .find(|f| f.id == id)
+                .map_or(Confirmation::NotFound, |f| Confirmation::Seen(f.clone()));
+            (id, c)
+        })
+        .collect();
+    Ok(node_fencer::core::cap::taken(&nodes, &known))
+}
+
 /// Runs the pipeline with the given handles.
 pub async fn fence_with(
     cloud: &dyn Cloud,

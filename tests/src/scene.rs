@@ -280,17 +280,6 @@ pub async fn is_fenced(admin: &Client, node: &str) -> anyhow::Result<bool> {
         .contains(&OUT_OF_SERVICE.to_owned()))
 }
 
-/// How many nodes of the cluster carry the out-of-service taint.
-pub async fn out_of_service_count(admin: &Client) -> anyhow::Result<usize> {
-    Ok(Api::<Node>::all(admin.clone())
-        .list(&ListParams::default())
-        .await?
-        .items
-        .iter()
-        .filter(|n| crate::fixtures::taints(n).contains(&OUT_OF_SERVICE.to_owned()))
-        .count())
-}
-
 /// Creates the scenes' StorageClass if it is missing.
 pub async fn ensure_storage_class(admin: &Client) -> anyhow::Result<()> {
     let api: Api<StorageClass> = Api::all(admin.clone());

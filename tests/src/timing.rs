@@ -72,6 +72,24 @@ impl Timeline {
         }
     }
 
+    /// `cloud` and `cluster`, each call timed on this timeline.
+    pub fn wrap<'a>(
+        &'a self,
+        cloud: &'a dyn Cloud,
+        cluster: &'a dyn Cluster,
+    ) -> (TimingCloud<'a>, TimingCluster<'a>) {
+        (
+            TimingCloud {
+                inner: cloud,
+                timeline: self,
+            },
+            TimingCluster {
+                inner: cluster,
+                timeline: self,
+            },
+        )
+    }
+
     /// Time since the origin.
     pub fn now(&self) -> Duration {
         self.origin.elapsed()
@@ -277,6 +295,12 @@ impl Cluster for TimingCluster<'_> {
     async fn release_lease(&self, namespace: &str, holder: &str) -> Result<(), ClusterError> {
         self.timeline
             .time("ReleaseLease", self.inner.release_lease(namespace, holder))
+            .await
+    }
+
+    async fn renew_lease(&self, namespace: &str, holder: &str) -> Result<bool, ClusterError> {
+        self.timeline
+            .time("RenewLease", self.inner.renew_lease(namespace, holder))
             .await
     }
 }

@@ -1,5 +1,5 @@
 //! What counts against the cap on out-of-service Nodes. A Node whose machine
-//! is terminated (or gone from EC2) can never come back: its pods moved, and
+//! is terminated (or, fenced by node-fencer, gone from EC2) can never come back: its pods moved, and
 //! it waits only for its Node object to be deleted, which no cloud
 //! controller does on clusters without one. Counting it would let dead Nodes
 //! fill the cap for ever and refuse every later fencing.
@@ -19,18 +19,22 @@ fn machine(node: &NodeFacts) -> Option<&InstanceId> {
 }
 
 /// True when the Node's machine is known to be dead for good: node-fencer
-/// recorded it `terminated` when it fenced it, or EC2 said so (or no longer
-/// knows it) in this invocation.
+/// recorded it `terminated` when it fenced it, or EC2 says so in this
+/// invocation, or EC2 no longer knows the machine node-fencer fenced (EC2
+/// forgets terminated instances after a while; node-fencer saw this one in
+/// this account and region). An instance EC2 does not know that node-fencer
+/// never saw proves nothing (another account or region): it counts.
 fn dead(node: &NodeFacts, known: &HashMap<InstanceId, Confirmation>) -> bool {
-    let recorded = node
-        .fenced
-        .as_ref()
-        .is_some_and(|m| m.state == Some(InstanceState::Terminated));
-    recorded
-        || machine(node).and_then(|id| known.get(id)).is_some_and(|c| {
-            matches!(c, Confirmation::NotFound)
-                || matches!(c, Confirmation::Seen(f) if f.state == InstanceState::Terminated)
-        })
+    let mark = node.fenced.as_ref();
+    if mark.is_some_and(|m| m.state == Some(InstanceState::Terminated)) {
+        return true;
+    }
+    let fenced_here = mark.is_some_and(|m| m.instance.is_some());
+    match machine(node).and_then(|id| known.get(id)) {
+        Some(Confirmation::Seen(f)) => f.state == InstanceState::Terminated,
+        Some(Confirmation::NotFound) => fenced_here,
+        Some(Confirmation::LookupFailed { .. }) | None => false,
+    }
 }
 
 /// True when the Node takes room under the cap: out of service, and not
@@ -113,13 +117,14 @@ mod tests {
             out(4, None),
             out(5, Some(InstanceState::Stopped)),
             out(6, Some(InstanceState::Stopped)),
+            out(7, Some(InstanceState::Stopped)),
         ];
         let nothing = HashMap::new();
         // Recorded terminated at fencing time: dead without asking.
-        assert_eq!(taken(&nodes, &nothing), 5);
+        assert_eq!(taken(&nodes, &nothing), 6);
         assert_eq!(
             worth_asking(&nodes, &nothing),
-            [id(1), id(3), id(4), id(5), id(6)]
+            [id(1), id(3), id(4), id(5), id(6), id(7)]
         );
         let known: HashMap<_, _> = [
             seen(1, InstanceState::Stopped),
@@ -131,14 +136,17 @@ mod tests {
                     error: "throttled".into(),
                 },
             ),
+            (id(7), Confirmation::NotFound),
         ]
         .into_iter()
         .collect();
-        // Stopped may start again; a failed lookup proves nothing.
-        assert_eq!(taken(&nodes, &known), 3);
+        // Stopped may start again; a failed lookup proves nothing; an
+        // instance EC2 does not know proves nothing unless node-fencer
+        // fenced it (7: gone since), not when someone else tainted it (4).
+        assert_eq!(taken(&nodes, &known), 4);
         assert_eq!(worth_asking(&nodes, &known), [id(6)]);
         // A Node that is not out of service never counts.
-        let mut ready = out(7, None);
+        let mut ready = out(8, None);
         ready.taints.clear();
         assert!(!counts(&ready, &nothing));
     }

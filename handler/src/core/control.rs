@@ -18,6 +18,30 @@ pub const LEASE_SECONDS: i32 = 20;
 /// How long an invocation waits for the Lease before giving up (retryable).
 pub const LEASE_WAIT: Duration = Duration::from_secs(30);
 
+/// How a holder keeps the Lease while it works: it renews it every
+/// `renew_every`, and writes a taint only while its last renewal (counted
+/// from when the renewal was sent) is younger than `valid_for`. That is
+/// shorter than the Lease's duration by a margin for the clocks of two
+/// environments and a write in flight, so a holder that cannot renew in
+/// time (a slow or unreachable apiserver) stops writing before any other
+/// invocation may take the Lease over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeaseTiming {
+    /// How often the holder renews.
+    pub renew_every: Duration,
+    /// How long one renewal lets the holder write.
+    pub valid_for: Duration,
+}
+
+impl Default for LeaseTiming {
+    fn default() -> Self {
+        Self {
+            renew_every: Duration::from_secs(4),
+            valid_for: Duration::from_secs(15),
+        }
+    }
+}
+
 /// The Lease as read, reduced to what the decision needs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LeaseFacts {
@@ -92,6 +116,17 @@ impl KillSwitch {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_holder_stops_writing_before_its_lease_can_be_taken() {
+        let t = LeaseTiming::default();
+        let duration = Duration::from_secs(u64::try_from(LEASE_SECONDS).unwrap());
+        // Room for clock skew and a write in flight.
+        assert!(t.valid_for + Duration::from_secs(5) <= duration);
+        // Two renewals may fail before the right to write runs out.
+        assert!(t.renew_every * 3 <= t.valid_for);
+        assert!(duration < LEASE_WAIT);
+    }
 
     fn lease(holder: Option<&str>, renewed: Option<i64>) -> LeaseFacts {
         LeaseFacts {

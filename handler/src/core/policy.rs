@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use crate::core::control::LeaseTiming;
 use crate::core::decide::{self, Settings};
 use crate::core::mode::ModeSetting;
 use crate::core::resolve::ClusterScope;
@@ -33,6 +34,8 @@ pub struct Policy {
     /// For Nodes without a provider id: what proves an instance is one of
     /// the cluster's machines. Unset, such Nodes are never fenced.
     pub scope: Option<ClusterScope>,
+    /// How the fencing Lease is kept while held.
+    pub lease: LeaseTiming,
 }
 
 impl Default for Policy {
@@ -50,6 +53,7 @@ impl Default for Policy {
             poll_interval: Duration::from_millis(500),
             fence_hibernated: false,
             scope: None,
+            lease: LeaseTiming::default(),
         }
     }
 }

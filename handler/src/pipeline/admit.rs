@@ -1,23 +1,100 @@
 //! Admission: the last look before the first irreversible step. After the
 //! optional delay, an invocation that is about to write new taints takes the
 //! cluster's Lease, recounts the cap against the Nodes as they are now, asks
-//! the cloud again, writes the taints, and lets the Lease go. Dry runs take
-//! no Lease and no cap room.
+//! the cloud again, writes the taints, and lets the Lease go. While it holds
+//! the Lease it renews it, and it writes a taint only while the last renewal
+//! is fresh: a holder slowed past the Lease's duration stops writing before
+//! another invocation may take over, so the cap holds. The Events wait until
+//! the Lease is released. Dry runs take no Lease and no cap room.
 
 use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
 
+use tokio::time::Instant;
 use tracing::{info, warn};
 
 use super::{Ctx, PipelineError, Switched, confirm, refused, taint};
+use crate::core::control::LeaseTiming;
 use crate::core::facts::{Confirmation, FenceMode};
 use crate::core::instance::InstanceId;
 use crate::core::metrics::Dependency;
 use crate::core::plan::{self, NodePlan, NodeRun, Stage};
 use crate::core::policy::Policy;
 
+/// The right to write under the Lease: fresh while the last renewal is
+/// younger than [`LeaseTiming::valid_for`], gone for good once a renewal
+/// finds the Lease taken over.
+pub(super) struct Hold {
+    timing: LeaseTiming,
+    renewed: Mutex<Instant>,
+    lost: AtomicBool,
+    renewals: AtomicUsize,
+}
+
+impl Hold {
+    fn new(timing: LeaseTiming, taken: Instant) -> Self {
+        Self {
+            timing,
+            renewed: Mutex::new(taken),
+            lost: AtomicBool::new(false),
+            renewals: AtomicUsize::new(0),
+        }
+    }
+
+    /// How long this invocation may still write; `None` when it may not.
+    pub(super) fn left(&self) -> Option<Duration> {
+        if self.lost.load(Ordering::SeqCst) {
+            return None;
+        }
+        let renewed = *self.renewed.lock().unwrap_or_else(|p| p.into_inner());
+        self.timing
+            .valid_for
+            .checked_sub(renewed.elapsed())
+            .filter(|left| !left.is_zero())
+    }
+
+    /// Renews the Lease every `renew_every` until it is lost; returns then.
+    /// A renewal counts from when it was sent, and one that cannot be
+    /// answered within the time left counts as not made.
+    async fn keep(&self, ctx: &Ctx<'_>, namespace: &str) {
+        loop {
+            tokio::time::sleep(self.timing.renew_every).await;
+            let Some(left) = self.left() else {
+                // Ran out unrenewed: whatever a late renewal says, the
+                // writes under this hold are over.
+                warn!(
+                    "the fencing Lease could not be renewed in time; no further taint is written"
+                );
+                return;
+            };
+            let sent = Instant::now();
+            let renew = ctx.cluster.renew_lease(namespace, &ctx.correlation_id);
+            match tokio::time::timeout(left, renew).await {
+                Ok(Ok(true)) => {
+                    *self.renewed.lock().unwrap_or_else(|p| p.into_inner()) = sent;
+                    self.renewals.fetch_add(1, Ordering::SeqCst);
+                }
+                Ok(Ok(false)) => {
+                    warn!("the fencing Lease was taken over; no further taint is written");
+                    self.lost.store(true, Ordering::SeqCst);
+                    return;
+                }
+                Ok(Err(e)) => {
+                    ctx.meter.error(Dependency::Kubernetes);
+                    warn!(error = %e, "could not renew the fencing Lease");
+                }
+                Err(_) => warn!("renewing the fencing Lease timed out"),
+            }
+        }
+    }
+}
+
 /// Admits the runs still decided for fencing and taints them; a run that is
-/// refused or not confirmed again is skipped with its reason. Returns the
-/// kill switch as read after the waits (on: the runs became plans).
+/// refused or not confirmed again is skipped with its reason. `known` is what
+/// the invocation learnt of the machines (for the recount). Returns the kill
+/// switch as read after the waits (on: the runs became plans).
 pub(super) async fn admit(
     ctx: &Ctx<'_>,
     policy: &Policy,
@@ -37,6 +114,7 @@ pub(super) async fn admit(
         tokio::time::sleep(policy.confirm_again_after).await;
     }
     let namespace = &policy.control_namespace;
+    let taken = Instant::now();
     let lease_waited = new_taints
         && ctx
             .cluster
@@ -55,40 +133,72 @@ pub(super) async fn admit(
         warn!("the kill switch turned on while waiting: the rest is a plan");
         runs.iter_mut().for_each(NodeRun::plan_only);
     }
-    let recount = (new_taints && !switched.on).then_some(known);
-    let held = under_lease(ctx, policy, mode, recount, runs).await;
-    if new_taints
-        && let Err(e) = ctx
+    let refused_now = if new_taints {
+        // The Lease's duration counts from the write that took it, which
+        // began before `acquire_lease` returned.
+        let hold = Hold::new(policy.lease, taken);
+        let work = under_lease(
+            ctx,
+            policy,
+            mode,
+            (!switched.on).then_some(known),
+            Some(&hold),
+            runs,
+        );
+        tokio::pin!(work);
+        let keep = hold.keep(ctx, namespace);
+        tokio::pin!(keep);
+        let refused_now = tokio::select! {
+            out = &mut work => out,
+            () = &mut keep => work.await,
+        };
+        let held_for = taken.elapsed();
+        info!(
+            held_ms = held_for.as_millis() as u64,
+            renewals = hold.renewals.load(Ordering::SeqCst),
+            "releasing the fencing lease"
+        );
+        if let Err(e) = ctx
             .cluster
             .release_lease(namespace, &ctx.correlation_id)
             .await
-    {
-        // It expires on its own; the next holder waits at most that long.
-        ctx.meter.error(Dependency::Kubernetes);
-        warn!(error = %e, "could not release the fencing lease");
+        {
+            // It expires on its own; the next holder waits at most that long.
+            ctx.meter.error(Dependency::Kubernetes);
+            warn!(error = %e, "could not release the fencing lease");
+        }
+        refused_now
+    } else {
+        under_lease(ctx, policy, mode, None, None, runs).await
+    };
+    // Recorded once the Lease is free: Events are news, not part of the
+    // count the Lease protects.
+    for k in refused_now? {
+        if let (Some(node), Stage::Skipped(reason)) = (&runs[k].node, &runs[k].stage) {
+            refused(ctx, node, reason).await;
+        }
     }
-    held.map(|()| switched)
+    taint::record(ctx, mode, runs).await;
+    Ok(switched)
 }
 
-/// Recounts (when new taints are planned: `recount` holds what the
-/// invocation knows of the machines), confirms again and taints.
+/// Recounts (when `recount` holds what the invocation knows of the
+/// machines), confirms again and taints, writing only while `hold` says the
+/// Lease is ours. Returns the runs the recount refused.
 async fn under_lease(
     ctx: &Ctx<'_>,
     policy: &Policy,
     mode: FenceMode,
     recount: Option<&HashMap<InstanceId, Confirmation>>,
+    hold: Option<&Hold>,
     runs: &mut [NodeRun],
-) -> Result<(), PipelineError> {
+) -> Result<Vec<usize>, PipelineError> {
+    let mut refused_now = Vec::new();
     if let Some(known) = recount {
         let fresh = ctx.cluster.list_nodes().await.inspect_err(|_| {
             ctx.meter.error(Dependency::Kubernetes);
         })?;
-        let refused_now = plan::recount(runs, &fresh, known, policy.cap(fresh.len()));
-        for k in refused_now {
-            if let (Some(node), Stage::Skipped(reason)) = (&runs[k].node, &runs[k].stage) {
-                refused(ctx, node, reason).await;
-            }
-        }
+        refused_now = plan::recount(runs, &fresh, known, policy.cap(fresh.len()));
     }
 
     // Asked again right before the first irreversible step.
@@ -109,6 +219,6 @@ async fn under_lease(
             warn!(node = run.node.as_deref().unwrap_or("-"), %reason, "re-confirmation did not confirm; not fencing");
         }
     }
-    taint::nodes(ctx, mode, runs).await;
-    Ok(())
+    taint::nodes(ctx, mode, hold, runs).await;
+    Ok(refused_now)
 }

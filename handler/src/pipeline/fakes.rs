@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, NodeStatus, Taint};
@@ -83,6 +84,8 @@ struct CloudState {
     describes: usize,
     /// Volumes whose detach is accepted but never completes.
     sticky: Vec<VolumeId>,
+    /// The n-th DescribeInstances (1-based) answers this late.
+    slow: Option<(usize, Duration)>,
 }
 
 impl FakeCloud {
@@ -128,6 +131,12 @@ impl FakeCloud {
         self.lock().changes.push((nth, id.clone(), state));
     }
 
+    /// The `nth` DescribeInstances (1-based) answers after `pause`, as EC2
+    /// does under throttling.
+    pub fn slow_describe(&self, nth: usize, pause: Duration) {
+        self.lock().slow = Some((nth, pause));
+    }
+
     /// The volume's detach will be accepted and never complete.
     pub fn stick(&self, id: &VolumeId) {
         self.lock().sticky.push(id.clone());
@@ -146,8 +155,16 @@ impl Cloud for FakeCloud {
         ids: &[InstanceId],
     ) -> Result<Vec<InstanceFacts>, CloudError> {
         let fail = self.calls.call("DescribeInstances".into());
+        let pause = {
+            let mut state = self.lock();
+            state.describes += 1;
+            let n = state.describes;
+            state.slow.filter(|(at, _)| *at == n).map(|(_, p)| p)
+        };
+        if let Some(pause) = pause {
+            tokio::time::sleep(pause).await;
+        }
         let mut state = self.lock();
-        state.describes += 1;
         let n = state.describes;
         let changes: Vec<_> = state
             .changes
@@ -235,6 +252,9 @@ struct ClusterState {
     switch_at: Option<(usize, KillSwitch)>,
     /// The next Lease taken is taken after waiting for another holder.
     lease_held: bool,
+    /// From the n-th renewal on (1-based), another invocation holds the Lease.
+    lease_taken_at: Option<usize>,
+    renewals: usize,
     switch_reads: usize,
 }
 
@@ -260,6 +280,8 @@ impl FakeCluster {
                 switch_at: None,
                 switch_reads: 0,
                 lease_held: false,
+                lease_taken_at: None,
+                renewals: 0,
             }),
         }
     }
@@ -368,6 +390,12 @@ impl FakeCluster {
     pub fn kill_switch_from_read(&self, nth: usize, k: KillSwitch) {
         let mut state = self.lock();
         state.switch_at = Some((state.switch_reads + nth, k));
+    }
+
+    /// From the `nth` renewal on (1-based), another invocation holds the
+    /// Lease (it expired for it meanwhile, as far as the fake cares).
+    pub fn lease_taken_at_renewal(&self, nth: usize) {
+        self.lock().lease_taken_at = Some(nth);
     }
 
     /// The next Lease is taken only after waiting for another holder.
@@ -636,6 +664,21 @@ impl Cluster for FakeCluster {
         let mut state = self.lock();
         state.lease = Some(holder.into());
         Ok(std::mem::take(&mut state.lease_held))
+    }
+
+    async fn renew_lease(&self, namespace: &str, holder: &str) -> Result<bool, ClusterError> {
+        if self.calls.call("RenewLease".into()) {
+            return Err(ClusterError::Lease {
+                namespace: namespace.into(),
+                source: injected(),
+            });
+        }
+        let mut state = self.lock();
+        state.renewals += 1;
+        if state.lease_taken_at.is_some_and(|n| state.renewals >= n) {
+            state.lease = Some("another invocation".into());
+        }
+        Ok(state.lease.as_deref() == Some(holder))
     }
 
     async fn release_lease(&self, namespace: &str, holder: &str) -> Result<(), ClusterError> {

@@ -1,11 +1,13 @@
 //! The taint (legacy mode: the mark) on each admitted node: a guarded patch
-//! that keeps every other taint, and the Event that records it.
+//! that keeps every other taint, written only while the fencing Lease is
+//! ours; then, once the Lease is free, the Events that record them.
 
 use std::time::Instant;
 
 use futures::StreamExt;
 use tracing::{Instrument, info, info_span, warn};
 
+use super::admit::Hold;
 use super::{Ctx, PARALLEL_NODES};
 use crate::core::events::NodeEvent;
 use crate::core::facts::FenceMode;
@@ -13,8 +15,14 @@ use crate::core::kube_model::TaintOutcome;
 use crate::core::metrics::{self, Dependency};
 use crate::core::plan::{NodeRun, Stage};
 
-/// Taints every admitted run, a few nodes at once.
-pub(super) async fn nodes(ctx: &Ctx<'_>, mode: FenceMode, runs: &mut [NodeRun]) {
+/// Taints every admitted run, a few nodes at once, each only while `hold`
+/// (when the Lease was taken) says the Lease is still ours.
+pub(super) async fn nodes(
+    ctx: &Ctx<'_>,
+    mode: FenceMode,
+    hold: Option<&Hold>,
+    runs: &mut [NodeRun],
+) {
     // One time for the whole batch: it names this fencing on every Node.
     let at = k8s_openapi::jiff::Timestamp::now().to_string();
     let at = at.as_str();
@@ -25,14 +33,14 @@ pub(super) async fn nodes(ctx: &Ctx<'_>, mode: FenceMode, runs: &mut [NodeRun]) 
                 node = run.node.as_deref().unwrap_or("-"),
                 instance = run.instance_id.as_ref().map_or("-", |i| i.as_str())
             );
-            one(ctx, mode, at, run).instrument(span)
+            one(ctx, mode, at, hold, run).instrument(span)
         })
         .buffer_unordered(PARALLEL_NODES)
         .collect::<Vec<()>>()
         .await;
 }
 
-async fn one(ctx: &Ctx<'_>, mode: FenceMode, at: &str, run: &mut NodeRun) {
+async fn one(ctx: &Ctx<'_>, mode: FenceMode, at: &str, hold: Option<&Hold>, run: &mut NodeRun) {
     let (Some(stamp), Some(node), Some(plan)) = (
         run.stamp(mode, at, &ctx.correlation_id),
         run.node.clone(),
@@ -40,40 +48,69 @@ async fn one(ctx: &Ctx<'_>, mode: FenceMode, at: &str, run: &mut NodeRun) {
     ) else {
         return;
     };
-    if plan.add_taint {
-        let started = Instant::now();
-        let result = ctx.cluster.taint_node(&node, &stamp).await;
-        ctx.meter.stage(metrics::Stage::Taint, started.elapsed());
-        match &result {
-            Ok(TaintOutcome::Applied) => match mode {
-                FenceMode::Taint => info!("out-of-service taint applied"),
-                FenceMode::Legacy => info!("fenced the legacy way (marked)"),
-            },
-            Ok(TaintOutcome::AlreadyPresent) => info!("already fenced"),
-            Ok(TaintOutcome::NodeReady | TaintOutcome::NodeGone) => {}
-            Err(e) => {
-                ctx.meter.error(Dependency::Kubernetes);
-                warn!(error = %e, "taint failed; no volume is detached");
-            }
-        }
-        run.tainted(result.map(Some).map_err(|e| e.to_string()));
-    } else {
+    if !plan.add_taint {
         // A Lambda retry keeps the request id: a fencing stamped with it was
         // written by an earlier attempt of this invocation, which may have
-        // stopped before its Event. Recorded now; the Event's name makes a
-        // second copy impossible.
+        // stopped before its Event; [`record`] writes it now.
         let ours = plan.marked_by.as_deref() == Some(ctx.correlation_id.as_str());
         run.tainted(Ok(ours.then_some(TaintOutcome::Applied)));
+        return;
     }
-    match &run.stage {
-        Stage::Tainted if run.taint_applied => {
-            let event = match mode {
-                FenceMode::Taint => NodeEvent::taint_applied(&stamp.instance, &stamp.state),
-                FenceMode::Legacy => NodeEvent::fenced_legacy(&stamp.instance, &stamp.state),
-            };
-            ctx.record(&node, event).await;
+    // A new taint is written only under the Lease, and bounded by the time
+    // the last renewal leaves: past it another invocation may count.
+    let left = match hold.map(Hold::left) {
+        Some(None) => {
+            warn!("the fencing Lease is no longer ours; the taint is not written");
+            run.tainted(Err(
+                "the fencing Lease was lost before the taint was written; retry".into(),
+            ));
+            return;
         }
-        Stage::Skipped(reason) => warn!(%reason, "node changed before the taint; not fencing"),
-        _ => {}
+        Some(Some(left)) => Some(left),
+        None => None,
+    };
+    let started = Instant::now();
+    let write = ctx.cluster.taint_node(&node, &stamp);
+    let result = match left {
+        Some(left) => match tokio::time::timeout(left, write).await {
+            Ok(result) => result.map_err(|e| e.to_string()),
+            Err(_) => Err("the fencing Lease ran out during the taint write; retry".into()),
+        },
+        None => write.await.map_err(|e| e.to_string()),
+    };
+    ctx.meter.stage(metrics::Stage::Taint, started.elapsed());
+    match &result {
+        Ok(TaintOutcome::Applied) => match mode {
+            FenceMode::Taint => info!("out-of-service taint applied"),
+            FenceMode::Legacy => info!("fenced the legacy way (marked)"),
+        },
+        Ok(TaintOutcome::AlreadyPresent) => info!("already fenced"),
+        Ok(TaintOutcome::NodeReady | TaintOutcome::NodeGone) => {}
+        Err(e) => {
+            ctx.meter.error(Dependency::Kubernetes);
+            warn!(error = %e, "taint failed; no volume is detached");
+        }
+    }
+    run.tainted(result.map(Some));
+    if let Stage::Skipped(reason) = &run.stage {
+        warn!(%reason, "node changed before the taint; not fencing");
+    }
+}
+
+/// Records the Event of every taint this invocation applied.
+pub(super) async fn record(ctx: &Ctx<'_>, mode: FenceMode, runs: &[NodeRun]) {
+    for run in runs
+        .iter()
+        .filter(|r| r.stage == Stage::Tainted && r.taint_applied)
+    {
+        let (Some(node), Some(plan)) = (&run.node, &run.plan) else {
+            continue;
+        };
+        let (instance, state) = (&plan.instance.id, &plan.instance.state);
+        let event = match mode {
+            FenceMode::Taint => NodeEvent::taint_applied(instance, state),
+            FenceMode::Legacy => NodeEvent::fenced_legacy(instance, state),
+        };
+        ctx.record(node, event).await;
     }
 }

@@ -181,8 +181,9 @@ async fn a_stopped_silent_node_is_tainted_and_its_volume_freed_in_this_order() {
             "ListNodes".into(),
             "DescribeInstances".into(),
             format!("TaintNode {NODE}"),
-            format!("CreateEvent {NODE}"),
+            // The Events wait until the Lease is free.
             "ReleaseLease".into(),
+            format!("CreateEvent {NODE}"),
             "DescribeInstances".into(),
             format!("DetachVolume {vol}"),
             format!("CreateEvent {NODE}"),
@@ -539,6 +540,42 @@ async fn the_volume_of_a_pod_that_stays_on_the_node_stays_attached() {
         RecoveryOutcome::Recovered,
         "{back:#?}"
     );
+}
+
+/// Issue 12, item 6: the holder renews the Lease while it works, so a
+/// holder slowed past the time one renewal allows (EC2 throttled under the
+/// Lease) still writes its taint; a holder whose Lease was taken over meanwhile
+/// writes none, and the invocation is retried.
+#[tokio::test]
+async fn a_slow_holder_renews_its_lease_and_writes_nothing_once_it_is_lost() {
+    let p = Policy {
+        lease: crate::core::control::LeaseTiming {
+            renew_every: Duration::from_millis(10),
+            valid_for: Duration::from_millis(40),
+        },
+        ..policy()
+    };
+    // The second DescribeInstances, under the Lease, answers after 150 ms:
+    // several times what one renewal allows.
+    let slow = Duration::from_millis(150);
+    let w = World::stopped();
+    w.cloud.slow_describe(2, slow);
+    let report = w.fence(&p).await.unwrap();
+    assert_eq!(report.results[0].outcome, Outcome::Fenced, "{report:#?}");
+    let renewals = w.calls.log().iter().filter(|c| *c == "RenewLease").count();
+    assert!(renewals >= 3, "renewed while slow: {renewals}");
+
+    let w = World::stopped();
+    w.cloud.slow_describe(2, slow);
+    w.cluster.lease_taken_at_renewal(2);
+    let report = w.fence(&p).await.unwrap();
+    let r = &report.results[0];
+    assert_eq!(r.outcome, Outcome::Failed, "{report:#?}");
+    assert!(report.incomplete(), "retried");
+    assert_eq!(w.out_of_service_taints(NODE), 0);
+    assert!(!w.calls.log().iter().any(|c| c.starts_with("TaintNode")));
+    assert!(!w.calls.log().iter().any(|c| c.starts_with("DetachVolume")));
+    assert_eq!(w.cloud.volume_state(&volume(1)), Some(VolumeState::InUse));
 }
 
 #[tokio::test]

@@ -178,6 +178,9 @@ pub trait Cluster: Send + Sync {
     async fn acquire_lease(&self, namespace: &str, holder: &str) -> Result<bool, ClusterError>;
     /// Releases the Lease if `holder` still holds it.
     async fn release_lease(&self, namespace: &str, holder: &str) -> Result<(), ClusterError>;
+    /// Renews the fencing Lease `holder` holds: `Ok(false)` when it is not
+    /// theirs any more (taken over, or gone).
+    async fn renew_lease(&self, namespace: &str, holder: &str) -> Result<bool, ClusterError>;
 }
 
 /// [`Cluster`] over a `kube::Client`.
@@ -633,31 +636,14 @@ impl Cluster for Kube {
             namespace: namespace.into(),
             source,
         };
-        // The Lease as written when taken: its resourceVersion guards the
-        // release as well as a fresh read would.
-        let kept = self
-            .held
-            .lock()
-            .ok()
-            .and_then(|mut held| held.take())
-            .filter(|l| l.metadata.namespace.as_deref() == Some(namespace));
-        let found = match kept {
-            Some(lease) => Some(lease),
-            None => retrying("get lease", || api.get_opt(control::OBJECT_NAME))
-                .await
-                .map_err(failed)?,
-        };
-        let Some(mut lease) = found else {
+        // Released: the Lease as last written is no longer ours to keep.
+        let found = self
+            .last_written(&api, namespace, true)
+            .await
+            .map_err(failed)?;
+        let Some(mut lease) = found.filter(|l| held_by_holder(l, holder)) else {
             return Ok(());
         };
-        let ours = lease
-            .spec
-            .as_ref()
-            .and_then(|s| s.holder_identity.as_deref())
-            == Some(holder);
-        if !ours {
-            return Ok(());
-        }
         if let Some(spec) = lease.spec.as_mut() {
             spec.holder_identity = None;
         }
@@ -674,6 +660,86 @@ impl Cluster for Kube {
             Err(e) => Err(failed(e)),
         }
     }
+
+    async fn renew_lease(&self, namespace: &str, holder: &str) -> Result<bool, ClusterError> {
+        let api: Api<Lease> = Api::namespaced(self.client.clone(), namespace);
+        let failed = |source| ClusterError::Lease {
+            namespace: namespace.into(),
+            source,
+        };
+        let found = self
+            .last_written(&api, namespace, false)
+            .await
+            .map_err(failed)?;
+        let Some(mut lease) = found else {
+            return Ok(false);
+        };
+        let params = PostParams::default();
+        // Twice at most: a conflict after our own renewal whose answer was
+        // lost reads back as still ours.
+        for _ in 0..2 {
+            if !held_by_holder(&lease, holder) {
+                return Ok(false);
+            }
+            if let Some(spec) = lease.spec.as_mut() {
+                spec.renew_time = Some(MicroTime(k8s_openapi::jiff::Timestamp::now()));
+            }
+            match retrying("renew lease", || {
+                api.replace(control::OBJECT_NAME, &params, &lease)
+            })
+            .await
+            {
+                Ok(renewed) => {
+                    if let Ok(mut held) = self.held.lock() {
+                        *held = Some(renewed);
+                    }
+                    return Ok(true);
+                }
+                Err(kube::Error::Api(status)) if status.is_conflict() => {
+                    match retrying("get lease", || api.get_opt(control::OBJECT_NAME))
+                        .await
+                        .map_err(failed)?
+                    {
+                        Some(fresh) => lease = fresh,
+                        None => return Ok(false),
+                    }
+                }
+                Err(e) => return Err(failed(e)),
+            }
+        }
+        Ok(false)
+    }
+}
+
+impl Kube {
+    /// The Lease as this handle last wrote it (taken out of the cache when
+    /// `take`), else as read now: its resourceVersion guards the next write
+    /// as well as a fresh read would.
+    async fn last_written(
+        &self,
+        api: &Api<Lease>,
+        namespace: &str,
+        take: bool,
+    ) -> Result<Option<Lease>, kube::Error> {
+        let kept = self
+            .held
+            .lock()
+            .ok()
+            .and_then(|mut held| if take { held.take() } else { held.clone() })
+            .filter(|l| l.metadata.namespace.as_deref() == Some(namespace));
+        match kept {
+            Some(lease) => Ok(Some(lease)),
+            None => retrying("get lease", || api.get_opt(control::OBJECT_NAME)).await,
+        }
+    }
+}
+
+fn held_by_holder(lease: &Lease, holder: &str) -> bool {
+    lease
+        .spec
+        .as_ref()
+        .and_then(|s| s.holder_identity.as_deref())
+        == Some(holder)
 }
 
 fn held_by(holder: &str, now: k8s_openapi::jiff::Timestamp) -> LeaseSpec {

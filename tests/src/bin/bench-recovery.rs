@@ -23,7 +23,7 @@ use node_fencer_tests::cluster::cluster_stack;
 use node_fencer_tests::fixtures::{stop, unique};
 use node_fencer_tests::lambda::{Emulator, start_emulator};
 use node_fencer_tests::scene::*;
-use node_fencer_tests::timing::{Timeline, TimingCloud, TimingCluster};
+use node_fencer_tests::timing::Timeline;
 use serde_json::Value;
 
 const USAGE: &str = "\
@@ -201,14 +201,7 @@ async fn fence_timed(
     max_out_of_service: usize,
 ) -> anyhow::Result<(Report, Timeline, Duration)> {
     let timeline = Timeline::new();
-    let cloud = TimingCloud {
-        inner: &warm.cloud,
-        timeline: &timeline,
-    };
-    let cluster = TimingCluster {
-        inner: &warm.cluster,
-        timeline: &timeline,
-    };
+    let (cloud, cluster) = timeline.wrap(&warm.cloud, &warm.cluster);
     let meter = node_fencer::core::metrics::Meter::default();
     let ctx = Ctx {
         cloud: &cloud,

@@ -21,6 +21,7 @@ use node_fencer::shell::cluster::{Cluster, Kube};
 use node_fencer::shell::connect::Timeouts;
 use node_fencer_tests::faults::{Fault, FaultProxy, Match};
 use node_fencer_tests::fixtures::*;
+use node_fencer_tests::timing::{Span, Timeline};
 use node_fencer_tests::{Stack, private_stack, serial, stack};
 
 use crate::{by_instance, one};
@@ -278,7 +279,7 @@ async fn a_kubernetes_failure_that_outlasts_the_retries_fails_before_any_detach(
     let (_g, f, sc) = setup(false).await?;
     f.kube.inject(
         nodes().method(Method::PATCH),
-        Fault::kube_status(403, "Forbidden"),
+        Fault::kube_status(503, "ServiceUnavailable"),
         usize::MAX,
     );
     let report = fence(&f, &sc).await?;
@@ -634,5 +635,111 @@ async fn a_hibernated_instance_is_not_fenced_unless_the_setting_says_so() -> any
     let (report, _) = fence_within(&f.cloud, &f.cluster, batch, anyway, DETACH_WAIT).await?;
     assert_eq!(report.results[0].outcome, Outcome::Fenced, "{report:#?}");
     assert_eq!(oos_taints(&f, &sc).await?, 1);
+    Ok(())
+}
+
+/// Patient enough for an EC2 answer held for [`HOLDER_SLOWED`].
+const PATIENT: Timeouts = Timeouts {
+    connect: Duration::from_secs(1),
+    attempt: Duration::from_secs(40),
+    call: Duration::from_secs(60),
+};
+/// How long the holder's confirmation under the Lease is held: past the
+/// Lease's duration (20 s), within the other invocation's wait for it (30 s).
+const HOLDER_SLOWED: Duration = Duration::from_secs(24);
+
+/// Issue 12, item 6: the invocation holding the fencing Lease is slowed past
+/// the Lease's duration (its EC2 confirmation under the Lease is held 24 s),
+/// while a second invocation, sure there is room under the cap, waits for
+/// the Lease. The holder renews it, so the second one cannot take it over
+/// early; when it gets it, the recount finds the holder's taint and
+/// refuses. The cap holds: one new taint.
+#[tokio::test]
+async fn the_cap_holds_when_the_lease_holder_is_slowed_past_the_lease() -> anyhow::Result<()> {
+    let _g = serial().await;
+    let s = stack();
+    let f = faulty().await?;
+    let admin = s.admin().await?;
+    let a = target(s, false).await?;
+    let b = target(s, false).await?;
+    let before = room_taken(s).await?;
+    let policy = Policy {
+        max_out_of_service: before + 1,
+        ..settings()
+    };
+    let go = std::sync::Arc::new(tokio::sync::Notify::new());
+    // The second invocation, on its own clients, once the holder holds.
+    let second_calls = Timeline::new();
+    let (second_cloud, second_cluster) = (
+        Ec2::new(s.ec2().await),
+        Kube::new(s.fencer().await?, "second"),
+    );
+    let second = async {
+        go.notified().await;
+        let (cloud, cluster) = second_calls.wrap(&second_cloud, &second_cluster);
+        let batch = one(by_instance(&b.m.instance), Intent::Fence);
+        fence_with(&cloud, &cluster, batch, policy.clone()).await
+    };
+    let holder_cloud = Ec2::new(aws_sdk_ec2::Client::new(
+        &s.sdk_config_via(&f.ec2.url, PATIENT).await,
+    ));
+    let calls = Timeline::new();
+    let ec2 = std::sync::Arc::new(f.ec2);
+    {
+        let (ec2, go) = (ec2.clone(), go.clone());
+        calls.after(
+            "AcquireLease",
+            Box::new(move || {
+                // The next confirmation, the one under the Lease, is slow.
+                ec2.inject(
+                    Match::ec2("DescribeInstances"),
+                    Fault::Delay(HOLDER_SLOWED),
+                    1,
+                );
+                go.notify_one();
+                Box::pin(async {})
+            }),
+        );
+    }
+    let (cloud, cluster) = calls.wrap(&holder_cloud, &f.cluster);
+    let batch = one(by_instance(&a.m.instance), Intent::Fence);
+    let (first, second) = tokio::join!(fence_with(&cloud, &cluster, batch, policy.clone()), second);
+    let (first, second) = (first?, second?);
+    let second_calls = second_calls.spans();
+
+    let span = |spans: &[Span], op: &str| spans.iter().find(|x| x.op == op).cloned();
+    let spans = calls.spans();
+    let (Some(took), Some(released)) = (span(&spans, "AcquireLease"), span(&spans, "ReleaseLease"))
+    else {
+        anyhow::bail!("the holder never took and released the Lease: {spans:#?}");
+    };
+    let held = released.start - took.end;
+    let renewals = spans
+        .iter()
+        .filter(|x| x.op == "RenewLease" && x.ok)
+        .count();
+    let waited = span(&second_calls, "AcquireLease").map(|x| x.end - x.start);
+    let after = room_taken(s).await?;
+    eprintln!(
+        "slow holder: held the Lease {:.1} s (Lease duration {} s), {renewals} renewals; \
+         the second invocation waited {:.1} s for it; out of service {before} -> {after}, cap {}",
+        held.as_secs_f64(),
+        node_fencer::core::control::LEASE_SECONDS,
+        waited.unwrap_or_default().as_secs_f64(),
+        before + 1
+    );
+    assert_eq!(first.results[0].outcome, Outcome::Fenced, "{first:#?}");
+    assert!(
+        held > Duration::from_secs(20),
+        "the holder was slowed past the Lease's duration: {held:?}"
+    );
+    assert!(renewals >= 4, "{renewals} renewals in {held:?}");
+    assert!(
+        matches!(second.results[0].skip, Some(Skip::CapReached { .. })),
+        "{second:#?}"
+    );
+    assert_eq!(after, before + 1, "the cap holds");
+    assert!(!taints(&get_node(&admin, &b.node).await?).contains(&OUT_OF_SERVICE.into()));
+    assert_eq!(volume(&s.ec2().await, &b.volume).await?.0, "in-use");
     Ok(())
 }

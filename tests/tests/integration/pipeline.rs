@@ -15,7 +15,7 @@ use node_fencer::core::suspect::{Batch, Intent, NodeRef, Origin, Suspect};
 use node_fencer::shell::cloud::aws::Ec2;
 use node_fencer::shell::cluster::Kube;
 use node_fencer_tests::fixtures::*;
-use node_fencer_tests::timing::{Timeline, TimingCloud, TimingCluster};
+use node_fencer_tests::timing::{Timeline, TimingCloud};
 use node_fencer_tests::{NodeCleanup, serial, stack};
 use serde_json::json;
 
@@ -108,14 +108,7 @@ async fn fence_timed(calls: &Timeline, batch: Batch) -> anyhow::Result<Report> {
     let s = stack();
     let real_cloud = Ec2::new(s.ec2().await);
     let real_cluster = Kube::new(s.fencer().await?, "tests");
-    let cloud = TimingCloud {
-        inner: &real_cloud,
-        timeline: calls,
-    };
-    let cluster = TimingCluster {
-        inner: &real_cluster,
-        timeline: calls,
-    };
+    let (cloud, cluster) = calls.wrap(&real_cloud, &real_cluster);
     fence_with(&cloud, &cluster, batch, settings()).await
 }
 
@@ -418,13 +411,7 @@ async fn the_cap_refuses_loudly_beyond_the_limit() -> anyhow::Result<()> {
     let admin = s.admin().await?;
     let a = scene("Unknown", true).await?;
     let b = scene("Unknown", true).await?;
-    let tainted_now = Api::<Node>::all(admin.clone())
-        .list(&Default::default())
-        .await?
-        .items
-        .iter()
-        .filter(|n| taints(n).contains(&OUT_OF_SERVICE.into()))
-        .count();
+    let tainted_now = room_taken(s).await?;
     let batch = Batch {
         suspects: [&a, &b]
             .iter()
@@ -467,11 +454,10 @@ async fn the_cap_refuses_loudly_beyond_the_limit() -> anyhow::Result<()> {
 async fn a_node_whose_instance_is_terminated_does_not_fill_the_cap() -> anyhow::Result<()> {
     let _g = serial().await;
     let s = stack();
-    let admin = s.admin().await?;
     let a = scene("Unknown", true).await?;
     let b = scene("Unknown", true).await?;
     let settings = Policy {
-        max_out_of_service: node_fencer_tests::scene::out_of_service_count(&admin).await? + 1,
+        max_out_of_service: room_taken(s).await? + 1,
         ..settings()
     };
     let fence_one = |sc: &Scene| one(by_instance(&sc.m.instance), Intent::Fence);
@@ -611,14 +597,7 @@ async fn one_invocation_lists_nodes_once_per_phase_and_batches_ec2_lookups() -> 
     let real_cloud = Ec2::new(s.ec2().await);
     let real_cluster = Kube::new(s.fencer().await?, "tests");
     let calls = Timeline::new();
-    let cloud = TimingCloud {
-        inner: &real_cloud,
-        timeline: &calls,
-    };
-    let cluster = TimingCluster {
-        inner: &real_cluster,
-        timeline: &calls,
-    };
+    let (cloud, cluster) = calls.wrap(&real_cloud, &real_cluster);
     let report = fence_with(&cloud, &cluster, batch, settings()).await?;
     let outcomes: Vec<Outcome> = report.results.iter().map(|r| r.outcome).collect();
     assert_eq!(

@@ -16,7 +16,7 @@ use k8s_openapi::api::rbac::v1::ClusterRole;
 use kube::Api;
 use kube::api::PostParams;
 use node_fencer_tests::cluster::{cluster_serial, cluster_stack, restore_rbac, wait_for_rbac};
-use node_fencer_tests::fixtures::{assert_node_events, node_events, unique, volume};
+use node_fencer_tests::fixtures::{assert_node_events, node_events, room_taken, unique, volume};
 use node_fencer_tests::lambda::{Emulator, WEBHOOK_TOKEN, start_emulator};
 use node_fencer_tests::scene::*;
 use serde_json::{Value, json};
@@ -389,7 +389,7 @@ async fn storm_respects_the_cap_fences_nothing_twice_and_handles_every_node() ->
     let admin = s.admin().await?;
     let ec2 = s.ec2().await;
     let fleet = fleet(s, NODES, |i| i < STOPPED + PARTITIONED).await?;
-    let before = out_of_service_count(&admin).await?;
+    let before = room_taken(s).await?;
     let limit = before + ROOM;
     let emu = start_emulator(s, &[("MAX_OUT_OF_SERVICE", &limit.to_string())])?;
 
@@ -476,7 +476,7 @@ async fn storm_respects_the_cap_fences_nothing_twice_and_handles_every_node() ->
         ROOM,
         "exactly the room under the cap: {answers:#?}"
     );
-    assert_eq!(out_of_service_count(&admin).await?, limit);
+    assert_eq!(room_taken(s).await?, limit);
     for w in &tainted {
         assert!(
             fleet.workers[..STOPPED].iter().any(|x| x.name == w.name),
