@@ -149,6 +149,13 @@ def module() -> dict:
     return L.parse_dir(L.MODULE)
 
 
+# The module's two Lambda functions (for_each over local.functions): "main" takes
+# EventBridge events, the recovery schedule and direct invocations; "webhook"
+# alone serves the public Function URL.
+MAIN_FUNCTION = 'aws_lambda_function.this["main"]'
+WEBHOOK_FUNCTION = 'aws_lambda_function.this["webhook"]'
+
+
 def policy_documents(mod: dict) -> dict[str, dict]:
     return L.blocks(mod, "data", "aws_iam_policy_document")
 
@@ -273,8 +280,9 @@ def test_scoped_statements():
     assert L.string_list(_statement(api, "ReadParameters")["resources"]) == ["${local.ssm_parameter_arns}"]
     assert L.string_list(_statement(api, "ReadSecrets")["resources"]) == ["${local.secret_arns}"]
 
+    # The log groups of both functions, however many there are.
     logs = _statement(runtime, "WriteLogs")
-    assert L.string_list(logs["resources"]) == ["${aws_cloudwatch_log_group.this.arn}:*"]
+    assert L.string_list(logs["resources"]) == ['${[for group in aws_cloudwatch_log_group.this : "${group.arn}:*"]}']
     assert L.string_list(_statement(runtime, "OnFailureDestination")["resources"]) == ["${aws_sqs_queue.dlq.arn}"]
     kms = _statement(runtime, "DecryptParametersAndSecrets")
     assert L.string_list(kms["resources"]) == ["${var.kms_key_arn}"]
@@ -450,7 +458,9 @@ def test_function_package_and_runtime():
     assert L.value(variables["architecture"]["default"]) == "x86_64"
     assert L.value(variables["memory_size"]["default"]) == 256
     log_group = L.blocks(mod, "resource", "aws_cloudwatch_log_group")["this"]
-    assert L.value(log_group["name"]) == "/aws/lambda/${var.name}"
+    assert L.expr(log_group["for_each"]) == "local.functions"
+    assert L.value(log_group["name"]) == "/aws/lambda/${each.value.name}"
+    assert L.value(L.locals_of(mod)["all_functions"]["main"]["name"]) == "${var.name}"
     assert L.value(variables["log_retention_days"]["default"]) == 30
 
 
@@ -549,7 +559,7 @@ def test_eventbridge_rule():
     assert "'instance-id': '${var.instance_ids}'" in pattern["detail"]
 
     target = L.blocks(mod, "resource", "aws_cloudwatch_event_target")["this"]
-    assert L.expr(target["arn"]) == "aws_lambda_function.this.arn"
+    assert L.expr(target["arn"]) == f"{MAIN_FUNCTION}.arn"
     retry = target["retry_policy"][0]
     assert "maximum_event_age_in_seconds" in retry and "maximum_retry_attempts" in retry
     assert L.expr(target["dead_letter_config"][0]["arn"]) == "aws_sqs_queue.dlq.arn"
@@ -602,7 +612,7 @@ def test_recovery_schedule():
     target = L.blocks(mod, "resource", "aws_cloudwatch_event_target")["recovery"]
     assert L.expr(target["count"]) == enabled
     assert L.expr(target["rule"]) == "aws_cloudwatch_event_rule.recovery[0].name"
-    assert L.expr(target["arn"]) == "aws_lambda_function.this.arn"
+    assert L.expr(target["arn"]) == f"{MAIN_FUNCTION}.arn"
     assert _jsonencode(L.expr(target["input"])) == RECOVERY_INPUT
     for key in ("input_path", "input_transformer"):
         assert key not in target, f"the recovery target's input must be the constant {RECOVERY_INPUT}, not {key}"
@@ -612,7 +622,7 @@ def test_recovery_schedule():
     assert L.expr(permission["count"]) == enabled
     assert L.value(permission["action"]) == "lambda:InvokeFunction"
     assert L.value(permission["principal"]) == "events.amazonaws.com"
-    assert L.expr(permission["function_name"]) == "aws_lambda_function.this.function_name"
+    assert L.expr(permission["function_name"]) == f"{MAIN_FUNCTION}.function_name"
     assert L.expr(permission["source_arn"]) == "aws_cloudwatch_event_rule.recovery[0].arn"
     statement_ids = [L.value(p["statement_id"]) for p in L.blocks(mod, "resource", "aws_lambda_permission").values()]
     assert len(statement_ids) == len(set(statement_ids)), f"statement ids must differ: {statement_ids}"
@@ -652,6 +662,203 @@ def test_function_url_is_optional_and_token_backed():
     assert L.value(outputs["webhook_token"].get("sensitive")) is True
     for name in ("function_name", "function_arn", "role_arn", "function_url", "dlq_url", "alertmanager_receiver"):
         assert name in outputs, f"module output {name} missing"
+
+
+# ---------------------------------------------------------------------------
+# The Function URL's own function: no caller without the webhook token can
+# delay fencing
+# ---------------------------------------------------------------------------
+
+# What may differ between the two functions, and where each takes it from.
+FUNCTION_SETTINGS = {
+    "main": {
+        "name": "${var.name}",
+        "reserved_concurrent_executions": "${var.reserved_concurrent_executions}",
+    },
+    "webhook": {
+        "name": "${local.webhook_function_name}",
+        "reserved_concurrent_executions": "${var.webhook_reserved_concurrent_executions}",
+    },
+}
+# The function block's only attributes that depend on which function it is.
+PER_FUNCTION_ATTRIBUTES = {
+    ("function_name",): "${each.value.name}",
+    ("description",): "${each.value.description}",
+    ("reserved_concurrent_executions",): "${each.value.reserved_concurrent_executions}",
+    ("logging_config", "log_group"): "${aws_cloudwatch_log_group.this[each.key].name}",
+}
+
+
+def _all_functions(mod: dict) -> dict[str, dict]:
+    found = L.locals_of(mod)["all_functions"]
+    assert isinstance(found, dict), f"local.all_functions must be a map of the functions' settings: {found!r}"
+    return found
+
+
+def _strings(v, path: tuple[str, ...] = ()):
+    """(path, string) of every string in a parsed block, nested blocks included."""
+    if isinstance(v, str):
+        yield path, v
+    elif isinstance(v, list):
+        for item in v:
+            yield from _strings(item, path)
+    elif isinstance(v, dict):
+        for key, item in v.items():
+            if not key.startswith("__"):
+                yield from _strings(item, (*path, key))
+
+
+def _holds(condition: str, values: dict[str, object]) -> bool:
+    """Evaluate a boolean Terraform condition of the given names (||, &&, !, ==, !=)."""
+    source = condition.replace("||", " or ").replace("&&", " and ")
+    source = re.sub(r"!(?!=)", " not ", source)
+    for name in sorted(values, key=len, reverse=True):
+        source = re.sub(rf"(?<![\w.]){re.escape(name)}(?![\w.])", repr(values[name]), source)
+    tree = ast.parse(source.strip(), mode="eval")
+    allowed = (ast.Expression, ast.BoolOp, ast.Or, ast.And, ast.UnaryOp, ast.Not, ast.Compare, ast.Eq, ast.NotEq, ast.Constant)
+    for node in ast.walk(tree):
+        assert isinstance(node, allowed), f"unsupported {type(node).__name__} in condition {condition!r}"
+    return bool(eval(compile(tree, "<condition>", "eval"), {"__builtins__": {}}))  # noqa: S307
+
+
+def test_webhook_function_exists_only_with_enable_alertmanager_url():
+    """local.functions, which every per-function resource iterates, holds the
+    webhook function exactly when enable_alertmanager_url is true, and the main
+    function always; so do the URL and the outputs that name the webhook function."""
+    mod = module()
+    assert set(_all_functions(mod)) == {"main", "webhook"}
+    expression = L.expr(L.locals_of(mod)["functions"])
+    m = re.fullmatch(r"\{for (\w+) , (\w+) in local\.all_functions : \1 => \2 if (.*)\}", expression)
+    assert m, f"local.functions must select from local.all_functions by key: {expression}"
+    for enabled, expected in ((True, {"main", "webhook"}), (False, {"main"})):
+        chosen = {key for key in _all_functions(mod) if _holds(m.group(3), {m.group(1): key, "var.enable_alertmanager_url": enabled})}
+        assert chosen == expected, f"enable_alertmanager_url = {enabled}: local.functions holds {sorted(chosen)}, not {sorted(expected)}"
+
+    for kind, name in (("aws_lambda_function", "this"), ("aws_cloudwatch_log_group", "this"), ("aws_cloudwatch_metric_alarm", "errors")):
+        body = L.blocks(mod, "resource", kind)[name]
+        assert L.expr(body["for_each"]) == "local.functions", f"{kind}.{name} must exist once per function"
+    url = L.blocks(mod, "resource", "aws_lambda_function_url")["this"]
+    assert L.expr(url["count"]) == "var.enable_alertmanager_url ? 1 : 0"
+
+    outputs = {}
+    for entry in L.parse(L.MODULE / "outputs.tf")["output"]:
+        outputs.update(entry)
+    for name, attribute in (
+        ("webhook_function_name", f"{WEBHOOK_FUNCTION}.function_name"),
+        ("webhook_function_arn", f"{WEBHOOK_FUNCTION}.arn"),
+        ("webhook_log_group_name", 'aws_cloudwatch_log_group.this["webhook"].name'),
+    ):
+        assert L.expr(outputs[name]["value"]) == f"var.enable_alertmanager_url ? {attribute} : None", name
+    assert L.expr(outputs["function_name"]["value"]) == f"{MAIN_FUNCTION}.function_name"
+    assert L.expr(outputs["function_url"]["value"]) == "one(aws_lambda_function_url.this[*].function_url)"
+
+
+def test_function_url_belongs_to_the_webhook_function():
+    mod = module()
+    urls = L.blocks(mod, "resource", "aws_lambda_function_url")
+    assert list(urls) == ["this"], f"expected one Function URL, found {list(urls)}"
+    url = urls["this"]
+    assert L.expr(url["function_name"]) == f"{WEBHOOK_FUNCTION}.function_name", (
+        "the public Function URL must invoke the webhook function, whose concurrency is its own"
+    )
+    assert L.value(url["authorization_type"]) == "NONE"
+    assert "qualifier" not in url
+    # Both functions unreserved would let URL callers take the account's
+    # unreserved concurrency, which the main function would then run on.
+    conditions = [L.expr(p["condition"]) for p in url["lifecycle"][0]["precondition"]]
+    assert "var.reserved_concurrent_executions != -1 || var.webhook_reserved_concurrent_executions != -1" in conditions
+
+
+def test_main_function_has_no_url_and_takes_the_events():
+    """Nothing public reaches the main function: no Function URL and no
+    permission for one; the EventBridge rule, the recovery schedule and the
+    asynchronous configuration are the main function's."""
+    mod = module()
+    for name, url in L.blocks(mod, "resource", "aws_lambda_function_url").items():
+        assert "webhook" in L.expr(url["function_name"]), f"aws_lambda_function_url.{name} is not on the webhook function"
+    for name, permission in L.blocks(mod, "resource", "aws_lambda_permission").items():
+        assert L.value(permission["action"]) == "lambda:InvokeFunction", name
+        assert L.value(permission["principal"]) == "events.amazonaws.com", name
+        assert "function_url_auth_type" not in permission, name
+        assert L.expr(permission["function_name"]) == f"{MAIN_FUNCTION}.function_name", name
+    for name, target in L.blocks(mod, "resource", "aws_cloudwatch_event_target").items():
+        assert L.expr(target["arn"]) == f"{MAIN_FUNCTION}.arn", f"aws_cloudwatch_event_target.{name} must invoke the main function"
+    (invoke_config,) = L.blocks(mod, "resource", "aws_lambda_function_event_invoke_config").values()
+    assert L.expr(invoke_config["function_name"]) == f"{MAIN_FUNCTION}.function_name"
+
+    # Only the URL (and the outputs) name the webhook function.
+    for kind in ("resource", "data"):
+        for entry in mod.get(kind, []):
+            for type_, bodies in entry.items():
+                for name, body in bodies.items():
+                    named = any(WEBHOOK_FUNCTION in text for _, text in _strings(body))
+                    assert not named or (type_, name) == ("aws_lambda_function_url", "this"), (
+                        f"{type_}.{name} names the webhook function"
+                    )
+
+
+def test_webhook_function_has_its_own_concurrency_and_log_group():
+    mod = module()
+    functions = _all_functions(mod)
+    for key, settings in FUNCTION_SETTINGS.items():
+        for setting, wanted in settings.items():
+            assert L.value(functions[key][setting]) == wanted, f"local.all_functions.{key}.{setting} must be {wanted}"
+    assert L.value(L.locals_of(mod)["webhook_function_name"]) == "${var.name}-webhook"
+
+    function = L.blocks(mod, "resource", "aws_lambda_function")["this"]
+    assert L.expr(function["reserved_concurrent_executions"]) == "each.value.reserved_concurrent_executions"
+    assert L.expr(function["logging_config"][0]["log_group"]) == "aws_cloudwatch_log_group.this[each.key].name"
+    log_group = L.blocks(mod, "resource", "aws_cloudwatch_log_group")["this"]
+    assert L.expr(log_group["for_each"]) == "local.functions"
+    assert L.value(log_group["name"]) == "/aws/lambda/${each.value.name}"
+    assert L.expr(log_group["retention_in_days"]) == "var.log_retention_days"
+    assert L.expr(log_group["kms_key_id"]) == "var.log_kms_key_arn"
+
+    # Validated like the main function's: -1 or a whole number >= 1, default 1.
+    variables = L.variables_of(L.MODULE / "variables.tf")
+    main, webhook = variables["reserved_concurrent_executions"], variables["webhook_reserved_concurrent_executions"]
+    assert L.value(webhook["type"]) == "${number}"
+    assert L.value(webhook["default"]) == 1 == L.value(main["default"])
+    main_condition = L.expr(main["validation"][0]["condition"])
+    assert L.expr(webhook["validation"][0]["condition"]) == main_condition.replace(
+        "var.reserved_concurrent_executions", "var.webhook_reserved_concurrent_executions"
+    )
+
+    # Each function's errors alarm watches that function.
+    alarm = L.blocks(mod, "resource", "aws_cloudwatch_metric_alarm")["errors"]
+    assert L.value(alarm["alarm_name"]) == "${each.value.name}-errors"
+    assert L.value(alarm["dimensions"]) == {"FunctionName": "${aws_lambda_function.this[each.key].function_name}"}
+
+
+def test_both_functions_share_every_other_setting():
+    """One resource block serves both functions, and only its name, description,
+    reserved concurrency and log group depend on which: the package, handler,
+    runtime, environment, role, timeout, memory, VPC, tracing and code signing
+    are the same, so the webhook function fences exactly as the main one does."""
+    mod = module()
+    for key, settings in _all_functions(mod).items():
+        assert set(settings) - {"__start_line__", "__end_line__"} == {"name", "description", "reserved_concurrent_executions"}, (
+            f"local.all_functions.{key} may set only name, description and reserved_concurrent_executions"
+        )
+    function = L.blocks(mod, "resource", "aws_lambda_function")["this"]
+    per_function = {path: text for path, text in _strings(function) if re.search(r"\beach\.", text)}
+    assert per_function == PER_FUNCTION_ATTRIBUTES, f"attributes that differ between the functions: {sorted(per_function)}"
+
+    shared = {
+        "role": "aws_iam_role.this.arn",
+        "filename": "var.package_path",
+        "source_code_hash": "filebase64sha256(var.package_path)",
+        "timeout": "local.function_timeout",
+        "memory_size": "var.memory_size",
+        "code_signing_config_arn": "var.code_signing_config_arn",
+    }
+    for attribute, wanted in shared.items():
+        assert L.expr(function[attribute]) == wanted, attribute
+    assert L.expr(function["environment"][0]["variables"]) == "local.environment"
+    # One role, so the one EKS access entry maps both functions to the group node-fencer.
+    assert list(L.blocks(mod, "resource", "aws_iam_role")) == ["this"]
+    entry = L.blocks(mod, "resource", "aws_eks_access_entry")["this"]
+    assert L.expr(entry["principal_arn"]) == "aws_iam_role.this.arn"
 
 
 # ---------------------------------------------------------------------------

@@ -45,7 +45,7 @@ variable "volume_detach_timeout_seconds" {
 }
 
 variable "enable_alertmanager_url" {
-  description = "Create the Function URL and bearer token for Alertmanager's webhook."
+  description = "Create the webhook function, its Function URL and the bearer token for Alertmanager's webhook."
   type        = bool
   default     = true
 }

@@ -1,10 +1,15 @@
 output "function_name" {
-  description = "Name of the Lambda function."
+  description = "Name of the main Lambda function (EventBridge events, the recovery schedule)."
   value       = module.node_fencer.function_name
 }
 
+output "webhook_function_name" {
+  description = "Name of the webhook function, the only one behind the Function URL."
+  value       = module.node_fencer.webhook_function_name
+}
+
 output "function_url" {
-  description = "Function URL for Alertmanager's webhook."
+  description = "Function URL of the webhook function, for Alertmanager's webhook."
   value       = module.node_fencer.function_url
 }
 

@@ -89,7 +89,7 @@ variable "detach_volume_require_tag" {
 }
 
 variable "enable_alertmanager_url" {
-  description = "Create the Function URL and bearer token for Alertmanager's webhook."
+  description = "Create the webhook function, its Function URL and the bearer token for Alertmanager's webhook."
   type        = bool
   default     = true
 }

@@ -80,28 +80,58 @@ locals {
   )
 
   alarm_actions = var.alarm_sns_topic_arn != null ? [var.alarm_sns_topic_arn] : []
+
+  # The module's Lambda functions: one zip, one role, one environment, so both
+  # fence alike. "main" takes the EventBridge events, the recovery schedule and
+  # direct invocations. "webhook" (with enable_alertmanager_url) is the only one
+  # with a Function URL: that URL is public, and its callers, with the token or
+  # without it (401), use up the webhook function's own reserved concurrency,
+  # never the main function's, so they cannot delay EventBridge events or the
+  # recovery schedule. Both take the same Lease in control_namespace before they
+  # write taints, so the out-of-service caps hold across the two functions as
+  # across any concurrent invocations.
+  webhook_function_name = "${var.name}-webhook"
+  all_functions = {
+    main = {
+      name                           = var.name
+      description                    = "Fences dead Kubernetes nodes (out-of-service taint or legacy pod deletion, EBS force-detach) only when EC2 confirms the instance is off, and ends the fencing once the node is back."
+      reserved_concurrent_executions = var.reserved_concurrent_executions
+    }
+    webhook = {
+      name                           = local.webhook_function_name
+      description                    = "node-fencer behind the Alertmanager Function URL: same code and settings as ${var.name}, with concurrency of its own so that URL callers never hold up ${var.name}."
+      reserved_concurrent_executions = var.webhook_reserved_concurrent_executions
+    }
+  }
+  functions = { for key, f in local.all_functions : key => f if key == "main" || var.enable_alertmanager_url }
 }
 
 ################################################################################
-# Lambda function
+# Lambda functions: main, and webhook (see local.functions)
 ################################################################################
 
 resource "aws_cloudwatch_log_group" "this" {
   #checkov:skip=CKV_AWS_158:Encryption with a customer key is opt-in through log_kms_key_arn (its key policy must admit CloudWatch Logs); the logs hold decisions and resource ids, no secrets, and are encrypted by CloudWatch Logs regardless.
   #checkov:skip=CKV_AWS_338:Retention is the log_retention_days variable; 30 days by default covers incident review, set 365 or more where a compliance policy asks for it.
-  name              = "/aws/lambda/${var.name}"
+  for_each = local.functions
+
+  name              = "/aws/lambda/${each.value.name}"
   retention_in_days = var.log_retention_days
   kms_key_id        = var.log_kms_key_arn
   tags              = var.tags
 }
 
 resource "aws_lambda_function" "this" {
-  #checkov:skip=CKV_AWS_116:Failed asynchronous invocations go to the on-failure destination (aws_lambda_function_event_invoke_config.this), which records request and response; a function DLQ as well would deliver every failure twice to the same queue.
+  #checkov:skip=CKV_AWS_116:Failed asynchronous invocations of the main function go to the on-failure destination (aws_lambda_function_event_invoke_config.this), which records request and response; a function DLQ as well would deliver every failure twice. The webhook function is only invoked synchronously through its URL: Alertmanager gets the error and retries.
   #checkov:skip=CKV_AWS_117:VPC placement is opt-in through vpc_subnet_ids: the function needs only the AWS APIs and the cluster endpoint, which is public on a default EKS cluster.
   #checkov:skip=CKV_AWS_173:The environment holds no secrets (settings, names and ARNs only: the token and kubeconfig are read from Secrets Manager or SSM), so the AWS managed key suffices.
   #checkov:skip=CKV_AWS_272:Code signing is opt-in through code_signing_config_arn; cargo-lambda builds unsigned zips and signing needs an AWS Signer profile of the deployer's own.
-  function_name = var.name
-  description   = "Fences dead Kubernetes nodes (out-of-service taint or legacy pod deletion, EBS force-detach) only when EC2 confirms the instance is off, and ends the fencing once the node is back."
+  for_each = local.functions
+
+  # Only the name, description and reserved concurrency differ between the
+  # functions; everything else, role included, is the same for both.
+  function_name = each.value.name
+  description   = each.value.description
   role          = aws_iam_role.this.arn
 
   filename         = var.package_path
@@ -112,7 +142,7 @@ resource "aws_lambda_function" "this" {
 
   memory_size                    = var.memory_size
   timeout                        = local.function_timeout
-  reserved_concurrent_executions = var.reserved_concurrent_executions
+  reserved_concurrent_executions = each.value.reserved_concurrent_executions
   code_signing_config_arn        = var.code_signing_config_arn
 
   environment {
@@ -121,7 +151,7 @@ resource "aws_lambda_function" "this" {
 
   logging_config {
     log_format = var.log_format == "json" ? "JSON" : "Text"
-    log_group  = aws_cloudwatch_log_group.this.name
+    log_group  = aws_cloudwatch_log_group.this[each.key].name
   }
 
   # PassThrough propagates trace headers without sending segments to X-Ray, so
@@ -161,9 +191,22 @@ resource "aws_lambda_function" "this" {
   depends_on = [aws_iam_role_policy.this, aws_cloudwatch_log_group.this]
 }
 
+# The main function and its log group were single resources before the webhook
+# function joined them.
+moved {
+  from = aws_cloudwatch_log_group.this
+  to   = aws_cloudwatch_log_group.this["main"]
+}
+
+moved {
+  from = aws_lambda_function.this
+  to   = aws_lambda_function.this["main"]
+}
+
 ################################################################################
-# EKS access: the function's role becomes the Kubernetes group "node-fencer",
-# which infra/kubernetes/rbac.yaml binds to its ClusterRole and Role.
+# EKS access: the functions' role becomes the Kubernetes group "node-fencer",
+# which infra/kubernetes/rbac.yaml binds to its ClusterRole and Role. Both
+# functions run with that one role, so this one entry covers both.
 ################################################################################
 
 resource "aws_eks_access_entry" "this" {
@@ -190,7 +233,7 @@ resource "aws_cloudwatch_event_rule" "this" {
 resource "aws_cloudwatch_event_target" "this" {
   rule      = aws_cloudwatch_event_rule.this.name
   target_id = "node-fencer"
-  arn       = aws_lambda_function.this.arn
+  arn       = aws_lambda_function.this["main"].arn
 
   retry_policy {
     maximum_event_age_in_seconds = var.event_maximum_age_seconds
@@ -208,7 +251,7 @@ resource "aws_cloudwatch_event_target" "this" {
 resource "aws_lambda_permission" "events" {
   statement_id  = "AllowEventBridgeRule"
   action        = "lambda:InvokeFunction"
-  function_name = aws_lambda_function.this.function_name
+  function_name = aws_lambda_function.this["main"].function_name
   principal     = "events.amazonaws.com"
   source_arn    = aws_cloudwatch_event_rule.this.arn
 }
@@ -235,7 +278,7 @@ resource "aws_cloudwatch_event_target" "recovery" {
 
   rule      = aws_cloudwatch_event_rule.recovery[0].name
   target_id = "node-fencer-recovery"
-  arn       = aws_lambda_function.this.arn
+  arn       = aws_lambda_function.this["main"].arn
   input     = jsonencode({ action = "recover" })
 
   retry_policy {
@@ -255,7 +298,7 @@ resource "aws_lambda_permission" "recovery" {
 
   statement_id  = "AllowRecoverySchedule"
   action        = "lambda:InvokeFunction"
-  function_name = aws_lambda_function.this.function_name
+  function_name = aws_lambda_function.this["main"].function_name
   principal     = "events.amazonaws.com"
   source_arn    = aws_cloudwatch_event_rule.recovery[0].arn
 }
@@ -263,7 +306,7 @@ resource "aws_lambda_permission" "recovery" {
 # Events Lambda accepted but the function failed on after its retries, or that
 # waited longer than their maximum age (throttled by the reserved concurrency).
 resource "aws_lambda_function_event_invoke_config" "this" {
-  function_name                = aws_lambda_function.this.function_name
+  function_name                = aws_lambda_function.this["main"].function_name
   maximum_event_age_in_seconds = var.async_maximum_event_age_seconds
   maximum_retry_attempts       = var.async_maximum_retry_attempts
 
@@ -333,12 +376,16 @@ resource "aws_cloudwatch_metric_alarm" "dlq_not_empty" {
   tags                = var.tags
 }
 
+# One for each function. A refused webhook request (401, 4xx) is an answer, not
+# a function error: a flood of them does not set it off.
 resource "aws_cloudwatch_metric_alarm" "errors" {
-  alarm_name          = "${var.name}-errors"
-  alarm_description   = "${var.name} returned errors: see its log group /aws/lambda/${var.name}."
+  for_each = local.functions
+
+  alarm_name          = "${each.value.name}-errors"
+  alarm_description   = "${each.value.name} returned errors: see its log group ${aws_cloudwatch_log_group.this[each.key].name}."
   namespace           = "AWS/Lambda"
   metric_name         = "Errors"
-  dimensions          = { FunctionName = aws_lambda_function.this.function_name }
+  dimensions          = { FunctionName = aws_lambda_function.this[each.key].function_name }
   statistic           = "Sum"
   period              = 60
   evaluation_periods  = 1
@@ -348,6 +395,11 @@ resource "aws_cloudwatch_metric_alarm" "errors" {
   alarm_actions       = local.alarm_actions
   ok_actions          = local.alarm_actions
   tags                = var.tags
+}
+
+moved {
+  from = aws_cloudwatch_metric_alarm.errors
+  to   = aws_cloudwatch_metric_alarm.errors["main"]
 }
 
 ################################################################################
@@ -361,12 +413,24 @@ resource "aws_cloudwatch_metric_alarm" "errors" {
 # For NONE the aws provider (>= 6.29) adds the two public resource-policy
 # statements a function URL needs (lambda:InvokeFunctionUrl, and
 # lambda:InvokeFunction only when invoked through the URL).
+# The URL belongs to the webhook function, never to the main one: anyone can
+# call it, and those calls must not take the concurrency EventBridge events and
+# the recovery schedule need.
 resource "aws_lambda_function_url" "this" {
   #checkov:skip=CKV_AWS_258:Alertmanager cannot sign SigV4 requests; the function authenticates every request with a bearer token kept in Secrets Manager or SSM.
   count = var.enable_alertmanager_url ? 1 : 0
 
-  function_name      = aws_lambda_function.this.function_name
+  function_name      = aws_lambda_function.this["webhook"].function_name
   authorization_type = "NONE"
+
+  lifecycle {
+    # With neither function reserved, URL callers could take the account's
+    # unreserved concurrency that the main function then runs on.
+    precondition {
+      condition     = var.reserved_concurrent_executions != -1 || var.webhook_reserved_concurrent_executions != -1
+      error_message = "With enable_alertmanager_url, reserved_concurrent_executions and webhook_reserved_concurrent_executions cannot both be -1: the public URL's callers could then use up the concurrency the main function needs."
+    }
+  }
 }
 
 resource "random_password" "webhook_token" {
@@ -383,7 +447,7 @@ resource "aws_secretsmanager_secret" "webhook_token" {
   count = local.webhook_token_in_secretsmanager ? 1 : 0
 
   name                    = "${var.name}/alertmanager-webhook-token"
-  description             = "Bearer token Alertmanager presents to the ${var.name} function URL."
+  description             = "Bearer token Alertmanager presents to the function URL of ${local.webhook_function_name}."
   kms_key_id              = var.kms_key_arn
   recovery_window_in_days = var.secret_recovery_window_days
   tags                    = var.tags
@@ -401,7 +465,7 @@ resource "aws_ssm_parameter" "webhook_token" {
   count = local.webhook_token_in_ssm ? 1 : 0
 
   name        = "/${var.name}/alertmanager-webhook-token"
-  description = "Bearer token Alertmanager presents to the ${var.name} function URL."
+  description = "Bearer token Alertmanager presents to the function URL of ${local.webhook_function_name}."
   type        = "SecureString"
   key_id      = var.kms_key_arn
   value       = random_password.webhook_token[0].result
@@ -417,7 +481,11 @@ locals {
 }
 
 ################################################################################
-# IAM: the function's role
+# IAM: the functions' role
+#
+# One role for both functions: they run the same code with the same settings,
+# so they need the same EC2, Secrets Manager/SSM and Kubernetes access, and the
+# one EKS access entry (role -> group node-fencer) serves both.
 ################################################################################
 
 data "aws_iam_policy_document" "assume_role" {
@@ -434,7 +502,7 @@ data "aws_iam_policy_document" "assume_role" {
 
 resource "aws_iam_role" "this" {
   name                 = var.name
-  description          = "Execution role of the ${var.name} Lambda function."
+  description          = "Execution role of the ${var.name} Lambda functions."
   assume_role_policy   = data.aws_iam_policy_document.assume_role.json
   permissions_boundary = var.permissions_boundary_arn
   tags                 = var.tags
@@ -510,14 +578,14 @@ data "aws_iam_policy_document" "api" {
   }
 }
 
-# What the Lambda platform does with the role on the function's behalf: write
-# its logs, deliver failed events, decrypt what SSM and Secrets Manager return,
+# What the Lambda platform does with the role on the functions' behalf: write
+# their logs, deliver failed events, decrypt what SSM and Secrets Manager return,
 # manage network interfaces when the function runs in a VPC.
 data "aws_iam_policy_document" "runtime" {
   statement {
     sid       = "WriteLogs"
     actions   = ["logs:CreateLogStream", "logs:PutLogEvents"]
-    resources = ["${aws_cloudwatch_log_group.this.arn}:*"]
+    resources = [for group in aws_cloudwatch_log_group.this : "${group.arn}:*"]
   }
 
   statement {

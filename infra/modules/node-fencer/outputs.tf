@@ -1,31 +1,46 @@
 output "function_name" {
-  description = "Name of the Lambda function."
-  value       = aws_lambda_function.this.function_name
+  description = "Name of the main Lambda function (EventBridge events, the recovery schedule, direct invocations)."
+  value       = aws_lambda_function.this["main"].function_name
 }
 
 output "function_arn" {
-  description = "ARN of the Lambda function."
-  value       = aws_lambda_function.this.arn
+  description = "ARN of the main Lambda function."
+  value       = aws_lambda_function.this["main"].arn
 }
 
 output "function_timeout" {
-  description = "Timeout of the function in seconds, derived from the Lease wait, confirm_again_after_seconds, volume_detach_timeout_seconds and recovery_settle_seconds."
-  value       = aws_lambda_function.this.timeout
+  description = "Timeout of both functions in seconds, derived from the Lease wait, confirm_again_after_seconds, volume_detach_timeout_seconds and recovery_settle_seconds."
+  value       = aws_lambda_function.this["main"].timeout
+}
+
+output "webhook_function_name" {
+  description = "Name of the webhook function behind the Function URL, or null when enable_alertmanager_url is false."
+  value       = var.enable_alertmanager_url ? aws_lambda_function.this["webhook"].function_name : null
+}
+
+output "webhook_function_arn" {
+  description = "ARN of the webhook function behind the Function URL, or null when enable_alertmanager_url is false."
+  value       = var.enable_alertmanager_url ? aws_lambda_function.this["webhook"].arn : null
+}
+
+output "webhook_log_group_name" {
+  description = "CloudWatch log group of the webhook function, or null when enable_alertmanager_url is false."
+  value       = var.enable_alertmanager_url ? aws_cloudwatch_log_group.this["webhook"].name : null
 }
 
 output "role_arn" {
-  description = "ARN of the function's IAM role (the principal of the EKS access entry)."
+  description = "ARN of the IAM role of both functions (the principal of the EKS access entry)."
   value       = aws_iam_role.this.arn
 }
 
 output "role_name" {
-  description = "Name of the function's IAM role."
+  description = "Name of the IAM role of both functions."
   value       = aws_iam_role.this.name
 }
 
 output "log_group_name" {
-  description = "CloudWatch log group of the function."
-  value       = aws_cloudwatch_log_group.this.name
+  description = "CloudWatch log group of the main function."
+  value       = aws_cloudwatch_log_group.this["main"].name
 }
 
 output "event_rule_arn" {
@@ -54,7 +69,7 @@ output "dlq_arn" {
 }
 
 output "function_url" {
-  description = "Function URL for Alertmanager's webhook, or null when enable_alertmanager_url is false."
+  description = "Function URL of the webhook function, for Alertmanager's webhook, or null when enable_alertmanager_url is false."
   value       = one(aws_lambda_function_url.this[*].function_url)
 }
 

@@ -3,7 +3,7 @@
 ################################################################################
 
 variable "name" {
-  description = "Name of the Lambda function; also the prefix of the IAM role, queue, rule, alarms and token secret it creates."
+  description = "Name of the Lambda function; also the name of the IAM role and the prefix of the webhook function (<name>-webhook), queue, rules, alarms and token secret it creates."
   type        = string
   default     = "node-fencer"
 
@@ -46,13 +46,24 @@ variable "memory_size" {
 }
 
 variable "reserved_concurrent_executions" {
-  description = "Reserved concurrency of the function. The default 1 runs one decision at a time, so two nodes failing together cannot both see room under max_out_of_service and overshoot it (the Lease in control_namespace serialises fencing across invocations as well, so a larger value stays within the cap). EventBridge events that find it busy wait in Lambda's async queue (up to async_maximum_event_age_seconds); an Alertmanager request gets HTTP 429 and its alert is sent again at the next group_interval or repeat_interval. -1 removes the reservation."
+  description = "Reserved concurrency of the main function (EventBridge events, the recovery schedule, direct invocations; the Function URL has a function of its own, see webhook_reserved_concurrent_executions). The default 1 runs one decision at a time, so two nodes failing together cannot both see room under max_out_of_service and overshoot it (the Lease in control_namespace serialises fencing across invocations and across both functions as well, so a larger value stays within the cap). EventBridge events that find it busy wait in Lambda's async queue (up to async_maximum_event_age_seconds). -1 removes the reservation."
   type        = number
   default     = 1
 
   validation {
     condition     = var.reserved_concurrent_executions == -1 || (var.reserved_concurrent_executions >= 1 && floor(var.reserved_concurrent_executions) == var.reserved_concurrent_executions)
     error_message = "reserved_concurrent_executions must be -1 (unreserved) or a whole number >= 1 (0 would disable the function)."
+  }
+}
+
+variable "webhook_reserved_concurrent_executions" {
+  description = "Reserved concurrency of the webhook function <name>-webhook, the only one behind the Function URL (enable_alertmanager_url). Every request to the public URL, with the token or refused with 401, runs there and never takes the main function's concurrency, so no URL caller can delay EventBridge events or the recovery schedule. With the default 1, an Alertmanager request that finds it busy gets HTTP 429 and its alert is sent again at the next group_interval or repeat_interval. -1 removes the reservation (URL callers then draw on the account's unreserved concurrency); it and reserved_concurrent_executions cannot both be -1."
+  type        = number
+  default     = 1
+
+  validation {
+    condition     = var.webhook_reserved_concurrent_executions == -1 || (var.webhook_reserved_concurrent_executions >= 1 && floor(var.webhook_reserved_concurrent_executions) == var.webhook_reserved_concurrent_executions)
+    error_message = "webhook_reserved_concurrent_executions must be -1 (unreserved) or a whole number >= 1 (0 would disable the function)."
   }
 }
 
@@ -372,7 +383,7 @@ variable "async_maximum_retry_attempts" {
 ################################################################################
 
 variable "log_retention_days" {
-  description = "Retention of the function's CloudWatch log group /aws/lambda/<name>, in days."
+  description = "Retention of the functions' CloudWatch log groups /aws/lambda/<name> and /aws/lambda/<name>-webhook, in days."
   type        = number
   default     = 30
 
@@ -383,7 +394,7 @@ variable "log_retention_days" {
 }
 
 variable "log_kms_key_arn" {
-  description = "KMS key ARN to encrypt the log group with, or null for CloudWatch Logs' own encryption. Its key policy must allow the logs.<region>.amazonaws.com service principal."
+  description = "KMS key ARN to encrypt the log groups with, or null for CloudWatch Logs' own encryption. Its key policy must allow the logs.<region>.amazonaws.com service principal."
   type        = string
   default     = null
 }
@@ -399,7 +410,7 @@ variable "alarm_sns_topic_arn" {
 ################################################################################
 
 variable "enable_alertmanager_url" {
-  description = "Create a Lambda Function URL for Alertmanager's webhook and a bearer token for it. The URL is public (authorization NONE) because Alertmanager cannot sign SigV4 requests; the function rejects any request without the token."
+  description = "Create the webhook function <name>-webhook with a Lambda Function URL for Alertmanager's webhook, and a bearer token for it. The URL is public (authorization NONE) because Alertmanager cannot sign SigV4 requests; the function rejects any request without the token. Its own function and reserved concurrency (webhook_reserved_concurrent_executions) keep URL callers from delaying the main function."
   type        = bool
   default     = true
 }
