@@ -576,7 +576,7 @@ def test_eventbridge_rule():
     assert L.value(queue["sqs_managed_sse_enabled"]) is True or "kms_master_key_id" in queue
 
 
-RECOVERY_INPUT = '{"action":"recover"}'
+RECOVERY_INPUT = '{"action":"sweep"}'
 
 
 def _jsonencode(expression: str) -> str:
@@ -592,8 +592,8 @@ def _jsonencode(expression: str) -> str:
 
 
 def test_recovery_schedule():
-    """A schedule invokes the function with exactly {"action":"recover"} (every
-    invocation re-checks the fenced nodes); a null recovery_schedule creates
+    """A schedule invokes the function with exactly {"action":"sweep"} (it fences
+    what no event named, and re-checks the fenced nodes); a null recovery_schedule creates
     none of rule, target and permission."""
     mod = module()
     enabled = "var.recovery_schedule != None ? 1 : 0"

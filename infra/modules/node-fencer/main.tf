@@ -268,7 +268,7 @@ resource "aws_cloudwatch_event_rule" "recovery" {
   count = var.recovery_schedule != null ? 1 : 0
 
   name                = "${var.name}-recovery"
-  description         = "Periodic recovery check: ${var.name} removes the taint of fenced nodes that are back."
+  description         = "Periodic sweep: ${var.name} fences NotReady nodes no event named whose instance is off, and ends the fencing of nodes that are back."
   schedule_expression = var.recovery_schedule
   tags                = var.tags
 }
@@ -279,7 +279,7 @@ resource "aws_cloudwatch_event_target" "recovery" {
   rule      = aws_cloudwatch_event_rule.recovery[0].name
   target_id = "node-fencer-recovery"
   arn       = aws_lambda_function.this["main"].arn
-  input     = jsonencode({ action = "recover" })
+  input     = jsonencode({ action = "sweep" })
 
   retry_policy {
     maximum_event_age_in_seconds = var.event_maximum_age_seconds

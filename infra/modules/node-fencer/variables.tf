@@ -324,7 +324,7 @@ variable "instance_ids" {
 }
 
 variable "recovery_schedule" {
-  description = "EventBridge schedule expression of the recovery check: it invokes the function with {\"action\":\"recover\"}, which re-checks every node the function fenced and removes the taint once the instance runs and the node is Ready again. Every invocation re-checks the fenced nodes; the schedule makes sure one comes when nothing else invokes the function. Null creates no schedule (fenced nodes are then re-checked only on EC2 events, alerts and direct requests)."
+  description = "EventBridge schedule expression of the sweep: it invokes the function with {\"action\":\"sweep\"}, which fences NotReady nodes no event named (missed, dead-lettered, or consumed while the kill switch was on) whose instance EC2 reports off, and re-checks every node the function fenced, removing the taint once the instance runs and the node is Ready again. Null creates no schedule (nodes are then looked at only on EC2 events, alerts and direct requests)."
   type        = string
   default     = "rate(10 minutes)"
 
