@@ -93,7 +93,10 @@ pub const VARIABLES: &[(&str, &str)] = &[
         "LOG_FORMAT",
         "json|text (default json in Lambda, text on a terminal)",
     ),
-    ("RUST_LOG", "log filter (default info)"),
+    (
+        "RUST_LOG",
+        "log filter (default info, with the SDK's instance-metadata lookups at error)",
+    ),
 ];
 
 /// How node-fencer reaches the Kubernetes API.

@@ -8,7 +8,9 @@ use clap::{Parser, Subcommand, ValueEnum};
 use serde_json::Value;
 use tracing::Instrument;
 
-use crate::core::config::{Config, LogFormat, VARIABLES};
+use aws_config::SdkConfig;
+
+use crate::core::config::{ClusterAccess, Config, LogFormat, VARIABLES};
 use crate::core::suspect::{Batch, Intent};
 use crate::core::trigger::{self, direct};
 use crate::entry::app::{App, HandlerError, Reply, finish};
@@ -124,8 +126,16 @@ pub async fn main() -> ExitCode {
         println!("{config:#?}");
         return ExitCode::from(EXIT_OK);
     }
+    // Every command below talks to AWS and Kubernetes.
+    let sdk = match environment(&config).await {
+        Ok(sdk) => sdk,
+        Err(message) => {
+            eprintln!("node-fencer: configuration: {message}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
     if let Command::Preflight = cli.command {
-        let clients = Clients::new(sdk_config().await, &config);
+        let clients = Clients::new(sdk, &config);
         let app = App::new(clients, config, hostname());
         let result = app.preflight().await;
         match cli.output {
@@ -148,7 +158,7 @@ pub async fn main() -> ExitCode {
             return ExitCode::from(EXIT_USAGE);
         }
     };
-    let clients = Clients::new(sdk_config().await, &config);
+    let clients = Clients::new(sdk, &config);
     let app = App::new(clients, config, hostname());
     let correlation_id = uuid::Uuid::new_v4().to_string();
     let span = tracing::info_span!("invocation", correlation_id = %correlation_id);
@@ -228,6 +238,25 @@ fn print_result(result: Result<Reply, HandlerError>, output: Output) -> ExitCode
         ),
     }
     ExitCode::from(code)
+}
+
+/// The AWS set-up and the Kubernetes configuration, checked before any
+/// client is built: either missing is a configuration error, told in one line
+/// that names what to set, rather than a dependency failing later.
+async fn environment(config: &Config) -> Result<SdkConfig, String> {
+    let sdk = sdk_config().await;
+    if sdk.region().is_none() {
+        return Err("AWS_REGION is not set (nor a region in the AWS profile)".into());
+    }
+    if matches!(config.cluster, ClusterAccess::Ambient)
+        && let Err(e) = kube::Config::infer().await
+    {
+        return Err(format!(
+            "no usable Kubernetes configuration: set KUBECONFIG (or write ~/.kube/config), \
+             CLUSTER_NAME, KUBECONFIG_SSM_PARAMETER or KUBECONFIG_SECRET_ID ({e})"
+        ));
+    }
+    Ok(sdk)
 }
 
 fn hostname() -> String {

@@ -10,7 +10,11 @@ use crate::core::config::LogFormat;
 /// Installs the global subscriber. Logs go to stderr on the command line
 /// (stdout is the report) and to stdout in Lambda (CloudWatch reads both).
 pub fn init(format: LogFormat, to_stderr: bool) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    // The SDK's IMDS region lookup warns with a dump of the HTTP response
+    // wherever no instance metadata exists (a laptop); a missing region is
+    // reported as a configuration error instead.
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new("info,aws_config::imds=error"));
     let builder = tracing_subscriber::fmt().with_env_filter(filter);
     // A second init (tests, embedding) keeps the first subscriber.
     let _ = match (format, to_stderr) {
