@@ -12,6 +12,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use tokio::sync::Notify;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
@@ -55,12 +56,16 @@ impl Hold {
             .filter(|left| !left.is_zero())
     }
 
-    /// Renews the Lease every `renew_every` until it is lost; returns then.
-    /// A renewal counts from when it was sent, and one that cannot be
-    /// answered within the time left counts as not made.
-    async fn keep(&self, ctx: &Ctx<'_>, namespace: &str) {
+    /// Renews the Lease every `renew_every` until it is lost or `done` is
+    /// notified; a renewal under way is finished first, so the release that
+    /// follows never races it. A renewal counts from when it was sent, and
+    /// one that cannot be answered within the time left counts as not made.
+    async fn keep(&self, ctx: &Ctx<'_>, namespace: &str, done: &Notify) {
         loop {
-            tokio::time::sleep(self.timing.renew_every).await;
+            tokio::select! {
+                () = tokio::time::sleep(self.timing.renew_every) => {}
+                () = done.notified() => return,
+            }
             let Some(left) = self.left() else {
                 // Ran out unrenewed: whatever a late renewal says, the
                 // writes under this hold are over.
@@ -137,21 +142,14 @@ pub(super) async fn admit(
         // The Lease's duration counts from the write that took it, which
         // began before `acquire_lease` returned.
         let hold = Hold::new(policy.lease, taken);
-        let work = under_lease(
-            ctx,
-            policy,
-            mode,
-            (!switched.on).then_some(known),
-            Some(&hold),
-            runs,
-        );
-        tokio::pin!(work);
-        let keep = hold.keep(ctx, namespace);
-        tokio::pin!(keep);
-        let refused_now = tokio::select! {
-            out = &mut work => out,
-            () = &mut keep => work.await,
+        let done = Notify::new();
+        let recount = (!switched.on).then_some(known);
+        let work = async {
+            let out = under_lease(ctx, policy, mode, recount, Some(&hold), runs).await;
+            done.notify_one();
+            out
         };
+        let (refused_now, ()) = tokio::join!(work, hold.keep(ctx, namespace, &done));
         let held_for = taken.elapsed();
         info!(
             held_ms = held_for.as_millis() as u64,

@@ -637,28 +637,37 @@ impl Cluster for Kube {
             source,
         };
         // Released: the Lease as last written is no longer ours to keep.
-        let found = self
+        let mut found = self
             .last_written(&api, namespace, true)
             .await
             .map_err(failed)?;
-        let Some(mut lease) = found.filter(|l| held_by_holder(l, holder)) else {
-            return Ok(());
-        };
-        if let Some(spec) = lease.spec.as_mut() {
-            spec.holder_identity = None;
-        }
         let params = PostParams::default();
-        // Guarded by the resourceVersion read, so a repeat after a lost
-        // answer meets 409, as does a taker after expiry: either way, done.
-        match retrying("release lease", || {
-            api.replace(control::OBJECT_NAME, &params, &lease)
-        })
-        .await
-        {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(status)) if status.is_conflict() => Ok(()),
-            Err(e) => Err(failed(e)),
+        // Twice at most: a conflict comes from a write of ours that moved the
+        // resourceVersion (a renewal, or a release whose answer was lost),
+        // read back as still ours, or from a taker after expiry: not ours.
+        for _ in 0..2 {
+            let Some(mut lease) = found.filter(|l| held_by_holder(l, holder)) else {
+                return Ok(());
+            };
+            if let Some(spec) = lease.spec.as_mut() {
+                spec.holder_identity = None;
+            }
+            match retrying("release lease", || {
+                api.replace(control::OBJECT_NAME, &params, &lease)
+            })
+            .await
+            {
+                Ok(_) => return Ok(()),
+                Err(kube::Error::Api(status)) if status.is_conflict() => {
+                    found = retrying("get lease", || api.get_opt(control::OBJECT_NAME))
+                        .await
+                        .map_err(failed)?;
+                }
+                Err(e) => return Err(failed(e)),
+            }
         }
+        // Still ours after two tries: it expires on its own.
+        Ok(())
     }
 
     async fn renew_lease(&self, namespace: &str, holder: &str) -> Result<bool, ClusterError> {

@@ -560,14 +560,21 @@ async fn the_version_is_asked_once_and_the_lease_released_without_a_read() -> an
             .filter(|s| s.method == method && s.path.contains(part))
             .count()
     };
-    let report = fence(&f, &sc).await?;
+    let calls = Timeline::new();
+    let (cloud, cluster) = calls.wrap(&f.cloud, &f.cluster);
+    let batch = one(by_instance(&sc.m.instance), Intent::Fence);
+    let report = fence_within(&cloud, &cluster, batch, settings(), DETACH_WAIT)
+        .await?
+        .0;
     assert_fenced_once(&f, &report, &sc).await?;
     assert_eq!(requests(&f, Method::GET, "/version"), 1);
-    // Taken (a read, a write: create or replace), released (a write only).
+    // Taken (a read, a write: create or replace), renewed if the run took
+    // long (a write each, from the Lease as last written), released (a
+    // write only).
     assert_eq!(requests(&f, Method::GET, "/leases/node-fencer"), 1);
     let writes =
         requests(&f, Method::PUT, "/leases/node-fencer") + requests(&f, Method::POST, "/leases");
-    assert_eq!(writes, 2, "{:?}", f.kube.seen());
+    assert_eq!(writes, 2 + calls.count("RenewLease"), "{:?}", f.kube.seen());
 
     // Another handle sharing the cache, as the next invocation of the same
     // execution environment does: no second question.
@@ -740,6 +747,16 @@ async fn the_cap_holds_when_the_lease_holder_is_slowed_past_the_lease() -> anyho
     );
     assert_eq!(after, before + 1, "the cap holds");
     assert!(!taints(&get_node(&admin, &b.node).await?).contains(&OUT_OF_SERVICE.into()));
+    // Released, not left to expire: the last renewal is finished before the
+    // release, which would otherwise meet a moved resourceVersion.
+    let lease = kube::Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(
+        admin.clone(),
+        &policy.control_namespace,
+    )
+    .get(node_fencer::core::control::OBJECT_NAME)
+    .await?;
+    let holder = lease.spec.and_then(|s| s.holder_identity);
+    assert_eq!(holder, None, "the Lease is free after both invocations");
     assert_eq!(volume(&s.ec2().await, &b.volume).await?.0, "in-use");
     Ok(())
 }
