@@ -20,9 +20,9 @@ mod taint;
 mod tests;
 mod verify;
 
-use tracing::{info, warn};
-
 use std::collections::HashMap;
+
+use tracing::{info, warn};
 
 use crate::core::cap;
 use crate::core::control::KillSwitch;
