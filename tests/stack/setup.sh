@@ -10,6 +10,8 @@
 #   $CACHE/bin/etcd-<ver>/etcd
 #   $CACHE/bin/kwok-<ver>/kwok
 #   $CACHE/bin/hclfmt-<ver>/hclfmt
+#   $CACHE/bin/alertmanager-<ver>/      alertmanager, amtool
+#   $CACHE/bin/prometheus-<ver>/promtool
 #   $CACHE/bin/cargo-fuzz-<ver>/cargo-fuzz   (crates.io; for handler/fuzz)
 #   $CACHE/env.sh                   `source` it: NODE_FENCER_* variables, venv bin on PATH
 #
@@ -52,6 +54,8 @@ main() {
 	KWOK_VERSION=v0.8.0   # sigs.k8s.io/kwok
 	HCLFMT_VERSION=v2.25.0 # github.com/hashicorp/hcl/v2
 	CARGO_FUZZ_VERSION=0.13.2 # crates.io cargo-fuzz
+	ALERTMANAGER_VERSION=v0.34.2 # github.com/prometheus/alertmanager (alertmanager, amtool)
+	PROMETHEUS_VERSION=v0.316.0  # github.com/prometheus/prometheus (promtool): v0.3XX.Y is Prometheus 3.XX.Y
 
 	log() { printf '==> %s\n' "$*"; }
 	die() {
@@ -79,6 +83,8 @@ main() {
 	KWOK_BIN="$CACHE/bin/kwok-$KWOK_VERSION/kwok"
 	HCLFMT_BIN="$CACHE/bin/hclfmt-$HCLFMT_VERSION/hclfmt"
 	CARGO_FUZZ_BIN="$CACHE/bin/cargo-fuzz-$CARGO_FUZZ_VERSION/cargo-fuzz"
+	ALERTMANAGER_BIN="$CACHE/bin/alertmanager-$ALERTMANAGER_VERSION"
+	PROMTOOL_BIN="$CACHE/bin/prometheus-$PROMETHEUS_VERSION/promtool"
 
 	# --- prerequisites ---------------------------------------------------------
 
@@ -210,6 +216,50 @@ main() {
 		rm -rf "$gobin"
 	}
 
+	# Alertmanager and Prometheus are built from a writable copy of their module (the
+	# module cache's is read-only) with the module's own go.mod and go.sum, so the
+	# dependencies are the ones the release pins; a go.work the module ships is
+	# ignored, as it names directories the module zip leaves out. Alertmanager embeds
+	# its web UI's built assets, which the module lacks: a placeholder page stands in.
+	# These builds share a build cache of their own, removed when setup ends, so they
+	# add nothing to Go's default one.
+	GOCACHE_TMP="$CACHE/.gocache.$$"
+	TMP_PATHS+=("$GOCACHE_TMP")
+	# module_copy MODULE@VERSION: sets SRC to this run's writable copy of the module.
+	module_copy() {
+		local dir
+		SRC="$CACHE/.src-${1//[\/@]/_}.$$"
+		[ -d "$SRC" ] && return 0
+		dir="$(cd "$CACHE" && go mod download -json "$1" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
+		[ -d "$dir" ] || die "go mod download $1 gave no module directory"
+		TMP_PATHS+=("$SRC")
+		cp -R "$dir" "$SRC"
+		chmod -R u+w "$SRC"
+	}
+	# build_in_module MODULE@VERSION PACKAGE [LDFLAGS]
+	build_in_module() {
+		module_copy "$1"
+		(cd "$SRC" && GOCACHE="$GOCACHE_TMP" GOWORK=off GOFLAGS="$GOFLAGS -mod=readonly" \
+			go build -ldflags "-s -w ${3:-}" -o "$OUT" "$2")
+	}
+	version_ldflags() { # version_ldflags VERSION: the stamps `promu` sets
+		printf '%s' "-X github.com/prometheus/common/version.Version=$1 -X github.com/prometheus/common/version.BuildDate=19700101-00:00:00"
+	}
+	build_alertmanager() { # build_alertmanager CMD
+		module_copy "github.com/prometheus/alertmanager@$ALERTMANAGER_VERSION"
+		mkdir -p "$SRC/ui/app/dist"
+		[ -e "$SRC/ui/app/dist/index.html" ] ||
+			echo '<!doctype html><title>Alertmanager</title><p>Web UI not built.' >"$SRC/ui/app/dist/index.html"
+		build_in_module "github.com/prometheus/alertmanager@$ALERTMANAGER_VERSION" "./cmd/$1" \
+			"$(version_ldflags "${ALERTMANAGER_VERSION#v}")"
+	}
+	build_promtool() {
+		local n=${PROMETHEUS_VERSION#v0.} minor
+		minor=${n%%.*}
+		build_in_module "github.com/prometheus/prometheus@$PROMETHEUS_VERSION" ./cmd/promtool \
+			"$(version_ldflags "$((10#$minor / 100)).$((10#$minor % 100)).${n#*.}")"
+	}
+
 	if [ "$ONLY_PYTHON" = 0 ]; then
 		install_bin etcd "$ETCD_VERSION" "$ETCD_BIN" "~1 min" -- build_etcd
 		install_bin kube-apiserver "$KUBE_VERSION" "$KUBE_BIN/kube-apiserver" "~4 min" -- build_kube kube-apiserver
@@ -222,6 +272,9 @@ main() {
 		install_bin hclfmt "$HCLFMT_VERSION" "$HCLFMT_BIN" "<1 min" -- \
 			go_install "github.com/hashicorp/hcl/v2/cmd/hclfmt@$HCLFMT_VERSION" hclfmt
 		install_bin cargo-fuzz "$CARGO_FUZZ_VERSION" "$CARGO_FUZZ_BIN" "<1 min" -- build_cargo_fuzz
+		install_bin alertmanager "$ALERTMANAGER_VERSION" "$ALERTMANAGER_BIN/alertmanager" "~2 min" -- build_alertmanager alertmanager
+		install_bin amtool "$ALERTMANAGER_VERSION" "$ALERTMANAGER_BIN/amtool" "<1 min" -- build_alertmanager amtool
+		install_bin promtool "$PROMETHEUS_VERSION" "$PROMTOOL_BIN" "~5 min" -- build_promtool
 		# kubectl: not used by the tests, handy for looking at a running stack.
 		install_bin kubectl "$KUBE_VERSION" "$KUBE_BIN/kubectl" "~1 min" -- build_kube kubectl
 	fi
@@ -237,6 +290,9 @@ main() {
 		echo "export NODE_FENCER_KWOK=$(q "$KWOK_BIN")"
 		echo "export NODE_FENCER_HCLFMT=$(q "$HCLFMT_BIN")"
 		echo "export NODE_FENCER_CARGO_FUZZ=$(q "$CARGO_FUZZ_BIN")"
+		echo "export NODE_FENCER_ALERTMANAGER=$(q "$ALERTMANAGER_BIN/alertmanager")"
+		echo "export NODE_FENCER_AMTOOL=$(q "$ALERTMANAGER_BIN/amtool")"
+		echo "export NODE_FENCER_PROMTOOL=$(q "$PROMTOOL_BIN")"
 		echo "export NODE_FENCER_VENV=$(q "$STACK_VENV")"
 		if [ -n "$INFRA_VENV" ]; then
 			echo "export NODE_FENCER_INFRA_VENV=$(q "$INFRA_VENV")"
@@ -251,7 +307,8 @@ main() {
 
 	missing=()
 	for b in "$ETCD_BIN" "$KUBE_BIN/kube-apiserver" "$KUBE_BIN/kube-controller-manager" \
-		"$KUBE_BIN/kube-scheduler" "$KWOK_BIN" "$HCLFMT_BIN" "$CARGO_FUZZ_BIN" "$KUBE_BIN/kubectl"; do
+		"$KUBE_BIN/kube-scheduler" "$KWOK_BIN" "$HCLFMT_BIN" "$CARGO_FUZZ_BIN" "$KUBE_BIN/kubectl" \
+		"$ALERTMANAGER_BIN/alertmanager" "$ALERTMANAGER_BIN/amtool" "$PROMTOOL_BIN"; do
 		[ -x "$b" ] || missing+=("${b#"$CACHE"/}")
 	done
 	if [ ${#missing[@]} -gt 0 ]; then
