@@ -21,6 +21,13 @@ MODULE = INFRA / "modules" / "node-fencer"
 RBAC_MODULE = INFRA / "modules" / "kubernetes-rbac"
 RBAC_YAML = INFRA / "kubernetes" / "rbac.yaml"
 ALERTMANAGER_EXAMPLE = INFRA / "examples" / "alertmanager"
+RECEIVER_TEMPLATE = MODULE / "templates" / "alertmanager-receiver.yaml.tftpl"
+# What the module passes templatefile() for the receiver, with test values.
+RECEIVER_TEST_VALUES = {
+    "name": "node-fencer",
+    "url": "https://abc.lambda-url.eu-west-1.on.aws/",
+    "credentials_file": "/etc/alertmanager/secrets/node-fencer-webhook/token",
+}
 PERMISSIONS_RS = REPO / "handler" / "src" / "core" / "permissions.rs"
 CONFIG_RS = REPO / "handler" / "src" / "core" / "config.rs"
 CONTROL_RS = REPO / "handler" / "src" / "core" / "control.rs"
@@ -119,3 +126,41 @@ def string_list(v: Any) -> list[str]:
     if isinstance(v, str):
         return [v]
     return list(v)
+
+
+_TEMPLATE_TOKEN = re.compile(r"\$\$\{|%%\{|\$\{|%\{")
+
+
+def render_template(text: str, variables: dict[str, str], where: str = "template") -> str:
+    """Terraform's templatefile() for what the templates here use: `${name}`
+    interpolation of a variable passed in, and the `$${` and `%%{` escapes.
+    Anything else, a directive (`%{ if }`, `%{ for }`), a strip marker or an
+    expression, raises ValueError, so a template that grows one cannot pass
+    unchecked: teach this renderer first."""
+    out = []
+    pos = 0
+    for m in _TEMPLATE_TOKEN.finditer(text):
+        out.append(text[pos : m.start()])
+        line = text.count("\n", 0, m.start()) + 1
+        token = m.group()
+        if token in ("$${", "%%{"):
+            out.append(token[1:])
+            pos = m.end()
+            continue
+        if token == "%{":
+            raise ValueError(f"{where}:{line}: template directive %{{...}} is not supported by render_template")
+        close = text.find("}", m.end())
+        name = text[m.end() : close].strip() if close >= 0 else ""
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise ValueError(f"{where}:{line}: only ${{variable}} interpolation is supported, not {text[m.start() : close + 1]!r}")
+        if name not in variables:
+            raise ValueError(f"{where}:{line}: unknown template variable {name!r} (given: {sorted(variables)})")
+        out.append(variables[name])
+        pos = close + 1
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def rendered_receiver() -> str:
+    """The module's alertmanager_receiver output, rendered with RECEIVER_TEST_VALUES."""
+    return render_template(RECEIVER_TEMPLATE.read_text(encoding="utf-8"), RECEIVER_TEST_VALUES, rel(RECEIVER_TEMPLATE))
