@@ -6,6 +6,7 @@
 //! private one is started and torn down by a watchdog when the process exits.
 //! A missing component is a loud failure, never a skip.
 
+pub mod alertmanager;
 pub mod attacher;
 pub mod bench;
 pub mod cluster;

@@ -168,3 +168,79 @@ async fn bad_events_are_errors_and_change_nothing() -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// Issue 21: the real Alertmanager, configured from the shipped example, as
+/// the client of the Function URL. It routes only alerts with
+/// `node_fencer="true"`, sends the token from its credentials file, and the
+/// node named by `node` (not the `instance` label, kube-state-metrics'
+/// address) is fenced. With a wrong token every delivery gets 401, changes
+/// nothing, and Alertmanager counts the failed notifications.
+#[tokio::test]
+async fn a_real_alertmanager_fences_through_the_function_url() -> anyhow::Result<()> {
+    use node_fencer_tests::alertmanager::Alertmanager;
+    use node_fencer_tests::scene::{is_fenced, wait_until};
+    use std::time::Duration;
+
+    let _g = serial().await;
+    let s = stack();
+    let admin = s.admin().await?;
+    let emu = emulator(s);
+    let url = format!("http://127.0.0.1:{}/lambda-url/node-fencer/", emu.port);
+    let (routed, unrouted, refused) = (
+        target(s, false).await?,
+        target(s, false).await?,
+        target(s, false).await?,
+    );
+    let alert = |node: &str, routed: bool| {
+        let mut labels = json!({
+            "alertname": "KubeNodeNotReady",
+            "node": node,
+            "condition": "Ready",
+            "status": "true",
+            "instance": "10.0.7.12:8080",
+            "job": "kube-state-metrics",
+            "severity": "warning",
+        });
+        if routed {
+            labels["node_fencer"] = json!("true");
+        }
+        json!({"labels": labels, "annotations": {"summary": "node not ready"}})
+    };
+
+    let am = Alertmanager::start(&url, WEBHOOK_TOKEN).await?;
+    am.post_alerts(&json!([
+        alert(&routed.node, true),
+        alert(&unrouted.node, false)
+    ]))?;
+    wait_until(
+        "the routed node fenced",
+        Duration::from_secs(60),
+        || async { Ok(is_fenced(&admin, &routed.node).await?.then_some(())) },
+    )
+    .await?;
+    assert!(am.webhook_counter("alertmanager_notifications_total")? >= 1.0);
+    assert_eq!(
+        am.webhook_counter("alertmanager_notifications_failed_total")?,
+        0.0
+    );
+    assert!(
+        !is_fenced(&admin, &unrouted.node).await?,
+        "no route, no fencing"
+    );
+
+    let wrong = Alertmanager::start(&url, "wrong-token-0123456789abcdef").await?;
+    wrong.post_alerts(&json!([alert(&refused.node, true)]))?;
+    wait_until("a failed notification", Duration::from_secs(60), || async {
+        Ok(
+            (wrong.webhook_counter("alertmanager_notifications_failed_total")? >= 1.0)
+                .then_some(()),
+        )
+    })
+    .await?;
+    assert!(
+        !is_fenced(&admin, &refused.node).await?,
+        "401 changes nothing"
+    );
+    assert_eq!(volume(&s.ec2().await, &refused.volume).await?.0, "in-use");
+    Ok(())
+}
