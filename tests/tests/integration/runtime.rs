@@ -173,8 +173,10 @@ async fn bad_events_are_errors_and_change_nothing() -> anyhow::Result<()> {
 /// the client of the Function URL. It routes only alerts with
 /// `node_fencer="true"`, sends the token from its credentials file, and the
 /// node named by `node` (not the `instance` label, kube-state-metrics'
-/// address) is fenced. With a wrong token every delivery gets 401, changes
-/// nothing, and Alertmanager counts the failed notifications.
+/// address) is fenced. An alert that comes before the node is NotReady gets
+/// 500 (work left undone) and Alertmanager delivers it again until it
+/// converges. With a wrong token every delivery gets 401, changes nothing,
+/// and Alertmanager counts the failed requests.
 #[tokio::test]
 async fn a_real_alertmanager_fences_through_the_function_url() -> anyhow::Result<()> {
     use node_fencer_tests::alertmanager::Alertmanager;
@@ -186,7 +188,8 @@ async fn a_real_alertmanager_fences_through_the_function_url() -> anyhow::Result
     let admin = s.admin().await?;
     let emu = emulator(s);
     let url = format!("http://127.0.0.1:{}/lambda-url/node-fencer/", emu.port);
-    let (routed, unrouted, refused) = (
+    let (routed, unrouted, refused, early) = (
+        target(s, false).await?,
         target(s, false).await?,
         target(s, false).await?,
         target(s, false).await?,
@@ -228,11 +231,38 @@ async fn a_real_alertmanager_fences_through_the_function_url() -> anyhow::Result
         "no route, no fencing"
     );
 
+    // The alert comes before Kubernetes marks the node NotReady: work left
+    // undone, 500, and Alertmanager delivers again until the retry converges.
+    set_ready(&admin, &early.node, "True").await?;
+    am.post_alerts(&json!([alert(&early.node, true)]))?;
+    wait_until(
+        "a delivery answered 500",
+        Duration::from_secs(60),
+        || async {
+            Ok(
+                (am.webhook_counter("alertmanager_notification_requests_failed_total")? >= 1.0)
+                    .then_some(()),
+            )
+        },
+    )
+    .await?;
+    assert!(
+        !is_fenced(&admin, &early.node).await?,
+        "a Ready node is never fenced"
+    );
+    set_ready(&admin, &early.node, "Unknown").await?;
+    wait_until(
+        "the node fenced on a later delivery",
+        Duration::from_secs(90),
+        || async { Ok(is_fenced(&admin, &early.node).await?.then_some(())) },
+    )
+    .await?;
+
     let wrong = Alertmanager::start(&url, "wrong-token-0123456789abcdef").await?;
     wrong.post_alerts(&json!([alert(&refused.node, true)]))?;
     wait_until("a failed notification", Duration::from_secs(60), || async {
         Ok(
-            (wrong.webhook_counter("alertmanager_notifications_failed_total")? >= 1.0)
+            (wrong.webhook_counter("alertmanager_notification_requests_failed_total")? >= 1.0)
                 .then_some(()),
         )
     })
