@@ -176,7 +176,8 @@ async fn bad_events_are_errors_and_change_nothing() -> anyhow::Result<()> {
 /// address) is fenced. An alert that comes before the node is NotReady gets
 /// 500 (work left undone) and Alertmanager delivers it again until it
 /// converges. With a wrong token every delivery gets 401, changes nothing,
-/// and Alertmanager counts the failed requests.
+/// and Alertmanager counts the failed requests. A resolved notification is
+/// delivered and answered.
 #[tokio::test]
 async fn a_real_alertmanager_fences_through_the_function_url() -> anyhow::Result<()> {
     use node_fencer_tests::alertmanager::Alertmanager;
@@ -272,5 +273,33 @@ async fn a_real_alertmanager_fences_through_the_function_url() -> anyhow::Result
         "401 changes nothing"
     );
     assert_eq!(volume(&s.ec2().await, &refused.volume).await?.0, "in-use");
+
+    // Resolved (`send_resolved: true`): delivered at the group's next flush,
+    // within `group_interval` (1m), and answered 200; the machine is still
+    // stopped, so the fencing stays.
+    let (sent, failed) = (
+        am.webhook_counter("alertmanager_notifications_total")?,
+        am.webhook_counter("alertmanager_notification_requests_failed_total")?,
+    );
+    let mut resolved = alert(&routed.node, true);
+    resolved["endsAt"] = json!(k8s_openapi::jiff::Timestamp::now().to_string());
+    am.post_alerts(&json!([resolved]))?;
+    wait_until(
+        "the resolved notification",
+        Duration::from_secs(90),
+        || async {
+            Ok((am.webhook_counter("alertmanager_notifications_total")? > sent).then_some(()))
+        },
+    )
+    .await?;
+    assert_eq!(
+        am.webhook_counter("alertmanager_notification_requests_failed_total")?,
+        failed,
+        "the resolved notification was answered 200"
+    );
+    assert!(
+        is_fenced(&admin, &routed.node).await?,
+        "still stopped: still fenced"
+    );
     Ok(())
 }
