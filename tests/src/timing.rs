@@ -15,7 +15,9 @@ use node_fencer::core::instance::{InstanceId, VolumeId};
 use node_fencer::core::kube_model::{Ending, Stamp};
 use node_fencer::core::mode::ServerVersion;
 use node_fencer::shell::cloud::{Cloud, CloudError};
-use node_fencer::shell::cluster::{Cluster, ClusterError, PodRef, TaintOutcome, UntaintOutcome};
+use node_fencer::shell::cluster::{
+    Cluster, ClusterError, LeaseTaken, PodRef, TaintOutcome, UntaintOutcome,
+};
 
 /// One call.
 #[derive(Clone, Debug)]
@@ -287,7 +289,11 @@ impl Cluster for TimingCluster<'_> {
             .time("GetKillSwitch", self.inner.kill_switch(namespace))
             .await
     }
-    async fn acquire_lease(&self, namespace: &str, holder: &str) -> Result<bool, ClusterError> {
+    async fn acquire_lease(
+        &self,
+        namespace: &str,
+        holder: &str,
+    ) -> Result<LeaseTaken, ClusterError> {
         self.timeline
             .time("AcquireLease", self.inner.acquire_lease(namespace, holder))
             .await

@@ -119,13 +119,17 @@ pub(super) async fn admit(
         tokio::time::sleep(policy.confirm_again_after).await;
     }
     let namespace = &policy.control_namespace;
-    let taken = Instant::now();
-    let lease_waited = new_taints
-        && ctx
-            .cluster
-            .acquire_lease(namespace, &ctx.correlation_id)
-            .await
-            .inspect_err(|_| ctx.meter.error(Dependency::Kubernetes))?;
+    let taken = if new_taints {
+        Some(
+            ctx.cluster
+                .acquire_lease(namespace, &ctx.correlation_id)
+                .await
+                .inspect_err(|_| ctx.meter.error(Dependency::Kubernetes))?,
+        )
+    } else {
+        None
+    };
+    let lease_waited = taken.is_some_and(|t| t.waited);
     // After a wait (the delay, or the Lease held by another invocation), the
     // kill switch is read again before the first write.
     let waited = lease_waited || (live && !policy.confirm_again_after.is_zero());
@@ -138,9 +142,9 @@ pub(super) async fn admit(
         warn!("the kill switch turned on while waiting: the rest is a plan");
         runs.iter_mut().for_each(NodeRun::plan_only);
     }
-    let refused_now = if new_taints {
-        // The Lease's duration counts from the write that took it, which
-        // began before `acquire_lease` returned.
+    let refused_now = if let Some(taken) = taken {
+        // The Lease's duration counts from the time written into it.
+        let taken = Instant::from_std(taken.stamped);
         let hold = Hold::new(policy.lease, taken);
         let done = Notify::new();
         let recount = (!switched.on).then_some(known);

@@ -25,7 +25,7 @@ use crate::core::kube_model::{
 };
 use crate::core::mode::ServerVersion;
 use crate::shell::cloud::{Cloud, CloudError};
-use crate::shell::cluster::{Cluster, ClusterError, PodRef};
+use crate::shell::cluster::{Cluster, ClusterError, LeaseTaken, PodRef};
 
 /// The call log and the fault plan, shared by both fakes.
 #[derive(Default)]
@@ -254,6 +254,8 @@ struct ClusterState {
     lease_held: bool,
     /// From the n-th renewal on (1-based), another invocation holds the Lease.
     lease_taken_at: Option<usize>,
+    /// The next Lease is taken only after waiting this long for another holder.
+    lease_held_for: Option<Duration>,
     renewals: usize,
     switch_reads: usize,
 }
@@ -281,6 +283,7 @@ impl FakeCluster {
                 switch_reads: 0,
                 lease_held: false,
                 lease_taken_at: None,
+                lease_held_for: None,
                 renewals: 0,
             }),
         }
@@ -396,6 +399,11 @@ impl FakeCluster {
     /// Lease (it expired for it meanwhile, as far as the fake cares).
     pub fn lease_taken_at_renewal(&self, nth: usize) {
         self.lock().lease_taken_at = Some(nth);
+    }
+
+    /// The next Lease is taken only after waiting `pause` for another holder.
+    pub fn lease_held_for(&self, pause: Duration) {
+        self.lock().lease_held_for = Some(pause);
     }
 
     /// The next Lease is taken only after waiting for another holder.
@@ -651,7 +659,11 @@ impl Cluster for FakeCluster {
         Ok(state.kill_switch.clone())
     }
 
-    async fn acquire_lease(&self, namespace: &str, holder: &str) -> Result<bool, ClusterError> {
+    async fn acquire_lease(
+        &self,
+        namespace: &str,
+        holder: &str,
+    ) -> Result<LeaseTaken, ClusterError> {
         if self.calls.call("AcquireLease".into()) {
             return Err(ClusterError::Lease {
                 namespace: namespace.into(),
@@ -659,11 +671,19 @@ impl Cluster for FakeCluster {
             });
         }
         // A Lease held by another holder counts as expired (after the wait
-        // `lease_held_once` asks for): the fakes run one invocation at a
-        // time, and the stack tests hold the real one.
+        // `lease_held_once` or `lease_held_for` asks for): the fakes run one
+        // invocation at a time, and the stack tests hold the real one.
+        let pause = self.lock().lease_held_for.take();
+        if let Some(pause) = pause {
+            tokio::time::sleep(pause).await;
+        }
         let mut state = self.lock();
         state.lease = Some(holder.into());
-        Ok(std::mem::take(&mut state.lease_held))
+        let waited = std::mem::take(&mut state.lease_held) || pause.is_some();
+        Ok(LeaseTaken {
+            waited,
+            stamped: std::time::Instant::now(),
+        })
     }
 
     async fn renew_lease(&self, namespace: &str, holder: &str) -> Result<bool, ClusterError> {

@@ -565,6 +565,13 @@ async fn a_slow_holder_renews_its_lease_and_writes_nothing_once_it_is_lost() {
     let renewals = w.calls.log().iter().filter(|c| *c == "RenewLease").count();
     assert!(renewals >= 3, "renewed while slow: {renewals}");
 
+    // A long wait for another holder does not eat into the time to write:
+    // the Lease's duration runs from when it was taken.
+    let w = World::stopped();
+    w.cluster.lease_held_for(Duration::from_millis(150));
+    let report = w.fence(&p).await.unwrap();
+    assert_eq!(report.results[0].outcome, Outcome::Fenced, "{report:#?}");
+
     let w = World::stopped();
     w.cloud.slow_describe(2, slow);
     w.cluster.lease_taken_at_renewal(2);

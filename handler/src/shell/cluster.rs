@@ -133,6 +133,16 @@ pub enum ClusterError {
     },
 }
 
+/// The fencing Lease as taken.
+#[derive(Clone, Copy, Debug)]
+pub struct LeaseTaken {
+    /// It had to wait (another holder, or a writer racing it).
+    pub waited: bool,
+    /// When the time written into the Lease was read: its duration runs
+    /// from here, however long the wait before it took.
+    pub stamped: Instant,
+}
+
 /// The Kubernetes calls node-fencer makes.
 #[async_trait]
 pub trait Cluster: Send + Sync {
@@ -173,9 +183,12 @@ pub trait Cluster: Send + Sync {
     /// Reads the kill switch in `namespace`.
     async fn kill_switch(&self, namespace: &str) -> Result<KillSwitch, ClusterError>;
     /// Takes the fencing Lease in `namespace` for `holder`, waiting up to
-    /// [`control::LEASE_WAIT`] for another holder to release it. True when
-    /// it had to wait (another holder, or a writer racing it).
-    async fn acquire_lease(&self, namespace: &str, holder: &str) -> Result<bool, ClusterError>;
+    /// [`control::LEASE_WAIT`] for another holder to release it.
+    async fn acquire_lease(
+        &self,
+        namespace: &str,
+        holder: &str,
+    ) -> Result<LeaseTaken, ClusterError>;
     /// Releases the Lease if `holder` still holds it.
     async fn release_lease(&self, namespace: &str, holder: &str) -> Result<(), ClusterError>;
     /// Renews the fencing Lease `holder` holds: `Ok(false)` when it is not
@@ -545,7 +558,11 @@ impl Cluster for Kube {
         Ok(KillSwitch::from_value(value))
     }
 
-    async fn acquire_lease(&self, namespace: &str, holder: &str) -> Result<bool, ClusterError> {
+    async fn acquire_lease(
+        &self,
+        namespace: &str,
+        holder: &str,
+    ) -> Result<LeaseTaken, ClusterError> {
         let api: Api<Lease> = Api::namespaced(self.client.clone(), namespace);
         let failed = |source| ClusterError::Lease {
             namespace: namespace.into(),
@@ -555,7 +572,10 @@ impl Cluster for Kube {
         let params = PostParams::default();
         let mut waited = false;
         loop {
+            // The time written into the Lease, and the same moment on this
+            // clock: the Lease's duration runs from here.
             let now = k8s_openapi::jiff::Timestamp::now();
+            let stamped = Instant::now();
             let found = retrying("get lease", || api.get_opt(control::OBJECT_NAME))
                 .await
                 .map_err(failed)?;
@@ -612,7 +632,7 @@ impl Cluster for Kube {
                     if let Ok(mut held) = self.held.lock() {
                         *held = Some(lease);
                     }
-                    return Ok(waited);
+                    return Ok(LeaseTaken { waited, stamped });
                 }
                 Err(kube::Error::Api(status))
                     if status.is_conflict() || status.is_already_exists() =>
