@@ -11,6 +11,9 @@ use serde_json::Value;
 
 use crate::repo_root;
 
+/// Alertmanager's counter of webhook requests that failed, retries included.
+pub const FAILED_REQUESTS: &str = "alertmanager_notification_requests_failed_total";
+
 /// A running Alertmanager.
 pub struct Alertmanager {
     /// `http://127.0.0.1:PORT`.
@@ -98,6 +101,15 @@ impl Alertmanager {
             &format!("{}/api/v2/alerts", self.url),
         ])
         .map(|_| ())
+    }
+
+    /// Waits until Alertmanager has counted a failed webhook request (any
+    /// answer but 2xx; it retries them).
+    pub async fn wait_for_failed_request(&self, what: &str) -> anyhow::Result<()> {
+        crate::scene::wait_until(what, Duration::from_secs(60), || async {
+            Ok((self.webhook_counter(FAILED_REQUESTS)? >= 1.0).then_some(()))
+        })
+        .await
     }
 
     /// The sum of a counter of Alertmanager's own metrics over the series

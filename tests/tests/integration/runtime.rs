@@ -180,7 +180,7 @@ async fn bad_events_are_errors_and_change_nothing() -> anyhow::Result<()> {
 /// delivered and answered.
 #[tokio::test]
 async fn a_real_alertmanager_fences_through_the_function_url() -> anyhow::Result<()> {
-    use node_fencer_tests::alertmanager::Alertmanager;
+    use node_fencer_tests::alertmanager::{Alertmanager, FAILED_REQUESTS};
     use node_fencer_tests::scene::{is_fenced, wait_until};
     use std::time::Duration;
 
@@ -236,17 +236,8 @@ async fn a_real_alertmanager_fences_through_the_function_url() -> anyhow::Result
     // undone, 500, and Alertmanager delivers again until the retry converges.
     set_ready(&admin, &early.node, "True").await?;
     am.post_alerts(&json!([alert(&early.node, true)]))?;
-    wait_until(
-        "a delivery answered 500",
-        Duration::from_secs(60),
-        || async {
-            Ok(
-                (am.webhook_counter("alertmanager_notification_requests_failed_total")? >= 1.0)
-                    .then_some(()),
-            )
-        },
-    )
-    .await?;
+    am.wait_for_failed_request("a delivery answered 500")
+        .await?;
     assert!(
         !is_fenced(&admin, &early.node).await?,
         "a Ready node is never fenced"
@@ -261,13 +252,9 @@ async fn a_real_alertmanager_fences_through_the_function_url() -> anyhow::Result
 
     let wrong = Alertmanager::start(&url, "wrong-token-0123456789abcdef").await?;
     wrong.post_alerts(&json!([alert(&refused.node, true)]))?;
-    wait_until("a failed notification", Duration::from_secs(60), || async {
-        Ok(
-            (wrong.webhook_counter("alertmanager_notification_requests_failed_total")? >= 1.0)
-                .then_some(()),
-        )
-    })
-    .await?;
+    wrong
+        .wait_for_failed_request("a delivery answered 401")
+        .await?;
     assert!(
         !is_fenced(&admin, &refused.node).await?,
         "401 changes nothing"
@@ -279,7 +266,7 @@ async fn a_real_alertmanager_fences_through_the_function_url() -> anyhow::Result
     // stopped, so the fencing stays.
     let (sent, failed) = (
         am.webhook_counter("alertmanager_notifications_total")?,
-        am.webhook_counter("alertmanager_notification_requests_failed_total")?,
+        am.webhook_counter(FAILED_REQUESTS)?,
     );
     let mut resolved = alert(&routed.node, true);
     resolved["endsAt"] = json!(k8s_openapi::jiff::Timestamp::now().to_string());
@@ -293,7 +280,7 @@ async fn a_real_alertmanager_fences_through_the_function_url() -> anyhow::Result
     )
     .await?;
     assert_eq!(
-        am.webhook_counter("alertmanager_notification_requests_failed_total")?,
+        am.webhook_counter(FAILED_REQUESTS)?,
         failed,
         "the resolved notification was answered 200"
     );
