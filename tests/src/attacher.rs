@@ -1,9 +1,16 @@
-//! A CSI attacher stand-in for driver `ebs.csi.aws.com`: it plays the parts of
+//! CSI attacher stand-ins. For driver `ebs.csi.aws.com` it plays the parts of
 //! the external-attacher sidecar and of the EBS CSI controller
 //! (`ControllerPublishVolume` / `ControllerUnpublishVolume`) against moto.
+//! For `cstor.csi.openebs.io` (OpenEBS cStor over iSCSI, the non-EBS driver
+//! of older self-managed clusters) it plays the same sidecar in front of a
+//! storage system that attaches without any cloud call: a volume is
+//! "published" to one node at a time, as an iSCSI target with one
+//! initiator, and what is published is read back from the
+//! VolumeAttachments themselves (`status.attached`), so it survives a
+//! restart of the stand-in.
 //!
 //! A background task polls VolumeAttachments (every 200 ms, as admin). For each
-//! one of this attacher:
+//! one of the EBS driver:
 //!
 //! - it adds the finalizer `external-attacher/ebs-csi-aws-com`;
 //! - it maps the PersistentVolume to its EBS volume (the CSI `volumeHandle`, or
@@ -17,6 +24,11 @@
 //! - when the VolumeAttachment is deleted, it detaches the volume (not forced,
 //!   as the driver does; a stopped instance allows it), treats a volume no
 //!   longer attached to that instance as detached, then removes the finalizer.
+//!
+//! For each one of the cStor driver: the same finalizer dance
+//! (`external-attacher/cstor-csi-openebs-io`); it refuses to publish a
+//! volume still published to another node (`FailedPrecondition`, in
+//! `status.attachError`), and unpublishes on deletion.
 //!
 //! What it did goes to `STATE_DIR/logs/csi-attacher.log`.
 
@@ -38,37 +50,71 @@ use tokio::time::Instant;
 
 use crate::Stack;
 
-/// The CSI driver (and attacher) name.
+/// The EBS CSI driver (and attacher) name.
 pub const DRIVER: &str = "ebs.csi.aws.com";
 /// The finalizer the external-attacher puts on the VolumeAttachments it handles.
 pub const FINALIZER: &str = "external-attacher/ebs-csi-aws-com";
+
+/// A CSI driver the stand-in plays.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Driver {
+    /// `ebs.csi.aws.com`, against moto.
+    Ebs,
+    /// `cstor.csi.openebs.io`: iSCSI-like, no cloud call.
+    Cstor,
+}
+
+impl Driver {
+    /// Both.
+    pub const ALL: [Driver; 2] = [Driver::Ebs, Driver::Cstor];
+
+    /// The driver (and attacher) name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Ebs => DRIVER,
+            Self::Cstor => "cstor.csi.openebs.io",
+        }
+    }
+
+    /// The external-attacher's finalizer.
+    pub fn finalizer(self) -> &'static str {
+        match self {
+            Self::Ebs => FINALIZER,
+            Self::Cstor => "external-attacher/cstor-csi-openebs-io",
+        }
+    }
+}
 /// How often VolumeAttachments are listed.
 const POLL: Duration = Duration::from_millis(200);
 /// How long a VolumeAttachment that failed waits before the next try.
 const RETRY: Duration = Duration::from_secs(1);
 
-/// Registers the `CSIDriver` object: attachment required, so the
-/// attach/detach controller creates VolumeAttachments for its volumes.
-pub async fn register_driver(admin: &Client) -> anyhow::Result<()> {
-    let driver: CSIDriver = serde_json::from_value(json!({
-        "apiVersion": "storage.k8s.io/v1",
-        "kind": "CSIDriver",
-        "metadata": {"name": DRIVER},
-        "spec": {"attachRequired": true, "podInfoOnMount": false,
-                 "volumeLifecycleModes": ["Persistent"]}
-    }))?;
-    Api::<CSIDriver>::all(admin.clone())
-        .patch(
-            DRIVER,
-            &PatchParams::apply("node-fencer-tests").force(),
-            &Patch::Apply(&driver),
-        )
-        .await?;
+/// Registers a `CSIDriver` object for each driver: attachment required,
+/// so the attach/detach controller creates VolumeAttachments for their
+/// volumes.
+pub async fn register_drivers(admin: &Client) -> anyhow::Result<()> {
+    for d in Driver::ALL {
+        let driver: CSIDriver = serde_json::from_value(json!({
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "CSIDriver",
+            "metadata": {"name": d.name()},
+            "spec": {"attachRequired": true, "podInfoOnMount": false,
+                     "volumeLifecycleModes": ["Persistent"]}
+        }))?;
+        Api::<CSIDriver>::all(admin.clone())
+            .patch(
+                d.name(),
+                &PatchParams::apply("node-fencer-tests").force(),
+                &Patch::Apply(&driver),
+            )
+            .await?;
+    }
     Ok(())
 }
 
-/// Starts the stand-in for `stack` on a thread of its own (with its own
-/// runtime, so it outlives any one test's runtime); returns once it runs.
+/// Starts the stand-ins of both drivers for `stack` on a thread of its own
+/// (with its own runtime, so it outlives any one test's runtime); returns
+/// once they run.
 pub fn spawn(stack: &Stack) -> anyhow::Result<()> {
     let stack = Stack {
         dir: stack.dir.clone(),
@@ -89,16 +135,23 @@ pub fn spawn(stack: &Stack) -> anyhow::Result<()> {
                 }
             };
             runtime.block_on(async move {
-                let mut attacher = match Attacher::new(&stack).await {
-                    Ok(a) => a,
-                    Err(e) => {
+                let (ebs, cstor) = tokio::join!(
+                    Attacher::new(&stack, Driver::Ebs),
+                    Attacher::new(&stack, Driver::Cstor)
+                );
+                let (mut ebs, mut cstor) = match (ebs, cstor) {
+                    (Ok(a), Ok(b)) => (a, b),
+                    (Err(e), _) | (_, Err(e)) => {
                         let _ = tx.send(Err(e));
                         return;
                     }
                 };
-                let first = attacher.pass().await;
+                let first = match ebs.pass().await {
+                    Ok(()) => cstor.pass().await,
+                    Err(e) => Err(e),
+                };
                 let _ = tx.send(first);
-                attacher.run().await;
+                tokio::join!(ebs.run(), cstor.run());
             });
         })
         .context("starting the CSI attacher thread")?;
@@ -106,8 +159,9 @@ pub fn spawn(stack: &Stack) -> anyhow::Result<()> {
         .map_err(|_| anyhow!("the CSI attacher did not start within 60 s"))?
 }
 
-/// The stand-in's state.
+/// The stand-in's state, for one driver.
 pub struct Attacher {
+    driver: Driver,
     vas: Api<VolumeAttachment>,
     pvs: Api<PersistentVolume>,
     nodes: Api<Node>,
@@ -128,9 +182,10 @@ struct Target {
 
 impl Attacher {
     /// Connects to the stack as admin and to moto.
-    pub async fn new(stack: &Stack) -> anyhow::Result<Self> {
+    pub async fn new(stack: &Stack, driver: Driver) -> anyhow::Result<Self> {
         let admin = stack.admin().await?;
         Ok(Self {
+            driver,
             vas: Api::all(admin.clone()),
             pvs: Api::all(admin.clone()),
             nodes: Api::all(admin),
@@ -158,7 +213,7 @@ impl Attacher {
             .append(true)
             .open(&self.log)
         {
-            let _ = writeln!(f, "{now} {line}");
+            let _ = writeln!(f, "{now} {}: {line}", self.driver.name());
         }
     }
 
@@ -167,7 +222,13 @@ impl Attacher {
         let list = self.vas.list(&ListParams::default()).await?;
         let now = Instant::now();
         let mut seen = Vec::new();
-        for va in list.items.iter().filter(|va| va.spec.attacher == DRIVER) {
+        let mine: Vec<&VolumeAttachment> = list
+            .items
+            .iter()
+            .filter(|va| va.spec.attacher == self.driver.name())
+            .collect();
+        let mut published = self.published(&mine).await;
+        for va in mine.iter().copied() {
             let Some(name) = va.metadata.name.clone() else {
                 continue;
             };
@@ -175,10 +236,11 @@ impl Attacher {
             if self.retry_at.get(&name).is_some_and(|at| now < *at) {
                 continue;
             }
-            let result = if va.metadata.deletion_timestamp.is_some() {
-                self.detach(&name, va).await
-            } else {
-                self.attach(&name, va).await
+            let result = match (self.driver, va.metadata.deletion_timestamp.is_some()) {
+                (Driver::Ebs, true) => self.detach(&name, va).await,
+                (Driver::Ebs, false) => self.attach(&name, va).await,
+                (Driver::Cstor, true) => self.unpublish(&name, va).await,
+                (Driver::Cstor, false) => self.publish(&name, va, &mut published).await,
             };
             match result {
                 Ok(()) => {
@@ -195,11 +257,13 @@ impl Attacher {
         Ok(())
     }
 
-    async fn attach(&mut self, name: &str, va: &VolumeAttachment) -> anyhow::Result<()> {
+    /// Puts the external-attacher's finalizer on, as it does before any
+    /// attach.
+    async fn hold(&self, name: &str, va: &VolumeAttachment) -> anyhow::Result<()> {
         let finalizers = va.metadata.finalizers.clone().unwrap_or_default();
-        if !finalizers.iter().any(|f| f == FINALIZER) {
+        if !finalizers.iter().any(|f| f == self.driver.finalizer()) {
             let mut with = finalizers;
-            with.push(FINALIZER.to_owned());
+            with.push(self.driver.finalizer().to_owned());
             self.vas
                 .patch(
                     name,
@@ -208,6 +272,130 @@ impl Attacher {
                 )
                 .await?;
         }
+        Ok(())
+    }
+
+    /// Takes the external-attacher's finalizer off once the volume is
+    /// unpublished, and clears the status; false when it was not there.
+    async fn release(&self, name: &str, va: &VolumeAttachment) -> anyhow::Result<bool> {
+        let finalizers = va.metadata.finalizers.clone().unwrap_or_default();
+        if !finalizers.iter().any(|f| f == self.driver.finalizer()) {
+            return Ok(false);
+        }
+        let patch = json!({"status": {"attached": false, "detachError": Value::Null}});
+        let _ = self
+            .vas
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await;
+        let rest: Vec<String> = finalizers
+            .into_iter()
+            .filter(|f| f != self.driver.finalizer())
+            .collect();
+        self.vas
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"finalizers": rest}})),
+            )
+            .await?;
+        Ok(true)
+    }
+
+    /// cStor: which node each volume handle is published to, from the
+    /// VolumeAttachments still `attached` (a deleted one holds its volume
+    /// until it is unpublished).
+    async fn published(&self, mine: &[&VolumeAttachment]) -> HashMap<String, String> {
+        let mut out = HashMap::new();
+        if self.driver != Driver::Cstor {
+            return out;
+        }
+        for va in mine {
+            if va.status.as_ref().is_some_and(|s| s.attached)
+                && let Ok(handle) = self.handle(va).await
+            {
+                out.insert(handle, va.spec.node_name.clone());
+            }
+        }
+        out
+    }
+
+    /// cStor: the volume handle of a VolumeAttachment's PersistentVolume.
+    async fn handle(&self, va: &VolumeAttachment) -> anyhow::Result<String> {
+        let pv = va
+            .spec
+            .source
+            .persistent_volume_name
+            .as_deref()
+            .context("the VolumeAttachment names no PersistentVolume")?;
+        let spec = self
+            .pvs
+            .get(pv)
+            .await
+            .with_context(|| format!("persistentvolume {pv}"))?
+            .spec
+            .unwrap_or_default();
+        spec.csi
+            .filter(|c| c.driver == self.driver.name())
+            .map(|c| c.volume_handle)
+            .with_context(|| format!("{pv} is not a volume of {}", self.driver.name()))
+    }
+
+    /// cStor's `ControllerPublishVolume`: the volume's target accepts the
+    /// node as its one initiator, unless another node holds it.
+    async fn publish(
+        &mut self,
+        name: &str,
+        va: &VolumeAttachment,
+        published: &mut HashMap<String, String>,
+    ) -> anyhow::Result<()> {
+        self.hold(name, va).await?;
+        if va.status.as_ref().is_some_and(|s| s.attached) {
+            return Ok(());
+        }
+        let node = &va.spec.node_name;
+        let handle = match self.handle(va).await {
+            Ok(h) => h,
+            Err(e) => {
+                let message = format!("rpc error: code = NotFound desc = {e:#}");
+                self.attach_error(name, va, &message).await?;
+                bail!("{message}");
+            }
+        };
+        if let Some(holder) = published.get(&handle).filter(|h| *h != node) {
+            let message = format!(
+                "rpc error: code = FailedPrecondition desc = volume {handle} is published to node {holder}"
+            );
+            self.attach_error(name, va, &message).await?;
+            bail!("{message}");
+        }
+        let patch = json!({"status": {
+            "attached": true,
+            "attachmentMetadata": {"iqn": format!("iqn.2016-09.com.openebs.cstor:{handle}"),
+                                   "targetPortal": "10.96.0.42:3260"},
+            "attachError": Value::Null,
+        }});
+        self.vas
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+        self.note(&format!("{name}: published {handle} to {node}"));
+        published.insert(handle, node.clone());
+        Ok(())
+    }
+
+    /// cStor's `ControllerUnpublishVolume`: the target lets the node go.
+    async fn unpublish(&mut self, name: &str, va: &VolumeAttachment) -> anyhow::Result<()> {
+        if self.release(name, va).await? {
+            let handle = self.handle(va).await.unwrap_or_default();
+            self.note(&format!(
+                "{name}: unpublished {handle} from {}",
+                va.spec.node_name
+            ));
+        }
+        Ok(())
+    }
+
+    async fn attach(&mut self, name: &str, va: &VolumeAttachment) -> anyhow::Result<()> {
+        self.hold(name, va).await?;
         let status = va.status.as_ref();
         if status.is_some_and(|s| s.attached) {
             return Ok(());
@@ -313,19 +501,7 @@ impl Attacher {
                 }
             }
         }
-        let patch = json!({"status": {"attached": false, "detachError": Value::Null}});
-        let _ = self
-            .vas
-            .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await;
-        let rest: Vec<String> = finalizers.into_iter().filter(|f| f != FINALIZER).collect();
-        self.vas
-            .patch(
-                name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"metadata": {"finalizers": rest}})),
-            )
-            .await?;
+        self.release(name, va).await?;
         self.targets.remove(name);
         Ok(())
     }

@@ -103,7 +103,7 @@ fn set_up(stack: &Stack) -> anyhow::Result<bool> {
     crate::on_own_thread("setting up the controller stack", || async {
         apply_rbac(stack).await?;
         let admin = stack.admin().await?;
-        attacher::register_driver(&admin).await?;
+        attacher::register_drivers(&admin).await?;
         kwok_keeps_dead_nodes_pods(&admin).await
     })
 }

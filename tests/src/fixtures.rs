@@ -2,7 +2,7 @@
 //! Nodes, PersistentVolumes and VolumeAttachments in the API server.
 
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, anyhow};
 use aws_sdk_ec2::types::{Filter, InstanceType};
@@ -411,14 +411,54 @@ pub async fn run_as(
 
 /// Events recorded on a Node (events.k8s.io/v1, namespace default).
 pub async fn node_events(admin: &Client, node: &str) -> anyhow::Result<Vec<(String, String)>> {
+    Ok(events_of_node(admin, node)
+        .await?
+        .into_iter()
+        .map(|e| (e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
+        .collect())
+}
+
+async fn events_of_node(
+    admin: &Client,
+    node: &str,
+) -> anyhow::Result<Vec<k8s_openapi::api::events::v1::Event>> {
     let api: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(admin.clone(), "default");
     let list = api.list(&Default::default()).await?;
     Ok(list
         .items
         .into_iter()
         .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(node))
-        .map(|e| (e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
         .collect())
+}
+
+/// When node-fencer fenced the node, from its `fenced-at` annotation
+/// (written with the taint, or the legacy mark), on the wall clock.
+pub async fn fenced_at(admin: &Client, node: &str) -> anyhow::Result<Option<SystemTime>> {
+    let node = Api::<Node>::all(admin.clone()).get(node).await?;
+    Ok(node
+        .metadata
+        .annotations
+        .and_then(|a| {
+            a.get(node_fencer::core::kube_model::ANNOTATION_FENCED_AT)
+                .cloned()
+        })
+        .and_then(|at| at.parse::<k8s_openapi::jiff::Timestamp>().ok())
+        .map(SystemTime::from))
+}
+
+/// When the first Event of `reason` was recorded on the node (its
+/// `eventTime`), on the wall clock.
+pub async fn event_time(
+    admin: &Client,
+    node: &str,
+    reason: &str,
+) -> anyhow::Result<Option<SystemTime>> {
+    Ok(events_of_node(admin, node)
+        .await?
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .filter_map(|e| e.event_time.map(|t| SystemTime::from(t.0)))
+        .min())
 }
 
 /// Asserts that the Node carries an Event of each of the `reasons`.

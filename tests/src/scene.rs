@@ -1,9 +1,11 @@
 //! Scenes on the controller stack ([`crate::cluster::cluster_stack`]): kwok
 //! worker nodes, each backed by a moto instance; EBS volumes behind static
-//! PersistentVolumes of `ebs.csi.aws.com`; and the seed scenario's workloads,
-//! a one-replica StatefulSet (a database) and a one-replica Deployment, each
-//! with a ReadWriteOnce claim, running on node 2. Then what the scenarios
-//! observe: a node dying, pods stuck, pods and volumes recovered.
+//! PersistentVolumes of `ebs.csi.aws.com` (or cStor volumes of
+//! `cstor.csi.openebs.io`, attached without any cloud call); and the seed
+//! scenario's workloads, a one-replica StatefulSet (a database) and a
+//! one-replica Deployment, each with a ReadWriteOnce claim, running on node
+//! 2. Then what the scenarios observe: a node dying, pods stuck, pods and
+//! volumes recovered.
 //!
 //! Every scene labels its nodes with [`SCENE_LABEL`] and its pods select on
 //! it, so scenes in one cluster never share nodes.
@@ -23,13 +25,23 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use crate::Stack;
-use crate::attacher::DRIVER;
+use crate::attacher::{DRIVER, Driver};
 use crate::fixtures::{Machine, create_volume, launch, unique, volume};
 
 /// The label that ties a scene's pods to its nodes.
 pub const SCENE_LABEL: &str = "node-fencer.io/scene";
-/// The StorageClass of the scenes' volumes.
+/// The StorageClass of the scenes' EBS volumes.
 pub const STORAGE_CLASS: &str = "ebs-sc";
+/// The StorageClass of the scenes' cStor volumes.
+pub const CSTOR_STORAGE_CLASS: &str = "cstor-sc";
+
+/// The StorageClass of a driver's volumes.
+pub fn storage_class(driver: Driver) -> &'static str {
+    match driver {
+        Driver::Ebs => STORAGE_CLASS,
+        Driver::Cstor => CSTOR_STORAGE_CLASS,
+    }
+}
 /// How long the pods tolerate `unreachable`/`not-ready` (Kubernetes adds 300 s
 /// by default). Short, so that Kubernetes' own eviction, and the stuck state
 /// it leads to, happen within a test's observation window; node-fencer's path
@@ -133,6 +145,9 @@ pub async fn add_workers(
                     "nodeID": machine.instance,
                     "topologyKeys": ["topology.ebs.csi.aws.com/zone"],
                     "allocatable": {"count": 25}
+                }, {
+                    "name": Driver::Cstor.name(),
+                    "nodeID": name
                 }]}
             }),
         )
@@ -250,11 +265,11 @@ pub async fn report_volumes_unmounted(admin: &Client, node: &str) -> anyhow::Res
 pub async fn report_volumes_in_use(
     admin: &Client,
     node: &str,
-    volumes: &[&str],
+    volumes: &[(Driver, &str)],
 ) -> anyhow::Result<()> {
     let in_use: Vec<String> = volumes
         .iter()
-        .map(|v| format!("kubernetes.io/csi/{DRIVER}^{v}"))
+        .map(|(d, v)| format!("kubernetes.io/csi/{}^{v}", d.name()))
         .collect();
     Api::<Node>::all(admin.clone())
         .patch_status(
@@ -280,32 +295,39 @@ pub async fn is_fenced(admin: &Client, node: &str) -> anyhow::Result<bool> {
         .contains(&OUT_OF_SERVICE.to_owned()))
 }
 
-/// Creates the scenes' StorageClass if it is missing.
+/// Creates the scenes' StorageClasses (one per driver) if they are missing.
 pub async fn ensure_storage_class(admin: &Client) -> anyhow::Result<()> {
     let api: Api<StorageClass> = Api::all(admin.clone());
-    if api.get_opt(STORAGE_CLASS).await?.is_some() {
-        return Ok(());
-    }
-    let made = create(
-        &api,
-        json!({
-            "metadata": {"name": STORAGE_CLASS},
-            "provisioner": DRIVER,
-            "reclaimPolicy": "Retain",
-            "volumeBindingMode": "WaitForFirstConsumer",
-            "parameters": {"type": "gp3"}
-        }),
-    )
-    .await;
-    match made {
-        Err(e)
-            if e.downcast_ref::<kube::Error>()
-                .is_some_and(|e| is_status(e, kube::core::Status::is_already_exists)) =>
-        {
-            Ok(())
+    for driver in Driver::ALL {
+        let name = storage_class(driver);
+        if api.get_opt(name).await?.is_some() {
+            continue;
         }
-        other => other.map(|_| ()),
+        let parameters = match driver {
+            Driver::Ebs => json!({"type": "gp3"}),
+            Driver::Cstor => json!({"cstorPoolCluster": "cstor-pool", "replicaCount": "3"}),
+        };
+        let made = create(
+            &api,
+            json!({
+                "metadata": {"name": name},
+                "provisioner": driver.name(),
+                "reclaimPolicy": "Retain",
+                "volumeBindingMode": "WaitForFirstConsumer",
+                "parameters": parameters
+            }),
+        )
+        .await;
+        match made {
+            Err(e)
+                if e.downcast_ref::<kube::Error>()
+                    .is_some_and(|e| is_status(e, kube::core::Status::is_already_exists)) => {}
+            other => {
+                other?;
+            }
+        }
     }
+    Ok(())
 }
 
 /// Creates a namespace and its `default` ServiceAccount if the service
@@ -361,6 +383,30 @@ pub async fn create_ebs_pv(
     Ok(())
 }
 
+/// Creates a static cStor PersistentVolume (no zone: the iSCSI target is
+/// reachable from every node), pre-bound to a claim (`namespace/name`).
+pub async fn create_cstor_pv(
+    admin: &Client,
+    name: &str,
+    handle: &str,
+    claim: (&str, &str),
+) -> anyhow::Result<()> {
+    let spec = json!({
+        "capacity": {"storage": "10Gi"},
+        "accessModes": ["ReadWriteOnce"],
+        "persistentVolumeReclaimPolicy": "Retain",
+        "storageClassName": CSTOR_STORAGE_CLASS,
+        "csi": {"driver": Driver::Cstor.name(), "volumeHandle": handle, "fsType": "ext4"},
+        "claimRef": {"namespace": claim.0, "name": claim.1}
+    });
+    create(
+        &Api::<PersistentVolume>::all(admin.clone()),
+        json!({"metadata": {"name": name, "labels": {"node-fencer.io/test": "true"}}, "spec": spec}),
+    )
+    .await?;
+    Ok(())
+}
+
 /// A workload of the seed scenario and its storage.
 #[derive(Clone, Debug)]
 pub struct Workload {
@@ -372,7 +418,9 @@ pub struct Workload {
     pub pvc: String,
     /// The PersistentVolume bound to the claim.
     pub pv: String,
-    /// The EBS volume behind it.
+    /// Its driver.
+    pub driver: Driver,
+    /// The volume behind it: the EBS volume, or the cStor volume handle.
     pub volume: String,
 }
 
@@ -434,9 +482,18 @@ fn pod_template(scene: &str, app: &str, image: &str, claim: Option<&str>) -> Val
 /// of one replica each; returns once both pods run on node 2 with their
 /// volumes attached to its instance, and node 2 reports them in use.
 pub async fn seed(stack: &Stack) -> anyhow::Result<Seed> {
+    seed_with(stack, Driver::Ebs).await
+}
+
+/// [`seed`] with the volumes of `driver`.
+pub async fn seed_with(stack: &Stack, driver: Driver) -> anyhow::Result<Seed> {
     let admin = stack.admin().await?;
     let ec2 = stack.ec2().await;
-    let scene = unique("seed");
+    let scene = unique(match driver {
+        Driver::Ebs => "seed",
+        Driver::Cstor => "seed-cstor",
+    });
+    let class = storage_class(driver);
     create_namespace(&admin, &scene).await?;
     ensure_storage_class(&admin).await?;
     let workers = add_workers(stack, &scene, 3, |i| i != 1).await?;
@@ -447,14 +504,24 @@ pub async fn seed(stack: &Stack) -> anyhow::Result<Seed> {
         ("StatefulSet", "db", "data-db-0"),
         ("Deployment", "app", "app-data"),
     ] {
-        let volume = create_volume(&ec2, &az).await?;
         let pv = format!("{scene}-{name}");
-        create_ebs_pv(&admin, &pv, &volume, &az, Some((&scene, pvc))).await?;
+        let volume = match driver {
+            Driver::Ebs => {
+                let volume = create_volume(&ec2, &az).await?;
+                create_ebs_pv(&admin, &pv, &volume, &az, Some((&scene, pvc))).await?;
+                volume
+            }
+            Driver::Cstor => {
+                let handle = format!("pvc-{}", unique(name));
+                create_cstor_pv(&admin, &pv, &handle, (&scene, pvc)).await?;
+                handle
+            }
+        };
         create(
             &Api::<PersistentVolumeClaim>::namespaced(admin.clone(), &scene),
             json!({
                 "metadata": {"name": pvc},
-                "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": STORAGE_CLASS,
+                "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": class,
                          "volumeName": pv, "resources": {"requests": {"storage": "10Gi"}}}
             }),
         )
@@ -464,6 +531,7 @@ pub async fn seed(stack: &Stack) -> anyhow::Result<Seed> {
             name: name.into(),
             pvc: pvc.into(),
             pv,
+            driver,
             volume,
         });
     }
@@ -481,7 +549,7 @@ pub async fn seed(stack: &Stack) -> anyhow::Result<Seed> {
                 "template": pod_template(&scene, "db", "postgres:16", None),
                 "volumeClaimTemplates": [{
                     "metadata": {"name": "data"},
-                    "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": STORAGE_CLASS,
+                    "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": class,
                              "resources": {"requests": {"storage": "10Gi"}}}
                 }]
             }
@@ -524,7 +592,12 @@ pub async fn seed(stack: &Stack) -> anyhow::Result<Seed> {
         },
     )
     .await?;
-    report_volumes_in_use(&admin, &node2, &[&seed.db.volume, &seed.app.volume]).await?;
+    report_volumes_in_use(
+        &admin,
+        &node2,
+        &[(driver, &seed.db.volume), (driver, &seed.app.volume)],
+    )
+    .await?;
     for w in [&seed.workers[0], &seed.workers[2]] {
         set_unschedulable(&admin, &w.name, false).await?;
     }
@@ -559,6 +632,20 @@ pub async fn pods(admin: &Client, namespace: &str, app: &str) -> anyhow::Result<
             terminating: p.metadata.deletion_timestamp.is_some(),
         })
         .collect())
+}
+
+/// How many of the seed's pods are still bound to node 2.
+pub async fn pods_left_on_node2(admin: &Client, seed: &Seed) -> anyhow::Result<usize> {
+    let node2 = seed.node2().name.as_str();
+    let mut left = 0;
+    for app in ["db", "app"] {
+        left += pods(admin, &seed.namespace, app)
+            .await?
+            .iter()
+            .filter(|p| p.node.as_deref() == Some(node2))
+            .count();
+    }
+    Ok(left)
 }
 
 /// A VolumeAttachment as the scenarios look at it.
@@ -600,9 +687,10 @@ pub async fn attachments(admin: &Client, pv: &str) -> anyhow::Result<Vec<Attachm
 
 /// Where the workload runs with its volume, avoiding `not_on` if given: a pod
 /// Running (not being deleted) on a node whose VolumeAttachment of the PV is
-/// attached, and whose instance holds the EBS volume in moto. kwok marks a
-/// pod Running as soon as it is bound, so the attachment is what proves the
-/// volume followed.
+/// attached, and whose instance holds the EBS volume in moto (for cStor: no
+/// other node's attachment is attached, the target has one initiator).
+/// kwok marks a pod Running as soon as it is bound, so the attachment is
+/// what proves the volume followed.
 pub async fn running_with_volume(
     stack: &Stack,
     seed: &Seed,
@@ -622,8 +710,14 @@ pub async fn running_with_volume(
         let Some(worker) = seed.worker(&node) else {
             continue;
         };
-        let (_, holders) = volume(&stack.ec2().await, &w.volume).await?;
-        if attached && holders == vec![worker.machine.instance.clone()] {
+        let only_here = match w.driver {
+            Driver::Ebs => {
+                let (_, holders) = volume(&stack.ec2().await, &w.volume).await?;
+                holders == vec![worker.machine.instance.clone()]
+            }
+            Driver::Cstor => vas.iter().all(|va| va.node == node || !va.attached),
+        };
+        if attached && only_here {
             return Ok(Some(node));
         }
     }

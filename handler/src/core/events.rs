@@ -127,11 +127,14 @@ impl NodeEvent {
         )
     }
 
-    /// Legacy mode: the node's VolumeAttachments were deleted.
-    pub fn attachments_deleted(count: usize) -> Self {
+    /// Legacy mode: the node's VolumeAttachments were deleted;
+    /// `by_driver` counts them per CSI driver.
+    pub fn attachments_deleted(count: usize, by_driver: &str) -> Self {
         Self::new(
             Reason::VolumeAttachmentsDeleted,
-            format!("deleted {count} VolumeAttachment(s) of the node"),
+            format!(
+                "deleted {count} VolumeAttachment(s) of the node ({by_driver}): each driver unpublishes its volume"
+            ),
         )
     }
 

@@ -243,6 +243,7 @@ mod tests {
             taint_applied: outcome == Outcome::Fenced,
             pods_deleted: 0,
             attachments_deleted: 0,
+            attachments: Vec::new(),
             volumes: (0..detached)
                 .map(|i| VolumeReport {
                     volume: VolumeId::parse(&format!("vol-{i:017x}")).expect("a volume id"),

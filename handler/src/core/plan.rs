@@ -9,12 +9,15 @@ use std::time::Duration;
 use crate::core::cap;
 use crate::core::decide::{self, Recount, Skip, Verdict};
 use crate::core::facts::{Confirmation, FenceMode, InstanceFacts, NodeFacts, VolumeFacts};
+use crate::core::facts::{PodRef, PvFacts};
 use crate::core::instance::{InstanceId, InstanceState, VolumeId};
 use crate::core::kube_model::{Stamp, TaintOutcome};
-use crate::core::report::{NodeReport, Outcome, VolumeOutcome, VolumeReport};
+use crate::core::report::{
+    AttachmentOutcome, AttachmentReport, NodeReport, Outcome, VolumeOutcome, VolumeReport,
+};
 use crate::core::resolve::{self, ClusterScope, Resolution, Unclaimed};
 use crate::core::suspect::{Intent, NodeRef, Origin, Suspect};
-use crate::core::volumes::{self, NodeVolume, VolumeAction};
+use crate::core::volumes::{self, AttachmentAction, NodeAttachment, NodeVolume, VolumeAction};
 
 /// One node (or one suspect that matched no node), after merging the
 /// suspects that name the same node.
@@ -152,6 +155,9 @@ pub struct NodePlan {
     pub node_volumes: Vec<NodeVolume>,
     /// What to do with each, once the cloud has described them.
     pub actions: Vec<VolumeAction>,
+    /// Legacy mode: what to do with each of the node's VolumeAttachments,
+    /// every driver's.
+    pub attachments: Vec<AttachmentAction>,
 }
 
 impl NodePlan {
@@ -194,6 +200,8 @@ pub struct NodeRun {
     pub pods_deleted: usize,
     /// Legacy mode: VolumeAttachments deleted.
     pub attachments_deleted: usize,
+    /// Legacy mode: each VolumeAttachment, once the recipe ran.
+    pub attachments: Vec<AttachmentReport>,
     /// Each volume's progress, once the act stage starts.
     pub volumes: Vec<VolumeReport>,
     /// Errors met on the way.
@@ -226,6 +234,7 @@ pub fn plan(
                         dry_run: *dry_run,
                         node_volumes: Vec::new(),
                         actions: Vec::new(),
+                        attachments: Vec::new(),
                     }),
                 ),
                 (Verdict::Skip { reason }, _) => (Stage::Skipped(reason.clone()), None),
@@ -250,6 +259,7 @@ pub fn plan(
                 taint_applied: false,
                 pods_deleted: 0,
                 attachments_deleted: 0,
+                attachments: Vec::new(),
                 volumes: Vec::new(),
                 errors: Vec::new(),
             }
@@ -289,6 +299,19 @@ impl NodeRun {
                 kept,
             );
             plan.node_volumes = node_volumes;
+        }
+    }
+
+    /// Legacy mode: sets what to do with each of the node's
+    /// VolumeAttachments, keeping those whose volume a staying pod mounts.
+    pub fn plan_attachments(
+        &mut self,
+        attachments: &[NodeAttachment],
+        pods: &[PodRef],
+        pvs: &[PvFacts],
+    ) {
+        if let Some(plan) = &mut self.plan {
+            plan.attachments = volumes::plan_attachments(attachments, pods, pvs);
         }
     }
 
@@ -442,11 +465,13 @@ impl NodeRun {
             taint_applied: self.taint_applied,
             pods_deleted: self.pods_deleted,
             attachments_deleted: self.attachments_deleted,
+            attachments: self.attachments,
             volumes: self.volumes,
             errors: self.errors,
             origins: self.origins,
         };
         let planned = |plan: &NodePlan| volume_reports(&plan.actions, &plan.node_volumes, true);
+        let planned_attachments = |plan: &NodePlan| attachment_reports(&plan.attachments);
         match (self.stage, self.plan) {
             (Stage::Skipped(reason), _) => {
                 report.reason = reason.to_string();
@@ -457,11 +482,13 @@ impl NodeRun {
                 report.outcome = Outcome::Planned;
                 report.reason = plan_text(mode.unwrap_or(FenceMode::Taint), &plan);
                 report.volumes = planned(&plan);
+                report.attachments = planned_attachments(&plan);
             }
             (Stage::TaintFailed, plan) => {
                 report.outcome = Outcome::Failed;
                 report.reason = "the taint could not be applied".into();
                 report.volumes = plan.as_ref().map(planned).unwrap_or_default();
+                report.attachments = plan.as_ref().map(planned_attachments).unwrap_or_default();
             }
             (Stage::DetachHeld(reason), plan) => {
                 report.outcome = Outcome::Failed;
@@ -469,6 +496,7 @@ impl NodeRun {
                     "the taint is on, but no volume was freed: right before the detach, {reason}"
                 );
                 report.volumes = plan.as_ref().map(planned).unwrap_or_default();
+                report.attachments = plan.as_ref().map(planned_attachments).unwrap_or_default();
             }
             (Stage::Tainted | Stage::DetachSent | Stage::Verified, _) => {
                 settle(&mut report, detach_wait);
@@ -519,10 +547,24 @@ fn settle(report: &mut NodeReport, detach_wait: Duration) {
     let taint = match (report.taint_applied, legacy) {
         (true, false) => "tainted out-of-service".to_owned(),
         (false, false) => "already out-of-service".to_owned(),
-        (_, true) => format!(
-            "fenced the legacy way: {} pod(s) force-deleted, {} VolumeAttachment(s) deleted",
-            report.pods_deleted, report.attachments_deleted
-        ),
+        (_, true) => {
+            let deleted = report
+                .attachments
+                .iter()
+                .filter(|a| a.outcome == AttachmentOutcome::Deleted)
+                .map(|a| a.driver.as_str());
+            let by_driver = volumes::per_driver(deleted);
+            format!(
+                "fenced the legacy way: {} pod(s) force-deleted, {} VolumeAttachment(s) deleted{}",
+                report.pods_deleted,
+                report.attachments_deleted,
+                if by_driver.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({by_driver})")
+                }
+            )
+        }
     };
     report.reason = format!("{taint}; {detached} volume(s) force-detached");
     if !stuck.is_empty() {
@@ -587,11 +629,45 @@ pub fn volume_reports(
         .collect()
 }
 
+/// The VolumeAttachment lines of a report before (or without) the legacy
+/// recipe: each one would be deleted, or is kept for its pod.
+pub fn attachment_reports(actions: &[AttachmentAction]) -> Vec<AttachmentReport> {
+    actions
+        .iter()
+        .map(|a| {
+            let (pv, outcome, detail) = match a {
+                AttachmentAction::Delete { pv, .. } => {
+                    (pv.clone(), AttachmentOutcome::WouldDelete, None)
+                }
+                AttachmentAction::Keep { pv, pod, .. } => (
+                    pv.clone(),
+                    AttachmentOutcome::Kept,
+                    Some(format!(
+                        "used by pod {pod}, which tolerates the out-of-service taint and stays on the node"
+                    )),
+                ),
+            };
+            AttachmentReport {
+                attachment: a.attachment().to_owned(),
+                driver: a.driver().to_owned(),
+                pv,
+                outcome,
+                detail,
+            }
+        })
+        .collect()
+}
+
 fn plan_text(mode: FenceMode, plan: &NodePlan) -> String {
     let detach = plan.detaches().count();
     if mode == FenceMode::Legacy {
+        let deletes = plan
+            .attachments
+            .iter()
+            .filter(|a| matches!(a, AttachmentAction::Delete { .. }));
         format!(
-            "dry run: would force-delete the node's pods and VolumeAttachments and force-detach {detach} volume(s) (legacy mode)"
+            "dry run: would force-delete the node's pods and {} VolumeAttachment(s) and force-detach {detach} volume(s) (legacy mode)",
+            deletes.count()
         )
     } else if plan.add_taint {
         format!("dry run: would apply the out-of-service taint and force-detach {detach} volume(s)")
@@ -690,10 +766,12 @@ mod tests {
                 dry_run,
                 node_volumes: vec![],
                 actions: vec![],
+                attachments: vec![],
             }),
             taint_applied: false,
             pods_deleted: 0,
             attachments_deleted: 0,
+            attachments: vec![],
             volumes: vec![],
             errors: vec![],
         }

@@ -77,6 +77,37 @@ pub struct VolumeReport {
     pub detail: Option<String>,
 }
 
+/// What happened to one of the node's VolumeAttachments (legacy mode).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttachmentOutcome {
+    /// Would be deleted (dry run).
+    WouldDelete,
+    /// Deleted (or already gone).
+    Deleted,
+    /// Left for a pod that stays on the node.
+    Kept,
+    /// The delete failed.
+    Failed,
+}
+
+/// One VolumeAttachment of one node, whatever its CSI driver.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct AttachmentReport {
+    /// The VolumeAttachment.
+    pub attachment: String,
+    /// Its CSI driver.
+    pub driver: String,
+    /// Its PersistentVolume.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pv: Option<String>,
+    /// What happened.
+    pub outcome: AttachmentOutcome,
+    /// Details (the pod that keeps it, the error).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
 /// Everything about one node (or one suspect that matched no node).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct NodeReport {
@@ -106,6 +137,9 @@ pub struct NodeReport {
     /// VolumeAttachments deleted (legacy mode).
     #[serde(skip_serializing_if = "is_zero")]
     pub attachments_deleted: usize,
+    /// The node's VolumeAttachments, every driver's (legacy mode).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub attachments: Vec<AttachmentReport>,
     /// The node's volumes.
     pub volumes: Vec<VolumeReport>,
     /// Errors met on the way.

@@ -118,15 +118,142 @@ pub fn kept_by_pods(
     volumes
         .iter()
         .filter_map(|nv| {
-            let pv = pvs.iter().find(|p| Some(&p.name) == nv.pv.as_ref())?;
-            let (namespace, claim) = pv.claim.as_ref()?;
-            let pod = pods
-                .iter()
-                .filter(|p| p.stays && &p.namespace == namespace)
-                .find(|p| p.claims.contains(claim))?;
-            Some((nv.volume.clone(), pod.key()))
+            Some((
+                nv.volume.clone(),
+                staying_pod(nv.pv.as_deref()?, pods, pvs)?,
+            ))
         })
         .collect()
+}
+
+/// The pod, `namespace/name`, that stays on the node and mounts the claim
+/// bound to the PersistentVolume `pv`, if any.
+fn staying_pod(pv: &str, pods: &[PodRef], pvs: &[PvFacts]) -> Option<String> {
+    let (namespace, claim) = pvs.iter().find(|p| p.name == pv)?.claim.as_ref()?;
+    pods.iter()
+        .filter(|p| p.stays && &p.namespace == namespace)
+        .find(|p| p.claims.contains(claim))
+        .map(PodRef::key)
+}
+
+/// One of the node's VolumeAttachments, whatever its CSI driver: what the
+/// legacy recipe deletes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeAttachment {
+    /// `metadata.name`.
+    pub name: String,
+    /// `metadata.uid`.
+    pub uid: String,
+    /// `spec.attacher`: the CSI driver.
+    pub driver: String,
+    /// The PersistentVolume (none for inline volumes).
+    pub pv: Option<String>,
+}
+
+/// Every VolumeAttachment of `node`, of every driver, by name. Without the
+/// out-of-service taint, Kubernetes holds each of them for its
+/// `maxWaitForUnmountDuration` whatever the driver, so the legacy recipe
+/// frees them all, not only those of the cloud's own disks.
+pub fn attachments_of_node(node: &str, attachments: &[AttachmentFacts]) -> Vec<NodeAttachment> {
+    let mut out: Vec<NodeAttachment> = attachments
+        .iter()
+        .filter(|va| va.node_name == node)
+        .map(|va| NodeAttachment {
+            name: va.name.clone(),
+            uid: va.uid.clone(),
+            driver: va.attacher.clone(),
+            pv: va.pv_name.clone(),
+        })
+        .collect();
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    out
+}
+
+/// What the legacy recipe does with one of the node's VolumeAttachments.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "action")]
+pub enum AttachmentAction {
+    /// Delete it, naming its uid: the driver's external-attacher then calls
+    /// `ControllerUnpublishVolume` and lets the volume go.
+    Delete {
+        /// The VolumeAttachment.
+        attachment: String,
+        /// Its `metadata.uid`.
+        uid: String,
+        /// Its driver.
+        driver: String,
+        /// Its PersistentVolume.
+        pv: Option<String>,
+    },
+    /// Leave it: a pod that stays on the node mounts its volume.
+    Keep {
+        /// The VolumeAttachment.
+        attachment: String,
+        /// Its driver.
+        driver: String,
+        /// Its PersistentVolume.
+        pv: Option<String>,
+        /// The pod, `namespace/name`.
+        pod: String,
+    },
+}
+
+impl AttachmentAction {
+    /// The VolumeAttachment's name.
+    pub fn attachment(&self) -> &str {
+        match self {
+            Self::Delete { attachment, .. } | Self::Keep { attachment, .. } => attachment,
+        }
+    }
+
+    /// Its driver.
+    pub fn driver(&self) -> &str {
+        match self {
+            Self::Delete { driver, .. } | Self::Keep { driver, .. } => driver,
+        }
+    }
+}
+
+/// What to do with each of the node's VolumeAttachments: delete it, unless
+/// a pod that stays on the node mounts its volume (the same rule as for
+/// the EBS detaches, so a volume is never freed under a pod left running).
+pub fn plan_attachments(
+    attachments: &[NodeAttachment],
+    pods: &[PodRef],
+    pvs: &[PvFacts],
+) -> Vec<AttachmentAction> {
+    attachments
+        .iter()
+        .map(
+            |a| match a.pv.as_deref().and_then(|pv| staying_pod(pv, pods, pvs)) {
+                Some(pod) => AttachmentAction::Keep {
+                    attachment: a.name.clone(),
+                    driver: a.driver.clone(),
+                    pv: a.pv.clone(),
+                    pod,
+                },
+                None => AttachmentAction::Delete {
+                    attachment: a.name.clone(),
+                    uid: a.uid.clone(),
+                    driver: a.driver.clone(),
+                    pv: a.pv.clone(),
+                },
+            },
+        )
+        .collect()
+}
+
+/// How many attachments of each driver, by driver name: `driver n, ...`.
+pub fn per_driver<'a>(drivers: impl IntoIterator<Item = &'a str>) -> String {
+    let mut counts: std::collections::BTreeMap<&str, usize> = std::collections::BTreeMap::new();
+    for d in drivers {
+        *counts.entry(d).or_default() += 1;
+    }
+    counts
+        .iter()
+        .map(|(d, n)| format!("{d} {n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Cross-checks the node's volumes against EC2: a volume is detached only if
@@ -296,6 +423,76 @@ mod tests {
                 [first, "refuse", "not_attached", "not_attached", "refuse"]
             );
         }
+    }
+
+    #[test]
+    fn the_legacy_recipe_deletes_every_drivers_attachments_but_a_staying_pods() {
+        let vas = vec![
+            va("va-ebs", "n2", EBS_CSI_DRIVER, Some("pv-a")),
+            va("va-cstor", "n2", "cstor.csi.openebs.io", Some("pv-c")),
+            va(
+                "va-iscsi-daemon",
+                "n2",
+                "iscsi.csi.example.com",
+                Some("pv-d"),
+            ),
+            va("va-elsewhere", "n1", "cstor.csi.openebs.io", Some("pv-e")),
+            va("va-inline", "n2", "cstor.csi.openebs.io", None),
+        ];
+        let pvs = [
+            pv("pv-a", Some("vol-0000000a")),
+            pv("pv-c", None),
+            pv("pv-d", None),
+        ];
+        let on_node = attachments_of_node("n2", &vas);
+        let names: Vec<&str> = on_node.iter().map(|a| a.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["va-cstor", "va-ebs", "va-inline", "va-iscsi-daemon"],
+            "every driver's, this node's only, by name"
+        );
+        let daemon = PodRef {
+            namespace: "db".into(),
+            name: "target-daemon".into(),
+            uid: "uid-d".into(),
+            stays: true,
+            claims: vec!["claim-pv-d".into()],
+        };
+        let leaving = PodRef {
+            name: "db-0".into(),
+            stays: false,
+            claims: vec!["claim-pv-c".into()],
+            ..daemon.clone()
+        };
+        let plan = plan_attachments(&on_node, &[daemon, leaving], &pvs);
+        let deleted: Vec<(&str, &str)> = plan
+            .iter()
+            .filter_map(|a| match a {
+                AttachmentAction::Delete {
+                    attachment, uid, ..
+                } => Some((attachment.as_str(), uid.as_str())),
+                AttachmentAction::Keep { .. } => None,
+            })
+            .collect();
+        assert_eq!(
+            deleted,
+            [
+                ("va-cstor", "uid-va-cstor"),
+                ("va-ebs", "uid-va-ebs"),
+                ("va-inline", "uid-va-inline")
+            ]
+        );
+        assert!(matches!(
+            &plan[3],
+            AttachmentAction::Keep { attachment, pod, driver, .. }
+                if attachment == "va-iscsi-daemon" && pod == "db/target-daemon"
+                    && driver == "iscsi.csi.example.com"
+        ));
+        assert_eq!(
+            per_driver(plan.iter().map(AttachmentAction::driver)),
+            "cstor.csi.openebs.io 2, ebs.csi.aws.com 1, iscsi.csi.example.com 1"
+        );
+        assert_eq!(per_driver([]), "");
     }
 
     #[test]

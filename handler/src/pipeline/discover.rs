@@ -1,9 +1,10 @@
 //! Discover the volumes of every node to fence: one list of
 //! VolumeAttachments, one of PersistentVolumes, one description of the
-//! volumes from the cloud, whatever the number of nodes; in taint mode also
-//! each node's pods, for the volumes of pods the taint never evicts. A
-//! failed list is an error on the node's report (the node is then not
-//! reported fenced), never a reason to guess.
+//! volumes from the cloud, whatever the number of nodes; and each node's
+//! pods, for the volumes of pods the taint never evicts. In legacy mode
+//! also every VolumeAttachment of the node, whatever its driver. A failed
+//! list is an error on the node's report (the node is then not reported
+//! fenced), never a reason to guess.
 
 use futures::{StreamExt, join};
 
@@ -58,7 +59,7 @@ pub(super) async fn volumes(ctx: &Ctx<'_>, mode: FenceMode, runs: &mut [NodeRun]
             Vec::new()
         })
     };
-    let pods = staying_pods(ctx, mode, runs).await;
+    let pods = pods_of_nodes(ctx, runs).await;
     for ((run, node_volumes), pods) in runs.iter_mut().zip(of_node).zip(pods) {
         let Some(node_volumes) = node_volumes else {
             continue;
@@ -68,6 +69,12 @@ pub(super) async fn volumes(ctx: &Ctx<'_>, mode: FenceMode, runs: &mut [NodeRun]
             Ok(pods) => {
                 let kept = volumes::kept_by_pods(&node_volumes, &pods, &pvs);
                 run.plan_volumes(node_volumes, &described, &kept);
+                if mode == FenceMode::Legacy
+                    && let Some(node) = run.node.clone()
+                {
+                    let attachments = volumes::attachments_of_node(&node, &vas);
+                    run.plan_attachments(&attachments, &pods, &pvs);
+                }
             }
             // Which volumes a pod keeps is unknown: none is planned.
             Err(e) => run.errors.push(e.to_string()),
@@ -75,23 +82,17 @@ pub(super) async fn volumes(ctx: &Ctx<'_>, mode: FenceMode, runs: &mut [NodeRun]
     }
 }
 
-/// The pods of each fencing run's node, in taint mode: a pod that tolerates
-/// the out-of-service taint stays, and keeps its volumes. In legacy mode
-/// every pod is force-deleted, so none stays and none is listed here.
-async fn staying_pods(
-    ctx: &Ctx<'_>,
-    mode: FenceMode,
-    runs: &[NodeRun],
-) -> Vec<Result<Vec<PodRef>, ClusterError>> {
+/// The pods of each fencing run's node: a pod that tolerates the
+/// out-of-service taint stays, and keeps its volumes, in either mode (the
+/// legacy recipe frees what the taint would).
+async fn pods_of_nodes(ctx: &Ctx<'_>, runs: &[NodeRun]) -> Vec<Result<Vec<PodRef>, ClusterError>> {
     futures::stream::iter(runs)
         .map(|run| async move {
             match run.node.as_deref().filter(|_| run.fencing().is_some()) {
-                Some(node) if mode == FenceMode::Taint => {
-                    ctx.cluster.pods_on_node(node).await.inspect_err(|_| {
-                        ctx.meter.error(Dependency::Kubernetes);
-                    })
-                }
-                _ => Ok(Vec::new()),
+                Some(node) => ctx.cluster.pods_on_node(node).await.inspect_err(|_| {
+                    ctx.meter.error(Dependency::Kubernetes);
+                }),
+                None => Ok(Vec::new()),
             }
         })
         .buffered(PARALLEL_NODES)

@@ -367,6 +367,25 @@ impl FakeCluster {
         });
     }
 
+    /// Adds a VolumeAttachment of another CSI driver to `node`, through a
+    /// PV `pv` with no EBS volume behind it, bound to the claim `claim-<pv>`.
+    pub fn driver_attachment(&self, node: &str, driver: &str, pv: &str) {
+        let mut state = self.lock();
+        state.attachments.push(AttachmentFacts {
+            name: format!("va-{pv}"),
+            uid: format!("uid-va-{pv}"),
+            attacher: driver.into(),
+            node_name: node.into(),
+            pv_name: Some(pv.into()),
+            inline_volume: None,
+        });
+        state.pvs.push(PvFacts {
+            name: pv.into(),
+            volume: None,
+            claim: Some(("default".into(), format!("claim-{pv}"))),
+        });
+    }
+
     /// Binds a pod to `node`.
     pub fn pod(&self, node: &str, name: &str) {
         self.staying_pod(node, name, false, None);
@@ -376,6 +395,13 @@ impl FakeCluster {
     /// [`Self::attachment`]) and, when `stays`, tolerates the out-of-service
     /// taint for good.
     pub fn staying_pod(&self, node: &str, name: &str, stays: bool, volume: Option<&VolumeId>) {
+        let claim = volume.map(|v| format!("claim-{v}"));
+        self.pod_with_claim(node, name, stays, claim.as_deref());
+    }
+
+    /// Binds a pod to `node` that mounts `claim` and, when `stays`,
+    /// tolerates the out-of-service taint for good.
+    pub fn pod_with_claim(&self, node: &str, name: &str, stays: bool, claim: Option<&str>) {
         self.lock()
             .pods
             .entry(node.into())
@@ -385,7 +411,7 @@ impl FakeCluster {
                 name: name.into(),
                 uid: format!("uid-{name}"),
                 stays,
-                claims: volume.map(|v| format!("claim-{v}")).into_iter().collect(),
+                claims: claim.map(str::to_owned).into_iter().collect(),
             });
     }
 

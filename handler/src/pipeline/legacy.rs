@@ -1,15 +1,21 @@
-//! The legacy recipe, for clusters without the out-of-service taint: the
-//! pods still bound to the node are force-deleted (grace period 0) so their
-//! controllers replace them, and the node's VolumeAttachments of its EBS
-//! volumes are deleted so the attach/detach controller lets go of them. The
-//! Node object stays (deleting it loses its labels, taints and history).
+//! The legacy recipe, for clusters without the out-of-service taint: it does
+//! by hand what the taint makes Kubernetes do. The pods still bound to the
+//! node are force-deleted (grace period 0) so their controllers replace
+//! them, and the node's VolumeAttachments, of every CSI driver, are deleted
+//! so that each driver's external-attacher unpublishes its volume instead of
+//! the attach/detach controller waiting 6 minutes for an unmount. Pods that
+//! tolerate the taint for good stay, and so do the attachments of their
+//! volumes. The Node object stays (deleting it loses its labels, taints and
+//! history).
 
 use tracing::{info, warn};
 
 use super::Ctx;
 use crate::core::events::NodeEvent;
 use crate::core::metrics::Dependency;
-use crate::core::plan::NodeRun;
+use crate::core::plan::{NodeRun, attachment_reports};
+use crate::core::report::AttachmentOutcome;
+use crate::core::volumes::{AttachmentAction, per_driver};
 use crate::shell::cluster::ClusterError;
 
 /// Runs the recipe for one node; every failure is an error on its run.
@@ -17,7 +23,7 @@ pub(super) async fn recipe(ctx: &Ctx<'_>, node: &str, run: &mut NodeRun) {
     match ctx.cluster.pods_on_node(node).await {
         Ok(pods) => {
             let mut results = Vec::new();
-            for pod in &pods {
+            for pod in pods.iter().filter(|p| !p.stays) {
                 results.push(ctx.cluster.force_delete_pod(pod).await);
             }
             let deleted = tally(ctx, run, results);
@@ -31,28 +37,41 @@ pub(super) async fn recipe(ctx: &Ctx<'_>, node: &str, run: &mut NodeRun) {
             tally(ctx, run, vec![Err(e)]);
         }
     }
-    let mut attachments: Vec<(String, String)> = run
+    let actions = run
         .plan
-        .iter()
-        .flat_map(|p| {
-            p.node_volumes
-                .iter()
-                .map(|v| (v.attachment.clone(), v.attachment_uid.clone()))
-        })
-        .collect();
-    attachments.sort_unstable();
-    attachments.dedup();
+        .as_ref()
+        .map(|p| p.attachments.clone())
+        .unwrap_or_default();
+    let mut reports = attachment_reports(&actions);
     let mut results = Vec::new();
-    for (name, uid) in &attachments {
-        results.push(ctx.cluster.delete_volume_attachment(name, uid).await);
+    for (action, report) in actions.iter().zip(&mut reports) {
+        let AttachmentAction::Delete {
+            attachment, uid, ..
+        } = action
+        else {
+            continue;
+        };
+        let result = ctx.cluster.delete_volume_attachment(attachment, uid).await;
+        (report.outcome, report.detail) = match &result {
+            Ok(()) => (AttachmentOutcome::Deleted, None),
+            Err(e) => (AttachmentOutcome::Failed, Some(e.to_string())),
+        };
+        results.push(result);
     }
     let deleted = tally(ctx, run, results);
     run.attachments_deleted = deleted;
     if deleted > 0 {
-        info!(deleted, "volumeattachments deleted");
-        ctx.record(node, NodeEvent::attachments_deleted(deleted))
+        let by_driver = per_driver(
+            reports
+                .iter()
+                .filter(|r| r.outcome == AttachmentOutcome::Deleted)
+                .map(|r| r.driver.as_str()),
+        );
+        info!(deleted, by_driver, "volumeattachments deleted");
+        ctx.record(node, NodeEvent::attachments_deleted(deleted, &by_driver))
             .await;
     }
+    run.attachments = reports;
 }
 
 /// Counts the calls that succeeded; each failure is counted, logged and

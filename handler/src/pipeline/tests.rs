@@ -14,7 +14,7 @@ use crate::core::instance::{InstanceId, InstanceState, VolumeId, VolumeState};
 use crate::core::metrics::Meter;
 use crate::core::mode::ModeSetting;
 use crate::core::policy::Policy;
-use crate::core::report::{Outcome, RecoveryOutcome, Report, VolumeOutcome};
+use crate::core::report::{AttachmentOutcome, Outcome, RecoveryOutcome, Report, VolumeOutcome};
 use crate::core::suspect::{Batch, Intent, NodeRef, Origin, Suspect};
 
 const NODE: &str = "ip-10-0-1-17.ec2.internal";
@@ -258,6 +258,8 @@ async fn an_instance_started_after_the_taint_keeps_its_volumes() {
     for mode in [ModeSetting::Taint, ModeSetting::Legacy] {
         let w = World::stopped();
         w.cluster.pod(NODE, "db-0");
+        w.cluster
+            .driver_attachment(NODE, "cstor.csi.openebs.io", "pv-cstor");
         w.cloud.on_describe(3, &instance(1), InstanceState::Running);
         let p = Policy { mode, ..policy() };
         let report = w.fence(&p).await.unwrap();
@@ -273,6 +275,7 @@ async fn an_instance_started_after_the_taint_keeps_its_volumes() {
         }
         assert_eq!(w.cloud.volume_state(&volume(1)), Some(VolumeState::InUse));
         assert_eq!(w.cluster.pods(NODE), 1);
+        assert_eq!(w.cluster.attachments().len(), 2, "no driver's is freed");
     }
 }
 
@@ -615,6 +618,97 @@ async fn legacy_mode_deletes_pods_and_attachments_then_detaches() {
     );
     let mark = w.cluster.facts(NODE).and_then(|n| n.fenced).unwrap();
     assert_eq!(mark.volumes, [volume(1)]);
+}
+
+/// Issue 20: without the taint, every driver's attachment is held for the
+/// attach/detach controller's 6 minutes, so the legacy recipe deletes the
+/// node's VolumeAttachments of every CSI driver (naming their uids), not
+/// only EBS's, and reports them per driver; a pod that tolerates the taint
+/// stays, with its volume's attachment. The taint mode deletes none: the
+/// attach/detach controller frees every driver's volumes once the taint is
+/// on (shown against the real controllers in `tests/`).
+#[tokio::test]
+async fn legacy_mode_frees_the_attachments_of_every_csi_driver() {
+    let w = World::stopped();
+    w.cluster
+        .driver_attachment(NODE, "cstor.csi.openebs.io", "pv-db");
+    w.cluster
+        .driver_attachment(NODE, "iscsi.csi.example.com", "pv-target");
+    w.cluster
+        .driver_attachment("another-node", "cstor.csi.openebs.io", "pv-other");
+    w.cluster
+        .pod_with_claim(NODE, "db-0", false, Some("claim-pv-db"));
+    w.cluster
+        .pod_with_claim(NODE, "iscsi-target", true, Some("claim-pv-target"));
+    let legacy = Policy {
+        mode: ModeSetting::Legacy,
+        ..policy()
+    };
+    let report = w.fence(&legacy).await.unwrap();
+    let r = &report.results[0];
+    assert_eq!(r.outcome, Outcome::Fenced, "{report:#?}");
+    assert_eq!((r.pods_deleted, r.attachments_deleted), (1, 2), "{r:#?}");
+    let attachments: Vec<(&str, &str, AttachmentOutcome)> = r
+        .attachments
+        .iter()
+        .map(|a| (a.attachment.as_str(), a.driver.as_str(), a.outcome))
+        .collect();
+    let ebs = format!("csi-{}", volume(1));
+    assert_eq!(
+        attachments,
+        [
+            (ebs.as_str(), "ebs.csi.aws.com", AttachmentOutcome::Deleted),
+            (
+                "va-pv-db",
+                "cstor.csi.openebs.io",
+                AttachmentOutcome::Deleted
+            ),
+            (
+                "va-pv-target",
+                "iscsi.csi.example.com",
+                AttachmentOutcome::Kept
+            ),
+        ]
+    );
+    assert!(
+        r.reason
+            .contains("(cstor.csi.openebs.io 1, ebs.csi.aws.com 1)"),
+        "{}",
+        r.reason
+    );
+    assert_eq!(w.cluster.attachments(), ["va-pv-target", "va-pv-other"]);
+    assert_eq!(w.cluster.pods(NODE), 1, "the tolerating pod stays");
+    let deletes: Vec<String> = w
+        .calls
+        .log()
+        .into_iter()
+        .filter(|c| c.starts_with("Delete"))
+        .collect();
+    assert_eq!(
+        deletes,
+        [
+            "DeletePod db-0".to_owned(),
+            format!("DeleteVolumeAttachment {ebs}"),
+            "DeleteVolumeAttachment va-pv-db".to_owned(),
+        ]
+    );
+    assert_eq!(
+        w.cloud.volume_state(&volume(1)),
+        Some(VolumeState::Available),
+        "EBS volumes are still force-detached"
+    );
+
+    let w = World::stopped();
+    w.cluster
+        .driver_attachment(NODE, "cstor.csi.openebs.io", "pv-db");
+    w.cluster
+        .pod_with_claim(NODE, "db-0", false, Some("claim-pv-db"));
+    let report = w.fence(&policy()).await.unwrap();
+    let r = &report.results[0];
+    assert_eq!(r.outcome, Outcome::Fenced, "{report:#?}");
+    assert!(r.attachments.is_empty(), "{r:#?}");
+    assert_eq!(w.cluster.attachments().len(), 2);
+    assert!(!w.calls.log().iter().any(|c| c.starts_with("Delete")));
 }
 
 #[tokio::test]

@@ -15,6 +15,7 @@ use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::api::rbac::v1::ClusterRole;
 use kube::Api;
 use kube::api::PostParams;
+use node_fencer_tests::attacher::Driver;
 use node_fencer_tests::cluster::{cluster_serial, cluster_stack, restore_rbac, wait_for_rbac};
 use node_fencer_tests::fixtures::{assert_node_events, node_events, room_taken, unique, volume};
 use node_fencer_tests::lambda::{Emulator, WEBHOOK_TOKEN, start_emulator};
@@ -37,6 +38,17 @@ fn emulator() -> &'static Emulator {
     match EMULATOR
         .get_or_init(|| start_emulator(cluster_stack(), &[]).map_err(|e| format!("{e:#}")))
     {
+        Ok(e) => e,
+        Err(e) => panic!("cargo lambda watch is not available: {e}"),
+    }
+}
+
+/// The emulator with `FENCING_MODE=legacy`, started once per process.
+fn legacy_emulator() -> &'static Emulator {
+    static LEGACY: OnceLock<Result<Emulator, String>> = OnceLock::new();
+    match LEGACY.get_or_init(|| {
+        start_emulator(cluster_stack(), &[("FENCING_MODE", "legacy")]).map_err(|e| format!("{e:#}"))
+    }) {
         Ok(e) => e,
         Err(e) => panic!("cargo lambda watch is not available: {e}"),
     }
@@ -118,9 +130,17 @@ async fn assert_recovered(seed: &Seed) -> anyhow::Result<Recovery> {
 /// `keep_instance`), once Kubernetes sees it NotReady. Returns the admin
 /// client, the scene and node 2's name.
 async fn seed_with_node2_down(keep_instance: bool) -> anyhow::Result<(kube::Client, Seed, String)> {
+    seed_of_driver_with_node2_down(Driver::Ebs, keep_instance).await
+}
+
+/// [`seed_with_node2_down`] with the volumes of `driver`.
+async fn seed_of_driver_with_node2_down(
+    driver: Driver,
+    keep_instance: bool,
+) -> anyhow::Result<(kube::Client, Seed, String)> {
     let s = cluster_stack();
     let admin = s.admin().await?;
-    let seed = seed(s).await?;
+    let seed = seed_with(s, driver).await?;
     let node2 = seed.node2().name.clone();
     let t0 = Instant::now();
     kill_node2(s, &seed, keep_instance).await?;
@@ -318,15 +338,9 @@ async fn alertmanager_kube_node_not_ready_recovers_the_seed_scenario() -> anyhow
 /// volumes follow their pods.
 #[tokio::test]
 async fn legacy_mode_alone_recovers_the_seed_scenario() -> anyhow::Result<()> {
-    static LEGACY: OnceLock<Result<Emulator, String>> = OnceLock::new();
     let _g = cluster_serial().await;
     let s = cluster_stack();
-    let emu = match LEGACY.get_or_init(|| {
-        start_emulator(s, &[("FENCING_MODE", "legacy")]).map_err(|e| format!("{e:#}"))
-    }) {
-        Ok(e) => e,
-        Err(e) => panic!("cargo lambda watch is not available: {e}"),
-    };
+    let emu = legacy_emulator();
     let (admin, seed, node2) = seed_with_node2_down(false).await?;
     wait_until("db Terminating on node 2", OBSERVE, || async {
         let st = stuck(s, &seed).await?;
@@ -345,16 +359,8 @@ async fn legacy_mode_alone_recovers_the_seed_scenario() -> anyhow::Result<()> {
     assert!(r["pods_deleted"].as_u64().unwrap_or(0) >= 1, "{report:#}");
     assert_eq!(r["attachments_deleted"], 2, "{report:#}");
     assert!(!is_fenced(&admin, &node2).await?, "no out-of-service taint");
-    let rec = wait_recovered(s, &seed, LEGACY_RECOVERY).await?;
-    assert_ne!(rec.db_node, node2);
-    assert_ne!(rec.app_node, node2);
+    recovered_elsewhere(&seed, LEGACY_RECOVERY, "seed (legacy)", sent).await?;
     assert_volumes_off_node2(&seed).await?;
-    eprintln!(
-        "seed (legacy): db on {}, app on {} {:?} after the event",
-        rec.db_node,
-        rec.app_node,
-        sent.elapsed()
-    );
     assert_node_events(
         &admin,
         &node2,
@@ -365,6 +371,162 @@ async fn legacy_mode_alone_recovers_the_seed_scenario() -> anyhow::Result<()> {
         ],
     )
     .await?;
+    teardown(&admin, Some(&seed.namespace), &seed.node_names()).await;
+    Ok(())
+}
+
+/// Waits up to `bound` for both workloads to run away from node 2 with their
+/// volumes, and says how long after the event (`sent`) it took.
+async fn recovered_elsewhere(
+    seed: &Seed,
+    bound: Duration,
+    label: &str,
+    sent: Instant,
+) -> anyhow::Result<Recovery> {
+    let node2 = seed.node2().name.as_str();
+    let rec = wait_recovered(cluster_stack(), seed, bound).await?;
+    assert_ne!(rec.db_node, node2);
+    assert_ne!(rec.app_node, node2);
+    eprintln!(
+        "{label}: db on {}, app on {} {:?} after the event",
+        rec.db_node,
+        rec.app_node,
+        sent.elapsed()
+    );
+    Ok(rec)
+}
+
+/// The node's VolumeAttachments of a workload's PersistentVolume, as the
+/// scenario checks them.
+async fn node2_attachments(
+    admin: &kube::Client,
+    seed: &Seed,
+) -> anyhow::Result<Vec<AttachmentView>> {
+    let node2 = seed.node2().name.as_str();
+    let mut out = Vec::new();
+    for w in [&seed.db, &seed.app] {
+        out.extend(
+            attachments(admin, &w.pv)
+                .await?
+                .into_iter()
+                .filter(|va| va.node == node2),
+        );
+    }
+    Ok(out)
+}
+
+/// Issue 20: an older cluster whose volumes come from another CSI driver
+/// (cStor over iSCSI: attached without any cloud call). Left alone, the
+/// seed scenario is stuck as with EBS; the legacy recipe deletes node 2's
+/// VolumeAttachments of that driver too, the driver unpublishes, and both
+/// workloads move with their volumes.
+#[tokio::test]
+async fn cstor_legacy_stuck_without_node_fencer_recovered_with_it() -> anyhow::Result<()> {
+    let _g = cluster_serial().await;
+    let s = cluster_stack();
+    let emu = legacy_emulator();
+    let (admin, seed, node2) = seed_of_driver_with_node2_down(Driver::Cstor, false).await?;
+    let st = wait_until(
+        "db Terminating on node 2 and app's replacement refused (Multi-Attach)",
+        OBSERVE,
+        || async {
+            let st = stuck(s, &seed).await?;
+            Ok((st.db_terminating && !st.multi_attach.is_empty()).then_some(st))
+        },
+    )
+    .await?;
+    assert!(
+        st.db_stuck_on_node2 && st.app_replacement_without_volume && st.node2_attachments_kept,
+        "stuck without node-fencer: {st:?}"
+    );
+
+    let sent = Instant::now();
+    let out = emu.invoke(&eventbridge_event(
+        &seed.node2().machine.instance,
+        "stopped",
+    ))?;
+    assert!(!out.error, "{}", out.output);
+    let report: Value = serde_json::from_str(&out.output)?;
+    assert_eq!(report["mode"], "legacy", "{report:#}");
+    let r = only_result(&report, &node2);
+    assert_eq!(r["outcome"], "fenced", "{report:#}");
+    assert_eq!(r["attachments_deleted"], 2, "{report:#}");
+    let drivers: Vec<(&str, &str)> = r["attachments"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|a| {
+                    (
+                        a["driver"].as_str().unwrap_or(""),
+                        a["outcome"].as_str().unwrap_or(""),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    assert_eq!(
+        drivers,
+        [
+            ("cstor.csi.openebs.io", "deleted"),
+            ("cstor.csi.openebs.io", "deleted")
+        ],
+        "{r:#}"
+    );
+    assert_eq!(r["volumes"], json!([]), "no EBS volume to detach: {r:#}");
+    assert!(
+        r["reason"]
+            .as_str()
+            .unwrap_or("")
+            .contains("cstor.csi.openebs.io 2"),
+        "{r:#}"
+    );
+    recovered_elsewhere(&seed, LEGACY_RECOVERY, "seed (cStor, legacy)", sent).await?;
+    let left = node2_attachments(&admin, &seed).await?;
+    assert!(left.is_empty(), "node 2's attachments are gone: {left:?}");
+    assert_node_events(
+        &admin,
+        &node2,
+        &[
+            "FencedLegacy",
+            "PodsForceDeleted",
+            "VolumeAttachmentsDeleted",
+        ],
+    )
+    .await?;
+    teardown(&admin, Some(&seed.namespace), &seed.node_names()).await;
+    Ok(())
+}
+
+/// Issue 20: the taint mode needs nothing for another CSI driver: once the
+/// taint is on, the pod garbage collector deletes the pods and the
+/// attach/detach controller deletes node 2's VolumeAttachments itself,
+/// whatever their driver; node-fencer deletes none.
+#[tokio::test]
+async fn cstor_taint_mode_recovers_through_the_attach_detach_controller() -> anyhow::Result<()> {
+    let _g = cluster_serial().await;
+    let emu = emulator();
+    let (admin, seed, node2) = seed_of_driver_with_node2_down(Driver::Cstor, false).await?;
+    assert_eq!(node2_attachments(&admin, &seed).await?.len(), 2);
+    let sent = Instant::now();
+    let out = emu.invoke(&eventbridge_event(
+        &seed.node2().machine.instance,
+        "stopped",
+    ))?;
+    assert!(!out.error, "{}", out.output);
+    let report: Value = serde_json::from_str(&out.output)?;
+    let r = only_result(&report, &node2);
+    assert_eq!(r["outcome"], "fenced", "{report:#}");
+    assert!(
+        r.get("attachments").is_none(),
+        "node-fencer deletes none: {r:#}"
+    );
+    assert!(is_fenced(&admin, &node2).await?);
+    recovered_elsewhere(&seed, RECOVERY, "seed (cStor, taint)", sent).await?;
+    let left = node2_attachments(&admin, &seed).await?;
+    assert!(
+        left.is_empty(),
+        "the controller removed node 2's attachments: {left:?}"
+    );
     teardown(&admin, Some(&seed.namespace), &seed.node_names()).await;
     Ok(())
 }
