@@ -306,6 +306,7 @@ INTEGER_VARIABLES = {
     "CONFIRM_AGAIN_AFTER_SECONDS": "confirm_again_after_seconds",
     "VOLUME_DETACH_TIMEOUT_SECONDS": "volume_detach_timeout_seconds",
     "RECOVERY_SETTLE_SECONDS": "recovery_settle_seconds",
+    "NOT_READY_WAIT_SECONDS": "not_ready_wait_seconds",
 }
 ENV_VARIABLES = {
     **INTEGER_VARIABLES,
@@ -327,6 +328,7 @@ def test_env_names_are_the_contract():
         "FENCING_MODE",
         "CONFIRM_AGAIN_AFTER_SECONDS",
         "RECOVERY_SETTLE_SECONDS",
+        "NOT_READY_WAIT_SECONDS",
         "CONTROL_NAMESPACE",
         "VOLUME_DETACH_TIMEOUT_SECONDS",
         "CLUSTER_NAME",
@@ -471,7 +473,12 @@ def test_function_package_and_runtime():
 LAMBDA_MAX_TIMEOUT = 900
 
 # The module variables whose waits add up within one invocation.
-WAIT_VARIABLES = ("volume_detach_timeout_seconds", "confirm_again_after_seconds", "recovery_settle_seconds")
+WAIT_VARIABLES = (
+    "volume_detach_timeout_seconds",
+    "confirm_again_after_seconds",
+    "recovery_settle_seconds",
+    "not_ready_wait_seconds",
+)
 
 
 def code_lease_wait() -> int:
@@ -499,9 +506,10 @@ def _evaluate(expression: str, values: dict[str, int]) -> int:
 
 
 def test_timeout_covers_every_wait():
-    """Worst case of one invocation: the Lease, the second EC2 confirmation,
-    the detach wait of several nodes, a requested recovery's settle delay, and
-    room for the calls around them; within Lambda's maximum at every bound."""
+    """Worst case of one invocation: a Node still Ready while its instance is
+    off, the Lease, the second EC2 confirmation, the detach wait of several
+    nodes, a requested recovery's settle delay, and room for the calls around
+    them; within Lambda's maximum at every bound."""
     mod = module()
     function = L.blocks(mod, "resource", "aws_lambda_function")["this"]
     timeout = L.expr(function["timeout"])
@@ -525,17 +533,18 @@ def test_timeout_covers_every_wait():
     detach = points["volume_detach_timeout_seconds"]
     points["volume_detach_timeout_seconds"] = sorted({*detach, *range(detach[0], detach[-1] + 1, 7)})
 
-    for detach, confirm, settle in itertools.product(*(points[v] for v in WAIT_VARIABLES)):
+    for detach, confirm, settle, not_ready in itertools.product(*(points[v] for v in WAIT_VARIABLES)):
         values = {
             "var.volume_detach_timeout_seconds": detach,
             "var.confirm_again_after_seconds": confirm,
             "var.recovery_settle_seconds": settle,
+            "var.not_ready_wait_seconds": not_ready,
             "local.lease_wait_seconds": lease,
         }
         seconds = _evaluate(expression, values)
         # Twice the detach wait: a second node's wait in the same invocation;
         # 30 s: the Kubernetes and EC2 calls around the waits.
-        needed = lease + confirm + 2 * detach + settle + 30
+        needed = not_ready + lease + confirm + 2 * detach + settle + 30
         assert seconds >= needed, f"timeout {seconds}s below the {needed}s the waits need at {values}"
         assert seconds <= LAMBDA_MAX_TIMEOUT, f"timeout {seconds}s exceeds Lambda's {LAMBDA_MAX_TIMEOUT}s at {values}"
 

@@ -314,6 +314,8 @@ pub fn settings() -> Policy {
         max_out_of_service: 1000,
         recovery_settle: Duration::ZERO,
         detach_wait: Duration::from_secs(10),
+        // Nothing turns a Node NotReady on the bare stack but a test.
+        not_ready_wait: Duration::ZERO,
         poll_interval: Duration::from_millis(100),
         ..Policy::default()
     }

@@ -57,8 +57,10 @@ fn start(stack: &Stack) -> anyhow::Result<Emulator> {
 }
 
 /// The function's environment on the stack: the restricted kubeconfig,
-/// moto's endpoint and credentials, the webhook token, JSON logs.
-pub fn function_env(stack: &Stack) -> [(&'static str, &str); 11] {
+/// moto's endpoint and credentials, the webhook token, JSON logs. A Node
+/// still Ready is waited for 5 s only: on the bare stack nothing turns it
+/// NotReady but a test (the controller stack's scenarios ask for more).
+pub fn function_env(stack: &Stack) -> [(&'static str, &str); 12] {
     [
         ("KUBECONFIG", stack.var("NODE_FENCER_KUBECONFIG_RESTRICTED")),
         ("AWS_ENDPOINT_URL", stack.var("AWS_ENDPOINT_URL")),
@@ -69,6 +71,7 @@ pub fn function_env(stack: &Stack) -> [(&'static str, &str); 11] {
         ("WEBHOOK_TOKEN", WEBHOOK_TOKEN),
         ("MAX_OUT_OF_SERVICE", "1000"),
         ("VOLUME_DETACH_TIMEOUT_SECONDS", "10"),
+        ("NOT_READY_WAIT_SECONDS", "5"),
         ("LOG_FORMAT", "json"),
         ("RUST_LOG", "info"),
     ]

@@ -30,6 +30,10 @@ pub const VARIABLES: &[(&str, &str)] = &[
         "integer 0..=300 (default 0): ask EC2 a second time after this delay before acting",
     ),
     (
+        "NOT_READY_WAIT_SECONDS",
+        "integer 0..=300 (default 60): when the instance is confirmed off but its Node is still Ready, wait this long within the invocation for Kubernetes to notice (set it above --node-monitor-grace-period, 50 s by default); 0 fails at once for a retry",
+    ),
+    (
         "RECOVERY_SETTLE_SECONDS",
         "integer 0..=300 (default 30): how long a fenced node must be Ready again before its taint is removed",
     ),
@@ -279,6 +283,7 @@ impl Config {
         };
         let confirm_again_after = seconds("CONFIRM_AGAIN_AFTER_SECONDS", 0)?;
         let recovery_settle = seconds("RECOVERY_SETTLE_SECONDS", 30)?;
+        let not_ready_wait = seconds("NOT_READY_WAIT_SECONDS", 60)?;
         let control_namespace = match get("CONTROL_NAMESPACE") {
             None => "kube-system".to_owned(),
             Some(ns) if is_dns_label(&ns) => ns,
@@ -335,6 +340,7 @@ impl Config {
                 mode,
                 confirm_again_after,
                 recovery_settle,
+                not_ready_wait,
                 control_namespace,
                 detach_wait,
                 fence_hibernated,
@@ -535,6 +541,7 @@ mod tests {
         assert_eq!(c.policy.max_out_of_service_percent, None);
         assert_eq!(c.policy.confirm_again_after, Duration::ZERO);
         assert_eq!(c.policy.recovery_settle, Duration::from_secs(30));
+        assert_eq!(c.policy.not_ready_wait, Duration::from_secs(60));
         assert_eq!(c.policy.control_namespace, "kube-system");
         assert!(
             !c.policy.fence_hibernated,
@@ -551,9 +558,11 @@ mod tests {
             ("MAX_OUT_OF_SERVICE_PERCENT", "20"),
             ("CONFIRM_AGAIN_AFTER_SECONDS", "15"),
             ("RECOVERY_SETTLE_SECONDS", "0"),
+            ("NOT_READY_WAIT_SECONDS", "0"),
             ("CONTROL_NAMESPACE", "node-fencer"),
         ])
         .unwrap();
+        assert_eq!(c.policy.not_ready_wait, Duration::ZERO);
         assert_eq!(c.policy.mode, ModeSetting::Legacy);
         assert_eq!(c.policy.max_out_of_service_percent, Some(20));
         assert_eq!(c.policy.confirm_again_after, Duration::from_secs(15));
@@ -565,6 +574,7 @@ mod tests {
             ("MAX_OUT_OF_SERVICE_PERCENT", "101"),
             ("CONFIRM_AGAIN_AFTER_SECONDS", "301"),
             ("RECOVERY_SETTLE_SECONDS", "-1"),
+            ("NOT_READY_WAIT_SECONDS", "301"),
             ("CONTROL_NAMESPACE", "Kube_System"),
         ] {
             let err = cfg(&[(var, bad)]).unwrap_err();

@@ -217,9 +217,16 @@ pub struct PodRef {
     /// replacement its controller creates under the same name.
     pub uid: String,
     /// It tolerates the out-of-service taint for good (no
-    /// `tolerationSeconds`): the taint never evicts it, so it stays bound
-    /// to the Node, its VolumeAttachments with it.
+    /// `tolerationSeconds`) and is not being deleted: the taint never
+    /// evicts it, so it stays bound to the Node, its VolumeAttachments with
+    /// it.
     pub stays: bool,
+    /// Once the taint is on, Kubernetes deletes it at once: it does not
+    /// tolerate the taint at all (the taint evicts it, then the pod garbage
+    /// collector force-deletes it), or it is being deleted already (the
+    /// garbage collector force-deletes it). A pod tolerating the taint for a
+    /// while is neither: it goes when its time is up.
+    pub leaves_now: bool,
     /// The PersistentVolumeClaims it mounts (generic ephemeral volumes
     /// included, by the name Kubernetes gives their claims).
     pub claims: Vec<String>,

@@ -193,11 +193,14 @@ pub fn pv_facts(pv: &PersistentVolume) -> Option<PvFacts> {
 pub fn pod_ref(pod: &Pod) -> Option<PodRef> {
     let name = pod.metadata.name.clone()?;
     let spec = pod.spec.as_ref();
-    let stays = spec
+    let tolerations = spec
         .and_then(|s| s.tolerations.as_deref())
-        .unwrap_or_default()
+        .unwrap_or_default();
+    let terminating = pod.metadata.deletion_timestamp.is_some();
+    let for_good = tolerations
         .iter()
-        .any(tolerates_out_of_service_for_good);
+        .any(|t| tolerates_out_of_service(t) && t.toleration_seconds.is_none());
+    let at_all = tolerations.iter().any(tolerates_out_of_service);
     let claims = spec
         .and_then(|s| s.volumes.as_deref())
         .unwrap_or_default()
@@ -214,16 +217,17 @@ pub fn pod_ref(pod: &Pod) -> Option<PodRef> {
         namespace: pod.metadata.namespace.clone()?,
         uid: pod.metadata.uid.clone()?,
         name,
-        stays,
+        stays: for_good && !terminating,
+        leaves_now: terminating || !at_all,
         claims,
     })
 }
 
 /// True when the toleration matches node-fencer's out-of-service taint
-/// (`key=nodeshutdown:NoExecute`) with no time limit, as Kubernetes matches
+/// (`key=nodeshutdown:NoExecute`), for however long, as Kubernetes matches
 /// them: an empty key with `Exists` matches every key, an empty effect every
 /// effect, `Equal` (the default) needs the value.
-fn tolerates_out_of_service_for_good(t: &Toleration) -> bool {
+fn tolerates_out_of_service(t: &Toleration) -> bool {
     let exists = t.operator.as_deref() == Some("Exists");
     let key = match t.key.as_deref() {
         None | Some("") => exists,
@@ -234,7 +238,7 @@ fn tolerates_out_of_service_for_good(t: &Toleration) -> bool {
         t.effect.as_deref(),
         None | Some("") | Some(OUT_OF_SERVICE_EFFECT)
     );
-    key && value && effect && t.toleration_seconds.is_none()
+    key && value && effect
 }
 
 /// The out-of-service taint that evicts (any value).
@@ -726,39 +730,62 @@ mod tests {
             .unwrap()
         };
         let oos = OUT_OF_SERVICE_KEY;
-        for (tolerations, stays) in [
-            (json!([{"operator": "Exists"}]), true),
-            (json!([{"operator": "Exists", "effect": "NoExecute"}]), true),
-            (json!([{"key": oos, "operator": "Exists"}]), true),
+        // (tolerations, stays for good, evicted at once)
+        for (tolerations, stays, leaves_now) in [
+            (json!([{"operator": "Exists"}]), true, false),
+            (
+                json!([{"operator": "Exists", "effect": "NoExecute"}]),
+                true,
+                false,
+            ),
+            (json!([{"key": oos, "operator": "Exists"}]), true, false),
             (
                 json!([{"key": oos, "value": "nodeshutdown", "effect": "NoExecute"}]),
                 true,
+                false,
             ),
             (
                 json!([{"key": oos, "operator": "Equal", "value": "nodeshutdown"}]),
                 true,
+                false,
             ),
-            (json!([{"key": oos, "value": "other"}]), false),
+            (json!([{"key": oos, "value": "other"}]), false, true),
             (
                 json!([{"key": oos, "operator": "Exists", "effect": "NoSchedule"}]),
                 false,
+                true,
             ),
+            // Evicted, but only once its time is up: left to Kubernetes.
             (
                 json!([{"key": oos, "operator": "Exists", "tolerationSeconds": 300}]),
+                false,
                 false,
             ),
             (
                 json!([{"key": "node.kubernetes.io/unreachable", "operator": "Exists"}]),
                 false,
+                true,
             ),
-            (json!([{"key": "", "value": "nodeshutdown"}]), false),
-            (json!([]), false),
+            (json!([{"key": "", "value": "nodeshutdown"}]), false, true),
+            (json!([]), false, true),
         ] {
             let p = pod_ref(&pod(tolerations.clone())).unwrap();
-            assert_eq!(p.stays, stays, "{tolerations}");
+            assert_eq!(
+                (p.stays, p.leaves_now),
+                (stays, leaves_now),
+                "{tolerations}"
+            );
             assert_eq!(p.claims, ["data-store-0", "store-0-scratch"]);
             assert_eq!(p.key(), "db/store-0");
         }
+        // Being deleted already: the garbage collector takes it, whatever it tolerates.
+        let mut terminating = pod(json!([{"operator": "Exists"}]));
+        terminating.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            ));
+        let p = pod_ref(&terminating).unwrap();
+        assert_eq!((p.stays, p.leaves_now), (false, true));
     }
 
     #[test]

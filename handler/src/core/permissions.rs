@@ -13,9 +13,10 @@ pub const AWS_ACTIONS: &[&str] = &[
 ];
 
 /// Every cluster-wide Kubernetes permission the function uses: (API group,
-/// resource, verbs). Pods `delete` and VolumeAttachments `delete` serve the
-/// legacy mode only; pods `list` serves both (taint mode: the volumes of
-/// pods that tolerate the taint stay attached).
+/// resource, verbs). VolumeAttachments `delete` serves the legacy mode
+/// only; pods `list` and `delete` serve both (taint mode: the volumes of
+/// pods that tolerate the taint stay attached, the pods it evicts are
+/// force-deleted right after it).
 pub const KUBERNETES_RULES: &[(&str, &str, &[&str])] = &[
     ("", "nodes", &["get", "list", "patch"]),
     ("", "persistentvolumes", &["list"]),

@@ -499,7 +499,7 @@ impl NodeRun {
                 report.attachments = plan.as_ref().map(planned_attachments).unwrap_or_default();
             }
             (Stage::Tainted | Stage::DetachSent | Stage::Verified, _) => {
-                settle(&mut report, detach_wait);
+                settle(&mut report, mode.unwrap_or(FenceMode::Taint), detach_wait);
             }
             (Stage::Decided | Stage::Admitted | Stage::Planned, _) => {
                 report.outcome = Outcome::Failed;
@@ -522,7 +522,7 @@ fn not_off(again: Option<&Confirmation>, fence_hibernated: bool, look: &str) -> 
 }
 
 /// The outcome and reason of a node whose taint is on, from its volumes.
-fn settle(report: &mut NodeReport, detach_wait: Duration) {
+fn settle(report: &mut NodeReport, mode: FenceMode, detach_wait: Duration) {
     let stuck: Vec<String> = report
         .volumes
         .iter()
@@ -543,11 +543,14 @@ fn settle(report: &mut NodeReport, detach_wait: Duration) {
         .iter()
         .filter(|v| v.outcome == VolumeOutcome::Detached)
         .count();
-    let legacy = report.pods_deleted > 0 || report.attachments_deleted > 0;
-    let taint = match (report.taint_applied, legacy) {
-        (true, false) => "tainted out-of-service".to_owned(),
-        (false, false) => "already out-of-service".to_owned(),
-        (_, true) => {
+    let pods = match report.pods_deleted {
+        0 => String::new(),
+        n => format!(", {n} pod(s) force-deleted"),
+    };
+    let taint = match (report.taint_applied, mode) {
+        (true, FenceMode::Taint) => format!("tainted out-of-service{pods}"),
+        (false, FenceMode::Taint) => format!("already out-of-service{pods}"),
+        (_, FenceMode::Legacy) => {
             let deleted = report
                 .attachments
                 .iter()

@@ -23,11 +23,15 @@ pub struct Policy {
     pub confirm_again_after: Duration,
     /// How long a fenced node must be Ready again before its fencing ends.
     pub recovery_settle: Duration,
+    /// How long to wait, within the invocation, for a Node whose instance
+    /// is confirmed off to turn NotReady (zero: fail at once for a retry).
+    pub not_ready_wait: Duration,
     /// Where the fencing Lease and the kill switch live.
     pub control_namespace: String,
     /// Bound on the wait for detached volumes to become `available`.
     pub detach_wait: Duration,
-    /// How often to look while waiting for detached volumes.
+    /// How often to look while waiting (for detached volumes, for a Node
+    /// to turn NotReady).
     pub poll_interval: Duration,
     /// Take an instance stopped by hibernation for off.
     pub fence_hibernated: bool,
@@ -48,6 +52,7 @@ impl Default for Policy {
             mode: ModeSetting::Auto,
             confirm_again_after: Duration::ZERO,
             recovery_settle: Duration::from_secs(30),
+            not_ready_wait: Duration::from_secs(60),
             control_namespace: "kube-system".into(),
             detach_wait: Duration::from_secs(60),
             poll_interval: Duration::from_millis(500),

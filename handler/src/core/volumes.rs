@@ -456,11 +456,13 @@ mod tests {
             name: "target-daemon".into(),
             uid: "uid-d".into(),
             stays: true,
+            leaves_now: false,
             claims: vec!["claim-pv-d".into()],
         };
         let leaving = PodRef {
             name: "db-0".into(),
             stays: false,
+            leaves_now: true,
             claims: vec!["claim-pv-c".into()],
             ..daemon.clone()
         };
@@ -521,6 +523,7 @@ mod tests {
             name: name.into(),
             uid: format!("uid-{name}"),
             stays,
+            leaves_now: !stays,
             claims: claims.iter().map(|c| (*c).to_owned()).collect(),
         };
         let pods = [

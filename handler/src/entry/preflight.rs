@@ -122,12 +122,10 @@ fn failed(check: impl Into<String>, detail: impl Into<String>, fix: impl Into<St
 }
 
 /// The legacy mode's permissions, which the taint mode never uses (it lists
-/// pods too, for the volumes of pods that tolerate the taint).
+/// and deletes pods too: the volumes of pods that tolerate the taint stay,
+/// the pods the taint evicts are deleted right after it).
 fn legacy_only(resource: &str, verb: &str) -> bool {
-    matches!(
-        (resource, verb),
-        ("pods", "delete") | ("volumeattachments", "delete")
-    )
+    matches!((resource, verb), ("volumeattachments", "delete"))
 }
 
 /// Runs every check. Never changes anything: the only writes are
@@ -426,9 +424,9 @@ mod tests {
     }
 
     #[test]
-    fn only_pod_and_attachment_deletes_are_legacy_only() {
+    fn only_attachment_deletes_are_legacy_only() {
         assert!(!legacy_only("pods", "list"));
-        assert!(legacy_only("pods", "delete"));
+        assert!(!legacy_only("pods", "delete"));
         assert!(legacy_only("volumeattachments", "delete"));
         assert!(!legacy_only("volumeattachments", "list"));
         assert!(!legacy_only("nodes", "patch"));

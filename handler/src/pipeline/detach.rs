@@ -1,7 +1,8 @@
 //! The act stage of each tainted node: the cloud is asked once more, for
 //! every node at once, whether the instances are still off; then, for each
-//! node it confirms, the [`super::legacy`] recipe in that mode and the
-//! force-detach of every volume the plan names. A detach the cloud answers
+//! node it confirms, the [`super::legacy`] recipe in that mode (in taint
+//! mode the force-delete of the pods the taint evicts at once, see
+//! [`super::pods`]) and the force-detach of every volume the plan names. A detach the cloud answers
 //! "not attached" to is left to the verification, which trusts only what it
 //! sees.
 
@@ -10,7 +11,7 @@ use std::time::Instant;
 use futures::StreamExt;
 use tracing::{Instrument, info, info_span, warn};
 
-use super::{Ctx, PARALLEL_NODES, confirm, legacy};
+use super::{Ctx, PARALLEL_NODES, confirm, legacy, pods};
 use crate::core::events::NodeEvent;
 use crate::core::facts::FenceMode;
 use crate::core::instance::InstanceId;
@@ -53,8 +54,12 @@ async fn one(ctx: &Ctx<'_>, mode: FenceMode, run: &mut NodeRun) {
         return;
     };
     let node = run.node.clone().unwrap_or_default();
-    if mode == FenceMode::Legacy {
-        legacy::recipe(ctx, &node, run).await;
+    match mode {
+        FenceMode::Legacy => legacy::recipe(ctx, &node, run).await,
+        // The pod garbage collector would delete these on its next pass
+        // (every 20 s) now that the taint is on; deleting them here lets
+        // their controllers replace them at once.
+        FenceMode::Taint => pods::force_delete(ctx, &node, run, |p| p.leaves_now).await,
     }
     run.start_detaching();
     let mut detached = Vec::new();

@@ -258,6 +258,10 @@ struct ClusterState {
     lease_held_for: Option<Duration>,
     renewals: usize,
     switch_reads: usize,
+    /// Node lists so far.
+    lists: usize,
+    /// From the n-th node list on (1-based), this Node reads NotReady.
+    not_ready_at: Option<(String, usize)>,
 }
 
 impl FakeCluster {
@@ -285,6 +289,8 @@ impl FakeCluster {
                 lease_taken_at: None,
                 lease_held_for: None,
                 renewals: 0,
+                lists: 0,
+                not_ready_at: None,
             }),
         }
     }
@@ -334,6 +340,12 @@ impl FakeCluster {
             c.status = ready.into();
             c.last_transition_time = Some(Time(k8s_openapi::jiff::Timestamp::now()));
         }
+    }
+
+    /// From the `nth` node list on (1-based), `name` reads NotReady, as the
+    /// node controller marks it once the grace period is over.
+    pub fn not_ready_from_list(&self, name: &str, nth: usize) {
+        self.lock().not_ready_at = Some((name.into(), nth));
     }
 
     /// `name` turns Ready between the decision and the taint write.
@@ -399,6 +411,20 @@ impl FakeCluster {
         self.pod_with_claim(node, name, stays, claim.as_deref());
     }
 
+    /// Binds a pod to `node` that tolerates the out-of-service taint for a
+    /// while (`tolerationSeconds`): neither staying nor evicted at once.
+    pub fn patient_pod(&self, node: &str, name: &str) {
+        self.pod_with_claim(node, name, false, None);
+        if let Some(p) = self
+            .lock()
+            .pods
+            .get_mut(node)
+            .and_then(|pods| pods.last_mut())
+        {
+            p.leaves_now = false;
+        }
+    }
+
     /// Binds a pod to `node` that mounts `claim` and, when `stays`,
     /// tolerates the out-of-service taint for good.
     pub fn pod_with_claim(&self, node: &str, name: &str, stays: bool, claim: Option<&str>) {
@@ -411,6 +437,7 @@ impl FakeCluster {
                 name: name.into(),
                 uid: format!("uid-{name}"),
                 stays,
+                leaves_now: !stays,
                 claims: claim.map(str::to_owned).into_iter().collect(),
             });
     }
@@ -530,8 +557,16 @@ impl Cluster for FakeCluster {
         if self.calls.call("ListNodes".into()) {
             return Err(ClusterError::ListNodes(injected()));
         }
-        Ok(self
-            .lock()
+        let mut state = self.lock();
+        state.lists += 1;
+        if let Some((node, nth)) = state.not_ready_at.clone()
+            && state.lists >= nth
+        {
+            drop(state);
+            self.set_ready(&node, "Unknown");
+            state = self.lock();
+        }
+        Ok(state
             .nodes
             .values()
             .filter_map(kube_model::node_facts)

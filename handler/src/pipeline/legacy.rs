@@ -8,35 +8,18 @@
 //! volumes. The Node object stays (deleting it loses its labels, taints and
 //! history).
 
-use tracing::{info, warn};
+use tracing::info;
 
 use super::Ctx;
+use super::pods::{self, tally};
 use crate::core::events::NodeEvent;
-use crate::core::metrics::Dependency;
 use crate::core::plan::{NodeRun, attachment_reports};
 use crate::core::report::AttachmentOutcome;
 use crate::core::volumes::{AttachmentAction, per_driver};
-use crate::shell::cluster::ClusterError;
 
 /// Runs the recipe for one node; every failure is an error on its run.
 pub(super) async fn recipe(ctx: &Ctx<'_>, node: &str, run: &mut NodeRun) {
-    match ctx.cluster.pods_on_node(node).await {
-        Ok(pods) => {
-            let mut results = Vec::new();
-            for pod in pods.iter().filter(|p| !p.stays) {
-                results.push(ctx.cluster.force_delete_pod(pod).await);
-            }
-            let deleted = tally(ctx, run, results);
-            run.pods_deleted = deleted;
-            if deleted > 0 {
-                info!(deleted, "pods force-deleted");
-                ctx.record(node, NodeEvent::pods_deleted(deleted)).await;
-            }
-        }
-        Err(e) => {
-            tally(ctx, run, vec![Err(e)]);
-        }
-    }
+    pods::force_delete(ctx, node, run, |p| !p.stays).await;
     let actions = run
         .plan
         .as_ref()
@@ -72,21 +55,4 @@ pub(super) async fn recipe(ctx: &Ctx<'_>, node: &str, run: &mut NodeRun) {
             .await;
     }
     run.attachments = reports;
-}
-
-/// Counts the calls that succeeded; each failure is counted, logged and
-/// kept on the run (its outcome becomes `failed`).
-fn tally(ctx: &Ctx<'_>, run: &mut NodeRun, results: Vec<Result<(), ClusterError>>) -> usize {
-    let mut done = 0;
-    for result in results {
-        match result {
-            Ok(()) => done += 1,
-            Err(e) => {
-                ctx.meter.error(Dependency::Kubernetes);
-                warn!(error = %e, "legacy fencing step failed");
-                run.errors.push(e.to_string());
-            }
-        }
-    }
-    done
 }

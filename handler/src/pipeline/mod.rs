@@ -14,13 +14,16 @@ mod discover;
 #[cfg(test)]
 mod fakes;
 mod legacy;
+mod pods;
 mod recover;
 mod taint;
 #[cfg(test)]
 mod tests;
 mod verify;
 
+use std::borrow::Cow;
 use std::collections::HashMap;
+use std::time::Instant;
 
 use tracing::{info, warn};
 
@@ -189,39 +192,42 @@ async fn fence(
     suspects: Vec<Suspect>,
     nodes: &[NodeFacts],
 ) -> Result<(Vec<NodeReport>, Option<FenceMode>, Switched), PipelineError> {
-    let resolutions: Vec<Resolution> = suspects
-        .iter()
-        .map(|s| resolve::resolve(&s.target, nodes))
-        .collect();
-    // Out of band, one batched call for every instance of the invocation.
-    let ids = plan::instances_to_confirm(&resolutions, nodes);
-    let mut confirmations = confirm::instances(ctx, &ids).await;
-    let targets = plan::targets(
-        suspects,
-        resolutions,
-        nodes,
-        &confirmations,
-        policy.scope.as_ref(),
-    );
-    let settings = policy.decision(dry_run, nodes.len());
-    let mut verdicts = decide_all(&targets, nodes, &confirmations, &settings);
-    // Before refusing, ask whether the Nodes filling the cap are dead for
-    // good (terminated or gone): those take no room.
-    let by_cap = |v: &Verdict| {
-        matches!(
-            v,
-            Verdict::Skip {
-                reason: decide::Skip::CapReached { .. }
-            }
-        )
-    };
-    if verdicts.iter().any(by_cap) {
-        let ids = cap::worth_asking(nodes, &confirmations);
-        if !ids.is_empty() {
-            confirmations.extend(confirm::instances(ctx, &ids).await);
-            verdicts = decide_all(&targets, nodes, &confirmations, &settings);
+    let mut nodes: Cow<'_, [NodeFacts]> = Cow::Borrowed(nodes);
+    let mut confirmations = HashMap::new();
+    let deadline = Instant::now() + policy.not_ready_wait;
+    let (targets, verdicts) = loop {
+        let (targets, verdicts) =
+            decide_suspects(ctx, policy, dry_run, &suspects, &nodes, &mut confirmations).await;
+        // EC2's `stopped` comes before the node controller's grace period
+        // is over: rather than fail and wait for Lambda's retries (1 and 2
+        // minutes later), look again until Kubernetes notices.
+        let ready: Vec<&str> = targets
+            .iter()
+            .zip(&verdicts)
+            .filter(|(t, v)| {
+                t.intent == Intent::Fence
+                    && matches!(
+                        v,
+                        Verdict::Skip {
+                            reason: decide::Skip::NodeReady
+                        }
+                    )
+            })
+            .filter_map(|(t, _)| t.node.map(|i| nodes[i].name.as_str()))
+            .collect();
+        if dry_run || ready.is_empty() || Instant::now() >= deadline {
+            break (targets, verdicts);
         }
-    }
+        info!(
+            nodes = ready.join(","),
+            "instance off, Node still Ready: waiting for Kubernetes to notice"
+        );
+        tokio::time::sleep(policy.poll_interval.min(deadline - Instant::now())).await;
+        nodes = Cow::Owned(ctx.cluster.list_nodes().await.inspect_err(|_| {
+            ctx.meter.error(Dependency::Kubernetes);
+        })?);
+    };
+    let nodes = nodes.as_ref();
     let mut runs = plan::plan(&targets, &verdicts, nodes, &confirmations);
 
     for ((run, verdict), target) in runs.iter().zip(&verdicts).zip(&targets) {
@@ -250,6 +256,57 @@ async fn fence(
     detach::act(ctx, policy, mode, &mut runs).await;
     verify::volumes(ctx, policy, &mut runs).await;
     Ok((finish(runs, Some(mode), policy), Some(mode), switched))
+}
+
+/// Resolves, confirms (asking the cloud only about instances not asked
+/// about yet) and decides every suspect against `nodes`.
+async fn decide_suspects(
+    ctx: &Ctx<'_>,
+    policy: &Policy,
+    dry_run: bool,
+    suspects: &[Suspect],
+    nodes: &[NodeFacts],
+    confirmations: &mut HashMap<InstanceId, Confirmation>,
+) -> (Vec<plan::Target>, Vec<Verdict>) {
+    let resolutions: Vec<Resolution> = suspects
+        .iter()
+        .map(|s| resolve::resolve(&s.target, nodes))
+        .collect();
+    // Out of band, one batched call for every instance of the invocation.
+    let ids: Vec<InstanceId> = plan::instances_to_confirm(&resolutions, nodes)
+        .into_iter()
+        .filter(|id| !confirmations.contains_key(id))
+        .collect();
+    if !ids.is_empty() {
+        confirmations.extend(confirm::instances(ctx, &ids).await);
+    }
+    let targets = plan::targets(
+        suspects.to_vec(),
+        resolutions,
+        nodes,
+        confirmations,
+        policy.scope.as_ref(),
+    );
+    let settings = policy.decision(dry_run, nodes.len());
+    let mut verdicts = decide_all(&targets, nodes, confirmations, &settings);
+    // Before refusing, ask whether the Nodes filling the cap are dead for
+    // good (terminated or gone): those take no room.
+    let by_cap = |v: &Verdict| {
+        matches!(
+            v,
+            Verdict::Skip {
+                reason: decide::Skip::CapReached { .. }
+            }
+        )
+    };
+    if verdicts.iter().any(by_cap) {
+        let ids = cap::worth_asking(nodes, confirmations);
+        if !ids.is_empty() {
+            confirmations.extend(confirm::instances(ctx, &ids).await);
+            verdicts = decide_all(&targets, nodes, confirmations, &settings);
+        }
+    }
+    (targets, verdicts)
 }
 
 /// The verdict for every target, against the room the cap has left.

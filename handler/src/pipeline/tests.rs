@@ -32,6 +32,7 @@ fn policy() -> Policy {
         max_out_of_service: 10,
         recovery_settle: Duration::ZERO,
         detach_wait: Duration::ZERO,
+        not_ready_wait: Duration::ZERO,
         poll_interval: Duration::from_millis(1),
         ..Policy::default()
     }
@@ -145,6 +146,11 @@ impl World {
 #[tokio::test]
 async fn a_stopped_silent_node_is_tainted_and_its_volume_freed_in_this_order() {
     let w = World::stopped();
+    // Evicted by the taint at once; staying for good; staying for a while.
+    w.cluster.pod(NODE, "db-0");
+    w.cluster.staying_pod(NODE, "storage-daemon", true, None);
+    w.cluster.patient_pod(NODE, "batch-job");
+    w.cluster.pod("another-node", "web-0");
     let report = w.fence(&policy()).await.unwrap();
     let r = &report.results[0];
     assert_eq!(r.outcome, Outcome::Fenced, "{report:#?}");
@@ -152,8 +158,15 @@ async fn a_stopped_silent_node_is_tainted_and_its_volume_freed_in_this_order() {
     assert_eq!(r.volumes[0].outcome, VolumeOutcome::Detached);
     assert_eq!(
         r.reason,
-        "tainted out-of-service; 1 volume(s) force-detached"
+        "tainted out-of-service, 1 pod(s) force-deleted; 1 volume(s) force-detached"
     );
+    assert_eq!(r.pods_deleted, 1);
+    assert_eq!(
+        w.cluster.pods(NODE),
+        2,
+        "the pods the taint does not evict yet"
+    );
+    assert_eq!(w.cluster.pods("another-node"), 1);
     assert!(!report.incomplete());
     assert_eq!(w.out_of_service_taints(NODE), 1);
     assert_eq!(
@@ -162,7 +175,11 @@ async fn a_stopped_silent_node_is_tainted_and_its_volume_freed_in_this_order() {
     );
     assert_eq!(
         w.cluster.events(NODE),
-        ["OutOfServiceTaintApplied", "VolumesForceDetached"]
+        [
+            "OutOfServiceTaintApplied",
+            "PodsForceDeleted",
+            "VolumesForceDetached"
+        ]
     );
     assert!(w.cluster.lease().is_none(), "the Lease is released");
     let vol = volume(1);
@@ -184,7 +201,12 @@ async fn a_stopped_silent_node_is_tainted_and_its_volume_freed_in_this_order() {
             // The Events wait until the Lease is free.
             "ReleaseLease".into(),
             format!("CreateEvent {NODE}"),
+            // Confirmed off again, then the pods the garbage collector would
+            // delete on its next pass, right after the taint.
             "DescribeInstances".into(),
+            format!("ListPods {NODE}"),
+            "DeletePod db-0".into(),
+            format!("CreateEvent {NODE}"),
             format!("DetachVolume {vol}"),
             format!("CreateEvent {NODE}"),
             "DescribeVolumes".into(),
@@ -229,6 +251,66 @@ async fn a_ready_node_is_never_fenced_and_the_event_is_retried() {
     assert_eq!(report.results[0].skip, Some(Skip::NodeReady));
     assert!(report.incomplete(), "a retry may find it NotReady");
     assert!(w.writes().is_empty(), "{:?}", w.writes());
+}
+
+/// Issue 16: EC2's `stopped` comes before the node controller's grace
+/// period is over. The invocation waits for the Node to turn NotReady
+/// (bounded), asking EC2 nothing more meanwhile, and fences at once; a Node
+/// that stays Ready past the wait fails the invocation for a retry, and a
+/// dry run does not wait.
+#[tokio::test]
+async fn a_node_still_ready_when_its_instance_is_off_is_fenced_once_it_turns_not_ready() {
+    let waiting = Policy {
+        not_ready_wait: Duration::from_secs(30),
+        ..policy()
+    };
+    let w = World::new().with_node(NODE, 1, InstanceState::Stopped, "True");
+    w.cluster.not_ready_from_list(NODE, 4);
+    let report = w.fence(&waiting).await.unwrap();
+    let r = &report.results[0];
+    assert_eq!(r.outcome, Outcome::Fenced, "{report:#?}");
+    assert!(!report.incomplete());
+    let log = w.calls.log();
+    let leased = log.iter().position(|c| c == "AcquireLease").unwrap();
+    let before: Vec<&str> = log[..leased]
+        .iter()
+        .map(String::as_str)
+        .filter(|c| matches!(*c, "ListNodes" | "DescribeInstances"))
+        .collect();
+    assert_eq!(
+        before,
+        [
+            "ListNodes",
+            "DescribeInstances",
+            "ListNodes",
+            "ListNodes",
+            "ListNodes"
+        ],
+        "EC2 is asked once; the Node is looked at until NotReady"
+    );
+
+    let short = Policy {
+        not_ready_wait: Duration::from_millis(20),
+        ..policy()
+    };
+    let w = World::new().with_node(NODE, 1, InstanceState::Stopped, "True");
+    let report = w.fence(&short).await.unwrap();
+    assert_eq!(report.results[0].skip, Some(Skip::NodeReady));
+    assert!(report.incomplete(), "retried once the wait ran out");
+    assert!(w.writes().is_empty(), "{:?}", w.writes());
+    assert!(w.calls.log().iter().filter(|c| *c == "ListNodes").count() > 2);
+
+    let w = World::new().with_node(NODE, 1, InstanceState::Stopped, "True");
+    let check = w
+        .run(&waiting, batch(Intent::Check, &[instance(1)]))
+        .await
+        .unwrap();
+    assert_eq!(check.results[0].skip, Some(Skip::NodeReady));
+    assert_eq!(
+        w.calls.log().iter().filter(|c| *c == "ListNodes").count(),
+        1,
+        "a check does not wait"
+    );
 }
 
 #[tokio::test]
@@ -708,7 +790,12 @@ async fn legacy_mode_frees_the_attachments_of_every_csi_driver() {
     assert_eq!(r.outcome, Outcome::Fenced, "{report:#?}");
     assert!(r.attachments.is_empty(), "{r:#?}");
     assert_eq!(w.cluster.attachments().len(), 2);
-    assert!(!w.calls.log().iter().any(|c| c.starts_with("Delete")));
+    assert!(
+        !w.calls
+            .log()
+            .iter()
+            .any(|c| c.starts_with("DeleteVolumeAttachment"))
+    );
 }
 
 #[tokio::test]

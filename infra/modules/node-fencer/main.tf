@@ -17,12 +17,12 @@ locals {
   # before it gives up (LEASE_WAIT in handler/src/core/control.rs).
   lease_wait_seconds = 30
 
-  # The worst case of one invocation, wait by wait: the Lease, the second EC2
-  # confirmation, the detach wait of several nodes (twice it), and a requested
-  # recovery's settle delay, plus 30 s for the Kubernetes and EC2 calls around
-  # them. The variables' upper bounds (120, 300, 120) keep it within Lambda's
-  # 900 s.
-  function_timeout = local.lease_wait_seconds + var.confirm_again_after_seconds + var.volume_detach_timeout_seconds * 2 + var.recovery_settle_seconds + 30
+  # The worst case of one invocation, wait by wait: a Node still Ready although
+  # its instance is off, the Lease, the second EC2 confirmation, the detach
+  # wait of several nodes (twice it), and a requested recovery's settle delay,
+  # plus 30 s for the Kubernetes and EC2 calls around them. The variables'
+  # upper bounds (120, 120, 240, 120) keep it within Lambda's 900 s.
+  function_timeout = var.not_ready_wait_seconds + local.lease_wait_seconds + var.confirm_again_after_seconds + var.volume_detach_timeout_seconds * 2 + var.recovery_settle_seconds + 30
 
   # EC2 states the function acts on: stopped and terminated to fence; running to
   # end a fencing, once the node is Ready again and has settled.
@@ -64,6 +64,7 @@ locals {
       CONFIRM_AGAIN_AFTER_SECONDS   = tostring(var.confirm_again_after_seconds)
       VOLUME_DETACH_TIMEOUT_SECONDS = tostring(var.volume_detach_timeout_seconds)
       RECOVERY_SETTLE_SECONDS       = tostring(var.recovery_settle_seconds)
+      NOT_READY_WAIT_SECONDS        = tostring(var.not_ready_wait_seconds)
       CONTROL_NAMESPACE             = var.control_namespace
       LOG_FORMAT                    = var.log_format
       RUST_LOG                      = var.log_level

@@ -9,7 +9,7 @@ output "function_arn" {
 }
 
 output "function_timeout" {
-  description = "Timeout of both functions in seconds, derived from the Lease wait, confirm_again_after_seconds, volume_detach_timeout_seconds and recovery_settle_seconds."
+  description = "Timeout of both functions in seconds, derived from not_ready_wait_seconds, the Lease wait, confirm_again_after_seconds, volume_detach_timeout_seconds and recovery_settle_seconds."
   value       = aws_lambda_function.this["main"].timeout
 }
 

@@ -160,7 +160,7 @@ variable "control_namespace" {
 # The function timeout is the sum of the waits one invocation may make (see
 # local.function_timeout in main.tf). The code accepts up to 600 s of detach
 # wait and 300 s for each delay, far more than fits in Lambda's 900 s, so the
-# three bounds below split those 900 s between them.
+# four bounds below split those 900 s between them.
 
 variable "confirm_again_after_seconds" {
   description = "CONFIRM_AGAIN_AFTER_SECONDS: ask EC2 a second time, after this delay, that the instance is still off before acting; 0 acts on the first answer. The code accepts up to 300; at most 120 here keeps the function timeout within Lambda's 900 s."
@@ -174,13 +174,24 @@ variable "confirm_again_after_seconds" {
 }
 
 variable "volume_detach_timeout_seconds" {
-  description = "VOLUME_DETACH_TIMEOUT_SECONDS: how long the function waits for detached volumes to become available. The code accepts up to 600; at most 300 here keeps the function timeout within Lambda's 900 s."
+  description = "VOLUME_DETACH_TIMEOUT_SECONDS: how long the function waits for detached volumes to become available. The code accepts up to 600; at most 240 here keeps the function timeout within Lambda's 900 s."
   type        = number
   default     = 60
 
   validation {
-    condition     = var.volume_detach_timeout_seconds >= 1 && var.volume_detach_timeout_seconds <= 300 && floor(var.volume_detach_timeout_seconds) == var.volume_detach_timeout_seconds
-    error_message = "volume_detach_timeout_seconds must be a whole number from 1 to 300 (0 would report every fence failed)."
+    condition     = var.volume_detach_timeout_seconds >= 1 && var.volume_detach_timeout_seconds <= 240 && floor(var.volume_detach_timeout_seconds) == var.volume_detach_timeout_seconds
+    error_message = "volume_detach_timeout_seconds must be a whole number from 1 to 240 (0 would report every fence failed)."
+  }
+}
+
+variable "not_ready_wait_seconds" {
+  description = "NOT_READY_WAIT_SECONDS: when EC2 confirms the instance off while its Node is still Ready (the stop event comes before the node controller's --node-monitor-grace-period, 50 s by default, is over), wait this long within the invocation for the Node to turn NotReady, then fence at once; 0 fails the invocation for Lambda's retries. The code accepts up to 300; at most 120 here keeps the function timeout within Lambda's 900 s."
+  type        = number
+  default     = 60
+
+  validation {
+    condition     = var.not_ready_wait_seconds >= 0 && var.not_ready_wait_seconds <= 120 && floor(var.not_ready_wait_seconds) == var.not_ready_wait_seconds
+    error_message = "not_ready_wait_seconds must be a whole number from 0 to 120."
   }
 }
 

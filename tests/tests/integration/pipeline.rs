@@ -296,7 +296,36 @@ async fn a_ready_node_is_never_fenced_even_if_its_instance_is_stopped() -> anyho
         report.incomplete(),
         "retried until Kubernetes notices the node is gone"
     );
-    assert_unfenced(&sc).await
+    assert_unfenced(&sc).await?;
+
+    // Issue 16: with a wait, the same invocation fences once the Node
+    // turns NotReady, a second after the event.
+    let admin = s.admin().await?;
+    let flip = {
+        let (admin, node) = (admin.clone(), sc.node.clone());
+        tokio::spawn(async move {
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            set_ready(&admin, &node, "Unknown").await
+        })
+    };
+    let waiting = Policy {
+        not_ready_wait: std::time::Duration::from_secs(20),
+        ..settings()
+    };
+    let started = std::time::Instant::now();
+    let report = fence(
+        s,
+        one(
+            NodeRef::Name(NodeName::parse(&sc.node).unwrap()),
+            Intent::Fence,
+        ),
+        waiting,
+    )
+    .await?;
+    flip.await??;
+    assert_eq!(only(&report).outcome, Outcome::Fenced, "{report:#?}");
+    assert!(started.elapsed() >= std::time::Duration::from_secs(1));
+    Ok(())
 }
 
 #[tokio::test]

@@ -32,12 +32,16 @@ const LEGACY_RECOVERY: Duration = Duration::from_secs(150);
 /// Bound on a node turning NotReady (grace period 10 s, checked every 2 s).
 const NOT_READY: Duration = Duration::from_secs(40);
 
+/// The controller stack's grace period is 10 s: a `stopped` event sent at
+/// the stop is answered once the Node turns NotReady, well within this.
+const NOT_READY_WAIT: &[(&str, &str)] = &[("NOT_READY_WAIT_SECONDS", "30")];
+
 /// The emulator of the controller stack, started once per process.
 fn emulator() -> &'static Emulator {
     static EMULATOR: OnceLock<Result<Emulator, String>> = OnceLock::new();
-    match EMULATOR
-        .get_or_init(|| start_emulator(cluster_stack(), &[]).map_err(|e| format!("{e:#}")))
-    {
+    match EMULATOR.get_or_init(|| {
+        start_emulator(cluster_stack(), NOT_READY_WAIT).map_err(|e| format!("{e:#}"))
+    }) {
         Ok(e) => e,
         Err(e) => panic!("cargo lambda watch is not available: {e}"),
     }
@@ -47,7 +51,11 @@ fn emulator() -> &'static Emulator {
 fn legacy_emulator() -> &'static Emulator {
     static LEGACY: OnceLock<Result<Emulator, String>> = OnceLock::new();
     match LEGACY.get_or_init(|| {
-        start_emulator(cluster_stack(), &[("FENCING_MODE", "legacy")]).map_err(|e| format!("{e:#}"))
+        start_emulator(
+            cluster_stack(),
+            &[("FENCING_MODE", "legacy"), NOT_READY_WAIT[0]],
+        )
+        .map_err(|e| format!("{e:#}"))
     }) {
         Ok(e) => e,
         Err(e) => panic!("cargo lambda watch is not available: {e}"),
@@ -211,6 +219,9 @@ async fn seed_scenario_stuck_without_node_fencer_recovered_with_it() -> anyhow::
         .map(|v| v.iter().filter(|v| v["outcome"] == "detached").collect())
         .unwrap_or_default();
     assert_eq!(detached.len(), 2, "both volumes force-detached: {r:#}");
+    // Both old pods were evicted (Terminating): the pod garbage collector
+    // would force-delete them on its next pass; node-fencer did at once.
+    assert_eq!(r["pods_deleted"], 2, "{r:#}");
     assert_volumes_off_node2(&seed).await?;
     let rec = assert_recovered(&seed).await?;
     eprintln!(
@@ -225,6 +236,54 @@ async fn seed_scenario_stuck_without_node_fencer_recovered_with_it() -> anyhow::
         &["OutOfServiceTaintApplied", "VolumesForceDetached"],
     )
     .await?;
+    teardown(&admin, Some(&seed.namespace), &seed.node_names()).await;
+    Ok(())
+}
+
+/// Issue 16: EC2's `stopped` comes before the node controller notices. The
+/// event sent at the stop, while node 2 is still Ready, is answered by one
+/// invocation: it waits for NotReady, fences, and force-deletes the pods
+/// the taint evicts right after it (never a pod of another node), so the
+/// workloads move without waiting for a retry or the pod garbage collector.
+#[tokio::test]
+async fn a_stopped_event_sent_at_the_stop_is_fenced_in_one_invocation() -> anyhow::Result<()> {
+    let _g = cluster_serial().await;
+    let s = cluster_stack();
+    let emu = emulator();
+    let admin = s.admin().await?;
+    let seed = seed(s).await?;
+    let node2 = seed.node2().name.clone();
+    let bystander: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "bystander"},
+        "spec": {"nodeName": seed.workers[0].name,
+                 "containers": [{"name": "c", "image": "busybox"}]}
+    }))?;
+    let pods_api: Api<Pod> = Api::namespaced(admin.clone(), &seed.namespace);
+    pods_api.create(&PostParams::default(), &bystander).await?;
+    let stopped = Instant::now();
+    kill_node2(s, &seed, false).await?;
+    assert_eq!(ready(&admin, &node2).await?.as_deref(), Some("True"));
+    let out = emu.invoke(&eventbridge_event(
+        &seed.node2().machine.instance,
+        "stopped",
+    ))?;
+    let answered = stopped.elapsed();
+    assert!(!out.error, "one invocation, no retry: {}", out.output);
+    let report: Value = serde_json::from_str(&out.output)?;
+    let r = only_result(&report, &node2);
+    assert_eq!(r["outcome"], "fenced", "{report:#}");
+    assert_eq!(r["pods_deleted"], 2, "db-0 and app's pod: {r:#}");
+    assert_ne!(ready(&admin, &node2).await?.as_deref(), Some("True"));
+    let rec = recovered_elsewhere(&seed, RECOVERY, "seed (event at the stop)", stopped).await?;
+    eprintln!(
+        "event at the stop: answered {answered:?} after the stop; db on {}, app on {}",
+        rec.db_node, rec.app_node
+    );
+    let b = pods_api.get("bystander").await?;
+    assert!(
+        b.metadata.deletion_timestamp.is_none(),
+        "a pod of another node is never deleted"
+    );
     teardown(&admin, Some(&seed.namespace), &seed.node_names()).await;
     Ok(())
 }

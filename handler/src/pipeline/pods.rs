@@ -1,0 +1,63 @@
+//! Force-deleting the pods of a fenced node (grace period 0, each naming its
+//! uid), so that their controllers replace them at once. Only once the
+//! machine is confirmed off, right before: the kubelet cannot stop them, so a
+//! pod deleted while its machine ran would keep running beside its
+//! replacement.
+
+use tracing::{info, warn};
+
+use super::Ctx;
+use crate::core::events::NodeEvent;
+use crate::core::facts::PodRef;
+use crate::core::metrics::Dependency;
+use crate::core::plan::NodeRun;
+use crate::shell::cluster::ClusterError;
+
+/// Force-deletes the pods bound to `node` that `goes` picks; records how
+/// many on the run and in an Event. A failed list or delete is an error on
+/// the run.
+pub(super) async fn force_delete(
+    ctx: &Ctx<'_>,
+    node: &str,
+    run: &mut NodeRun,
+    goes: impl Fn(&PodRef) -> bool,
+) {
+    let pods = match ctx.cluster.pods_on_node(node).await {
+        Ok(pods) => pods,
+        Err(e) => {
+            tally(ctx, run, vec![Err(e)]);
+            return;
+        }
+    };
+    let mut results = Vec::new();
+    for pod in pods.iter().filter(|p| goes(p)) {
+        results.push(ctx.cluster.force_delete_pod(pod).await);
+    }
+    let deleted = tally(ctx, run, results);
+    run.pods_deleted = deleted;
+    if deleted > 0 {
+        info!(deleted, "pods force-deleted");
+        ctx.record(node, NodeEvent::pods_deleted(deleted)).await;
+    }
+}
+
+/// Counts the calls that succeeded; each failure is counted, logged and
+/// kept on the run (its outcome becomes `failed`).
+pub(super) fn tally(
+    ctx: &Ctx<'_>,
+    run: &mut NodeRun,
+    results: Vec<Result<(), ClusterError>>,
+) -> usize {
+    let mut done = 0;
+    for result in results {
+        match result {
+            Ok(()) => done += 1,
+            Err(e) => {
+                ctx.meter.error(Dependency::Kubernetes);
+                warn!(error = %e, "fencing step failed");
+                run.errors.push(e.to_string());
+            }
+        }
+    }
+    done
+}
