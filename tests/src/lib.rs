@@ -14,6 +14,7 @@ pub mod faults;
 pub mod fixtures;
 pub mod http_stub;
 pub mod lambda;
+pub mod recovery_timeline;
 pub mod runtime_api;
 pub mod scene;
 pub mod timing;

@@ -408,6 +408,7 @@ envline() { printf 'export %s=%q\n' "$1" "$2"; }
 	envline NODE_FENCER_RESTRICTED_TOKEN "$RESTRICTED_TOKEN"
 	envline NODE_FENCER_CA_FILE "$PKI/ca.crt"
 	envline NODE_FENCER_STACK_CONTROLLERS "$CONTROLLERS"
+	envline NODE_FENCER_NODE_MONITOR_GRACE_PERIOD "$GRACE"
 	envline AWS_ENDPOINT_URL "http://127.0.0.1:$P_MOTO"
 	envline AWS_REGION us-east-1
 	envline AWS_DEFAULT_REGION us-east-1

@@ -3,8 +3,12 @@
 //! CSI attacher stand-in), with node-fencer through the real binary under
 //! `cargo lambda watch` and in-process with every API call timed; optionally
 //! the same scenario without node-fencer; and a storm of many nodes at once.
-//! Prints medians with min/max. Figures, not pass/fail.
+//! Prints medians with min/max, and draws the median milestones of each case
+//! on one time axis (an SVG for the docs, text for the terminal). Figures,
+//! not pass/fail.
 
+use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow, bail};
@@ -18,10 +22,12 @@ use node_fencer::shell::cloud::Cloud;
 use node_fencer::shell::cloud::aws::Ec2;
 use node_fencer::shell::cluster::{Cluster, Kube};
 use node_fencer_tests::Stack;
+use node_fencer_tests::attacher::Driver;
 use node_fencer_tests::bench::{Clock, median};
 use node_fencer_tests::cluster::cluster_stack;
-use node_fencer_tests::fixtures::{stop, unique};
+use node_fencer_tests::fixtures::{event_time, fenced_at, stop, unique};
 use node_fencer_tests::lambda::{Emulator, start_emulator};
+use node_fencer_tests::recovery_timeline::{self, Lane, Phase};
 use node_fencer_tests::scene::*;
 use node_fencer_tests::timing::Timeline;
 use serde_json::Value;
@@ -29,8 +35,10 @@ use serde_json::Value;
 const USAGE: &str = "\
 usage: bench-recovery [--runs N] [--mode both|lambda|in-process] [--baseline]
                       [--baseline-wait SECS] [--storm NODES:STOPPED] [--no-storm]
+                      [--driver ebs|cstor] [--fencing taint|legacy] [--svg PATH]
+                      [--event-at-stop]
 
-Runs the seed scenario (a StatefulSet and a Deployment with ReadWriteOnce EBS
+Runs the seed scenario (a StatefulSet and a Deployment with ReadWriteOnce
 volumes on node 2; node 2's instance stops) N times per mode and prints medians
 with min/max:
   --runs N             seed runs per mode (default 5)
@@ -44,6 +52,19 @@ with min/max:
                        stop at once, fenced as one batch in-process and as
                        concurrent EventBridge events through the binary
   --no-storm           skip the storm
+  --driver D           the volumes' CSI driver: ebs (default, against moto) or
+                       cstor (cStor over iSCSI, no cloud call)
+  --fencing F          node-fencer's FENCING_MODE: taint (default) or legacy
+  --svg PATH           where the timeline picture goes (default
+                       docs/recovery-timeline.svg, or
+                       docs/recovery-timeline-<driver>-<fencing>.svg for other
+                       drivers and modes); the same timeline is printed as text
+  --event-at-stop      send the `stopped` event right at the stop, as EC2 does,
+                       while the Node is still Ready (node-fencer waits for it
+                       to turn NotReady); by default it is sent once NotReady
+
+The stack's --node-monitor-grace-period is 10 s; set
+NODE_FENCER_NODE_MONITOR_GRACE_PERIOD=50s (Kubernetes' default) for another.
 
 Set NODE_FENCER_CLUSTER_STACK_DIR to use a stack started with
 `tests/stack/up.sh DIR --controllers`; otherwise one is started and stopped.";
@@ -55,6 +76,36 @@ struct Args {
     baseline: bool,
     baseline_wait: Duration,
     storm: Option<(usize, usize)>,
+    driver: Driver,
+    fencing: ModeSetting,
+    svg: Option<PathBuf>,
+    event_at_stop: bool,
+}
+
+impl Args {
+    /// The picture's path: as given, or under `docs/` by driver and mode.
+    fn svg_path(&self) -> PathBuf {
+        if let Some(p) = &self.svg {
+            return p.clone();
+        }
+        let tests = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let docs = tests.parent().unwrap_or(tests).join("docs");
+        match (self.driver, self.fencing) {
+            (Driver::Ebs, ModeSetting::Taint) => docs.join("recovery-timeline.svg"),
+            (d, f) => docs.join(format!(
+                "recovery-timeline-{}-{}.svg",
+                driver_tag(d),
+                f.name()
+            )),
+        }
+    }
+}
+
+fn driver_tag(d: Driver) -> &'static str {
+    match d {
+        Driver::Ebs => "ebs",
+        Driver::Cstor => "cstor",
+    }
 }
 
 fn parse_args() -> anyhow::Result<Option<Args>> {
@@ -65,6 +116,10 @@ fn parse_args() -> anyhow::Result<Option<Args>> {
         baseline: false,
         baseline_wait: Duration::from_secs(420),
         storm: Some((50, 20)),
+        driver: Driver::Ebs,
+        fencing: ModeSetting::Taint,
+        svg: None,
+        event_at_stop: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -96,6 +151,22 @@ fn parse_args() -> anyhow::Result<Option<Args>> {
                 args.storm = Some((n, s));
             }
             "--no-storm" => args.storm = None,
+            "--driver" => {
+                args.driver = match value("--driver")?.as_str() {
+                    "ebs" => Driver::Ebs,
+                    "cstor" => Driver::Cstor,
+                    other => bail!("--driver: ebs or cstor, not {other:?}"),
+                }
+            }
+            "--fencing" => {
+                args.fencing = match value("--fencing")?.as_str() {
+                    "taint" => ModeSetting::Taint,
+                    "legacy" => ModeSetting::Legacy,
+                    other => bail!("--fencing: taint or legacy, not {other:?}"),
+                }
+            }
+            "--svg" => args.svg = Some(PathBuf::from(value("--svg")?)),
+            "--event-at-stop" => args.event_at_stop = true,
             other => bail!("unknown argument {other:?} (see --help)"),
         }
     }
@@ -164,6 +235,62 @@ impl Table {
     }
 }
 
+/// Every run's milestones per case, in seconds since the stop; the
+/// timeline draws their medians.
+#[derive(Default)]
+struct Milestones {
+    lanes: Vec<CaseSamples>,
+}
+
+/// One case's samples: per phase, and how long unrecovered runs were watched.
+struct CaseSamples {
+    name: String,
+    marks: BTreeMap<Phase, Vec<f64>>,
+    watched: Vec<f64>,
+}
+
+impl Milestones {
+    fn lane(&mut self, name: &str) -> &mut CaseSamples {
+        let at = match self.lanes.iter().position(|c| c.name == name) {
+            Some(i) => i,
+            None => {
+                self.lanes.push(CaseSamples {
+                    name: name.to_owned(),
+                    marks: BTreeMap::new(),
+                    watched: Vec::new(),
+                });
+                self.lanes.len() - 1
+            }
+        };
+        &mut self.lanes[at]
+    }
+
+    fn add(&mut self, lane: &str, phase: Phase, at: Duration) {
+        let marks = &mut self.lane(lane).marks;
+        marks.entry(phase).or_default().push(secs(at));
+    }
+
+    /// The case was watched this long without recovering.
+    fn unrecovered(&mut self, lane: &str, watched: Duration) {
+        self.lane(lane).watched.push(secs(watched));
+    }
+
+    fn lanes(&self) -> Vec<Lane> {
+        self.lanes
+            .iter()
+            .map(|c| Lane {
+                name: c.name.clone(),
+                marks: c
+                    .marks
+                    .iter()
+                    .filter_map(|(p, v)| median(v).map(|(m, _, _)| (*p, m)))
+                    .collect(),
+                watched_until: median(&c.watched).map(|(m, _, _)| m),
+            })
+            .collect()
+    }
+}
+
 fn instance_ref(id: &str) -> anyhow::Result<NodeRef> {
     Ok(NodeRef::Instance(
         InstanceId::parse(id).ok_or_else(|| anyhow!("not an instance id: {id:?}"))?,
@@ -175,13 +302,16 @@ fn instance_ref(id: &str) -> anyhow::Result<NodeRef> {
 struct Warm {
     cloud: Ec2,
     cluster: Kube,
+    /// `NOT_READY_WAIT_SECONDS`, as the binary gets it.
+    not_ready_wait: Duration,
 }
 
 impl Warm {
-    async fn new(stack: &Stack) -> anyhow::Result<Self> {
+    async fn new(stack: &Stack, not_ready_wait: Duration) -> anyhow::Result<Self> {
         let warm = Self {
             cloud: Ec2::new(stack.ec2().await),
             cluster: Kube::new(stack.fencer().await?, "bench-recovery"),
+            not_ready_wait,
         };
         warm.cluster.list_nodes().await?;
         let unknown = InstanceId::parse("i-0ffffffffffffffff").context("an instance id")?;
@@ -199,6 +329,7 @@ async fn fence_timed(
     warm: &Warm,
     batch: Batch,
     max_out_of_service: usize,
+    mode: ModeSetting,
 ) -> anyhow::Result<(Report, Timeline, Duration)> {
     let timeline = Timeline::new();
     let (cloud, cluster) = timeline.wrap(&warm.cloud, &warm.cluster);
@@ -211,10 +342,11 @@ async fn fence_timed(
     };
     let policy = Policy {
         max_out_of_service,
-        mode: ModeSetting::Taint,
+        mode,
         recovery_settle: Duration::ZERO,
         detach_wait: Duration::from_secs(60),
         poll_interval: Duration::from_millis(500),
+        not_ready_wait: warm.not_ready_wait,
         ..Policy::default()
     };
     let report = pipeline::run(&ctx, &policy, batch).await?;
@@ -234,29 +366,71 @@ enum Mode<'a> {
     InProcess(&'a Warm),
 }
 
-/// One seed run with node-fencer; adds its figures to the tables.
-async fn seed_run(
-    stack: &Stack,
+/// What every seed run shares.
+struct Bench<'a> {
+    stack: &'a Stack,
+    clock: &'a Clock,
+    driver: Driver,
+    fencing: ModeSetting,
+    /// The stack's `--node-monitor-grace-period`, in seconds.
+    grace: u64,
+    event_at_stop: bool,
+}
+
+impl Bench<'_> {
+    /// Whether node-fencer taints: not in legacy mode.
+    fn taints(&self) -> bool {
+        !matches!(self.fencing, ModeSetting::Legacy)
+    }
+}
+
+/// The stack's `--node-monitor-grace-period` in seconds, as `up.sh`
+/// recorded it (`10s`, `50s`, `1m`).
+fn grace_seconds(stack: &Stack) -> anyhow::Result<u64> {
+    let v = stack
+        .vars
+        .get("NODE_FENCER_NODE_MONITOR_GRACE_PERIOD")
+        .map_or("10s", String::as_str);
+    let (n, unit) = v.split_at(v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len()));
+    let n: u64 = n.parse().with_context(|| format!("grace period {v:?}"))?;
+    match unit {
+        "" | "s" => Ok(n),
+        "m" => Ok(n * 60),
+        _ => bail!("grace period {v:?}: seconds (`50s`) or minutes (`1m`)"),
+    }
+}
+
+/// The tables and milestones a seed run adds to.
+struct Tables<'a> {
+    whole: &'a mut Table,
+    fencer: &'a mut Table,
+    milestones: &'a mut Milestones,
+}
+
+/// When a seed run's event is sent: the scene, the stop on the wall
+/// clock, and the event's time since the stop.
+struct Start<'a> {
+    seed: &'a Seed,
+    stopped_wall: std::time::SystemTime,
+    event: Duration,
+}
+
+/// Sends node 2's `stopped` event (through the binary, or in-process with
+/// every call timed) and adds node-fencer's own figures; returns how long
+/// it took from the event to the answer.
+async fn fence_once(
+    b: &Bench<'_>,
     mode: &Mode<'_>,
-    clock: &Clock,
-    whole: &mut Table,
+    at: &Start<'_>,
     fencer: &mut Table,
-) -> anyhow::Result<()> {
-    let admin = stack.admin().await?;
-    let seed = seed(stack).await?;
+    milestones: &mut Milestones,
+) -> anyhow::Result<Duration> {
+    let admin = b.stack.admin().await?;
+    let seed = at.seed;
     let node2 = seed.node2().name.clone();
-    // The pod garbage collector runs every 20 s and a run takes about as
-    // long: a random pause keeps the runs from meeting it at one phase.
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    tokio::time::sleep(Duration::from_millis(u64::from(nanos % 20_000))).await;
-    let stopped = Instant::now();
-    let not_ready =
-        kill_node2_until_not_ready(stack, &seed, false, Duration::from_secs(60)).await?;
+    let (stopped_wall, event_at) = (at.stopped_wall, at.event);
     let event = Instant::now();
-    let label = match mode {
+    match mode {
         Mode::Lambda(emu) => {
             let (failed, output) = invoke(
                 emu,
@@ -275,7 +449,29 @@ async fn seed_run(
                 "EventBridge event sent → report received (through the binary)",
                 secs(latency),
             );
-            "lambda"
+            // Inside the binary nothing is timed: the Node's `fenced-at`
+            // (written with the taint) and the Events' times (recorded right
+            // after the volumes were freed) tell, on the same machine's clock.
+            let since_stop = |t: std::time::SystemTime| t.duration_since(stopped_wall).ok();
+            if let (true, Some(t)) = (
+                b.taints(),
+                fenced_at(&admin, &node2).await?.and_then(since_stop),
+            ) {
+                milestones.add(LAMBDA_LANE, Phase::Tainted, t);
+            }
+            let mut freed = Vec::new();
+            for reason in ["VolumesForceDetached", "VolumeAttachmentsDeleted"] {
+                freed.extend(
+                    event_time(&admin, &node2, reason)
+                        .await?
+                        .and_then(since_stop),
+                );
+            }
+            // No such Event: node-fencer freed nothing itself (taint mode
+            // with a driver other than EBS leaves it to Kubernetes).
+            if let Some(freed) = freed.into_iter().max() {
+                milestones.add(LAMBDA_LANE, Phase::Detached, freed);
+            }
         }
         Mode::InProcess(warm) => {
             let batch = Batch {
@@ -286,18 +482,28 @@ async fn seed_run(
                 }],
                 ..Batch::default()
             };
-            let (report, tl, total) = fence_timed(warm, batch, 1000).await?;
+            let (report, tl, total) = fence_timed(warm, batch, 1000, b.fencing).await?;
             if report.results.first().map(|r| r.outcome) != Some(Outcome::Fenced) {
                 bail!("not fenced: {report:?}");
             }
-            if let Some(t) = tl.first_end("TaintNode") {
+            // In legacy mode the same patch marks the Node fenced, no taint.
+            if let (true, Some(t)) = (b.taints(), tl.first_end("TaintNode")) {
                 fencer.add("event received → taint applied", secs(t));
+                milestones.add(IN_PROCESS_LANE, Phase::Tainted, event_at + t);
             }
-            if let Some(t) = tl.last_end("DetachVolume") {
+            let freed = [
+                tl.last_end("DetachVolume"),
+                tl.last_end("DeleteVolumeAttachment"),
+            ]
+            .into_iter()
+            .flatten()
+            .max();
+            if let Some(t) = freed {
                 fencer.add(
-                    "event received → volumes detached (DetachVolume sent)",
+                    "event received → volumes freed (DetachVolume or VolumeAttachment delete sent)",
                     secs(t),
                 );
+                milestones.add(IN_PROCESS_LANE, Phase::Detached, event_at + t);
             }
             fencer.add(
                 "event received → volumes `available`, report ready",
@@ -306,10 +512,67 @@ async fn seed_run(
             for (op, (count, spent)) in tl.by_op() {
                 fencer.add(&format!("  {op} ({count} call(s), summed)"), secs(spent));
             }
-            "in-process"
         }
+    }
+    Ok(event.elapsed())
+}
+
+/// One seed run with node-fencer; adds its figures to the tables.
+async fn seed_run(b: &Bench<'_>, mode: &Mode<'_>, t: Tables<'_>) -> anyhow::Result<()> {
+    let Tables {
+        whole,
+        fencer,
+        milestones,
+    } = t;
+    let (stack, clock) = (b.stack, b.clock);
+    let admin = stack.admin().await?;
+    let seed = seed_with(stack, b.driver).await?;
+    let node2 = seed.node2().name.clone();
+    // The pod garbage collector runs every 20 s and a run takes about as
+    // long: a random pause keeps the runs from meeting it at one phase.
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    tokio::time::sleep(Duration::from_millis(u64::from(nanos % 20_000))).await;
+    let stopped = Instant::now();
+    let stopped_wall = std::time::SystemTime::now();
+    kill_node2(stack, &seed, false).await?;
+    let watch = async {
+        let bound = Duration::from_secs(b.grace + 60);
+        wait_not_ready(&admin, std::slice::from_ref(&node2), bound).await?;
+        anyhow::Ok(stopped.elapsed())
     };
-    let fenced = event.elapsed();
+    let at = Start {
+        seed: &seed,
+        stopped_wall,
+        event: Duration::ZERO,
+    };
+    let (not_ready, event_at, fenced) = if b.event_at_stop {
+        // Sent at the stop, as EC2's notification comes: the invocation
+        // waits for the Node to turn NotReady.
+        let at = Start {
+            event: stopped.elapsed(),
+            ..at
+        };
+        let (not_ready, fenced) = tokio::join!(watch, fence_once(b, mode, &at, fencer, milestones));
+        (not_ready?, at.event, fenced?)
+    } else {
+        let not_ready = watch.await?;
+        let at = Start {
+            event: stopped.elapsed(),
+            ..at
+        };
+        (
+            not_ready,
+            at.event,
+            fence_once(b, mode, &at, fencer, milestones).await?,
+        )
+    };
+    let label = match mode {
+        Mode::Lambda(_) => "lambda",
+        Mode::InProcess(_) => "in-process",
+    };
     // The controllers take it from here.
     let mut pods_gone = None;
     let mut back = [None, None];
@@ -318,29 +581,33 @@ async fn seed_run(
         if Instant::now() > deadline {
             bail!("not recovered 180 s after the event");
         }
-        if pods_gone.is_none() {
-            let mut left = 0;
-            for a in ["db", "app"] {
-                left += pods(&admin, &seed.namespace, a)
-                    .await?
-                    .iter()
-                    .filter(|p| p.node.as_deref() == Some(node2.as_str()))
-                    .count();
-            }
-            if left == 0 {
-                pods_gone = Some(stopped.elapsed());
-            }
+        if pods_gone.is_none() && pods_left_on_node2(&admin, &seed).await? == 0 {
+            pods_gone = Some(stopped.elapsed());
         }
         note_recoveries(stack, &seed, stopped, &mut back).await?;
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let [db, app] = back.map(Option::unwrap_or_default);
     let pods_gone = pods_gone.unwrap_or_default();
-    let since_event = |t: Duration| secs(t.saturating_sub(not_ready));
+    let lane = match mode {
+        Mode::Lambda(_) => LAMBDA_LANE,
+        Mode::InProcess(_) => IN_PROCESS_LANE,
+    };
+    milestones.add(lane, Phase::NotReady, not_ready);
+    milestones.add(lane, Phase::Event, event_at);
+    milestones.add(lane, Phase::PodsDeleted, pods_gone);
+    milestones.add(lane, Phase::Running, db.max(app));
+    let since_event = |t: Duration| secs(t.saturating_sub(event_at));
     whole.add(
-        "instance stopped → Node NotReady (grace period 10 s)",
+        &format!(
+            "instance stopped → Node NotReady (grace period {} s)",
+            b.grace
+        ),
         secs(not_ready),
     );
+    if b.event_at_stop {
+        whole.add("instance stopped → event sent", secs(event_at));
+    }
     whole.add("event → node fenced (taint + detach done)", secs(fenced));
     whole.add("event → old pods force-deleted", since_event(pods_gone));
     whole.add(
@@ -393,17 +660,31 @@ async fn note_recoveries(
     Ok(now_back)
 }
 
+/// The timeline's lane of each case.
+const LAMBDA_LANE: &str = "node-fencer, through the binary";
+const IN_PROCESS_LANE: &str = "node-fencer, in-process";
+const RUNBOOK_LANE: &str = "force-delete runbook (no node-fencer)";
+const ALONE_LANE: &str = "left alone (no node-fencer)";
+
 /// The seed scenario without node-fencer, watched for `wait`; with
 /// `force_delete`, the operator force-deletes the stuck pods once the node is
-/// NotReady (the usual runbook). Returns one line per workload.
+/// NotReady (the usual runbook). Returns one line per workload, and the
+/// case's milestones.
 async fn baseline(
     stack: &'static Stack,
+    driver: Driver,
     force_delete: bool,
     wait: Duration,
     clock: &Clock,
-) -> anyhow::Result<Vec<String>> {
+) -> anyhow::Result<(Vec<String>, Milestones)> {
     let admin = stack.admin().await?;
-    let seed = seed(stack).await?;
+    let seed = seed_with(stack, driver).await?;
+    let mut milestones = Milestones::default();
+    let lane = if force_delete {
+        RUNBOOK_LANE
+    } else {
+        ALONE_LANE
+    };
     let node2 = seed.node2().name.clone();
     let tag = if force_delete {
         "baseline + force-delete"
@@ -411,7 +692,9 @@ async fn baseline(
         "baseline"
     };
     let stopped = Instant::now();
-    kill_node2_until_not_ready(stack, &seed, false, Duration::from_secs(60)).await?;
+    let not_ready =
+        kill_node2_until_not_ready(stack, &seed, false, Duration::from_secs(60)).await?;
+    milestones.add(lane, Phase::NotReady, not_ready);
     if force_delete {
         // Let Kubernetes evict first (tolerationSeconds), as an operator finds it.
         tokio::time::sleep(Duration::from_secs(
@@ -432,6 +715,8 @@ async fn baseline(
             "  {tag}: pods on node 2 force-deleted {:.0}s after the stop",
             secs(stopped.elapsed())
         ));
+        milestones.add(lane, Phase::Event, stopped.elapsed());
+        milestones.add(lane, Phase::PodsDeleted, stopped.elapsed());
     }
     let mut back = [None, None];
     let mut next_report = Duration::from_secs(30);
@@ -482,8 +767,12 @@ async fn baseline(
         line("db (StatefulSet)", back[0]),
         line("app (Deployment)", back[1]),
     ];
+    match back {
+        [Some(db), Some(app)] => milestones.add(lane, Phase::Running, db.max(app)),
+        _ => milestones.unrecovered(lane, stopped.elapsed()),
+    }
     teardown(&admin, Some(&seed.namespace), &seed.node_names()).await;
-    Ok(out)
+    Ok((out, milestones))
 }
 
 /// The storm: `stopped` of `nodes` instances stop at once. Returns lines.
@@ -531,7 +820,7 @@ async fn storm(
                     .collect::<anyhow::Result<_>>()?,
                 ..Batch::default()
             };
-            let (report, tl, total) = fence_timed(warm, batch, 1000).await?;
+            let (report, tl, total) = fence_timed(warm, batch, 1000, ModeSetting::Taint).await?;
             let fenced = report
                 .results
                 .iter()
@@ -603,9 +892,16 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let stack: &'static Stack = cluster_stack();
     let admin = stack.admin().await?;
     ensure_storage_class(&admin).await?;
+    let grace = grace_seconds(stack)?;
+    // Room for the grace period and the node controller's 5-second checks.
+    let not_ready_wait = (grace + 30).min(300).to_string();
     let emu: Option<&'static Emulator> = if args.lambda || args.storm.is_some() {
         clock.say("starting node-fencer under cargo lambda watch");
-        let emu: &'static Emulator = Box::leak(Box::new(start_emulator(stack, &[])?));
+        let env: &[(&str, &str)] = &[
+            ("FENCING_MODE", args.fencing.name()),
+            ("NOT_READY_WAIT_SECONDS", &not_ready_wait),
+        ];
+        let emu: &'static Emulator = Box::leak(Box::new(start_emulator(stack, env)?));
         let cold = Instant::now();
         let (_, _) = invoke(emu, eventbridge_event("i-0ffffffffffffffff", "stopped")).await?;
         clock.say(&format!(
@@ -617,11 +913,25 @@ async fn run(args: Args) -> anyhow::Result<()> {
         None
     };
 
-    let warm = Warm::new(stack).await?;
+    let warm = Warm::new(stack, Duration::from_secs(grace + 30)).await?;
     let mut whole_lambda =
         Table::new("Whole recovery, node-fencer through the binary (cargo lambda watch)");
     let mut whole_inproc = Table::new("Whole recovery, node-fencer in-process");
     let mut fencer = Table::new("node-fencer's own latency");
+    let mut milestones = Milestones::default();
+    let bench = Bench {
+        stack,
+        clock: &clock,
+        driver: args.driver,
+        fencing: args.fencing,
+        grace,
+        event_at_stop: args.event_at_stop,
+    };
+    clock.say(&format!(
+        "volumes of {}, FENCING_MODE={}",
+        args.driver.name(),
+        args.fencing.name()
+    ));
     for i in 0..args.runs {
         if let (true, Some(emu)) = (args.lambda, emu) {
             clock.say(&format!(
@@ -629,25 +939,21 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 i + 1,
                 args.runs
             ));
-            seed_run(
-                stack,
-                &Mode::Lambda(emu),
-                &clock,
-                &mut whole_lambda,
-                &mut fencer,
-            )
-            .await?;
+            let tables = Tables {
+                whole: &mut whole_lambda,
+                fencer: &mut fencer,
+                milestones: &mut milestones,
+            };
+            seed_run(&bench, &Mode::Lambda(emu), tables).await?;
         }
         if args.in_process {
             clock.say(&format!("seed run {}/{} in-process", i + 1, args.runs));
-            seed_run(
-                stack,
-                &Mode::InProcess(&warm),
-                &clock,
-                &mut whole_inproc,
-                &mut fencer,
-            )
-            .await?;
+            let tables = Tables {
+                whole: &mut whole_inproc,
+                fencer: &mut fencer,
+                milestones: &mut milestones,
+            };
+            seed_run(&bench, &Mode::InProcess(&warm), tables).await?;
         }
     }
 
@@ -658,11 +964,13 @@ async fn run(args: Args) -> anyhow::Result<()> {
             args.baseline_wait.as_secs()
         ));
         let (alone, remedy) = tokio::join!(
-            baseline(stack, false, args.baseline_wait, &clock),
-            baseline(stack, true, args.baseline_wait, &clock)
+            baseline(stack, args.driver, false, args.baseline_wait, &clock),
+            baseline(stack, args.driver, true, args.baseline_wait, &clock)
         );
-        baseline_lines.extend(alone?);
-        baseline_lines.extend(remedy?);
+        for (lines, lanes) in [remedy?, alone?] {
+            baseline_lines.extend(lines);
+            milestones.lanes.extend(lanes.lanes);
+        }
     }
 
     let mut storm_lines = Vec::new();
@@ -690,6 +998,19 @@ async fn run(args: Args) -> anyhow::Result<()> {
         for l in &storm_lines {
             println!("- {}", l.trim_start());
         }
+    }
+    let lanes = milestones.lanes();
+    if !lanes.is_empty() {
+        let title = format!(
+            "Seed scenario, {} volumes, FENCING_MODE={}: medians, seconds since the instance stopped",
+            args.driver.name(),
+            args.fencing.name()
+        );
+        let path = args.svg_path();
+        std::fs::write(&path, recovery_timeline::svg(&title, &lanes))
+            .with_context(|| format!("writing {}", path.display()))?;
+        println!("\n### Timeline (medians; picture in {})\n", path.display());
+        println!("```\n{}```", recovery_timeline::text(&lanes));
     }
     Ok(())
 }

@@ -5,16 +5,18 @@
 //! scenario (a StatefulSet and a Deployment with ReadWriteOnce EBS volumes on
 //! node 2), stops node 2's instance and heartbeats, shows Kubernetes stuck,
 //! then sends the EventBridge `stopped` event to the real binary under
-//! `cargo lambda watch` and follows the recovery. `--keep` leaves it all up.
+//! `cargo lambda watch` and follows the recovery. It ends with a summary: the
+//! run's timeline and, with `--keep`, the commands to look at what is left.
 
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use node_fencer_tests::cluster::cluster_stack;
-use node_fencer_tests::fixtures::{node_events, volume};
+use node_fencer_tests::fixtures::{event_time, fenced_at, node_events, volume};
 use node_fencer_tests::lambda::start_emulator;
+use node_fencer_tests::recovery_timeline::{self, Lane, Phase};
 use node_fencer_tests::scene::{
-    eventbridge_event, kill_node2, node_taints, seed, stuck, wait_not_ready, wait_recovered,
-    wait_until,
+    eventbridge_event, kill_node2, node_taints, pods_left_on_node2, running_with_volume, seed,
+    stuck, wait_not_ready, wait_until,
 };
 use serde_json::Value;
 
@@ -99,6 +101,10 @@ async fn main() -> anyhow::Result<()> {
     }
 
     step(t0, "EC2: stopping node 2's instance; its heartbeats stop");
+    let stopped = Instant::now();
+    let stopped_wall = SystemTime::now();
+    let since_stop = |t: SystemTime| t.duration_since(stopped_wall).ok();
+    let mut marks = vec![(Phase::Stopped, Duration::ZERO)];
     kill_node2(s, &seed, false).await?;
     wait_not_ready(
         &admin,
@@ -106,6 +112,7 @@ async fn main() -> anyhow::Result<()> {
         Duration::from_secs(60),
     )
     .await?;
+    marks.push((Phase::NotReady, stopped.elapsed()));
     step(
         t0,
         &format!(
@@ -135,6 +142,7 @@ async fn main() -> anyhow::Result<()> {
     );
     let event = eventbridge_event(&seed.node2().machine.instance, "stopped");
     let sent = Instant::now();
+    marks.push((Phase::Event, stopped.elapsed()));
     let out = emu.invoke(&event)?;
     let took = sent.elapsed();
     if out.error {
@@ -153,17 +161,51 @@ async fn main() -> anyhow::Result<()> {
     for (reason, note) in node_events(&admin, &node2).await? {
         println!("         event {reason}: {note}");
     }
+    // The binary times nothing itself: the Node's `fenced-at` (written with
+    // the taint) and its Events' times say when, on this machine's clock.
+    if let Some(t) = fenced_at(&admin, &node2).await?.and_then(since_stop) {
+        marks.push((Phase::Tainted, t));
+    }
+    if let Some(t) = event_time(&admin, &node2, "VolumesForceDetached")
+        .await?
+        .and_then(since_stop)
+    {
+        marks.push((Phase::Detached, t));
+    }
 
     step(t0, "the controllers take it from here");
-    let rec = wait_recovered(s, &seed, Duration::from_secs(120)).await?;
+    let (mut pods_gone, mut back) = (None, [None, None]);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while pods_gone.is_none() || back.iter().any(Option::is_none) {
+        if Instant::now() > deadline {
+            anyhow::bail!("not recovered 120 s after the event");
+        }
+        if pods_gone.is_none() && pods_left_on_node2(&admin, &seed).await? == 0 {
+            pods_gone = Some(stopped.elapsed());
+            step(t0, "the old pods are gone");
+        }
+        for (w, at) in [&seed.db, &seed.app].into_iter().zip(back.iter_mut()) {
+            if at.is_none()
+                && let Some(node) = running_with_volume(s, &seed, w, Some(&node2)).await?
+            {
+                *at = Some((stopped.elapsed(), node));
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     let ec2 = s.ec2().await;
-    for (w, node) in [(&seed.db, &rec.db_node), (&seed.app, &rec.app_node)] {
+    let mut running = Duration::ZERO;
+    for (w, at) in [&seed.db, &seed.app].into_iter().zip(&back) {
+        let Some((t, node)) = at else { continue };
+        running = running.max(*t);
         let (state, attached) = volume(&ec2, &w.volume).await?;
         println!(
             "         {} runs on {node}; {} {state}, attached to {attached:?}",
             w.name, w.volume
         );
     }
+    marks.extend(pods_gone.map(|t| (Phase::PodsDeleted, t)));
+    marks.push((Phase::Running, running));
     step(
         t0,
         &format!(
@@ -171,20 +213,42 @@ async fn main() -> anyhow::Result<()> {
             sent.elapsed().as_secs_f64()
         ),
     );
+
+    let lane = Lane {
+        name: "this run: node-fencer through the binary".into(),
+        marks: marks
+            .into_iter()
+            .map(|(p, t)| (p, t.as_secs_f64()))
+            .collect(),
+        watched_until: None,
+    };
+    println!(
+        "\nSummary: both workloads run elsewhere with their volumes, {:.1} s after the \
+         instance stopped ({} ms in node-fencer).\n\n{}",
+        running.as_secs_f64(),
+        took.as_millis(),
+        recovery_timeline::text(std::slice::from_ref(&lane))
+    );
     if keep {
         // `make run` sources the cache's env.sh, which names the kubectl it built.
         let kubectl = std::env::var("NODE_FENCER_KUBE_BIN")
             .map_or_else(|_| "kubectl".to_owned(), |d| format!("{d}/kubectl"));
         println!(
-            "\nThe stack stays up until Ctrl-C. From another shell:\n  \
+            "The stack stays up until Ctrl-C. From another shell:\n  \
              source {dir}/env   # KUBECONFIG, AWS_ENDPOINT_URL, ...\n  \
              {kubectl} get nodes,pods,volumeattachments -A -o wide\n  \
-             cargo lambda invoke node-fencer --invoke-port {port} --data-ascii '{{\"action\": \"check\", \"node\": \"{node2}\"}}'",
+             {kubectl} get events -n default --field-selector involvedObject.name={node2}\n  \
+             cargo lambda invoke node-fencer --invoke-port {port} --data-ascii '{{\"action\": \"check\", \"node\": \"{node2}\"}}'\n  \
+             tail {dir}/logs/csi-attacher.log",
             dir = s.dir.display(),
-            port = emu.port
+            port = emu.port,
         );
         // The watchdog stops the stack when this process exits.
         tokio::signal::ctrl_c().await?;
+    } else {
+        println!(
+            "The stack is torn down now; `make run ARGS=--keep` leaves it up, with the commands to look at it."
+        );
     }
     Ok(())
 }
