@@ -5,7 +5,7 @@
 
 use std::process::ExitCode;
 
-#[tokio::main]
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
     if std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_some() {
         match node_fencer::entry::lambda::serve().await {

@@ -901,6 +901,7 @@ ALLOWED_CONTROL_RULES = {
     ("", "configmaps", "get"),
 }
 CONTROL_OBJECT = "node-fencer"
+CENSUS_OBJECT = "node-fencer-census"
 CONTROL_NAMESPACE = "kube-system"
 
 
@@ -988,7 +989,9 @@ def test_role_is_exactly_what_the_code_needs_in_the_control_namespace():
                 # RBAC authorizes create before the object, and so its name, exists.
                 assert names is None, f"create with resourceNames is never allowed by RBAC: {rule}"
             else:
-                assert names == [CONTROL_OBJECT], f"{verb} must be restricted to resourceNames [{CONTROL_OBJECT!r}]: {rule}"
+                # Leases: the fencing Lease and the sweep's census; the kill switch alone otherwise.
+                allowed = [CONTROL_OBJECT, CENSUS_OBJECT] if rule["resources"] == ["leases"] else [CONTROL_OBJECT]
+                assert names == allowed, f"{verb} must be restricted to resourceNames {allowed!r}: {rule}"
         for group in rule["apiGroups"]:
             for resource in rule["resources"]:
                 for verb in rule["verbs"]:

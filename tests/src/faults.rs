@@ -127,6 +127,11 @@ pub struct Seen {
     pub action: Option<String>,
     /// The fault it got, if any.
     pub fault: Option<String>,
+    /// When it arrived.
+    pub at: Instant,
+    /// The size of the answer's body passed back from upstream (0 until it
+    /// is, and for a fault).
+    pub bytes: usize,
 }
 
 struct Rule {
@@ -277,8 +282,20 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Reply, st
             path: path.clone(),
             action: ec2_action(&text),
             fault: picked.as_ref().map(|f| format!("{f:?}")),
+            at: Instant::now(),
+            bytes: 0,
         });
-        picked
+        (picked, state.seen.len() - 1)
+    };
+    let (fault, index) = fault;
+    let counted = |reply: Result<Reply, std::io::Error>| {
+        if let Ok(r) = &reply {
+            let size = hyper::body::Body::size_hint(r.body()).exact().unwrap_or(0);
+            if let Some(seen) = lock(&shared.state).seen.get_mut(index) {
+                seen.bytes = usize::try_from(size).unwrap_or(usize::MAX);
+            }
+        }
+        reply
     };
     let dropped = || std::io::Error::other("connection dropped by the fault proxy");
     match fault {
@@ -298,9 +315,9 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Reply, st
         }
         Some(Fault::Delay(d)) => {
             tokio::time::sleep(d).await;
-            forward(&shared.upstream, parts, path, body).await
+            counted(forward(&shared.upstream, parts, path, body).await)
         }
-        None => forward(&shared.upstream, parts, path, body).await,
+        None => counted(forward(&shared.upstream, parts, path, body).await),
     }
 }
 

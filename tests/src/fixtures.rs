@@ -532,7 +532,6 @@ pub async fn delete_vas_of(admin: &Client, node: &str) -> anyhow::Result<usize> 
 /// Creates a [`Target`], its instance stopped unless `running`.
 pub async fn target(stack: &Stack, running: bool) -> anyhow::Result<Target> {
     let ec2 = stack.ec2().await;
-    let admin = stack.admin().await?;
     let m = launch(&ec2).await?;
     let volume = attach_new_volume(&ec2, &m, "/dev/xvdba").await?;
     if !running {
@@ -540,17 +539,43 @@ pub async fn target(stack: &Stack, running: bool) -> anyhow::Result<Target> {
     }
     let mut spec = NodeSpec::for_machine(&m);
     spec.ready = "Unknown";
-    create_node(&admin, &spec).await?;
+    node_of(stack, m, volume, &spec).await
+}
+
+/// Creates the Node `spec` for the machine, with its volume behind a PV
+/// and a VolumeAttachment.
+async fn node_of(
+    stack: &Stack,
+    m: Machine,
+    volume: String,
+    spec: &NodeSpec,
+) -> anyhow::Result<Target> {
+    let admin = stack.admin().await?;
+    create_node(&admin, spec).await?;
     let cleanup = stack.delete_on_drop(&[&spec.name]);
     let pv = unique("pv");
     create_pv(&admin, &pv, &volume).await?;
     create_va(&admin, &spec.name, &pv, "ebs.csi.aws.com").await?;
     Ok(Target {
         m,
-        node: spec.name,
+        node: spec.name.clone(),
         volume,
         cleanup,
     })
+}
+
+/// A stopped machine whose NotReady Node is named after its private DNS
+/// name, as on EKS, with one CSI volume; the Node's provider id names
+/// `owner` (the machine itself, unless a test says otherwise).
+pub async fn named_target(stack: &Stack, owner: Option<&Machine>) -> anyhow::Result<Target> {
+    let ec2 = stack.ec2().await;
+    let m = launch(&ec2).await?;
+    let volume = attach_new_volume(&ec2, &m, "/dev/xvdba").await?;
+    stop(&ec2, &m).await?;
+    let mut spec = NodeSpec::for_machine(owner.unwrap_or(&m));
+    spec.name = m.private_dns.clone();
+    anyhow::ensure!(!spec.name.is_empty(), "moto gave no private DNS name");
+    node_of(stack, m, volume, &spec).await
 }
 
 #[cfg(test)]

@@ -14,6 +14,7 @@ use node_fencer::core::facts::{AttachmentFacts, InstanceFacts, NodeFacts, PvFact
 use node_fencer::core::instance::{InstanceId, VolumeId};
 use node_fencer::core::kube_model::{Ending, Stamp};
 use node_fencer::core::mode::ServerVersion;
+use node_fencer::core::view::Census;
 use node_fencer::shell::cloud::{Cloud, CloudError};
 use node_fencer::shell::cluster::{
     Cluster, ClusterError, LeaseTaken, PodRef, TaintOutcome, UntaintOutcome,
@@ -219,6 +220,39 @@ impl Cluster for TimingCluster<'_> {
     async fn list_nodes(&self) -> Result<Vec<NodeFacts>, ClusterError> {
         self.timeline
             .time("ListNodes", self.inner.list_nodes())
+            .await
+    }
+    async fn get_node(&self, name: &str) -> Result<Option<NodeFacts>, ClusterError> {
+        self.timeline
+            .time("GetNode", self.inner.get_node(name))
+            .await
+    }
+    async fn list_fenced_nodes(&self) -> Result<Vec<NodeFacts>, ClusterError> {
+        self.timeline
+            .time("ListFencedNodes", self.inner.list_fenced_nodes())
+            .await
+    }
+    async fn count_nodes(&self) -> Result<usize, ClusterError> {
+        self.timeline
+            .time("CountNodes", self.inner.count_nodes())
+            .await
+    }
+    async fn read_census(&self, namespace: &str) -> Result<Option<Census>, ClusterError> {
+        self.timeline
+            .time("GetCensus", self.inner.read_census(namespace))
+            .await
+    }
+    async fn write_census(
+        &self,
+        namespace: &str,
+        census: &Census,
+        holder: &str,
+    ) -> Result<(), ClusterError> {
+        self.timeline
+            .time(
+                "WriteCensus",
+                self.inner.write_census(namespace, census, holder),
+            )
             .await
     }
     async fn taint_node(&self, node: &str, stamp: &Stamp) -> Result<TaintOutcome, ClusterError> {

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use crate::core::mode::ModeSetting;
+use crate::core::ownership::{self, ClusterIdentity};
 use crate::core::policy::Policy;
 use crate::core::resolve::ClusterScope;
 
@@ -51,15 +52,15 @@ pub const VARIABLES: &[(&str, &str)] = &[
     ),
     (
         "CLUSTER_VPC_ID",
-        "vpc-… (default unset): the cluster's VPC; Nodes without an AWS provider id are fenced only when an EC2 event's instance is in this VPC and holds the Node's InternalIP",
+        "vpc-… (default unset): the cluster's VPC; an EC2 event's instance in another VPC is let go without a Kubernetes request, and Nodes without an AWS provider id are fenced only when the instance is in this VPC and holds the Node's InternalIP",
     ),
     (
         "CLUSTER_TAG",
-        "KEY or KEY=VALUE (default unset; with CLUSTER_VPC_ID): a tag the cluster's instances carry, also required of such an instance",
+        "KEY or KEY=VALUE (default unset; with CLUSTER_VPC_ID): a tag the cluster's instances carry, also required of such an instance; kubernetes.io/cluster/NAME also names the cluster (see CLUSTER_NAME)",
     ),
     (
         "CLUSTER_NAME",
-        "EKS cluster name: authenticate with an EKS token (eks:DescribeCluster unless CLUSTER_ENDPOINT and CLUSTER_CA_DATA are set)",
+        "EKS cluster name: authenticate with an EKS token (eks:DescribeCluster unless CLUSTER_ENDPOINT and CLUSTER_CA_DATA are set); an EC2 event's instance whose cluster tags name only other clusters is let go without a Kubernetes request",
     ),
     (
         "CLUSTER_ENDPOINT",
@@ -297,6 +298,7 @@ impl Config {
         };
         let scope = cluster_scope(&get)?;
         let cluster = cluster_access(&get)?;
+        let identity = cluster_identity(scope.as_ref(), &cluster);
         let token_vars = [
             ("WEBHOOK_TOKEN", get("WEBHOOK_TOKEN")),
             (
@@ -345,6 +347,7 @@ impl Config {
                 detach_wait,
                 fence_hibernated,
                 scope,
+                identity,
                 ..Policy::default()
             },
             cluster,
@@ -399,6 +402,22 @@ fn cluster_scope(
         });
     }
     Ok(Some(ClusterScope { vpc, tag }))
+}
+
+/// What tells another cluster's instance apart: the EKS cluster's name, or
+/// the one in a `CLUSTER_TAG` of `kubernetes.io/cluster/NAME`; and the VPC.
+fn cluster_identity(scope: Option<&ClusterScope>, access: &ClusterAccess) -> ClusterIdentity {
+    let tagged = scope
+        .and_then(|s| s.tag.as_ref())
+        .and_then(|(key, _)| ownership::name_in_tag_key(key));
+    let name = match access {
+        ClusterAccess::Eks { name, .. } => Some(name.clone()),
+        _ => tagged.map(str::to_owned),
+    };
+    ClusterIdentity {
+        name,
+        vpc: scope.map(|s| s.vpc.clone()),
+    }
 }
 
 fn cluster_access(get: &impl Fn(&str) -> Option<String>) -> Result<ClusterAccess, ConfigError> {
@@ -705,6 +724,25 @@ mod tests {
             c.policy.scope.and_then(|s| s.tag),
             Some(("team".into(), None))
         );
+    }
+
+    #[test]
+    fn the_cluster_identity_comes_from_the_eks_name_or_the_cluster_tag() {
+        let identity = |vars: &[(&str, &str)]| cfg(vars).unwrap().policy.identity;
+        assert!(!identity(&[]).is_known());
+        let eks = identity(&[("CLUSTER_NAME", "prod-eu")]);
+        assert_eq!(eks.name.as_deref(), Some("prod-eu"));
+        assert_eq!(eks.vpc, None);
+        let tagged = identity(&[
+            ("CLUSTER_VPC_ID", "vpc-0123abcd"),
+            ("CLUSTER_TAG", "kubernetes.io/cluster/prod=owned"),
+        ]);
+        assert_eq!(tagged.name.as_deref(), Some("prod"));
+        assert_eq!(tagged.vpc.as_deref(), Some("vpc-0123abcd"));
+        // Another tag names no cluster: the VPC alone tells.
+        let team = identity(&[("CLUSTER_VPC_ID", "vpc-0123abcd"), ("CLUSTER_TAG", "team")]);
+        assert_eq!(team.name, None);
+        assert!(team.is_known());
     }
 
     #[test]

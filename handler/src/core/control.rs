@@ -7,6 +7,12 @@ use std::time::Duration;
 
 /// The name of the Lease and of the kill-switch ConfigMap.
 pub const OBJECT_NAME: &str = "node-fencer";
+/// The Lease in the same namespace where each sweep leaves its census of the
+/// Nodes others put out of service (renewed at each count; nobody holds it).
+pub const CENSUS_NAME: &str = "node-fencer-census";
+/// The census' annotation on it: how many Nodes take room under the cap
+/// without node-fencer's label. The count's time is the Lease's `renewTime`.
+pub const CENSUS_OTHERS: &str = "node-fencer.io/others-out-of-service";
 /// The kill switch's key in the ConfigMap's data.
 pub const KILL_SWITCH_KEY: &str = "dry-run";
 /// How long a Lease is held without renewal before another invocation may

@@ -53,6 +53,18 @@ pub enum Verdict {
 pub enum Skip {
     /// The suspect matches no Node of this cluster.
     NotInCluster,
+    /// EC2 shows the instance tagged for other clusters only: not looked
+    /// up in Kubernetes at all.
+    OtherCluster {
+        /// The first cluster its tags name.
+        cluster: String,
+    },
+    /// EC2 shows the instance in another VPC than the cluster's: not looked
+    /// up in Kubernetes at all.
+    OtherVpc {
+        /// Its VPC.
+        vpc: String,
+    },
     /// The Node has no AWS provider id, so EC2 cannot be asked about it.
     NoInstance,
     /// EC2 says the instance is in a state where it may still write.
@@ -96,6 +108,8 @@ impl Skip {
             // a retry after a minute finds it off.
             Self::InstanceNotOff { state } => state.is_stopping(),
             Self::NotInCluster
+            | Self::OtherCluster { .. }
+            | Self::OtherVpc { .. }
             | Self::NoInstance
             | Self::Hibernated
             | Self::InstanceNotFound
@@ -107,6 +121,8 @@ impl Skip {
     pub fn code(&self) -> &'static str {
         match self {
             Self::NotInCluster => "not_in_cluster",
+            Self::OtherCluster { .. } => "other_cluster",
+            Self::OtherVpc { .. } => "other_vpc",
             Self::NoInstance => "no_instance",
             Self::InstanceNotOff { .. } => "instance_not_off",
             Self::Hibernated => "hibernated",
@@ -123,6 +139,14 @@ impl std::fmt::Display for Skip {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::NotInCluster => f.write_str("no node of this cluster matches"),
+            Self::OtherCluster { cluster } => write!(
+                f,
+                "EC2 shows the instance tagged for cluster {cluster}, not this one"
+            ),
+            Self::OtherVpc { vpc } => write!(
+                f,
+                "EC2 shows the instance in {vpc}, not in the cluster's VPC"
+            ),
             Self::NoInstance => f.write_str(
                 "the node has no AWS provider id, so nothing names its machine; without a cloud provider, set CLUSTER_VPC_ID (and CLUSTER_TAG) so an EC2 event's instance is matched to it by InternalIP within the cluster's VPC",
             ),

@@ -139,6 +139,35 @@ pub struct InstanceFacts {
 }
 
 #[cfg(test)]
+impl NodeFacts {
+    /// A Node named `name` with nothing but its readiness known.
+    pub fn bare(name: &str, readiness: Readiness) -> Self {
+        Self {
+            name: name.into(),
+            instance: None,
+            readiness,
+            internal_ips: vec![],
+            host_names: vec![],
+            taints: vec![],
+            ready_since: None,
+            fenced: None,
+        }
+    }
+}
+
+#[cfg(test)]
+impl TaintFacts {
+    /// The out-of-service taint as node-fencer applies it.
+    pub fn out_of_service() -> Self {
+        Self {
+            key: OUT_OF_SERVICE_KEY.into(),
+            value: Some(OUT_OF_SERVICE_VALUE.into()),
+            effect: OUT_OF_SERVICE_EFFECT.into(),
+        }
+    }
+}
+
+#[cfg(test)]
 impl InstanceFacts {
     /// An instance in `state` with root device `/dev/xvda` and nothing else
     /// known: what most tests need.

@@ -26,6 +26,10 @@ pub const ANNOTATION_CORRELATION: &str = "node-fencer.io/correlation-id";
 pub const ANNOTATION_MODE: &str = "node-fencer.io/mode";
 /// The EBS volumes it planned to force-detach, comma-separated.
 pub const ANNOTATION_VOLUMES: &str = "node-fencer.io/volumes";
+/// The label on every Node node-fencer fenced (value `true`): the Nodes
+/// that take room under the cap on its account are one label-selected
+/// list, not a list of the whole cluster.
+pub const LABEL_FENCED: &str = "node-fencer.io/fenced";
 /// Every annotation node-fencer writes; recovery clears them all.
 pub const ANNOTATIONS: [&str; 6] = [
     ANNOTATION_TAINT,
@@ -374,7 +378,7 @@ pub fn taint_patch(node: &Node, stamp: &Stamp) -> TaintPatch {
     });
     if stamp.mode == FenceMode::Legacy {
         return TaintPatch::Apply(json!({
-            "metadata": {"resourceVersion": rv, "annotations": annotations}
+            "metadata": {"resourceVersion": rv, "annotations": annotations, "labels": {LABEL_FENCED: "true"}}
         }));
     }
     // Restating a taint we cannot serialise would drop it: refuse instead.
@@ -395,7 +399,7 @@ pub fn taint_patch(node: &Node, stamp: &Stamp) -> TaintPatch {
         "{OUT_OF_SERVICE_KEY}={OUT_OF_SERVICE_VALUE}:{OUT_OF_SERVICE_EFFECT}"
     ));
     TaintPatch::Apply(json!({
-        "metadata": {"resourceVersion": rv, "annotations": annotations},
+        "metadata": {"resourceVersion": rv, "annotations": annotations, "labels": {LABEL_FENCED: "true"}},
         "spec": { "taints": taints }
     }))
 }
@@ -471,7 +475,9 @@ pub fn untaint_patch(node: &Node, ending: &Ending<'_>, now: i64) -> UntaintPatch
         .iter()
         .map(|k| ((*k).to_owned(), Value::Null))
         .collect();
-    let mut patch = json!({"metadata": {"resourceVersion": rv, "annotations": cleared}});
+    let mut patch = json!({"metadata": {
+        "resourceVersion": rv, "annotations": cleared, "labels": {LABEL_FENCED: null}
+    }});
     let existing = node
         .spec
         .as_ref()
@@ -548,6 +554,7 @@ mod tests {
         let TaintPatch::Apply(patch) = taint_patch(&n, &stamp()) else {
             panic!("expected a patch");
         };
+        assert_eq!(patch["metadata"]["labels"][LABEL_FENCED], "true");
         n.metadata.annotations =
             serde_json::from_value(patch["metadata"]["annotations"].clone()).unwrap();
         n.spec.as_mut().unwrap().taints =
@@ -580,6 +587,11 @@ mod tests {
         };
         assert!(removes_taint);
         assert_eq!(patch["metadata"]["resourceVersion"], "5");
+        let labels = &patch["metadata"]["labels"];
+        assert!(
+            labels.get(LABEL_FENCED).is_some_and(Value::is_null),
+            "{labels}"
+        );
         assert_eq!(
             patch["spec"]["taints"],
             json!([{"key": "dedicated", "value": "db", "effect": "NoSchedule"}])
@@ -687,6 +699,7 @@ mod tests {
         };
         assert!(patch.get("spec").is_none(), "{patch}");
         assert_eq!(patch["metadata"]["annotations"][ANNOTATION_MODE], "legacy");
+        assert_eq!(patch["metadata"]["labels"][LABEL_FENCED], "true");
         n.metadata.annotations =
             serde_json::from_value(patch["metadata"]["annotations"].clone()).unwrap();
         assert_eq!(

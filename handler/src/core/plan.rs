@@ -6,7 +6,6 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use crate::core::cap;
 use crate::core::decide::{self, Recount, Skip, Verdict};
 use crate::core::facts::{Confirmation, FenceMode, InstanceFacts, NodeFacts, VolumeFacts};
 use crate::core::facts::{PodRef, PvFacts};
@@ -17,6 +16,7 @@ use crate::core::report::{
 };
 use crate::core::resolve::{self, ClusterScope, Resolution, Unclaimed};
 use crate::core::suspect::{Intent, NodeRef, Origin, Suspect};
+use crate::core::view::NodeView;
 use crate::core::volumes::{self, AttachmentAction, NodeAttachment, NodeVolume, VolumeAction};
 
 /// One node (or one suspect that matched no node), after merging the
@@ -685,7 +685,7 @@ fn plan_text(mode: FenceMode, plan: &NodePlan) -> String {
 /// Returns the indices of the runs refused here.
 pub fn recount(
     runs: &mut [NodeRun],
-    fresh: &[NodeFacts],
+    fresh: &NodeView,
     known: &HashMap<InstanceId, Confirmation>,
     limit: usize,
 ) -> Vec<usize> {
@@ -699,11 +699,12 @@ pub fn recount(
         .iter()
         .map(|&k| {
             fresh
+                .nodes
                 .iter()
                 .any(|f| Some(&f.name) == runs[k].node.as_ref() && f.is_out_of_service())
         })
         .collect();
-    let now_out = cap::taken(fresh, known);
+    let now_out = fresh.taken(known);
     let mut refused = Vec::new();
     for (&k, verdict) in new.iter().zip(decide::recount(&already, now_out, limit)) {
         match verdict {
@@ -1029,12 +1030,12 @@ mod tests {
             decided("d", true, true),
         ];
         // b was fenced by another invocation; one more node is out elsewhere.
-        let fresh = [
+        let fresh = NodeView::full(vec![
             node("a", false),
             node("b", true),
             node("c", false),
             node("x", true),
-        ];
+        ]);
         let refused = recount(&mut runs, &fresh, &HashMap::new(), 3);
         assert_eq!(refused, [2]);
         assert_eq!(runs[0].stage, Stage::Decided);

@@ -6,6 +6,7 @@ use std::time::Duration;
 use crate::core::control::LeaseTiming;
 use crate::core::decide::{self, Settings};
 use crate::core::mode::ModeSetting;
+use crate::core::ownership::ClusterIdentity;
 use crate::core::resolve::ClusterScope;
 
 /// How node-fencer fences and recovers, as configured.
@@ -40,6 +41,8 @@ pub struct Policy {
     pub scope: Option<ClusterScope>,
     /// How the fencing Lease is kept while held.
     pub lease: LeaseTiming,
+    /// What tells another cluster's instance from this one's.
+    pub identity: ClusterIdentity,
 }
 
 impl Default for Policy {
@@ -59,6 +62,7 @@ impl Default for Policy {
             fence_hibernated: false,
             scope: None,
             lease: LeaseTiming::default(),
+            identity: ClusterIdentity::default(),
         }
     }
 }

@@ -323,9 +323,21 @@ async fn permissions(
             (*g, *r, *v, Some((ns, name)))
         })
     });
-    for (group, resource, verb, scope) in cluster_wide.chain(namespaced) {
+    // The sweep's census is a Lease of its own, granted by its name.
+    let census = ["get", "update"].into_iter().map(|v| {
+        (
+            "coordination.k8s.io",
+            "leases",
+            v,
+            Some((ns, Some(control::CENSUS_NAME))),
+        )
+    });
+    for (group, resource, verb, scope) in cluster_wide.chain(namespaced).chain(census) {
         let what = match scope {
             None => format!("{verb} {resource}"),
+            Some((ns, Some(control::CENSUS_NAME))) => {
+                format!("{verb} {resource} in {ns} ({})", control::CENSUS_NAME)
+            }
             Some((ns, _)) => format!("{verb} {resource} in {ns}"),
         };
         let what = if group.is_empty() {

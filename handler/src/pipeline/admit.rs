@@ -16,13 +16,14 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-use super::{Ctx, PipelineError, Switched, confirm, refused, taint};
+use super::{Ctx, PipelineError, Switched, confirm, nodes, refused, taint};
 use crate::core::control::LeaseTiming;
 use crate::core::facts::{Confirmation, FenceMode};
 use crate::core::instance::InstanceId;
 use crate::core::metrics::Dependency;
 use crate::core::plan::{self, NodePlan, NodeRun, Stage};
 use crate::core::policy::Policy;
+use crate::core::view::NodeView;
 
 /// The right to write under the Lease: fresh while the last renewal is
 /// younger than [`LeaseTiming::valid_for`], gone for good once a renewal
@@ -105,6 +106,7 @@ pub(super) async fn admit(
     policy: &Policy,
     mode: FenceMode,
     known: &HashMap<InstanceId, Confirmation>,
+    view: &NodeView,
     runs: &mut [NodeRun],
 ) -> Result<Switched, PipelineError> {
     let live = runs.iter().any(|r| r.fencing().is_some_and(|p| !p.dry_run));
@@ -149,7 +151,7 @@ pub(super) async fn admit(
         let done = Notify::new();
         let recount = (!switched.on).then_some(known);
         let work = async {
-            let out = under_lease(ctx, policy, mode, recount, Some(&hold), runs).await;
+            let out = under_lease(ctx, policy, mode, recount, view, Some(&hold), runs).await;
             done.notify_one();
             out
         };
@@ -171,7 +173,7 @@ pub(super) async fn admit(
         }
         refused_now
     } else {
-        under_lease(ctx, policy, mode, None, None, runs).await
+        under_lease(ctx, policy, mode, None, view, None, runs).await
     };
     // Recorded once the Lease is free: Events are news, not part of the
     // count the Lease protects.
@@ -192,15 +194,23 @@ async fn under_lease(
     policy: &Policy,
     mode: FenceMode,
     recount: Option<&HashMap<InstanceId, Confirmation>>,
+    view: &NodeView,
     hold: Option<&Hold>,
     runs: &mut [NodeRun],
 ) -> Result<Vec<usize>, PipelineError> {
     let mut refused_now = Vec::new();
     if let Some(known) = recount {
-        let fresh = ctx.cluster.list_nodes().await.inspect_err(|_| {
-            ctx.meter.error(Dependency::Kubernetes);
-        })?;
-        refused_now = plan::recount(runs, &fresh, known, policy.cap(fresh.len()));
+        let mut fresh = nodes::refresh(ctx, policy, view).await?;
+        // As in the decision: a partial view only admits.
+        if fresh.is_partial() {
+            let mut trial = runs.to_vec();
+            let limit = policy.cap(fresh.cluster_size());
+            if !plan::recount(&mut trial, &fresh, known, limit).is_empty() {
+                info!("the recount would refuse: counting every Node");
+                fresh = nodes::full(ctx).await?;
+            }
+        }
+        refused_now = plan::recount(runs, &fresh, known, policy.cap(fresh.cluster_size()));
     }
 
     // Asked again right before the first irreversible step.

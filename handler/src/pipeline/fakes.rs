@@ -17,13 +17,15 @@ use serde_json::Value;
 use crate::core::control::KillSwitch;
 use crate::core::events::NodeEvent;
 use crate::core::facts::{
-    AttachmentFacts, InstanceFacts, NodeFacts, PvFacts, VolumeAttachmentState, VolumeFacts,
+    AttachmentFacts, InstanceFacts, NodeFacts, OUT_OF_SERVICE_KEY, PvFacts, VolumeAttachmentState,
+    VolumeFacts,
 };
 use crate::core::instance::{AttachmentState, InstanceId, InstanceState, VolumeId, VolumeState};
 use crate::core::kube_model::{
     self, Ending, Stamp, TaintOutcome, TaintPatch, UntaintOutcome, UntaintPatch,
 };
 use crate::core::mode::ServerVersion;
+use crate::core::view::Census;
 use crate::shell::cloud::{Cloud, CloudError};
 use crate::shell::cluster::{Cluster, ClusterError, LeaseTaken, PodRef};
 
@@ -124,6 +126,13 @@ impl FakeCloud {
                 }],
             },
         );
+    }
+
+    /// Changes what EC2 describes of `id` (its tags, its VPC).
+    pub fn describe_as(&self, id: &InstanceId, change: impl FnOnce(&mut InstanceFacts)) {
+        if let Some(facts) = self.lock().instances.get_mut(id) {
+            change(facts);
+        }
     }
 
     /// Before the `nth` DescribeInstances (1-based), `id` turns `state`.
@@ -262,6 +271,8 @@ struct ClusterState {
     lists: usize,
     /// From the n-th node list on (1-based), this Node reads NotReady.
     not_ready_at: Option<(String, usize)>,
+    /// The census Lease's count.
+    census: Option<Census>,
 }
 
 impl FakeCluster {
@@ -291,6 +302,7 @@ impl FakeCluster {
                 renewals: 0,
                 lists: 0,
                 not_ready_at: None,
+                census: None,
             }),
         }
     }
@@ -342,8 +354,9 @@ impl FakeCluster {
         }
     }
 
-    /// From the `nth` node list on (1-based), `name` reads NotReady, as the
-    /// node controller marks it once the grace period is over.
+    /// From the `nth` read of the Nodes on (a list or a read by name,
+    /// 1-based), `name` reads NotReady, as the node controller marks it once
+    /// the grace period is over.
     pub fn not_ready_from_list(&self, name: &str, nth: usize) {
         self.lock().not_ready_at = Some((name.into(), nth));
     }
@@ -514,6 +527,41 @@ impl FakeCluster {
     }
 
     /// Applies a merge patch to a Node, as the apiserver would.
+    /// Counts a read of the Nodes (a list, or a read by name) and turns the
+    /// Node set by [`Self::not_ready_from_list`] NotReady from its n-th on.
+    fn turn_not_ready_on_read(&self) {
+        let turning = {
+            let mut state = self.lock();
+            state.lists += 1;
+            state
+                .not_ready_at
+                .clone()
+                .filter(|(_, nth)| state.lists >= *nth)
+        };
+        if let Some((node, _)) = turning {
+            self.set_ready(&node, "Unknown");
+        }
+    }
+
+    /// Puts the out-of-service taint on `name` as an operator would: no
+    /// label, no annotation of node-fencer's.
+    pub fn taint_by_hand(&self, name: &str) {
+        let taint = serde_json::json!({"spec": {"taints": [{
+            "key": OUT_OF_SERVICE_KEY, "value": "by-hand", "effect": "NoExecute"
+        }]}});
+        let _ = self.patch(name, &taint);
+    }
+
+    /// Leaves a census as a sweep would.
+    pub fn census(&self, census: Census) {
+        self.lock().census = Some(census);
+    }
+
+    /// The census Lease's count, as last written.
+    pub fn census_written(&self) -> Option<Census> {
+        self.lock().census
+    }
+
     fn patch(&self, name: &str, patch: &Value) -> Result<(), ClusterError> {
         let mut state = self.lock();
         state.writes += 1;
@@ -557,20 +605,77 @@ impl Cluster for FakeCluster {
         if self.calls.call("ListNodes".into()) {
             return Err(ClusterError::ListNodes(injected()));
         }
-        let mut state = self.lock();
-        state.lists += 1;
-        if let Some((node, nth)) = state.not_ready_at.clone()
-            && state.lists >= nth
-        {
-            drop(state);
-            self.set_ready(&node, "Unknown");
-            state = self.lock();
-        }
-        Ok(state
+        self.turn_not_ready_on_read();
+        Ok(self
+            .lock()
             .nodes
             .values()
             .filter_map(kube_model::node_facts)
             .collect())
+    }
+
+    async fn get_node(&self, name: &str) -> Result<Option<NodeFacts>, ClusterError> {
+        if self.calls.call(format!("GetNode {name}")) {
+            return Err(ClusterError::GetNode {
+                node: name.into(),
+                source: injected(),
+            });
+        }
+        self.turn_not_ready_on_read();
+        Ok(self.lock().nodes.get(name).and_then(kube_model::node_facts))
+    }
+
+    async fn list_fenced_nodes(&self) -> Result<Vec<NodeFacts>, ClusterError> {
+        if self.calls.call("ListFencedNodes".into()) {
+            return Err(ClusterError::ListNodes(injected()));
+        }
+        let labelled = |n: &&Node| {
+            n.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(kube_model::LABEL_FENCED))
+                .is_some_and(|v| v == "true")
+        };
+        Ok(self
+            .lock()
+            .nodes
+            .values()
+            .filter(labelled)
+            .filter_map(kube_model::node_facts)
+            .collect())
+    }
+
+    async fn count_nodes(&self) -> Result<usize, ClusterError> {
+        if self.calls.call("CountNodes".into()) {
+            return Err(ClusterError::ListNodes(injected()));
+        }
+        Ok(self.lock().nodes.len())
+    }
+
+    async fn read_census(&self, namespace: &str) -> Result<Option<Census>, ClusterError> {
+        if self.calls.call("GetCensus".into()) {
+            return Err(ClusterError::Lease {
+                namespace: namespace.into(),
+                source: injected(),
+            });
+        }
+        Ok(self.lock().census)
+    }
+
+    async fn write_census(
+        &self,
+        namespace: &str,
+        census: &Census,
+        _holder: &str,
+    ) -> Result<(), ClusterError> {
+        if self.calls.call("WriteCensus".into()) {
+            return Err(ClusterError::Lease {
+                namespace: namespace.into(),
+                source: injected(),
+            });
+        }
+        self.lock().census = Some(*census);
+        Ok(())
     }
 
     async fn taint_node(&self, node: &str, stamp: &Stamp) -> Result<TaintOutcome, ClusterError> {

@@ -1,4 +1,5 @@
-//! The fencing pipeline: kill switch → resolve → [`confirm`] → decide →
+//! The fencing pipeline: [`screen`] (another cluster's instance goes no
+//! further) → kill switch → resolve → [`confirm`] → decide →
 //! [`discover`] → [`admit`] (second confirmation, Lease, recount) →
 //! [`taint`] → [`detach`] (a third confirmation, then [`legacy`] in that
 //! mode, then the detaches) → [`verify`] →
@@ -14,8 +15,10 @@ mod discover;
 #[cfg(test)]
 mod fakes;
 mod legacy;
+mod nodes;
 mod pods;
 mod recover;
+mod screen;
 mod taint;
 #[cfg(test)]
 mod tests;
@@ -31,7 +34,7 @@ use crate::core::cap;
 use crate::core::control::KillSwitch;
 use crate::core::decide::{self, Case, Verdict};
 use crate::core::events::{self, NodeEvent};
-use crate::core::facts::{Confirmation, FenceMode, NodeFacts};
+use crate::core::facts::{Confirmation, FenceMode};
 use crate::core::instance::InstanceId;
 use crate::core::metrics::{Dependency, Meter};
 use crate::core::mode::{self, ModeSetting};
@@ -41,6 +44,7 @@ use crate::core::report::{NodeReport, Report};
 use crate::core::resolve::{self, Resolution};
 use crate::core::suspect::{Batch, Intent, Suspect};
 use crate::core::sweep;
+use crate::core::view::NodeView;
 use crate::shell::cloud::Cloud;
 use crate::shell::cluster::{Cluster, ClusterError};
 
@@ -138,35 +142,57 @@ pub enum PipelineError {
 
 /// Runs the pipeline over one batch under `policy`.
 pub async fn run(ctx: &Ctx<'_>, policy: &Policy, batch: Batch) -> Result<Report, PipelineError> {
+    let screened = screen::screen(ctx, policy, batch.suspects).await;
+    let mut results = finish(screened.foreign, None, policy);
+    if screened.suspects.is_empty() && !batch.sweep && !results.is_empty() {
+        // Only other clusters' instances: nothing to ask Kubernetes.
+        return Ok(Report {
+            correlation_id: ctx.correlation_id.clone(),
+            dry_run: policy.dry_run,
+            kill_switch: false,
+            mode: None,
+            results,
+            recoveries: Vec::new(),
+            ignored: batch.ignored,
+            errors: Vec::new(),
+        });
+    }
     let mut errors = Vec::new();
     let (kill_switch, unreadable) = ctx.kill_switch(&policy.control_namespace).await;
     if let Some(e) = unreadable {
         errors.push(format!("{e}; every action was a dry run"));
     }
     let dry_run = policy.dry_run || kill_switch.engaged();
-    let nodes = ctx.cluster.list_nodes().await.inspect_err(|_| {
-        ctx.meter.error(Dependency::Kubernetes);
-    })?;
-    let mut suspects = batch.suspects;
+    let known = screened.confirmations;
+    let view = if batch.sweep {
+        nodes::full(ctx).await?
+    } else {
+        nodes::view(ctx, policy, &screened.suspects, &known).await?
+    };
+    let mut suspects = screened.suspects;
     if batch.sweep {
-        let swept = sweep::suspects(&nodes);
+        let swept = sweep::suspects(&view.nodes);
         info!(
-            nodes = nodes.len(),
+            nodes = view.nodes.len(),
             swept = swept.len(),
             "sweeping for nodes no event named"
         );
         suspects.extend(swept);
+        if !dry_run {
+            nodes::take_census(ctx, policy, &view.nodes, &known).await;
+        }
     }
     let (fencing, recovering): (Vec<Suspect>, Vec<Suspect>) = suspects
         .into_iter()
         .partition(|s| matches!(s.intent, Intent::Fence | Intent::Check));
-    let (results, mode, fence_switched) = if fencing.is_empty() {
+    let (fenced, mode, fence_switched) = if fencing.is_empty() {
         (Vec::new(), None, Switched::default())
     } else {
-        fence(ctx, policy, dry_run, fencing, &nodes).await?
+        fence(ctx, policy, dry_run, fencing, &view, known).await?
     };
+    results.extend(fenced);
     let (recoveries, recover_switched) =
-        recover::run(ctx, policy, dry_run, recovering, &nodes).await;
+        recover::run(ctx, policy, dry_run, recovering, &view.nodes).await;
     // Turned on during a wait: what was left became a plan.
     let switched = fence_switched.or(recover_switched);
     errors.extend(switched.error);
@@ -184,20 +210,29 @@ pub async fn run(ctx: &Ctx<'_>, policy: &Policy, batch: Batch) -> Result<Report,
 }
 
 /// Decides every suspect of the batch and fences those the core says to;
-/// also says whether the kill switch turned on during a wait.
+/// also says whether the kill switch turned on during a wait. `confirmations`
+/// holds what the screen already learnt of the instances.
 async fn fence(
     ctx: &Ctx<'_>,
     policy: &Policy,
     dry_run: bool,
     suspects: Vec<Suspect>,
-    nodes: &[NodeFacts],
+    view: &NodeView,
+    mut confirmations: HashMap<InstanceId, Confirmation>,
 ) -> Result<(Vec<NodeReport>, Option<FenceMode>, Switched), PipelineError> {
-    let mut nodes: Cow<'_, [NodeFacts]> = Cow::Borrowed(nodes);
-    let mut confirmations = HashMap::new();
+    let mut view: Cow<'_, NodeView> = Cow::Borrowed(view);
     let deadline = Instant::now() + policy.not_ready_wait;
     let (targets, verdicts) = loop {
         let (targets, verdicts) =
-            decide_suspects(ctx, policy, dry_run, &suspects, &nodes, &mut confirmations).await;
+            decide_suspects(ctx, policy, dry_run, &suspects, &view, &mut confirmations).await;
+        // A partial view only admits: a refusal by the cap is decided again
+        // over the whole cluster, as it always was.
+        if view.is_partial() && verdicts.iter().any(by_cap) {
+            info!("the cap would refuse: deciding again over every Node");
+            view = Cow::Owned(nodes::full(ctx).await?);
+            continue;
+        }
+        let nodes = &view.nodes;
         // EC2's `stopped` comes before the node controller's grace period
         // is over: rather than fail and wait for Lambda's retries (1 and 2
         // minutes later), look again until Kubernetes notices.
@@ -223,11 +258,9 @@ async fn fence(
             "instance off, Node still Ready: waiting for Kubernetes to notice"
         );
         tokio::time::sleep(policy.poll_interval.min(deadline - Instant::now())).await;
-        nodes = Cow::Owned(ctx.cluster.list_nodes().await.inspect_err(|_| {
-            ctx.meter.error(Dependency::Kubernetes);
-        })?);
+        view = Cow::Owned(nodes::refresh(ctx, policy, &view).await?);
     };
-    let nodes = nodes.as_ref();
+    let nodes = &view.nodes;
     let mut runs = plan::plan(&targets, &verdicts, nodes, &confirmations);
 
     for ((run, verdict), target) in runs.iter().zip(&verdicts).zip(&targets) {
@@ -252,7 +285,7 @@ async fn fence(
     }
     let mode = fence_mode(ctx, policy).await?;
     discover::volumes(ctx, mode, &mut runs).await;
-    let switched = admit::admit(ctx, policy, mode, &confirmations, &mut runs).await?;
+    let switched = admit::admit(ctx, policy, mode, &confirmations, &view, &mut runs).await?;
     detach::act(ctx, policy, mode, &mut runs).await;
     verify::volumes(ctx, policy, &mut runs).await;
     Ok((finish(runs, Some(mode), policy), Some(mode), switched))
@@ -265,9 +298,10 @@ async fn decide_suspects(
     policy: &Policy,
     dry_run: bool,
     suspects: &[Suspect],
-    nodes: &[NodeFacts],
+    view: &NodeView,
     confirmations: &mut HashMap<InstanceId, Confirmation>,
 ) -> (Vec<plan::Target>, Vec<Verdict>) {
+    let nodes = &view.nodes;
     let resolutions: Vec<Resolution> = suspects
         .iter()
         .map(|s| resolve::resolve(&s.target, nodes))
@@ -287,35 +321,39 @@ async fn decide_suspects(
         confirmations,
         policy.scope.as_ref(),
     );
-    let settings = policy.decision(dry_run, nodes.len());
-    let mut verdicts = decide_all(&targets, nodes, confirmations, &settings);
+    let settings = policy.decision(dry_run, view.cluster_size());
+    let mut verdicts = decide_all(&targets, view, confirmations, &settings);
     // Before refusing, ask whether the Nodes filling the cap are dead for
-    // good (terminated or gone): those take no room.
-    let by_cap = |v: &Verdict| {
-        matches!(
-            v,
-            Verdict::Skip {
-                reason: decide::Skip::CapReached { .. }
-            }
-        )
-    };
-    if verdicts.iter().any(by_cap) {
+    // good (terminated or gone): those take no room. A partial view does not
+    // hold them all: the caller decides again over every Node.
+    if verdicts.iter().any(by_cap) && !view.is_partial() {
         let ids = cap::worth_asking(nodes, confirmations);
         if !ids.is_empty() {
             confirmations.extend(confirm::instances(ctx, &ids).await);
-            verdicts = decide_all(&targets, nodes, confirmations, &settings);
+            verdicts = decide_all(&targets, view, confirmations, &settings);
         }
     }
     (targets, verdicts)
 }
 
+/// True for a refusal by the cap.
+fn by_cap(verdict: &Verdict) -> bool {
+    matches!(
+        verdict,
+        Verdict::Skip {
+            reason: decide::Skip::CapReached { .. }
+        }
+    )
+}
+
 /// The verdict for every target, against the room the cap has left.
 fn decide_all(
     targets: &[plan::Target],
-    nodes: &[NodeFacts],
+    view: &NodeView,
     confirmations: &HashMap<InstanceId, Confirmation>,
     settings: &decide::Settings,
 ) -> Vec<Verdict> {
+    let nodes = &view.nodes;
     let cases: Vec<Case<'_>> = targets
         .iter()
         .map(|t| Case {
@@ -324,7 +362,7 @@ fn decide_all(
             confirmation: t.instance.as_ref().and_then(|id| confirmations.get(id)),
         })
         .collect();
-    decide::decide_batch(&cases, settings, cap::taken(nodes, confirmations))
+    decide::decide_batch(&cases, settings, view.taken(confirmations))
 }
 
 /// The reports, one per run, in the order of the suspects.

@@ -13,9 +13,12 @@ use crate::core::facts::OUT_OF_SERVICE_KEY;
 use crate::core::instance::{InstanceId, InstanceState, VolumeId, VolumeState};
 use crate::core::metrics::Meter;
 use crate::core::mode::ModeSetting;
+use crate::core::ownership::ClusterIdentity;
 use crate::core::policy::Policy;
 use crate::core::report::{AttachmentOutcome, Outcome, RecoveryOutcome, Report, VolumeOutcome};
 use crate::core::suspect::{Batch, Intent, NodeRef, Origin, Suspect};
+use crate::core::view::Census;
+use crate::shell::cluster::Cluster;
 
 const NODE: &str = "ip-10-0-1-17.ec2.internal";
 
@@ -186,9 +189,10 @@ async fn a_stopped_silent_node_is_tainted_and_its_volume_freed_in_this_order() {
     assert_eq!(
         w.calls.log(),
         [
-            "GetKillSwitch".to_owned(),
+            // The instance first: its answer is also the confirmation.
+            "DescribeInstances".to_owned(),
+            "GetKillSwitch".into(),
             "ListNodes".into(),
-            "DescribeInstances".into(),
             "GetVersion".into(),
             "ListVolumeAttachments".into(),
             "ListPersistentVolumes".into(),
@@ -212,6 +216,260 @@ async fn a_stopped_silent_node_is_tainted_and_its_volume_freed_in_this_order() {
             "DescribeVolumes".into(),
         ]
     );
+}
+
+/// The policy of cluster `prod` in `vpc-0123abcd`.
+fn identified() -> Policy {
+    Policy {
+        identity: ClusterIdentity {
+            name: Some("prod".into()),
+            vpc: Some("vpc-0123abcd".into()),
+        },
+        ..policy()
+    }
+}
+
+/// Issue 19: every cluster of the account hears of every instance.
+#[tokio::test]
+async fn another_clusters_instance_costs_one_ec2_call_and_no_kubernetes_request() {
+    let w = World::stopped().with_node(
+        "ip-10-0-9-9.ec2.internal",
+        2,
+        InstanceState::Stopped,
+        "Unknown",
+    );
+    w.cloud.describe_as(&instance(1), |f| {
+        f.tags = vec![("eks:cluster-name".into(), "staging".into())];
+    });
+    w.cloud
+        .describe_as(&instance(2), |f| f.vpc_id = Some("vpc-99999999".into()));
+    let ours = identified();
+    let report = w
+        .run(&ours, batch(Intent::Fence, &[instance(1), instance(2)]))
+        .await
+        .unwrap();
+    assert_eq!(w.calls.log(), ["DescribeInstances"]);
+    let skips: Vec<_> = report.results.iter().map(|r| r.skip.clone()).collect();
+    assert_eq!(
+        skips,
+        [
+            Some(Skip::OtherCluster {
+                cluster: "staging".into()
+            }),
+            Some(Skip::OtherVpc {
+                vpc: "vpc-99999999".into()
+            }),
+        ]
+    );
+    assert!(!report.incomplete(), "nothing for a retry to do");
+    assert_eq!(w.out_of_service_taints(NODE), 0);
+}
+
+#[tokio::test]
+async fn with_an_identity_this_clusters_instance_is_fenced_and_asked_about_no_more_often() {
+    let count = |w: &World| {
+        w.calls
+            .log()
+            .iter()
+            .filter(|c| *c == "DescribeInstances")
+            .count()
+    };
+    let plain = World::stopped();
+    let report = plain.fence(&policy()).await.unwrap();
+    assert_eq!(report.results[0].outcome, Outcome::Fenced);
+    let w = World::stopped().with_node(
+        "ip-10-0-9-9.ec2.internal",
+        2,
+        InstanceState::Stopped,
+        "Unknown",
+    );
+    w.cloud.describe_as(&instance(1), |f| {
+        f.tags = vec![("kubernetes.io/cluster/prod".into(), "owned".into())];
+        f.vpc_id = Some("vpc-0123abcd".into());
+    });
+    w.cloud.describe_as(&instance(2), |f| {
+        f.tags = vec![("kubernetes.io/cluster/staging".into(), "owned".into())];
+    });
+    let ours = identified();
+    let report = w
+        .run(&ours, batch(Intent::Fence, &[instance(2), instance(1)]))
+        .await
+        .unwrap();
+    let fenced: Vec<_> = report
+        .results
+        .iter()
+        .map(|r| (r.node.clone(), r.outcome))
+        .collect();
+    assert_eq!(
+        fenced,
+        [
+            (None, Outcome::Skipped),
+            (Some(NODE.into()), Outcome::Fenced)
+        ],
+        "{report:#?}"
+    );
+    assert_eq!(w.calls.log()[0], "DescribeInstances", "screened first");
+    assert_eq!(
+        count(&w),
+        count(&plain),
+        "the screen's answer is the first confirmation"
+    );
+    assert_eq!(w.out_of_service_taints("ip-10-0-9-9.ec2.internal"), 0);
+}
+
+/// Issue 19: a census from a recent sweep, as it stands now.
+fn census(others: usize) -> Census {
+    Census {
+        others,
+        counted_at: k8s_openapi::jiff::Timestamp::now().as_second(),
+    }
+}
+
+impl World {
+    /// EC2 gives instance `n` the private DNS name `name`, as it names EKS nodes.
+    fn named(self, n: u8, name: &str) -> Self {
+        self.cloud
+            .describe_as(&instance(n), |f| f.private_dns_name = Some(name.into()));
+        self
+    }
+
+    fn lists(&self) -> usize {
+        self.calls
+            .log()
+            .iter()
+            .filter(|c| *c == "ListNodes")
+            .count()
+    }
+}
+
+#[tokio::test]
+async fn with_a_fresh_census_an_event_reads_its_node_by_name_and_never_every_node() {
+    let w =
+        World::stopped()
+            .named(1, NODE)
+            .with_node("bystander", 2, InstanceState::Running, "True");
+    w.cluster.census(census(0));
+    let report = w.fence(&policy()).await.unwrap();
+    assert_eq!(report.results[0].outcome, Outcome::Fenced, "{report:#?}");
+    assert_eq!(w.lists(), 0, "{:?}", w.calls.log());
+    let log = w.calls.log();
+    let reads: Vec<&str> = log
+        .iter()
+        .map(String::as_str)
+        .filter(|c| c.starts_with("GetNode") || *c == "ListFencedNodes" || *c == "GetCensus")
+        .collect();
+    assert_eq!(
+        reads,
+        [
+            "GetCensus",
+            &format!("GetNode {NODE}"),
+            "ListFencedNodes",
+            // Under the Lease, the recount reads them again.
+            "GetCensus",
+            &format!("GetNode {NODE}"),
+            "ListFencedNodes",
+        ]
+    );
+    // Fenced, so labelled: the next invocation counts it without a full list.
+    let labelled = w.cluster.list_fenced_nodes().await.unwrap();
+    assert_eq!(labelled.len(), 1);
+    assert_eq!(labelled[0].name, NODE);
+}
+
+#[tokio::test]
+async fn a_node_of_that_name_whose_provider_id_names_another_instance_is_not_trusted() {
+    // Instance 1's private DNS name is the name of instance 2's Node (a
+    // later instance at the same address, or another VPC).
+    let w = World::new().with_node(NODE, 2, InstanceState::Stopped, "Unknown");
+    w.cloud.instance(&instance(1), InstanceState::Stopped);
+    let w = w.named(1, NODE);
+    w.cluster.census(census(0));
+    let report = w.fence(&policy()).await.unwrap();
+    assert_eq!(
+        report.results[0].skip,
+        Some(Skip::NotInCluster),
+        "{report:#?}"
+    );
+    assert_eq!(w.lists(), 1, "read every Node instead: {:?}", w.calls.log());
+    assert!(w.writes().is_empty(), "{:?}", w.writes());
+    assert_eq!(w.out_of_service_taints(NODE), 0);
+}
+
+#[tokio::test]
+async fn without_a_fresh_census_every_node_is_read() {
+    for stale in [None, Some(20 * 60 + 5)] {
+        let w = World::stopped().named(1, NODE);
+        if let Some(age) = stale {
+            let mut old = census(0);
+            old.counted_at -= age;
+            w.cluster.census(old);
+        }
+        let report = w.fence(&policy()).await.unwrap();
+        assert_eq!(report.results[0].outcome, Outcome::Fenced);
+        assert_eq!(w.lists(), 2, "{stale:?}: {:?}", w.calls.log());
+        assert!(!w.calls.log().iter().any(|c| c.starts_with("GetNode")));
+    }
+}
+
+#[tokio::test]
+async fn a_partial_view_only_admits_a_refusal_is_decided_over_every_node() {
+    let one = Policy {
+        max_out_of_service: 1,
+        ..policy()
+    };
+    // The census counted a Node that has come back since: over every Node,
+    // there is room.
+    let w = World::stopped().named(1, NODE);
+    w.cluster.census(census(1));
+    let report = w.fence(&one).await.unwrap();
+    assert_eq!(report.results[0].outcome, Outcome::Fenced, "{report:#?}");
+    assert!(w.lists() >= 1, "decided again over every Node");
+    // A Node tainted by hand, which the census counted: refused over every
+    // Node too, as without a census.
+    let w =
+        World::stopped()
+            .named(1, NODE)
+            .with_node("by-hand", 2, InstanceState::Stopped, "False");
+    w.cluster.taint_by_hand("by-hand");
+    w.cluster.census(census(1));
+    let report = w.fence(&one).await.unwrap();
+    assert!(
+        matches!(
+            report.results[0].skip,
+            Some(Skip::CapReached { limit: 1, .. })
+        ),
+        "{report:#?}"
+    );
+    assert_eq!(w.out_of_service_taints(NODE), 0);
+}
+
+#[tokio::test]
+async fn the_sweep_leaves_a_census_of_the_nodes_others_put_out_of_service() {
+    let w = World::stopped()
+        .with_node("by-hand", 2, InstanceState::Stopped, "False")
+        .with_node("by-hand-dead", 3, InstanceState::Terminated, "False")
+        .with_node("healthy", 4, InstanceState::Running, "True");
+    w.cluster.taint_by_hand("by-hand");
+    w.cluster.taint_by_hand("by-hand-dead");
+    let sweep = Batch {
+        sweep: true,
+        ..Batch::default()
+    };
+    let dry = Policy {
+        dry_run: true,
+        ..policy()
+    };
+    w.run(&dry, sweep.clone()).await.unwrap();
+    assert_eq!(w.cluster.census_written(), None, "a dry run writes nothing");
+    let report = w.run(&policy(), sweep).await.unwrap();
+    let fenced: Vec<_> = report.results.iter().map(|r| r.outcome).collect();
+    assert_eq!(fenced, [Outcome::Fenced], "{report:#?}");
+    // Both Nodes tainted by hand count: the sweep knows nothing of their
+    // machines when it counts, and a Node not known dead takes room.
+    let left = w.cluster.census_written().expect("a census");
+    assert_eq!(left.others, 2);
+    let now = k8s_openapi::jiff::Timestamp::now().as_second();
+    assert!(left.fresh(now));
 }
 
 #[tokio::test]
@@ -280,8 +538,8 @@ async fn a_node_still_ready_when_its_instance_is_off_is_fenced_once_it_turns_not
     assert_eq!(
         before,
         [
-            "ListNodes",
             "DescribeInstances",
+            "ListNodes",
             "ListNodes",
             "ListNodes",
             "ListNodes"
@@ -860,12 +1118,24 @@ async fn a_fenced_node_back_up_is_recovered_and_its_taint_removed() {
 /// `OutOfServiceTaintApplied` Event: none lost, none twice (issue 12, item 12).
 #[tokio::test]
 async fn every_call_failing_in_turn_leaves_a_safe_state_and_the_retry_converges() {
-    let baseline = World::stopped();
+    // Over every Node, and over the Node read by name with a census.
+    let by_name = || {
+        let w = World::stopped().named(1, NODE);
+        w.cluster.census(census(0));
+        w
+    };
+    for world in [World::stopped, by_name] {
+        fail_each_call_in_turn(world).await;
+    }
+}
+
+async fn fail_each_call_in_turn(world: fn() -> World) {
+    let baseline = world();
     baseline.fence(&policy()).await.unwrap();
     let calls = baseline.calls.log();
     assert!(calls.len() > 10, "{calls:?}");
     for (k, failed) in calls.iter().enumerate() {
-        let w = World::stopped();
+        let w = world();
         w.calls.fail_at(Some(k));
         let result = w.fence_as("request-1").await;
         let log = w.calls.log();
@@ -886,7 +1156,13 @@ async fn every_call_failing_in_turn_leaves_a_safe_state_and_the_retry_converges(
                 "acted after a failed confirmation: {after:?}"
             );
         }
-        let benign = failed.starts_with("CreateEvent") || failed == "ReleaseLease";
+        // A failed read by name, of the census or of the labelled Nodes
+        // falls back to reading every Node.
+        let benign = failed.starts_with("CreateEvent")
+            || failed == "ReleaseLease"
+            || failed.starts_with("GetNode")
+            || failed == "GetCensus"
+            || failed == "ListFencedNodes";
         match &result {
             Err(_) => {}
             Ok(report) => assert!(

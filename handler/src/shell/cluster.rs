@@ -26,6 +26,8 @@ use crate::core::kube_model::{self, Ending, Stamp, TaintPatch, UntaintPatch};
 pub use crate::core::kube_model::{TaintOutcome, UntaintOutcome};
 use crate::core::mode::ServerVersion;
 use crate::core::retry::{self, KUBERNETES};
+use crate::core::view::Census;
+use crate::shell::slim;
 
 /// How often a taint patch is retried after a conflict before giving up.
 pub const CONFLICT_RETRIES: usize = 5;
@@ -148,6 +150,21 @@ pub struct LeaseTaken {
 pub trait Cluster: Send + Sync {
     /// Lists every Node once.
     async fn list_nodes(&self) -> Result<Vec<NodeFacts>, ClusterError>;
+    /// Reads one Node by name; `None` when there is none.
+    async fn get_node(&self, name: &str) -> Result<Option<NodeFacts>, ClusterError>;
+    /// Lists the Nodes that carry node-fencer's label.
+    async fn list_fenced_nodes(&self) -> Result<Vec<NodeFacts>, ClusterError>;
+    /// How many Nodes the cluster has, from a list of one.
+    async fn count_nodes(&self) -> Result<usize, ClusterError>;
+    /// The last sweep's census, from the census Lease in `namespace`.
+    async fn read_census(&self, namespace: &str) -> Result<Option<Census>, ClusterError>;
+    /// Leaves `census` in the census Lease in `namespace`, as `holder`.
+    async fn write_census(
+        &self,
+        namespace: &str,
+        census: &Census,
+        holder: &str,
+    ) -> Result<(), ClusterError>;
     /// Adds the out-of-service taint and annotations, guarded by resourceVersion.
     async fn taint_node(&self, node: &str, stamp: &Stamp) -> Result<TaintOutcome, ClusterError>;
     /// Lists every VolumeAttachment (no field selector exists for `spec.nodeName`).
@@ -223,6 +240,38 @@ impl Kube {
     pub fn sharing_version(mut self, version: Arc<OnceCell<ServerVersion>>) -> Self {
         self.version = version;
         self
+    }
+}
+
+impl Kube {
+    /// Lists every object at `path`, decoded into the slim shape `T`.
+    async fn list<T: serde::de::DeserializeOwned>(&self, path: &str) -> Result<T, kube::Error> {
+        self.list_with(path, &ListParams::default()).await
+    }
+
+    /// Lists the objects at `path` that `params` select.
+    async fn list_with<T: serde::de::DeserializeOwned>(
+        &self,
+        path: &str,
+        params: &ListParams,
+    ) -> Result<T, kube::Error> {
+        let request = kube::core::Request::new(path)
+            .list(params)
+            .map_err(kube::Error::BuildRequest)?;
+        self.client.request(request).await
+    }
+
+    /// Lists the Nodes that `params` select, as facts.
+    async fn node_facts(&self, params: &ListParams) -> Result<Vec<NodeFacts>, ClusterError> {
+        let list: slim::List<slim::SlimNode> =
+            retrying("list nodes", || self.list_with(slim::NODES, params))
+                .await
+                .map_err(ClusterError::ListNodes)?;
+        Ok(list
+            .items
+            .into_iter()
+            .filter_map(|n| kube_model::node_facts(&Node::from(n)))
+            .collect())
     }
 }
 
@@ -345,16 +394,120 @@ fn is_not_found(err: &kube::Error) -> bool {
 #[async_trait]
 impl Cluster for Kube {
     async fn list_nodes(&self) -> Result<Vec<NodeFacts>, ClusterError> {
-        let nodes: Api<Node> = Api::all(self.client.clone());
-        let params = ListParams::default();
-        let list = retrying("list nodes", || nodes.list(&params))
+        self.node_facts(&ListParams::default()).await
+    }
+
+    async fn get_node(&self, name: &str) -> Result<Option<NodeFacts>, ClusterError> {
+        let request = kube::core::Request::new(slim::NODES)
+            .get(name, &kube::api::GetParams::default())
+            .map_err(kube::Error::BuildRequest)
+            .map_err(|source| ClusterError::GetNode {
+                node: name.into(),
+                source,
+            })?;
+        let read = retrying("get node", || {
+            self.client.request::<slim::SlimNode>(request.clone())
+        })
+        .await;
+        match read {
+            Ok(node) => Ok(kube_model::node_facts(&Node::from(node))),
+            Err(e) if is_not_found(&e) => Ok(None),
+            Err(source) => Err(ClusterError::GetNode {
+                node: name.into(),
+                source,
+            }),
+        }
+    }
+
+    async fn list_fenced_nodes(&self) -> Result<Vec<NodeFacts>, ClusterError> {
+        let selector = format!("{}=true", kube_model::LABEL_FENCED);
+        self.node_facts(&ListParams::default().labels(&selector))
             .await
-            .map_err(ClusterError::ListNodes)?;
-        Ok(list
-            .items
-            .iter()
-            .filter_map(kube_model::node_facts)
-            .collect())
+    }
+
+    async fn count_nodes(&self) -> Result<usize, ClusterError> {
+        let params = ListParams::default().limit(1);
+        let page: slim::List<slim::SlimNode> =
+            retrying("count nodes", || self.list_with(slim::NODES, &params))
+                .await
+                .map_err(ClusterError::ListNodes)?;
+        let more = usize::try_from(page.metadata.remaining_item_count.unwrap_or(0)).unwrap_or(0);
+        Ok(page.items.len() + more)
+    }
+
+    async fn read_census(&self, namespace: &str) -> Result<Option<Census>, ClusterError> {
+        let api: Api<Lease> = Api::namespaced(self.client.clone(), namespace);
+        let found = retrying("get census", || api.get_opt(control::CENSUS_NAME))
+            .await
+            .map_err(|source| ClusterError::Lease {
+                namespace: namespace.into(),
+                source,
+            })?;
+        Ok(found.as_ref().and_then(census_of))
+    }
+
+    async fn write_census(
+        &self,
+        namespace: &str,
+        census: &Census,
+        holder: &str,
+    ) -> Result<(), ClusterError> {
+        let api: Api<Lease> = Api::namespaced(self.client.clone(), namespace);
+        let failed = |source| ClusterError::Lease {
+            namespace: namespace.into(),
+            source,
+        };
+        let counted_at = k8s_openapi::jiff::Timestamp::from_second(census.counted_at)
+            .unwrap_or_else(|_| k8s_openapi::jiff::Timestamp::now());
+        let fill = |lease: &mut Lease| {
+            lease
+                .metadata
+                .annotations
+                .get_or_insert_with(Default::default)
+                .insert(control::CENSUS_OTHERS.into(), census.others.to_string());
+            lease.spec = Some(LeaseSpec {
+                holder_identity: Some(holder.into()),
+                renew_time: Some(MicroTime(counted_at)),
+                ..LeaseSpec::default()
+            });
+        };
+        let params = PostParams::default();
+        // A sweep that meets another's write (a conflict, or a create that
+        // finds the object) reads once more and writes its newer count.
+        for _ in 0..2 {
+            let found = retrying("get census", || api.get_opt(control::CENSUS_NAME))
+                .await
+                .map_err(failed)?;
+            let written = match found {
+                Some(mut lease) => {
+                    fill(&mut lease);
+                    retrying("replace census", || {
+                        api.replace(control::CENSUS_NAME, &params, &lease)
+                    })
+                    .await
+                }
+                None => {
+                    let mut lease = Lease {
+                        metadata: ObjectMeta {
+                            name: Some(control::CENSUS_NAME.into()),
+                            namespace: Some(namespace.into()),
+                            ..ObjectMeta::default()
+                        },
+                        spec: None,
+                    };
+                    fill(&mut lease);
+                    retrying("create census", || api.create(&params, &lease)).await
+                }
+            };
+            match written {
+                Ok(_) => return Ok(()),
+                Err(kube::Error::Api(status)) if status.code == 409 => continue,
+                Err(e) => return Err(failed(e)),
+            }
+        }
+        // Two sweeps kept writing at once: the other's count, as recent as
+        // this one, stands.
+        Ok(())
     }
 
     async fn taint_node(&self, node: &str, stamp: &Stamp) -> Result<TaintOutcome, ClusterError> {
@@ -374,25 +527,31 @@ impl Cluster for Kube {
     }
 
     async fn list_volume_attachments(&self) -> Result<Vec<AttachmentFacts>, ClusterError> {
-        let api: Api<VolumeAttachment> = Api::all(self.client.clone());
-        let params = ListParams::default();
-        let list = retrying("list volumeattachments", || api.list(&params))
+        let list: slim::List<slim::SlimVolumeAttachment> =
+            retrying("list volumeattachments", || {
+                self.list(slim::VOLUME_ATTACHMENTS)
+            })
             .await
             .map_err(ClusterError::ListVolumeAttachments)?;
         Ok(list
             .items
-            .iter()
-            .filter_map(kube_model::attachment_facts)
+            .into_iter()
+            .filter_map(|va| kube_model::attachment_facts(&VolumeAttachment::from(va)))
             .collect())
     }
 
     async fn list_persistent_volumes(&self) -> Result<Vec<PvFacts>, ClusterError> {
-        let api: Api<PersistentVolume> = Api::all(self.client.clone());
-        let params = ListParams::default();
-        let list = retrying("list persistentvolumes", || api.list(&params))
+        let list: slim::List<slim::SlimPersistentVolume> =
+            retrying("list persistentvolumes", || {
+                self.list(slim::PERSISTENT_VOLUMES)
+            })
             .await
             .map_err(ClusterError::ListPersistentVolumes)?;
-        Ok(list.items.iter().filter_map(kube_model::pv_facts).collect())
+        Ok(list
+            .items
+            .into_iter()
+            .filter_map(|pv| kube_model::pv_facts(&PersistentVolume::from(pv)))
+            .collect())
     }
 
     async fn node_event(
@@ -761,6 +920,20 @@ impl Kube {
             None => retrying("get lease", || api.get_opt(control::OBJECT_NAME)).await,
         }
     }
+}
+
+/// The census a Lease carries: its count, and its `renewTime` as the time
+/// of the count.
+fn census_of(lease: &Lease) -> Option<Census> {
+    let others = lease
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(control::CENSUS_OTHERS)?
+        .parse()
+        .ok()?;
+    let counted_at = lease.spec.as_ref()?.renew_time.as_ref()?.0.as_second();
+    Some(Census { others, counted_at })
 }
 
 fn held_by_holder(lease: &Lease, holder: &str) -> bool {

@@ -5,3 +5,4 @@ pub mod cloud;
 pub mod cluster;
 pub mod connect;
 pub mod eks_token;
+pub mod slim;

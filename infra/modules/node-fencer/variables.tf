@@ -229,7 +229,7 @@ variable "log_level" {
 ################################################################################
 
 variable "cluster_vpc_id" {
-  description = "CLUSTER_VPC_ID: the cluster's VPC. Clusters without a cloud provider (Nodes with no AWS provider id) need it: such a Node is fenced only when an EC2 event's instance runs in this VPC and holds the Node's InternalIP; a private DNS name alone never names a machine. Unset, such Nodes are never fenced."
+  description = "CLUSTER_VPC_ID: the cluster's VPC. An EC2 event's instance in another VPC is let go without a Kubernetes request. Clusters without a cloud provider (Nodes with no AWS provider id) need it: such a Node is fenced only when an EC2 event's instance runs in this VPC and holds the Node's InternalIP; a private DNS name alone never names a machine. Unset, such Nodes are never fenced."
   type        = string
   default     = null
 
@@ -240,7 +240,7 @@ variable "cluster_vpc_id" {
 }
 
 variable "cluster_tag" {
-  description = "CLUSTER_TAG, with cluster_vpc_id: a tag KEY or KEY=VALUE the cluster's instances carry (for example kubernetes.io/cluster/NAME=owned), also required of an instance matched to a Node without a provider id."
+  description = "CLUSTER_TAG, with cluster_vpc_id: a tag KEY or KEY=VALUE the cluster's instances carry (for example kubernetes.io/cluster/NAME=owned), also required of an instance matched to a Node without a provider id. A key kubernetes.io/cluster/NAME also names the cluster: an instance tagged for other clusters only is let go without a Kubernetes request."
   type        = string
   default     = null
 
@@ -251,7 +251,7 @@ variable "cluster_tag" {
 }
 
 variable "cluster_name" {
-  description = "EKS mode: name of the EKS cluster in this account and region (CLUSTER_NAME). The function authenticates with its IAM role; see eks_access_entry."
+  description = "EKS mode: name of the EKS cluster in this account and region (CLUSTER_NAME). The function authenticates with its IAM role; see eks_access_entry. Also names the cluster: an EC2 event's instance tagged for other clusters only is let go without a Kubernetes request."
   type        = string
   default     = null
 }
@@ -335,7 +335,7 @@ variable "instance_ids" {
 }
 
 variable "recovery_schedule" {
-  description = "EventBridge schedule expression of the sweep: it invokes the function with {\"action\":\"sweep\"}, which fences NotReady nodes no event named (missed, dead-lettered, or consumed while the kill switch was on) whose instance EC2 reports off, and re-checks every node the function fenced, removing the taint once the instance runs and the node is Ready again. Null creates no schedule (nodes are then looked at only on EC2 events, alerts and direct requests)."
+  description = "EventBridge schedule expression of the sweep: it invokes the function with {\"action\":\"sweep\"}, which fences NotReady nodes no event named (missed, dead-lettered, or consumed while the kill switch was on) whose instance EC2 reports off, and re-checks every node the function fenced, removing the taint once the instance runs and the node is Ready again. Each sweep also counts the Nodes others put out of service, so that events until the next one read their Node by name instead of listing every Node. Null creates no schedule (nodes are then looked at only on EC2 events, alerts and direct requests, each listing every Node)."
   type        = string
   default     = "rate(10 minutes)"
 

@@ -24,7 +24,7 @@ use serde_json::Value;
 
 const USAGE: &str = "\
 usage: bench-budget [--zip PATH | --binary PATH] [--starts N] [--events N] [--batch N]
-                    [--repeats N] [--storm N,N,...]
+                    [--repeats N] [--storm N,N,...] [--scale N,N,...]
 
 Runs the release bootstrap (built by `make package`) under a Runtime API
 stand-in against the test stack and prints medians with min/max:
@@ -39,6 +39,11 @@ stand-in against the test stack and prints medians with min/max:
                   already fenced
   --storm SIZES   stopped nodes per storm batch (default 10,100,500; `none`
                   skips the storm)
+  --scale SIZES   clusters grown to these many Nodes (e.g. 100,1000,5000;
+                  default none): at each size, 3 events each for another
+                  cluster's instance, for a Node read by name with a fresh
+                  census, and for one with no census (every Node listed),
+                  with apiserver requests and bytes counted at the proxy
 
 Set NODE_FENCER_STACK_DIR to use a running stack; otherwise one is started.";
 
@@ -50,6 +55,7 @@ struct Args {
     batch: usize,
     repeats: usize,
     storm: Vec<usize>,
+    scale: Vec<usize>,
 }
 
 fn parse_args() -> anyhow::Result<Option<Args>> {
@@ -61,6 +67,7 @@ fn parse_args() -> anyhow::Result<Option<Args>> {
         batch: 100,
         repeats: 5,
         storm: vec![10, 100, 500],
+        scale: Vec::new(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -77,15 +84,20 @@ fn parse_args() -> anyhow::Result<Option<Args>> {
             "--events" => args.events = number("--events", value("--events")?)?,
             "--batch" => args.batch = number("--batch", value("--batch")?)?,
             "--repeats" => args.repeats = number("--repeats", value("--repeats")?)?,
-            "--storm" => {
-                let v = value("--storm")?;
-                args.storm = if v == "none" {
+            "--storm" | "--scale" => {
+                let v = value(&a)?;
+                let sizes = if v == "none" {
                     Vec::new()
                 } else {
                     v.split(',')
-                        .map(|n| number("--storm", n.trim().to_owned()))
+                        .map(|n| number(&a, n.trim().to_owned()))
                         .collect::<anyhow::Result<_>>()?
                 };
+                if a == "--storm" {
+                    args.storm = sizes;
+                } else {
+                    args.scale = sizes;
+                }
             }
             other => bail!("unknown argument {other:?}\n\n{USAGE}"),
         }
@@ -226,6 +238,19 @@ async fn targets(stack: &Stack, n: usize, clock: &Clock) -> anyhow::Result<Vec<T
         .await
 }
 
+/// The same, each Node named after its instance's private DNS name, as on
+/// EKS, so that an event reads it by name.
+async fn named_targets(stack: &Stack, n: usize, clock: &Clock) -> anyhow::Result<Vec<Target>> {
+    clock.say(&format!(
+        "creating {n} stopped nodes named after their machines, with a volume each"
+    ));
+    futures::stream::iter(0..n)
+        .map(|_| named_target(stack, None))
+        .buffer_unordered(8)
+        .try_collect()
+        .await
+}
+
 /// Nodes the answer reports fenced; a Function URL answer carries the
 /// report as its `body` string.
 fn fenced(answer: &Answer) -> usize {
@@ -332,8 +357,6 @@ async fn run(args: Args) -> anyhow::Result<()> {
         ),
     );
 
-    let singles = targets(stack, args.events, &clock).await?;
-    let batch = targets(stack, args.batch, &clock).await?;
     let f = Function::start(&binary, &env, &log).await?;
     f.cold_start().await?;
     // The first event pays for connections; it is reported on its own.
@@ -357,13 +380,24 @@ async fn run(args: Args) -> anyhow::Result<()> {
     );
     let (_, rss_after_start) = memory_mb(f.pid())?;
 
+    // As the 10-minute sweep does, before the stopped Nodes exist (it would
+    // fence them): its census lets each event read its Node by name.
+    let (answer, _, _) = f.invoke(serde_json::json!({"action": "sweep"})).await?;
+    if answer.error {
+        bail!("the sweep failed: {}", answer.body);
+    }
+    let singles = named_targets(stack, args.events, &clock).await?;
     clock.say(&format!(
-        "{} single events, each fencing one node",
+        "{} single events, each fencing one node read by name",
         singles.len()
     ));
     let (mut cpu, mut wall) = (Vec::new(), Vec::new());
     let ticks_before = cpu_ticks_ms(f.pid())?;
-    for t in &singles {
+    let events = singles.len();
+    // Each fenced Node is deleted after its event, as its replacement's
+    // arrival ends it in a cluster that runs on: the Nodes node-fencer
+    // labelled do not pile up from one event to the next.
+    for t in singles {
         let (answer, c, w) = f
             .invoke(eventbridge_event(&t.m.instance, "stopped"))
             .await?;
@@ -373,10 +407,14 @@ async fn run(args: Args) -> anyhow::Result<()> {
         cpu.push(c);
         wall.push(w.as_secs_f64() * 1000.0);
     }
-    let ticks = (cpu_ticks_ms(f.pid())? - ticks_before) / singles.len().max(1) as f64;
+    let ticks = (cpu_ticks_ms(f.pid())? - ticks_before) / events.max(1) as f64;
     keep(
         &mut out,
-        row("one event fencing one node: own CPU", "ms", &cpu),
+        row(
+            "one event fencing one node (read by name): own CPU",
+            "ms",
+            &cpu,
+        ),
     );
     keep(
         &mut out,
@@ -391,6 +429,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         row("one event fencing one node: wall", "ms", &wall),
     );
 
+    let batch = targets(stack, args.batch, &clock).await?;
     clock.say(&format!("a batch of {} alerts", batch.len()));
     let (answer, c, w) = f.invoke(alert_batch(&batch)).await?;
     if answer.error || fenced(&answer) != batch.len() {
@@ -474,6 +513,21 @@ async fn run(args: Args) -> anyhow::Result<()> {
         );
     }
     drop(f);
+    let scale = if args.scale.is_empty() {
+        Vec::new()
+    } else {
+        scale::run(
+            stack,
+            &binary,
+            &env,
+            &log,
+            &args.scale,
+            &ec2_proxy,
+            &kube_proxy,
+            &clock,
+        )
+        .await?
+    };
 
     println!("\n### Budget\n");
     for l in &out {
@@ -482,6 +536,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
     if !args.storm.is_empty() {
         println!("\n### Storm: one Alertmanager batch, growing\n");
         for l in &storm {
+            println!("{l}");
+        }
+    }
+    if !scale.is_empty() {
+        println!("\n### One event, growing clusters (medians of 3)\n");
+        for l in &scale {
             println!("{l}");
         }
     }
@@ -503,4 +563,274 @@ fn main() -> anyhow::Result<()> {
         .enable_all()
         .build()?
         .block_on(run(args))
+}
+
+/// One event on clusters of growing size (issue 19): what it costs for
+/// another cluster's instance, for a Node read by name with a fresh census,
+/// and for one with no census, where every Node is listed.
+mod scale {
+    use std::path::Path;
+    use std::time::Instant;
+
+    use anyhow::{Context, bail};
+    use aws_sdk_ec2::types::{Filter, Tag};
+    use futures::{StreamExt, TryStreamExt};
+    use k8s_openapi::api::coordination::v1::Lease;
+    use k8s_openapi::api::core::v1::Node;
+    use kube::Api;
+    use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+    use node_fencer::core::control::CENSUS_NAME;
+    use node_fencer_tests::Stack;
+    use node_fencer_tests::bench::{Clock, median};
+    use node_fencer_tests::faults::FaultProxy;
+    use node_fencer_tests::fixtures::*;
+    use node_fencer_tests::scene::eventbridge_event;
+    use serde_json::{Value, json};
+
+    use super::{Function, fenced, keep};
+
+    /// This cluster's name in the bench, as its tag names it.
+    const CLUSTER: &str = "bench";
+    /// Events per case and size.
+    const EVENTS: usize = 3;
+    /// The label of the Nodes this bench adds.
+    const BULK: &str = "node-fencer.io/bench-bulk";
+
+    /// A Ready Node as kwok or a kubelet reports one, with a provider id of
+    /// an instance EC2 does not know.
+    fn bulk_node(i: usize) -> Value {
+        let name = format!("bulk-{i:05}");
+        let images: Vec<Value> = (0..8)
+            .map(|k| {
+                json!({"names": [format!("registry.example/team-{k}/service@sha256:{:064x}", i * 8 + k),
+                                 format!("registry.example/team-{k}/service:v1.{i}")],
+                       "sizeBytes": 48_000_000 + k})
+            })
+            .collect();
+        let conditions: Vec<Value> = ["MemoryPressure", "DiskPressure", "PIDPressure", "Ready"]
+            .iter()
+            .map(|t| {
+                json!({
+                    "type": t, "status": if *t == "Ready" { "True" } else { "False" },
+                    "lastHeartbeatTime": "2026-11-24T10:00:00Z",
+                    "lastTransitionTime": "2026-11-20T10:00:00Z",
+                    "reason": "KubeletReady", "message": "kubelet is posting ready status"})
+            })
+            .collect();
+        json!({
+            "metadata": {"name": name, "labels": {
+                BULK: "true", "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+                "node.kubernetes.io/instance-type": "m5.large",
+                "topology.kubernetes.io/zone": "us-east-1a"}},
+            "spec": {"providerID": format!("aws:///us-east-1a/i-{:017x}", 0xb000_0000_u64 + i as u64)},
+            "status": {
+                "capacity": {"cpu": "2", "memory": "7935360Ki", "pods": "29"},
+                "allocatable": {"cpu": "1930m", "memory": "7246208Ki", "pods": "29"},
+                "conditions": conditions,
+                "addresses": [{"type": "InternalIP", "address": format!("10.{}.{}.{}", 100 + i / 65536, (i / 256) % 256, i % 256)},
+                              {"type": "Hostname", "address": name}],
+                "nodeInfo": {"machineID": "ec2", "systemUUID": "ec2", "bootID": "b",
+                    "kernelVersion": "6.1.112", "osImage": "Amazon Linux 2023",
+                    "containerRuntimeVersion": "containerd://1.7.22", "kubeletVersion": "v1.36.3",
+                    "kubeProxyVersion": "", "operatingSystem": "linux", "architecture": "amd64"},
+                "images": images
+            }
+        })
+    }
+
+    /// Grows the bench's Nodes to `n`.
+    async fn grow(stack: &Stack, n: usize, clock: &Clock) -> anyhow::Result<()> {
+        let admin = stack.admin().await?;
+        let nodes: Api<Node> = Api::all(admin);
+        let have = nodes
+            .list_metadata(&ListParams::default().labels(&format!("{BULK}=true")))
+            .await?
+            .items
+            .len();
+        clock.say(&format!(
+            "growing the cluster by {} Nodes",
+            n.saturating_sub(have)
+        ));
+        futures::stream::iter(have..n)
+            .map(|i| {
+                let nodes = nodes.clone();
+                async move {
+                    let full = bulk_node(i);
+                    let name = full["metadata"]["name"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned();
+                    let mut bare = full.clone();
+                    bare.as_object_mut().map(|o| o.remove("status"));
+                    nodes
+                        .create(&PostParams::default(), &serde_json::from_value(bare)?)
+                        .await?;
+                    let status = json!({"status": full["status"]});
+                    nodes
+                        .patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+                        .await?;
+                    anyhow::Ok(())
+                }
+            })
+            .buffer_unordered(16)
+            .try_collect::<Vec<()>>()
+            .await?;
+        Ok(())
+    }
+
+    /// The default VPC moto launches into.
+    async fn default_vpc(stack: &Stack) -> anyhow::Result<String> {
+        let vpcs = stack
+            .ec2()
+            .await
+            .describe_vpcs()
+            .filters(Filter::builder().name("is-default").values("true").build())
+            .send()
+            .await?;
+        vpcs.vpcs()
+            .first()
+            .and_then(|v| v.vpc_id())
+            .map(str::to_owned)
+            .context("moto has no default VPC")
+    }
+
+    /// A stopped instance tagged for another cluster.
+    async fn foreign(stack: &Stack) -> anyhow::Result<String> {
+        let ec2 = stack.ec2().await;
+        let m = launch(&ec2).await?;
+        ec2.create_tags()
+            .resources(&m.instance)
+            .tags(
+                Tag::builder()
+                    .key("kubernetes.io/cluster/other")
+                    .value("owned")
+                    .build(),
+            )
+            .send()
+            .await?;
+        stop(&ec2, &m).await?;
+        Ok(m.instance)
+    }
+
+    /// What one invocation cost, from the proxies and the process.
+    struct Cost {
+        requests: usize,
+        bytes: usize,
+        ec2: usize,
+        cpu: f64,
+        wall: f64,
+        to_taint: Option<f64>,
+    }
+
+    async fn measure(
+        f: &Function,
+        instance: &str,
+        node: Option<&str>,
+        ec2: &FaultProxy,
+        kube: &FaultProxy,
+    ) -> anyhow::Result<Cost> {
+        let (k0, e0) = (kube.seen().len(), ec2.seen().len());
+        let start = Instant::now();
+        let (answer, cpu, wall) = f.invoke(eventbridge_event(instance, "stopped")).await?;
+        if answer.error || (node.is_some() && fenced(&answer) != 1) {
+            bail!("{instance}: not the expected answer: {}", answer.body);
+        }
+        let seen = kube.seen();
+        let new = &seen[k0..];
+        let to_taint = node.and_then(|n| {
+            let path = format!("/api/v1/nodes/{n}");
+            new.iter()
+                .find(|s| s.method == http::Method::PATCH && s.path.starts_with(&path))
+                .map(|s| s.at.duration_since(start).as_secs_f64() * 1000.0)
+        });
+        Ok(Cost {
+            requests: new.len(),
+            bytes: new.iter().map(|s| s.bytes).sum(),
+            ec2: ec2.seen().len() - e0,
+            cpu,
+            wall: wall.as_secs_f64() * 1000.0,
+            to_taint,
+        })
+    }
+
+    fn med(values: impl Iterator<Item = f64>) -> String {
+        let v: Vec<f64> = values.collect();
+        median(&v).map_or("-".into(), |(m, _, _)| format!("{m:.1}"))
+    }
+
+    fn line(n: usize, case: &str, costs: &[Cost]) -> String {
+        let kb = med(costs.iter().map(|c| c.bytes as f64 / 1024.0));
+        let taint = costs.iter().filter_map(|c| c.to_taint);
+        format!(
+            "| {n} | {case} | {} | {kb} KiB | {} | {} ms | {} ms | {} |",
+            med(costs.iter().map(|c| c.requests as f64)),
+            med(costs.iter().map(|c| c.ec2 as f64)),
+            med(costs.iter().map(|c| c.cpu)),
+            med(costs.iter().map(|c| c.wall)),
+            if costs.iter().any(|c| c.to_taint.is_some()) {
+                format!("{} ms", med(taint))
+            } else {
+                "-".into()
+            },
+        )
+    }
+
+    /// Runs the cases at each size; returns the table's lines.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn run(
+        stack: &Stack,
+        binary: &Path,
+        env: &[(&str, String)],
+        log: &Path,
+        sizes: &[usize],
+        ec2: &FaultProxy,
+        kube: &FaultProxy,
+        clock: &Clock,
+    ) -> anyhow::Result<Vec<String>> {
+        let mut env = env.to_vec();
+        env.push(("CLUSTER_VPC_ID", default_vpc(stack).await?));
+        env.push(("CLUSTER_TAG", format!("kubernetes.io/cluster/{CLUSTER}")));
+        let f = Function::start(binary, &env, log).await?;
+        f.cold_start().await?;
+        let leases: Api<Lease> = Api::namespaced(stack.admin().await?, "kube-system");
+        let mut out = vec![
+            "| Nodes | event | apiserver requests | read from the apiserver | EC2 calls | own CPU | wall | event → taint |".to_owned(),
+            "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |".to_owned(),
+        ];
+        for &n in sizes {
+            grow(stack, n, clock).await?;
+            clock.say(&format!("{n} Nodes: a sweep leaves the census"));
+            let (answer, _, _) = f.invoke(json!({"action": "sweep"})).await?;
+            if answer.error {
+                bail!("the sweep failed: {}", answer.body);
+            }
+            let mut cases: Vec<(&str, Vec<Cost>)> = Vec::new();
+            clock.say(&format!("{n} Nodes: another cluster's instance"));
+            let mut costs = Vec::new();
+            for _ in 0..EVENTS {
+                let id = foreign(stack).await?;
+                costs.push(measure(&f, &id, None, ec2, kube).await?);
+            }
+            cases.push(("another cluster's instance", costs));
+            clock.say(&format!("{n} Nodes: a Node read by name"));
+            let mut costs = Vec::new();
+            for _ in 0..EVENTS {
+                let t = named_target(stack, None).await?;
+                costs.push(measure(&f, &t.m.instance, Some(&t.node), ec2, kube).await?);
+            }
+            cases.push(("this cluster's, read by name", costs));
+            clock.say(&format!("{n} Nodes: without a census"));
+            let mut costs = Vec::new();
+            for _ in 0..EVENTS {
+                let _ = leases.delete(CENSUS_NAME, &DeleteParams::default()).await;
+                let t = named_target(stack, None).await?;
+                costs.push(measure(&f, &t.m.instance, Some(&t.node), ec2, kube).await?);
+            }
+            cases.push(("this cluster's, every Node listed", costs));
+            for (case, costs) in &cases {
+                keep(&mut out, line(n, case, costs));
+            }
+        }
+        Ok(out)
+    }
 }

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, ServiceAccount};
 use k8s_openapi::api::rbac::v1::ClusterRole;
 use kube::Api;
@@ -368,6 +369,22 @@ async fn the_kill_switch_turns_every_action_into_a_dry_run_and_the_sweep_catches
     assert_eq!(ours["origins"][0]["kind"], "sweep", "{r:#}");
     assert!(taints(&get_node(&admin, &t.node).await?).contains(&OUT_OF_SERVICE.into()));
     assert_eq!(volume(&ec2, &t.volume).await?.0, "available");
+    // The sweep left its census, under the function's own RBAC (issue 19).
+    let leases: Api<Lease> = Api::namespaced(admin.clone(), "kube-system");
+    let census = leases.get(node_fencer::core::control::CENSUS_NAME).await?;
+    let counted = census.metadata.annotations.unwrap_or_default();
+    assert!(
+        counted
+            .get(node_fencer::core::control::CENSUS_OTHERS)
+            .is_some_and(|n| n.parse::<usize>().is_ok()),
+        "{counted:?}"
+    );
+    let renewed = census
+        .spec
+        .and_then(|s| s.renew_time)
+        .context("no count time")?;
+    let age = k8s_openapi::jiff::Timestamp::now().as_second() - renewed.0.as_second();
+    assert!((0..120).contains(&age), "counted {age} s ago");
     maps.delete("node-fencer", &DeleteParams::default()).await?;
     Ok(())
 }

@@ -9,6 +9,7 @@ mod kube_api;
 mod lifecycle;
 mod pipeline;
 mod runtime;
+mod scale;
 mod scenario;
 
 use node_fencer::core::instance::InstanceId;
