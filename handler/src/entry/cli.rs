@@ -62,8 +62,9 @@ enum Command {
         target: Option<String>,
     },
     /// Look for NotReady nodes that no event named, fence those whose
-    /// instance EC2 reports off, and re-check every node node-fencer fenced
-    /// (what the scheduled invocation does).
+    /// instance EC2 reports off, re-check every node node-fencer fenced, and
+    /// count the nodes others put out of service for the events until the
+    /// next sweep (what the scheduled invocation does).
     Sweep,
     /// Check the set-up without changing anything: API server, fencing mode,
     /// every Kubernetes and EC2 permission, secrets, settings, kill switch.
