@@ -188,11 +188,11 @@ pub async fn run(ctx: &Ctx<'_>, policy: &Policy, batch: Batch) -> Result<Report,
     let (fenced, mode, fence_switched) = if fencing.is_empty() {
         (Vec::new(), None, Switched::default())
     } else {
-        fence(ctx, policy, dry_run, fencing, &view, known).await?
+        fence(ctx, policy, dry_run, fencing, &view, known.clone()).await?
     };
     results.extend(fenced);
     let (recoveries, recover_switched) =
-        recover::run(ctx, policy, dry_run, recovering, &view.nodes).await;
+        recover::run(ctx, policy, dry_run, recovering, &view.nodes, &known).await;
     // Turned on during a wait: what was left became a plan.
     let switched = fence_switched.or(recover_switched);
     errors.extend(switched.error);

@@ -35,6 +35,7 @@ pub(super) async fn run(
     mut dry_run: bool,
     requested: Vec<Suspect>,
     nodes: &[NodeFacts],
+    known: &HashMap<InstanceId, Confirmation>,
 ) -> (Vec<RecoveryReport>, Switched) {
     let mut reports = Vec::new();
     let mut candidates: BTreeMap<String, Candidate> = BTreeMap::new();
@@ -76,7 +77,7 @@ pub(super) async fn run(
     let first_seen = k8s_openapi::jiff::Timestamp::now().as_second();
     let settle = policy.recovery_settle;
     let settle_secs = i64::try_from(settle.as_secs()).unwrap_or(i64::MAX);
-    let mut view = View::gather(ctx, settle, nodes, &candidates).await;
+    let mut view = View::gather(ctx, settle, nodes, &candidates, known).await;
     let mut verdicts = view.decide(settle, &candidates, 0);
     // A requested recovery that only waits for the settle delay waits here,
     // once, rather than for a retry minutes later.
@@ -104,7 +105,8 @@ pub(super) async fn run(
         }
         match ctx.cluster.list_nodes().await {
             Ok(fresh) => {
-                view = View::gather(ctx, settle, &fresh, &candidates).await;
+                // After the wait, every machine is asked again.
+                view = View::gather(ctx, settle, &fresh, &candidates, &HashMap::new()).await;
                 let waited = i64::try_from(started.elapsed().as_secs()).unwrap_or(i64::MAX);
                 verdicts = view.decide(settle, &candidates, waited);
             }
@@ -256,6 +258,7 @@ impl View {
         settle: Duration,
         nodes: &[NodeFacts],
         candidates: &BTreeMap<String, Candidate>,
+        known: &HashMap<InstanceId, Confirmation>,
     ) -> Self {
         let nodes: HashMap<String, NodeFacts> = nodes
             .iter()
@@ -272,7 +275,13 @@ impl View {
             .collect();
         ids.sort();
         ids.dedup();
-        let confirmations = confirm::instances(ctx, &ids).await;
+        // What this invocation already asked (the screen) is not asked twice.
+        let mut confirmations: HashMap<InstanceId, Confirmation> = ids
+            .iter()
+            .filter_map(|id| Some((id.clone(), known.get(id)?.clone())))
+            .collect();
+        ids.retain(|id| !confirmations.contains_key(id));
+        confirmations.extend(confirm::instances(ctx, &ids).await);
         let mut view = Self {
             nodes,
             confirmations,

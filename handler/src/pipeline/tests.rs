@@ -267,13 +267,6 @@ async fn another_clusters_instance_costs_one_ec2_call_and_no_kubernetes_request(
 
 #[tokio::test]
 async fn with_an_identity_this_clusters_instance_is_fenced_and_asked_about_no_more_often() {
-    let count = |w: &World| {
-        w.calls
-            .log()
-            .iter()
-            .filter(|c| *c == "DescribeInstances")
-            .count()
-    };
     let plain = World::stopped();
     let report = plain.fence(&policy()).await.unwrap();
     assert_eq!(report.results[0].outcome, Outcome::Fenced);
@@ -310,8 +303,8 @@ async fn with_an_identity_this_clusters_instance_is_fenced_and_asked_about_no_mo
     );
     assert_eq!(w.calls.log()[0], "DescribeInstances", "screened first");
     assert_eq!(
-        count(&w),
-        count(&plain),
+        w.describes(),
+        plain.describes(),
         "the screen's answer is the first confirmation"
     );
     assert_eq!(w.out_of_service_taints("ip-10-0-9-9.ec2.internal"), 0);
@@ -331,6 +324,14 @@ impl World {
         self.cloud
             .describe_as(&instance(n), |f| f.private_dns_name = Some(name.into()));
         self
+    }
+
+    fn describes(&self) -> usize {
+        self.calls
+            .log()
+            .iter()
+            .filter(|c| *c == "DescribeInstances")
+            .count()
     }
 
     fn lists(&self) -> usize {
@@ -874,6 +875,7 @@ async fn the_volume_of_a_pod_that_stays_on_the_node_stays_attached() {
     w.cloud.instance(&instance(1), InstanceState::Running);
     w.cluster.set_ready(NODE, "True");
     w.cluster.remove_attachment(&volume(1));
+    let asked = w.describes();
     let back = w
         .run(&policy(), batch(Intent::Recover, &[instance(1)]))
         .await
@@ -882,6 +884,11 @@ async fn the_volume_of_a_pod_that_stays_on_the_node_stays_attached() {
         back.recoveries[0].outcome,
         RecoveryOutcome::Recovered,
         "{back:#?}"
+    );
+    assert_eq!(
+        w.describes() - asked,
+        1,
+        "the screen's answer serves the recovery"
     );
 }
 
