@@ -1111,6 +1111,9 @@ def test_examples_use_the_modules():
     calls = {name: body for e in eks["module"] for name, body in e.items()}
     assert L.value(calls["node_fencer"]["source"]) == "../../modules/node-fencer"
     assert "cluster_name" in calls["node_fencer"]
+    # EC2 events are per region: the EKS example names the cluster's VPC so that
+    # other clusters' instances cost no Kubernetes request.
+    assert L.expr(calls["node_fencer"]["cluster_vpc_id"]) == "data.aws_eks_cluster.this.vpc_config[0].vpc_id"
     assert L.value(calls["rbac"]["source"]) == "../../modules/kubernetes-rbac"
 
     self_managed = L.parse_dir(L.INFRA / "examples" / "self-managed")

@@ -33,6 +33,10 @@ module "node_fencer" {
   cluster_name     = var.cluster_name
   eks_access_entry = true
 
+  # An EC2 event's instance outside the cluster's VPC is let go without a
+  # Kubernetes request (EC2 events are per account and region).
+  cluster_vpc_id = data.aws_eks_cluster.this.vpc_config[0].vpc_id
+
   dry_run                       = var.dry_run
   max_out_of_service            = var.max_out_of_service
   volume_detach_timeout_seconds = var.volume_detach_timeout_seconds
