@@ -12,10 +12,13 @@ use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
+use node_fencer::core::facts::CsiVolume;
+use node_fencer::core::kube_model::ANNOTATION_CONTROLLER_MANAGED;
 use node_fencer::core::metrics::{Measured, Meter};
 use node_fencer::core::policy::Policy;
 use node_fencer::core::report::Report;
 use node_fencer::core::suspect::Batch;
+use node_fencer::core::volumes::{EBS_CSI_DRIVER, attachment_name};
 use node_fencer::pipeline::{self, Ctx};
 use node_fencer::shell::cloud::Cloud;
 use node_fencer::shell::cloud::aws::Ec2;
@@ -272,7 +275,17 @@ pub async fn create_va(
     pv: &str,
     attacher: &str,
 ) -> anyhow::Result<String> {
-    let name = unique("csi");
+    create_va_named(admin, &unique("csi"), node, pv, attacher).await
+}
+
+/// Creates the VolumeAttachment `name` of `pv` to `node` by `attacher`.
+pub async fn create_va_named(
+    admin: &Client,
+    name: &str,
+    node: &str,
+    pv: &str,
+    attacher: &str,
+) -> anyhow::Result<String> {
     let va: VolumeAttachment = serde_json::from_value(json!({
         "metadata": {"name": name},
         "spec": {"attacher": attacher, "nodeName": node, "source": {"persistentVolumeName": pv}}
@@ -280,7 +293,38 @@ pub async fn create_va(
     Api::<VolumeAttachment>::all(admin.clone())
         .create(&PostParams::default(), &va)
         .await?;
-    Ok(name)
+    Ok(name.into())
+}
+
+/// Records `volumes` (EBS volume ids) on the Node as a kubelet and the
+/// attach/detach controller do: the annotation that the controller manages
+/// its attachments, and the volumes in `status.volumesAttached`.
+pub async fn record_volumes(admin: &Client, node: &str, volumes: &[&str]) -> anyhow::Result<()> {
+    let nodes: Api<Node> = Api::all(admin.clone());
+    let annotate = json!({"metadata": {"annotations": {ANNOTATION_CONTROLLER_MANAGED: "true"}}});
+    nodes
+        .patch(node, &PatchParams::default(), &Patch::Merge(&annotate))
+        .await?;
+    let attached: Vec<Value> = volumes
+        .iter()
+        .map(|v| json!({"name": format!("kubernetes.io/csi/{EBS_CSI_DRIVER}^{v}"), "devicePath": ""}))
+        .collect();
+    let status = json!({"status": {"volumesAttached": attached}});
+    nodes
+        .patch_status(node, &PatchParams::default(), &Patch::Merge(&status))
+        .await?;
+    Ok(())
+}
+
+/// The name Kubernetes gives the attachment of EBS volume `volume` to `node`.
+pub fn ebs_attachment_name(volume: &str, node: &str) -> String {
+    attachment_name(
+        &CsiVolume {
+            driver: EBS_CSI_DRIVER.into(),
+            handle: volume.into(),
+        },
+        node,
+    )
 }
 
 /// Sets the Node's `Ready` condition, as a kubelet would, transition time now.
@@ -539,23 +583,32 @@ pub async fn target(stack: &Stack, running: bool) -> anyhow::Result<Target> {
     }
     let mut spec = NodeSpec::for_machine(&m);
     spec.ready = "Unknown";
-    node_of(stack, m, volume, &spec).await
+    node_of(stack, m, volume, &spec, false).await
 }
 
 /// Creates the Node `spec` for the machine, with its volume behind a PV
-/// and a VolumeAttachment.
+/// and a VolumeAttachment; `recorded`, the Node records its volume and the
+/// attachment has the name Kubernetes gives it, as on a cluster whose
+/// attach/detach controller attached it.
 async fn node_of(
     stack: &Stack,
     m: Machine,
     volume: String,
     spec: &NodeSpec,
+    recorded: bool,
 ) -> anyhow::Result<Target> {
     let admin = stack.admin().await?;
     create_node(&admin, spec).await?;
     let cleanup = stack.delete_on_drop(&[&spec.name]);
     let pv = unique("pv");
     create_pv(&admin, &pv, &volume).await?;
-    create_va(&admin, &spec.name, &pv, "ebs.csi.aws.com").await?;
+    if recorded {
+        record_volumes(&admin, &spec.name, &[&volume]).await?;
+        let name = ebs_attachment_name(&volume, &spec.name);
+        create_va_named(&admin, &name, &spec.name, &pv, EBS_CSI_DRIVER).await?;
+    } else {
+        create_va(&admin, &spec.name, &pv, EBS_CSI_DRIVER).await?;
+    }
     Ok(Target {
         m,
         node: spec.name.clone(),
@@ -565,9 +618,19 @@ async fn node_of(
 }
 
 /// A stopped machine whose NotReady Node is named after its private DNS
-/// name, as on EKS, with one CSI volume; the Node's provider id names
-/// `owner` (the machine itself, unless a test says otherwise).
+/// name, as on EKS, with one CSI volume that the Node records as attached;
+/// the Node's provider id names `owner` (the machine itself, unless a test
+/// says otherwise).
 pub async fn named_target(stack: &Stack, owner: Option<&Machine>) -> anyhow::Result<Target> {
+    named_target_as(stack, owner, true).await
+}
+
+/// [`named_target`], its Node recording its volume only if `recorded`.
+pub async fn named_target_as(
+    stack: &Stack,
+    owner: Option<&Machine>,
+    recorded: bool,
+) -> anyhow::Result<Target> {
     let ec2 = stack.ec2().await;
     let m = launch(&ec2).await?;
     let volume = attach_new_volume(&ec2, &m, "/dev/xvdba").await?;
@@ -575,7 +638,7 @@ pub async fn named_target(stack: &Stack, owner: Option<&Machine>) -> anyhow::Res
     let mut spec = NodeSpec::for_machine(owner.unwrap_or(&m));
     spec.name = m.private_dns.clone();
     anyhow::ensure!(!spec.name.is_empty(), "moto gave no private DNS name");
-    node_of(stack, m, volume, &spec).await
+    node_of(stack, m, volume, &spec, recorded).await
 }
 
 #[cfg(test)]

@@ -276,6 +276,25 @@ impl Cluster for TimingCluster<'_> {
             )
             .await
     }
+    async fn get_volume_attachment(
+        &self,
+        name: &str,
+    ) -> Result<Option<AttachmentFacts>, ClusterError> {
+        self.timeline
+            .time(
+                "GetVolumeAttachment",
+                self.inner.get_volume_attachment(name),
+            )
+            .await
+    }
+    async fn get_persistent_volume(&self, name: &str) -> Result<Option<PvFacts>, ClusterError> {
+        self.timeline
+            .time(
+                "GetPersistentVolume",
+                self.inner.get_persistent_volume(name),
+            )
+            .await
+    }
     async fn node_event(
         &self,
         node: &str,

@@ -82,6 +82,7 @@ mod tests {
     /// A tainted Node on instance `n`; `mark` is the state node-fencer recorded.
     fn out(n: u8, mark: Option<InstanceState>) -> NodeFacts {
         NodeFacts {
+            attached: None,
             name: format!("node-{n}"),
             instance: Some(id(n)),
             readiness: Readiness::Unknown,

@@ -317,6 +317,7 @@ mod tests {
 
     fn node(readiness: Readiness, taints: Vec<TaintFacts>) -> NodeFacts {
         NodeFacts {
+            attached: None,
             name: "worker-2".into(),
             instance: InstanceId::parse("i-0123456789abcdef0"),
             readiness,

@@ -56,6 +56,20 @@ pub struct NodeFacts {
     pub ready_since: Option<i64>,
     /// What node-fencer recorded when it fenced this Node, if it did.
     pub fenced: Option<FenceMark>,
+    /// The CSI volumes attached to the Node as Kubernetes records them, when
+    /// the attach/detach controller manages its attachments; `None` when it
+    /// does not (the node's attachments are then found by listing them).
+    pub attached: Option<Vec<CsiVolume>>,
+}
+
+/// A CSI volume as the attach/detach controller names it in a Node's
+/// status: `kubernetes.io/csi/<driver>^<volume handle>`.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct CsiVolume {
+    /// The CSI driver.
+    pub driver: String,
+    /// The driver's volume handle (for EBS, the volume id).
+    pub handle: String,
 }
 
 impl NodeFacts {
@@ -151,6 +165,7 @@ impl NodeFacts {
             taints: vec![],
             ready_since: None,
             fenced: None,
+            attached: None,
         }
     }
 }

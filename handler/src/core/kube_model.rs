@@ -6,8 +6,8 @@ use k8s_openapi::api::storage::v1::VolumeAttachment;
 use serde_json::{Value, json};
 
 use crate::core::facts::{
-    AttachmentFacts, FenceMark, FenceMode, NodeFacts, OUT_OF_SERVICE_EFFECT, OUT_OF_SERVICE_KEY,
-    OUT_OF_SERVICE_VALUE, PodRef, PvFacts, Readiness, TaintFacts,
+    AttachmentFacts, CsiVolume, FenceMark, FenceMode, NodeFacts, OUT_OF_SERVICE_EFFECT,
+    OUT_OF_SERVICE_KEY, OUT_OF_SERVICE_VALUE, PodRef, PvFacts, Readiness, TaintFacts,
 };
 use crate::core::instance::{InstanceId, InstanceState, VolumeId, instance_from_provider_id};
 use crate::core::volumes::EBS_CSI_DRIVER;
@@ -80,6 +80,58 @@ pub fn node_facts(node: &Node) -> Option<NodeFacts> {
         taints,
         ready_since: ready_since(node),
         fenced: fence_mark(node),
+        attached: attached_volumes(node),
+    })
+}
+
+/// The annotation a kubelet sets at registration when the attach/detach
+/// controller, not the kubelet, attaches the node's volumes.
+pub const ANNOTATION_CONTROLLER_MANAGED: &str =
+    "volumes.kubernetes.io/controller-managed-attach-detach";
+/// How the attach/detach controller names a CSI volume in a Node's status.
+const CSI_UNIQUE_PREFIX: &str = "kubernetes.io/csi/";
+
+/// The CSI volumes of the Node's `status.volumesAttached` (what the
+/// attach/detach controller attached) and `status.volumesInUse` (what the
+/// kubelet mounts), sorted and without repeats; `None` unless that
+/// controller manages the Node's attachments, as only then does it keep
+/// `volumesAttached`.
+pub fn attached_volumes(node: &Node) -> Option<Vec<CsiVolume>> {
+    let managed = node
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ANNOTATION_CONTROLLER_MANAGED))
+        .is_some_and(|v| v == "true");
+    if !managed {
+        return None;
+    }
+    let status = node.status.as_ref();
+    let attached = status
+        .and_then(|s| s.volumes_attached.as_deref())
+        .unwrap_or_default()
+        .iter()
+        .map(|v| v.name.as_str());
+    let in_use = status
+        .and_then(|s| s.volumes_in_use.as_deref())
+        .unwrap_or_default()
+        .iter()
+        .map(String::as_str);
+    let mut volumes: Vec<CsiVolume> = attached.chain(in_use).filter_map(csi_volume).collect();
+    volumes.sort();
+    volumes.dedup();
+    Some(volumes)
+}
+
+/// `kubernetes.io/csi/<driver>^<handle>` read into its parts; `None` for
+/// any other plugin's name, or a part missing.
+fn csi_volume(unique_name: &str) -> Option<CsiVolume> {
+    let (driver, handle) = unique_name
+        .strip_prefix(CSI_UNIQUE_PREFIX)?
+        .split_once('^')?;
+    (!driver.is_empty() && !handle.is_empty()).then(|| CsiVolume {
+        driver: driver.into(),
+        handle: handle.into(),
     })
 }
 
@@ -818,6 +870,55 @@ mod tests {
             Readiness::NotReady
         );
         assert_eq!(readiness(&Node::default()), Readiness::Unknown);
+    }
+
+    #[test]
+    fn the_attached_volumes_are_read_only_where_the_controller_keeps_them() {
+        let with = |annotation: Option<&str>| -> Node {
+            let annotations = annotation
+                .map(|v| json!({ANNOTATION_CONTROLLER_MANAGED: v}))
+                .unwrap_or(json!({}));
+            serde_json::from_value(json!({
+                "metadata": {"name": "n", "annotations": annotations},
+                "status": {
+                    "volumesAttached": [
+                        {"name": "kubernetes.io/csi/ebs.csi.aws.com^vol-0b", "devicePath": ""},
+                        {"name": "kubernetes.io/csi/ebs.csi.aws.com^vol-0a", "devicePath": ""},
+                        {"name": "kubernetes.io/aws-ebs/aws://us-east-1a/vol-0c", "devicePath": ""},
+                        {"name": "kubernetes.io/csi/^vol-0d", "devicePath": ""},
+                        {"name": "kubernetes.io/csi/ebs.csi.aws.com^", "devicePath": ""},
+                        {"name": "kubernetes.io/csi/ebs.csi.aws.com", "devicePath": ""}
+                    ],
+                    "volumesInUse": [
+                        "kubernetes.io/csi/ebs.csi.aws.com^vol-0a",
+                        "kubernetes.io/csi/cstor.csi.openebs.io^pvc-9"
+                    ]
+                }
+            }))
+            .unwrap()
+        };
+        let csi = |driver: &str, handle: &str| CsiVolume {
+            driver: driver.into(),
+            handle: handle.into(),
+        };
+        // Attached or in use, sorted, once each; other plugins' names and
+        // names missing a part are not volumes node-fencer can name.
+        assert_eq!(
+            attached_volumes(&with(Some("true"))),
+            Some(vec![
+                csi("cstor.csi.openebs.io", "pvc-9"),
+                csi("ebs.csi.aws.com", "vol-0a"),
+                csi("ebs.csi.aws.com", "vol-0b"),
+            ])
+        );
+        // Without the controller, `volumesAttached` says nothing: unknown,
+        // not empty.
+        assert_eq!(attached_volumes(&with(None)), None);
+        assert_eq!(attached_volumes(&with(Some("false"))), None);
+        let bare: Node =
+            serde_json::from_value(json!({"metadata": {"name": "n", "annotations": {ANNOTATION_CONTROLLER_MANAGED: "true"}}}))
+                .unwrap();
+        assert_eq!(attached_volumes(&bare), Some(vec![]));
     }
 
     #[test]

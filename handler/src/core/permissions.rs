@@ -19,9 +19,13 @@ pub const AWS_ACTIONS: &[&str] = &[
 /// force-deleted right after it).
 pub const KUBERNETES_RULES: &[(&str, &str, &[&str])] = &[
     ("", "nodes", &["get", "list", "patch"]),
-    ("", "persistentvolumes", &["list"]),
+    ("", "persistentvolumes", &["get", "list"]),
     ("", "pods", &["list", "delete"]),
-    ("storage.k8s.io", "volumeattachments", &["list", "delete"]),
+    (
+        "storage.k8s.io",
+        "volumeattachments",
+        &["get", "list", "delete"],
+    ),
     ("events.k8s.io", "events", &["create"]),
 ];
 

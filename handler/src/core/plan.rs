@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::core::decide::{self, Recount, Skip, Verdict};
 use crate::core::facts::{Confirmation, FenceMode, InstanceFacts, NodeFacts, VolumeFacts};
-use crate::core::facts::{PodRef, PvFacts};
+use crate::core::facts::{CsiVolume, PodRef, PvFacts};
 use crate::core::instance::{InstanceId, InstanceState, VolumeId};
 use crate::core::kube_model::{Stamp, TaintOutcome};
 use crate::core::report::{
@@ -158,6 +158,9 @@ pub struct NodePlan {
     /// Legacy mode: what to do with each of the node's VolumeAttachments,
     /// every driver's.
     pub attachments: Vec<AttachmentAction>,
+    /// The Node's CSI volumes as Kubernetes recorded them at decision
+    /// time ([`NodeFacts::attached`]): the attachments to read by name.
+    pub attached: Option<Vec<CsiVolume>>,
 }
 
 impl NodePlan {
@@ -235,6 +238,7 @@ pub fn plan(
                         node_volumes: Vec::new(),
                         actions: Vec::new(),
                         attachments: Vec::new(),
+                        attached: node.and_then(|n| n.attached.clone()),
                     }),
                 ),
                 (Verdict::Skip { reason }, _) => (Stage::Skipped(reason.clone()), None),
@@ -736,6 +740,7 @@ mod tests {
 
     fn node(name: &str, out: bool) -> NodeFacts {
         NodeFacts {
+            attached: None,
             name: name.into(),
             instance: None,
             readiness: Readiness::NotReady,
@@ -771,6 +776,7 @@ mod tests {
                 node_volumes: vec![],
                 actions: vec![],
                 attachments: vec![],
+                attached: None,
             }),
             taint_applied: false,
             pods_deleted: 0,

@@ -132,6 +132,7 @@ mod tests {
 
     fn node(name: &str, instance: Option<&str>, ip: &str) -> NodeFacts {
         NodeFacts {
+            attached: None,
             name: name.into(),
             instance: instance.and_then(InstanceId::parse),
             readiness: Readiness::Unknown,

@@ -31,6 +31,7 @@ mod tests {
 
     fn node(name: &str, readiness: Readiness, tainted: bool) -> NodeFacts {
         NodeFacts {
+            attached: None,
             name: name.into(),
             instance: None,
             readiness,

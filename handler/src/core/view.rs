@@ -230,6 +230,7 @@ mod tests {
 
     fn node(name: &str, out: bool, terminated: bool) -> NodeFacts {
         NodeFacts {
+            attached: None,
             taints: if out {
                 vec![TaintFacts::out_of_service()]
             } else {

@@ -1,40 +1,44 @@
-//! Discover the volumes of every node to fence: one list of
-//! VolumeAttachments, one of PersistentVolumes, one description of the
-//! volumes from the cloud, whatever the number of nodes; and each node's
-//! pods, for the volumes of pods the taint never evicts. In legacy mode
-//! also every VolumeAttachment of the node, whatever its driver. A failed
-//! list is an error on the node's report (the node is then not reported
-//! fenced), never a reason to guess.
+//! Discover the volumes of every node to fence: its VolumeAttachments and
+//! their PersistentVolumes, read by name when every Node records its
+//! volumes (the attach/detach controller's `status.volumesAttached`), else
+//! one list of each for all the nodes; one description of the volumes from
+//! the cloud, whatever the number of nodes; and each node's pods, for the
+//! volumes of pods the taint never evicts. In legacy mode also every
+//! VolumeAttachment of the node, whatever its driver. A failed read is an
+//! error on the node's report (the node is then not reported fenced), never
+//! a reason to guess.
 
 use futures::{StreamExt, join};
+use tracing::{info, warn};
 
 use super::{Ctx, PARALLEL_NODES};
-use crate::core::facts::{FenceMode, PodRef};
+use crate::core::facts::{AttachmentFacts, FenceMode, PodRef, PvFacts};
 use crate::core::instance::VolumeId;
 use crate::core::metrics::Dependency;
 use crate::core::plan::NodeRun;
 use crate::core::volumes;
 use crate::shell::cluster::ClusterError;
 
+/// Reads by name in flight at once. EC2 caps the volumes of an instance at
+/// a few dozen, so a node's attachments take a few rounds at most.
+const PARALLEL_READS: usize = 8;
+
 /// Sets each fencing run's volumes and what to do with each.
 pub(super) async fn volumes(ctx: &Ctx<'_>, mode: FenceMode, runs: &mut [NodeRun]) {
     let mut errors = Vec::new();
-    let (vas, pvs) = join!(
-        ctx.cluster.list_volume_attachments(),
-        ctx.cluster.list_persistent_volumes()
-    );
-    let mut failed = |e: ClusterError| {
-        ctx.meter.error(Dependency::Kubernetes);
-        errors.push(e.to_string());
+    let read = match attachment_names(runs, mode) {
+        Some(names) => read_by_name(ctx, &names).await.map_err(|e| {
+            ctx.meter.error(Dependency::Kubernetes);
+            // A role without `get` (an older RBAC manifest), or a flaky
+            // read: the lists give the same answer.
+            warn!(error = %e, "could not read the attachments by name: listing them");
+        }),
+        None => Err(()),
     };
-    let vas = vas.unwrap_or_else(|e| {
-        failed(e);
-        Vec::new()
-    });
-    let pvs = pvs.unwrap_or_else(|e| {
-        failed(e);
-        Vec::new()
-    });
+    let (vas, pvs) = match read {
+        Ok(read) => read,
+        Err(()) => list(ctx, &mut errors).await,
+    };
     let of_node: Vec<Option<Vec<_>>> = runs
         .iter()
         .map(|r| {
@@ -80,6 +84,90 @@ pub(super) async fn volumes(ctx: &Ctx<'_>, mode: FenceMode, runs: &mut [NodeRun]
             Err(e) => run.errors.push(e.to_string()),
         }
     }
+}
+
+/// Every VolumeAttachment and PersistentVolume in the cluster.
+async fn list(ctx: &Ctx<'_>, errors: &mut Vec<String>) -> (Vec<AttachmentFacts>, Vec<PvFacts>) {
+    let (vas, pvs) = join!(
+        ctx.cluster.list_volume_attachments(),
+        ctx.cluster.list_persistent_volumes()
+    );
+    (
+        or_failed(ctx, vas, errors).unwrap_or_default(),
+        or_failed(ctx, pvs, errors).unwrap_or_default(),
+    )
+}
+
+/// The VolumeAttachments `names`, those that exist, and the
+/// PersistentVolumes they name; the first error if a read failed.
+async fn read_by_name(
+    ctx: &Ctx<'_>,
+    names: &[String],
+) -> Result<(Vec<AttachmentFacts>, Vec<PvFacts>), ClusterError> {
+    let read: Vec<_> = futures::stream::iter(names)
+        .map(|name| ctx.cluster.get_volume_attachment(name))
+        .buffered(PARALLEL_READS)
+        .collect()
+        .await;
+    let vas: Vec<AttachmentFacts> = read
+        .into_iter()
+        .collect::<Result<Vec<_>, _>>()?
+        .into_iter()
+        .flatten()
+        .collect();
+    let mut pv_names: Vec<&str> = vas.iter().filter_map(|va| va.pv_name.as_deref()).collect();
+    pv_names.sort_unstable();
+    pv_names.dedup();
+    let read: Vec<_> = futures::stream::iter(pv_names)
+        .map(|name| ctx.cluster.get_persistent_volume(name))
+        .buffered(PARALLEL_READS)
+        .collect()
+        .await;
+    let pvs = read
+        .into_iter()
+        .collect::<Result<Vec<_>, _>>()?
+        .into_iter()
+        .flatten()
+        .collect();
+    info!(
+        named = names.len(),
+        found = vas.len(),
+        "the nodes' attachments read by name, as their Nodes record them"
+    );
+    Ok((vas, pvs))
+}
+
+/// The value, or `None` with the error counted and kept for the reports.
+fn or_failed<T>(
+    ctx: &Ctx<'_>,
+    result: Result<T, ClusterError>,
+    errors: &mut Vec<String>,
+) -> Option<T> {
+    result
+        .inspect_err(|e| {
+            ctx.meter.error(Dependency::Kubernetes);
+            errors.push(e.to_string());
+        })
+        .ok()
+}
+
+/// The attachments of every fencing run's node by name; `None` when one of
+/// the Nodes does not record its volumes (one list then serves them all).
+fn attachment_names(runs: &[NodeRun], mode: FenceMode) -> Option<Vec<String>> {
+    let mut names = Vec::new();
+    for run in runs {
+        let (Some(plan), Some(node)) = (run.fencing(), run.node.as_deref()) else {
+            continue;
+        };
+        names.extend(volumes::attachment_names(
+            node,
+            plan.attached.as_deref(),
+            mode,
+        )?);
+    }
+    names.sort();
+    names.dedup();
+    Some(names)
 }
 
 /// The pods of each fencing run's node: a pod that tolerates the

@@ -10,15 +10,17 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, NodeStatus, Taint};
+use k8s_openapi::api::core::v1::{
+    AttachedVolume, Node, NodeCondition, NodeSpec, NodeStatus, Taint,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use serde_json::Value;
 
 use crate::core::control::KillSwitch;
 use crate::core::events::NodeEvent;
 use crate::core::facts::{
-    AttachmentFacts, InstanceFacts, NodeFacts, OUT_OF_SERVICE_KEY, PvFacts, VolumeAttachmentState,
-    VolumeFacts,
+    AttachmentFacts, CsiVolume, InstanceFacts, NodeFacts, OUT_OF_SERVICE_KEY, PvFacts,
+    VolumeAttachmentState, VolumeFacts,
 };
 use crate::core::instance::{AttachmentState, InstanceId, InstanceState, VolumeId, VolumeState};
 use crate::core::kube_model::{
@@ -369,8 +371,41 @@ impl FakeCluster {
     /// Removes the VolumeAttachment of `volume`, as the attach/detach
     /// controller does once the volume is detached.
     pub fn remove_attachment(&self, volume: &VolumeId) {
-        let name = format!("csi-{volume}");
-        self.lock().attachments.retain(|a| a.name != name);
+        let pv = format!("pv-{volume}");
+        self.lock()
+            .attachments
+            .retain(|a| a.pv_name.as_deref() != Some(pv.as_str()));
+    }
+
+    /// Adds the CSI VolumeAttachment of `volume` to `node` under the name
+    /// Kubernetes gives it, and records the volume on the Node, as the
+    /// attach/detach controller does.
+    pub fn recorded_attachment(&self, node: &str, volume: &VolumeId) {
+        use crate::core::volumes::{EBS_CSI_DRIVER, attachment_name};
+        self.attachment(node, volume);
+        let csi = CsiVolume {
+            driver: EBS_CSI_DRIVER.into(),
+            handle: volume.to_string(),
+        };
+        let mut state = self.lock();
+        let listed = format!("csi-{volume}");
+        if let Some(va) = state.attachments.iter_mut().find(|a| a.name == listed) {
+            va.name = attachment_name(&csi, node);
+        }
+        if let Some(n) = state.nodes.get_mut(node) {
+            n.metadata.annotations.get_or_insert_default().insert(
+                kube_model::ANNOTATION_CONTROLLER_MANAGED.into(),
+                "true".into(),
+            );
+            n.status
+                .get_or_insert_default()
+                .volumes_attached
+                .get_or_insert_default()
+                .push(AttachedVolume {
+                    name: format!("kubernetes.io/csi/{}^{}", csi.driver, csi.handle),
+                    device_path: String::new(),
+                });
+        }
     }
 
     /// Adds a CSI VolumeAttachment of `volume` (through a PV) to `node`.
@@ -716,6 +751,36 @@ impl Cluster for FakeCluster {
             return Err(ClusterError::ListPersistentVolumes(injected()));
         }
         Ok(self.lock().pvs.clone())
+    }
+
+    async fn get_volume_attachment(
+        &self,
+        name: &str,
+    ) -> Result<Option<AttachmentFacts>, ClusterError> {
+        if self.calls.call(format!("GetVolumeAttachment {name}")) {
+            return Err(ClusterError::GetVolume {
+                kind: "volumeattachment",
+                name: name.into(),
+                source: injected(),
+            });
+        }
+        Ok(self
+            .lock()
+            .attachments
+            .iter()
+            .find(|va| va.name == name)
+            .cloned())
+    }
+
+    async fn get_persistent_volume(&self, name: &str) -> Result<Option<PvFacts>, ClusterError> {
+        if self.calls.call(format!("GetPersistentVolume {name}")) {
+            return Err(ClusterError::GetVolume {
+                kind: "persistentvolume",
+                name: name.into(),
+                source: injected(),
+            });
+        }
+        Ok(self.lock().pvs.iter().find(|pv| pv.name == name).cloned())
     }
 
     async fn node_event(

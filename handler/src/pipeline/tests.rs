@@ -88,6 +88,20 @@ impl World {
         Self::new().with_node(NODE, 1, InstanceState::Stopped, "Unknown")
     }
 
+    /// The seed case on a Node that records its volume, as the
+    /// attach/detach controller does, with another node's attachment in the
+    /// cluster.
+    fn stopped_recorded() -> Self {
+        let w = Self::new();
+        w.cloud.instance(&instance(1), InstanceState::Stopped);
+        w.cloud
+            .attached_volume(&volume(1), &instance(1), "/dev/xvdba");
+        w.cluster.node(NODE, &instance(1), "Unknown");
+        w.cluster.recorded_attachment(NODE, &volume(1));
+        w.cluster.attachment("another-node", &volume(2));
+        w
+    }
+
     async fn run(&self, policy: &Policy, batch: Batch) -> Result<Report, PipelineError> {
         let id = format!("test-{}", self.calls.log().len());
         self.run_as(&id, policy, batch).await
@@ -1131,9 +1145,58 @@ async fn every_call_failing_in_turn_leaves_a_safe_state_and_the_retry_converges(
         w.cluster.census(census(0));
         w
     };
-    for world in [World::stopped, by_name] {
+    for world in [World::stopped, by_name, World::stopped_recorded] {
         fail_each_call_in_turn(world).await;
     }
+}
+
+/// Issue 19: a Node that records its volumes has its attachments and their
+/// PersistentVolumes read by name; no list of either is read.
+#[tokio::test]
+async fn a_node_that_records_its_volumes_has_them_read_by_name() {
+    let w = World::stopped_recorded();
+    let report = w.fence(&policy()).await.unwrap();
+    let r = &report.results[0];
+    assert_eq!(r.outcome, Outcome::Fenced, "{report:#?}");
+    assert_eq!(r.volumes.len(), 1, "{report:#?}");
+    assert_eq!(
+        w.cloud.volume_state(&volume(1)),
+        Some(VolumeState::Available)
+    );
+    let log = w.calls.log();
+    let lists: Vec<_> = log
+        .iter()
+        .filter(|c| *c == "ListVolumeAttachments" || *c == "ListPersistentVolumes")
+        .collect();
+    assert!(lists.is_empty(), "{log:?}");
+    let attachment = crate::core::volumes::attachment_name(
+        &crate::core::facts::CsiVolume {
+            driver: crate::core::volumes::EBS_CSI_DRIVER.into(),
+            handle: volume(1).to_string(),
+        },
+        NODE,
+    );
+    for read in [
+        format!("GetVolumeAttachment {attachment}"),
+        format!("GetPersistentVolume pv-{}", volume(1)),
+    ] {
+        assert!(log.contains(&read), "{read} missing from {log:?}");
+    }
+
+    // A read by name that fails (a role without `get`, say): the lists.
+    let w = World::stopped_recorded();
+    let get = log
+        .iter()
+        .position(|c| c.starts_with("GetVolumeAttachment"));
+    w.calls.fail_at(get);
+    let report = w.fence(&policy()).await.unwrap();
+    assert_eq!(report.results[0].outcome, Outcome::Fenced, "{report:#?}");
+    assert!(!report.incomplete(), "{report:#?}");
+    assert!(w.calls.log().contains(&"ListVolumeAttachments".to_owned()));
+    assert_eq!(
+        w.cloud.volume_state(&volume(1)),
+        Some(VolumeState::Available)
+    );
 }
 
 async fn fail_each_call_in_turn(world: fn() -> World) {
@@ -1164,12 +1227,15 @@ async fn fail_each_call_in_turn(world: fn() -> World) {
             );
         }
         // A failed read by name, of the census or of the labelled Nodes
-        // falls back to reading every Node.
+        // falls back to reading every Node; a failed read of an attachment
+        // or a volume by name, to the lists.
         let benign = failed.starts_with("CreateEvent")
             || failed == "ReleaseLease"
             || failed.starts_with("GetNode")
             || failed == "GetCensus"
-            || failed == "ListFencedNodes";
+            || failed == "ListFencedNodes"
+            || failed.starts_with("GetVolumeAttachment")
+            || failed.starts_with("GetPersistentVolume");
         match &result {
             Err(_) => {}
             Ok(report) => assert!(

@@ -79,6 +79,17 @@ pub enum ClusterError {
     /// Listing PersistentVolumes failed.
     #[error("listing persistentvolumes failed: {0}")]
     ListPersistentVolumes(#[source] kube::Error),
+    /// Reading one object of the node's volumes by name failed.
+    #[error("reading {kind} {name} failed: {source}")]
+    GetVolume {
+        /// `volumeattachment` or `persistentvolume`.
+        kind: &'static str,
+        /// Its name.
+        name: String,
+        /// The cause.
+        #[source]
+        source: kube::Error,
+    },
     /// The server version could not be read or understood.
     #[error("reading the server version failed: {0}")]
     Version(String),
@@ -171,6 +182,13 @@ pub trait Cluster: Send + Sync {
     async fn list_volume_attachments(&self) -> Result<Vec<AttachmentFacts>, ClusterError>;
     /// Lists every PersistentVolume.
     async fn list_persistent_volumes(&self) -> Result<Vec<PvFacts>, ClusterError>;
+    /// Reads one VolumeAttachment; `None` if there is none of that name.
+    async fn get_volume_attachment(
+        &self,
+        name: &str,
+    ) -> Result<Option<AttachmentFacts>, ClusterError>;
+    /// Reads one PersistentVolume; `None` if there is none of that name.
+    async fn get_persistent_volume(&self, name: &str) -> Result<Option<PvFacts>, ClusterError>;
     /// Records an Event on a Node under the object name `name`; one that
     /// exists already counts as recorded.
     async fn node_event(
@@ -243,13 +261,54 @@ impl Kube {
     }
 }
 
+/// The objects a list asks for per page. Pages keep each response, and the
+/// apiserver's work per request, small on a large cluster; the continue
+/// token keeps the pages one consistent snapshot.
+const LIST_PAGE: u32 = 500;
+
 impl Kube {
-    /// Lists every object at `path`, decoded into the slim shape `T`.
-    async fn list<T: serde::de::DeserializeOwned>(&self, path: &str) -> Result<T, kube::Error> {
-        self.list_with(path, &ListParams::default()).await
+    /// Every object at `path` that `params` select, decoded into the slim
+    /// shape `T`, page by page. The list is a consistent read (no
+    /// resourceVersion): the recount under the Lease must see the taints the
+    /// previous holder wrote, which a read from the watch cache at
+    /// `resourceVersion=0` need not.
+    async fn list_all<T: serde::de::DeserializeOwned>(
+        &self,
+        path: &str,
+        params: &ListParams,
+        call: &'static str,
+    ) -> Result<Vec<T>, kube::Error> {
+        let mut params = params.clone().limit(LIST_PAGE);
+        let mut items = Vec::new();
+        loop {
+            let page: slim::List<T> = retrying(call, || self.list_with(path, &params)).await?;
+            items.extend(page.items);
+            match page.metadata.continue_token.filter(|t| !t.is_empty()) {
+                Some(token) => params = params.continue_token(&token),
+                None => return Ok(items),
+            }
+        }
     }
 
-    /// Lists the objects at `path` that `params` select.
+    /// Reads the object `name` at `path` in the slim shape `T`; `None` if
+    /// there is none of that name.
+    async fn get_slim<T: serde::de::DeserializeOwned>(
+        &self,
+        path: &str,
+        name: &str,
+        call: &'static str,
+    ) -> Result<Option<T>, kube::Error> {
+        let request = kube::core::Request::new(path)
+            .get(name, &kube::api::GetParams::default())
+            .map_err(kube::Error::BuildRequest)?;
+        match retrying(call, || self.client.request::<T>(request.clone())).await {
+            Ok(object) => Ok(Some(object)),
+            Err(e) if is_not_found(&e) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// One request for the objects at `path` that `params` select.
     async fn list_with<T: serde::de::DeserializeOwned>(
         &self,
         path: &str,
@@ -263,12 +322,11 @@ impl Kube {
 
     /// Lists the Nodes that `params` select, as facts.
     async fn node_facts(&self, params: &ListParams) -> Result<Vec<NodeFacts>, ClusterError> {
-        let list: slim::List<slim::SlimNode> =
-            retrying("list nodes", || self.list_with(slim::NODES, params))
-                .await
-                .map_err(ClusterError::ListNodes)?;
-        Ok(list
-            .items
+        let nodes: Vec<slim::SlimNode> = self
+            .list_all(slim::NODES, params, "list nodes")
+            .await
+            .map_err(ClusterError::ListNodes)?;
+        Ok(nodes
             .into_iter()
             .filter_map(|n| kube_model::node_facts(&Node::from(n)))
             .collect())
@@ -398,25 +456,14 @@ impl Cluster for Kube {
     }
 
     async fn get_node(&self, name: &str) -> Result<Option<NodeFacts>, ClusterError> {
-        let request = kube::core::Request::new(slim::NODES)
-            .get(name, &kube::api::GetParams::default())
-            .map_err(kube::Error::BuildRequest)
+        let node: Option<slim::SlimNode> = self
+            .get_slim(slim::NODES, name, "get node")
+            .await
             .map_err(|source| ClusterError::GetNode {
                 node: name.into(),
                 source,
             })?;
-        let read = retrying("get node", || {
-            self.client.request::<slim::SlimNode>(request.clone())
-        })
-        .await;
-        match read {
-            Ok(node) => Ok(kube_model::node_facts(&Node::from(node))),
-            Err(e) if is_not_found(&e) => Ok(None),
-            Err(source) => Err(ClusterError::GetNode {
-                node: name.into(),
-                source,
-            }),
-        }
+        Ok(node.and_then(|n| kube_model::node_facts(&Node::from(n))))
     }
 
     async fn list_fenced_nodes(&self) -> Result<Vec<NodeFacts>, ClusterError> {
@@ -527,31 +574,60 @@ impl Cluster for Kube {
     }
 
     async fn list_volume_attachments(&self) -> Result<Vec<AttachmentFacts>, ClusterError> {
-        let list: slim::List<slim::SlimVolumeAttachment> =
-            retrying("list volumeattachments", || {
-                self.list(slim::VOLUME_ATTACHMENTS)
-            })
+        let vas: Vec<slim::SlimVolumeAttachment> = self
+            .list_all(
+                slim::VOLUME_ATTACHMENTS,
+                &ListParams::default(),
+                "list volumeattachments",
+            )
             .await
             .map_err(ClusterError::ListVolumeAttachments)?;
-        Ok(list
-            .items
+        Ok(vas
             .into_iter()
             .filter_map(|va| kube_model::attachment_facts(&VolumeAttachment::from(va)))
             .collect())
     }
 
     async fn list_persistent_volumes(&self) -> Result<Vec<PvFacts>, ClusterError> {
-        let list: slim::List<slim::SlimPersistentVolume> =
-            retrying("list persistentvolumes", || {
-                self.list(slim::PERSISTENT_VOLUMES)
-            })
+        let pvs: Vec<slim::SlimPersistentVolume> = self
+            .list_all(
+                slim::PERSISTENT_VOLUMES,
+                &ListParams::default(),
+                "list persistentvolumes",
+            )
             .await
             .map_err(ClusterError::ListPersistentVolumes)?;
-        Ok(list
-            .items
+        Ok(pvs
             .into_iter()
             .filter_map(|pv| kube_model::pv_facts(&PersistentVolume::from(pv)))
             .collect())
+    }
+
+    async fn get_volume_attachment(
+        &self,
+        name: &str,
+    ) -> Result<Option<AttachmentFacts>, ClusterError> {
+        let va: Option<slim::SlimVolumeAttachment> = self
+            .get_slim(slim::VOLUME_ATTACHMENTS, name, "get volumeattachment")
+            .await
+            .map_err(|source| ClusterError::GetVolume {
+                kind: "volumeattachment",
+                name: name.into(),
+                source,
+            })?;
+        Ok(va.and_then(|va| kube_model::attachment_facts(&VolumeAttachment::from(va))))
+    }
+
+    async fn get_persistent_volume(&self, name: &str) -> Result<Option<PvFacts>, ClusterError> {
+        let pv: Option<slim::SlimPersistentVolume> = self
+            .get_slim(slim::PERSISTENT_VOLUMES, name, "get persistentvolume")
+            .await
+            .map_err(|source| ClusterError::GetVolume {
+                kind: "persistentvolume",
+                name: name.into(),
+                source,
+            })?;
+        Ok(pv.and_then(|pv| kube_model::pv_facts(&PersistentVolume::from(pv))))
     }
 
     async fn node_event(

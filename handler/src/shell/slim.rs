@@ -9,10 +9,10 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Node, PersistentVolume};
 use k8s_openapi::api::core::v1::{
-    NodeAddress, NodeCondition, NodeSpec, NodeStatus, PersistentVolumeSpec,
+    AttachedVolume, NodeAddress, NodeCondition, NodeSpec, NodeStatus, PersistentVolumeSpec,
 };
+use k8s_openapi::api::core::v1::{Node, PersistentVolume};
 use k8s_openapi::api::storage::v1::{VolumeAttachment, VolumeAttachmentSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Deserialize;
@@ -41,6 +41,9 @@ pub struct ListMeta {
     /// The objects after this page; unset on the last page, and whenever the
     /// list has a selector.
     pub remaining_item_count: Option<i64>,
+    /// The token that asks for the next page; unset or empty on the last.
+    #[serde(rename = "continue")]
+    pub continue_token: Option<String>,
 }
 
 /// What node-fencer reads of an object's metadata.
@@ -64,13 +67,16 @@ impl Meta {
 
 /// What node-fencer reads of a Node's status.
 #[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
 struct SlimNodeStatus {
     addresses: Option<Vec<NodeAddress>>,
     conditions: Option<Vec<NodeCondition>>,
+    volumes_attached: Option<Vec<AttachedVolume>>,
+    volumes_in_use: Option<Vec<String>>,
 }
 
 /// A Node with its metadata's name and annotations, its spec, and its
-/// status' addresses and conditions.
+/// status' addresses, conditions and volumes.
 #[derive(Deserialize)]
 pub struct SlimNode {
     metadata: Meta,
@@ -86,6 +92,8 @@ impl From<SlimNode> for Node {
             status: n.status.map(|s| NodeStatus {
                 addresses: s.addresses,
                 conditions: s.conditions,
+                volumes_attached: s.volumes_attached,
+                volumes_in_use: s.volumes_in_use,
                 ..NodeStatus::default()
             }),
         }
@@ -142,6 +150,7 @@ mod tests {
         "labels": {"kubernetes.io/hostname": "ip-10-0-1-17.ec2.internal"},
         "annotations": {"node-fencer.io/fenced-at": "2026-11-24T10:00:00Z",
                         "node-fencer.io/instance": "i-0123456789abcdef0=stopped",
+                        "volumes.kubernetes.io/controller-managed-attach-detach": "true",
                         "node.alpha.kubernetes.io/ttl": "0"},
         "managedFields": [{"manager": "kubelet", "operation": "Update", "apiVersion": "v1",
           "time": "2026-11-20T10:00:00Z", "fieldsType": "FieldsV1",
@@ -161,7 +170,10 @@ mod tests {
           "osImage": "Amazon Linux 2023", "containerRuntimeVersion": "containerd://1.7",
           "kubeletVersion": "v1.36.3", "kubeProxyVersion": "", "operatingSystem": "linux", "architecture": "amd64"},
         "images": [{"names": ["registry.k8s.io/pause:3.10"], "sizeBytes": 320368}],
-        "volumesInUse": ["kubernetes.io/csi/ebs.csi.aws.com^vol-0123456789abcdef0"]
+        "volumesInUse": ["kubernetes.io/csi/ebs.csi.aws.com^vol-0123456789abcdef0"],
+        "volumesAttached": [{"name": "kubernetes.io/csi/ebs.csi.aws.com^vol-0123456789abcdef0",
+                             "devicePath": ""},
+                            {"name": "kubernetes.io/csi/efs.csi.aws.com^fs-1::fsap-2", "devicePath": ""}]
       }
     }"#;
 
@@ -185,6 +197,9 @@ mod tests {
         assert!(facts.is_out_of_service());
         assert!(facts.fenced.is_some());
         assert_eq!(facts.internal_ips.len(), 1);
+        let attached = facts.attached.unwrap();
+        let drivers: Vec<&str> = attached.iter().map(|v| v.driver.as_str()).collect();
+        assert_eq!(drivers, ["ebs.csi.aws.com", "efs.csi.aws.com"]);
     }
 
     #[test]
@@ -225,5 +240,6 @@ mod tests {
         );
         let page: List<SlimNode> = serde_json::from_str(&page).unwrap();
         assert_eq!(page.metadata.remaining_item_count, Some(4999));
+        assert_eq!(page.metadata.continue_token.as_deref(), Some("x"));
     }
 }

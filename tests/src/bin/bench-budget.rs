@@ -40,10 +40,13 @@ stand-in against the test stack and prints medians with min/max:
   --storm SIZES   stopped nodes per storm batch (default 10,100,500; `none`
                   skips the storm)
   --scale SIZES   clusters grown to these many Nodes (e.g. 100,1000,5000;
-                  default none): at each size, 3 events each for another
-                  cluster's instance, for a Node read by name with a fresh
-                  census, and for one with no census (every Node listed),
-                  with apiserver requests and bytes counted at the proxy
+                  default none), each Node with one attached volume (a PV
+                  and a VolumeAttachment): at each size, 3 events each for
+                  another cluster's instance, for a Node read by name with a
+                  fresh census and its recorded volumes read by name, and
+                  for one with no census whose volumes are not recorded
+                  (every Node, PV and VolumeAttachment listed), with
+                  apiserver requests and bytes counted at the proxy
 
 Set NODE_FENCER_STACK_DIR to use a running stack; otherwise one is started.";
 
@@ -576,7 +579,8 @@ mod scale {
     use aws_sdk_ec2::types::{Filter, Tag};
     use futures::{StreamExt, TryStreamExt};
     use k8s_openapi::api::coordination::v1::Lease;
-    use k8s_openapi::api::core::v1::Node;
+    use k8s_openapi::api::core::v1::{Node, PersistentVolume};
+    use k8s_openapi::api::storage::v1::VolumeAttachment;
     use kube::Api;
     use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
     use node_fencer::core::control::CENSUS_NAME;
@@ -638,10 +642,50 @@ mod scale {
         })
     }
 
-    /// Grows the bench's Nodes to `n`.
+    /// The PersistentVolume of bulk Node `i`'s volume, as the EBS CSI
+    /// driver provisions one.
+    fn bulk_pv(i: usize) -> Value {
+        json!({
+            "metadata": {"name": format!("pvc-bulk-{i:05}"), "labels": {BULK: "true"},
+                "annotations": {"pv.kubernetes.io/provisioned-by": "ebs.csi.aws.com",
+                                "volume.kubernetes.io/provisioner-deletion-secret-name": "",
+                                "volume.kubernetes.io/provisioner-deletion-secret-namespace": ""},
+                "finalizers": ["kubernetes.io/pv-protection", "external-attacher/ebs-csi-aws-com"]},
+            "spec": {
+                "capacity": {"storage": "20Gi"}, "accessModes": ["ReadWriteOnce"],
+                "persistentVolumeReclaimPolicy": "Delete", "storageClassName": "gp3",
+                "volumeMode": "Filesystem",
+                "claimRef": {"kind": "PersistentVolumeClaim", "namespace": "default",
+                             "name": format!("data-app-{i}"), "uid": format!("{i:08x}-0000-4000-8000-000000000000")},
+                "csi": {"driver": "ebs.csi.aws.com", "fsType": "ext4",
+                        "volumeHandle": bulk_volume(i),
+                        "volumeAttributes": {"storage.kubernetes.io/csiProvisionerIdentity": "1732000000000-8081-ebs.csi.aws.com"}},
+                "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                    {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["us-east-1a"]}]}]}}
+            }
+        })
+    }
+
+    fn bulk_volume(i: usize) -> String {
+        format!("vol-{:017x}", 0xb000_0000_u64 + i as u64)
+    }
+
+    /// Bulk Node `i`'s VolumeAttachment, under the name Kubernetes gives it.
+    fn bulk_va(i: usize) -> Value {
+        let node = format!("bulk-{i:05}");
+        json!({
+            "metadata": {"name": ebs_attachment_name(&bulk_volume(i), &node), "labels": {BULK: "true"}},
+            "spec": {"attacher": "ebs.csi.aws.com", "nodeName": node,
+                     "source": {"persistentVolumeName": format!("pvc-bulk-{i:05}")}}
+        })
+    }
+
+    /// Grows the bench's Nodes to `n`, each with one volume attached.
     async fn grow(stack: &Stack, n: usize, clock: &Clock) -> anyhow::Result<()> {
         let admin = stack.admin().await?;
-        let nodes: Api<Node> = Api::all(admin);
+        let nodes: Api<Node> = Api::all(admin.clone());
+        let pvs: Api<PersistentVolume> = Api::all(admin.clone());
+        let vas: Api<VolumeAttachment> = Api::all(admin);
         let have = nodes
             .list_metadata(&ListParams::default().labels(&format!("{BULK}=true")))
             .await?
@@ -653,7 +697,7 @@ mod scale {
         ));
         futures::stream::iter(have..n)
             .map(|i| {
-                let nodes = nodes.clone();
+                let (nodes, pvs, vas) = (nodes.clone(), pvs.clone(), vas.clone());
                 async move {
                     let full = bulk_node(i);
                     let name = full["metadata"]["name"]
@@ -668,6 +712,10 @@ mod scale {
                     let status = json!({"status": full["status"]});
                     nodes
                         .patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+                        .await?;
+                    pvs.create(&PostParams::default(), &serde_json::from_value(bulk_pv(i))?)
+                        .await?;
+                    vas.create(&PostParams::default(), &serde_json::from_value(bulk_va(i))?)
                         .await?;
                     anyhow::Ok(())
                 }
@@ -819,14 +867,16 @@ mod scale {
                 costs.push(measure(&f, &t.m.instance, Some(&t.node), ec2, kube).await?);
             }
             cases.push(("this cluster's, read by name", costs));
-            clock.say(&format!("{n} Nodes: without a census"));
+            clock.say(&format!(
+                "{n} Nodes: without a census, the volumes not recorded"
+            ));
             let mut costs = Vec::new();
             for _ in 0..EVENTS {
                 let _ = leases.delete(CENSUS_NAME, &DeleteParams::default()).await;
-                let t = named_target(stack, None).await?;
+                let t = named_target_as(stack, None, false).await?;
                 costs.push(measure(&f, &t.m.instance, Some(&t.node), ec2, kube).await?);
             }
-            cases.push(("this cluster's, every Node listed", costs));
+            cases.push(("this cluster's, every Node and attachment listed", costs));
             for (case, costs) in &cases {
                 keep(&mut out, line(n, case, costs));
             }

@@ -2,7 +2,8 @@
 //! inject nothing): an instance of another cluster of the account makes one
 //! EC2 call and not a single request to the apiserver; one of this cluster,
 //! with a census from a recent sweep, reads its Node by name and never
-//! every Node.
+//! every Node, and the attachments its Node records by name, never every
+//! attachment and volume of the cluster.
 
 use aws_sdk_ec2::types::Tag;
 use http::Method;
@@ -18,7 +19,7 @@ use node_fencer_tests::faults::Seen;
 use node_fencer_tests::fixtures::*;
 use node_fencer_tests::serial;
 
-use crate::faults::faulty;
+use crate::faults::{Faulty, faulty};
 use crate::{by_instance, one};
 
 #[tokio::test]
@@ -91,17 +92,38 @@ async fn another_clusters_instance_causes_no_apiserver_request() -> anyhow::Resu
     Ok(())
 }
 
-/// The requests that read every Node: a list of `/api/v1/nodes` without a
-/// label selector or a limit.
-fn full_node_lists(seen: &[Seen]) -> usize {
+/// Fences `instance`'s Node through the proxies, as one event would.
+async fn fenced(f: &Faulty, instance: &str) -> anyhow::Result<()> {
+    let report = fence_with(
+        &f.cloud,
+        &f.cluster,
+        one(by_instance(instance), Intent::Fence),
+        settings(),
+    )
+    .await?;
+    assert_eq!(report.results[0].outcome, Outcome::Fenced, "{report:#?}");
+    Ok(())
+}
+
+/// The requests that read every object at `collection`: a list without a
+/// label selector, other than the count's one-item page.
+fn full_lists(seen: &[Seen], collection: &str) -> usize {
     seen.iter()
         .filter(|s| s.method == Method::GET)
         .filter(|s| {
             let (path, query) = s.path.split_once('?').unwrap_or((&s.path, ""));
-            path == "/api/v1/nodes" && !query.contains("labelSelector") && !query.contains("limit")
+            let count = query.split('&').any(|p| p == "limit=1");
+            path == collection && !query.contains("labelSelector") && !count
         })
         .count()
 }
+
+fn full_node_lists(seen: &[Seen]) -> usize {
+    full_lists(seen, "/api/v1/nodes")
+}
+
+const VOLUME_ATTACHMENTS: &str = "/apis/storage.k8s.io/v1/volumeattachments";
+const PERSISTENT_VOLUMES: &str = "/api/v1/persistentvolumes";
 
 /// Issue 19: with a census from a recent sweep, an event reads its Node by
 /// name; a Node of that name whose provider id names another instance is not
@@ -122,14 +144,7 @@ async fn an_event_reads_its_node_by_name_and_trusts_only_its_own() -> anyhow::Re
         )
         .await?;
     let t = named_target(f.stack, None).await?;
-    let report = fence_with(
-        &f.cloud,
-        &f.cluster,
-        one(by_instance(&t.m.instance), Intent::Fence),
-        settings(),
-    )
-    .await?;
-    assert_eq!(report.results[0].outcome, Outcome::Fenced, "{report:#?}");
+    fenced(&f, &t.m.instance).await?;
     let seen = f.kube.seen();
     assert_eq!(full_node_lists(&seen), 0, "{seen:#?}");
     let by_name = format!("/api/v1/nodes/{}", t.node);
@@ -137,13 +152,26 @@ async fn an_event_reads_its_node_by_name_and_trusts_only_its_own() -> anyhow::Re
         seen.iter().any(|s| s.path.starts_with(&by_name)),
         "{seen:#?}"
     );
+    // The Node records its volume: its attachment and volume are read by
+    // name, and the volume is detached.
+    assert_eq!(full_lists(&seen, VOLUME_ATTACHMENTS), 0, "{seen:#?}");
+    assert_eq!(full_lists(&seen, PERSISTENT_VOLUMES), 0, "{seen:#?}");
+    let attachment = format!(
+        "{VOLUME_ATTACHMENTS}/{}",
+        ebs_attachment_name(&t.volume, &t.node)
+    );
+    assert!(
+        seen.iter().any(|s| s.path.starts_with(&attachment)),
+        "{seen:#?}"
+    );
+    let ec2 = f.stack.ec2().await;
+    assert_eq!(volume(&ec2, &t.volume).await?.1, Vec::<String>::new());
     let admin = f.stack.admin().await?;
     let node = get_node(&admin, &t.node).await?;
     let labels = node.metadata.labels.unwrap_or_default();
     assert_eq!(labels.get(LABEL_FENCED).map(String::as_str), Some("true"));
 
     // Another machine's Node carries this one's private DNS name.
-    let ec2 = f.stack.ec2().await;
     let other = launch(&ec2).await?;
     let twin = named_target(f.stack, Some(&other)).await?;
     let before = full_node_lists(&f.kube.seen());
@@ -164,5 +192,38 @@ async fn an_event_reads_its_node_by_name_and_trusts_only_its_own() -> anyhow::Re
         "read every Node instead"
     );
     assert!(!taints(&get_node(&admin, &twin.node).await?).contains(&OUT_OF_SERVICE.into()));
+    Ok(())
+}
+
+/// Issue 19: an attachment read by name counts only if it names the Node
+/// (an object of that name may say otherwise), and a Node that does not
+/// record its volumes has its attachments found in the lists.
+#[tokio::test]
+async fn an_attachment_read_by_name_counts_only_if_it_names_the_node() -> anyhow::Result<()> {
+    let _serial = serial().await;
+    let f = faulty().await?;
+    let admin = f.stack.admin().await?;
+    let ec2 = f.stack.ec2().await;
+    let t = named_target(f.stack, None).await?;
+    // A second volume on the machine, recorded on the Node, whose attachment
+    // of the expected name says it is another node's.
+    let stray = attach_new_volume(&ec2, &t.m, "/dev/xvdbb").await?;
+    let pv = unique("pv");
+    create_pv(&admin, &pv, &stray).await?;
+    let name = ebs_attachment_name(&stray, &t.node);
+    create_va_named(&admin, &name, "another-node", &pv, "ebs.csi.aws.com").await?;
+    record_volumes(&admin, &t.node, &[&t.volume, &stray]).await?;
+    fenced(&f, &t.m.instance).await?;
+    assert_eq!(full_lists(&f.kube.seen(), VOLUME_ATTACHMENTS), 0);
+    assert_eq!(volume(&ec2, &t.volume).await?.1, Vec::<String>::new());
+    assert_eq!(volume(&ec2, &stray).await?.1, vec![t.m.instance.clone()]);
+
+    // Without the controller's annotation the Node's status says nothing:
+    // its attachments are found in the list of all of them.
+    let plain = target(f.stack, false).await?;
+    let before = full_lists(&f.kube.seen(), VOLUME_ATTACHMENTS);
+    fenced(&f, &plain.m.instance).await?;
+    assert_eq!(full_lists(&f.kube.seen(), VOLUME_ATTACHMENTS), before + 1);
+    assert_eq!(volume(&ec2, &plain.volume).await?.1, Vec::<String>::new());
     Ok(())
 }
