@@ -26,7 +26,9 @@ use serde_json::{Value, json};
 
 use crate::Stack;
 use crate::attacher::{DRIVER, Driver};
-use crate::fixtures::{Machine, create_volume, launch, unique, volume};
+use crate::fixtures::{
+    Machine, create_volume, ebs_attachment_name, launch, record_volumes, unique, volume,
+};
 
 /// The label that ties a scene's pods to its nodes.
 pub const SCENE_LABEL: &str = "node-fencer.io/scene";
@@ -881,9 +883,13 @@ pub async fn teardown(admin: &Client, namespace: Option<&str>, nodes: &[String])
 /// its nodes (best effort, without waiting).
 pub async fn teardown_fleet(admin: &Client, fleet: &Fleet) {
     let vas: Api<VolumeAttachment> = Api::all(admin.clone());
-    for w in &fleet.workers {
+    for (w, v) in fleet.workers.iter().zip(&fleet.volumes) {
+        let Some((_, vol)) = v else { continue };
         let _ = vas
-            .delete(&format!("{}-va", w.name), &DeleteParams::background())
+            .delete(
+                &ebs_attachment_name(vol, &w.name),
+                &DeleteParams::background(),
+            )
             .await;
     }
     let names: Vec<String> = fleet.workers.iter().map(|w| w.name.clone()).collect();
@@ -924,15 +930,18 @@ pub async fn fleet(
         let vol = create_volume(&ec2, &w.machine.az).await?;
         let pv = format!("{}-pv", w.name);
         create_ebs_pv(&admin, &pv, &vol, &w.machine.az, None).await?;
+        // As the attach/detach controller attaches a volume: the attachment
+        // under the name Kubernetes gives it, the volume recorded on the Node.
         create(
             &vas,
             json!({
-                "metadata": {"name": format!("{}-va", w.name)},
+                "metadata": {"name": ebs_attachment_name(&vol, &w.name)},
                 "spec": {"attacher": DRIVER, "nodeName": w.name,
                          "source": {"persistentVolumeName": pv}}
             }),
         )
         .await?;
+        record_volumes(&admin, &w.name, &[&vol]).await?;
         volumes.push(Some((pv, vol)));
     }
     wait_until(
