@@ -312,6 +312,7 @@ ENV_VARIABLES = {
     **INTEGER_VARIABLES,
     "FENCING_MODE": "fencing_mode",
     "CONTROL_NAMESPACE": "control_namespace",
+    "RECOVERY": "recovery",
 }
 
 
@@ -328,6 +329,7 @@ def test_env_names_are_the_contract():
         "FENCING_MODE",
         "CONFIRM_AGAIN_AFTER_SECONDS",
         "RECOVERY_SETTLE_SECONDS",
+        "RECOVERY",
         "NOT_READY_WAIT_SECONDS",
         "CONTROL_NAMESPACE",
         "VOLUME_DETACH_TIMEOUT_SECONDS",

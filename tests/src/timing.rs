@@ -17,7 +17,7 @@ use node_fencer::core::mode::ServerVersion;
 use node_fencer::core::view::Census;
 use node_fencer::shell::cloud::{Cloud, CloudError};
 use node_fencer::shell::cluster::{
-    Cluster, ClusterError, LeaseTaken, PodRef, TaintOutcome, UntaintOutcome,
+    Cluster, ClusterError, ConfirmOutcome, LeaseTaken, PodRef, TaintOutcome, UntaintOutcome,
 };
 
 /// One call.
@@ -317,6 +317,11 @@ impl Cluster for TimingCluster<'_> {
     ) -> Result<UntaintOutcome, ClusterError> {
         self.timeline
             .time("UntaintNode", self.inner.untaint_node(node, ending))
+            .await
+    }
+    async fn confirm_recovery(&self, node: &str) -> Result<ConfirmOutcome, ClusterError> {
+        self.timeline
+            .time("ConfirmRecovery", self.inner.confirm_recovery(node))
             .await
     }
     async fn pods_on_node(&self, node: &str) -> Result<Vec<PodRef>, ClusterError> {

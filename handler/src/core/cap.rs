@@ -95,6 +95,7 @@ mod tests {
             }],
             ready_since: None,
             fenced: mark.map(|state| FenceMark {
+                confirmed: false,
                 mode: FenceMode::Taint,
                 instance: Some(id(n)),
                 state: Some(state),

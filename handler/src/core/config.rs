@@ -6,6 +6,7 @@ use std::time::Duration;
 use crate::core::mode::ModeSetting;
 use crate::core::ownership::{self, ClusterIdentity};
 use crate::core::policy::Policy;
+use crate::core::recovery::RecoveryPolicy;
 use crate::core::resolve::ClusterScope;
 
 /// Every variable read, with what it accepts (for `--help` and the README).
@@ -37,6 +38,10 @@ pub const VARIABLES: &[(&str, &str)] = &[
     (
         "RECOVERY_SETTLE_SECONDS",
         "integer 0..=300 (default 30): how long a fenced node must be Ready again before its taint is removed",
+    ),
+    (
+        "RECOVERY",
+        "auto|manual (default auto): manual also waits, before a fencing ends, for an operator to confirm the node healthy (`node-fencer recover --confirm NODE`, or the Node annotation node-fencer.io/recovery-confirmed set to its node-fencer.io/fenced-at)",
     ),
     (
         "CONTROL_NAMESPACE",
@@ -285,6 +290,14 @@ impl Config {
         let confirm_again_after = seconds("CONFIRM_AGAIN_AFTER_SECONDS", 0)?;
         let recovery_settle = seconds("RECOVERY_SETTLE_SECONDS", 30)?;
         let not_ready_wait = seconds("NOT_READY_WAIT_SECONDS", 60)?;
+        let recovery = match get("RECOVERY") {
+            None => RecoveryPolicy::Auto,
+            Some(v) => RecoveryPolicy::parse(&v).ok_or(ConfigError::Invalid {
+                var: "RECOVERY",
+                value: v,
+                expected: "auto or manual",
+            })?,
+        };
         let control_namespace = match get("CONTROL_NAMESPACE") {
             None => "kube-system".to_owned(),
             Some(ns) if is_dns_label(&ns) => ns,
@@ -342,6 +355,7 @@ impl Config {
                 mode,
                 confirm_again_after,
                 recovery_settle,
+                recovery,
                 not_ready_wait,
                 control_namespace,
                 detach_wait,
@@ -560,6 +574,7 @@ mod tests {
         assert_eq!(c.policy.max_out_of_service_percent, None);
         assert_eq!(c.policy.confirm_again_after, Duration::ZERO);
         assert_eq!(c.policy.recovery_settle, Duration::from_secs(30));
+        assert_eq!(c.policy.recovery, RecoveryPolicy::Auto);
         assert_eq!(c.policy.not_ready_wait, Duration::from_secs(60));
         assert_eq!(c.policy.control_namespace, "kube-system");
         assert!(
@@ -579,8 +594,10 @@ mod tests {
             ("RECOVERY_SETTLE_SECONDS", "0"),
             ("NOT_READY_WAIT_SECONDS", "0"),
             ("CONTROL_NAMESPACE", "node-fencer"),
+            ("RECOVERY", "manual"),
         ])
         .unwrap();
+        assert_eq!(c.policy.recovery, RecoveryPolicy::Manual);
         assert_eq!(c.policy.not_ready_wait, Duration::ZERO);
         assert_eq!(c.policy.mode, ModeSetting::Legacy);
         assert_eq!(c.policy.max_out_of_service_percent, Some(20));
@@ -595,6 +612,7 @@ mod tests {
             ("RECOVERY_SETTLE_SECONDS", "-1"),
             ("NOT_READY_WAIT_SECONDS", "301"),
             ("CONTROL_NAMESPACE", "Kube_System"),
+            ("RECOVERY", "never"),
         ] {
             let err = cfg(&[(var, bad)]).unwrap_err();
             assert!(err.to_string().contains(var), "{err}");

@@ -242,7 +242,7 @@ pub fn not_confirmed(confirmation: &Confirmation, fence_hibernated: bool) -> Opt
 pub fn decide_one(case: &Case<'_>, settings: &Settings) -> Verdict {
     let skip = |reason| Verdict::Skip { reason };
     match case.intent {
-        Intent::Recover => return skip(Skip::RecoveryRequest),
+        Intent::Recover | Intent::Confirm => return skip(Skip::RecoveryRequest),
         Intent::Fence | Intent::Check => {}
     }
     let Some(node) = case.node else {

@@ -22,6 +22,8 @@ pub enum Reason {
     FencingRefused,
     /// A requested recovery waits for something.
     RecoveryWaiting,
+    /// An operator confirmed the node healthy (manual recovery).
+    RecoveryConfirmed,
     /// Recovery removed the out-of-service taint.
     OutOfServiceTaintRemoved,
     /// Recovery ended a fencing that had no taint left to remove.
@@ -39,6 +41,7 @@ impl Reason {
             Self::VolumeAttachmentsDeleted => "VolumeAttachmentsDeleted",
             Self::FencingRefused => "FencingRefused",
             Self::RecoveryWaiting => "RecoveryWaiting",
+            Self::RecoveryConfirmed => "RecoveryConfirmed",
             Self::OutOfServiceTaintRemoved => "OutOfServiceTaintRemoved",
             Self::FencingEnded => "FencingEnded",
         }
@@ -53,9 +56,10 @@ impl Reason {
             | Self::VolumeAttachmentsDeleted
             | Self::FencingRefused => "Fence",
             Self::VolumesForceDetached => "Detach",
-            Self::RecoveryWaiting | Self::OutOfServiceTaintRemoved | Self::FencingEnded => {
-                "Recover"
-            }
+            Self::RecoveryWaiting
+            | Self::RecoveryConfirmed
+            | Self::OutOfServiceTaintRemoved
+            | Self::FencingEnded => "Recover",
         }
     }
 
@@ -146,6 +150,20 @@ impl NodeEvent {
     /// A requested recovery waits.
     pub fn recovery_waiting(hold: &Hold) -> Self {
         Self::new(Reason::RecoveryWaiting, hold.to_string())
+    }
+
+    /// An operator confirmed the node healthy after the fencing recorded
+    /// as `fenced_at`.
+    pub fn recovery_confirmed(fenced_at: &str) -> Self {
+        Self {
+            occasion: Some(fenced_at.to_owned()),
+            ..Self::new(
+                Reason::RecoveryConfirmed,
+                "an operator confirmed the node healthy: its fencing ends once the instance runs, \
+                 the node is Ready and settled, and no attachment of ours remains"
+                    .into(),
+            )
+        }
     }
 
     /// The fencing recorded as `fenced_at` ended; `taint_removed` and

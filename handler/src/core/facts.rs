@@ -130,6 +130,9 @@ pub struct FenceMark {
     pub at: String,
     /// The invocation that fenced it (a Lambda retry keeps the id).
     pub correlation_id: Option<String>,
+    /// An operator confirmed the node healthy after this fencing (manual
+    /// recovery): `node-fencer.io/recovery-confirmed` names this `at`.
+    pub confirmed: bool,
 }
 
 /// What EC2 says about one instance.

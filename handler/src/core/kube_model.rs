@@ -30,14 +30,19 @@ pub const ANNOTATION_VOLUMES: &str = "node-fencer.io/volumes";
 /// that take room under the cap on its account are one label-selected
 /// list, not a list of the whole cluster.
 pub const LABEL_FENCED: &str = "node-fencer.io/fenced";
+/// An operator's confirmation that a fenced node is healthy (manual
+/// recovery): the `fenced-at` of the fencing it ends, so a confirmation
+/// never ends a later fencing.
+pub const ANNOTATION_RECOVERY_CONFIRMED: &str = "node-fencer.io/recovery-confirmed";
 /// Every annotation node-fencer writes; recovery clears them all.
-pub const ANNOTATIONS: [&str; 6] = [
+pub const ANNOTATIONS: [&str; 7] = [
     ANNOTATION_TAINT,
     ANNOTATION_FENCED_AT,
     ANNOTATION_INSTANCE,
     ANNOTATION_CORRELATION,
     ANNOTATION_MODE,
     ANNOTATION_VOLUMES,
+    ANNOTATION_RECOVERY_CONFIRMED,
 ];
 
 /// Reads a Node into facts; `None` for a Node without a name.
@@ -174,6 +179,9 @@ pub fn fence_mark(node: &Node) -> Option<FenceMark> {
         .get(ANNOTATION_VOLUMES)
         .map(|v| v.split(',').filter_map(VolumeId::parse).collect())
         .unwrap_or_default();
+    let confirmed = annotations
+        .get(ANNOTATION_RECOVERY_CONFIRMED)
+        .is_some_and(|v| *v == at);
     Some(FenceMark {
         mode,
         instance,
@@ -181,6 +189,7 @@ pub fn fence_mark(node: &Node) -> Option<FenceMark> {
         volumes,
         at,
         correlation_id: annotations.get(ANNOTATION_CORRELATION).cloned(),
+        confirmed,
     })
 }
 
@@ -366,6 +375,9 @@ pub enum UntaintOutcome {
     },
     /// The Node no longer exists.
     NodeGone,
+    /// Recovery is manual, and the Node read at patch time carries no
+    /// confirmation of this fencing's end; nothing was written.
+    NotConfirmed,
 }
 
 /// What to do about the taint, given the Node as it is now.
@@ -456,6 +468,48 @@ pub fn taint_patch(node: &Node, stamp: &Stamp) -> TaintPatch {
     }))
 }
 
+/// What confirming a fencing's end did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConfirmOutcome {
+    /// The Node carries the confirmation of its fencing now.
+    Confirmed,
+    /// node-fencer has not fenced this Node: nothing to confirm.
+    NotFenced,
+    /// The Node no longer exists.
+    NodeGone,
+}
+
+/// What to write to confirm the end of a Node's fencing.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ConfirmPatch {
+    /// Send this merge patch, guarded by the resourceVersion: the
+    /// confirmation names the fencing's `fenced-at`.
+    Apply(Value),
+    /// The Node carries this fencing's confirmation already.
+    Already,
+    /// node-fencer has not fenced this Node.
+    NotFenced,
+    /// The Node has no resourceVersion to guard the write with.
+    NoResourceVersion,
+}
+
+/// What confirming the end of the Node's fencing writes.
+pub fn confirm_patch(node: &Node) -> ConfirmPatch {
+    let Some(mark) = fence_mark(node) else {
+        return ConfirmPatch::NotFenced;
+    };
+    if mark.confirmed {
+        return ConfirmPatch::Already;
+    }
+    let Some(rv) = node.metadata.resource_version.as_deref() else {
+        return ConfirmPatch::NoResourceVersion;
+    };
+    ConfirmPatch::Apply(json!({"metadata": {
+        "resourceVersion": rv,
+        "annotations": {ANNOTATION_RECOVERY_CONFIRMED: mark.at}
+    }}))
+}
+
 /// What to do to end a fencing, given the Node as it is now.
 #[derive(Clone, Debug, PartialEq)]
 pub enum UntaintPatch {
@@ -480,6 +534,8 @@ pub enum UntaintPatch {
     NoResourceVersion,
     /// A remaining taint could not be restated; writing would drop it.
     Unrepresentable,
+    /// Recovery is manual and no operator confirmed this fencing's end.
+    NotConfirmed,
 }
 
 /// The fencing to end and the settle rule it must meet on the Node read at
@@ -494,6 +550,9 @@ pub struct Ending<'a> {
     /// Since when the invocation has seen the Node Ready (Unix seconds):
     /// the start of the settle delay when the condition does not say.
     pub seen_ready_at: i64,
+    /// Recovery is manual: the Node read at patch time must carry an
+    /// operator's confirmation of this fencing's end.
+    pub needs_confirmation: bool,
 }
 
 /// Builds the merge patch that ends the fencing `ending` names, at `now`
@@ -506,6 +565,9 @@ pub fn untaint_patch(node: &Node, ending: &Ending<'_>, now: i64) -> UntaintPatch
     let Some(mark) = fence_mark(node).filter(|m| m.at == fenced_at) else {
         return UntaintPatch::NotOurs;
     };
+    if ending.needs_confirmation && !mark.confirmed {
+        return UntaintPatch::NotConfirmed;
+    }
     if readiness(node) != Readiness::Ready {
         return UntaintPatch::NodeNotReady;
     }
@@ -582,6 +644,7 @@ mod tests {
             fenced_at,
             settle_secs: 30,
             seen_ready_at: NOW - 30,
+            needs_confirmation: false,
         }
     }
 
@@ -703,6 +766,61 @@ mod tests {
         assert_eq!(
             untaint_patch(&down, &settled("2026-11-22T10:00:00Z"), NOW),
             UntaintPatch::NodeNotReady
+        );
+    }
+
+    #[test]
+    fn manual_recovery_needs_a_confirmation_of_this_very_fencing() {
+        let at = "2026-11-22T10:00:00Z";
+        let mut n = fenced_and_back();
+        let manual = Ending {
+            needs_confirmation: true,
+            ..settled(at)
+        };
+        assert_eq!(untaint_patch(&n, &manual, NOW), UntaintPatch::NotConfirmed);
+        let ConfirmPatch::Apply(patch) = confirm_patch(&n) else {
+            panic!("a fenced node's end can be confirmed");
+        };
+        assert_eq!(patch["metadata"]["resourceVersion"], "5");
+        assert_eq!(
+            patch["metadata"]["annotations"][ANNOTATION_RECOVERY_CONFIRMED],
+            at
+        );
+        assert_eq!(
+            confirm_patch(&node("True", json!([]), Some("5"))),
+            ConfirmPatch::NotFenced
+        );
+        let confirm = |n: &mut Node, value: &str| {
+            n.metadata
+                .annotations
+                .get_or_insert_default()
+                .insert(ANNOTATION_RECOVERY_CONFIRMED.into(), value.into());
+        };
+        // A confirmation of an earlier fencing does not end this one.
+        confirm(&mut n, "2026-11-01T08:00:00Z");
+        assert!(!fence_mark(&n).unwrap().confirmed);
+        assert_eq!(untaint_patch(&n, &manual, NOW), UntaintPatch::NotConfirmed);
+        confirm(&mut n, at);
+        assert!(fence_mark(&n).unwrap().confirmed);
+        assert_eq!(confirm_patch(&n), ConfirmPatch::Already);
+        let UntaintPatch::Apply {
+            patch,
+            removes_taint,
+        } = untaint_patch(&n, &manual, NOW)
+        else {
+            panic!("a confirmed, settled fencing ends");
+        };
+        assert!(removes_taint);
+        // The confirmation goes with the rest of node-fencer's record.
+        assert_eq!(
+            patch["metadata"]["annotations"][ANNOTATION_RECOVERY_CONFIRMED],
+            Value::Null
+        );
+        assert!(
+            patch["metadata"]["annotations"]
+                .as_object()
+                .unwrap()
+                .contains_key(ANNOTATION_RECOVERY_CONFIRMED)
         );
     }
 

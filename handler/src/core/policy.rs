@@ -7,6 +7,7 @@ use crate::core::control::LeaseTiming;
 use crate::core::decide::{self, Settings};
 use crate::core::mode::ModeSetting;
 use crate::core::ownership::ClusterIdentity;
+use crate::core::recovery::RecoveryPolicy;
 use crate::core::resolve::ClusterScope;
 
 /// How node-fencer fences and recovers, as configured.
@@ -24,6 +25,8 @@ pub struct Policy {
     pub confirm_again_after: Duration,
     /// How long a fenced node must be Ready again before its fencing ends.
     pub recovery_settle: Duration,
+    /// Whether an operator must also confirm a fenced node healthy.
+    pub recovery: RecoveryPolicy,
     /// How long to wait, within the invocation, for a Node whose instance
     /// is confirmed off to turn NotReady (zero: fail at once for a retry).
     pub not_ready_wait: Duration,
@@ -55,6 +58,7 @@ impl Default for Policy {
             mode: ModeSetting::Auto,
             confirm_again_after: Duration::ZERO,
             recovery_settle: Duration::from_secs(30),
+            recovery: RecoveryPolicy::Auto,
             not_ready_wait: Duration::from_secs(60),
             control_namespace: "kube-system".into(),
             detach_wait: Duration::from_secs(60),

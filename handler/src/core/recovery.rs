@@ -7,12 +7,37 @@
 //! node-fencer detached still points at the Node, and the Node has been
 //! Ready for the settle delay: the attach/detach controller acts on a cached
 //! Node, so a taint removed too early can still force-detach from a node
-//! that is back.
+//! that is back. With manual recovery an operator's confirmation of that
+//! very fencing is needed as well: storage systems whose operators want to
+//! check a node before it takes their data again ask for exactly that.
 
 use serde::Serialize;
 
 use crate::core::facts::{Confirmation, NodeFacts, Readiness};
 use crate::core::instance::{InstanceId, InstanceState, VolumeId};
+
+/// Who ends a fencing once the node is back and the rules allow it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RecoveryPolicy {
+    /// node-fencer, as soon as the rules allow.
+    #[default]
+    Auto,
+    /// node-fencer, once the rules allow and an operator confirmed the node
+    /// healthy (`node-fencer recover --confirm NODE`, or the annotation
+    /// `node-fencer.io/recovery-confirmed` set to the fencing's `fenced-at`).
+    Manual,
+}
+
+impl RecoveryPolicy {
+    /// The setting's value: `auto` or `manual`.
+    pub fn parse(value: &str) -> Option<Self> {
+        match value {
+            "auto" => Some(Self::Auto),
+            "manual" => Some(Self::Manual),
+            _ => None,
+        }
+    }
+}
 
 /// Everything one recovery decision looks at.
 #[derive(Clone, Debug)]
@@ -34,6 +59,8 @@ pub struct RecoveryCase<'a> {
     pub seen_ready_at: i64,
     /// How long the Node must have been Ready, in seconds.
     pub settle_secs: i64,
+    /// Who ends the fencing.
+    pub policy: RecoveryPolicy,
 }
 
 /// Why a fenced node is kept fenced for now.
@@ -75,6 +102,12 @@ pub enum Hold {
         /// Seconds to go.
         remaining_secs: i64,
     },
+    /// Recovery is manual: everything else allows it, and an operator has
+    /// not confirmed the node healthy yet.
+    AwaitingConfirmation {
+        /// The fencing to confirm, by its `fenced-at`.
+        fenced_at: String,
+    },
 }
 
 impl Hold {
@@ -91,10 +124,12 @@ impl Hold {
             | Self::AttachmentsRemain { .. }
             | Self::AttachmentsUnknown
             | Self::Settling { .. } => true,
+            // Nothing but a person ends the wait: no retry.
             Self::NotFenced
             | Self::NoInstance
             | Self::InstanceNotFound
-            | Self::FencedInstanceRuns { .. } => false,
+            | Self::FencedInstanceRuns { .. }
+            | Self::AwaitingConfirmation { .. } => false,
         }
     }
 
@@ -111,6 +146,7 @@ impl Hold {
             Self::AttachmentsRemain { .. } => "attachments_remain",
             Self::AttachmentsUnknown => "attachments_unknown",
             Self::Settling { .. } => "settling",
+            Self::AwaitingConfirmation { .. } => "awaiting_confirmation",
         }
     }
 }
@@ -152,6 +188,12 @@ impl std::fmt::Display for Hold {
             Self::Settling { remaining_secs } => write!(
                 f,
                 "Ready again; waiting {remaining_secs}s more for the settle delay"
+            ),
+            Self::AwaitingConfirmation { fenced_at } => write!(
+                f,
+                "back and safe to recover, and recovery is manual: waiting for an operator \
+                 to confirm the node healthy (`node-fencer recover --confirm NODE`, or the \
+                 annotation node-fencer.io/recovery-confirmed={fenced_at})"
             ),
         }
     }
@@ -222,6 +264,11 @@ pub fn decide(case: &RecoveryCase<'_>) -> RecoveryVerdict {
             remaining_secs: remaining,
         });
     }
+    if case.policy == RecoveryPolicy::Manual && !mark.confirmed {
+        return hold(Hold::AwaitingConfirmation {
+            fenced_at: mark.at.clone(),
+        });
+    }
     RecoveryVerdict::Recover {
         fenced_at: mark.at.clone(),
     }
@@ -260,6 +307,7 @@ mod tests {
             taints: vec![],
             ready_since,
             fenced: Some(FenceMark {
+                confirmed: false,
                 mode: FenceMode::Taint,
                 instance: InstanceId::parse(FENCED),
                 state: Some(InstanceState::Stopped),
@@ -283,7 +331,44 @@ mod tests {
             now: 1_000,
             seen_ready_at: 1_000,
             settle_secs: 30,
+            policy: RecoveryPolicy::Auto,
         }
+    }
+
+    #[test]
+    fn manual_recovery_also_waits_for_an_operator() {
+        let mut n = node(FENCED, Readiness::Ready, Some(0));
+        let running = seen(FENCED, InstanceState::Running);
+        let mut c = case(&n, &running);
+        c.policy = RecoveryPolicy::Manual;
+        let held = decide(&c);
+        assert_eq!(
+            held,
+            RecoveryVerdict::Hold(Hold::AwaitingConfirmation {
+                fenced_at: "2026-11-22T10:00:00Z".into()
+            })
+        );
+        // Nothing but a person ends it: not a wait a retry would end.
+        assert!(matches!(&held, RecoveryVerdict::Hold(h) if !h.pending()));
+        if let Some(m) = n.fenced.as_mut() {
+            m.confirmed = true;
+        }
+        let mut c = case(&n, &running);
+        c.policy = RecoveryPolicy::Manual;
+        assert!(matches!(decide(&c), RecoveryVerdict::Recover { .. }));
+        // A confirmation overrides none of the other rules.
+        let stopped = seen(FENCED, InstanceState::Stopped);
+        let mut c = case(&n, &stopped);
+        c.policy = RecoveryPolicy::Manual;
+        assert!(matches!(
+            decide(&c),
+            RecoveryVerdict::Hold(Hold::InstanceNotRunning { .. })
+        ));
+        assert_eq!(
+            RecoveryPolicy::parse("manual"),
+            Some(RecoveryPolicy::Manual)
+        );
+        assert_eq!(RecoveryPolicy::parse("Manual"), None);
     }
 
     #[test]
@@ -385,7 +470,8 @@ mod tests {
         /// The invariant: a fencing is ended only when node-fencer recorded
         /// it, EC2 said in this lookup that the Node's instance runs, the
         /// Node is Ready and settled, no attachment of ours remains, and a
-        /// replaced instance's predecessor is not running.
+        /// replaced instance's predecessor is not running; with manual
+        /// recovery, also only once an operator confirmed this fencing.
         #[test]
         fn recovery_only_when_safe(
             marked in any::<bool>(),
@@ -396,10 +482,15 @@ mod tests {
             fenced in arb_confirmation(FENCED),
             attached in 0usize..3,
             settle in 0i64..120,
+            manual in any::<bool>(),
+            confirmed in any::<bool>(),
         ) {
             let mut n = node(if replaced { OTHER } else { FENCED }, readiness, ready_since);
             if !marked {
                 n.fenced = None;
+            }
+            if let Some(m) = n.fenced.as_mut() {
+                m.confirmed = confirmed;
             }
             let vol = [VolumeId::parse("vol-0123456789abcdef0").unwrap()];
             let c = RecoveryCase {
@@ -411,9 +502,11 @@ mod tests {
                 now: 1_000,
                 seen_ready_at: 990,
                 settle_secs: settle,
+                policy: if manual { RecoveryPolicy::Manual } else { RecoveryPolicy::Auto },
             };
             if let RecoveryVerdict::Recover { .. } = decide(&c) {
                 prop_assert!(marked);
+                prop_assert!(!manual || confirmed);
                 prop_assert!(matches!(current, Some(Confirmation::Seen(ref f)) if f.state == InstanceState::Running));
                 prop_assert_eq!(readiness, Readiness::Ready);
                 prop_assert_eq!(attached, 1);

@@ -54,6 +54,9 @@ pub enum Intent {
     /// The machine is back (EventBridge `running`, a resolved alert, a
     /// direct `recover`): end node-fencer's fencing once it is safe.
     Recover,
+    /// An operator confirms the node healthy (`recover --confirm`): record
+    /// the confirmation manual recovery waits for, then as [`Self::Recover`].
+    Confirm,
 }
 
 /// Where a suspect came from, for the report and the logs.

@@ -237,6 +237,7 @@ mod tests {
                 vec![]
             },
             fenced: terminated.then(|| FenceMark {
+                confirmed: false,
                 mode: FenceMode::Taint,
                 instance: None,
                 state: Some(InstanceState::Terminated),

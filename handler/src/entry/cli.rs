@@ -60,6 +60,10 @@ enum Command {
     Recover {
         /// Node name or EC2 instance id.
         target: Option<String>,
+        /// Confirm the node healthy first (what RECOVERY=manual waits for);
+        /// the other rules still apply.
+        #[arg(long, requires = "target")]
+        confirm: bool,
     },
     /// Look for NotReady nodes that no event named, fence those whose
     /// instance EC2 reports off, re-check every node node-fencer fenced, and
@@ -193,8 +197,18 @@ fn parse_input(command: &Command) -> Result<Input, String> {
     match command {
         Command::Check { target: t } => target(t, Intent::Check),
         Command::Fence { target: t } => target(t, Intent::Fence),
-        Command::Recover { target: Some(t) } => target(t, Intent::Recover),
-        Command::Recover { target: None } => Ok(Input::Target(Batch::default())),
+        Command::Recover {
+            target: Some(t),
+            confirm,
+        } => target(
+            t,
+            if *confirm {
+                Intent::Confirm
+            } else {
+                Intent::Recover
+            },
+        ),
+        Command::Recover { target: None, .. } => Ok(Input::Target(Batch::default())),
         Command::Sweep => Ok(Input::Target(direct::sweep())),
         Command::Handle { file } => {
             let mut bytes = Vec::new();
@@ -290,7 +304,12 @@ mod tests {
         let cli = Cli::try_parse_from(["node-fencer", "sweep"]).unwrap();
         assert!(matches!(parse_input(&cli.command), Ok(Input::Target(b)) if b.sweep));
         let cli = Cli::try_parse_from(["node-fencer", "recover"]).unwrap();
-        assert!(matches!(cli.command, Command::Recover { target: None }));
+        assert!(matches!(cli.command, Command::Recover { target: None, .. }));
+        let cli = Cli::try_parse_from(["node-fencer", "recover", "--confirm", "worker-1"]).unwrap();
+        assert!(
+            matches!(parse_input(&cli.command), Ok(Input::Target(b)) if b.suspects[0].intent == Intent::Confirm)
+        );
+        assert!(Cli::try_parse_from(["node-fencer", "recover", "--confirm"]).is_err());
         let cli = Cli::try_parse_from(["node-fencer", "recover", "worker-1"]).unwrap();
         assert!(
             matches!(parse_input(&cli.command), Ok(Input::Target(b)) if b.suspects[0].intent == Intent::Recover)

@@ -24,7 +24,8 @@ use crate::core::facts::{
 };
 use crate::core::instance::{AttachmentState, InstanceId, InstanceState, VolumeId, VolumeState};
 use crate::core::kube_model::{
-    self, Ending, Stamp, TaintOutcome, TaintPatch, UntaintOutcome, UntaintPatch,
+    self, ConfirmOutcome, ConfirmPatch, Ending, Stamp, TaintOutcome, TaintPatch, UntaintOutcome,
+    UntaintPatch,
 };
 use crate::core::mode::ServerVersion;
 use crate::core::view::Census;
@@ -837,9 +838,29 @@ impl Cluster for FakeCluster {
             UntaintPatch::NotSettled { remaining_secs } => {
                 Ok(UntaintOutcome::NotSettled { remaining_secs })
             }
+            UntaintPatch::NotConfirmed => Ok(UntaintOutcome::NotConfirmed),
             UntaintPatch::NoResourceVersion | UntaintPatch::Unrepresentable => {
                 Err(ClusterError::UnsafeWrite { node: node.into() })
             }
+        }
+    }
+
+    async fn confirm_recovery(&self, node: &str) -> Result<ConfirmOutcome, ClusterError> {
+        if self.calls.call(format!("ConfirmRecovery {node}")) {
+            return Err(ClusterError::PatchConflict { node: node.into() });
+        }
+        let current = self.lock().nodes.get(node).cloned();
+        let Some(current) = current else {
+            return Ok(ConfirmOutcome::NodeGone);
+        };
+        match kube_model::confirm_patch(&current) {
+            ConfirmPatch::Apply(patch) => {
+                self.patch(node, &patch)?;
+                Ok(ConfirmOutcome::Confirmed)
+            }
+            ConfirmPatch::Already => Ok(ConfirmOutcome::Confirmed),
+            ConfirmPatch::NotFenced => Ok(ConfirmOutcome::NotFenced),
+            ConfirmPatch::NoResourceVersion => Err(ClusterError::UnsafeWrite { node: node.into() }),
         }
     }
 

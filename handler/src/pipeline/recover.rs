@@ -14,16 +14,18 @@ use crate::core::instance::{InstanceId, VolumeId};
 use crate::core::kube_model::Ending;
 use crate::core::metrics::Dependency;
 use crate::core::policy::Policy;
-use crate::core::recovery::{self, Hold, RecoveryCase, RecoveryVerdict};
+use crate::core::recovery::{self, Hold, RecoveryCase, RecoveryPolicy, RecoveryVerdict};
 use crate::core::report::{RecoveryOutcome, RecoveryReport};
 use crate::core::resolve::{self, Resolution};
-use crate::core::suspect::{NodeRef, Origin, Suspect};
+use crate::core::suspect::{Intent, NodeRef, Origin, Suspect};
 use crate::core::volumes;
-use crate::shell::cluster::UntaintOutcome;
+use crate::shell::cluster::{ConfirmOutcome, UntaintOutcome};
 
 /// One node to look at.
 struct Candidate {
     requested: bool,
+    /// An operator confirms it healthy (manual recovery).
+    confirm: bool,
     origins: Vec<Origin>,
 }
 
@@ -49,6 +51,7 @@ pub(super) async fn run(
             node.name.clone(),
             Candidate {
                 requested: false,
+                confirm: false,
                 origins: Vec::new(),
             },
         );
@@ -63,9 +66,11 @@ pub(super) async fn run(
             .entry(node.name.clone())
             .or_insert_with(|| Candidate {
                 requested: true,
+                confirm: false,
                 origins: Vec::new(),
             });
         c.requested = true;
+        c.confirm |= suspect.intent == Intent::Confirm;
         c.origins.push(suspect.origin);
     }
     if candidates.is_empty() {
@@ -77,8 +82,22 @@ pub(super) async fn run(
     let first_seen = k8s_openapi::jiff::Timestamp::now().as_second();
     let settle = policy.recovery_settle;
     let settle_secs = i64::try_from(settle.as_secs()).unwrap_or(i64::MAX);
-    let mut view = View::gather(ctx, settle, nodes, &candidates, known).await;
-    let mut verdicts = view.decide(settle, &candidates, 0);
+    let rules = Rules {
+        settle,
+        policy: policy.recovery,
+    };
+    // An operator's confirmations are written first; the decision reads them
+    // back from the Nodes.
+    let (confirmed, confirm_errors) = confirm(ctx, dry_run, &candidates).await;
+    let reread;
+    let nodes = if confirmed.is_empty() {
+        nodes
+    } else {
+        reread = read_again(ctx, nodes, &confirmed).await;
+        &reread[..]
+    };
+    let mut view = View::gather(ctx, rules, nodes, &candidates, known).await;
+    let mut verdicts = view.decide(rules, &candidates, 0);
     // A requested recovery that only waits for the settle delay waits here,
     // once, rather than for a retry minutes later.
     let wait = verdicts
@@ -106,9 +125,9 @@ pub(super) async fn run(
         match ctx.cluster.list_nodes().await {
             Ok(fresh) => {
                 // After the wait, every machine is asked again.
-                view = View::gather(ctx, settle, &fresh, &candidates, &HashMap::new()).await;
+                view = View::gather(ctx, rules, &fresh, &candidates, &HashMap::new()).await;
                 let waited = i64::try_from(started.elapsed().as_secs()).unwrap_or(i64::MAX);
-                verdicts = view.decide(settle, &candidates, waited);
+                verdicts = view.decide(rules, &candidates, waited);
             }
             Err(e) => {
                 // The verdicts before the delay stand: still settling, so
@@ -138,7 +157,7 @@ pub(super) async fn run(
             hold: None,
             taint_removed: false,
             requested: c.requested,
-            errors: Vec::new(),
+            errors: confirm_errors.get(&name).cloned().into_iter().collect(),
             origins: c.origins.clone(),
         };
         match verdict {
@@ -169,6 +188,7 @@ pub(super) async fn run(
                     fenced_at: &fenced_at,
                     settle_secs,
                     seen_ready_at: first_seen,
+                    needs_confirmation: rules.policy == RecoveryPolicy::Manual,
                 };
                 end(ctx, &name, &ending, node, &mut report).await;
             }
@@ -176,6 +196,66 @@ pub(super) async fn run(
         reports.push(report);
     }
     (reports, switched)
+}
+
+/// Records the confirmations operators asked for (nothing in a dry run):
+/// the Nodes confirmed, and the errors by Node.
+async fn confirm(
+    ctx: &Ctx<'_>,
+    dry_run: bool,
+    candidates: &BTreeMap<String, Candidate>,
+) -> (Vec<String>, HashMap<String, String>) {
+    let mut confirmed = Vec::new();
+    let mut errors = HashMap::new();
+    for name in candidates.iter().filter(|(_, c)| c.confirm).map(|(n, _)| n) {
+        if dry_run {
+            info!(node = %name, "dry run: would record the operator's confirmation");
+            continue;
+        }
+        match ctx.cluster.confirm_recovery(name).await {
+            Ok(ConfirmOutcome::Confirmed) => {
+                info!(node = %name, "an operator confirmed the node healthy");
+                confirmed.push(name.clone());
+            }
+            Ok(ConfirmOutcome::NotFenced | ConfirmOutcome::NodeGone) => {
+                info!(node = %name, "nothing of node-fencer's to confirm");
+            }
+            Err(e) => {
+                ctx.meter.error(Dependency::Kubernetes);
+                warn!(node = %name, error = %e, "could not record the confirmation");
+                errors.insert(name.clone(), e.to_string());
+            }
+        }
+    }
+    (confirmed, errors)
+}
+
+/// `nodes`, with the Nodes `names` read again (their confirmation written
+/// since), and the confirmation recorded as an Event on each.
+async fn read_again(ctx: &Ctx<'_>, nodes: &[NodeFacts], names: &[String]) -> Vec<NodeFacts> {
+    let mut nodes = nodes.to_vec();
+    for name in names {
+        match ctx.cluster.get_node(name).await {
+            Ok(Some(fresh)) => {
+                if let Some(mark) = &fresh.fenced {
+                    ctx.record(name, NodeEvent::recovery_confirmed(&mark.at))
+                        .await;
+                }
+                match nodes.iter_mut().find(|n| n.name == *name) {
+                    Some(n) => *n = fresh,
+                    None => nodes.push(fresh),
+                }
+            }
+            Ok(None) => nodes.retain(|n| n.name != *name),
+            Err(e) => {
+                // The decision then reads the Node as it was: still
+                // unconfirmed, so the fencing stays.
+                ctx.meter.error(Dependency::Kubernetes);
+                warn!(node = %name, error = %e, "could not read the node again after its confirmation");
+            }
+        }
+    }
+    nodes
 }
 
 /// Writes the end of one fencing and records it.
@@ -218,6 +298,14 @@ async fn end(
             report.reason = Hold::NotFenced.to_string();
             report.hold = Some(Hold::NotFenced);
         }
+        Ok(UntaintOutcome::NotConfirmed) => {
+            // The confirmation was withdrawn since the decision read it.
+            let hold = Hold::AwaitingConfirmation {
+                fenced_at: ending.fenced_at.to_owned(),
+            };
+            report.reason = hold.to_string();
+            report.hold = Some(hold);
+        }
         Ok(UntaintOutcome::NodeGone) => {
             report.reason = "the node no longer exists".into();
         }
@@ -245,6 +333,13 @@ fn find<'a>(target: &NodeRef, nodes: &'a [NodeFacts]) -> Option<&'a NodeFacts> {
     }
 }
 
+/// The recovery rules in force: the settle delay, and who ends a fencing.
+#[derive(Clone, Copy)]
+struct Rules {
+    settle: Duration,
+    policy: RecoveryPolicy,
+}
+
 /// What the recovery decisions look at, gathered with one call of each kind.
 struct View {
     nodes: HashMap<String, NodeFacts>,
@@ -255,7 +350,7 @@ struct View {
 impl View {
     async fn gather(
         ctx: &Ctx<'_>,
-        settle: Duration,
+        rules: Rules,
         nodes: &[NodeFacts],
         candidates: &BTreeMap<String, Candidate>,
         known: &HashMap<InstanceId, Confirmation>,
@@ -291,7 +386,7 @@ impl View {
         let needed = view
             .nodes
             .values()
-            .any(|n| view.verdict(settle, n, 0) == RecoveryVerdict::Hold(Hold::AttachmentsUnknown));
+            .any(|n| view.verdict(rules, n, 0) == RecoveryVerdict::Hold(Hold::AttachmentsUnknown));
         if needed {
             let (vas, pvs) = futures::join!(
                 ctx.cluster.list_volume_attachments(),
@@ -310,7 +405,7 @@ impl View {
 
     /// The verdict for one Node as gathered; `waited` seconds count as
     /// Ready time for a Node whose condition does not say since when.
-    fn verdict(&self, settle: Duration, node: &NodeFacts, waited: i64) -> RecoveryVerdict {
+    fn verdict(&self, rules: Rules, node: &NodeFacts, waited: i64) -> RecoveryVerdict {
         let now = k8s_openapi::jiff::Timestamp::now().as_second();
         let attached = self.attached(node);
         let fenced = node
@@ -329,7 +424,8 @@ impl View {
             attached: attached.as_deref(),
             now,
             seen_ready_at: now - waited,
-            settle_secs: i64::try_from(settle.as_secs()).unwrap_or(i64::MAX),
+            settle_secs: i64::try_from(rules.settle.as_secs()).unwrap_or(i64::MAX),
+            policy: rules.policy,
         })
     }
 
@@ -337,7 +433,7 @@ impl View {
     /// not node-fencer's to end.
     fn decide(
         &self,
-        settle: Duration,
+        rules: Rules,
         candidates: &BTreeMap<String, Candidate>,
         waited: i64,
     ) -> Vec<(String, RecoveryVerdict)> {
@@ -345,7 +441,7 @@ impl View {
             .keys()
             .map(|name| {
                 let verdict = match self.nodes.get(name) {
-                    Some(node) => self.verdict(settle, node, waited),
+                    Some(node) => self.verdict(rules, node, waited),
                     None => RecoveryVerdict::Hold(Hold::NotFenced),
                 };
                 (name.clone(), verdict)

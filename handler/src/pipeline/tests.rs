@@ -15,6 +15,7 @@ use crate::core::metrics::Meter;
 use crate::core::mode::ModeSetting;
 use crate::core::ownership::ClusterIdentity;
 use crate::core::policy::Policy;
+use crate::core::recovery::{Hold, RecoveryPolicy};
 use crate::core::report::{AttachmentOutcome, Outcome, RecoveryOutcome, Report, VolumeOutcome};
 use crate::core::suspect::{Batch, Intent, NodeRef, Origin, Suspect};
 use crate::core::view::Census;
@@ -132,6 +133,32 @@ impl World {
     async fn fence_as(&self, correlation_id: &str) -> Result<Report, PipelineError> {
         let fence = batch(Intent::Fence, &[instance(1)]);
         self.run_as(correlation_id, &policy(), fence).await
+    }
+
+    /// The seed node's machine runs again, its Node is Ready, and the
+    /// attach/detach controller removed the detached volume's attachment.
+    fn back_up(&self) {
+        self.cloud.instance(&instance(1), InstanceState::Running);
+        self.cluster.set_ready(NODE, "True");
+        self.cluster.remove_attachment(&volume(1));
+    }
+
+    /// A recovery request for the seed node (or an operator's confirmation).
+    async fn recover(&self, policy: &Policy, intent: Intent) -> Report {
+        self.run(policy, batch(intent, &[instance(1)]))
+            .await
+            .unwrap()
+    }
+
+    /// The seed node's fencing ended: taint and mark gone.
+    fn assert_recovered(&self, report: &Report) {
+        assert_eq!(
+            report.recoveries[0].outcome,
+            RecoveryOutcome::Recovered,
+            "{report:#?}"
+        );
+        assert_eq!(self.out_of_service_taints(NODE), 0);
+        assert!(self.cluster.facts(NODE).unwrap().fenced.is_none());
     }
 
     fn out_of_service_taints(&self, node: &str) -> usize {
@@ -1109,26 +1136,54 @@ async fn a_fenced_node_back_up_is_recovered_and_its_taint_removed() {
     let w = World::stopped();
     w.fence(&policy()).await.unwrap();
     assert_eq!(w.out_of_service_taints(NODE), 1);
-    w.cloud.instance(&instance(1), InstanceState::Running);
-    w.cluster.set_ready(NODE, "True");
-    // The attachment went with the detach; the attach/detach controller
-    // would have removed it.
-    w.cluster.remove_attachment(&volume(1));
-    let report = w
-        .run(&policy(), batch(Intent::Recover, &[instance(1)]))
-        .await
-        .unwrap();
-    assert_eq!(
-        report.recoveries[0].outcome,
-        RecoveryOutcome::Recovered,
-        "{report:#?}"
-    );
-    assert_eq!(w.out_of_service_taints(NODE), 0);
-    assert!(w.cluster.facts(NODE).unwrap().fenced.is_none());
+    w.back_up();
+    w.assert_recovered(&w.recover(&policy(), Intent::Recover).await);
     assert_eq!(
         w.cluster.events(NODE).last(),
         Some(&"OutOfServiceTaintRemoved")
     );
+}
+
+/// Issue 15: with manual recovery a node back up stays fenced until an
+/// operator confirms it healthy; a confirmation given early waits for the
+/// other rules, and ends that fencing once they allow it.
+#[tokio::test]
+async fn manual_recovery_waits_for_an_operators_confirmation() {
+    let manual = Policy {
+        recovery: RecoveryPolicy::Manual,
+        ..policy()
+    };
+    let w = World::stopped();
+    w.fence(&manual).await.unwrap();
+    w.back_up();
+    let report = w.recover(&manual, Intent::Recover).await;
+    let r = &report.recoveries[0];
+    assert_eq!(r.outcome, RecoveryOutcome::Kept, "{report:#?}");
+    assert!(
+        matches!(r.hold, Some(Hold::AwaitingConfirmation { .. })),
+        "{report:#?}"
+    );
+    assert_eq!(w.out_of_service_taints(NODE), 1);
+
+    w.assert_recovered(&w.recover(&manual, Intent::Confirm).await);
+    assert!(w.cluster.events(NODE).contains(&"RecoveryConfirmed"));
+
+    // Confirmed while the instance is still stopped: held by the other
+    // rules, then ended by a routine look once they allow it.
+    let w = World::stopped();
+    w.fence(&manual).await.unwrap();
+    let report = w.recover(&manual, Intent::Confirm).await;
+    assert!(
+        matches!(
+            report.recoveries[0].hold,
+            Some(Hold::InstanceNotRunning { .. })
+        ),
+        "{report:#?}"
+    );
+    assert!(w.cluster.facts(NODE).unwrap().fenced.unwrap().confirmed);
+    assert_eq!(w.out_of_service_taints(NODE), 1);
+    w.back_up();
+    w.assert_recovered(&w.recover(&manual, Intent::Recover).await);
 }
 
 /// Every call of the seed scenario failing in turn, one at a time: whatever

@@ -22,8 +22,8 @@ use crate::core::control::{self, KillSwitch, LeaseFacts, LeaseStep};
 use crate::core::events::NodeEvent;
 pub use crate::core::facts::PodRef;
 use crate::core::facts::{AttachmentFacts, NodeFacts, PvFacts};
-use crate::core::kube_model::{self, Ending, Stamp, TaintPatch, UntaintPatch};
-pub use crate::core::kube_model::{TaintOutcome, UntaintOutcome};
+use crate::core::kube_model::{self, ConfirmPatch, Ending, Stamp, TaintPatch, UntaintPatch};
+pub use crate::core::kube_model::{ConfirmOutcome, TaintOutcome, UntaintOutcome};
 use crate::core::mode::ServerVersion;
 use crate::core::retry::{self, KUBERNETES};
 use crate::core::view::Census;
@@ -207,6 +207,9 @@ pub trait Cluster: Send + Sync {
         node: &str,
         ending: &Ending<'_>,
     ) -> Result<UntaintOutcome, ClusterError>;
+    /// Records an operator's confirmation that the Node, fenced by
+    /// node-fencer, is healthy (manual recovery), guarded by resourceVersion.
+    async fn confirm_recovery(&self, node: &str) -> Result<ConfirmOutcome, ClusterError>;
     /// The pods bound to a Node (legacy mode).
     async fn pods_on_node(&self, node: &str) -> Result<Vec<PodRef>, ClusterError>;
     /// Force-deletes a pod if it is still the object `pod.uid`: grace period 0
@@ -717,7 +720,20 @@ impl Cluster for Kube {
                 UntaintPatch::NotSettled { remaining_secs } => {
                     Write::Answer(UntaintOutcome::NotSettled { remaining_secs })
                 }
+                UntaintPatch::NotConfirmed => Write::Answer(UntaintOutcome::NotConfirmed),
                 UntaintPatch::NoResourceVersion | UntaintPatch::Unrepresentable => Write::Refuse,
+            }
+        })
+        .await
+    }
+
+    async fn confirm_recovery(&self, node: &str) -> Result<ConfirmOutcome, ClusterError> {
+        self.guarded_patch(node, ConfirmOutcome::NodeGone, |current, _| {
+            match kube_model::confirm_patch(current) {
+                ConfirmPatch::Apply(patch) => Write::Patch(patch, ConfirmOutcome::Confirmed),
+                ConfirmPatch::Already => Write::Answer(ConfirmOutcome::Confirmed),
+                ConfirmPatch::NotFenced => Write::Answer(ConfirmOutcome::NotFenced),
+                ConfirmPatch::NoResourceVersion => Write::Refuse,
             }
         })
         .await

@@ -64,6 +64,7 @@ locals {
       CONFIRM_AGAIN_AFTER_SECONDS   = tostring(var.confirm_again_after_seconds)
       VOLUME_DETACH_TIMEOUT_SECONDS = tostring(var.volume_detach_timeout_seconds)
       RECOVERY_SETTLE_SECONDS       = tostring(var.recovery_settle_seconds)
+      RECOVERY                      = var.recovery
       NOT_READY_WAIT_SECONDS        = tostring(var.not_ready_wait_seconds)
       CONTROL_NAMESPACE             = var.control_namespace
       LOG_FORMAT                    = var.log_format

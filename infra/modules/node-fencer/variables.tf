@@ -206,6 +206,17 @@ variable "recovery_settle_seconds" {
   }
 }
 
+variable "recovery" {
+  description = "RECOVERY: auto ends a fencing once the instance runs, the node is Ready and settled and no attachment of ours remains; manual also waits for an operator to confirm the node healthy (node-fencer recover --confirm NODE, or the direct invocation {\"action\": \"recover\", \"node\": NODE, \"confirm\": true})."
+  type        = string
+  default     = "auto"
+
+  validation {
+    condition     = contains(["auto", "manual"], var.recovery)
+    error_message = "recovery must be \"auto\" or \"manual\"."
+  }
+}
+
 variable "log_format" {
   description = "LOG_FORMAT of the function's own log lines: json (one JSON object a line, for CloudWatch Logs Insights) or text. The Lambda platform log format follows it."
   type        = string

@@ -35,6 +35,7 @@ fn ending(fenced_at: &str) -> Ending<'_> {
         fenced_at,
         settle_secs: 0,
         seen_ready_at: 0,
+        needs_confirmation: false,
     }
 }
 
@@ -399,6 +400,7 @@ async fn the_settle_delay_is_checked_on_the_node_read_at_patch_time() -> anyhow:
         fenced_at: &at,
         settle_secs: 600,
         seen_ready_at: k8s_openapi::jiff::Timestamp::now().as_second() - 3600,
+        ..ending(&at)
     };
     let held = cluster.untaint_node(&spec.name, &long_ago).await?;
     assert!(

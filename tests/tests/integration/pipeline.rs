@@ -883,3 +883,60 @@ async fn no_trigger_removes_an_out_of_service_taint() -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// Issue 15: with manual recovery the fencing of a node back up ends only
+/// once an operator confirmed it, the confirmation written to the Node and
+/// read back from the apiserver.
+#[tokio::test]
+async fn manual_recovery_ends_only_after_the_operators_confirmation() -> anyhow::Result<()> {
+    use node_fencer::core::kube_model::ANNOTATION_RECOVERY_CONFIRMED;
+    use node_fencer::core::recovery::RecoveryPolicy;
+    use node_fencer::core::report::RecoveryOutcome;
+
+    let _g = serial().await;
+    let s = stack();
+    let (admin, ec2) = (s.admin().await?, s.ec2().await);
+    let t = target(s, false).await?;
+    let manual = Policy {
+        recovery: RecoveryPolicy::Manual,
+        ..settings()
+    };
+    let run = |intent| fence(s, one(by_instance(&t.m.instance), intent), manual.clone());
+    let report = run(Intent::Fence).await?;
+    assert_eq!(report.results[0].outcome, Outcome::Fenced, "{report:#?}");
+
+    // Back, Ready, detached: everything but the operator allows the end.
+    start_instance(&ec2, &t.m).await?;
+    set_ready(&admin, &t.node, "True").await?;
+    delete_vas_of(&admin, &t.node).await?;
+    let report = run(Intent::Recover).await?;
+    let r = &report.recoveries[0];
+    assert_eq!(r.outcome, RecoveryOutcome::Kept, "{report:#?}");
+    assert_eq!(
+        r.hold.as_ref().map(|h| h.code()),
+        Some("awaiting_confirmation")
+    );
+    assert!(taints(&get_node(&admin, &t.node).await?).contains(&OUT_OF_SERVICE.into()));
+
+    let report = run(Intent::Confirm).await?;
+    assert_eq!(
+        report.recoveries[0].outcome,
+        RecoveryOutcome::Recovered,
+        "{report:#?}"
+    );
+    let node = get_node(&admin, &t.node).await?;
+    assert!(!taints(&node).contains(&OUT_OF_SERVICE.into()));
+    let annotations = node.metadata.annotations.unwrap_or_default();
+    assert!(!annotations.contains_key(ANNOTATION_RECOVERY_CONFIRMED));
+    assert!(!annotations.contains_key(ANNOTATION_FENCED_AT));
+    let reasons: Vec<String> = node_events(&admin, &t.node)
+        .await?
+        .into_iter()
+        .map(|(reason, _)| reason)
+        .collect();
+    assert!(
+        reasons.iter().any(|r| r == "RecoveryConfirmed"),
+        "{reasons:?}"
+    );
+    Ok(())
+}

@@ -1,8 +1,10 @@
 //! Direct invocations from runbooks and operators:
 //! `{"action": "fence" | "check" | "recover", "node": "..."}` or with
 //! `"instanceId"`; `{"action": "recover"}` alone re-checks every node
-//! node-fencer fenced; `{"action": "sweep"}` also looks for NotReady nodes
-//! to fence that no event named; `{"action": "preflight"}` checks the set-up.
+//! node-fencer fenced; `"confirm": true` with a recover of one node records
+//! an operator's confirmation that it is healthy (manual recovery);
+//! `{"action": "sweep"}` also looks for NotReady nodes to fence that no
+//! event named; `{"action": "preflight"}` checks the set-up.
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -52,6 +54,9 @@ pub struct Invocation {
     /// An EC2 instance id.
     #[serde(default, alias = "instance_id")]
     pub instance_id: Option<InstanceId>,
+    /// With `recover` of one node: an operator confirms it healthy.
+    #[serde(default)]
+    pub confirm: bool,
 }
 
 /// Parses a direct invocation. `fence` and `check` need exactly one of
@@ -60,9 +65,18 @@ pub struct Invocation {
 pub fn parse(value: Value) -> Result<Request, InputError> {
     let inv: Invocation =
         serde_json::from_value(value).map_err(|e| InputError::invalid(SHAPE, e))?;
+    if inv.confirm
+        && (inv.action != Action::Recover || (inv.node.is_none() && inv.instance_id.is_none()))
+    {
+        return Err(InputError::invalid(
+            SHAPE,
+            "`confirm` goes with `recover` of one `node` or `instanceId`",
+        ));
+    }
     let intent = match inv.action {
         Action::Fence => Intent::Fence,
         Action::Check => Intent::Check,
+        Action::Recover if inv.confirm => Intent::Confirm,
         Action::Recover => Intent::Recover,
         Action::Sweep | Action::Preflight => {
             if inv.node.is_some() || inv.instance_id.is_some() {
@@ -180,6 +194,16 @@ mod tests {
         );
         assert!(parse(json!({"action": "preflight", "node": "a"})).is_err());
         assert!(parse(json!({"action": "check"})).is_err());
+        let b = parse_batch(json!({"action": "recover", "node": "worker-1", "confirm": true}));
+        assert_eq!(b.unwrap().suspects[0].intent, Intent::Confirm);
+        // A confirmation names one node, and only a recovery.
+        for bad in [
+            json!({"action": "recover", "confirm": true}),
+            json!({"action": "fence", "node": "worker-1", "confirm": true}),
+            json!({"action": "recover", "node": "worker-1", "confirm": "yes"}),
+        ] {
+            assert!(parse(bad.clone()).is_err(), "{bad}");
+        }
     }
 
     #[test]
