@@ -13,11 +13,18 @@
 #   $CACHE/bin/alertmanager-<ver>/      alertmanager, amtool
 #   $CACHE/bin/prometheus-<ver>/promtool
 #   $CACHE/bin/cargo-fuzz-<ver>/cargo-fuzz   (crates.io; for handler/fuzz)
+#   $CACHE/bin/opentofu-<ver>/tofu  (Go module proxy; tests/infra's validate, plan and test)
+#   $CACHE/bin/tflint-<ver>/tflint
+#   $CACHE/bin/schema-provider-<sha>/   the schema-only provider, built from tests/infra/schema-provider
+#   $CACHE/npm/                     the CDK for Terraform binding packages the schemas come from
+#   $CACHE/terraform-mirror-<sha>/  a filesystem mirror: that provider as hashicorp/aws, kubernetes
+#                                   and random, each with the schema of the types infra/ uses
 #   $CACHE/env.sh                   `source` it: NODE_FENCER_* variables, venv bin on PATH
 #
-# Usage: tests/stack/setup.sh [--only-python] [--skip-controllers]
+# Usage: tests/stack/setup.sh [--only-python] [--skip-controllers] [--only-terraform]
 #   --only-python       only the Python venvs (and env.sh)
 #   --skip-controllers  skip kube-controller-manager, kube-scheduler and kwok
+#   --only-terraform    of the binaries, only tofu, tflint, the schema-only provider and its mirror
 set -euo pipefail
 
 # The whole script is one function, read completely before it runs, so editing
@@ -29,10 +36,12 @@ main() {
 
 	ONLY_PYTHON=0
 	SKIP_CONTROLLERS=0
+	ONLY_TERRAFORM=0
 	for arg in "$@"; do
 		case "$arg" in
 		--only-python) ONLY_PYTHON=1 ;;
 		--skip-controllers) SKIP_CONTROLLERS=1 ;;
+		--only-terraform) ONLY_TERRAFORM=1 ;;
 		-h | --help)
 			usage
 			exit 0
@@ -56,6 +65,15 @@ main() {
 	CARGO_FUZZ_VERSION=0.13.2 # crates.io cargo-fuzz
 	ALERTMANAGER_VERSION=v0.34.2 # github.com/prometheus/alertmanager (alertmanager, amtool)
 	PROMETHEUS_VERSION=v0.316.0  # github.com/prometheus/prometheus (promtool): v0.3XX.Y is Prometheus 3.XX.Y
+	OPENTOFU_VERSION=v1.10.10    # github.com/opentofu/opentofu (tofu)
+	TFLINT_VERSION=v0.61.0       # github.com/terraform-linters/tflint (its terraform ruleset is bundled)
+	# The providers' schemas, from the CDK for Terraform bindings on npm: each
+	# package is generated from one provider release (named in the comment).
+	CDK_PACKAGES=(
+		"aws=@cdktn/provider-aws@25.7.0"                # hashicorp/aws 6.66.0
+		"kubernetes=@cdktf/provider-kubernetes@12.1.1"  # hashicorp/kubernetes 2.38.0
+		"random=@cdktn/provider-random@15.0.1"          # hashicorp/random 3.9.1
+	)
 
 	log() { printf '==> %s\n' "$*"; }
 	die() {
@@ -85,6 +103,21 @@ main() {
 	CARGO_FUZZ_BIN="$CACHE/bin/cargo-fuzz-$CARGO_FUZZ_VERSION/cargo-fuzz"
 	ALERTMANAGER_BIN="$CACHE/bin/alertmanager-$ALERTMANAGER_VERSION"
 	PROMTOOL_BIN="$CACHE/bin/prometheus-$PROMETHEUS_VERSION/promtool"
+	TOFU_BIN="$CACHE/bin/opentofu-$OPENTOFU_VERSION/tofu"
+	TFLINT_BIN="$CACHE/bin/tflint-$TFLINT_VERSION/tflint"
+	SCHEMA_PROVIDER_SRC="$REPO/tests/infra/schema-provider"
+	SCHEMA_CONVERTER="$REPO/tests/infra/cdk_schema.py"
+	# Keyed by the provider's source, so an edit rebuilds it.
+	SCHEMA_PROVIDER_SHA="$(cd "$SCHEMA_PROVIDER_SRC" && cat go.mod go.sum ./*.go | sha256sum | cut -c1-16)"
+	SCHEMA_PROVIDER_BIN="$CACHE/bin/schema-provider-$SCHEMA_PROVIDER_SHA/terraform-provider-schema-only"
+	# The resource and data source types infra/ uses ("data.TYPE" for data
+	# sources): the schemas hold these and nothing else.
+	TF_TYPES="$(cat "$REPO"/infra/modules/*/*.tf "$REPO"/infra/examples/*/*.tf |
+		sed -n 's/^\(resource\|data\) "\([a-z0-9_]*\)".*/\1 \2/p' | sort -u |
+		awk '{ print ($1 == "data" ? "data." : "") $2 }')"
+	TF_MIRROR_SHA="$( (printf '%s\n' "$SCHEMA_PROVIDER_SHA" "${CDK_PACKAGES[@]}" "$TF_TYPES"; cat "$SCHEMA_CONVERTER") |
+		sha256sum | cut -c1-16)"
+	TF_MIRROR="$CACHE/terraform-mirror-$TF_MIRROR_SHA"
 
 	# --- prerequisites ---------------------------------------------------------
 
@@ -100,6 +133,7 @@ main() {
 	have python3 || die "python3 (>= 3.9, with the venv module) is required"
 	have flock || die "flock (util-linux) is required"
 	if [ "$ONLY_PYTHON" = 0 ]; then
+		have npm || die "npm is required to download the provider schema packages (${CDK_PACKAGES[*]#*=})"
 		have go || die "go is required to build the control plane binaries (k8s.io/kubernetes $KUBE_VERSION needs the Go version named in tests/stack/gomod/kubernetes/go.mod); install Go, or use --only-python"
 	fi
 
@@ -260,7 +294,58 @@ main() {
 			"$(version_ldflags "$((10#$minor / 100)).$((10#$minor % 100)).${n#*.}")"
 	}
 
-	if [ "$ONLY_PYTHON" = 0 ]; then
+	# OpenTofu's go.mod has a replace directive, so `go install` refuses it: it
+	# is built inside a copy of its module, as Alertmanager is.
+	build_tofu() {
+		build_in_module "github.com/opentofu/opentofu@$OPENTOFU_VERSION" ./cmd/tofu
+	}
+	build_tflint() {
+		GOCACHE="$GOCACHE_TMP" go_install "github.com/terraform-linters/tflint@$TFLINT_VERSION" tflint
+	}
+	build_schema_provider() {
+		(cd "$SCHEMA_PROVIDER_SRC" && GOCACHE="$GOCACHE_TMP" GOFLAGS="$GOFLAGS -mod=readonly" \
+			go build -ldflags "-s -w" -o "$OUT" .)
+	}
+	# npm_tarball PACKAGE@VERSION: sets TARBALL to the package's tarball in
+	# $CACHE/npm, fetched once with `npm pack` (a download, nothing installed).
+	npm_tarball() {
+		local spec=$1 name tmp
+		name="$(printf '%s' "${spec%@*}" | sed -e 's|^@||' -e 's|/|-|')-${spec##*@}.tgz"
+		TARBALL="$CACHE/npm/$name"
+		[ -f "$TARBALL" ] && return 0
+		tmp="$CACHE/npm/.tmp.$$"
+		TMP_PATHS+=("$tmp")
+		mkdir -p "$tmp"
+		(cd "$tmp" && npm pack --silent --cache "$tmp/.npm-cache" "$spec" >/dev/null)
+		[ -f "$tmp/$name" ] || die "npm pack $spec gave no $name"
+		mv -f "$tmp/$name" "$TARBALL"
+		rm -rf "$tmp"
+	}
+	# The schema-only provider once for each provider it stands for, beside the
+	# schema of the types infra/ uses, laid out as a filesystem mirror for the
+	# provider_installation of a TF_CLI_CONFIG_FILE.
+	build_mirror() {
+		local tmp="$TF_MIRROR.tmp.$$" entry provider types version dir t0=$SECONDS
+		[ -d "$TF_MIRROR" ] && return 0
+		log "writing the provider schemas and their mirror (first time only, <1 min)"
+		TMP_PATHS+=("$tmp")
+		mkdir -p "$tmp"
+		for entry in "${CDK_PACKAGES[@]}"; do
+			provider=${entry%%=*}
+			npm_tarball "${entry#*=}"
+			types="$(printf '%s\n' "$TF_TYPES" | { grep -E "^(data\.)?${provider}_" || true; } | paste -sd, -)"
+			python3 "$SCHEMA_CONVERTER" --package "$TARBALL" --provider "$provider" --types "$types" -o "$tmp/$provider.json"
+			version="$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["version"])' "$tmp/$provider.json")"
+			dir="$tmp/registry.opentofu.org/hashicorp/$provider/$version/$(go env GOOS)_$(go env GOARCH)"
+			mkdir -p "$dir"
+			cp "$SCHEMA_PROVIDER_BIN" "$dir/terraform-provider-${provider}_v$version"
+			mv "$tmp/$provider.json" "$dir/schema.json"
+		done
+		mv "$tmp" "$TF_MIRROR"
+		log "    mirror ready in $(elapsed $((SECONDS - t0))): $TF_MIRROR"
+	}
+
+	if [ "$ONLY_PYTHON" = 0 ] && [ "$ONLY_TERRAFORM" = 0 ]; then
 		install_bin etcd "$ETCD_VERSION" "$ETCD_BIN" "~1 min" -- build_etcd
 		install_bin kube-apiserver "$KUBE_VERSION" "$KUBE_BIN/kube-apiserver" "~4 min" -- build_kube kube-apiserver
 		if [ "$SKIP_CONTROLLERS" = 0 ]; then
@@ -278,6 +363,12 @@ main() {
 		# kubectl: not used by the tests, handy for looking at a running stack.
 		install_bin kubectl "$KUBE_VERSION" "$KUBE_BIN/kubectl" "~1 min" -- build_kube kubectl
 	fi
+	if [ "$ONLY_PYTHON" = 0 ]; then
+		install_bin tofu "$OPENTOFU_VERSION" "$TOFU_BIN" "~5 min" -- build_tofu
+		install_bin tflint "$TFLINT_VERSION" "$TFLINT_BIN" "~3 min" -- build_tflint
+		install_bin schema-provider "$SCHEMA_PROVIDER_SHA" "$SCHEMA_PROVIDER_BIN" "~1 min" -- build_schema_provider
+		build_mirror
+	fi
 
 	# --- env.sh ------------------------------------------------------------------------
 
@@ -293,6 +384,9 @@ main() {
 		echo "export NODE_FENCER_ALERTMANAGER=$(q "$ALERTMANAGER_BIN/alertmanager")"
 		echo "export NODE_FENCER_AMTOOL=$(q "$ALERTMANAGER_BIN/amtool")"
 		echo "export NODE_FENCER_PROMTOOL=$(q "$PROMTOOL_BIN")"
+		echo "export NODE_FENCER_TOFU=$(q "$TOFU_BIN")"
+		echo "export NODE_FENCER_TFLINT=$(q "$TFLINT_BIN")"
+		echo "export NODE_FENCER_TF_MIRROR=$(q "$TF_MIRROR")"
 		echo "export NODE_FENCER_VENV=$(q "$STACK_VENV")"
 		if [ -n "$INFRA_VENV" ]; then
 			echo "export NODE_FENCER_INFRA_VENV=$(q "$INFRA_VENV")"
@@ -308,7 +402,8 @@ main() {
 	missing=()
 	for b in "$ETCD_BIN" "$KUBE_BIN/kube-apiserver" "$KUBE_BIN/kube-controller-manager" \
 		"$KUBE_BIN/kube-scheduler" "$KWOK_BIN" "$HCLFMT_BIN" "$CARGO_FUZZ_BIN" "$KUBE_BIN/kubectl" \
-		"$ALERTMANAGER_BIN/alertmanager" "$ALERTMANAGER_BIN/amtool" "$PROMTOOL_BIN"; do
+		"$ALERTMANAGER_BIN/alertmanager" "$ALERTMANAGER_BIN/amtool" "$PROMTOOL_BIN" \
+		"$TOFU_BIN" "$TFLINT_BIN" "$SCHEMA_PROVIDER_BIN" "$TF_MIRROR"; do
 		[ -x "$b" ] || missing+=("${b#"$CACHE"/}")
 	done
 	if [ ${#missing[@]} -gt 0 ]; then

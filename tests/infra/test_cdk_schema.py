@@ -1,0 +1,226 @@
+"""The converter of CDK for Terraform bindings into provider schemas
+(cdk_schema.py), on a sample of generated code and on the schemas the set-up
+wrote into the mirror."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+import cdk_schema
+import tofu_lib as T
+
+# The shape of the generated code: a nested block (a set), a block of at most
+# one element, a computed-only list of objects, comments with the flags.
+SAMPLE = '''
+function exampleThingRuleToHclTerraform(struct) {
+    const attrs = {
+        verbs: {
+            value: cdktn.listMapperHcl(cdktn.stringToHclTerraform, false)(struct.verbs),
+            isBlock: false,
+            type: "set",
+            storageClassType: "stringList",
+        },
+    };
+}
+class ExampleThingRuleOutputReference extends cdktn.ComplexObject {
+    // verbs - computed: false, optional: false, required: true
+    _verbs;
+    get verbs() {
+        return cdktn.Fn.tolist(this.getListAttribute('verbs'));
+    }
+    set verbs(value) {
+        this._verbs = value;
+    }
+}
+function exampleThingConfigToHclTerraform(struct) {
+    const attrs = {
+        size: {
+            value: cdktn.numberToHclTerraform(struct.size),
+            isBlock: false,
+            type: "simple",
+            storageClassType: "number",
+        },
+    };
+}
+class ExampleThingConfigOutputReference extends cdktn.ComplexObject {
+    _size;
+    get size() {
+        return this.getNumberAttribute('size');
+    }
+    set size(value) {
+        this._size = value;
+    }
+    resetSize() {
+        this._size = undefined;
+    }
+}
+class ExampleThingStatusOutputReference extends cdktn.ComplexObject {
+    get phase() {
+        return this.getStringAttribute('phase');
+    }
+}
+class ExampleThing extends cdktn.TerraformResource {
+    static tfResourceType = "example_thing";
+    constructor(scope, id, config) {
+        super(scope, id, {
+            terraformGeneratorMetadata: {
+                providerName: 'example',
+                providerVersion: '1.2.3',
+            },
+        });
+    }
+    // name - computed: false, optional: false, required: true
+    _name;
+    get name() {
+        return this.getStringAttribute('name');
+    }
+    set name(value) {
+        this._name = value;
+    }
+    // tags - computed: true, optional: true, required: false
+    _tags;
+    get tags() {
+        return this.getStringMapAttribute('tags');
+    }
+    set tags(value) {
+        this._tags = value;
+    }
+    resetTags() {
+        this._tags = undefined;
+    }
+    // arn - computed: true, optional: false, required: false
+    get arn() {
+        return this.getStringAttribute('arn');
+    }
+    // rule - computed: false, optional: true, required: false
+    _rule = new ExampleThingRuleList(this, "rule", true);
+    get rule() {
+        return this._rule;
+    }
+    resetRule() {
+        this._rule.internalValue = undefined;
+    }
+    // config - computed: false, optional: false, required: true
+    _config = new ExampleThingConfigOutputReference(this, "config");
+    get config() {
+        return this._config;
+    }
+    // status - computed: true, optional: false, required: false
+    _status = new ExampleThingStatusList(this, "status", false);
+    get status() {
+        return this._status;
+    }
+    synthesizeHclAttributes() {
+        const attrs = {
+            name: {
+                value: cdktn.stringToHclTerraform(this._name),
+                isBlock: false,
+                type: "simple",
+                storageClassType: "string",
+            },
+            tags: {
+                value: cdktn.hashMapperHcl(cdktn.stringToHclTerraform)(this._tags),
+                isBlock: false,
+                type: "map",
+                storageClassType: "stringMap",
+            },
+            rule: {
+                value: cdktn.listMapperHcl(exampleThingRuleToHclTerraform, true)(this._rule.internalValue),
+                isBlock: true,
+                type: "set",
+                storageClassType: "ExampleThingRuleList",
+            },
+            config: {
+                value: exampleThingConfigToHclTerraform(this._config.internalValue),
+                isBlock: true,
+                type: "list",
+                storageClassType: "ExampleThingConfigList",
+            },
+        };
+    }
+}
+'''
+
+
+def test_converts_the_generated_code_into_a_schema_block():
+    block, version = cdk_schema.convert_one(SAMPLE, "sample.js", "resource", "example_thing")
+    assert version == "1.2.3"
+    assert block["attributes"] == {
+        "name": {"type": "string", "required": True},
+        "tags": {"type": ["map", "string"], "optional": True, "computed": True},
+        "arn": {"type": "string", "computed": True},
+        "status": {"type": ["list", ["object", {"phase": "string"}]], "computed": True},
+    }
+    assert block["block_types"] == {
+        "config": {
+            "nesting_mode": "list",
+            "max_items": 1,
+            "min_items": 1,
+            # No comments: a reset method marks the optional ones.
+            "block": {"attributes": {"size": {"type": "number", "optional": True}}},
+        },
+        "rule": {"nesting_mode": "set", "block": {"attributes": {"verbs": {"type": ["set", "string"], "required": True}}}},
+    }
+
+
+def test_a_type_it_does_not_hold_is_an_error():
+    with pytest.raises(cdk_schema.SchemaError, match="holds example_thing, not example_other"):
+        cdk_schema.convert_one(SAMPLE, "sample.js", "resource", "example_other")
+
+
+def test_a_getter_it_does_not_know_is_an_error_not_a_thinner_schema():
+    sample = SAMPLE.replace("this.getStringAttribute('arn')", "this.getFancyAttribute('arn')")
+    with pytest.raises(cdk_schema.SchemaError, match=r"sample.js: attribute arn: unknown getter getFancyAttribute"):
+        cdk_schema.convert_one(sample, "sample.js", "resource", "example_thing")
+
+
+def test_an_unknown_storage_is_an_error():
+    sample = SAMPLE.replace('storageClassType: "number"', 'storageClassType: "duration"')
+    with pytest.raises(cdk_schema.SchemaError, match="argument size: unknown simple storage 'duration'"):
+        cdk_schema.convert_one(sample, "sample.js", "resource", "example_thing")
+
+
+# --- the schemas the set-up wrote ----------------------------------------------
+
+
+def mirror_schemas() -> dict[str, dict]:
+    mirror = Path(T.tool("NODE_FENCER_TF_MIRROR", "the schema-only provider's mirror"))
+    found = {}
+    for path in sorted(mirror.glob("registry.opentofu.org/hashicorp/*/*/*/schema.json")):
+        schema = json.loads(path.read_text(encoding="utf-8"))
+        found[schema["provider"]] = schema
+    assert set(found) == {"aws", "kubernetes", "random"}, f"{mirror}: schemas of {sorted(found)}"
+    return found
+
+
+def used_types() -> set[str]:
+    found = set()
+    for path in T.L.tf_files():
+        for m in re.finditer(r'^(resource|data) "([a-z0-9_]+)"', path.read_text(encoding="utf-8"), re.M):
+            found.add(("data." if m.group(1) == "data" else "") + m.group(2))
+    return found
+
+
+def test_the_mirror_holds_exactly_the_types_infra_uses():
+    held = set()
+    for schema in mirror_schemas().values():
+        held |= set(schema["resource_schemas"]) | {f"data.{t}" for t in schema["data_source_schemas"]}
+    assert held == used_types(), f"mirror and infra/ differ: extra {sorted(held - used_types())}, missing {sorted(used_types() - held)} (rerun make setup)"
+
+
+def test_the_aws_schema_is_the_providers():
+    aws = mirror_schemas()["aws"]
+    function = aws["resource_schemas"]["aws_lambda_function"]["block"]
+    assert function["attributes"]["function_name"] == {"type": "string", "required": True}
+    assert function["attributes"]["role"] == {"type": "string", "required": True}
+    assert function["attributes"]["arn"] == {"type": "string", "computed": True}
+    assert function["block_types"]["environment"]["max_items"] == 1
+    assert function["block_types"]["vpc_config"]["block"]["attributes"]["subnet_ids"]["type"] == ["set", "string"]
+    statement = aws["data_source_schemas"]["aws_iam_policy_document"]["block"]["block_types"]["statement"]
+    assert statement["nesting_mode"] == "list"
+    assert statement["block"]["block_types"]["principals"]["nesting_mode"] == "set"
+    assert mirror_schemas()["random"]["resource_schemas"]["random_password"]["block"]["attributes"]["result"]["sensitive"] is True
