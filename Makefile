@@ -40,7 +40,7 @@ test: setup lint ## everything CI runs: lint, unit, integration against the real
 	$(MAKE) --no-print-directory infra-test
 	$(MAKE) --no-print-directory fuzz
 
-infra-test: ## Terraform parse, format, IAM/RBAC equality, checkov, amtool and promtool
+infra-test: ## Terraform parse, format, IAM/RBAC equality, checkov, amtool, promtool; tofu validate and plan
 	$(TOOLS) && "$$NODE_FENCER_INFRA_VENV/bin/python" -m pytest tests/infra -q
 
 manifest: ## write infra/manifest.json (AWS actions, Kubernetes rules, variables) from the code

@@ -40,6 +40,13 @@ SENSITIVE = {
     "data.aws_eks_cluster": set(),
 }
 
+# Optional arguments the provider also computes, where the bindings do not say
+# so: the older generator (@cdktf/provider-kubernetes) writes no flag comments
+# for a resource's own arguments. The ones the modules read are kept here.
+OPTIONAL_AND_COMPUTED = {
+    "resource.kubernetes_secret_v1": {"data"},
+}
+
 PRIMITIVES = {"string": "string", "number": "number", "boolean": "bool"}
 GETTERS = {
     "String": "string",
@@ -106,9 +113,10 @@ def comments(body: str) -> dict[str, tuple[bool, bool, bool]]:
 
 
 class Converter:
-    def __init__(self, source: Source, sensitive: set[str]):
+    def __init__(self, source: Source, sensitive: set[str], computed: set[str] = frozenset()):
         self.src = source
         self.sensitive = sensitive
+        self.computed = computed
 
     def fail(self, what: str) -> SchemaError:
         return SchemaError(f"{self.src.where}: {what}")
@@ -140,6 +148,8 @@ class Converter:
         for name in attributes:
             if top and name in self.sensitive:
                 attributes[name]["sensitive"] = True
+            if top and name in self.computed and attributes[name].get("optional"):
+                attributes[name]["computed"] = True
         out: dict[str, Any] = {}
         if attributes:
             out["attributes"] = dict(sorted(attributes.items()))
@@ -281,7 +291,7 @@ def convert_one(text: str, where: str, kind: str, type_name: str) -> tuple[dict[
     if not synth:
         raise SchemaError(f"{where}: no synthesizeHclAttributes")
     key = f"{kind}.{type_name}"
-    block = Converter(src, SENSITIVE.get(key, set())).block(main[0], synth.group(0), top=True)
+    block = Converter(src, SENSITIVE.get(key, set()), OPTIONAL_AND_COMPUTED.get(key, set())).block(main[0], synth.group(0), top=True)
     return block, version.group(1) if version else ""
 
 

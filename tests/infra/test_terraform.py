@@ -1,10 +1,11 @@
 """Static checks of the Terraform in infra/.
 
-No terraform binary or provider can be installed where these run, so the
-configuration is checked as text: it parses, it is canonically formatted, the
+The configuration checked as text: it parses, it is canonically formatted, the
 IAM policy grants exactly the AWS calls the code makes, the ClusterRole and the
 Role grant exactly what the code needs, and the wiring (EventBridge pattern and
-schedule, timeout, variables) holds what the function expects.
+schedule, timeout, variables) holds what the function expects. The same
+configuration validated and planned by OpenTofu against the providers' schemas:
+test_tofu.py and test_tofu_plan.py.
 """
 
 from __future__ import annotations

@@ -1,0 +1,369 @@
+"""Plans of the module and the examples, read from `tofu show -json`.
+
+Each case sets the module's switches one way (EKS or self-managed, Function
+URL on or off, KMS, VPC, architecture, token store, schedule) and the plan
+must create exactly the resources that combination calls for, grant exactly
+the AWS calls the code makes for it (aws_iam_policy_document is rendered by
+the schema-only provider, or read from the plan's statements when it waits
+for values known only after apply), route the EC2 events the function acts
+on, and derive the timeout from the waits.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+import infra_lib as L
+import tofu_lib as T
+
+MODULE = "modules/node-fencer"
+PREFIX = ""  # addresses of the module planned as the root module
+KMS_KEY = f"arn:aws:kms:{T.REGION}:{T.ACCOUNT}:key/0a1b2c3d-4e5f-6789-abcd-ef0123456789"
+SECRET = f"arn:aws:secretsmanager:{T.REGION}:{T.ACCOUNT}:secret:prod/kubeconfig-AbC123"
+
+# The module's variables for each case, over its defaults.
+CASES: dict[str, dict[str, Any]] = {
+    "eks_defaults": {"cluster_name": "prod"},
+    "eks_without_url": {"cluster_name": "prod", "enable_alertmanager_url": False, "architecture": "arm64"},
+    "eks_endpoint_given_no_access_entry": {
+        "cluster_name": "prod",
+        "cluster_endpoint": "https://0123456789ABCDEF.gr7.eu-west-1.eks.amazonaws.com",
+        "cluster_ca_data": "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCg==",
+        "eks_access_entry": False,
+        "enable_alertmanager_url": False,
+        "recovery_schedule": None,
+    },
+    "self_managed_ssm_kms_vpc": {
+        "kubeconfig_ssm_parameter_name": "/node-fencer/kubeconfig",
+        "webhook_token_store": "ssm",
+        "kms_key_arn": KMS_KEY,
+        "vpc_subnet_ids": ["subnet-0123456789abcdef0", "subnet-0fedcba9876543210"],
+        "vpc_security_group_ids": ["sg-0123456789abcdef0"],
+        "cluster_vpc_id": "vpc-0123456789abcdef0",
+        "cluster_tag": "kubernetes.io/cluster/prod=owned",
+        "instance_ids": ["i-0123456789abcdef0"],
+        "max_out_of_service_percent": 20,
+        "detach_volume_require_tag": False,
+    },
+    "self_managed_secret_longest_waits": {
+        "name": "fencer-b",
+        "kubeconfig_secret_arn": SECRET,
+        "enable_alertmanager_url": False,
+        "not_ready_wait_seconds": 120,
+        "confirm_again_after_seconds": 120,
+        "volume_detach_timeout_seconds": 240,
+        "recovery_settle_seconds": 120,
+    },
+}
+
+
+def setting(case: dict[str, Any], name: str) -> Any:
+    """A variable of the case, or the module's default."""
+    if name in case:
+        return case[name]
+    default = L.variables_of(L.MODULE / "variables.tf")[name].get("default")
+    return L.value(default)
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory: pytest.TempPathFactory) -> T.Workspace:
+    ws = T.make_workspace(tmp_path_factory.mktemp("tofu-plan"))
+    return ws
+
+
+_plans: dict[str, dict[str, Any]] = {}
+
+
+def plan_of(ws: T.Workspace, directory: str, name: str, variables: dict[str, Any], var_file: str | None = None) -> dict[str, Any]:
+    key = f"{directory}:{name}"
+    if key not in _plans:
+        ws.init(directory)
+        var_path = ws.root.parent / f"{name}.tfvars.json"
+        var_path.write_text(json.dumps(variables), encoding="utf-8")
+        out = ws.root.parent / f"{name}.tfplan"
+        args = ["plan", "-input=false", "-no-color", "-lock=false", f"-out={out}"]
+        if var_file:
+            args.append(f"-var-file={var_file}")
+        ws.run(directory, *args, f"-var-file={var_path}")
+        _plans[key] = json.loads(ws.run(directory, "show", "-json", str(out)).stdout)
+    return _plans[key]
+
+
+def module_plan(ws: T.Workspace, case: str) -> dict[str, Any]:
+    variables = {"package_path": str(ws.root.parent / "bootstrap.zip"), **CASES[case]}
+    return plan_of(ws, MODULE, case, variables)
+
+
+def created(plan: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {a: c["change"] for a, c in T.resources(plan).items() if c["mode"] == "managed"}
+
+
+def expected_resources(case: dict[str, Any]) -> set[str]:
+    url = setting(case, "enable_alertmanager_url")
+    store = setting(case, "webhook_token_store")
+    found = {
+        "aws_cloudwatch_event_rule.this",
+        "aws_cloudwatch_event_target.this",
+        'aws_cloudwatch_log_group.this["main"]',
+        "aws_cloudwatch_metric_alarm.dlq_not_empty",
+        'aws_cloudwatch_metric_alarm.errors["main"]',
+        "aws_iam_role.this",
+        "aws_iam_role_policy.this",
+        'aws_lambda_function.this["main"]',
+        "aws_lambda_function_event_invoke_config.this",
+        "aws_lambda_permission.events",
+        "aws_sqs_queue.dlq",
+        "aws_sqs_queue_policy.dlq",
+    }
+    if setting(case, "recovery_schedule") is not None:
+        found |= {"aws_cloudwatch_event_rule.recovery[0]", "aws_cloudwatch_event_target.recovery[0]", "aws_lambda_permission.recovery[0]"}
+    if url:
+        found |= {
+            'aws_cloudwatch_log_group.this["webhook"]',
+            'aws_cloudwatch_metric_alarm.errors["webhook"]',
+            'aws_lambda_function.this["webhook"]',
+            "aws_lambda_function_url.this[0]",
+            "random_password.webhook_token[0]",
+        }
+        if store == "secretsmanager":
+            found |= {"aws_secretsmanager_secret.webhook_token[0]", "aws_secretsmanager_secret_version.webhook_token[0]"}
+        else:
+            found.add("aws_ssm_parameter.webhook_token[0]")
+    if setting(case, "cluster_name") is not None and setting(case, "eks_access_entry"):
+        found.add("aws_eks_access_entry.this[0]")
+    return found
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_plan_creates_what_the_switches_call_for(workspace: T.Workspace, case: str):
+    got = set(created(module_plan(workspace, case)))
+    want = expected_resources(CASES[case])
+    assert got == want, f"case {case}: planned but not expected {sorted(got - want)}, expected but not planned {sorted(want - got)}"
+
+
+# --- IAM ---------------------------------------------------------------------------
+
+
+def statements(plan: dict[str, Any], address: str) -> list[dict[str, Any]]:
+    """The statements of an aws_iam_policy_document as IAM JSON: rendered when
+    the plan could read it, else from the planned configuration (values known
+    only after apply are None)."""
+    read = T.read_data(plan)
+    if address in read:
+        return json.loads(read[address]["json"])["Statement"]
+    change = T.resources(plan)[address]["change"]
+    assert change["actions"] == ["read"], f"{address}: {change['actions']}"
+    out = []
+    for s in change["after"]["statement"]:
+        st = {"Sid": s["sid"], "Action": s["actions"], "Resource": s["resources"]}
+        if s["condition"]:
+            st["Condition"] = {c["test"]: {c["variable"]: c["values"]} for c in s["condition"]}
+        out.append(st)
+    return out
+
+
+def actions(statement_list: list[dict[str, Any]]) -> set[str]:
+    found: set[str] = set()
+    for st in statement_list:
+        action = st["Action"]
+        found |= {action} if isinstance(action, str) else set(action)
+    return found
+
+
+def expected_api_actions(case: dict[str, Any]) -> set[str]:
+    url = setting(case, "enable_alertmanager_url")
+    store = setting(case, "webhook_token_store")
+    eks = setting(case, "cluster_name") is not None
+    found = {"ec2:DescribeInstances", "ec2:DescribeVolumes", "ec2:DetachVolume"}
+    if eks and (setting(case, "cluster_endpoint") is None or setting(case, "cluster_ca_data") is None):
+        found.add("eks:DescribeCluster")
+    if setting(case, "kubeconfig_ssm_parameter_name") is not None or (url and store == "ssm"):
+        found.add("ssm:GetParameter")
+    if setting(case, "kubeconfig_secret_arn") is not None or (url and store == "secretsmanager"):
+        found.add("secretsmanager:GetSecretValue")
+    return found
+
+
+def code_actions() -> set[str]:
+    return set(json.loads(L.MANIFEST.read_text(encoding="utf-8"))["aws_actions"])
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_api_policy_grants_the_calls_the_code_makes_in_this_setting(workspace: T.Workspace, case: str):
+    granted = actions(statements(module_plan(workspace, case), "data.aws_iam_policy_document.api"))
+    want = expected_api_actions(CASES[case])
+    assert want <= code_actions(), f"the test expects calls the code does not make: {sorted(want - code_actions())}"
+    assert granted == want, f"case {case}: granted but not needed {sorted(granted - want)}, needed but not granted {sorted(want - granted)}"
+
+
+def test_every_call_the_code_makes_is_granted_in_some_setting(workspace: T.Workspace):
+    granted: set[str] = set()
+    for case in CASES:
+        granted |= actions(statements(module_plan(workspace, case), "data.aws_iam_policy_document.api"))
+    assert granted == code_actions(), (
+        f"over all cases, granted but not called {sorted(granted - code_actions())}, called but never granted {sorted(code_actions() - granted)}"
+    )
+
+
+def test_the_rendered_api_policy_scopes_each_call(workspace: T.Workspace):
+    """With everything known at plan time the provider renders the policy: the
+    detach is limited to the account's volumes carrying the CSI driver's tag,
+    the cluster description to the one cluster."""
+    plan = module_plan(workspace, "eks_without_url")
+    assert "data.aws_iam_policy_document.api" in T.read_data(plan), "the api policy should be rendered at plan time here"
+    by_sid = {s["Sid"]: s for s in statements(plan, "data.aws_iam_policy_document.api")}
+    arn = f"arn:aws:ec2:{T.REGION}:{T.ACCOUNT}"
+    assert by_sid["DescribeInstancesAndVolumes"]["Resource"] == "*"
+    assert by_sid["DetachTaggedVolumes"] == {
+        "Sid": "DetachTaggedVolumes",
+        "Effect": "Allow",
+        "Action": "ec2:DetachVolume",
+        "Resource": f"{arn}:volume/*",
+        "Condition": {"StringEquals": {"aws:ResourceTag/ebs.csi.aws.com/cluster": "true"}},
+    }
+    assert by_sid["DetachFromInstances"]["Resource"] == f"{arn}:instance/*" and "Condition" not in by_sid["DetachFromInstances"]
+    assert by_sid["DescribeCluster"]["Resource"] == f"arn:aws:eks:{T.REGION}:{T.ACCOUNT}:cluster/prod"
+    assert set(by_sid) == {"DescribeInstancesAndVolumes", "DetachTaggedVolumes", "DetachFromInstances", "DescribeCluster"}
+
+
+def test_without_the_tag_requirement_the_detach_has_no_condition(workspace: T.Workspace):
+    by_sid = {s["Sid"]: s for s in statements(module_plan(workspace, "self_managed_ssm_kms_vpc"), "data.aws_iam_policy_document.api")}
+    assert "Condition" not in by_sid["DetachTaggedVolumes"]
+    assert by_sid["ReadParameters"]["Resource"][0] == f"arn:aws:ssm:{T.REGION}:{T.ACCOUNT}:parameter/node-fencer/kubeconfig"
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_runtime_policy_follows_kms_and_vpc(workspace: T.Workspace, case: str):
+    sids = {s["Sid"]: s for s in statements(module_plan(workspace, case), "data.aws_iam_policy_document.runtime")}
+    want = {"WriteLogs", "OnFailureDestination"}
+    if setting(CASES[case], "kms_key_arn") is not None:
+        want.add("DecryptParametersAndSecrets")
+        assert sids["DecryptParametersAndSecrets"]["Resource"] == [KMS_KEY]
+        assert sids["DecryptParametersAndSecrets"]["Condition"] == {
+            "StringEquals": {"kms:ViaService": [f"ssm.{T.REGION}.amazonaws.com", f"secretsmanager.{T.REGION}.amazonaws.com"]}
+        }
+    if setting(CASES[case], "vpc_subnet_ids"):
+        want.add("VpcNetworkInterfaces")
+    assert set(sids) == want, f"case {case}: runtime statements {sorted(sids)}"
+
+
+# --- functions, events, timeouts -------------------------------------------------
+
+
+def functions(plan: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {a: c["after"] for a, c in created(plan).items() if a.startswith("aws_lambda_function.this[")}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_timeout_is_the_sum_of_the_waits(workspace: T.Workspace, case: str):
+    c = CASES[case]
+    lease_wait = json.loads(L.MANIFEST.read_text(encoding="utf-8"))["lease_wait_seconds"]
+    want = (
+        setting(c, "not_ready_wait_seconds")
+        + lease_wait
+        + setting(c, "confirm_again_after_seconds")
+        + 2 * setting(c, "volume_detach_timeout_seconds")
+        + setting(c, "recovery_settle_seconds")
+        + 30
+    )
+    assert want <= 900, f"case {case}: the waits sum to {want} s, beyond Lambda's 900"
+    for address, after in functions(module_plan(workspace, case)).items():
+        assert after["timeout"] == want, f"case {case}: {address} timeout {after['timeout']}, waits sum to {want}"
+
+
+def test_the_longest_waits_fill_lambdas_900_seconds(workspace: T.Workspace):
+    (after,) = functions(module_plan(workspace, "self_managed_secret_longest_waits")).values()
+    assert after["timeout"] == 900
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_both_functions_share_every_setting_but_name_and_concurrency(workspace: T.Workspace, case: str):
+    c = CASES[case]
+    found = functions(module_plan(workspace, case))
+    name = setting(c, "name")
+    main = found['aws_lambda_function.this["main"]']
+    assert main["function_name"] == name
+    assert main["architectures"] == [setting(c, "architecture")]
+    assert (len(main["vpc_config"]) == 1) == bool(setting(c, "vpc_subnet_ids"))
+    if main["vpc_config"]:
+        assert set(main["vpc_config"][0]["subnet_ids"]) == set(c["vpc_subnet_ids"])
+    environment = main["environment"][0]["variables"]
+    known = {v["name"] for v in json.loads(L.MANIFEST.read_text(encoding="utf-8"))["variables"]}
+    assert set(environment) <= known, f"case {case}: variables the code does not read: {sorted(set(environment) - known)}"
+    if "webhook" in str(found):
+        webhook = found['aws_lambda_function.this["webhook"]']
+        assert webhook["function_name"] == f"{name}-webhook"
+        differ = {k for k in main if main[k] != webhook[k]}
+        assert differ <= {"function_name", "description", "reserved_concurrent_executions", "logging_config"}, f"case {case}: {sorted(differ)}"
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_function_url_is_the_webhook_functions_alone(workspace: T.Workspace, case: str):
+    urls = {a: c["after"] for a, c in created(module_plan(workspace, case)).items() if a.startswith("aws_lambda_function_url.")}
+    if not setting(CASES[case], "enable_alertmanager_url"):
+        assert not urls
+        return
+    (url,) = urls.values()
+    assert url["authorization_type"] == "NONE"
+    assert url["function_name"] == f"{setting(CASES[case], 'name')}-webhook"
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_event_rule_matches_the_states_the_function_acts_on(workspace: T.Workspace, case: str):
+    rule = created(module_plan(workspace, case))["aws_cloudwatch_event_rule.this"]["after"]
+    detail: dict[str, Any] = {"state": ["stopped", "terminated", "running"]}
+    if setting(CASES[case], "instance_ids"):
+        detail["instance-id"] = CASES[case]["instance_ids"]
+    assert json.loads(rule["event_pattern"]) == {
+        "source": ["aws.ec2"],
+        "detail-type": ["EC2 Instance State-change Notification"],
+        "detail": detail,
+    }
+
+
+def test_the_token_and_kubeconfig_use_the_kms_key(workspace: T.Workspace):
+    plan = created(module_plan(workspace, "self_managed_ssm_kms_vpc"))
+    assert plan["aws_ssm_parameter.webhook_token[0]"]["after"]["key_id"] == KMS_KEY
+    assert plan["aws_ssm_parameter.webhook_token[0]"]["after"]["type"] == "SecureString"
+    environment = functions(module_plan(workspace, "self_managed_ssm_kms_vpc"))['aws_lambda_function.this["main"]']["environment"][0]["variables"]
+    assert environment["KUBECONFIG_SSM_PARAMETER"] == "/node-fencer/kubeconfig"
+    assert environment["CLUSTER_TAG"] == "kubernetes.io/cluster/prod=owned"
+    assert environment["MAX_OUT_OF_SERVICE_PERCENT"] == "20"
+
+
+# --- the examples ----------------------------------------------------------------
+
+
+def example_plan(ws: T.Workspace, example: str) -> dict[str, Any]:
+    # The example's own terraform.tfvars.example, with the stand-in zip.
+    return plan_of(ws, f"examples/{example}", example, {"package_path": str(ws.root.parent / "bootstrap.zip")}, "terraform.tfvars.example")
+
+
+def test_the_eks_example_plans_the_module_the_access_entry_and_the_rbac(workspace: T.Workspace):
+    got = set(created(example_plan(workspace, "eks")))
+    want = {f"module.node_fencer.{a}" for a in expected_resources({"cluster_name": "prod"})} | {
+        "module.rbac.kubernetes_cluster_role_v1.this",
+        "module.rbac.kubernetes_cluster_role_binding_v1.this",
+        'module.rbac.kubernetes_role_v1.this["kube-system/node-fencer"]',
+        'module.rbac.kubernetes_role_binding_v1.this["kube-system/node-fencer"]',
+    }
+    assert got == want, f"planned but not expected {sorted(got - want)}, expected but not planned {sorted(want - got)}"
+    main = created(example_plan(workspace, "eks"))['module.node_fencer.aws_lambda_function.this["main"]']["after"]
+    # The cluster's VPC, read from the cluster.
+    assert main["environment"][0]["variables"]["CLUSTER_VPC_ID"] == "vpc-0123456789abcdef0"
+    assert main["environment"][0]["variables"]["DRY_RUN"] == "true"
+
+
+def test_the_self_managed_example_stores_a_kubeconfig_for_the_service_account(workspace: T.Workspace):
+    plan = created(example_plan(workspace, "self-managed"))
+    assert "module.rbac.kubernetes_service_account_v1.this[0]" in plan
+    assert "module.rbac.kubernetes_secret_v1.token[0]" in plan
+    assert 'module.rbac.kubernetes_role_binding_v1.service_account["kube-system/node-fencer"]' in plan
+    parameter = plan["aws_ssm_parameter.kubeconfig"]["after"]
+    assert parameter["type"] == "SecureString" and parameter["name"] == "/node-fencer/kubeconfig"
+    assert "module.node_fencer.aws_eks_access_entry.this[0]" not in plan
+    main = plan['module.node_fencer.aws_lambda_function.this["main"]']["after"]
+    assert main["environment"][0]["variables"]["KUBECONFIG_SSM_PARAMETER"] == "/node-fencer/kubeconfig"
