@@ -11,6 +11,7 @@ mistake planted in it must fail, so that the check cannot go quiet.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -65,3 +66,41 @@ def test_a_planted_mistake_fails_validation(workspace: T.Workspace, tmp_path: Pa
     assert not report["valid"], f"the module with a {mistake} ({new.strip() or 'removed ' + old.strip()}) still validates"
     found = [(d["summary"], d.get("detail", "")) for d in report["diagnostics"] if d["severity"] == "error"]
     assert any(s == summary and name in d for s, d in found), f"expected {summary!r} naming {name}, got {found}"
+
+
+def run_blocks(directory: Path) -> int:
+    return sum(len(re.findall(r'^run "', f.read_text(encoding="utf-8"), re.M)) for f in directory.glob("tests/*.tftest.hcl"))
+
+
+@pytest.mark.parametrize("directory", T.MODULES)
+def test_the_modules_tofu_tests_pass(workspace: T.Workspace, directory: str):
+    """Each module's tests/*.tftest.hcl: its validations, preconditions and switches."""
+    runs = run_blocks(workspace.root / directory)
+    assert runs, f"infra/{directory}/tests holds no run block"
+    workspace.init(directory)
+    result = workspace.run(directory, "test", "-no-color", check=False)
+    assert result.returncode == 0 and f"Success! {runs} passed, 0 failed." in result.stdout, (
+        f"`tofu test` in infra/{directory} ({runs} runs):\n{result.stdout}\n{result.stderr}"
+    )
+
+
+def test_a_loosened_validation_fails_the_modules_tofu_tests(workspace: T.Workspace, tmp_path: Path):
+    """The tofu tests have teeth: with a bound moved, the run that expects it fails."""
+    scratch = tmp_path / "node-fencer"
+    shutil.copytree(L.MODULE, scratch, ignore=shutil.ignore_patterns(".terraform*"))
+    variables_tf = scratch / "variables.tf"
+    old = "var.confirm_again_after_seconds <= 120"
+    text = variables_tf.read_text(encoding="utf-8")
+    assert text.count(old) == 1, f"{L.rel(L.MODULE / 'variables.tf')} no longer holds {old!r}: loosen another bound"
+    variables_tf.write_text(text.replace(old, "var.confirm_again_after_seconds <= 300"), encoding="utf-8")
+    # Only the run that guards this bound (and the file's set-up before the
+    # first run), so as not to plan all of them again.
+    tests = scratch / "tests" / "node_fencer.tftest.hcl"
+    source = tests.read_text(encoding="utf-8")
+    block = re.search(r'^run "confirm_again_above_120" \{\n.*?^\}\n', source, re.M | re.S)
+    assert block, f"{L.rel(L.MODULE / 'tests' / 'node_fencer.tftest.hcl')} has no run confirm_again_above_120"
+    tests.write_text(source[: source.index('\nrun "')] + "\n" + block.group(0), encoding="utf-8")
+    workspace.init(scratch)
+    result = workspace.run(scratch, "test", "-no-color", check=False)
+    assert result.returncode != 0, f"`tofu test` passed with confirm_again_after_seconds allowed up to 300:\n{result.stdout}"
+    assert re.search(r'run "confirm_again_above_120"\.\.\. fail', result.stdout), result.stdout

@@ -1,0 +1,70 @@
+# `tofu test` of the module, plans only: the manifest's objects are applied as
+# typed resources, the ServiceAccount and its bindings only when asked for, in
+# the namespace asked for. Run it from infra/modules/kubernetes-rbac after
+# `tofu init` (make infra-test does); planning reaches no cluster.
+
+run "the_manifests_roles_and_bindings" {
+  command = plan
+
+  assert {
+    condition     = kubernetes_cluster_role_v1.this.metadata[0].name == "node-fencer" && kubernetes_cluster_role_binding_v1.this.role_ref[0].name == "node-fencer"
+    error_message = "the ClusterRole and its binding, named as in rbac.yaml"
+  }
+  assert {
+    condition     = keys(kubernetes_role_v1.this) == ["kube-system/node-fencer"] && kubernetes_role_v1.this["kube-system/node-fencer"].metadata[0].namespace == "kube-system"
+    error_message = "the Role in the manifest's namespace"
+  }
+  assert {
+    condition     = output.kubernetes_groups == ["node-fencer"]
+    error_message = "the group the function's identity is mapped to"
+  }
+  assert {
+    condition     = length(kubernetes_service_account_v1.this) == 0 && length(kubernetes_secret_v1.token) == 0 && length(kubernetes_role_binding_v1.service_account) == 0
+    error_message = "no ServiceAccount unless asked for"
+  }
+}
+
+run "another_control_namespace_moves_the_role_and_its_binding" {
+  command = plan
+
+  variables {
+    control_namespace = "node-fencer"
+  }
+
+  assert {
+    condition     = kubernetes_role_v1.this["kube-system/node-fencer"].metadata[0].namespace == "node-fencer" && kubernetes_role_binding_v1.this["kube-system/node-fencer"].metadata[0].namespace == "node-fencer"
+    error_message = "the Role and RoleBinding in control_namespace"
+  }
+}
+
+run "a_service_account_for_self_managed_clusters" {
+  command = plan
+
+  variables {
+    create_service_account = true
+    api_server_url         = "https://k8s-api.internal.example.com:6443"
+  }
+
+  assert {
+    condition     = length(kubernetes_service_account_v1.this) == 1 && kubernetes_service_account_v1.this[0].automount_service_account_token == false
+    error_message = "the ServiceAccount, its token never mounted"
+  }
+  assert {
+    condition     = kubernetes_secret_v1.token[0].type == "kubernetes.io/service-account-token" && kubernetes_secret_v1.token[0].metadata[0].annotations["kubernetes.io/service-account.name"] == "node-fencer"
+    error_message = "a long-lived token Secret for it"
+  }
+  assert {
+    condition     = length(kubernetes_cluster_role_binding_v1.service_account) == 1 && keys(kubernetes_role_binding_v1.service_account) == ["kube-system/node-fencer"]
+    error_message = "bound to the ClusterRole and the Role"
+  }
+}
+
+run "control_namespace_not_a_name" {
+  command = plan
+
+  variables {
+    control_namespace = "Kube_System"
+  }
+
+  expect_failures = [var.control_namespace]
+}

@@ -1,0 +1,396 @@
+# `tofu test` of the module, plans only: each variable's validation refuses a
+# value just out of its range, the preconditions refuse contradictory
+# settings, and each switch creates what it should. The provider block and the
+# overridden data sources let it plan without AWS credentials or calls, and
+# tests/bootstrap.zip, an empty zip, stands in for the package; run it from
+# infra/modules/node-fencer after `tofu init` (make infra-test does).
+
+provider "aws" {
+  region                      = "eu-west-1"
+  access_key                  = "test"
+  secret_key                  = "test"
+  skip_credentials_validation = true
+  skip_requesting_account_id  = true
+  skip_metadata_api_check     = true
+}
+
+override_data {
+  target = data.aws_caller_identity.current
+  values = {
+    account_id = "123456789012"
+  }
+}
+
+override_data {
+  target = data.aws_partition.current
+  values = {
+    partition = "aws"
+  }
+}
+
+override_data {
+  target = data.aws_region.current
+  values = {
+    region = "eu-west-1"
+  }
+}
+
+variables {
+  package_path = "tests/bootstrap.zip"
+  cluster_name = "prod"
+}
+
+# --- switches ---------------------------------------------------------------------
+
+run "eks_with_the_alertmanager_url" {
+  command = plan
+
+  assert {
+    condition     = length(aws_lambda_function.this) == 2 && aws_lambda_function_url.this[0].function_name == "node-fencer-webhook"
+    error_message = "the Function URL belongs to the webhook function, beside the main one"
+  }
+  assert {
+    condition     = aws_lambda_function_url.this[0].authorization_type == "NONE"
+    error_message = "Alertmanager cannot sign SigV4: the URL is public and the function checks the token"
+  }
+  assert {
+    condition     = length(aws_eks_access_entry.this) == 1 && length(aws_secretsmanager_secret.webhook_token) == 1 && length(aws_ssm_parameter.webhook_token) == 0
+    error_message = "EKS mode: one access entry; the token in Secrets Manager by default"
+  }
+  assert {
+    condition     = aws_lambda_function.this["main"].timeout == 270 && aws_lambda_function.this["webhook"].timeout == 270
+    error_message = "the default waits sum to 270 s"
+  }
+  assert {
+    condition     = aws_lambda_function.this["main"].environment[0].variables["CLUSTER_NAME"] == "prod"
+    error_message = "CLUSTER_NAME names the cluster"
+  }
+}
+
+run "without_the_url_there_is_no_webhook_function_or_token" {
+  command = plan
+
+  variables {
+    enable_alertmanager_url = false
+  }
+
+  assert {
+    condition     = keys(aws_lambda_function.this) == ["main"] && length(aws_lambda_function_url.this) == 0
+    error_message = "no webhook function and no URL"
+  }
+  assert {
+    condition     = length(random_password.webhook_token) == 0 && length(aws_secretsmanager_secret.webhook_token) == 0
+    error_message = "no token"
+  }
+  assert {
+    condition     = !contains(keys(aws_lambda_function.this["main"].environment[0].variables), "WEBHOOK_TOKEN_SECRET_ID")
+    error_message = "no token to read"
+  }
+}
+
+run "self_managed_with_the_token_in_ssm_in_a_vpc_on_arm64" {
+  command = plan
+
+  variables {
+    cluster_name                  = null
+    kubeconfig_ssm_parameter_name = "/node-fencer/kubeconfig"
+    webhook_token_store           = "ssm"
+    architecture                  = "arm64"
+    vpc_subnet_ids                = ["subnet-0123456789abcdef0"]
+    vpc_security_group_ids        = ["sg-0123456789abcdef0"]
+    recovery_schedule             = null
+  }
+
+  assert {
+    condition     = length(aws_eks_access_entry.this) == 0 && length(aws_ssm_parameter.webhook_token) == 1 && length(aws_secretsmanager_secret.webhook_token) == 0
+    error_message = "self-managed: no access entry; the token in SSM"
+  }
+  assert {
+    condition     = aws_lambda_function.this["main"].architectures == tolist(["arm64"]) && length(aws_lambda_function.this["webhook"].vpc_config) == 1
+    error_message = "arm64, in the VPC, both functions"
+  }
+  assert {
+    condition     = aws_lambda_function.this["main"].environment[0].variables["KUBECONFIG_SSM_PARAMETER"] == "/node-fencer/kubeconfig"
+    error_message = "the kubeconfig parameter is passed"
+  }
+  assert {
+    condition     = length(aws_cloudwatch_event_rule.recovery) == 0 && output.recovery_rule_arn == null
+    error_message = "no schedule"
+  }
+}
+
+run "the_longest_waits_fill_lambdas_900_seconds" {
+  command = plan
+
+  variables {
+    not_ready_wait_seconds        = 120
+    confirm_again_after_seconds   = 120
+    volume_detach_timeout_seconds = 240
+    recovery_settle_seconds       = 120
+  }
+
+  assert {
+    condition     = aws_lambda_function.this["main"].timeout == 900
+    error_message = "120 + 30 + 120 + 2 x 240 + 120 + 30 = 900"
+  }
+}
+
+# --- preconditions ------------------------------------------------------------------
+
+run "two_ways_to_the_cluster_are_refused" {
+  command = plan
+
+  variables {
+    kubeconfig_ssm_parameter_name = "/node-fencer/kubeconfig"
+  }
+
+  expect_failures = [aws_lambda_function.this]
+}
+
+run "an_endpoint_without_its_ca_is_refused" {
+  command = plan
+
+  variables {
+    cluster_endpoint = "https://0123456789ABCDEF.gr7.eu-west-1.eks.amazonaws.com"
+  }
+
+  expect_failures = [aws_lambda_function.this]
+}
+
+run "both_functions_unreserved_is_refused" {
+  command = plan
+
+  variables {
+    reserved_concurrent_executions         = -1
+    webhook_reserved_concurrent_executions = -1
+  }
+
+  expect_failures = [aws_lambda_function_url.this]
+}
+
+# --- variable validations: one value just out of range each ------------------------
+
+run "name_too_long" {
+  command = plan
+  variables {
+    name = "a-name-of-forty-nine-characters-is-one-too-many-x"
+  }
+  expect_failures = [var.name]
+}
+
+run "package_not_a_zip" {
+  command = plan
+  variables {
+    package_path = "tests/bootstrap"
+  }
+  expect_failures = [var.package_path]
+}
+
+run "architecture_unknown" {
+  command = plan
+  variables {
+    architecture = "aarch64"
+  }
+  expect_failures = [var.architecture]
+}
+
+run "memory_below_lambdas_minimum" {
+  command = plan
+  variables {
+    memory_size = 127
+  }
+  expect_failures = [var.memory_size]
+}
+
+run "zero_reserved_concurrency" {
+  command = plan
+  variables {
+    reserved_concurrent_executions = 0
+  }
+  expect_failures = [var.reserved_concurrent_executions]
+}
+
+run "zero_webhook_reserved_concurrency" {
+  command = plan
+  variables {
+    webhook_reserved_concurrent_executions = 0
+  }
+  expect_failures = [var.webhook_reserved_concurrent_executions]
+}
+
+run "cap_above_1000" {
+  command = plan
+  variables {
+    max_out_of_service = 1001
+  }
+  expect_failures = [var.max_out_of_service]
+}
+
+run "percentage_above_100" {
+  command = plan
+  variables {
+    max_out_of_service_percent = 101
+  }
+  expect_failures = [var.max_out_of_service_percent]
+}
+
+run "fencing_mode_unknown" {
+  command = plan
+  variables {
+    fencing_mode = "force"
+  }
+  expect_failures = [var.fencing_mode]
+}
+
+run "control_namespace_not_a_name" {
+  command = plan
+  variables {
+    control_namespace = "Kube_System"
+  }
+  expect_failures = [var.control_namespace]
+}
+
+run "confirm_again_above_120" {
+  command = plan
+  variables {
+    confirm_again_after_seconds = 121
+  }
+  expect_failures = [var.confirm_again_after_seconds]
+}
+
+run "detach_timeout_above_240" {
+  command = plan
+  variables {
+    volume_detach_timeout_seconds = 241
+  }
+  expect_failures = [var.volume_detach_timeout_seconds]
+}
+
+run "detach_timeout_zero" {
+  command = plan
+  variables {
+    volume_detach_timeout_seconds = 0
+  }
+  expect_failures = [var.volume_detach_timeout_seconds]
+}
+
+run "not_ready_wait_above_120" {
+  command = plan
+  variables {
+    not_ready_wait_seconds = 121
+  }
+  expect_failures = [var.not_ready_wait_seconds]
+}
+
+run "settle_above_120" {
+  command = plan
+  variables {
+    recovery_settle_seconds = 121
+  }
+  expect_failures = [var.recovery_settle_seconds]
+}
+
+run "log_format_unknown" {
+  command = plan
+  variables {
+    log_format = "logfmt"
+  }
+  expect_failures = [var.log_format]
+}
+
+run "vpc_id_malformed" {
+  command = plan
+  variables {
+    cluster_vpc_id = "vpc-0123"
+  }
+  expect_failures = [var.cluster_vpc_id]
+}
+
+run "cluster_tag_without_a_key" {
+  command = plan
+  variables {
+    cluster_tag = "=owned"
+  }
+  expect_failures = [var.cluster_tag]
+}
+
+run "secret_arn_without_its_suffix" {
+  command = plan
+  variables {
+    cluster_name          = null
+    kubeconfig_secret_arn = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:prod/kubeconfig"
+  }
+  expect_failures = [var.kubeconfig_secret_arn]
+}
+
+run "instance_id_malformed" {
+  command = plan
+  variables {
+    instance_ids = ["i-xyz"]
+  }
+  expect_failures = [var.instance_ids]
+}
+
+run "schedule_not_an_expression" {
+  command = plan
+  variables {
+    recovery_schedule = "every 10 minutes"
+  }
+  expect_failures = [var.recovery_schedule]
+}
+
+run "event_age_below_a_minute" {
+  command = plan
+  variables {
+    event_maximum_age_seconds = 59
+  }
+  expect_failures = [var.event_maximum_age_seconds]
+}
+
+run "event_retries_above_185" {
+  command = plan
+  variables {
+    event_maximum_retry_attempts = 186
+  }
+  expect_failures = [var.event_maximum_retry_attempts]
+}
+
+run "async_age_above_six_hours" {
+  command = plan
+  variables {
+    async_maximum_event_age_seconds = 21601
+  }
+  expect_failures = [var.async_maximum_event_age_seconds]
+}
+
+run "async_retries_above_2" {
+  command = plan
+  variables {
+    async_maximum_retry_attempts = 3
+  }
+  expect_failures = [var.async_maximum_retry_attempts]
+}
+
+run "retention_cloudwatch_does_not_offer" {
+  command = plan
+  variables {
+    log_retention_days = 31
+  }
+  expect_failures = [var.log_retention_days]
+}
+
+run "token_store_unknown" {
+  command = plan
+  variables {
+    webhook_token_store = "vault"
+  }
+  expect_failures = [var.webhook_token_store]
+}
+
+run "recovery_window_below_7" {
+  command = plan
+  variables {
+    secret_recovery_window_days = 6
+  }
+  expect_failures = [var.secret_recovery_window_days]
+}
