@@ -187,13 +187,19 @@ def test_an_unknown_storage_is_an_error():
 # --- the schemas the set-up wrote ----------------------------------------------
 
 
-def mirror_schemas() -> dict[str, dict]:
+def all_mirror_schemas() -> list[dict]:
     mirror = Path(T.tool("NODE_FENCER_TF_MIRROR", "the schema-only provider's mirror"))
-    found = {}
-    for path in sorted(mirror.glob("registry.opentofu.org/hashicorp/*/*/*/schema.json")):
-        schema = json.loads(path.read_text(encoding="utf-8"))
-        found[schema["provider"]] = schema
-    assert set(found) == {"aws", "kubernetes", "random"}, f"{mirror}: schemas of {sorted(found)}"
+    return [json.loads(p.read_text(encoding="utf-8")) for p in sorted(mirror.glob("registry.opentofu.org/hashicorp/*/*/*/schema.json"))]
+
+
+def mirror_schemas() -> dict[str, dict]:
+    """The newest release's schema of each provider."""
+    found: dict[str, dict] = {}
+    for schema in all_mirror_schemas():
+        name = schema["provider"]
+        if name not in found or T.version_key(schema["version"]) > T.version_key(found[name]["version"]):
+            found[name] = schema
+    assert set(found) == {"aws", "kubernetes", "random"}, f"the mirror holds schemas of {sorted(found)}"
     return found
 
 
@@ -205,11 +211,14 @@ def used_types() -> set[str]:
     return found
 
 
-def test_the_mirror_holds_exactly_the_types_infra_uses():
-    held = set()
-    for schema in mirror_schemas().values():
-        held |= set(schema["resource_schemas"]) | {f"data.{t}" for t in schema["data_source_schemas"]}
-    assert held == used_types(), f"mirror and infra/ differ: extra {sorted(held - used_types())}, missing {sorted(used_types() - held)} (rerun make setup)"
+def test_every_release_in_the_mirror_holds_exactly_the_types_infra_uses():
+    releases: dict[str, set[str]] = {}
+    for schema in all_mirror_schemas():
+        releases.setdefault(schema["version"], set())
+        held = set(schema["resource_schemas"]) | {f"data.{t}" for t in schema["data_source_schemas"]}
+        want = {t for t in used_types() if t.removeprefix("data.").startswith(schema["provider"] + "_")}
+        assert held == want, f"{schema['provider']} {schema['version']}: extra {sorted(held - want)}, missing {sorted(want - held)} (rerun make setup)"
+    assert len(all_mirror_schemas()) == 6, "the newest and the oldest release of each of the three providers"
 
 
 def test_the_aws_schema_is_the_providers():

@@ -31,13 +31,55 @@ def test_tofu_fmt_finds_nothing_to_change(workspace: T.Workspace):
     assert result.returncode == 0, f"`tofu fmt -check -recursive` would change files under infra/ (run `tofu fmt -recursive infra`):\n{result.stdout}{result.stderr}"
 
 
-@pytest.mark.parametrize("directory", T.MODULES + T.EXAMPLES)
-def test_validates_against_the_provider_schemas(workspace: T.Workspace, directory: str):
-    workspace.init(directory)
-    result = workspace.run(directory, "validate", "-json", "-no-color", check=False)
+def validation_problems(ws: T.Workspace, directory: str) -> list[str]:
+    ws.init(directory)
+    result = ws.run(directory, "validate", "-json", "-no-color", check=False)
     report = json.loads(result.stdout)
-    problems = [f"{d['severity']}: {d['summary']}: {d.get('detail', '')} ({d.get('range', {}).get('filename')}:{d.get('range', {}).get('start', {}).get('line')})" for d in report["diagnostics"]]
-    assert report["valid"] and not problems, f"`tofu validate` of infra/{directory}:\n" + "\n".join(problems)
+    problems = [
+        f"{d['severity']}: {d['summary']}: {d.get('detail', '')} ({d.get('range', {}).get('filename')}:{d.get('range', {}).get('start', {}).get('line')})"
+        for d in report["diagnostics"]
+    ]
+    if not report["valid"] and not problems:
+        problems.append("not valid")
+    return problems
+
+
+def locked_versions(ws: T.Workspace, directory: str) -> dict[str, str]:
+    lock = (ws.root / directory / ".terraform.lock.hcl").read_text(encoding="utf-8")
+    return dict(re.findall(r'provider "registry\.opentofu\.org/hashicorp/(\w+)" \{\n\s*version\s*=\s*"([^"]+)"', lock))
+
+
+@pytest.mark.parametrize("directory", T.MODULES + T.EXAMPLES)
+def test_validates_against_the_newest_provider_schemas(workspace: T.Workspace, directory: str):
+    problems = validation_problems(workspace, directory)
+    assert not problems, f"`tofu validate` of infra/{directory}:\n" + "\n".join(problems)
+    newest = {name: versions[-1] for name, versions in T.mirror_versions().items()}
+    for name, version in locked_versions(workspace, directory).items():
+        assert version == newest[name], f"infra/{directory} was initialised with {name} {version}, not the newest {newest[name]}"
+
+
+@pytest.fixture(scope="session")
+def oldest(tmp_path_factory: pytest.TempPathFactory) -> T.Workspace:
+    """A copy of infra/ whose every module takes the oldest release of each provider in the mirror."""
+    ws = T.make_workspace(tmp_path_factory.mktemp("tofu-oldest"))
+    versions = {name: versions[0] for name, versions in T.mirror_versions().items()}
+    for directory in T.MODULES + T.EXAMPLES:
+        T.pin(ws.root / directory, versions)
+    return ws
+
+
+@pytest.mark.parametrize("directory", T.MODULES + T.EXAMPLES)
+def test_validates_against_the_oldest_provider_schemas(oldest: T.Workspace, directory: str):
+    """The schemas of the oldest releases the set-up brackets the floors with
+    (see CDK_PACKAGES in tests/stack/setup.sh): an argument newer than the
+    floor fails here."""
+    problems = validation_problems(oldest, directory)
+    assert not problems, f"`tofu validate` of infra/{directory} with the oldest providers:\n" + "\n".join(problems)
+    versions = T.mirror_versions()
+    locked = locked_versions(oldest, directory)
+    assert locked and all(version == versions[name][0] for name, version in locked.items()), (
+        f"infra/{directory} was initialised with {locked}, not the oldest releases {({n: v[0] for n, v in versions.items()})}"
+    )
 
 
 # Each: what to replace in modules/node-fencer/main.tf, with what, and the

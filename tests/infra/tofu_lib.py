@@ -91,6 +91,38 @@ def make_workspace(directory: Path) -> Workspace:
     return Workspace(root, env, tofu)
 
 
+def version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split("."))
+
+
+def mirror_versions() -> dict[str, list[str]]:
+    """The releases of each provider the mirror holds, oldest first."""
+    mirror = Path(tool("NODE_FENCER_TF_MIRROR", "the schema-only provider's mirror"))
+    found: dict[str, list[str]] = {}
+    for directory in mirror.glob("registry.opentofu.org/hashicorp/*/*"):
+        found.setdefault(directory.parent.name, []).append(directory.name)
+    return {name: sorted(versions, key=version_key) for name, versions in found.items()}
+
+
+def required_providers(directory: Path) -> list[str]:
+    """The providers a module's versions.tf requires, by local name."""
+    names = []
+    for block in L.parse(directory / "versions.tf").get("terraform", []):
+        for entry in block.get("required_providers", []):
+            names.extend(entry)
+    return sorted(names)
+
+
+def pin(directory: Path, versions: dict[str, str]) -> None:
+    """Pins the providers a module requires to `versions`, with an override
+    file, so that init takes those releases instead of the newest."""
+    lines = ["terraform {", "  required_providers {"]
+    for name in required_providers(directory):
+        lines.append(f'    {name} = {{ source = "hashicorp/{name}", version = "{versions[name]}" }}')
+    lines += ["  }", "}", ""]
+    (directory / "pinned_override.tf").write_text("\n".join(lines), encoding="utf-8")
+
+
 def resources(plan: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Every managed resource the plan creates, and every data source it reads
     at apply time, by address, with its planned values (`after`) and which of

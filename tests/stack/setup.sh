@@ -18,7 +18,8 @@
 #   $CACHE/bin/schema-provider-<sha>/   the schema-only provider, built from tests/infra/schema-provider
 #   $CACHE/npm/                     the CDK for Terraform binding packages the schemas come from
 #   $CACHE/terraform-mirror-<sha>/  a filesystem mirror: that provider as hashicorp/aws, kubernetes
-#                                   and random, each with the schema of the types infra/ uses
+#                                   and random, newest and oldest release, each with the schema
+#                                   of the types infra/ uses
 #   $CACHE/env.sh                   `source` it: NODE_FENCER_* variables, venv bin on PATH
 #
 # Usage: tests/stack/setup.sh [--only-python] [--skip-controllers] [--only-terraform]
@@ -69,10 +70,18 @@ main() {
 	TFLINT_VERSION=v0.61.0       # github.com/terraform-linters/tflint (its terraform ruleset is bundled)
 	# The providers' schemas, from the CDK for Terraform bindings on npm: each
 	# package is generated from one provider release (named in the comment).
+	# The newest release of each, and the oldest one at the floor infra/ claims
+	# (aws >= 6.29, kubernetes >= 2.23, random >= 3.5) that has bindings the
+	# converter reads: none exist for aws 6.29, so 6.25 (v6 only adds
+	# arguments); the converter needs bindings from cdktf 0.20 on, so
+	# kubernetes 2.25.2 and random 3.6.0.
 	CDK_PACKAGES=(
 		"aws=@cdktn/provider-aws@25.7.0"                # hashicorp/aws 6.66.0
 		"kubernetes=@cdktf/provider-kubernetes@12.1.1"  # hashicorp/kubernetes 2.38.0
 		"random=@cdktn/provider-random@15.0.1"          # hashicorp/random 3.9.1
+		"aws=@cdktf/provider-aws@21.22.1"               # hashicorp/aws 6.25.0
+		"kubernetes=@cdktf/provider-kubernetes@11.0.0"  # hashicorp/kubernetes 2.25.2
+		"random=@cdktf/provider-random@11.0.0"          # hashicorp/random 3.6.0
 	)
 
 	log() { printf '==> %s\n' "$*"; }
@@ -338,7 +347,8 @@ main() {
 			version="$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["version"])' "$tmp/$provider.json")"
 			dir="$tmp/registry.opentofu.org/hashicorp/$provider/$version/$(go env GOOS)_$(go env GOARCH)"
 			mkdir -p "$dir"
-			cp "$SCHEMA_PROVIDER_BIN" "$dir/terraform-provider-${provider}_v$version"
+			ln -f "$SCHEMA_PROVIDER_BIN" "$dir/terraform-provider-${provider}_v$version" 2>/dev/null ||
+				cp "$SCHEMA_PROVIDER_BIN" "$dir/terraform-provider-${provider}_v$version"
 			mv "$tmp/$provider.json" "$dir/schema.json"
 		done
 		mv "$tmp" "$TF_MIRROR"
