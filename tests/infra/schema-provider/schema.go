@@ -50,14 +50,11 @@ type jsonNested struct {
 // loadSchema reads schema.json beside the executable: Terraform runs the
 // provider from its package directory, where the set-up put both.
 func loadSchema() (*providerFile, error) {
-	path := os.Getenv("SCHEMA_PROVIDER_FILE")
-	if path == "" {
-		exe, err := os.Executable()
-		if err != nil {
-			return nil, err
-		}
-		path = filepath.Join(filepath.Dir(exe), "schema.json")
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
 	}
+	path := filepath.Join(filepath.Dir(exe), "schema.json")
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("reading the provider schema: %w", err)
