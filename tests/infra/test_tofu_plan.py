@@ -20,7 +20,6 @@ import infra_lib as L
 import tofu_lib as T
 
 MODULE = "modules/node-fencer"
-PREFIX = ""  # addresses of the module planned as the root module
 KMS_KEY = f"arn:aws:kms:{T.REGION}:{T.ACCOUNT}:key/0a1b2c3d-4e5f-6789-abcd-ef0123456789"
 SECRET = f"arn:aws:secretsmanager:{T.REGION}:{T.ACCOUNT}:secret:prod/kubeconfig-AbC123"
 
@@ -70,8 +69,7 @@ def setting(case: dict[str, Any], name: str) -> Any:
 
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory: pytest.TempPathFactory) -> T.Workspace:
-    ws = T.make_workspace(tmp_path_factory.mktemp("tofu-plan"))
-    return ws
+    return T.make_workspace(tmp_path_factory.mktemp("tofu-plan"))
 
 
 _plans: dict[str, dict[str, Any]] = {}
@@ -293,8 +291,9 @@ def test_both_functions_share_every_setting_but_name_and_concurrency(workspace: 
     environment = main["environment"][0]["variables"]
     known = {v["name"] for v in json.loads(L.MANIFEST.read_text(encoding="utf-8"))["variables"]}
     assert set(environment) <= known, f"case {case}: variables the code does not read: {sorted(set(environment) - known)}"
-    if "webhook" in str(found):
-        webhook = found['aws_lambda_function.this["webhook"]']
+    webhook = found.get('aws_lambda_function.this["webhook"]')
+    assert (webhook is not None) == setting(c, "enable_alertmanager_url"), f"case {case}: functions {sorted(found)}"
+    if webhook is not None:
         assert webhook["function_name"] == f"{name}-webhook"
         differ = {k for k in main if main[k] != webhook[k]}
         assert differ <= {"function_name", "description", "reserved_concurrent_executions", "logging_config"}, f"case {case}: {sorted(differ)}"
