@@ -126,6 +126,24 @@ def test_the_modules_tofu_tests_pass(workspace: T.Workspace, directory: str):
     )
 
 
+@pytest.mark.parametrize("directory", T.MODULES)
+def test_every_validated_variable_has_a_run_that_expects_its_failure(directory: str):
+    """A validation added without a run refusing a value would go untested."""
+    module = L.INFRA / directory
+    validated = sorted(
+        name
+        for path in module.glob("*.tf")
+        for entry in L.parse(path).get("variable", [])
+        for name, body in entry.items()
+        if body.get("validation")
+    )
+    expected = set()
+    for path in (module / "tests").glob("*.tftest.hcl"):
+        expected |= set(re.findall(r"expect_failures\s*=\s*\[[^\]]*?var\.([a-z0-9_]+)", path.read_text(encoding="utf-8")))
+    missing = [v for v in validated if v not in expected]
+    assert not missing, f"infra/{directory}: no tofu test run expects the validation of {missing} to fail"
+
+
 def test_a_loosened_validation_fails_the_modules_tofu_tests(workspace: T.Workspace, tmp_path: Path):
     """The tofu tests have teeth: with a bound moved, the run that expects it fails."""
     scratch = tmp_path / "node-fencer"

@@ -290,6 +290,14 @@ run "settle_above_120" {
   expect_failures = [var.recovery_settle_seconds]
 }
 
+run "recovery_unknown" {
+  command = plan
+  variables {
+    recovery = "never"
+  }
+  expect_failures = [var.recovery]
+}
+
 run "log_format_unknown" {
   command = plan
   variables {
