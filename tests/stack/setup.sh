@@ -370,7 +370,8 @@ main() {
 		install_bin alertmanager "$ALERTMANAGER_VERSION" "$ALERTMANAGER_BIN/alertmanager" "~2 min" -- build_alertmanager alertmanager
 		install_bin amtool "$ALERTMANAGER_VERSION" "$ALERTMANAGER_BIN/amtool" "<1 min" -- build_alertmanager amtool
 		install_bin promtool "$PROMETHEUS_VERSION" "$PROMTOOL_BIN" "~5 min" -- build_promtool
-		# kubectl: not used by the tests, handy for looking at a running stack.
+		# kubectl: a test's NodeCleanup deletes its Nodes with it on drop (a drop
+		# cannot await); also handy for looking at a running stack.
 		install_bin kubectl "$KUBE_VERSION" "$KUBE_BIN/kubectl" "~1 min" -- build_kube kubectl
 	fi
 	if [ "$ONLY_PYTHON" = 0 ]; then
