@@ -13,7 +13,7 @@ use kube::{Api, Client};
 use serde_json::{Value, json};
 
 use node_fencer::core::facts::CsiVolume;
-use node_fencer::core::kube_model::ANNOTATION_CONTROLLER_MANAGED;
+use node_fencer::core::kube_model::{ANNOTATION_CONTROLLER_MANAGED, csi_unique_name};
 use node_fencer::core::metrics::{Measured, Meter};
 use node_fencer::core::policy::Policy;
 use node_fencer::core::report::Report;
@@ -307,7 +307,7 @@ pub async fn record_volumes(admin: &Client, node: &str, volumes: &[&str]) -> any
         .await?;
     let attached: Vec<Value> = volumes
         .iter()
-        .map(|v| json!({"name": format!("kubernetes.io/csi/{EBS_CSI_DRIVER}^{v}"), "devicePath": ""}))
+        .map(|v| json!({"name": csi_unique_name(&ebs(v)), "devicePath": ""}))
         .collect();
     let status = json!({"status": {"volumesAttached": attached}});
     nodes
@@ -316,15 +316,17 @@ pub async fn record_volumes(admin: &Client, node: &str, volumes: &[&str]) -> any
     Ok(())
 }
 
+/// The EBS volume `volume` as a CSI volume.
+fn ebs(volume: &str) -> CsiVolume {
+    CsiVolume {
+        driver: EBS_CSI_DRIVER.into(),
+        handle: volume.into(),
+    }
+}
+
 /// The name Kubernetes gives the attachment of EBS volume `volume` to `node`.
 pub fn ebs_attachment_name(volume: &str, node: &str) -> String {
-    attachment_name(
-        &CsiVolume {
-            driver: EBS_CSI_DRIVER.into(),
-            handle: volume.into(),
-        },
-        node,
-    )
+    attachment_name(&ebs(volume), node)
 }
 
 /// Sets the Node's `Ready` condition, as a kubelet would, transition time now.

@@ -140,6 +140,13 @@ fn csi_volume(unique_name: &str) -> Option<CsiVolume> {
     })
 }
 
+/// How the attach/detach controller names `volume` in a Node's status, the
+/// inverse of [`attached_volumes`]' reading (for the fakes and fixtures that
+/// record volumes as it does).
+pub fn csi_unique_name(volume: &CsiVolume) -> String {
+    format!("{CSI_UNIQUE_PREFIX}{}^{}", volume.driver, volume.handle)
+}
+
 /// When the `Ready` condition turned `True` (Unix seconds); `None` unless it
 /// is `True` now and says when.
 pub fn ready_since(node: &Node) -> Option<i64> {
@@ -1031,6 +1038,10 @@ mod tests {
         );
         // Without the controller, `volumesAttached` says nothing: unknown,
         // not empty.
+        assert_eq!(
+            csi_volume(&csi_unique_name(&csi("ebs.csi.aws.com", "vol-0a"))),
+            Some(csi("ebs.csi.aws.com", "vol-0a"))
+        );
         assert_eq!(attached_volumes(&with(None)), None);
         assert_eq!(attached_volumes(&with(Some("false"))), None);
         let bare: Node =

@@ -26,18 +26,21 @@ const PARALLEL_READS: usize = 8;
 /// Sets each fencing run's volumes and what to do with each.
 pub(super) async fn volumes(ctx: &Ctx<'_>, mode: FenceMode, runs: &mut [NodeRun]) {
     let mut errors = Vec::new();
-    let read = match attachment_names(runs, mode) {
-        Some(names) => read_by_name(ctx, &names).await.map_err(|e| {
-            ctx.meter.error(Dependency::Kubernetes);
-            // A role without `get` (an older RBAC manifest), or a flaky
-            // read: the lists give the same answer.
-            warn!(error = %e, "could not read the attachments by name: listing them");
-        }),
-        None => Err(()),
+    let by_name = match attachment_names(runs, mode) {
+        Some(names) => read_by_name(ctx, &names)
+            .await
+            .inspect_err(|e| {
+                ctx.meter.error(Dependency::Kubernetes);
+                // A role without `get` (an older RBAC manifest), or a flaky
+                // read: the lists give the same answer.
+                warn!(error = %e, "could not read the attachments by name: listing them");
+            })
+            .ok(),
+        None => None,
     };
-    let (vas, pvs) = match read {
-        Ok(read) => read,
-        Err(()) => list(ctx, &mut errors).await,
+    let (vas, pvs) = match by_name {
+        Some(read) => read,
+        None => list(ctx, &mut errors).await,
     };
     let of_node: Vec<Option<Vec<_>>> = runs
         .iter()
@@ -104,37 +107,38 @@ async fn read_by_name(
     ctx: &Ctx<'_>,
     names: &[String],
 ) -> Result<(Vec<AttachmentFacts>, Vec<PvFacts>), ClusterError> {
-    let read: Vec<_> = futures::stream::iter(names)
-        .map(|name| ctx.cluster.get_volume_attachment(name))
-        .buffered(PARALLEL_READS)
-        .collect()
-        .await;
-    let vas: Vec<AttachmentFacts> = read
-        .into_iter()
-        .collect::<Result<Vec<_>, _>>()?
-        .into_iter()
-        .flatten()
-        .collect();
+    let vas = each(names.iter().map(String::as_str), |name| {
+        ctx.cluster.get_volume_attachment(name)
+    })
+    .await?;
     let mut pv_names: Vec<&str> = vas.iter().filter_map(|va| va.pv_name.as_deref()).collect();
     pv_names.sort_unstable();
     pv_names.dedup();
-    let read: Vec<_> = futures::stream::iter(pv_names)
-        .map(|name| ctx.cluster.get_persistent_volume(name))
-        .buffered(PARALLEL_READS)
-        .collect()
-        .await;
-    let pvs = read
-        .into_iter()
-        .collect::<Result<Vec<_>, _>>()?
-        .into_iter()
-        .flatten()
-        .collect();
+    let pvs = each(pv_names, |name| ctx.cluster.get_persistent_volume(name)).await?;
     info!(
         named = names.len(),
         found = vas.len(),
         "the nodes' attachments read by name, as their Nodes record them"
     );
     Ok((vas, pvs))
+}
+
+/// The objects `read` finds under `names`, a few reads at once; the first
+/// error if one failed.
+async fn each<'a, T, Fut>(
+    names: impl IntoIterator<Item = &'a str>,
+    read: impl Fn(&'a str) -> Fut,
+) -> Result<Vec<T>, ClusterError>
+where
+    Fut: Future<Output = Result<Option<T>, ClusterError>>,
+{
+    let read: Vec<_> = futures::stream::iter(names)
+        .map(read)
+        .buffered(PARALLEL_READS)
+        .collect()
+        .await;
+    let found: Vec<Option<T>> = read.into_iter().collect::<Result<_, _>>()?;
+    Ok(found.into_iter().flatten().collect())
 }
 
 /// The value, or `None` with the error counted and kept for the reports.

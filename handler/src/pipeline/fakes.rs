@@ -403,7 +403,7 @@ impl FakeCluster {
                 .volumes_attached
                 .get_or_insert_default()
                 .push(AttachedVolume {
-                    name: format!("kubernetes.io/csi/{}^{}", csi.driver, csi.handle),
+                    name: kube_model::csi_unique_name(&csi),
                     device_path: String::new(),
                 });
         }
