@@ -10,9 +10,11 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use node_fencer::core::control::KillSwitch;
 use node_fencer::core::events::NodeEvent;
-use node_fencer::core::facts::{AttachmentFacts, InstanceFacts, NodeFacts, PvFacts, VolumeFacts};
+use node_fencer::core::facts::{
+    AttachmentFacts, InstanceFacts, NodeFacts, PvFacts, StatusChecks, VolumeFacts,
+};
 use node_fencer::core::instance::{InstanceId, VolumeId};
-use node_fencer::core::kube_model::{Ending, Stamp};
+use node_fencer::core::kube_model::{Ending, PowerStamp, Stamp};
 use node_fencer::core::mode::ServerVersion;
 use node_fencer::core::view::Census;
 use node_fencer::shell::cloud::{Cloud, CloudError};
@@ -205,6 +207,19 @@ impl Cloud for TimingCloud<'_> {
             .time("DetachVolume", self.inner.detach_volume(volume, instance))
             .await
     }
+    async fn status_checks(
+        &self,
+        ids: &[InstanceId],
+    ) -> Result<Vec<(InstanceId, StatusChecks)>, CloudError> {
+        self.timeline
+            .time("DescribeInstanceStatus", self.inner.status_checks(ids))
+            .await
+    }
+    async fn power_off(&self, instance: &InstanceId) -> Result<(), CloudError> {
+        self.timeline
+            .time("StopInstances", self.inner.power_off(instance))
+            .await
+    }
 }
 
 /// A [`Cluster`] that times each call, then delegates.
@@ -322,6 +337,11 @@ impl Cluster for TimingCluster<'_> {
     async fn confirm_recovery(&self, node: &str) -> Result<ConfirmOutcome, ClusterError> {
         self.timeline
             .time("ConfirmRecovery", self.inner.confirm_recovery(node))
+            .await
+    }
+    async fn mark_powered_off(&self, node: &str, stamp: &PowerStamp) -> Result<bool, ClusterError> {
+        self.timeline
+            .time("MarkPoweredOff", self.inner.mark_powered_off(node, stamp))
             .await
     }
     async fn pods_on_node(&self, node: &str) -> Result<Vec<PodRef>, ClusterError> {

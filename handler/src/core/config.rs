@@ -6,6 +6,7 @@ use std::time::Duration;
 use crate::core::mode::ModeSetting;
 use crate::core::ownership::{self, ClusterIdentity};
 use crate::core::policy::Policy;
+use crate::core::power::ActiveFencing;
 use crate::core::recovery::RecoveryPolicy;
 use crate::core::resolve::ClusterScope;
 
@@ -42,6 +43,22 @@ pub const VARIABLES: &[(&str, &str)] = &[
     (
         "RECOVERY",
         "auto|manual (default auto): manual also waits, before a fencing ends, for an operator to confirm the node healthy (`node-fencer recover --confirm NODE`, or the Node annotation node-fencer.io/recovery-confirmed set to its node-fencer.io/fenced-at)",
+    ),
+    (
+        "ACTIVE_FENCING",
+        "off|on (default off): power off, out of band, a node NotReady for POWER_OFF_AFTER_SECONDS whose instance EC2 still reports running (found by the sweep, a firing KubeNodeNotReady alert, or `fence --power-off`), then fence it as a stopped one; needs ec2:StopInstances and ec2:DescribeInstanceStatus",
+    ),
+    (
+        "POWER_OFF_AFTER_SECONDS",
+        "integer 60..=3600 (default 120; with ACTIVE_FENCING=on): how long a node must have been NotReady before its instance may be powered off",
+    ),
+    (
+        "POWER_OFF_WAIT_SECONDS",
+        "integer 10..=600 (default 120; with ACTIVE_FENCING=on): how long, within the invocation, to wait for a powered-off instance to reach stopped; one not stopped by then fails the invocation for a retry, untainted",
+    ),
+    (
+        "PARTITION_PERCENT",
+        "integer 1..=100 (default 30; with ACTIVE_FENCING=on): refuse every power-off while more than this share of the nodes are NotReady and not fenced, or while every node of the candidate's zone is",
     ),
     (
         "CONTROL_NAMESPACE",
@@ -298,6 +315,7 @@ impl Config {
                 expected: "auto or manual",
             })?,
         };
+        let active_fencing = active_fencing(&get)?;
         let control_namespace = match get("CONTROL_NAMESPACE") {
             None => "kube-system".to_owned(),
             Some(ns) if is_dns_label(&ns) => ns,
@@ -356,6 +374,7 @@ impl Config {
                 confirm_again_after,
                 recovery_settle,
                 recovery,
+                active_fencing,
                 not_ready_wait,
                 control_namespace,
                 detach_wait,
@@ -369,6 +388,65 @@ impl Config {
             log_format,
         })
     }
+}
+
+/// `ACTIVE_FENCING` and the settings that only mean something with it on.
+fn active_fencing(
+    get: &impl Fn(&str) -> Option<String>,
+) -> Result<Option<ActiveFencing>, ConfigError> {
+    const TUNING: [&str; 3] = [
+        "POWER_OFF_AFTER_SECONDS",
+        "POWER_OFF_WAIT_SECONDS",
+        "PARTITION_PERCENT",
+    ];
+    let on = match get("ACTIVE_FENCING").as_deref() {
+        None | Some("off") => false,
+        Some("on") => true,
+        Some(v) => {
+            return Err(ConfigError::Invalid {
+                var: "ACTIVE_FENCING",
+                value: v.into(),
+                expected: "off or on",
+            });
+        }
+    };
+    if !on {
+        return match TUNING.into_iter().find(|v| get(v).is_some()) {
+            Some(var) => Err(ConfigError::Requires {
+                var,
+                needs: "ACTIVE_FENCING=on",
+            }),
+            None => Ok(None),
+        };
+    }
+    let defaults = ActiveFencing::default();
+    let secs = |d: Duration| d.as_secs() as usize;
+    Ok(Some(ActiveFencing {
+        after: Duration::from_secs(int(
+            get,
+            "POWER_OFF_AFTER_SECONDS",
+            secs(defaults.after),
+            60,
+            3600,
+            "an integer from 60 to 3600",
+        )? as u64),
+        wait: Duration::from_secs(int(
+            get,
+            "POWER_OFF_WAIT_SECONDS",
+            secs(defaults.wait),
+            10,
+            600,
+            "an integer from 10 to 600",
+        )? as u64),
+        partition_percent: int(
+            get,
+            "PARTITION_PERCENT",
+            usize::from(defaults.partition_percent),
+            1,
+            100,
+            "an integer from 1 to 100",
+        )? as u8,
+    }))
 }
 
 /// `CLUSTER_VPC_ID` and `CLUSTER_TAG`: what proves an instance is one of the
@@ -583,6 +661,60 @@ mod tests {
         );
         let c = cfg(&[("FENCE_HIBERNATED", "true")]).unwrap();
         assert!(c.policy.fence_hibernated);
+    }
+
+    #[test]
+    fn active_fencing_is_off_unless_switched_on_and_its_settings_need_it() {
+        assert_eq!(cfg(&[]).unwrap().policy.active_fencing, None);
+        assert_eq!(
+            cfg(&[("ACTIVE_FENCING", "off")])
+                .unwrap()
+                .policy
+                .active_fencing,
+            None
+        );
+        let on = cfg(&[("ACTIVE_FENCING", "on")]).unwrap();
+        assert_eq!(on.policy.active_fencing, Some(ActiveFencing::default()));
+        let tuned = cfg(&[
+            ("ACTIVE_FENCING", "on"),
+            ("POWER_OFF_AFTER_SECONDS", "300"),
+            ("POWER_OFF_WAIT_SECONDS", "60"),
+            ("PARTITION_PERCENT", "50"),
+        ])
+        .unwrap();
+        assert_eq!(
+            tuned.policy.active_fencing,
+            Some(ActiveFencing {
+                after: Duration::from_secs(300),
+                wait: Duration::from_secs(60),
+                partition_percent: 50,
+            })
+        );
+        for var in [
+            "POWER_OFF_AFTER_SECONDS",
+            "POWER_OFF_WAIT_SECONDS",
+            "PARTITION_PERCENT",
+        ] {
+            assert_eq!(
+                cfg(&[(var, "100")]).unwrap_err(),
+                ConfigError::Requires {
+                    var,
+                    needs: "ACTIVE_FENCING=on"
+                }
+            );
+        }
+        for (var, bad) in [
+            ("ACTIVE_FENCING", "true"),
+            ("POWER_OFF_AFTER_SECONDS", "59"),
+            ("POWER_OFF_AFTER_SECONDS", "3601"),
+            ("POWER_OFF_WAIT_SECONDS", "9"),
+            ("POWER_OFF_WAIT_SECONDS", "601"),
+            ("PARTITION_PERCENT", "0"),
+            ("PARTITION_PERCENT", "101"),
+        ] {
+            let err = cfg(&[("ACTIVE_FENCING", "on"), (var, bad)]).unwrap_err();
+            assert!(err.to_string().contains(var), "{err}");
+        }
     }
 
     #[test]

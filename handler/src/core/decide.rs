@@ -243,7 +243,8 @@ pub fn decide_one(case: &Case<'_>, settings: &Settings) -> Verdict {
     let skip = |reason| Verdict::Skip { reason };
     match case.intent {
         Intent::Recover | Intent::Confirm => return skip(Skip::RecoveryRequest),
-        Intent::Fence | Intent::Check => {}
+        // Targets carry a power-off as a fence (plan::targets).
+        Intent::Fence | Intent::Check | Intent::PowerOff => {}
     }
     let Some(node) = case.node else {
         return skip(Skip::NotInCluster);
@@ -318,6 +319,7 @@ mod tests {
     fn node(readiness: Readiness, taints: Vec<TaintFacts>) -> NodeFacts {
         NodeFacts {
             attached: None,
+            power: Default::default(),
             name: "worker-2".into(),
             instance: InstanceId::parse("i-0123456789abcdef0"),
             readiness,

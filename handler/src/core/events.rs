@@ -3,6 +3,7 @@
 
 use crate::core::decide::Skip;
 use crate::core::instance::{InstanceId, InstanceState};
+use crate::core::power::Refusal;
 use crate::core::recovery::Hold;
 
 /// Why an Event is recorded (its `reason`, CamelCase as Kubernetes spells them).
@@ -28,6 +29,10 @@ pub enum Reason {
     OutOfServiceTaintRemoved,
     /// Recovery ended a fencing that had no taint left to remove.
     FencingEnded,
+    /// Active fencing powered the node's machine off.
+    PoweredOff,
+    /// Active fencing refused to power the node's machine off.
+    PowerOffRefused,
 }
 
 impl Reason {
@@ -44,6 +49,8 @@ impl Reason {
             Self::RecoveryConfirmed => "RecoveryConfirmed",
             Self::OutOfServiceTaintRemoved => "OutOfServiceTaintRemoved",
             Self::FencingEnded => "FencingEnded",
+            Self::PoweredOff => "PoweredOff",
+            Self::PowerOffRefused => "PowerOffRefused",
         }
     }
 
@@ -55,6 +62,7 @@ impl Reason {
             | Self::PodsForceDeleted
             | Self::VolumeAttachmentsDeleted
             | Self::FencingRefused => "Fence",
+            Self::PoweredOff | Self::PowerOffRefused => "PowerOff",
             Self::VolumesForceDetached => "Detach",
             Self::RecoveryWaiting
             | Self::RecoveryConfirmed
@@ -66,7 +74,7 @@ impl Reason {
     /// True for a `Warning` Event, false for `Normal`: only a refusal asks
     /// a person to look.
     pub fn warning(self) -> bool {
-        matches!(self, Self::FencingRefused)
+        matches!(self, Self::FencingRefused | Self::PowerOffRefused)
     }
 }
 
@@ -99,6 +107,24 @@ impl NodeEvent {
             format!(
                 "EC2 reports {instance} `{state}`: applied node.kubernetes.io/out-of-service=nodeshutdown:NoExecute"
             ),
+        )
+    }
+
+    /// Active fencing powered the machine off; `why` says what it saw.
+    pub fn powered_off(instance: &InstanceId, why: &str) -> Self {
+        Self::new(
+            Reason::PoweredOff,
+            format!(
+                "powered off {instance} (forced, no OS shutdown): {why}; fencing follows once EC2 reports it stopped"
+            ),
+        )
+    }
+
+    /// Active fencing refused a power-off by one of its guards.
+    pub fn power_off_refused(refusal: &Refusal) -> Self {
+        Self::new(
+            Reason::PowerOffRefused,
+            format!("power-off refused: {refusal}"),
         )
     }
 
@@ -221,7 +247,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_a_refusal_is_a_warning_and_each_reason_has_its_action() {
+    fn only_refusals_are_warnings_and_each_reason_has_its_action() {
         let all = [
             Reason::OutOfServiceTaintApplied,
             Reason::FencedLegacy,
@@ -232,12 +258,17 @@ mod tests {
             Reason::RecoveryWaiting,
             Reason::OutOfServiceTaintRemoved,
             Reason::FencingEnded,
+            Reason::PoweredOff,
+            Reason::PowerOffRefused,
         ];
         let warnings: Vec<_> = all.iter().filter(|r| r.warning()).collect();
-        assert_eq!(warnings, [&Reason::FencingRefused]);
+        assert_eq!(
+            warnings,
+            [&Reason::FencingRefused, &Reason::PowerOffRefused]
+        );
         for r in all {
             assert!(
-                ["Fence", "Detach", "Recover"].contains(&r.action()),
+                ["Fence", "Detach", "Recover", "PowerOff"].contains(&r.action()),
                 "{r:?}"
             );
             assert!(r.as_str().chars().all(|c| c.is_ascii_alphabetic()), "{r:?}");

@@ -60,6 +60,48 @@ pub struct NodeFacts {
     /// the attach/detach controller manages its attachments; `None` when it
     /// does not (the node's attachments are then found by listing them).
     pub attached: Option<Vec<CsiVolume>>,
+    /// What active fencing looks at.
+    pub power: PowerFacts,
+}
+
+/// What active fencing needs to know of a Node beyond the rest.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct PowerFacts {
+    /// When the `Ready` condition last turned away from `True` (Unix
+    /// seconds), while it is not `True`.
+    pub not_ready_since: Option<i64>,
+    /// `status.nodeInfo.bootID`: the kubelet reports a new one after every boot.
+    pub boot_id: Option<String>,
+    /// The `topology.kubernetes.io/zone` label.
+    pub zone: Option<String>,
+    /// node-fencer's record of powering the machine off, if it did.
+    pub powered_off: Option<PowerMark>,
+}
+
+/// node-fencer's record on a Node whose machine it powered off.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct PowerMark {
+    /// When (RFC 3339).
+    pub at: String,
+    /// The boot id the Node reported then; a different one now proves the
+    /// machine booted and its kubelet reported since.
+    pub boot_id: Option<String>,
+}
+
+/// EC2's status checks of a running instance, as it reports them (`ok`,
+/// `impaired`, `insufficient-data`, `initializing`, `not-applicable`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct StatusChecks {
+    /// The instance check (the guest: kernel, network configuration).
+    pub instance: String,
+    /// The system check (the host and its network).
+    pub system: String,
+}
+
+impl std::fmt::Display for StatusChecks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "instance {}, system {}", self.instance, self.system)
+    }
 }
 
 /// A CSI volume as the attach/detach controller names it in a Node's
@@ -169,6 +211,7 @@ impl NodeFacts {
             ready_since: None,
             fenced: None,
             attached: None,
+            power: PowerFacts::default(),
         }
     }
 }

@@ -7,7 +7,8 @@ use serde_json::{Value, json};
 
 use crate::core::facts::{
     AttachmentFacts, CsiVolume, FenceMark, FenceMode, NodeFacts, OUT_OF_SERVICE_EFFECT,
-    OUT_OF_SERVICE_KEY, OUT_OF_SERVICE_VALUE, PodRef, PvFacts, Readiness, TaintFacts,
+    OUT_OF_SERVICE_KEY, OUT_OF_SERVICE_VALUE, PodRef, PowerFacts, PowerMark, PvFacts, Readiness,
+    TaintFacts,
 };
 use crate::core::instance::{InstanceId, InstanceState, VolumeId, instance_from_provider_id};
 use crate::core::volumes::EBS_CSI_DRIVER;
@@ -34,8 +35,16 @@ pub const LABEL_FENCED: &str = "node-fencer.io/fenced";
 /// recovery): the `fenced-at` of the fencing it ends, so a confirmation
 /// never ends a later fencing.
 pub const ANNOTATION_RECOVERY_CONFIRMED: &str = "node-fencer.io/recovery-confirmed";
+/// When node-fencer powered the Node's machine off (active fencing).
+pub const ANNOTATION_POWERED_OFF_AT: &str = "node-fencer.io/powered-off-at";
+/// The boot id the Node reported when its machine was powered off.
+pub const ANNOTATION_POWERED_OFF_BOOT_ID: &str = "node-fencer.io/powered-off-boot-id";
+/// Why it was powered off: how long NotReady, the status checks, the run.
+pub const ANNOTATION_POWER_OFF_REASON: &str = "node-fencer.io/power-off-reason";
+/// The Node label naming its zone.
+pub const LABEL_ZONE: &str = "topology.kubernetes.io/zone";
 /// Every annotation node-fencer writes; recovery clears them all.
-pub const ANNOTATIONS: [&str; 7] = [
+pub const ANNOTATIONS: [&str; 10] = [
     ANNOTATION_TAINT,
     ANNOTATION_FENCED_AT,
     ANNOTATION_INSTANCE,
@@ -43,6 +52,9 @@ pub const ANNOTATIONS: [&str; 7] = [
     ANNOTATION_MODE,
     ANNOTATION_VOLUMES,
     ANNOTATION_RECOVERY_CONFIRMED,
+    ANNOTATION_POWERED_OFF_AT,
+    ANNOTATION_POWERED_OFF_BOOT_ID,
+    ANNOTATION_POWER_OFF_REASON,
 ];
 
 /// Reads a Node into facts; `None` for a Node without a name.
@@ -86,7 +98,80 @@ pub fn node_facts(node: &Node) -> Option<NodeFacts> {
         ready_since: ready_since(node),
         fenced: fence_mark(node),
         attached: attached_volumes(node),
+        power: power_facts(node),
     })
+}
+
+/// What active fencing reads of a Node.
+pub fn power_facts(node: &Node) -> PowerFacts {
+    let annotations = node.metadata.annotations.as_ref();
+    let powered_off = annotations
+        .and_then(|a| a.get(ANNOTATION_POWERED_OFF_AT))
+        .map(|at| PowerMark {
+            at: at.clone(),
+            boot_id: annotations
+                .and_then(|a| a.get(ANNOTATION_POWERED_OFF_BOOT_ID))
+                .filter(|b| !b.is_empty())
+                .cloned(),
+        });
+    PowerFacts {
+        not_ready_since: not_ready_since(node),
+        boot_id: node
+            .status
+            .as_ref()
+            .and_then(|s| s.node_info.as_ref())
+            .map(|i| i.boot_id.clone())
+            .filter(|b| !b.is_empty()),
+        zone: node
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(LABEL_ZONE))
+            .cloned(),
+        powered_off,
+    }
+}
+
+/// When the `Ready` condition turned away from `True` (Unix seconds);
+/// `None` while it is `True`, or when no condition says.
+pub fn not_ready_since(node: &Node) -> Option<i64> {
+    if readiness(node) == Readiness::Ready {
+        return None;
+    }
+    ready_condition(node)?
+        .last_transition_time
+        .as_ref()
+        .map(|t| t.0.as_second())
+}
+
+fn ready_condition(node: &Node) -> Option<&k8s_openapi::api::core::v1::NodeCondition> {
+    node.status
+        .as_ref()?
+        .conditions
+        .as_deref()?
+        .iter()
+        .find(|c| c.type_ == "Ready")
+}
+
+/// What node-fencer records on a Node whose machine it powers off.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PowerStamp {
+    /// RFC 3339 time of the power-off.
+    pub at: String,
+    /// The boot id the Node reported when it was judged.
+    pub boot_id: Option<String>,
+    /// Why, in words.
+    pub reason: String,
+}
+
+/// The merge patch that records a power-off on the Node: annotations only,
+/// so it needs no resourceVersion and drops nothing.
+pub fn power_mark_patch(stamp: &PowerStamp) -> Value {
+    json!({"metadata": {"annotations": {
+        ANNOTATION_POWERED_OFF_AT: stamp.at,
+        ANNOTATION_POWERED_OFF_BOOT_ID: stamp.boot_id.as_deref().unwrap_or(""),
+        ANNOTATION_POWER_OFF_REASON: stamp.reason,
+    }}})
 }
 
 /// The annotation a kubelet sets at registration when the attach/detach
@@ -153,12 +238,7 @@ pub fn ready_since(node: &Node) -> Option<i64> {
     if readiness(node) != Readiness::Ready {
         return None;
     }
-    node.status
-        .as_ref()?
-        .conditions
-        .as_deref()?
-        .iter()
-        .find(|c| c.type_ == "Ready")?
+    ready_condition(node)?
         .last_transition_time
         .as_ref()
         .map(|t| t.0.as_second())

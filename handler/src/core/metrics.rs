@@ -254,6 +254,7 @@ mod tests {
                 .collect(),
             errors: Vec::new(),
             origins: vec![origin],
+            power_off: None,
         }
     }
 

@@ -17,6 +17,7 @@ pub mod ownership;
 pub mod permissions;
 pub mod plan;
 pub mod policy;
+pub mod power;
 pub mod recovery;
 pub mod report;
 pub mod resolve;

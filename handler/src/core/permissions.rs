@@ -12,6 +12,11 @@ pub const AWS_ACTIONS: &[&str] = &[
     "ssm:GetParameter",
 ];
 
+/// The AWS actions active fencing adds (`ACTIVE_FENCING=on`): granted only
+/// then, and `ec2:StopInstances` only on the cluster's own instances (a tag
+/// condition in `infra/`).
+pub const POWER_OFF_AWS_ACTIONS: &[&str] = &["ec2:DescribeInstanceStatus", "ec2:StopInstances"];
+
 /// Every cluster-wide Kubernetes permission the function uses: (API group,
 /// resource, verbs). VolumeAttachments `delete` serves the legacy mode
 /// only; pods `list` and `delete` serve both (taint mode: the volumes of
@@ -63,6 +68,7 @@ pub fn manifest() -> serde_json::Value {
         .collect();
     serde_json::json!({
         "aws_actions": AWS_ACTIONS,
+        "power_off_aws_actions": POWER_OFF_AWS_ACTIONS,
         "kubernetes_rules": rules(KUBERNETES_RULES),
         "control_rules": rules(CONTROL_RULES),
         "variables": variables,
@@ -72,7 +78,7 @@ pub fn manifest() -> serde_json::Value {
 
 #[cfg(test)]
 mod tests {
-    use super::{AWS_ACTIONS, manifest};
+    use super::{AWS_ACTIONS, POWER_OFF_AWS_ACTIONS, manifest};
     use std::collections::BTreeSet;
 
     /// The checked-in manifest is what this build says; after a change to
@@ -98,6 +104,8 @@ mod tests {
         (".describe_cluster()", "eks:DescribeCluster"),
         (".get_secret_value()", "secretsmanager:GetSecretValue"),
         (".get_parameter()", "ssm:GetParameter"),
+        (".describe_instance_status()", "ec2:DescribeInstanceStatus"),
+        (".stop_instances()", "ec2:StopInstances"),
     ];
 
     const SHELL: &[&str] = &[
@@ -113,7 +121,11 @@ mod tests {
             .filter(|(call, _)| SHELL.iter().any(|src| src.contains(call)))
             .map(|(_, action)| *action)
             .collect();
-        let listed: BTreeSet<&str> = AWS_ACTIONS.iter().copied().collect();
+        let listed: BTreeSet<&str> = AWS_ACTIONS
+            .iter()
+            .chain(POWER_OFF_AWS_ACTIONS)
+            .copied()
+            .collect();
         assert_eq!(called, listed);
     }
 

@@ -11,6 +11,7 @@ use crate::core::facts::{Confirmation, FenceMode, InstanceFacts, NodeFacts, Volu
 use crate::core::facts::{CsiVolume, PodRef, PvFacts};
 use crate::core::instance::{InstanceId, InstanceState, VolumeId};
 use crate::core::kube_model::{Stamp, TaintOutcome};
+use crate::core::power::{self, PowerReport};
 use crate::core::report::{
     AttachmentOutcome, AttachmentReport, NodeReport, Outcome, VolumeOutcome, VolumeReport,
 };
@@ -33,6 +34,9 @@ pub struct Target {
     pub intent: Intent,
     /// Every trigger that named it.
     pub origins: Vec<Origin>,
+    /// A trigger that named it may have its machine powered off, should the
+    /// cloud still call it running ([`power::is_candidate`]).
+    pub power_off: bool,
 }
 
 /// The instances to ask the cloud about, once each, for these resolutions.
@@ -92,12 +96,19 @@ pub fn targets(
             Some(i) => format!("node/{}", nodes[i].name),
             None => format!("ref/{}", suspect.target),
         };
+        let power_off = power::is_candidate(&suspect);
+        // A power-off is a fence with one more step before it.
+        let intent = match suspect.intent {
+            Intent::PowerOff => Intent::Fence,
+            other => other,
+        };
         match index.get(&key) {
             Some(&t) => {
                 let target = &mut targets[t];
-                if suspect.intent == Intent::Fence {
+                if intent == Intent::Fence {
                     target.intent = Intent::Fence;
                 }
+                target.power_off |= power_off;
                 target.origins.push(suspect.origin);
             }
             None => {
@@ -106,8 +117,9 @@ pub fn targets(
                     reference: suspect.target,
                     node,
                     instance,
-                    intent: suspect.intent,
+                    intent,
                     origins: vec![suspect.origin],
+                    power_off,
                 });
             }
         }
@@ -209,6 +221,8 @@ pub struct NodeRun {
     pub volumes: Vec<VolumeReport>,
     /// Errors met on the way.
     pub errors: Vec<String>,
+    /// Active fencing's decision on the node, and what came of it.
+    pub power_off: Option<PowerReport>,
 }
 
 /// The runs of a batch, one per target, from the decisions: a node to fence
@@ -266,6 +280,7 @@ pub fn plan(
                 attachments: Vec::new(),
                 volumes: Vec::new(),
                 errors: Vec::new(),
+                power_off: None,
             }
         })
         .collect()
@@ -473,6 +488,7 @@ impl NodeRun {
             volumes: self.volumes,
             errors: self.errors,
             origins: self.origins,
+            power_off: self.power_off,
         };
         let planned = |plan: &NodePlan| volume_reports(&plan.actions, &plan.node_volumes, true);
         let planned_attachments = |plan: &NodePlan| attachment_reports(&plan.attachments);
@@ -741,6 +757,7 @@ mod tests {
     fn node(name: &str, out: bool) -> NodeFacts {
         NodeFacts {
             attached: None,
+            power: Default::default(),
             name: name.into(),
             instance: None,
             readiness: Readiness::NotReady,
@@ -784,6 +801,7 @@ mod tests {
             attachments: vec![],
             volumes: vec![],
             errors: vec![],
+            power_off: None,
         }
     }
 

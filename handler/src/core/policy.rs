@@ -7,6 +7,7 @@ use crate::core::control::LeaseTiming;
 use crate::core::decide::{self, Settings};
 use crate::core::mode::ModeSetting;
 use crate::core::ownership::ClusterIdentity;
+use crate::core::power::ActiveFencing;
 use crate::core::recovery::RecoveryPolicy;
 use crate::core::resolve::ClusterScope;
 
@@ -27,6 +28,8 @@ pub struct Policy {
     pub recovery_settle: Duration,
     /// Whether an operator must also confirm a fenced node healthy.
     pub recovery: RecoveryPolicy,
+    /// Active fencing's settings; `None` while it is off.
+    pub active_fencing: Option<ActiveFencing>,
     /// How long to wait, within the invocation, for a Node whose instance
     /// is confirmed off to turn NotReady (zero: fail at once for a retry).
     pub not_ready_wait: Duration,
@@ -59,6 +62,7 @@ impl Default for Policy {
             confirm_again_after: Duration::ZERO,
             recovery_settle: Duration::from_secs(30),
             recovery: RecoveryPolicy::Auto,
+            active_fencing: None,
             not_ready_wait: Duration::from_secs(60),
             control_namespace: "kube-system".into(),
             detach_wait: Duration::from_secs(60),

@@ -299,6 +299,7 @@ mod tests {
     fn node(instance: &str, readiness: Readiness, ready_since: Option<i64>) -> NodeFacts {
         NodeFacts {
             attached: None,
+            power: Default::default(),
             name: "worker-2".into(),
             instance: InstanceId::parse(instance),
             readiness,

@@ -8,6 +8,7 @@ use serde::Serialize;
 use crate::core::decide::Skip;
 use crate::core::facts::FenceMode;
 use crate::core::instance::{InstanceId, InstanceState, VolumeId};
+use crate::core::power::PowerReport;
 use crate::core::recovery::Hold;
 use crate::core::suspect::{Ignored, Origin};
 
@@ -147,11 +148,21 @@ pub struct NodeReport {
     pub errors: Vec<String>,
     /// The triggers that named this node.
     pub origins: Vec<Origin>,
+    /// Active fencing's decision, for a node whose machine still ran.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub power_off: Option<PowerReport>,
 }
 
 impl NodeReport {
     /// True when a retry could still have something to do.
     pub fn leaves_work(&self) -> bool {
+        if self
+            .power_off
+            .as_ref()
+            .is_some_and(PowerReport::leaves_work)
+        {
+            return true;
+        }
         match self.outcome {
             Outcome::Failed => true,
             Outcome::Skipped => self.skip.as_ref().is_some_and(Skip::leaves_work),

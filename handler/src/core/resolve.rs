@@ -133,6 +133,7 @@ mod tests {
     fn node(name: &str, instance: Option<&str>, ip: &str) -> NodeFacts {
         NodeFacts {
             attached: None,
+            power: Default::default(),
             name: name.into(),
             instance: instance.and_then(InstanceId::parse),
             readiness: Readiness::Unknown,

@@ -49,6 +49,10 @@ impl std::fmt::Display for NodeRef {
 pub enum Intent {
     /// Fence the node if it is safe.
     Fence,
+    /// As [`Self::Fence`], and should the cloud still call the machine
+    /// running, power it off first if active fencing's rules allow
+    /// (`fence --power-off`).
+    PowerOff,
     /// Work out what fencing would do, change nothing.
     Check,
     /// The machine is back (EventBridge `running`, a resolved alert, a

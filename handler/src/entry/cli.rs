@@ -53,6 +53,12 @@ enum Command {
     Fence {
         /// Node name or EC2 instance id.
         target: String,
+        /// Should EC2 still report the instance running, power it off first
+        /// (forced) when active fencing's rules allow it: ACTIVE_FENCING=on,
+        /// NotReady for POWER_OFF_AFTER_SECONDS, the partition guard, the
+        /// cap, never twice without a reboot in between.
+        #[arg(long)]
+        power_off: bool,
     },
     /// End node-fencer's fencing of a node that is back: remove its taint once
     /// EC2 says the instance runs and the node has been Ready for the settle
@@ -196,7 +202,17 @@ fn parse_input(command: &Command) -> Result<Input, String> {
     };
     match command {
         Command::Check { target: t } => target(t, Intent::Check),
-        Command::Fence { target: t } => target(t, Intent::Fence),
+        Command::Fence {
+            target: t,
+            power_off,
+        } => target(
+            t,
+            if *power_off {
+                Intent::PowerOff
+            } else {
+                Intent::Fence
+            },
+        ),
         Command::Recover {
             target: Some(t),
             confirm,

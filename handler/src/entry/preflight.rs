@@ -154,7 +154,7 @@ pub async fn run(clients: &Clients, config: &Config) -> Preflight {
                 e.to_string(),
                 "check CLUSTER_NAME / CLUSTER_ENDPOINT / KUBECONFIG_* and the network path to the API server",
             ));
-            ec2(&clients.ec2, &mut checks).await;
+            ec2(&clients.ec2, config, &mut checks).await;
             return Preflight::new(checks);
         }
     };
@@ -211,7 +211,7 @@ pub async fn run(clients: &Clients, config: &Config) -> Preflight {
             },
         );
     }
-    ec2(&clients.ec2, &mut checks).await;
+    ec2(&clients.ec2, config, &mut checks).await;
     Preflight::new(checks)
 }
 
@@ -291,6 +291,19 @@ fn settings(config: &Config, checks: &mut Vec<Check>) {
             "FENCE_HIBERNATED=true: an instance stopped by hibernation is fenced like a stopped one"
         } else {
             "an instance stopped by hibernation is not fenced (it resumes from RAM)"
+        },
+    ));
+    checks.push(row(
+        "active fencing",
+        Status::Info,
+        match &config.policy.active_fencing {
+            None => "off: a node whose instance EC2 reports running is never powered off".to_owned(),
+            Some(a) => format!(
+                "on: a node NotReady for {}s whose instance EC2 reports running is powered off (forced), waited for up to {}s, then fenced; refused while more than {}% of the nodes, or a whole zone, are NotReady",
+                a.after.as_secs(),
+                a.wait.as_secs(),
+                a.partition_percent
+            ),
         },
     ));
     checks.push(row(
@@ -386,9 +399,20 @@ fn dry_run_check<E>(action: &str, result: Result<E, String>) -> Check {
     }
 }
 
-async fn ec2(ec2: &aws_sdk_ec2::Client, checks: &mut Vec<Check>) {
+async fn ec2(ec2: &aws_sdk_ec2::Client, config: &Config, checks: &mut Vec<Check>) {
     for (action, answer) in aws::dry_run_probes(ec2).await {
         checks.push(dry_run_check(action, answer));
+    }
+    if config.policy.active_fencing.is_some() {
+        let (action, answer) = aws::status_probe(ec2).await;
+        checks.push(dry_run_check(action, answer));
+        // A dry run of a stop needs a real instance carrying the tag the
+        // grant is limited to: there is none to name here.
+        checks.push(row(
+            "ec2:StopInstances",
+            Status::Info,
+            "not probed: granted only on the cluster's tagged instances (infra/README.md, active fencing)",
+        ));
     }
 }
 

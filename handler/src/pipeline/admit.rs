@@ -162,15 +162,7 @@ pub(super) async fn admit(
             renewals = hold.renewals.load(Ordering::SeqCst),
             "releasing the fencing lease"
         );
-        if let Err(e) = ctx
-            .cluster
-            .release_lease(namespace, &ctx.correlation_id)
-            .await
-        {
-            // It expires on its own; the next holder waits at most that long.
-            ctx.meter.error(Dependency::Kubernetes);
-            warn!(error = %e, "could not release the fencing lease");
-        }
+        ctx.release_lease(namespace).await;
         refused_now
     } else {
         under_lease(ctx, policy, mode, None, view, None, runs).await

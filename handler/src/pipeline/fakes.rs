@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{
-    AttachedVolume, Node, NodeCondition, NodeSpec, NodeStatus, Taint,
+    AttachedVolume, Node, NodeCondition, NodeSpec, NodeStatus, NodeSystemInfo, Taint,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use serde_json::Value;
@@ -20,12 +20,12 @@ use crate::core::control::KillSwitch;
 use crate::core::events::NodeEvent;
 use crate::core::facts::{
     AttachmentFacts, CsiVolume, InstanceFacts, NodeFacts, OUT_OF_SERVICE_KEY, PvFacts,
-    VolumeAttachmentState, VolumeFacts,
+    StatusChecks, VolumeAttachmentState, VolumeFacts,
 };
 use crate::core::instance::{AttachmentState, InstanceId, InstanceState, VolumeId, VolumeState};
 use crate::core::kube_model::{
-    self, ConfirmOutcome, ConfirmPatch, Ending, Stamp, TaintOutcome, TaintPatch, UntaintOutcome,
-    UntaintPatch,
+    self, ConfirmOutcome, ConfirmPatch, Ending, PowerStamp, Stamp, TaintOutcome, TaintPatch,
+    UntaintOutcome, UntaintPatch,
 };
 use crate::core::mode::ServerVersion;
 use crate::core::view::Census;
@@ -91,6 +91,10 @@ struct CloudState {
     sticky: Vec<VolumeId>,
     /// The n-th DescribeInstances (1-based) answers this late.
     slow: Option<(usize, Duration)>,
+    /// What DescribeInstanceStatus reports.
+    checks: BTreeMap<InstanceId, StatusChecks>,
+    /// Instances a stop leaves `stopping` for good.
+    stop_hangs: Vec<InstanceId>,
 }
 
 impl FakeCloud {
@@ -147,6 +151,27 @@ impl FakeCloud {
     /// does under throttling.
     pub fn slow_describe(&self, nth: usize, pause: Duration) {
         self.lock().slow = Some((nth, pause));
+    }
+
+    /// The status checks EC2 reports for `id`.
+    pub fn checks(&self, id: &InstanceId, instance: &str, system: &str) {
+        self.lock().checks.insert(
+            id.clone(),
+            StatusChecks {
+                instance: instance.into(),
+                system: system.into(),
+            },
+        );
+    }
+
+    /// A stop of `id` is accepted and never completes.
+    pub fn stop_hangs(&self, id: &InstanceId) {
+        self.lock().stop_hangs.push(id.clone());
+    }
+
+    /// The instance's state now.
+    pub fn instance_state(&self, id: &InstanceId) -> Option<InstanceState> {
+        self.lock().instances.get(id).map(|i| i.state.clone())
     }
 
     /// The volume's detach will be accepted and never complete.
@@ -239,6 +264,44 @@ impl Cloud for FakeCloud {
         }
         Ok(())
     }
+
+    async fn status_checks(
+        &self,
+        ids: &[InstanceId],
+    ) -> Result<Vec<(InstanceId, StatusChecks)>, CloudError> {
+        if self.calls.call("DescribeInstanceStatus".into()) {
+            return Err(CloudError::DescribeInstanceStatus("InternalError".into()));
+        }
+        let state = self.lock();
+        Ok(ids
+            .iter()
+            .filter_map(|id| Some((id.clone(), state.checks.get(id)?.clone())))
+            .collect())
+    }
+
+    async fn power_off(&self, instance: &InstanceId) -> Result<(), CloudError> {
+        let fail = self.calls.call(format!("StopInstances {instance}"));
+        if fail {
+            return Err(CloudError::StopInstances {
+                instance_id: instance.to_string(),
+                message: "InternalError".into(),
+            });
+        }
+        let mut state = self.lock();
+        let hangs = state.stop_hangs.contains(instance);
+        let Some(facts) = state.instances.get_mut(instance) else {
+            return Err(CloudError::StopInstances {
+                instance_id: instance.to_string(),
+                message: "InvalidInstanceID.NotFound".into(),
+            });
+        };
+        facts.state = if hangs {
+            InstanceState::Stopping
+        } else {
+            InstanceState::Stopped
+        };
+        Ok(())
+    }
 }
 
 /// An in-memory Kubernetes: Nodes, attachments, pods, Events, the Lease.
@@ -272,8 +335,8 @@ struct ClusterState {
     switch_reads: usize,
     /// Node lists so far.
     lists: usize,
-    /// From the n-th node list on (1-based), this Node reads NotReady.
-    not_ready_at: Option<(String, usize)>,
+    /// From the n-th node list on (1-based), this Node reads this `Ready` status.
+    turns_at: Option<(String, usize, &'static str)>,
     /// The census Lease's count.
     census: Option<Census>,
 }
@@ -304,7 +367,7 @@ impl FakeCluster {
                 lease_held_for: None,
                 renewals: 0,
                 lists: 0,
-                not_ready_at: None,
+                turns_at: None,
                 census: None,
             }),
         }
@@ -361,7 +424,23 @@ impl FakeCluster {
     /// 1-based), `name` reads NotReady, as the node controller marks it once
     /// the grace period is over.
     pub fn not_ready_from_list(&self, name: &str, nth: usize) {
-        self.lock().not_ready_at = Some((name.into(), nth));
+        self.lock().turns_at = Some((name.into(), nth, "Unknown"));
+    }
+
+    /// From the `nth` read of the Nodes on, `name` reads Ready: its kubelet
+    /// reports again.
+    pub fn ready_from_list(&self, name: &str, nth: usize) {
+        self.lock().turns_at = Some((name.into(), nth, "True"));
+    }
+
+    /// Sets the boot id the Node's kubelet reports.
+    pub fn boot(&self, name: &str, boot_id: &str) {
+        if let Some(node) = self.lock().nodes.get_mut(name) {
+            node.status.get_or_insert_default().node_info = Some(NodeSystemInfo {
+                boot_id: boot_id.into(),
+                ..NodeSystemInfo::default()
+            });
+        }
     }
 
     /// `name` turns Ready between the decision and the taint write.
@@ -564,18 +643,19 @@ impl FakeCluster {
 
     /// Applies a merge patch to a Node, as the apiserver would.
     /// Counts a read of the Nodes (a list, or a read by name) and turns the
-    /// Node set by [`Self::not_ready_from_list`] NotReady from its n-th on.
-    fn turn_not_ready_on_read(&self) {
+    /// Node set by [`Self::not_ready_from_list`] (or [`Self::ready_from_list`])
+    /// from its n-th on.
+    fn turn_on_read(&self) {
         let turning = {
             let mut state = self.lock();
             state.lists += 1;
             state
-                .not_ready_at
+                .turns_at
                 .clone()
-                .filter(|(_, nth)| state.lists >= *nth)
+                .filter(|(_, nth, _)| state.lists >= *nth)
         };
-        if let Some((node, _)) = turning {
-            self.set_ready(&node, "Unknown");
+        if let Some((node, _, ready)) = turning {
+            self.set_ready(&node, ready);
         }
     }
 
@@ -641,7 +721,7 @@ impl Cluster for FakeCluster {
         if self.calls.call("ListNodes".into()) {
             return Err(ClusterError::ListNodes(injected()));
         }
-        self.turn_not_ready_on_read();
+        self.turn_on_read();
         Ok(self
             .lock()
             .nodes
@@ -657,7 +737,7 @@ impl Cluster for FakeCluster {
                 source: injected(),
             });
         }
-        self.turn_not_ready_on_read();
+        self.turn_on_read();
         Ok(self.lock().nodes.get(name).and_then(kube_model::node_facts))
     }
 
@@ -862,6 +942,17 @@ impl Cluster for FakeCluster {
             ConfirmPatch::NotFenced => Ok(ConfirmOutcome::NotFenced),
             ConfirmPatch::NoResourceVersion => Err(ClusterError::UnsafeWrite { node: node.into() }),
         }
+    }
+
+    async fn mark_powered_off(&self, node: &str, stamp: &PowerStamp) -> Result<bool, ClusterError> {
+        if self.calls.call(format!("MarkPoweredOff {node}")) {
+            return Err(ClusterError::PatchConflict { node: node.into() });
+        }
+        if !self.lock().nodes.contains_key(node) {
+            return Ok(false);
+        }
+        self.patch(node, &kube_model::power_mark_patch(stamp))?;
+        Ok(true)
     }
 
     async fn pods_on_node(&self, node: &str) -> Result<Vec<PodRef>, ClusterError> {

@@ -17,6 +17,7 @@ mod fakes;
 mod legacy;
 mod nodes;
 mod pods;
+mod power;
 mod recover;
 mod screen;
 mod taint;
@@ -97,6 +98,19 @@ impl Ctx<'_> {
         Switched {
             on: now.engaged(),
             error: error.map(|e| format!("{e}; what followed the wait was a dry run")),
+        }
+    }
+
+    /// Lets the fencing Lease go; one that cannot be released expires on
+    /// its own, so the next holder waits at most that long.
+    async fn release_lease(&self, namespace: &str) {
+        if let Err(e) = self
+            .cluster
+            .release_lease(namespace, &self.correlation_id)
+            .await
+        {
+            self.meter.error(Dependency::Kubernetes);
+            warn!(error = %e, "could not release the fencing lease");
         }
     }
 
@@ -184,7 +198,7 @@ pub async fn run(ctx: &Ctx<'_>, policy: &Policy, batch: Batch) -> Result<Report,
     }
     let (fencing, recovering): (Vec<Suspect>, Vec<Suspect>) = suspects
         .into_iter()
-        .partition(|s| matches!(s.intent, Intent::Fence | Intent::Check));
+        .partition(|s| matches!(s.intent, Intent::Fence | Intent::Check | Intent::PowerOff));
     let (fenced, mode, fence_switched) = if fencing.is_empty() {
         (Vec::new(), None, Switched::default())
     } else {
@@ -260,8 +274,34 @@ async fn fence(
         tokio::time::sleep(policy.poll_interval.min(deadline - Instant::now())).await;
         view = Cow::Owned(nodes::refresh(ctx, policy, &view).await?);
     };
+    let (verdicts, powered) = if targets.iter().any(|t| t.power_off) {
+        let powered = power::step(
+            ctx,
+            policy,
+            dry_run,
+            &targets,
+            &verdicts,
+            &view,
+            &mut confirmations,
+        )
+        .await?;
+        // A machine powered off is decided again, as if EC2 had reported it
+        // stopped on its own.
+        let verdicts = if powered.sent {
+            let settings = policy.decision(dry_run, view.cluster_size());
+            decide_all(&targets, &view, &confirmations, &settings)
+        } else {
+            verdicts
+        };
+        (verdicts, powered.reports)
+    } else {
+        (verdicts, HashMap::new())
+    };
     let nodes = &view.nodes;
     let mut runs = plan::plan(&targets, &verdicts, nodes, &confirmations);
+    for (k, report) in powered {
+        runs[k].power_off = Some(report);
+    }
 
     for ((run, verdict), target) in runs.iter().zip(&verdicts).zip(&targets) {
         info!(

@@ -15,6 +15,7 @@ use crate::core::metrics::Meter;
 use crate::core::mode::ModeSetting;
 use crate::core::ownership::ClusterIdentity;
 use crate::core::policy::Policy;
+use crate::core::power::{ActiveFencing, PowerOutcome, Refusal};
 use crate::core::recovery::{Hold, RecoveryPolicy};
 use crate::core::report::{AttachmentOutcome, Outcome, RecoveryOutcome, Report, VolumeOutcome};
 use crate::core::suspect::{Batch, Intent, NodeRef, Origin, Suspect};
@@ -170,7 +171,9 @@ impl World {
     }
 
     fn writes(&self) -> Vec<String> {
-        const WRITES: [&str; 7] = [
+        const WRITES: [&str; 9] = [
+            "StopInstances",
+            "MarkPoweredOff",
             "TaintNode",
             "UntaintNode",
             "DetachVolume",
@@ -1321,6 +1324,345 @@ async fn fail_each_call_in_turn(world: fn() -> World) {
         assert_eq!(
             applied, 1,
             "call {k} ({failed}): the taint recorded {applied} times"
+        );
+    }
+}
+
+/// Active fencing on, with a short wait for a powered-off machine to stop.
+fn active() -> Policy {
+    Policy {
+        active_fencing: Some(ActiveFencing {
+            wait: Duration::from_millis(50),
+            ..ActiveFencing::default()
+        }),
+        ..policy()
+    }
+}
+
+/// An operator's `fence --power-off NODE`.
+fn power_off() -> Batch {
+    Batch {
+        suspects: vec![Suspect {
+            target: NodeRef::Name(crate::core::names::NodeName::parse(NODE).unwrap()),
+            intent: Intent::PowerOff,
+            origin: Origin::Direct,
+        }],
+        ..Batch::default()
+    }
+}
+
+impl World {
+    /// A hung node: silent for long, its machine running; two healthy ones.
+    fn hung() -> Self {
+        let w = Self::new()
+            .with_node(NODE, 1, InstanceState::Running, "Unknown")
+            .with_node("healthy-2", 2, InstanceState::Running, "True")
+            .with_node("healthy-3", 3, InstanceState::Running, "True");
+        w.cluster.boot(NODE, "boot-1");
+        w
+    }
+
+    fn stops(&self) -> usize {
+        self.calls
+            .log()
+            .iter()
+            .filter(|c| c.starts_with("StopInstances"))
+            .count()
+    }
+
+    fn power_report(report: &Report) -> crate::core::power::PowerReport {
+        report
+            .results
+            .iter()
+            .find(|r| r.node.as_deref() == Some(NODE))
+            .and_then(|r| r.power_off.clone())
+            .expect("a power-off report for the node")
+    }
+}
+
+/// Issue 15: a hung node whose machine EC2 still calls running is powered
+/// off under the Lease, waited for until EC2 reports it stopped, then fenced
+/// through the usual path with its own confirmations.
+#[tokio::test]
+async fn a_hung_node_is_powered_off_then_fenced_as_a_stopped_one() {
+    let w = World::hung();
+    w.cloud.checks(&instance(1), "impaired", "ok");
+    let report = w
+        .run(&active(), crate::core::trigger::direct::sweep())
+        .await
+        .unwrap();
+    let r = report
+        .results
+        .iter()
+        .find(|r| r.node.as_deref() == Some(NODE))
+        .unwrap();
+    assert_eq!(r.outcome, Outcome::Fenced, "{report:#?}");
+    let power = World::power_report(&report);
+    assert_eq!(power.outcome, PowerOutcome::Stopped, "{report:#?}");
+    assert_eq!(
+        power.status_checks.as_ref().map(|c| c.instance.as_str()),
+        Some("impaired")
+    );
+    assert!(!report.incomplete(), "{report:#?}");
+    assert_eq!(
+        w.cloud.instance_state(&instance(1)),
+        Some(InstanceState::Stopped)
+    );
+    assert_eq!(w.out_of_service_taints(NODE), 1);
+    assert_eq!(
+        w.cloud.volume_state(&volume(1)),
+        Some(VolumeState::Available)
+    );
+    let mark = w.cluster.facts(NODE).unwrap().power.powered_off.unwrap();
+    assert_eq!(mark.boot_id.as_deref(), Some("boot-1"));
+    assert_eq!(w.cluster.events(NODE)[0], "PoweredOff");
+    let log = w.calls.log();
+    let at = |what: &str| log.iter().position(|c| c.starts_with(what)).unwrap();
+    let stop = at("StopInstances");
+    // Under the Lease: the Nodes and EC2 read again right before the stop.
+    assert_eq!(
+        log[..stop]
+            .iter()
+            .rev()
+            .take(3)
+            .cloned()
+            .collect::<Vec<_>>(),
+        ["DescribeInstances", "ListNodes", "AcquireLease"],
+        "{log:?}"
+    );
+    let taint = at("TaintNode");
+    assert!(stop < taint, "{log:?}");
+    assert!(
+        log[stop..taint]
+            .iter()
+            .filter(|c| *c == "DescribeInstances")
+            .count()
+            >= 2,
+        "seen stopped, then confirmed again before the taint: {log:?}"
+    );
+    assert_eq!(w.stops(), 1);
+    for healthy in ["healthy-2", "healthy-3"] {
+        assert_eq!(w.out_of_service_taints(healthy), 0);
+    }
+}
+
+#[tokio::test]
+async fn with_active_fencing_off_a_hung_node_is_left_running() {
+    let w = World::hung();
+    let report = w
+        .run(&policy(), crate::core::trigger::direct::sweep())
+        .await
+        .unwrap();
+    assert_eq!(w.stops(), 0);
+    assert_eq!(w.out_of_service_taints(NODE), 0);
+    assert!(report.results.iter().all(|r| r.power_off.is_none()));
+    // An operator who asks hears why.
+    let report = w.run(&policy(), power_off()).await.unwrap();
+    assert_eq!(
+        World::power_report(&report).refusal,
+        Some(Refusal::Disabled)
+    );
+    assert_eq!(w.stops(), 0);
+    assert_eq!(
+        w.cloud.instance_state(&instance(1)),
+        Some(InstanceState::Running)
+    );
+}
+
+#[tokio::test]
+async fn a_node_that_reports_again_before_the_stop_is_left_running() {
+    let w = World::hung();
+    // The Nodes read under the Lease show it Ready.
+    w.cluster.ready_from_list(NODE, 2);
+    let report = w.run(&active(), power_off()).await.unwrap();
+    assert_eq!(w.stops(), 0, "{:?}", w.calls.log());
+    assert_eq!(
+        World::power_report(&report).refusal,
+        Some(Refusal::NodeReady)
+    );
+    assert_eq!(w.out_of_service_taints(NODE), 0);
+    assert!(w.cluster.lease().is_none(), "the Lease is released");
+}
+
+#[tokio::test]
+async fn the_partition_guard_refuses_when_many_nodes_go_dark_at_once() {
+    let w = World::hung()
+        .with_node("dark-4", 4, InstanceState::Running, "Unknown")
+        .with_node("dark-5", 5, InstanceState::Running, "Unknown");
+    let report = w
+        .run(&active(), crate::core::trigger::direct::sweep())
+        .await
+        .unwrap();
+    assert_eq!(w.stops(), 0);
+    let refusals: Vec<_> = report
+        .results
+        .iter()
+        .filter_map(|r| r.power_off.as_ref()?.refusal.clone())
+        .collect();
+    assert_eq!(refusals.len(), 3, "{report:#?}");
+    assert!(
+        refusals.iter().all(|r| matches!(
+            r,
+            Refusal::Partition {
+                dark: 3,
+                nodes: 5,
+                ..
+            }
+        )),
+        "{refusals:?}"
+    );
+    assert_eq!(w.cluster.events(NODE), ["PowerOffRefused"]);
+    assert!(w.writes().iter().all(|c| c.starts_with("CreateEvent")));
+}
+
+#[tokio::test]
+async fn the_kill_switch_and_a_dry_run_only_plan_a_power_off() {
+    for dry in [true, false] {
+        let w = World::hung();
+        let policy = if dry {
+            Policy {
+                dry_run: true,
+                ..active()
+            }
+        } else {
+            w.cluster.set_kill_switch(KillSwitch::On);
+            active()
+        };
+        let report = w.run(&policy, power_off()).await.unwrap();
+        assert_eq!(
+            World::power_report(&report).outcome,
+            PowerOutcome::Planned,
+            "{report:#?}"
+        );
+        assert_eq!(w.writes(), Vec::<String>::new());
+    }
+}
+
+#[tokio::test]
+async fn the_cap_counts_the_node_about_to_be_powered_off() {
+    let w = World::hung();
+    w.cluster.taint_by_hand("healthy-2");
+    let capped = Policy {
+        max_out_of_service: 1,
+        ..active()
+    };
+    let report = w.run(&capped, power_off()).await.unwrap();
+    assert_eq!(w.stops(), 0);
+    assert_eq!(
+        World::power_report(&report).refusal,
+        Some(Refusal::CapReached { limit: 1, taken: 1 })
+    );
+}
+
+/// A stop EC2 accepts but does not complete within the wait: no taint, the
+/// invocation reports work left (Lambda retries it), and the retry fences
+/// once EC2 reports the machine stopped, without stopping it again.
+#[tokio::test]
+async fn a_stop_that_does_not_complete_in_time_fails_for_retry_untainted() {
+    let w = World::hung();
+    w.cloud.stop_hangs(&instance(1));
+    let report = w.run(&active(), power_off()).await.unwrap();
+    assert_eq!(
+        World::power_report(&report).outcome,
+        PowerOutcome::StopPending
+    );
+    assert!(report.incomplete(), "{report:#?}");
+    assert_eq!(w.out_of_service_taints(NODE), 0);
+    assert!(!w.calls.log().iter().any(|c| c.starts_with("DetachVolume")));
+
+    w.cloud.instance(&instance(1), InstanceState::Stopped);
+    let again = w.run(&active(), power_off()).await.unwrap();
+    assert_eq!(again.results[0].outcome, Outcome::Fenced, "{again:#?}");
+    assert_eq!(w.stops(), 1);
+}
+
+/// Never twice without a recovery in between: a machine powered off, then
+/// started by someone, whose kubelet never reported again, is not powered
+/// off a second time; once the kubelet reported a new boot, it may be.
+#[tokio::test]
+async fn a_node_is_not_powered_off_twice_without_booting_in_between() {
+    let w = World::hung();
+    w.run(&active(), power_off()).await.unwrap();
+    assert_eq!(w.stops(), 1);
+    w.cloud.instance(&instance(1), InstanceState::Running);
+    let report = w.run(&active(), power_off()).await.unwrap();
+    assert!(
+        matches!(
+            World::power_report(&report).refusal,
+            Some(Refusal::PoweredOffBefore { .. })
+        ),
+        "{report:#?}"
+    );
+    assert_eq!(w.stops(), 1);
+    w.cluster.boot(NODE, "boot-2");
+    let report = w.run(&active(), power_off()).await.unwrap();
+    assert_eq!(
+        World::power_report(&report).outcome,
+        PowerOutcome::Stopped,
+        "{report:#?}"
+    );
+    assert_eq!(w.stops(), 2);
+}
+
+/// Every call of a power-off failing in turn: nothing is tainted while the
+/// machine runs, the machine is stopped at most once, and the retry fences.
+#[tokio::test]
+async fn every_call_failing_in_turn_while_powering_off_stays_safe() {
+    let baseline = World::hung();
+    baseline.run(&active(), power_off()).await.unwrap();
+    let calls = baseline.calls.log();
+    let stop = calls
+        .iter()
+        .position(|c| c.starts_with("StopInstances"))
+        .unwrap();
+    for (k, failed) in calls.iter().enumerate() {
+        let w = World::hung();
+        w.calls.fail_at(Some(k));
+        let result = w.run_as("request-1", &active(), power_off()).await;
+        let log = w.calls.log();
+        assert_eq!(log.get(k), Some(failed), "the same path up to the fault");
+        if let Some(taint) = log.iter().position(|c| c.starts_with("TaintNode")) {
+            assert!(
+                log[..taint].iter().any(|c| c.starts_with("StopInstances")),
+                "call {k} ({failed}): tainted without a stop: {log:?}"
+            );
+        }
+        // Reads with a fallback, and what is only recorded.
+        let benign = failed.starts_with("CreateEvent")
+            || failed.starts_with("GetNode")
+            || failed == "GetCensus"
+            || failed == "ListFencedNodes"
+            || failed == "DescribeInstanceStatus"
+            || failed == "ReleaseLease";
+        if k <= stop
+            && !benign
+            && let Ok(report) = &result
+        {
+            assert!(
+                report.incomplete(),
+                "call {k} ({failed}) failing before the stop was reported done: {report:#?}"
+            );
+        }
+        w.calls.fail_at(None);
+        let again = w.run_as("request-1", &active(), power_off()).await.unwrap();
+        assert_eq!(
+            again.results[0].outcome,
+            Outcome::Fenced,
+            "call {k} ({failed}): the retry did not converge: {again:#?}"
+        );
+        assert_eq!(
+            w.stops(),
+            if failed.starts_with("StopInstances") {
+                2
+            } else {
+                1
+            },
+            "call {k} ({failed})"
+        );
+        assert_eq!(w.out_of_service_taints(NODE), 1);
+        assert_eq!(
+            w.cloud.volume_state(&volume(1)),
+            Some(VolumeState::Available)
         );
     }
 }

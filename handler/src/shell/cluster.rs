@@ -22,7 +22,9 @@ use crate::core::control::{self, KillSwitch, LeaseFacts, LeaseStep};
 use crate::core::events::NodeEvent;
 pub use crate::core::facts::PodRef;
 use crate::core::facts::{AttachmentFacts, NodeFacts, PvFacts};
-use crate::core::kube_model::{self, ConfirmPatch, Ending, Stamp, TaintPatch, UntaintPatch};
+use crate::core::kube_model::{
+    self, ConfirmPatch, Ending, PowerStamp, Stamp, TaintPatch, UntaintPatch,
+};
 pub use crate::core::kube_model::{ConfirmOutcome, TaintOutcome, UntaintOutcome};
 use crate::core::mode::ServerVersion;
 use crate::core::retry::{self, KUBERNETES};
@@ -210,6 +212,9 @@ pub trait Cluster: Send + Sync {
     /// Records an operator's confirmation that the Node, fenced by
     /// node-fencer, is healthy (manual recovery), guarded by resourceVersion.
     async fn confirm_recovery(&self, node: &str) -> Result<ConfirmOutcome, ClusterError>;
+    /// Records on the Node that node-fencer powered its machine off (active
+    /// fencing); `Ok(false)` when the Node is gone.
+    async fn mark_powered_off(&self, node: &str, stamp: &PowerStamp) -> Result<bool, ClusterError>;
     /// The pods bound to a Node (legacy mode).
     async fn pods_on_node(&self, node: &str) -> Result<Vec<PodRef>, ClusterError>;
     /// Force-deletes a pod if it is still the object `pod.uid`: grace period 0
@@ -737,6 +742,22 @@ impl Cluster for Kube {
             }
         })
         .await
+    }
+
+    async fn mark_powered_off(&self, node: &str, stamp: &PowerStamp) -> Result<bool, ClusterError> {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let patch = kube_model::power_mark_patch(stamp);
+        let params = PatchParams::default();
+        let merge = Patch::Merge(&patch);
+        // Annotations only, merged: repeating it writes the same values.
+        match retrying("patch node", || nodes.patch(node, &params, &merge)).await {
+            Ok(_) => Ok(true),
+            Err(e) if is_not_found(&e) => Ok(false),
+            Err(source) => Err(ClusterError::PatchNode {
+                node: node.into(),
+                source,
+            }),
+        }
     }
 
     async fn pods_on_node(&self, node: &str) -> Result<Vec<PodRef>, ClusterError> {

@@ -10,7 +10,8 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    AttachedVolume, NodeAddress, NodeCondition, NodeSpec, NodeStatus, PersistentVolumeSpec,
+    AttachedVolume, NodeAddress, NodeCondition, NodeSpec, NodeStatus, NodeSystemInfo,
+    PersistentVolumeSpec,
 };
 use k8s_openapi::api::core::v1::{Node, PersistentVolume};
 use k8s_openapi::api::storage::v1::{VolumeAttachment, VolumeAttachmentSpec};
@@ -51,6 +52,7 @@ pub struct ListMeta {
 struct Meta {
     name: Option<String>,
     uid: Option<String>,
+    labels: Option<BTreeMap<String, String>>,
     annotations: Option<BTreeMap<String, String>>,
 }
 
@@ -59,6 +61,7 @@ impl Meta {
         ObjectMeta {
             name: self.name,
             uid: self.uid,
+            labels: self.labels,
             annotations: self.annotations,
             ..ObjectMeta::default()
         }
@@ -73,6 +76,15 @@ struct SlimNodeStatus {
     conditions: Option<Vec<NodeCondition>>,
     volumes_attached: Option<Vec<AttachedVolume>>,
     volumes_in_use: Option<Vec<String>>,
+    node_info: Option<SlimNodeInfo>,
+}
+
+/// What node-fencer reads of a Node's system info: the boot id.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SlimNodeInfo {
+    #[serde(rename = "bootID", default)]
+    boot_id: String,
 }
 
 /// A Node with its metadata's name and annotations, its spec, and its
@@ -94,6 +106,10 @@ impl From<SlimNode> for Node {
                 conditions: s.conditions,
                 volumes_attached: s.volumes_attached,
                 volumes_in_use: s.volumes_in_use,
+                node_info: s.node_info.map(|i| NodeSystemInfo {
+                    boot_id: i.boot_id,
+                    ..NodeSystemInfo::default()
+                }),
                 ..NodeStatus::default()
             }),
         }
@@ -147,7 +163,7 @@ mod tests {
       "metadata": {
         "name": "ip-10-0-1-17.ec2.internal", "uid": "6b1c",
         "resourceVersion": "4711", "creationTimestamp": "2026-11-20T10:00:00Z",
-        "labels": {"kubernetes.io/hostname": "ip-10-0-1-17.ec2.internal"},
+        "labels": {"kubernetes.io/hostname": "ip-10-0-1-17.ec2.internal", "topology.kubernetes.io/zone": "us-east-1a"},
         "annotations": {"node-fencer.io/fenced-at": "2026-11-24T10:00:00Z",
                         "node-fencer.io/instance": "i-0123456789abcdef0=stopped",
                         "volumes.kubernetes.io/controller-managed-attach-detach": "true",
@@ -197,6 +213,8 @@ mod tests {
         assert!(facts.is_out_of_service());
         assert!(facts.fenced.is_some());
         assert_eq!(facts.internal_ips.len(), 1);
+        assert_eq!(facts.power.zone.as_deref(), Some("us-east-1a"));
+        assert_eq!(facts.power.boot_id.as_deref(), Some("b"));
         let attached = facts.attached.unwrap();
         let drivers: Vec<&str> = attached.iter().map(|v| v.driver.as_str()).collect();
         assert_eq!(drivers, ["ebs.csi.aws.com", "efs.csi.aws.com"]);

@@ -62,6 +62,30 @@ fn legacy_emulator() -> &'static Emulator {
     }
 }
 
+/// Active fencing at its shortest: a node NotReady for a minute may be
+/// powered off.
+const POWER_OFF_AFTER: Duration = Duration::from_secs(60);
+
+/// The emulator with `ACTIVE_FENCING=on`, started once per process.
+fn active_emulator() -> &'static Emulator {
+    static ACTIVE: OnceLock<Result<Emulator, String>> = OnceLock::new();
+    match ACTIVE.get_or_init(|| {
+        start_emulator(
+            cluster_stack(),
+            &[
+                ("ACTIVE_FENCING", "on"),
+                ("POWER_OFF_AFTER_SECONDS", "60"),
+                ("POWER_OFF_WAIT_SECONDS", "30"),
+                NOT_READY_WAIT[0],
+            ],
+        )
+        .map_err(|e| format!("{e:#}"))
+    }) {
+        Ok(e) => e,
+        Err(e) => panic!("cargo lambda watch is not available: {e}"),
+    }
+}
+
 fn bearer() -> String {
     format!("Bearer {WEBHOOK_TOKEN}")
 }
@@ -345,6 +369,99 @@ async fn split_brain_a_silent_node_whose_instance_runs_is_left_alone() -> anyhow
             .is_none(),
         "no second db with the volume"
     );
+    teardown(&admin, Some(&seed.namespace), &seed.node_names()).await;
+    Ok(())
+}
+
+/// Issue 15: a hung node (heartbeats stop, the instance keeps running in
+/// EC2) with active fencing on. Too early, it is left running; once NotReady
+/// for POWER_OFF_AFTER_SECONDS, the KubeNodeNotReady alert has its machine
+/// powered off, and the same invocation fences it once EC2 reports it
+/// stopped: both workloads run elsewhere with their volumes. (With active
+/// fencing off, the same alert changes nothing: the split-brain test.)
+#[tokio::test]
+async fn active_fencing_powers_off_a_hung_node_and_its_workloads_move() -> anyhow::Result<()> {
+    let _g = cluster_serial().await;
+    let s = cluster_stack();
+    let emu = active_emulator();
+    let hung = Instant::now();
+    let (admin, seed, node2) = seed_with_node2_down(true).await?;
+    let not_ready = Instant::now();
+    let instance = seed.node2().machine.instance.clone();
+    let ec2 = s.ec2().await;
+    let state = || async {
+        let out = ec2
+            .describe_instances()
+            .instance_ids(&instance)
+            .send()
+            .await?;
+        let state = out
+            .reservations()
+            .iter()
+            .flat_map(|r| r.instances())
+            .find_map(|i| i.state()?.name().map(|n| n.as_str().to_owned()));
+        anyhow::Ok(state.unwrap_or_default())
+    };
+
+    // Too early: an operator's request is refused, the machine runs on.
+    let early = json!({"action": "fence", "node": node2, "powerOff": true});
+    let out = emu.invoke(&early)?;
+    assert!(!out.error, "{}", out.output);
+    let report: Value = serde_json::from_str(&out.output)?;
+    let r = only_result(&report, &node2);
+    assert_eq!(r["outcome"], "skipped", "{report:#}");
+    assert_eq!(
+        r["power_off"]["refusal"]["reason"], "not_ready_too_short",
+        "{report:#}"
+    );
+    assert_eq!(state().await?, "running");
+    assert!(!is_fenced(&admin, &node2).await?);
+
+    tokio::time::sleep(
+        POWER_OFF_AFTER.saturating_sub(not_ready.elapsed()) + Duration::from_secs(2),
+    )
+    .await;
+    let body = kube_node_not_ready(&[&node2]).to_string();
+    let sent = Instant::now();
+    let (status, text) = emu.post_function_url(&body, Some(&bearer()))?;
+    assert_eq!(status, 200, "{text}");
+    let report: Value = serde_json::from_str(&text)?;
+    let r = only_result(&report, &node2);
+    assert_eq!(r["outcome"], "fenced", "{report:#}");
+    assert_eq!(r["power_off"]["outcome"], "stopped", "{report:#}");
+    assert!(
+        r["power_off"]["status_checks"]["instance"].is_string(),
+        "the status checks are recorded: {report:#}"
+    );
+    assert_eq!(state().await?, "stopped");
+    assert_volumes_off_node2(&seed).await?;
+    let rec = assert_recovered(&seed).await?;
+    eprintln!(
+        "hung node: NotReady {:?} after the hang; db on {}, app on {} {:?} after the alert, {:?} after the hang",
+        not_ready - hung,
+        rec.db_node,
+        rec.app_node,
+        sent.elapsed(),
+        hung.elapsed()
+    );
+    assert_node_events(
+        &admin,
+        &node2,
+        &[
+            "PoweredOff",
+            "OutOfServiceTaintApplied",
+            "VolumesForceDetached",
+        ],
+    )
+    .await?;
+
+    // The alert again: already fenced, and the machine is not stopped twice.
+    let (status, text) = emu.post_function_url(&body, Some(&bearer()))?;
+    assert_eq!(status, 200, "{text}");
+    let report: Value = serde_json::from_str(&text)?;
+    let r = only_result(&report, &node2);
+    assert_eq!(r["outcome"], "already_fenced", "{report:#}");
+    assert!(r["power_off"].is_null(), "{report:#}");
     teardown(&admin, Some(&seed.namespace), &seed.node_names()).await;
     Ok(())
 }

@@ -57,6 +57,10 @@ pub struct Invocation {
     /// With `recover` of one node: an operator confirms it healthy.
     #[serde(default)]
     pub confirm: bool,
+    /// With `fence`: power the machine off first should EC2 still report it
+    /// running, when active fencing's rules allow it.
+    #[serde(default)]
+    pub power_off: bool,
 }
 
 /// Parses a direct invocation. `fence` and `check` need exactly one of
@@ -73,7 +77,11 @@ pub fn parse(value: Value) -> Result<Request, InputError> {
             "`confirm` goes with `recover` of one `node` or `instanceId`",
         ));
     }
+    if inv.power_off && inv.action != Action::Fence {
+        return Err(InputError::invalid(SHAPE, "`powerOff` goes with `fence`"));
+    }
     let intent = match inv.action {
+        Action::Fence if inv.power_off => Intent::PowerOff,
         Action::Fence => Intent::Fence,
         Action::Check => Intent::Check,
         Action::Recover if inv.confirm => Intent::Confirm,
@@ -164,6 +172,19 @@ pub fn from_cli(target: &str, intent: Intent) -> Result<Batch, InputError> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn power_off_goes_with_fence_only() {
+        let b = parse_batch(json!({"action": "fence", "node": "n1", "powerOff": true})).unwrap();
+        assert_eq!(b.suspects[0].intent, Intent::PowerOff);
+        let b = parse_batch(json!({"action": "fence", "node": "n1", "powerOff": false})).unwrap();
+        assert_eq!(b.suspects[0].intent, Intent::Fence);
+        for action in ["check", "recover", "sweep"] {
+            let err =
+                parse_batch(json!({"action": action, "node": "n1", "powerOff": true})).unwrap_err();
+            assert!(err.to_string().contains("powerOff"), "{action}: {err}");
+        }
+    }
 
     #[test]
     fn sweep_takes_no_target() {

@@ -5,7 +5,7 @@ use aws_sdk_ec2::error::ProvideErrorMetadata;
 use aws_sdk_ec2::types::Filter;
 
 use super::{Cloud, CloudError};
-use crate::core::facts::{InstanceFacts, VolumeAttachmentState, VolumeFacts};
+use crate::core::facts::{InstanceFacts, StatusChecks, VolumeAttachmentState, VolumeFacts};
 use crate::core::instance::{AttachmentState, InstanceId, InstanceState, VolumeId, VolumeState};
 
 /// EC2 filters accept at most 200 values each.
@@ -157,6 +157,58 @@ impl Cloud for Ec2 {
                 message: describe_error(&e),
             })
     }
+
+    async fn status_checks(
+        &self,
+        ids: &[InstanceId],
+    ) -> Result<Vec<(InstanceId, StatusChecks)>, CloudError> {
+        let mut out = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks(FILTER_CHUNK) {
+            let mut pages = self
+                .client
+                .describe_instance_status()
+                .set_instance_ids(Some(chunk.iter().map(|i| i.as_str().to_owned()).collect()))
+                .into_paginator()
+                .send();
+            while let Some(page) = pages.next().await {
+                let page =
+                    page.map_err(|e| CloudError::DescribeInstanceStatus(describe_error(&e)))?;
+                for status in page.instance_statuses() {
+                    let Some(id) = status.instance_id().and_then(InstanceId::parse) else {
+                        continue;
+                    };
+                    let name = |s: Option<&aws_sdk_ec2::types::InstanceStatusSummary>| {
+                        s.and_then(|s| s.status())
+                            .map_or("unknown", |s| s.as_str())
+                            .to_owned()
+                    };
+                    out.push((
+                        id,
+                        StatusChecks {
+                            instance: name(status.instance_status()),
+                            system: name(status.system_status()),
+                        },
+                    ));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    async fn power_off(&self, instance: &InstanceId) -> Result<(), CloudError> {
+        self.client
+            .stop_instances()
+            .instance_ids(instance.as_str())
+            .force(true)
+            .skip_os_shutdown(true)
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| CloudError::StopInstances {
+                instance_id: instance.to_string(),
+                message: describe_error(&e),
+            })
+    }
 }
 
 fn code_of<E, R>(err: aws_sdk_ec2::error::SdkError<E, R>) -> String
@@ -205,6 +257,19 @@ pub async fn dry_run_probes(ec2: &aws_sdk_ec2::Client) -> Vec<(&'static str, Res
         ("DescribeVolumes", volumes),
         ("DetachVolume", detach),
     ]
+}
+
+/// Asks EC2, with `DryRun=true`, whether `DescribeInstanceStatus` (active
+/// fencing) is allowed, answered as [`dry_run_probes`] answers.
+pub async fn status_probe(ec2: &aws_sdk_ec2::Client) -> (&'static str, Result<(), String>) {
+    let answer = ec2
+        .describe_instance_status()
+        .dry_run(true)
+        .send()
+        .await
+        .map(|_| ())
+        .map_err(code_of);
+    ("DescribeInstanceStatus", answer)
 }
 
 /// Every private address of the instance: the primary one and those of each

@@ -6,7 +6,7 @@ pub mod aws;
 
 use async_trait::async_trait;
 
-use crate::core::facts::{InstanceFacts, VolumeFacts};
+use crate::core::facts::{InstanceFacts, StatusChecks, VolumeFacts};
 use crate::core::instance::{InstanceId, VolumeId};
 
 /// A failed EC2 call, named after the operation.
@@ -28,6 +28,17 @@ pub enum CloudError {
         /// The error.
         message: String,
     },
+    /// `StopInstances` failed for one instance.
+    #[error("StopInstances {instance_id} failed: {message}")]
+    StopInstances {
+        /// The instance.
+        instance_id: String,
+        /// The error.
+        message: String,
+    },
+    /// `DescribeInstanceStatus` failed.
+    #[error("DescribeInstanceStatus failed: {0}")]
+    DescribeInstanceStatus(String),
 }
 
 impl CloudError {
@@ -55,4 +66,13 @@ pub trait Cloud: Send + Sync {
         volume: &VolumeId,
         instance: &InstanceId,
     ) -> Result<(), CloudError>;
+    /// The status checks of running instances (active fencing records
+    /// them); instances EC2 reports none for are absent.
+    async fn status_checks(
+        &self,
+        ids: &[InstanceId],
+    ) -> Result<Vec<(InstanceId, StatusChecks)>, CloudError>;
+    /// Powers an instance off at once: forced, without the guest's shutdown
+    /// (active fencing; a hung guest would only delay it).
+    async fn power_off(&self, instance: &InstanceId) -> Result<(), CloudError>;
 }
