@@ -96,6 +96,8 @@ mod tests {
             }],
             ready_since: None,
             fenced: mark.map(|state| FenceMark {
+                no_schedule: false,
+                boot_id: None,
                 confirmed: false,
                 mode: FenceMode::Taint,
                 instance: Some(id(n)),

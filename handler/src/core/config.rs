@@ -45,6 +45,10 @@ pub const VARIABLES: &[(&str, &str)] = &[
         "auto|manual (default auto): manual also waits, before a fencing ends, for an operator to confirm the node healthy (`node-fencer recover --confirm NODE`, or the Node annotation node-fencer.io/recovery-confirmed set to its node-fencer.io/fenced-at)",
     ),
     (
+        "OUT_OF_SERVICE_NO_SCHEDULE",
+        "true|false (default false): also apply node.kubernetes.io/out-of-service=nodeshutdown:NoSchedule beside the NoExecute taint, the pair Rook/Ceph documents for a fenced node; such a fencing ends only with proof of a power cycle",
+    ),
+    (
         "ACTIVE_FENCING",
         "off|on (default off): power off, out of band, a node NotReady for POWER_OFF_AFTER_SECONDS whose instance EC2 still reports running (found by the sweep, a firing KubeNodeNotReady alert, or `fence --power-off`), then fence it as a stopped one; needs ec2:StopInstances and ec2:DescribeInstanceStatus",
     ),
@@ -247,22 +251,9 @@ impl Config {
                 .map(|v| v.trim().to_owned())
                 .filter(|v| !v.is_empty())
         };
-        let dry_run = match get("DRY_RUN").as_deref() {
-            None => false,
-            Some(v) => parse_bool(v).ok_or_else(|| ConfigError::Invalid {
-                var: "DRY_RUN",
-                value: v.into(),
-                expected: "true or false",
-            })?,
-        };
-        let fence_hibernated = match get("FENCE_HIBERNATED").as_deref() {
-            None => false,
-            Some(v) => parse_bool(v).ok_or_else(|| ConfigError::Invalid {
-                var: "FENCE_HIBERNATED",
-                value: v.into(),
-                expected: "true or false",
-            })?,
-        };
+        let dry_run = flag(&get, "DRY_RUN")?;
+        let no_schedule_too = flag(&get, "OUT_OF_SERVICE_NO_SCHEDULE")?;
+        let fence_hibernated = flag(&get, "FENCE_HIBERNATED")?;
         let max_out_of_service = int(
             &get,
             "MAX_OUT_OF_SERVICE",
@@ -375,6 +366,7 @@ impl Config {
                 recovery_settle,
                 recovery,
                 active_fencing,
+                no_schedule_too,
                 not_ready_wait,
                 control_namespace,
                 detach_wait,
@@ -387,6 +379,18 @@ impl Config {
             webhook_token,
             log_format,
         })
+    }
+}
+
+/// A `true`/`false` variable, `false` when unset.
+fn flag(get: &impl Fn(&str) -> Option<String>, var: &'static str) -> Result<bool, ConfigError> {
+    match get(var) {
+        None => Ok(false),
+        Some(v) => parse_bool(&v).ok_or(ConfigError::Invalid {
+            var,
+            value: v,
+            expected: "true or false",
+        }),
     }
 }
 
@@ -661,6 +665,14 @@ mod tests {
         );
         let c = cfg(&[("FENCE_HIBERNATED", "true")]).unwrap();
         assert!(c.policy.fence_hibernated);
+        assert!(!c.policy.no_schedule_too);
+        let c = cfg(&[("OUT_OF_SERVICE_NO_SCHEDULE", "true")]).unwrap();
+        assert!(c.policy.no_schedule_too);
+        let err = cfg(&[("OUT_OF_SERVICE_NO_SCHEDULE", "both")]).unwrap_err();
+        assert!(
+            err.to_string().contains("OUT_OF_SERVICE_NO_SCHEDULE"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -13,6 +13,9 @@ pub const OUT_OF_SERVICE_KEY: &str = "node.kubernetes.io/out-of-service";
 pub const OUT_OF_SERVICE_VALUE: &str = "nodeshutdown";
 /// The effect node-fencer applies; only `NoExecute` makes pods go.
 pub const OUT_OF_SERVICE_EFFECT: &str = "NoExecute";
+/// The effect of the second taint of the pair Rook/Ceph documents for a
+/// fenced node (`OUT_OF_SERVICE_NO_SCHEDULE=true`).
+pub const NO_SCHEDULE_EFFECT: &str = "NoSchedule";
 
 /// The node's `Ready` condition.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -175,6 +178,11 @@ pub struct FenceMark {
     /// An operator confirmed the node healthy after this fencing (manual
     /// recovery): `node-fencer.io/recovery-confirmed` names this `at`.
     pub confirmed: bool,
+    /// The fencing applied the `NoSchedule` taint too, and ends only with
+    /// proof of a power cycle.
+    pub no_schedule: bool,
+    /// The boot id the Node reported when it was fenced.
+    pub boot_id: Option<String>,
 }
 
 /// What EC2 says about one instance.

@@ -6,9 +6,9 @@ use k8s_openapi::api::storage::v1::VolumeAttachment;
 use serde_json::{Value, json};
 
 use crate::core::facts::{
-    AttachmentFacts, CsiVolume, FenceMark, FenceMode, NodeFacts, OUT_OF_SERVICE_EFFECT,
-    OUT_OF_SERVICE_KEY, OUT_OF_SERVICE_VALUE, PodRef, PowerFacts, PowerMark, PvFacts, Readiness,
-    TaintFacts,
+    AttachmentFacts, CsiVolume, FenceMark, FenceMode, NO_SCHEDULE_EFFECT, NodeFacts,
+    OUT_OF_SERVICE_EFFECT, OUT_OF_SERVICE_KEY, OUT_OF_SERVICE_VALUE, PodRef, PowerFacts, PowerMark,
+    PvFacts, Readiness, TaintFacts,
 };
 use crate::core::instance::{InstanceId, InstanceState, VolumeId, instance_from_provider_id};
 use crate::core::volumes::EBS_CSI_DRIVER;
@@ -41,10 +41,13 @@ pub const ANNOTATION_POWERED_OFF_AT: &str = "node-fencer.io/powered-off-at";
 pub const ANNOTATION_POWERED_OFF_BOOT_ID: &str = "node-fencer.io/powered-off-boot-id";
 /// Why it was powered off: how long NotReady, the status checks, the run.
 pub const ANNOTATION_POWER_OFF_REASON: &str = "node-fencer.io/power-off-reason";
+/// The boot id the Node reported when it was fenced: a later one proves a
+/// power cycle.
+pub const ANNOTATION_BOOT_ID: &str = "node-fencer.io/boot-id";
 /// The Node label naming its zone.
 pub const LABEL_ZONE: &str = "topology.kubernetes.io/zone";
 /// Every annotation node-fencer writes; recovery clears them all.
-pub const ANNOTATIONS: [&str; 10] = [
+pub const ANNOTATIONS: [&str; 11] = [
     ANNOTATION_TAINT,
     ANNOTATION_FENCED_AT,
     ANNOTATION_INSTANCE,
@@ -55,6 +58,7 @@ pub const ANNOTATIONS: [&str; 10] = [
     ANNOTATION_POWERED_OFF_AT,
     ANNOTATION_POWERED_OFF_BOOT_ID,
     ANNOTATION_POWER_OFF_REASON,
+    ANNOTATION_BOOT_ID,
 ];
 
 /// Reads a Node into facts; `None` for a Node without a name.
@@ -116,12 +120,7 @@ pub fn power_facts(node: &Node) -> PowerFacts {
         });
     PowerFacts {
         not_ready_since: not_ready_since(node),
-        boot_id: node
-            .status
-            .as_ref()
-            .and_then(|s| s.node_info.as_ref())
-            .map(|i| i.boot_id.clone())
-            .filter(|b| !b.is_empty()),
+        boot_id: boot_id(node),
         zone: node
             .metadata
             .labels
@@ -130,6 +129,16 @@ pub fn power_facts(node: &Node) -> PowerFacts {
             .cloned(),
         powered_off,
     }
+}
+
+/// `status.nodeInfo.bootID`, when the kubelet reported one.
+pub fn boot_id(node: &Node) -> Option<String> {
+    node.status
+        .as_ref()?
+        .node_info
+        .as_ref()
+        .map(|i| i.boot_id.clone())
+        .filter(|b| !b.is_empty())
 }
 
 /// When the `Ready` condition turned away from `True` (Unix seconds);
@@ -269,6 +278,10 @@ pub fn fence_mark(node: &Node) -> Option<FenceMark> {
     let confirmed = annotations
         .get(ANNOTATION_RECOVERY_CONFIRMED)
         .is_some_and(|v| *v == at);
+    let no_schedule = annotations.get(ANNOTATION_TAINT).is_some_and(|t| {
+        t.split(',')
+            .any(|t| t.ends_with(&format!(":{NO_SCHEDULE_EFFECT}")))
+    });
     Some(FenceMark {
         mode,
         instance,
@@ -277,6 +290,11 @@ pub fn fence_mark(node: &Node) -> Option<FenceMark> {
         at,
         correlation_id: annotations.get(ANNOTATION_CORRELATION).cloned(),
         confirmed,
+        no_schedule,
+        boot_id: annotations
+            .get(ANNOTATION_BOOT_ID)
+            .filter(|b| !b.is_empty())
+            .cloned(),
     })
 }
 
@@ -398,6 +416,15 @@ fn is_out_of_service(t: &Taint) -> bool {
     t.key == OUT_OF_SERVICE_KEY && t.effect == OUT_OF_SERVICE_EFFECT
 }
 
+/// True for the `NoSchedule` out-of-service taint of the pair, as
+/// node-fencer writes it (the API keeps no time for `NoSchedule` taints: the
+/// fencing's annotation says it was node-fencer's).
+fn is_our_no_schedule(t: &Taint) -> bool {
+    t.key == OUT_OF_SERVICE_KEY
+        && t.effect == NO_SCHEDULE_EFFECT
+        && t.value.as_deref() == Some(OUT_OF_SERVICE_VALUE)
+}
+
 /// True for the out-of-service taint node-fencer wrote at `fenced_at`: its
 /// value, and its `timeAdded` to the second (the API keeps seconds). An
 /// operator's taint (another value, or re-applied later) is not ours.
@@ -427,6 +454,8 @@ pub struct Stamp {
     pub mode: FenceMode,
     /// The EBS volumes planned for force-detach.
     pub volumes: Vec<VolumeId>,
+    /// Also apply the `NoSchedule` out-of-service taint.
+    pub no_schedule: bool,
 }
 
 /// What the taint step found and did.
@@ -527,6 +556,9 @@ pub fn taint_patch(node: &Node, stamp: &Stamp) -> TaintPatch {
         ANNOTATION_MODE: stamp.mode.name(),
         ANNOTATION_VOLUMES: volumes.join(","),
     });
+    if let Some(boot) = boot_id(node) {
+        annotations[ANNOTATION_BOOT_ID] = json!(boot);
+    }
     if stamp.mode == FenceMode::Legacy {
         return TaintPatch::Apply(json!({
             "metadata": {"resourceVersion": rv, "annotations": annotations, "labels": {LABEL_FENCED: "true"}}
@@ -546,9 +578,21 @@ pub fn taint_patch(node: &Node, stamp: &Stamp) -> TaintPatch {
         "effect": OUT_OF_SERVICE_EFFECT,
         "timeAdded": stamp.at,
     }));
-    annotations[ANNOTATION_TAINT] = json!(format!(
+    let mut applied = vec![format!(
         "{OUT_OF_SERVICE_KEY}={OUT_OF_SERVICE_VALUE}:{OUT_OF_SERVICE_EFFECT}"
-    ));
+    )];
+    // One already there (an operator's) is left as it is, and not ours to remove.
+    if stamp.no_schedule && !existing.iter().any(is_our_no_schedule) {
+        taints.push(json!({
+            "key": OUT_OF_SERVICE_KEY,
+            "value": OUT_OF_SERVICE_VALUE,
+            "effect": NO_SCHEDULE_EFFECT,
+        }));
+        applied.push(format!(
+            "{OUT_OF_SERVICE_KEY}={OUT_OF_SERVICE_VALUE}:{NO_SCHEDULE_EFFECT}"
+        ));
+    }
+    annotations[ANNOTATION_TAINT] = json!(applied.join(","));
     TaintPatch::Apply(json!({
         "metadata": {"resourceVersion": rv, "annotations": annotations, "labels": {LABEL_FENCED: "true"}},
         "spec": { "taints": taints }
@@ -684,11 +728,12 @@ pub fn untaint_patch(node: &Node, ending: &Ending<'_>, now: i64) -> UntaintPatch
         .as_ref()
         .and_then(|s| s.taints.clone())
         .unwrap_or_default();
-    let removes_taint = applied_taint && existing.iter().any(|t| is_ours(t, fenced_at));
+    let ours = |t: &Taint| is_ours(t, fenced_at) || (mark.no_schedule && is_our_no_schedule(t));
+    let removes_taint = applied_taint && existing.iter().any(ours);
     if removes_taint {
         let Ok(kept) = existing
             .iter()
-            .filter(|t| !is_ours(t, fenced_at))
+            .filter(|t| !ours(t))
             .map(serde_json::to_value)
             .collect::<Result<Vec<Value>, _>>()
         else {
@@ -743,17 +788,27 @@ mod tests {
             correlation_id: "c-1".into(),
             mode: FenceMode::Taint,
             volumes: vec![VolumeId::parse("vol-0123456789abcdef0").unwrap()],
+            no_schedule: false,
         }
     }
 
     /// A Node fenced by `stamp()`, Ready again, with another taint beside ours.
     fn fenced_and_back() -> Node {
+        fenced_and_back_by(&stamp())
+    }
+
+    /// A Node fenced by `stamp`, Ready again, with another taint beside ours.
+    fn fenced_and_back_by(stamp: &Stamp) -> Node {
         let mut n = node(
             "Unknown",
             json!([{"key": "dedicated", "value": "db", "effect": "NoSchedule"}]),
             Some("5"),
         );
-        let TaintPatch::Apply(patch) = taint_patch(&n, &stamp()) else {
+        n.status.as_mut().unwrap().node_info = Some(k8s_openapi::api::core::v1::NodeSystemInfo {
+            boot_id: "boot-1".into(),
+            ..Default::default()
+        });
+        let TaintPatch::Apply(patch) = taint_patch(&n, stamp) else {
             panic!("expected a patch");
         };
         assert_eq!(patch["metadata"]["labels"][LABEL_FENCED], "true");
@@ -775,6 +830,59 @@ mod tests {
         assert_eq!(mark.volumes, stamp().volumes);
         assert!(node_facts(&n).unwrap().fenced.is_some());
         assert_eq!(fence_mark(&node("True", json!([]), Some("1"))), None);
+    }
+
+    /// Rook/Ceph's pair: both taints go on, the annotation says so and
+    /// records the boot; recovery removes both, and an operator's
+    /// `NoSchedule` taint that was there first is neither doubled nor ours.
+    #[test]
+    fn the_no_schedule_pair_is_applied_recorded_and_removed_together() {
+        let pair = Stamp {
+            no_schedule: true,
+            ..stamp()
+        };
+        let n = fenced_and_back_by(&pair);
+        let effects: Vec<&str> = n
+            .spec
+            .as_ref()
+            .unwrap()
+            .taints
+            .as_ref()
+            .unwrap()
+            .iter()
+            .filter(|t| t.key == OUT_OF_SERVICE_KEY)
+            .map(|t| t.effect.as_str())
+            .collect();
+        assert_eq!(effects, ["NoExecute", "NoSchedule"]);
+        let mark = fence_mark(&n).unwrap();
+        assert!(mark.no_schedule);
+        assert_eq!(mark.boot_id.as_deref(), Some("boot-1"));
+        let UntaintPatch::Apply { patch, .. } =
+            untaint_patch(&n, &settled("2026-11-22T10:00:00Z"), NOW)
+        else {
+            panic!("expected a patch");
+        };
+        assert_eq!(
+            patch["spec"]["taints"],
+            json!([{"key": "dedicated", "value": "db", "effect": "NoSchedule"}])
+        );
+        // Without the setting, only the NoExecute taint, and no claim on the pair.
+        let single = fenced_and_back();
+        assert!(!fence_mark(&single).unwrap().no_schedule);
+
+        // An operator's NoSchedule out-of-service taint, there first, stays.
+        let theirs =
+            json!({"key": OUT_OF_SERVICE_KEY, "value": "nodeshutdown", "effect": "NoSchedule"});
+        let before = node("Unknown", json!([theirs]), Some("5"));
+        let TaintPatch::Apply(patch) = taint_patch(&before, &pair) else {
+            panic!("expected a patch");
+        };
+        let taints = patch["spec"]["taints"].as_array().unwrap();
+        assert_eq!(taints.len(), 2, "{taints:?}");
+        assert_eq!(
+            patch["metadata"]["annotations"][ANNOTATION_TAINT],
+            format!("{OUT_OF_SERVICE_KEY}=nodeshutdown:NoExecute")
+        );
     }
 
     #[test]

@@ -376,8 +376,15 @@ impl NodeRun {
         };
     }
 
-    /// What the taint stage writes on the Node (annotations and taint).
-    pub fn stamp(&self, mode: FenceMode, at: &str, correlation_id: &str) -> Option<Stamp> {
+    /// What the taint stage writes on the Node (annotations and taint, with
+    /// the `NoSchedule` one when `no_schedule`).
+    pub fn stamp(
+        &self,
+        mode: FenceMode,
+        at: &str,
+        correlation_id: &str,
+        no_schedule: bool,
+    ) -> Option<Stamp> {
         let plan = self.plan.as_ref()?;
         Some(Stamp {
             instance: plan.instance.id.clone(),
@@ -386,6 +393,7 @@ impl NodeRun {
             correlation_id: correlation_id.to_owned(),
             mode,
             volumes: plan.detaches().cloned().collect(),
+            no_schedule,
         })
     }
 
@@ -1079,7 +1087,7 @@ mod tests {
     fn the_stamp_names_the_volumes_planned_for_detach() {
         let run = with_volume(decided("a", true, false));
         let stamp = run
-            .stamp(FenceMode::Taint, "2026-01-01T00:00:00Z", "c-1")
+            .stamp(FenceMode::Taint, "2026-01-01T00:00:00Z", "c-1", false)
             .unwrap();
         assert_eq!(stamp.volumes, [vol("vol-0123456789abcdef0")]);
         assert_eq!(stamp.instance, id("i-0123456789abcdef0"));

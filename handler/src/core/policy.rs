@@ -28,6 +28,9 @@ pub struct Policy {
     pub recovery_settle: Duration,
     /// Whether an operator must also confirm a fenced node healthy.
     pub recovery: RecoveryPolicy,
+    /// Also apply the `NoSchedule` out-of-service taint (Rook/Ceph's pair);
+    /// such a fencing ends only with proof of a power cycle.
+    pub no_schedule_too: bool,
     /// Active fencing's settings; `None` while it is off.
     pub active_fencing: Option<ActiveFencing>,
     /// How long to wait, within the invocation, for a Node whose instance
@@ -63,6 +66,7 @@ impl Default for Policy {
             recovery_settle: Duration::from_secs(30),
             recovery: RecoveryPolicy::Auto,
             active_fencing: None,
+            no_schedule_too: false,
             not_ready_wait: Duration::from_secs(60),
             control_namespace: "kube-system".into(),
             detach_wait: Duration::from_secs(60),

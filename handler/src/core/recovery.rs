@@ -13,7 +13,7 @@
 
 use serde::Serialize;
 
-use crate::core::facts::{Confirmation, NodeFacts, Readiness};
+use crate::core::facts::{Confirmation, FenceMark, NodeFacts, Readiness};
 use crate::core::instance::{InstanceId, InstanceState, VolumeId};
 
 /// Who ends a fencing once the node is back and the rules allow it.
@@ -102,6 +102,10 @@ pub enum Hold {
         /// Seconds to go.
         remaining_secs: i64,
     },
+    /// The fencing applied the `NoSchedule` taint too, and nothing proves
+    /// the machine went through a power cycle since: EC2 did not record it
+    /// off when it was fenced, and the kubelet reports the same boot.
+    AwaitingPowerCycle,
     /// Recovery is manual: everything else allows it, and an operator has
     /// not confirmed the node healthy yet.
     AwaitingConfirmation {
@@ -129,6 +133,7 @@ impl Hold {
             | Self::NoInstance
             | Self::InstanceNotFound
             | Self::FencedInstanceRuns { .. }
+            | Self::AwaitingPowerCycle
             | Self::AwaitingConfirmation { .. } => false,
         }
     }
@@ -146,6 +151,7 @@ impl Hold {
             Self::AttachmentsRemain { .. } => "attachments_remain",
             Self::AttachmentsUnknown => "attachments_unknown",
             Self::Settling { .. } => "settling",
+            Self::AwaitingPowerCycle => "awaiting_power_cycle",
             Self::AwaitingConfirmation { .. } => "awaiting_confirmation",
         }
     }
@@ -188,6 +194,11 @@ impl std::fmt::Display for Hold {
             Self::Settling { remaining_secs } => write!(
                 f,
                 "Ready again; waiting {remaining_secs}s more for the settle delay"
+            ),
+            Self::AwaitingPowerCycle => f.write_str(
+                "the fencing applied the NoSchedule taint too, and nothing proves a power cycle \
+                 since (EC2 recorded no stop at fencing, and the node reports the same boot id): \
+                 reboot the machine, or remove the taints by hand",
             ),
             Self::AwaitingConfirmation { fenced_at } => write!(
                 f,
@@ -264,6 +275,9 @@ pub fn decide(case: &RecoveryCase<'_>) -> RecoveryVerdict {
             remaining_secs: remaining,
         });
     }
+    if mark.no_schedule && !power_cycled(mark, case.node) {
+        return hold(Hold::AwaitingPowerCycle);
+    }
     if case.policy == RecoveryPolicy::Manual && !mark.confirmed {
         return hold(Hold::AwaitingConfirmation {
             fenced_at: mark.at.clone(),
@@ -272,6 +286,18 @@ pub fn decide(case: &RecoveryCase<'_>) -> RecoveryVerdict {
     RecoveryVerdict::Recover {
         fenced_at: mark.at.clone(),
     }
+}
+
+/// Proof that the machine went through a power cycle since it was fenced:
+/// EC2 reported it off when it was fenced (and it runs now, which the
+/// decision requires first), or its kubelet reports another boot than then.
+pub fn power_cycled(mark: &FenceMark, node: &NodeFacts) -> bool {
+    let seen_off = mark.state.as_ref().is_some_and(InstanceState::is_off);
+    let rebooted = matches!(
+        (&mark.boot_id, &node.power.boot_id),
+        (Some(then), Some(now)) if then != now
+    );
+    seen_off || rebooted
 }
 
 fn running(c: &Confirmation) -> Result<(), Hold> {
@@ -308,6 +334,8 @@ mod tests {
             taints: vec![],
             ready_since,
             fenced: Some(FenceMark {
+                no_schedule: false,
+                boot_id: None,
                 confirmed: false,
                 mode: FenceMode::Taint,
                 instance: InstanceId::parse(FENCED),
@@ -370,6 +398,46 @@ mod tests {
             Some(RecoveryPolicy::Manual)
         );
         assert_eq!(RecoveryPolicy::parse("Manual"), None);
+    }
+
+    /// Rook/Ceph's pair ends only after a power cycle: EC2 recorded the
+    /// machine off when it was fenced, or the kubelet reports another boot.
+    #[test]
+    fn the_no_schedule_pair_needs_proof_of_a_power_cycle() {
+        let running = seen(FENCED, InstanceState::Running);
+        let mut n = node(FENCED, Readiness::Ready, Some(0));
+        n.power.boot_id = Some("boot-1".into());
+        if let Some(m) = n.fenced.as_mut() {
+            m.no_schedule = true;
+            m.state = None;
+            m.boot_id = Some("boot-1".into());
+        }
+        let held = decide(&case(&n, &running));
+        assert_eq!(held, RecoveryVerdict::Hold(Hold::AwaitingPowerCycle));
+        assert!(matches!(&held, RecoveryVerdict::Hold(h) if !h.pending()));
+        let mut rebooted = n.clone();
+        rebooted.power.boot_id = Some("boot-2".into());
+        assert!(matches!(
+            decide(&case(&rebooted, &running)),
+            RecoveryVerdict::Recover { .. }
+        ));
+        let mut seen_off = n.clone();
+        if let Some(m) = seen_off.fenced.as_mut() {
+            m.state = Some(InstanceState::Stopped);
+        }
+        assert!(matches!(
+            decide(&case(&seen_off, &running)),
+            RecoveryVerdict::Recover { .. }
+        ));
+        // Without the pair, the boot is not looked at.
+        let mut single = n.clone();
+        if let Some(m) = single.fenced.as_mut() {
+            m.no_schedule = false;
+        }
+        assert!(matches!(
+            decide(&case(&single, &running)),
+            RecoveryVerdict::Recover { .. }
+        ));
     }
 
     #[test]
@@ -485,6 +553,9 @@ mod tests {
             settle in 0i64..120,
             manual in any::<bool>(),
             confirmed in any::<bool>(),
+            pair in any::<bool>(),
+            recorded_off in any::<bool>(),
+            rebooted in any::<bool>(),
         ) {
             let mut n = node(if replaced { OTHER } else { FENCED }, readiness, ready_since);
             if !marked {
@@ -492,7 +563,11 @@ mod tests {
             }
             if let Some(m) = n.fenced.as_mut() {
                 m.confirmed = confirmed;
+                m.no_schedule = pair;
+                m.state = recorded_off.then_some(InstanceState::Stopped);
+                m.boot_id = Some("boot-1".into());
             }
+            n.power.boot_id = Some(if rebooted { "boot-2" } else { "boot-1" }.into());
             let vol = [VolumeId::parse("vol-0123456789abcdef0").unwrap()];
             let c = RecoveryCase {
                 node: &n,
@@ -508,6 +583,7 @@ mod tests {
             if let RecoveryVerdict::Recover { .. } = decide(&c) {
                 prop_assert!(marked);
                 prop_assert!(!manual || confirmed);
+                prop_assert!(!pair || recorded_off || rebooted, "the pair ends only after a power cycle");
                 prop_assert!(matches!(current, Some(Confirmation::Seen(ref f)) if f.state == InstanceState::Running));
                 prop_assert_eq!(readiness, Readiness::Ready);
                 prop_assert_eq!(attached, 1);

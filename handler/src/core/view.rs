@@ -238,6 +238,8 @@ mod tests {
                 vec![]
             },
             fenced: terminated.then(|| FenceMark {
+                no_schedule: false,
+                boot_id: None,
                 confirmed: false,
                 mode: FenceMode::Taint,
                 instance: None,

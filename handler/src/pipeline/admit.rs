@@ -223,6 +223,6 @@ async fn under_lease(
             warn!(node = run.node.as_deref().unwrap_or("-"), %reason, "re-confirmation did not confirm; not fencing");
         }
     }
-    taint::nodes(ctx, mode, hold, runs).await;
+    taint::nodes(ctx, mode, policy.no_schedule_too, hold, runs).await;
     Ok(refused_now)
 }

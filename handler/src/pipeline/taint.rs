@@ -20,6 +20,7 @@ use crate::core::plan::{NodeRun, Stage};
 pub(super) async fn nodes(
     ctx: &Ctx<'_>,
     mode: FenceMode,
+    no_schedule: bool,
     hold: Option<&Hold>,
     runs: &mut [NodeRun],
 ) {
@@ -33,16 +34,23 @@ pub(super) async fn nodes(
                 node = run.node.as_deref().unwrap_or("-"),
                 instance = run.instance_id.as_ref().map_or("-", |i| i.as_str())
             );
-            one(ctx, mode, at, hold, run).instrument(span)
+            one(ctx, mode, at, no_schedule, hold, run).instrument(span)
         })
         .buffer_unordered(PARALLEL_NODES)
         .collect::<Vec<()>>()
         .await;
 }
 
-async fn one(ctx: &Ctx<'_>, mode: FenceMode, at: &str, hold: Option<&Hold>, run: &mut NodeRun) {
+async fn one(
+    ctx: &Ctx<'_>,
+    mode: FenceMode,
+    at: &str,
+    no_schedule: bool,
+    hold: Option<&Hold>,
+    run: &mut NodeRun,
+) {
     let (Some(stamp), Some(node), Some(plan)) = (
-        run.stamp(mode, at, &ctx.correlation_id),
+        run.stamp(mode, at, &ctx.correlation_id, no_schedule),
         run.node.clone(),
         run.plan.as_ref(),
     ) else {

@@ -1147,6 +1147,26 @@ async fn a_fenced_node_back_up_is_recovered_and_its_taint_removed() {
     );
 }
 
+/// Issue 15: Rook/Ceph's pair goes on together and comes off together,
+/// once the machine EC2 saw stopped runs again.
+#[tokio::test]
+async fn the_no_schedule_pair_is_applied_and_removed_together() {
+    let w = World::stopped();
+    w.cluster.boot(NODE, "boot-1");
+    let pair = Policy {
+        no_schedule_too: true,
+        ..policy()
+    };
+    w.fence(&pair).await.unwrap();
+    assert_eq!(w.out_of_service_taints(NODE), 2);
+    let mark = w.cluster.facts(NODE).unwrap().fenced.unwrap();
+    assert!(mark.no_schedule);
+    assert_eq!(mark.boot_id.as_deref(), Some("boot-1"));
+    w.back_up();
+    // The same boot id: EC2's `stopped` at fencing is the proof.
+    w.assert_recovered(&w.recover(&policy(), Intent::Recover).await);
+}
+
 /// Issue 15: with manual recovery a node back up stays fenced until an
 /// operator confirms it healthy; a confirmation given early waits for the
 /// other rules, and ends that fencing once they allow it.

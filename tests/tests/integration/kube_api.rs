@@ -47,6 +47,7 @@ fn stamp() -> Stamp {
         correlation_id: unique("corr"),
         mode: FenceMode::Taint,
         volumes: Vec::new(),
+        no_schedule: false,
     }
 }
 

@@ -884,6 +884,47 @@ async fn no_trigger_removes_an_out_of_service_taint() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Issue 15: Rook/Ceph's taint pair, written to and removed from a real
+/// apiserver (which keeps no `timeAdded` for a `NoSchedule` taint): both go
+/// on in one patch, an operator's other taint stays, and recovery takes both
+/// off once the machine EC2 saw stopped runs again.
+#[tokio::test]
+async fn the_no_schedule_pair_goes_on_and_comes_off_together() -> anyhow::Result<()> {
+    const NO_SCHEDULE: &str = "node.kubernetes.io/out-of-service:NoSchedule";
+    let _g = serial().await;
+    let s = stack();
+    let (admin, ec2) = (s.admin().await?, s.ec2().await);
+    let t = target(s, false).await?;
+    let pair = Policy {
+        no_schedule_too: true,
+        ..settings()
+    };
+    let run = |intent| fence(s, one(by_instance(&t.m.instance), intent), pair.clone());
+    let report = run(Intent::Fence).await?;
+    assert_eq!(report.results[0].outcome, Outcome::Fenced, "{report:#?}");
+    let fenced = taints(&get_node(&admin, &t.node).await?);
+    assert!(fenced.contains(&OUT_OF_SERVICE.into()), "{fenced:?}");
+    assert!(fenced.contains(&NO_SCHEDULE.into()), "{fenced:?}");
+
+    start_instance(&ec2, &t.m).await?;
+    set_ready(&admin, &t.node, "True").await?;
+    delete_vas_of(&admin, &t.node).await?;
+    let report = run(Intent::Recover).await?;
+    assert_eq!(
+        report.recoveries[0].outcome,
+        node_fencer::core::report::RecoveryOutcome::Recovered,
+        "{report:#?}"
+    );
+    let left = taints(&get_node(&admin, &t.node).await?);
+    assert!(
+        !left
+            .iter()
+            .any(|t| t.starts_with("node.kubernetes.io/out-of-service")),
+        "{left:?}"
+    );
+    Ok(())
+}
+
 /// Issue 15: with manual recovery the fencing of a node back up ends only
 /// once an operator confirmed it, the confirmation written to the Node and
 /// read back from the apiserver.
