@@ -761,3 +761,66 @@ async fn the_cap_holds_when_the_lease_holder_is_slowed_past_the_lease() -> anyho
     assert_eq!(volume(&s.ec2().await, &b.volume).await?.0, "in-use");
     Ok(())
 }
+
+/// Issue 15: a power-off EC2 accepts and that never completes (the proxy
+/// answers the stop; moto never sees it, as if the instance hung in
+/// `stopping`): nothing is tainted or detached and the invocation reports
+/// work left. Once the stop completes, late, the retry fences the node
+/// without stopping it a second time.
+#[tokio::test]
+async fn a_power_off_that_never_completes_fails_for_retry_and_never_taints() -> anyhow::Result<()> {
+    use node_fencer::core::power::{ActiveFencing, PowerOutcome};
+    let (_g, f, sc) = setup(true).await?;
+    let accepted = format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<StopInstancesResponse xmlns=\"http://ec2.amazonaws.com/doc/2016-11-15/\">\
+         <requestId>fault-proxy</requestId><instancesSet><item><instanceId>{}</instanceId>\
+         <currentState><code>64</code><name>stopping</name></currentState>\
+         <previousState><code>16</code><name>running</name></previousState></item></instancesSet>\
+         </StopInstancesResponse>",
+        sc.m.instance
+    );
+    f.ec2.inject(
+        Match::ec2("StopInstances"),
+        Fault::Respond {
+            status: 200,
+            content_type: "text/xml;charset=UTF-8",
+            body: accepted,
+        },
+        1,
+    );
+    let active = Policy {
+        active_fencing: Some(ActiveFencing {
+            wait: Duration::from_secs(3),
+            // The bare stack's other tests leave NotReady Nodes about.
+            partition_percent: 100,
+            ..ActiveFencing::default()
+        }),
+        ..settings()
+    };
+    let power_off = || {
+        let batch = one(by_instance(&sc.m.instance), Intent::PowerOff);
+        fence_within(&f.cloud, &f.cluster, batch, active.clone(), DETACH_WAIT)
+    };
+    let (report, _) = power_off().await?;
+    let power = report.results[0]
+        .power_off
+        .clone()
+        .expect("a power-off report");
+    assert_eq!(power.outcome, PowerOutcome::StopPending, "{report:#?}");
+    assert!(report.incomplete(), "{report:#?}");
+    assert_eq!(oos_taints(&f, &sc).await?, 0);
+    assert_eq!(
+        attached_to(&f, &sc.volume).await?,
+        vec![sc.m.instance.clone()]
+    );
+    assert_eq!(f.ec2.ec2_calls("DetachVolume"), 0);
+
+    // The stop completes late; the retry fences without a second stop.
+    stop(&f.stack.ec2().await, &sc.m).await?;
+    let (again, _) = power_off().await?;
+    assert_eq!(again.results[0].outcome, Outcome::Fenced, "{again:#?}");
+    assert!(again.results[0].power_off.is_none(), "{again:#?}");
+    assert_eq!(f.ec2.ec2_calls("StopInstances"), 1);
+    assert_eq!(oos_taints(&f, &sc).await?, 1);
+    Ok(())
+}
