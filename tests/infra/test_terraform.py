@@ -114,6 +114,7 @@ PLATFORM_ACTIONS = {
 # Lambda checks on "*" when attaching a function to a VPC.
 STAR_RESOURCE_ACTIONS = {
     "ec2:DescribeInstances",
+    "ec2:DescribeInstanceStatus",
     "ec2:DescribeVolumes",
     "ec2:AssignPrivateIpAddresses",
     "ec2:CreateNetworkInterface",
@@ -135,15 +136,32 @@ def manifest() -> dict:
     return json.loads(L.MANIFEST.read_text(encoding="utf-8"))
 
 
+def _manifest_actions(key: str) -> set[str]:
+    strings = manifest()[key]
+    bad = [s for s in strings if not ACTION_RE.fullmatch(s)]
+    assert not bad, f"{key} in {L.rel(L.MANIFEST)} holds entries that are not service:Action: {bad}"
+    assert strings, f"{key} in {L.rel(L.MANIFEST)} is empty"
+    dupes = sorted({s for s in strings if strings.count(s) > 1})
+    assert not dupes, f"{key} in {L.rel(L.MANIFEST)} lists {dupes} more than once"
+    return set(strings)
+
+
 def code_actions() -> set[str]:
     """The AWS API actions the code calls (AWS_ACTIONS of handler/src/core/permissions.rs)."""
-    strings = manifest()["aws_actions"]
-    bad = [s for s in strings if not ACTION_RE.fullmatch(s)]
-    assert not bad, f"aws_actions in {L.rel(L.MANIFEST)} holds entries that are not service:Action: {bad}"
-    assert strings, f"aws_actions in {L.rel(L.MANIFEST)} is empty"
-    dupes = sorted({s for s in strings if strings.count(s) > 1})
-    assert not dupes, f"aws_actions in {L.rel(L.MANIFEST)} lists {dupes} more than once"
-    return set(strings)
+    return _manifest_actions("aws_actions")
+
+
+def power_off_actions() -> set[str]:
+    """The AWS API actions the code calls only with ACTIVE_FENCING=on."""
+    found = _manifest_actions("power_off_aws_actions")
+    both = found & code_actions()
+    assert not both, f"{sorted(both)} are in both aws_actions and power_off_aws_actions of {L.rel(L.MANIFEST)}"
+    return found
+
+
+# The for_each of the api document's statements that exist only with active
+# fencing: its power-off actions, and nothing else.
+ACTIVE_FENCING_FOR_EACH = re.compile(r"var\.active_fencing \? \[.*\] : \[\]")
 
 
 def module() -> dict:
@@ -194,8 +212,9 @@ def test_no_managed_or_extra_policies_on_the_role():
 
 
 def test_api_policy_equals_code_actions():
-    """The `api` document grants exactly AWS_ACTIONS of handler/src/core/permissions.rs."""
-    expected = code_actions()
+    """The `api` document grants exactly AWS_ACTIONS of handler/src/core/permissions.rs,
+    and with active fencing its power-off actions."""
+    expected = code_actions() | power_off_actions()
     granted = actions_of(role_policy_documents(module())["api"])
     assert set(granted) == expected, (
         f"IAM policy and code disagree: granted but not called {sorted(set(granted) - expected)}, "
@@ -203,10 +222,35 @@ def test_api_policy_equals_code_actions():
     )
 
 
+def test_power_off_actions_are_granted_only_with_active_fencing():
+    """Every statement that grants a power-off action exists only when
+    var.active_fencing is true, and grants nothing else; no other statement
+    grants one."""
+    api = role_policy_documents(module())["api"]
+    gated = []
+    for dynamic in api.get("dynamic", []):
+        if "statement" not in dynamic:
+            continue
+        for_each = L.expr(dynamic["statement"]["for_each"])
+        for statement in dynamic["statement"]["content"]:
+            actions = set(L.string_list(statement["actions"]))
+            if ACTIVE_FENCING_FOR_EACH.fullmatch(for_each):
+                assert actions <= power_off_actions(), f"{L.value(statement['sid'])}: {sorted(actions - power_off_actions())} granted only with active fencing"
+                gated.extend(actions)
+            else:
+                assert not actions & power_off_actions(), f"{L.value(statement['sid'])} grants {sorted(actions & power_off_actions())} whatever active_fencing is"
+    for statement in api.get("statement", []):
+        actions = set(L.string_list(statement["actions"]))
+        assert not actions & power_off_actions(), f"{L.value(statement['sid'])} grants {sorted(actions & power_off_actions())} always"
+    assert sorted(gated) == sorted(power_off_actions()), f"granted with active fencing: {sorted(gated)}"
+    runtime = role_policy_documents(module())["runtime"]
+    assert not set(actions_of(runtime)) & power_off_actions()
+
+
 def test_role_policy_is_code_actions_plus_logs_and_platform():
     """All actions of the role, less logs:* and the documented platform actions,
     equal AWS_ACTIONS; the platform actions appear only in the runtime document."""
-    expected = code_actions()
+    expected = code_actions() | power_off_actions()
     docs = role_policy_documents(module())
     everything = set(actions_of(docs["api"])) | set(actions_of(docs["runtime"]))
     remaining = {a for a in everything if not a.startswith("logs:") and a not in PLATFORM_ACTIONS}
@@ -275,6 +319,22 @@ def test_scoped_statements():
     instance = _statement(api, "DetachFromInstances")
     assert L.string_list(instance["resources"]) == ["arn:${local.partition}:ec2:${local.region}:${local.account_id}:instance/*"]
 
+    # Active fencing: the status checks on "*" (no resource-level permissions),
+    # the power-off on the account's instances carrying the cluster's tag.
+    status = _statement(api, "DescribeInstanceStatus")
+    assert L.string_list(status["actions"]) == ["ec2:DescribeInstanceStatus"]
+    assert L.string_list(status["resources"]) == ["*"]
+    stop = _statement(api, "StopClusterInstances")
+    assert L.string_list(stop["actions"]) == ["ec2:StopInstances"]
+    assert L.string_list(stop["resources"]) == ["arn:${local.partition}:ec2:${local.region}:${local.account_id}:instance/*"]
+    (condition,) = L.nested(stop, "condition")
+    assert L.value(condition["test"]) == "StringEquals"
+    assert L.value(condition["variable"]) == "aws:ResourceTag/${statement.value.key}"
+    assert L.string_list(condition["values"]) == ["${statement.value.value}"]
+    (precondition,) = api["lifecycle"][0]["precondition"]
+    assert L.expr(precondition["condition"]) == "!var.active_fencing || local.power_off_instance_tag != None"
+    assert L.value(L.variables_of(L.MODULE / "variables.tf")["power_off_instance_tag"]["default"]) is None
+
     cluster = _statement(api, "DescribeCluster")
     assert L.string_list(cluster["resources"]) == ["arn:${local.partition}:eks:${local.region}:${local.account_id}:cluster/${var.cluster_name}"]
 
@@ -297,6 +357,8 @@ def test_scoped_statements():
         if "statement" in d
     }
     assert for_each["DescribeCluster"] == "local.describe_cluster ? [True] : []"
+    assert for_each["DescribeInstanceStatus"] == "var.active_fencing ? [True] : []"
+    assert for_each["StopClusterInstances"] == "var.active_fencing ? ['${local.power_off_instance_tag}'] : []"
     assert for_each["DecryptParametersAndSecrets"] == "var.kms_key_arn != None ? [True] : []"
 
 
@@ -308,6 +370,17 @@ INTEGER_VARIABLES = {
     "VOLUME_DETACH_TIMEOUT_SECONDS": "volume_detach_timeout_seconds",
     "RECOVERY_SETTLE_SECONDS": "recovery_settle_seconds",
     "NOT_READY_WAIT_SECONDS": "not_ready_wait_seconds",
+    "POWER_OFF_AFTER_SECONDS": "power_off_after_seconds",
+    "POWER_OFF_WAIT_SECONDS": "power_off_wait_seconds",
+    "PARTITION_PERCENT": "partition_percent",
+}
+# Passed all together, only with active fencing on: the code refuses the
+# settings without ACTIVE_FENCING=on.
+ACTIVE_FENCING_VARIABLES = {
+    "ACTIVE_FENCING": "on",
+    "POWER_OFF_AFTER_SECONDS": "${tostring(var.power_off_after_seconds)}",
+    "POWER_OFF_WAIT_SECONDS": "${tostring(var.power_off_wait_seconds)}",
+    "PARTITION_PERCENT": "${tostring(var.partition_percent)}",
 }
 ENV_VARIABLES = {
     **INTEGER_VARIABLES,
@@ -343,6 +416,7 @@ def test_env_names_are_the_contract():
         "WEBHOOK_TOKEN_SSM_PARAMETER",
         "LOG_FORMAT",
         "RUST_LOG",
+        *ACTIVE_FENCING_VARIABLES,
     }
     mod = module()
     function = L.blocks(mod, "resource", "aws_lambda_function")["this"]
@@ -355,6 +429,11 @@ def test_env_names_are_the_contract():
     for name, variable in ENV_VARIABLES.items():
         passed = f"tostring(var.{variable})" if variable in INTEGER_VARIABLES.values() else f"var.{variable}"
         assert f"'{name}': '${{{passed}}}'" in environment, f"{name} must be passed from var.{variable}"
+    # Active fencing: the four together, only when it is on.
+    active = "var.active_fencing ? {" + ", ".join(f"'{k}': '{v}'" for k, v in ACTIVE_FENCING_VARIABLES.items()) + "} : {}"
+    assert active in environment, f"the active fencing variables must be passed together, only with var.active_fencing: {environment}"
+    for name in ACTIVE_FENCING_VARIABLES:
+        assert environment.count(f"'{name}':") == 1, f"{name} is passed outside the active fencing map"
     # Unset means no percentage cap: the variable is passed only when set.
     assert (
         "var.max_out_of_service_percent != None ? "
@@ -412,7 +491,7 @@ def test_variables_validate_what_the_code_accepts():
     variables = L.variables_of(L.MODULE / "variables.tf")
     for name, variable in INTEGER_VARIABLES.items():
         assert name in code, f"{name} is not in VARIABLES of {L.rel(L.CONFIG_RS)}"
-        m = re.match(r"integer (\d+)\.\.=(\d+) \(default (\w+)\)", code[name])
+        m = re.match(r"integer (\d+)\.\.=(\d+) \(default (\w+)[;)]", code[name])
         assert m, f"{name}: cannot read its range from {code[name]!r}"
         code_lower, code_upper, code_default = int(m.group(1)), int(m.group(2)), m.group(3)
         lower, upper, default = _bounds(variable)
@@ -427,6 +506,13 @@ def test_variables_validate_what_the_code_accepts():
         else:
             assert default == int(code_default), f"var.{variable} defaults to {default}, the code to {code_default}"
             assert lower <= default <= upper, variable
+
+    # ACTIVE_FENCING off|on: the module's bool, off by default.
+    m = re.match(r"off\|on \(default (off|on)\)", code["ACTIVE_FENCING"])
+    assert m, f"ACTIVE_FENCING: cannot read its values from {code['ACTIVE_FENCING']!r}"
+    active = variables["active_fencing"]
+    assert L.value(active["type"]) == "${bool}"
+    assert L.value(active["default"]) is (m.group(1) == "on"), f"var.active_fencing must default to {m.group(1)}"
 
     m = re.match(r"([a-z|]+) \(default (\w+)\)", code["FENCING_MODE"])
     assert m, f"FENCING_MODE: cannot read its values from {code['FENCING_MODE']!r}"
@@ -481,6 +567,7 @@ WAIT_VARIABLES = (
     "confirm_again_after_seconds",
     "recovery_settle_seconds",
     "not_ready_wait_seconds",
+    "power_off_wait_seconds",
 )
 
 
@@ -511,14 +598,20 @@ def _evaluate(expression: str, values: dict[str, int]) -> int:
 def test_timeout_covers_every_wait():
     """Worst case of one invocation: a Node still Ready while its instance is
     off, the Lease, the second EC2 confirmation, the detach wait of several
-    nodes, a requested recovery's settle delay, and room for the calls around
-    them; within Lambda's maximum at every bound."""
+    nodes, a requested recovery's settle delay, with active fencing the wait
+    for a powered-off instance to stop, and room for the calls around them;
+    within Lambda's maximum at every bound, active fencing on or off."""
     mod = module()
     function = L.blocks(mod, "resource", "aws_lambda_function")["this"]
     timeout = L.expr(function["timeout"])
     m = re.fullmatch(r"local\.(\w+)", timeout)
     local_values = L.locals_of(mod)
     expression = L.expr(local_values[m.group(1)]) if m else timeout
+    # The power-off wait counts only with active fencing (the function never
+    # powers off without it), through a local of its own.
+    assert L.expr(local_values["power_off_wait_seconds"]) == "var.active_fencing ? var.power_off_wait_seconds : 0"
+    assert "local.power_off_wait_seconds" in expression, f"timeout {expression!r} does not count the power-off wait"
+    expression = expression.replace("local.power_off_wait_seconds", "var.power_off_wait_seconds")
     for variable in WAIT_VARIABLES:
         assert f"var.{variable}" in expression, f"timeout {expression!r} is not derived from var.{variable}"
 
@@ -536,18 +629,22 @@ def test_timeout_covers_every_wait():
     detach = points["volume_detach_timeout_seconds"]
     points["volume_detach_timeout_seconds"] = sorted({*detach, *range(detach[0], detach[-1] + 1, 7)})
 
-    for detach, confirm, settle, not_ready in itertools.product(*(points[v] for v in WAIT_VARIABLES)):
+    waits = itertools.product(*(points[v] for v in WAIT_VARIABLES), (False, True))
+    for detach, confirm, settle, not_ready, power_off, active in waits:
         values = {
             "var.volume_detach_timeout_seconds": detach,
             "var.confirm_again_after_seconds": confirm,
             "var.recovery_settle_seconds": settle,
             "var.not_ready_wait_seconds": not_ready,
+            # What local.power_off_wait_seconds is (checked above).
+            "var.power_off_wait_seconds": power_off if active else 0,
             "local.lease_wait_seconds": lease,
         }
         seconds = _evaluate(expression, values)
         # Twice the detach wait: a second node's wait in the same invocation;
-        # 30 s: the Kubernetes and EC2 calls around the waits.
-        needed = not_ready + lease + confirm + 2 * detach + settle + 30
+        # 30 s: the Kubernetes and EC2 calls around the waits; the power-off
+        # wait with active fencing.
+        needed = not_ready + lease + confirm + 2 * detach + settle + (power_off if active else 0) + 30
         assert seconds >= needed, f"timeout {seconds}s below the {needed}s the waits need at {values}"
         assert seconds <= LAMBDA_MAX_TIMEOUT, f"timeout {seconds}s exceeds Lambda's {LAMBDA_MAX_TIMEOUT}s at {values}"
 

@@ -1,7 +1,8 @@
 """Plans of the module and the examples, read from `tofu show -json`.
 
 Each case sets the module's switches one way (EKS or self-managed, Function
-URL on or off, KMS, VPC, architecture, token store, schedule) and the plan
+URL on or off, KMS, VPC, architecture, token store, schedule, active fencing)
+and the plan
 must create exactly the resources that combination calls for, grant exactly
 the AWS calls the code makes for it (aws_iam_policy_document is rendered by
 the schema-only provider, or read from the plan's statements when it waits
@@ -53,8 +54,39 @@ CASES: dict[str, dict[str, Any]] = {
         "enable_alertmanager_url": False,
         "not_ready_wait_seconds": 120,
         "confirm_again_after_seconds": 120,
-        "volume_detach_timeout_seconds": 240,
+        "volume_detach_timeout_seconds": 180,
         "recovery_settle_seconds": 120,
+        # Not passed, nor counted in the timeout, without active fencing.
+        "power_off_wait_seconds": 120,
+    },
+    # Active fencing, with the tag EKS nodes carry (the default): rendered at
+    # plan time (no URL, so no token secret whose ARN is known only after apply).
+    "eks_active_fencing": {
+        "cluster_name": "prod",
+        "active_fencing": True,
+        "enable_alertmanager_url": False,
+    },
+    # Active fencing and the Function URL: the policy read from the plan's statements.
+    "eks_active_fencing_longest_waits_own_tag": {
+        "cluster_name": "prod",
+        "active_fencing": True,
+        "power_off_instance_tag": {"key": "node-fencer.io/stoppable", "value": "prod"},
+        "power_off_after_seconds": 3600,
+        "power_off_wait_seconds": 120,
+        "partition_percent": 100,
+        "not_ready_wait_seconds": 120,
+        "confirm_again_after_seconds": 120,
+        "volume_detach_timeout_seconds": 180,
+        "recovery_settle_seconds": 120,
+    },
+    "self_managed_active_fencing": {
+        "kubeconfig_ssm_parameter_name": "/node-fencer/kubeconfig",
+        "enable_alertmanager_url": False,
+        "active_fencing": True,
+        "power_off_instance_tag": {"key": "kubernetes.io/cluster/lab", "value": "owned"},
+        "power_off_after_seconds": 60,
+        "power_off_wait_seconds": 10,
+        "partition_percent": 1,
     },
 }
 
@@ -182,6 +214,8 @@ def expected_api_actions(case: dict[str, Any]) -> set[str]:
         found.add("ssm:GetParameter")
     if setting(case, "kubeconfig_secret_arn") is not None or (url and store == "secretsmanager"):
         found.add("secretsmanager:GetSecretValue")
+    if setting(case, "active_fencing"):
+        found |= power_off_actions()
     return found
 
 
@@ -189,11 +223,28 @@ def code_actions() -> set[str]:
     return set(json.loads(L.MANIFEST.read_text(encoding="utf-8"))["aws_actions"])
 
 
+def power_off_actions() -> set[str]:
+    """The calls the code makes only with ACTIVE_FENCING=on."""
+    return set(json.loads(L.MANIFEST.read_text(encoding="utf-8"))["power_off_aws_actions"])
+
+
+def power_off_tag(case: dict[str, Any]) -> dict[str, str] | None:
+    """The tag ec2:StopInstances must require in this case: the one given, or
+    in EKS mode the cluster's own."""
+    if not setting(case, "active_fencing"):
+        return None
+    if setting(case, "power_off_instance_tag") is not None:
+        return case["power_off_instance_tag"]
+    return {"key": f"kubernetes.io/cluster/{case['cluster_name']}", "value": "owned"}
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_the_api_policy_grants_the_calls_the_code_makes_in_this_setting(workspace: T.Workspace, case: str):
     granted = actions(statements(module_plan(workspace, case), "data.aws_iam_policy_document.api"))
     want = expected_api_actions(CASES[case])
-    assert want <= code_actions(), f"the test expects calls the code does not make: {sorted(want - code_actions())}"
+    # The code's calls for this cluster access, and with active fencing its power-off calls.
+    assert want - power_off_actions() <= code_actions(), f"the test expects calls the code does not make: {sorted(want - code_actions())}"
+    assert (want & power_off_actions()) == (power_off_actions() if setting(CASES[case], "active_fencing") else set())
     assert granted == want, f"case {case}: granted but not needed {sorted(granted - want)}, needed but not granted {sorted(want - granted)}"
 
 
@@ -201,9 +252,59 @@ def test_every_call_the_code_makes_is_granted_in_some_setting(workspace: T.Works
     granted: set[str] = set()
     for case in CASES:
         granted |= actions(statements(module_plan(workspace, case), "data.aws_iam_policy_document.api"))
-    assert granted == code_actions(), (
-        f"over all cases, granted but not called {sorted(granted - code_actions())}, called but never granted {sorted(code_actions() - granted)}"
+    called = code_actions() | power_off_actions()
+    assert granted == called, (
+        f"over all cases, granted but not called {sorted(granted - called)}, called but never granted {sorted(called - granted)}"
     )
+
+
+def _one_or_list(v: Any) -> list[Any]:
+    """IAM JSON writes a one-element list as its element."""
+    return v if isinstance(v, list) else [v]
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_active_fencing_stops_only_the_clusters_tagged_instances(workspace: T.Workspace, case: str):
+    """With active fencing, StopInstances only on the account's instances with
+    the cluster's tag (the cluster's own in EKS mode unless another is given),
+    DescribeInstanceStatus on "*"; without it, neither anywhere in the role's
+    policy."""
+    plan = module_plan(workspace, case)
+    everything = statements(plan, "data.aws_iam_policy_document.api") + statements(plan, "data.aws_iam_policy_document.runtime")
+    tag = power_off_tag(CASES[case])
+    if tag is None:
+        assert not actions(everything) & power_off_actions(), f"case {case}: active fencing is off, yet {sorted(actions(everything) & power_off_actions())}"
+        return
+    granting = {action: [s for s in everything if action in _one_or_list(s["Action"])] for action in power_off_actions()}
+    (stop,) = granting["ec2:StopInstances"]
+    assert _one_or_list(stop["Action"]) == ["ec2:StopInstances"]
+    assert _one_or_list(stop["Resource"]) == [f"arn:aws:ec2:{T.REGION}:{T.ACCOUNT}:instance/*"], f"case {case}: {stop['Resource']}"
+    condition = {test: {k: _one_or_list(v) for k, v in values.items()} for test, values in stop["Condition"].items()}
+    assert condition == {"StringEquals": {f"aws:ResourceTag/{tag['key']}": [tag["value"]]}}, f"case {case}: {stop['Condition']}"
+    (status,) = granting["ec2:DescribeInstanceStatus"]
+    assert _one_or_list(status["Action"]) == ["ec2:DescribeInstanceStatus"]
+    assert _one_or_list(status["Resource"]) == ["*"] and "Condition" not in status, f"case {case}: {status}"
+
+
+def test_the_rendered_policy_names_the_clusters_tag(workspace: T.Workspace):
+    """Rendered by the provider at plan time (the form IAM receives): the EKS
+    default tag is the cluster's."""
+    plan = module_plan(workspace, "eks_active_fencing")
+    assert "data.aws_iam_policy_document.api" in T.read_data(plan), "the api policy should be rendered at plan time here"
+    by_sid = {s["Sid"]: s for s in statements(plan, "data.aws_iam_policy_document.api")}
+    assert by_sid["StopClusterInstances"] == {
+        "Sid": "StopClusterInstances",
+        "Effect": "Allow",
+        "Action": "ec2:StopInstances",
+        "Resource": f"arn:aws:ec2:{T.REGION}:{T.ACCOUNT}:instance/*",
+        "Condition": {"StringEquals": {"aws:ResourceTag/kubernetes.io/cluster/prod": "owned"}},
+    }
+    assert by_sid["DescribeInstanceStatus"] == {
+        "Sid": "DescribeInstanceStatus",
+        "Effect": "Allow",
+        "Action": "ec2:DescribeInstanceStatus",
+        "Resource": "*",
+    }
 
 
 def test_the_rendered_api_policy_scopes_each_call(workspace: T.Workspace):
@@ -265,6 +366,7 @@ def test_the_timeout_is_the_sum_of_the_waits(workspace: T.Workspace, case: str):
         + setting(c, "confirm_again_after_seconds")
         + 2 * setting(c, "volume_detach_timeout_seconds")
         + setting(c, "recovery_settle_seconds")
+        + (setting(c, "power_off_wait_seconds") if setting(c, "active_fencing") else 0)
         + 30
     )
     assert want <= 900, f"case {case}: the waits sum to {want} s, beyond Lambda's 900"
@@ -273,8 +375,38 @@ def test_the_timeout_is_the_sum_of_the_waits(workspace: T.Workspace, case: str):
 
 
 def test_the_longest_waits_fill_lambdas_900_seconds(workspace: T.Workspace):
+    """At every wait's bound: 900 s with active fencing, 120 s (its power-off
+    wait) less without."""
+    for address, after in functions(module_plan(workspace, "eks_active_fencing_longest_waits_own_tag")).items():
+        assert after["timeout"] == 900, address
     (after,) = functions(module_plan(workspace, "self_managed_secret_longest_waits")).values()
-    assert after["timeout"] == 900
+    assert after["timeout"] == 900 - 120
+
+
+ACTIVE_FENCING_ENVIRONMENT = ("ACTIVE_FENCING", "POWER_OFF_AFTER_SECONDS", "POWER_OFF_WAIT_SECONDS", "PARTITION_PERCENT")
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_active_fencing_variables_are_set_exactly_when_it_is_on(workspace: T.Workspace, case: str):
+    """The code refuses POWER_OFF_*/PARTITION_PERCENT without ACTIVE_FENCING=on:
+    all four with it, none without, in both functions; each a variable the code reads."""
+    c = CASES[case]
+    known = {v["name"] for v in json.loads(L.MANIFEST.read_text(encoding="utf-8"))["variables"]}
+    assert set(ACTIVE_FENCING_ENVIRONMENT) <= known, f"not in the manifest: {sorted(set(ACTIVE_FENCING_ENVIRONMENT) - known)}"
+    if setting(c, "active_fencing"):
+        want = {
+            "ACTIVE_FENCING": "on",
+            "POWER_OFF_AFTER_SECONDS": str(setting(c, "power_off_after_seconds")),
+            "POWER_OFF_WAIT_SECONDS": str(setting(c, "power_off_wait_seconds")),
+            "PARTITION_PERCENT": str(setting(c, "partition_percent")),
+        }
+    else:
+        want = {}
+    for address, after in functions(module_plan(workspace, case)).items():
+        environment = after["environment"][0]["variables"]
+        assert set(environment) <= known, f"case {case}: {address} sets variables the code does not read: {sorted(set(environment) - known)}"
+        got = {k: v for k, v in environment.items() if k in ACTIVE_FENCING_ENVIRONMENT}
+        assert got == want, f"case {case}: {address} sets {got}, expected {want}"
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -366,3 +498,4 @@ def test_the_self_managed_example_stores_a_kubeconfig_for_the_service_account(wo
     assert "module.node_fencer.aws_eks_access_entry.this[0]" not in plan
     main = plan['module.node_fencer.aws_lambda_function.this["main"]']["after"]
     assert main["environment"][0]["variables"]["KUBECONFIG_SSM_PARAMETER"] == "/node-fencer/kubeconfig"
+

@@ -19,10 +19,23 @@ locals {
 
   # The worst case of one invocation, wait by wait: a Node still Ready although
   # its instance is off, the Lease, the second EC2 confirmation, the detach
-  # wait of several nodes (twice it), and a requested recovery's settle delay,
-  # plus 30 s for the Kubernetes and EC2 calls around them. The variables'
-  # upper bounds (120, 120, 240, 120) keep it within Lambda's 900 s.
-  function_timeout = var.not_ready_wait_seconds + local.lease_wait_seconds + var.confirm_again_after_seconds + var.volume_detach_timeout_seconds * 2 + var.recovery_settle_seconds + 30
+  # wait of several nodes (twice it), a requested recovery's settle delay, and
+  # with active fencing the wait for a powered-off instance to stop, plus 30 s
+  # for the Kubernetes and EC2 calls around them. The variables' upper bounds
+  # (120, 120, 180, 120, and 120 for the power-off) keep it within Lambda's
+  # 900 s.
+  function_timeout = var.not_ready_wait_seconds + local.lease_wait_seconds + var.confirm_again_after_seconds + var.volume_detach_timeout_seconds * 2 + var.recovery_settle_seconds + local.power_off_wait_seconds + 30
+
+  # Without active fencing the function never powers off, so never waits for it.
+  power_off_wait_seconds = var.active_fencing ? var.power_off_wait_seconds : 0
+
+  # Active fencing: the tag an instance must carry for the role to stop it.
+  # EKS managed node groups, Karpenter and self-managed EKS nodes tag their
+  # instances kubernetes.io/cluster/<name> = owned; a self-managed cluster
+  # names its own tag (a precondition of the api policy requires one).
+  power_off_instance_tag = var.power_off_instance_tag != null ? var.power_off_instance_tag : (
+    local.eks_mode ? { key = "kubernetes.io/cluster/${var.cluster_name}", value = "owned" } : null
+  )
 
   # EC2 states the function acts on: stopped and terminated to fence; running to
   # end a fencing, once the node is Ready again and has settled.
@@ -79,6 +92,14 @@ locals {
     var.kubeconfig_secret_arn != null ? { KUBECONFIG_SECRET_ID = var.kubeconfig_secret_arn } : {},
     local.webhook_token_in_secretsmanager ? { WEBHOOK_TOKEN_SECRET_ID = aws_secretsmanager_secret.webhook_token[0].arn } : {},
     local.webhook_token_in_ssm ? { WEBHOOK_TOKEN_SSM_PARAMETER = aws_ssm_parameter.webhook_token[0].name } : {},
+    # The code refuses the power-off settings without ACTIVE_FENCING=on: all
+    # four, or none.
+    var.active_fencing ? {
+      ACTIVE_FENCING          = "on"
+      POWER_OFF_AFTER_SECONDS = tostring(var.power_off_after_seconds)
+      POWER_OFF_WAIT_SECONDS  = tostring(var.power_off_wait_seconds)
+      PARTITION_PERCENT       = tostring(var.partition_percent)
+    } : {},
   )
 
   alarm_actions = var.alarm_sns_topic_arn != null ? [var.alarm_sns_topic_arn] : []
@@ -557,6 +578,37 @@ data "aws_iam_policy_document" "api" {
     }
   }
 
+  # Active fencing only: the instances' status checks, recorded with each
+  # power-off decision. DescribeInstanceStatus supports no resource-level
+  # permissions: "*" is the only resource IAM accepts.
+  dynamic "statement" {
+    for_each = var.active_fencing ? [true] : []
+
+    content {
+      sid       = "DescribeInstanceStatus"
+      actions   = ["ec2:DescribeInstanceStatus"]
+      resources = ["*"]
+    }
+  }
+
+  # Active fencing only: the power-off, on the cluster's own instances alone,
+  # those carrying local.power_off_instance_tag.
+  dynamic "statement" {
+    for_each = var.active_fencing ? [local.power_off_instance_tag] : []
+
+    content {
+      sid       = "StopClusterInstances"
+      actions   = ["ec2:StopInstances"]
+      resources = ["arn:${local.partition}:ec2:${local.region}:${local.account_id}:instance/*"]
+
+      condition {
+        test     = "StringEquals"
+        variable = "aws:ResourceTag/${statement.value.key}"
+        values   = [statement.value.value]
+      }
+    }
+  }
+
   # Kubeconfig and/or webhook token, only the configured parameters.
   dynamic "statement" {
     for_each = length(local.ssm_parameter_arns) > 0 ? [true] : []
@@ -576,6 +628,15 @@ data "aws_iam_policy_document" "api" {
       sid       = "ReadSecrets"
       actions   = ["secretsmanager:GetSecretValue"]
       resources = local.secret_arns
+    }
+  }
+
+  lifecycle {
+    # Without a tag the power-off could not be scoped to the cluster's
+    # instances; outside EKS the module cannot tell which tag they carry.
+    precondition {
+      condition     = !var.active_fencing || local.power_off_instance_tag != null
+      error_message = "active_fencing needs power_off_instance_tag outside EKS mode (kubeconfig_ssm_parameter_name or kubeconfig_secret_arn): set it to the tag {key, value} every node instance of the cluster carries, e.g. { key = \"kubernetes.io/cluster/<name>\", value = \"owned\" }; ec2:StopInstances is granted only on instances carrying it."
     }
   }
 }

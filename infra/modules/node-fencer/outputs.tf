@@ -9,7 +9,7 @@ output "function_arn" {
 }
 
 output "function_timeout" {
-  description = "Timeout of both functions in seconds, derived from not_ready_wait_seconds, the Lease wait, confirm_again_after_seconds, volume_detach_timeout_seconds and recovery_settle_seconds."
+  description = "Timeout of both functions in seconds, derived from not_ready_wait_seconds, the Lease wait, confirm_again_after_seconds, volume_detach_timeout_seconds, recovery_settle_seconds and, with active_fencing, power_off_wait_seconds."
   value       = aws_lambda_function.this["main"].timeout
 }
 
@@ -102,4 +102,9 @@ output "eks_access_entry_arn" {
 output "kubernetes_group" {
   description = "Kubernetes group the function's identity belongs to; infra/kubernetes/rbac.yaml binds it."
   value       = "node-fencer"
+}
+
+output "power_off_instance_tag" {
+  description = "With active_fencing, the tag {key, value} an instance must carry for the role to stop it (power_off_instance_tag, or in EKS mode kubernetes.io/cluster/<cluster_name> = owned); null when active fencing is off."
+  value       = var.active_fencing ? local.power_off_instance_tag : null
 }

@@ -160,7 +160,8 @@ variable "control_namespace" {
 # The function timeout is the sum of the waits one invocation may make (see
 # local.function_timeout in main.tf). The code accepts up to 600 s of detach
 # wait and 300 s for each delay, far more than fits in Lambda's 900 s, so the
-# four bounds below split those 900 s between them.
+# four bounds below, with that of power_off_wait_seconds (active fencing),
+# split those 900 s between them.
 
 variable "confirm_again_after_seconds" {
   description = "CONFIRM_AGAIN_AFTER_SECONDS: ask EC2 a second time, after this delay, that the instance is still off before acting; 0 acts on the first answer. The code accepts up to 300; at most 120 here keeps the function timeout within Lambda's 900 s."
@@ -174,13 +175,13 @@ variable "confirm_again_after_seconds" {
 }
 
 variable "volume_detach_timeout_seconds" {
-  description = "VOLUME_DETACH_TIMEOUT_SECONDS: how long the function waits for detached volumes to become available. The code accepts up to 600; at most 240 here keeps the function timeout within Lambda's 900 s."
+  description = "VOLUME_DETACH_TIMEOUT_SECONDS: how long the function waits for detached volumes to become available. The code accepts up to 600; at most 180 here keeps the function timeout within Lambda's 900 s, power_off_wait_seconds included."
   type        = number
   default     = 60
 
   validation {
-    condition     = var.volume_detach_timeout_seconds >= 1 && var.volume_detach_timeout_seconds <= 240 && floor(var.volume_detach_timeout_seconds) == var.volume_detach_timeout_seconds
-    error_message = "volume_detach_timeout_seconds must be a whole number from 1 to 240 (0 would report every fence failed)."
+    condition     = var.volume_detach_timeout_seconds >= 1 && var.volume_detach_timeout_seconds <= 180 && floor(var.volume_detach_timeout_seconds) == var.volume_detach_timeout_seconds
+    error_message = "volume_detach_timeout_seconds must be a whole number from 1 to 180 (0 would report every fence failed)."
   }
 }
 
@@ -232,6 +233,63 @@ variable "log_level" {
   description = "RUST_LOG filter of the function, e.g. \"info\" or \"info,node_fencer=debug\"."
   type        = string
   default     = "info"
+}
+
+################################################################################
+# Active fencing (opt-in): power off a dead node whose instance still runs
+################################################################################
+
+variable "active_fencing" {
+  description = "ACTIVE_FENCING: when true, a node NotReady for power_off_after_seconds whose instance EC2 still reports running (found by the sweep, a firing KubeNodeNotReady alert, or `fence --power-off`) is powered off (ec2:StopInstances, forced, without OS shutdown), waited for until stopped, then fenced as a stopped one; its status checks are read with ec2:DescribeInstanceStatus. The role may stop only instances carrying power_off_instance_tag. False (the default) sets none of ACTIVE_FENCING, POWER_OFF_AFTER_SECONDS, POWER_OFF_WAIT_SECONDS and PARTITION_PERCENT, and grants neither action."
+  type        = bool
+  default     = false
+}
+
+variable "power_off_after_seconds" {
+  description = "POWER_OFF_AFTER_SECONDS, with active_fencing: how long a node must have been NotReady before its instance may be powered off."
+  type        = number
+  default     = 120
+
+  validation {
+    condition     = var.power_off_after_seconds >= 60 && var.power_off_after_seconds <= 3600 && floor(var.power_off_after_seconds) == var.power_off_after_seconds
+    error_message = "power_off_after_seconds must be a whole number from 60 to 3600."
+  }
+}
+
+variable "power_off_wait_seconds" {
+  description = "POWER_OFF_WAIT_SECONDS, with active_fencing: how long, within the invocation, the function waits for a powered-off instance to reach stopped; one not stopped by then fails the invocation for a retry, untainted. Added to the function timeout when active_fencing is on. The code accepts up to 600; at most 120 here keeps the function timeout within Lambda's 900 s."
+  type        = number
+  default     = 120
+
+  validation {
+    condition     = var.power_off_wait_seconds >= 10 && var.power_off_wait_seconds <= 120 && floor(var.power_off_wait_seconds) == var.power_off_wait_seconds
+    error_message = "power_off_wait_seconds must be a whole number from 10 to 120."
+  }
+}
+
+variable "partition_percent" {
+  description = "PARTITION_PERCENT, with active_fencing: refuse every power-off while more than this share of the nodes are NotReady and not fenced, or while every node of the candidate's zone is (a network partition or a zone outage looks like that from the control plane)."
+  type        = number
+  default     = 30
+
+  validation {
+    condition     = var.partition_percent >= 1 && var.partition_percent <= 100 && floor(var.partition_percent) == var.partition_percent
+    error_message = "partition_percent must be a whole number from 1 to 100."
+  }
+}
+
+variable "power_off_instance_tag" {
+  description = "With active_fencing: the tag (key and value) an instance must carry for the role to stop it, as a condition on aws:ResourceTag/<key> of ec2:StopInstances, so that the function can stop only the cluster's own instances. Null in EKS mode means key kubernetes.io/cluster/<cluster_name> with value owned, which EKS managed node groups, Karpenter and self-managed EKS nodes carry; self-managed clusters (kubeconfig_*) must set it to a tag every node instance carries."
+  type = object({
+    key   = string
+    value = string
+  })
+  default = null
+
+  validation {
+    condition     = var.power_off_instance_tag == null ? true : (length(var.power_off_instance_tag.key) >= 1 && length(var.power_off_instance_tag.key) <= 128 && length(var.power_off_instance_tag.value) <= 256)
+    error_message = "power_off_instance_tag must be null or a tag: key of 1-128 characters, value of up to 256."
+  }
 }
 
 ################################################################################

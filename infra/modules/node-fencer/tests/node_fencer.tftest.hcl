@@ -119,20 +119,142 @@ run "self_managed_with_the_token_in_ssm_in_a_vpc_on_arm64" {
   }
 }
 
-run "the_longest_waits_fill_lambdas_900_seconds" {
+run "the_longest_waits_without_active_fencing" {
   command = plan
 
   variables {
     not_ready_wait_seconds        = 120
     confirm_again_after_seconds   = 120
-    volume_detach_timeout_seconds = 240
+    volume_detach_timeout_seconds = 180
     recovery_settle_seconds       = 120
+    power_off_wait_seconds        = 120
   }
 
   assert {
-    condition     = aws_lambda_function.this["main"].timeout == 900
-    error_message = "120 + 30 + 120 + 2 x 240 + 120 + 30 = 900"
+    condition     = aws_lambda_function.this["main"].timeout == 780
+    error_message = "120 + 30 + 120 + 2 x 180 + 120 + 30 = 780: the power-off wait counts only with active_fencing"
   }
+}
+
+run "the_longest_waits_with_active_fencing_fill_lambdas_900_seconds" {
+  command = plan
+
+  variables {
+    active_fencing                = true
+    not_ready_wait_seconds        = 120
+    confirm_again_after_seconds   = 120
+    volume_detach_timeout_seconds = 180
+    recovery_settle_seconds       = 120
+    power_off_wait_seconds        = 120
+  }
+
+  assert {
+    condition     = aws_lambda_function.this["main"].timeout == 900 && aws_lambda_function.this["webhook"].timeout == 900
+    error_message = "120 + 30 + 120 + 2 x 180 + 120 + 120 + 30 = 900"
+  }
+}
+
+# --- active fencing -----------------------------------------------------------------
+
+run "active_fencing_is_off_by_default" {
+  command = plan
+
+  variables {
+    enable_alertmanager_url = false
+  }
+
+  assert {
+    condition     = length(setintersection(keys(aws_lambda_function.this["main"].environment[0].variables), ["ACTIVE_FENCING", "POWER_OFF_AFTER_SECONDS", "POWER_OFF_WAIT_SECONDS", "PARTITION_PERCENT"])) == 0
+    error_message = "off: none of the active fencing variables (the code refuses them without ACTIVE_FENCING=on)"
+  }
+  assert {
+    condition     = !strcontains(data.aws_iam_policy_document.api.json, "ec2:StopInstances") && !strcontains(data.aws_iam_policy_document.api.json, "ec2:DescribeInstanceStatus")
+    error_message = "off: neither StopInstances nor DescribeInstanceStatus is granted"
+  }
+  assert {
+    condition     = output.power_off_instance_tag == null
+    error_message = "off: no power-off tag"
+  }
+}
+
+run "active_fencing_in_eks_mode" {
+  command = plan
+
+  variables {
+    active_fencing          = true
+    power_off_after_seconds = 300
+    power_off_wait_seconds  = 60
+    partition_percent       = 50
+    enable_alertmanager_url = false
+  }
+
+  assert {
+    condition = {
+      for name, value in aws_lambda_function.this["main"].environment[0].variables : name => value
+      if contains(["ACTIVE_FENCING", "POWER_OFF_AFTER_SECONDS", "POWER_OFF_WAIT_SECONDS", "PARTITION_PERCENT"], name)
+      } == {
+      ACTIVE_FENCING          = "on"
+      POWER_OFF_AFTER_SECONDS = "300"
+      POWER_OFF_WAIT_SECONDS  = "60"
+      PARTITION_PERCENT       = "50"
+    }
+    error_message = "on: ACTIVE_FENCING=on and the three settings"
+  }
+  assert {
+    condition     = aws_lambda_function.this["main"].timeout == 330
+    error_message = "the default waits (270 s) and the power-off wait (60 s)"
+  }
+  assert {
+    condition     = output.power_off_instance_tag == { key = "kubernetes.io/cluster/prod", value = "owned" }
+    error_message = "EKS mode: the cluster's own tag by default"
+  }
+  assert {
+    condition     = strcontains(data.aws_iam_policy_document.api.json, "\"aws:ResourceTag/kubernetes.io/cluster/prod\": \"owned\"")
+    error_message = "StopInstances requires the cluster's tag"
+  }
+}
+
+run "active_fencing_with_an_explicit_tag_in_eks_mode" {
+  command = plan
+
+  variables {
+    active_fencing          = true
+    power_off_instance_tag  = { key = "team", value = "platform" }
+    enable_alertmanager_url = false
+  }
+
+  assert {
+    condition     = output.power_off_instance_tag == { key = "team", value = "platform" } && strcontains(data.aws_iam_policy_document.api.json, "\"aws:ResourceTag/team\": \"platform\"")
+    error_message = "an explicit power_off_instance_tag wins over the EKS default"
+  }
+}
+
+run "active_fencing_self_managed_with_a_tag" {
+  command = plan
+
+  variables {
+    cluster_name                  = null
+    kubeconfig_ssm_parameter_name = "/node-fencer/kubeconfig"
+    active_fencing                = true
+    power_off_instance_tag        = { key = "kubernetes.io/cluster/lab", value = "owned" }
+  }
+
+  assert {
+    condition     = aws_lambda_function.this["main"].environment[0].variables["ACTIVE_FENCING"] == "on" && output.power_off_instance_tag.key == "kubernetes.io/cluster/lab"
+    error_message = "self-managed with its tag: active fencing on"
+  }
+}
+
+run "active_fencing_self_managed_without_a_tag_is_refused" {
+  command = plan
+
+  variables {
+    cluster_name                  = null
+    kubeconfig_ssm_parameter_name = "/node-fencer/kubeconfig"
+    active_fencing                = true
+  }
+
+  expect_failures = [data.aws_iam_policy_document.api]
 }
 
 # --- preconditions ------------------------------------------------------------------
@@ -258,10 +380,10 @@ run "confirm_again_above_120" {
   expect_failures = [var.confirm_again_after_seconds]
 }
 
-run "detach_timeout_above_240" {
+run "detach_timeout_above_180" {
   command = plan
   variables {
-    volume_detach_timeout_seconds = 241
+    volume_detach_timeout_seconds = 181
   }
   expect_failures = [var.volume_detach_timeout_seconds]
 }
@@ -288,6 +410,62 @@ run "settle_above_120" {
     recovery_settle_seconds = 121
   }
   expect_failures = [var.recovery_settle_seconds]
+}
+
+run "power_off_after_below_60" {
+  command = plan
+  variables {
+    power_off_after_seconds = 59
+  }
+  expect_failures = [var.power_off_after_seconds]
+}
+
+run "power_off_after_above_3600" {
+  command = plan
+  variables {
+    power_off_after_seconds = 3601
+  }
+  expect_failures = [var.power_off_after_seconds]
+}
+
+run "power_off_wait_below_10" {
+  command = plan
+  variables {
+    power_off_wait_seconds = 9
+  }
+  expect_failures = [var.power_off_wait_seconds]
+}
+
+run "power_off_wait_above_120" {
+  command = plan
+  variables {
+    power_off_wait_seconds = 121
+  }
+  expect_failures = [var.power_off_wait_seconds]
+}
+
+run "partition_percent_zero" {
+  command = plan
+  variables {
+    partition_percent = 0
+  }
+  expect_failures = [var.partition_percent]
+}
+
+run "partition_percent_above_100" {
+  command = plan
+  variables {
+    partition_percent = 101
+  }
+  expect_failures = [var.partition_percent]
+}
+
+run "power_off_tag_without_a_key" {
+  command = plan
+  variables {
+    power_off_instance_tag = { key = "", value = "owned" }
+  }
+  expect_failures = [var.power_off_instance_tag]
 }
 
 run "recovery_unknown" {
