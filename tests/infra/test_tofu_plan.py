@@ -499,3 +499,52 @@ def test_the_self_managed_example_stores_a_kubeconfig_for_the_service_account(wo
     main = plan['module.node_fencer.aws_lambda_function.this["main"]']["after"]
     assert main["environment"][0]["variables"]["KUBECONFIG_SSM_PARAMETER"] == "/node-fencer/kubeconfig"
 
+
+def example_with_active_fencing(ws: T.Workspace, example: str, **variables: Any) -> dict[str, Any]:
+    """The example's terraform.tfvars.example with active fencing switched on."""
+    values = {"package_path": str(ws.root.parent / "bootstrap.zip"), "active_fencing": True, **variables}
+    return plan_of(ws, f"examples/{example}", f"{example}-active-fencing", values, "terraform.tfvars.example")
+
+
+def example_environment(plan: dict[str, Any]) -> dict[str, str]:
+    return created(plan)['module.node_fencer.aws_lambda_function.this["main"]']["after"]["environment"][0]["variables"]
+
+
+@pytest.mark.parametrize("example", ["eks", "self-managed"])
+def test_the_examples_leave_active_fencing_off(workspace: T.Workspace, example: str):
+    plan = example_plan(workspace, example)
+    assert not set(example_environment(plan)) & set(ACTIVE_FENCING_ENVIRONMENT)
+    granted = actions(statements(plan, "module.node_fencer.data.aws_iam_policy_document.api"))
+    assert not granted & power_off_actions(), f"{example}: {sorted(granted & power_off_actions())} granted with active fencing off"
+
+
+@pytest.mark.parametrize(
+    ("example", "tag"),
+    [
+        # The module's EKS default, the tag EKS node groups and Karpenter put on their instances.
+        ("eks", {"key": "kubernetes.io/cluster/prod", "value": "owned"}),
+        # The example's terraform.tfvars.example names the tag its instances carry.
+        ("self-managed", {"key": "kubernetes.io/cluster/prod", "value": "owned"}),
+    ],
+)
+def test_the_examples_stop_only_instances_with_the_clusters_tag(workspace: T.Workspace, example: str, tag: dict[str, str]):
+    plan = example_with_active_fencing(workspace, example)
+    assert example_environment(plan)["ACTIVE_FENCING"] == "on"
+    by_sid = {s["Sid"]: s for s in statements(plan, "module.node_fencer.data.aws_iam_policy_document.api")}
+    stop = by_sid["StopClusterInstances"]
+    condition = {test: {k: _one_or_list(v) for k, v in values.items()} for test, values in stop["Condition"].items()}
+    assert condition == {"StringEquals": {f"aws:ResourceTag/{tag['key']}": [tag["value"]]}}, f"{example}: {stop['Condition']}"
+    assert _one_or_list(by_sid["DescribeInstanceStatus"]["Resource"]) == ["*"]
+
+
+def test_the_self_managed_example_refuses_active_fencing_without_a_tag(workspace: T.Workspace):
+    directory = "examples/self-managed"
+    workspace.init(directory)
+    values = {"package_path": str(workspace.root.parent / "bootstrap.zip"), "active_fencing": True, "power_off_instance_tag": None}
+    var_path = workspace.root.parent / "self-managed-active-fencing-untagged.tfvars.json"
+    var_path.write_text(json.dumps(values), encoding="utf-8")
+    result = workspace.run(
+        directory, "plan", "-input=false", "-no-color", "-lock=false", "-var-file=terraform.tfvars.example", f"-var-file={var_path}", check=False
+    )
+    assert result.returncode != 0, f"the self-managed example planned active fencing without a tag:\n{result.stdout}"
+    assert "active_fencing needs power_off_instance_tag" in " ".join(result.stderr.split()), result.stderr

@@ -41,6 +41,15 @@ module "node_fencer" {
   max_out_of_service            = var.max_out_of_service
   volume_detach_timeout_seconds = var.volume_detach_timeout_seconds
 
+  # Active fencing (off by default): power off a node NotReady for
+  # power_off_after_seconds whose instance still runs, then fence it. The role
+  # may stop only instances tagged kubernetes.io/cluster/<cluster_name> = owned,
+  # the module's default in EKS mode: EKS managed node groups, Karpenter and
+  # self-managed EKS nodes tag their instances so. Nodes launched otherwise
+  # need that tag, or power_off_instance_tag set to one they carry.
+  active_fencing          = var.active_fencing
+  power_off_after_seconds = var.power_off_after_seconds
+
   enable_alertmanager_url = var.enable_alertmanager_url
   alarm_sns_topic_arn     = var.alarm_sns_topic_arn
 

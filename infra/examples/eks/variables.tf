@@ -44,6 +44,18 @@ variable "volume_detach_timeout_seconds" {
   default     = 60
 }
 
+variable "active_fencing" {
+  description = "Power off (forced stop) a node NotReady for power_off_after_seconds whose instance EC2 still reports running, then fence it; only instances tagged kubernetes.io/cluster/<cluster_name> = owned can be stopped."
+  type        = bool
+  default     = false
+}
+
+variable "power_off_after_seconds" {
+  description = "With active_fencing: how long a node must have been NotReady before its instance may be powered off."
+  type        = number
+  default     = 120
+}
+
 variable "enable_alertmanager_url" {
   description = "Create the webhook function, its Function URL and the bearer token for Alertmanager's webhook."
   type        = bool

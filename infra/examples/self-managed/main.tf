@@ -61,6 +61,16 @@ module "node_fencer" {
   # some PersistentVolumes use volumes created otherwise.
   detach_volume_require_tag = var.detach_volume_require_tag
 
+  # Active fencing (off by default): power off a node NotReady for
+  # power_off_after_seconds whose instance still runs, then fence it. The role
+  # may stop only instances carrying power_off_instance_tag, which must be a
+  # tag every node instance of the cluster carries (this example creates no
+  # instances: tag them, or their launch template's instance tags, with it).
+  # The module refuses active fencing here without it.
+  active_fencing          = var.active_fencing
+  power_off_after_seconds = var.power_off_after_seconds
+  power_off_instance_tag  = var.power_off_instance_tag
+
   enable_alertmanager_url = var.enable_alertmanager_url
   alarm_sns_topic_arn     = var.alarm_sns_topic_arn
 

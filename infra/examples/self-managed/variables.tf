@@ -88,6 +88,27 @@ variable "detach_volume_require_tag" {
   default     = true
 }
 
+variable "active_fencing" {
+  description = "Power off (forced stop) a node NotReady for power_off_after_seconds whose instance EC2 still reports running, then fence it; needs power_off_instance_tag."
+  type        = bool
+  default     = false
+}
+
+variable "power_off_after_seconds" {
+  description = "With active_fencing: how long a node must have been NotReady before its instance may be powered off."
+  type        = number
+  default     = 120
+}
+
+variable "power_off_instance_tag" {
+  description = "With active_fencing: the tag {key, value} every node instance of the cluster carries (e.g. kubernetes.io/cluster/<name> = owned, which kOps puts on its instances and the AWS cloud provider looks for); the function may stop only instances carrying it."
+  type = object({
+    key   = string
+    value = string
+  })
+  default = null
+}
+
 variable "enable_alertmanager_url" {
   description = "Create the webhook function, its Function URL and the bearer token for Alertmanager's webhook."
   type        = bool
