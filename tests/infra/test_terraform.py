@@ -396,6 +396,7 @@ def test_env_names_are_the_contract():
     contract = {
         "DRY_RUN",
         "FENCE_HIBERNATED",
+        "OUT_OF_SERVICE_NO_SCHEDULE",
         "CLUSTER_VPC_ID",
         "CLUSTER_TAG",
         "MAX_OUT_OF_SERVICE",

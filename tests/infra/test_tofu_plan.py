@@ -87,6 +87,7 @@ CASES: dict[str, dict[str, Any]] = {
         "power_off_after_seconds": 60,
         "power_off_wait_seconds": 10,
         "partition_percent": 1,
+        "out_of_service_no_schedule": True,
     },
 }
 
@@ -354,6 +355,13 @@ def test_the_runtime_policy_follows_kms_and_vpc(workspace: T.Workspace, case: st
 
 def functions(plan: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {a: c["after"] for a, c in created(plan).items() if a.startswith("aws_lambda_function.this[")}
+
+
+@pytest.mark.parametrize(("case", "want"), [("eks_active_fencing", "false"), ("self_managed_active_fencing", "true")])
+def test_the_no_schedule_pair_is_passed_as_set(workspace: T.Workspace, case: str, want: str):
+    for address, after in functions(module_plan(workspace, case)).items():
+        got = after["environment"][0]["variables"]["OUT_OF_SERVICE_NO_SCHEDULE"]
+        assert got == want, f"case {case}: {address} OUT_OF_SERVICE_NO_SCHEDULE={got}"
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

@@ -72,6 +72,7 @@ locals {
     {
       DRY_RUN                       = tostring(var.dry_run)
       FENCE_HIBERNATED              = tostring(var.fence_hibernated)
+      OUT_OF_SERVICE_NO_SCHEDULE    = tostring(var.out_of_service_no_schedule)
       MAX_OUT_OF_SERVICE            = tostring(var.max_out_of_service)
       FENCING_MODE                  = var.fencing_mode
       CONFIRM_AGAIN_AFTER_SECONDS   = tostring(var.confirm_again_after_seconds)

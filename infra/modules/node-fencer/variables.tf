@@ -113,6 +113,12 @@ variable "fence_hibernated" {
   default     = false
 }
 
+variable "out_of_service_no_schedule" {
+  description = "OUT_OF_SERVICE_NO_SCHEDULE: when true a fenced node also carries node.kubernetes.io/out-of-service=nodeshutdown:NoSchedule, the pair Rook/Ceph documents, and such a fencing ends only with proof of a power cycle."
+  type        = bool
+  default     = false
+}
+
 variable "max_out_of_service" {
   description = "MAX_OUT_OF_SERVICE: how many nodes of the cluster may carry the out-of-service taint at once; past it the function refuses to fence more."
   type        = number
