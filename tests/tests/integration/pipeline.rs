@@ -884,6 +884,84 @@ async fn no_trigger_removes_an_out_of_service_taint() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// What moto reports of the machine's state.
+async fn machine_state(ec2: &aws_sdk_ec2::Client, m: &Machine) -> anyhow::Result<String> {
+    let out = ec2
+        .describe_instances()
+        .instance_ids(&m.instance)
+        .send()
+        .await?;
+    Ok(out
+        .reservations()
+        .iter()
+        .flat_map(|r| r.instances())
+        .find_map(|i| i.state()?.name().map(|n| n.as_str().to_owned()))
+        .unwrap_or_default())
+}
+
+/// Issue 15, against moto and the apiserver: an operator's power-off of a
+/// node that reports Ready again is refused and stops nothing; with two
+/// nodes dark at once and a partition guard that allows one, neither is
+/// powered off, and each carries a `PowerOffRefused` Warning Event.
+#[tokio::test]
+async fn power_offs_are_refused_for_a_ready_node_and_by_the_partition_guard() -> anyhow::Result<()>
+{
+    use node_fencer::core::power::ActiveFencing;
+    let _g = serial().await;
+    let s = stack();
+    let (admin, ec2) = (s.admin().await?, s.ec2().await);
+    let (a, b) = (target(s, true).await?, target(s, true).await?);
+    let active = Policy {
+        active_fencing: Some(ActiveFencing {
+            partition_percent: 1,
+            ..ActiveFencing::default()
+        }),
+        ..settings()
+    };
+    let power_off = |t: &Target| {
+        fence(
+            s,
+            one(by_instance(&t.m.instance), Intent::PowerOff),
+            active.clone(),
+        )
+    };
+
+    // Two dark at once: more than 1 % of the Nodes.
+    for t in [&a, &b] {
+        let report = power_off(t).await?;
+        let refusal = report.results[0]
+            .power_off
+            .as_ref()
+            .and_then(|p| p.refusal.as_ref())
+            .map(|r| r.code());
+        assert_eq!(refusal, Some("partition"), "{report:#?}");
+    }
+    // b reports again: the partition is over for a, and b is Ready.
+    set_ready(&admin, &b.node, "True").await?;
+    let report = power_off(&b).await?;
+    assert!(
+        report.results[0]
+            .power_off
+            .as_ref()
+            .is_none_or(|p| p.refusal.as_ref().map(|r| r.code()) == Some("node_ready")),
+        "{report:#?}"
+    );
+    for t in [&a, &b] {
+        assert_eq!(machine_state(&ec2, &t.m).await?, "running");
+        assert!(!taints(&get_node(&admin, &t.node).await?).contains(&OUT_OF_SERVICE.into()));
+    }
+    let reasons: Vec<String> = node_events(&admin, &a.node)
+        .await?
+        .into_iter()
+        .map(|(reason, _)| reason)
+        .collect();
+    assert!(
+        reasons.iter().any(|r| r == "PowerOffRefused"),
+        "{reasons:?}"
+    );
+    Ok(())
+}
+
 /// Issue 15: Rook/Ceph's taint pair, written to and removed from a real
 /// apiserver (which keeps no `timeAdded` for a `NoSchedule` taint): both go
 /// on in one patch, an operator's other taint stays, and recovery takes both
