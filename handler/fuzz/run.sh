@@ -18,7 +18,7 @@ shift || true
 	echo "run.sh: SECONDS must be a number, not '$seconds'" >&2
 	exit 2
 }
-all=(classify eventbridge alertmanager direct function_url)
+all=(classify eventbridge alertmanager direct function_url gce_audit)
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=("${all[@]}")
 for t in "${targets[@]}"; do
@@ -54,7 +54,7 @@ for t in "${targets[@]}"; do
 	log="$CACHE/fuzz-logs/$t.log"
 	mkdir -p "$corpus"
 	echo "==> fuzzing $t for ${seconds}s (corpus: $(find "$corpus" -type f | wc -l) inputs)"
-	if ! "$NODE_FENCER_CARGO_FUZZ" run --fuzz-dir fuzz -O "$t" "$corpus" tests/fixtures fuzz/regressions -- \
+	if ! "$NODE_FENCER_CARGO_FUZZ" run --fuzz-dir fuzz -O "$t" "$corpus" tests/fixtures tests/fixtures/gce fuzz/regressions -- \
 		-max_total_time="$seconds" -max_len=65536 -print_final_stats=1 >"$log" 2>&1; then
 		tail -n 40 "$log" >&2
 		echo "run.sh: $t failed; a crashing input is under handler/fuzz/artifacts/$t/ (log: $log)" >&2

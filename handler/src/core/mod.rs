@@ -8,6 +8,7 @@ pub mod control;
 pub mod decide;
 pub mod events;
 pub mod facts;
+pub mod gce;
 pub mod instance;
 pub mod kube_model;
 pub mod metrics;

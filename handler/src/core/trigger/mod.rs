@@ -5,6 +5,7 @@ pub mod alertmanager;
 pub mod direct;
 pub mod eventbridge;
 pub mod function_url;
+pub mod gce_audit;
 
 use aws_lambda_events::event::lambda_function_urls::LambdaFunctionUrlRequest;
 use serde_json::Value;
@@ -148,6 +149,11 @@ mod tests {
             }
             let bytes = std::fs::read(&path).expect("a readable regression input");
             replayed += 1;
+            // The audit log parsers take the same hostile inputs without a panic.
+            if let Ok(value) = serde_json::from_slice::<Value>(&bytes) {
+                let _ = gce_audit::parse_push(value.clone());
+                let _ = gce_audit::parse_eventarc(gce_audit::AUDIT_LOG_WRITTEN, None, value);
+            }
             match classify_bytes(&bytes) {
                 Err(_) => {}
                 Ok(Trigger::Batch(batch)) => {
