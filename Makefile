@@ -13,7 +13,7 @@ export CARGO_TERM_COLOR ?= never
 TOOLS := source "$(CACHE)/env.sh"
 STACK_DIR ?= $(CURDIR)/tests/.stack
 
-.PHONY: help setup fmt lint unit test infra-test manifest fuzz run bench bench-budget package stack-up stack-down clean
+.PHONY: help setup fmt lint unit test infra-test gce-test manifest fuzz run bench bench-budget package stack-up stack-down clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -35,13 +35,17 @@ lint: ## rustfmt check and clippy with warnings as errors
 unit: ## the pure core's unit and property tests (no stack needed)
 	cargo test --locked -p node-fencer
 
-test: setup lint ## everything CI runs: lint, unit, integration against the real stack, infra checks, a short fuzz run
+test: setup lint ## everything CI runs: lint, unit, integration against the real stack, infra and GCE checks, a short fuzz run
 	$(TOOLS) && cargo test --workspace --locked
 	$(MAKE) --no-print-directory infra-test
+	$(MAKE) --no-print-directory gce-test
 	$(MAKE) --no-print-directory fuzz
 
 infra-test: ## Terraform parse, format, IAM/RBAC equality, checkov, amtool, promtool; tofu validate and plan
 	$(TOOLS) && "$$NODE_FENCER_INFRA_VENV/bin/python" -m pytest tests/infra -q
+
+gce-test: ## the fake Compute Engine held to Google's API description and client; the GCE trigger fixtures
+	$(TOOLS) && "$$NODE_FENCER_GCE_VENV/bin/python" -m pytest tests/gce -q
 
 manifest: ## write infra/manifest.json (AWS actions, Kubernetes rules, variables) from the code
 	cargo run --locked -q -p node-fencer -- manifest > infra/manifest.json

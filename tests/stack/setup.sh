@@ -6,6 +6,7 @@
 #   CACHE=${NODE_FENCER_CACHE:-$HOME/.cache/node-fencer}
 #   $CACHE/venv-stack-<sha>/        moto[server], cargo-lambda, ziglang (tests/stack/requirements.txt)
 #   $CACHE/venv-infra-<sha>/        tests/infra/requirements.txt, when that file exists
+#   $CACHE/venv-gce-<sha>/          tests/gce/requirements.txt (the fake Compute Engine's checks)
 #   $CACHE/bin/kubernetes-<ver>/    kube-apiserver, kube-controller-manager, kube-scheduler, kubectl
 #   $CACHE/bin/etcd-<ver>/etcd
 #   $CACHE/bin/kwok-<ver>/kwok
@@ -200,6 +201,9 @@ main() {
 		ensure_venv infra "$REPO/tests/infra/requirements.txt"
 		INFRA_VENV="$VENV_DIR"
 	fi
+
+	ensure_venv gce "$REPO/tests/gce/requirements.txt"
+	GCE_VENV="$VENV_DIR"
 
 	# --- Go binaries -----------------------------------------------------------------
 
@@ -402,6 +406,7 @@ main() {
 		if [ -n "$INFRA_VENV" ]; then
 			echo "export NODE_FENCER_INFRA_VENV=$(q "$INFRA_VENV")"
 		fi
+		echo "export NODE_FENCER_GCE_VENV=$(q "$GCE_VENV")"
 		echo "case \":\$PATH:\" in *:\"\$NODE_FENCER_VENV/bin\":*) ;; *) export PATH=\"\$NODE_FENCER_VENV/bin:\$PATH\" ;; esac"
 	} >"$CACHE/.env.sh.tmp.$$"
 	if cmp -s "$CACHE/.env.sh.tmp.$$" "$CACHE/env.sh"; then
