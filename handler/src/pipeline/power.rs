@@ -125,7 +125,8 @@ pub(super) async fn step(
                     ctx.record(name, NodeEvent::power_off_refused(&refusal))
                         .await;
                 }
-                reports.insert(*k, refused(refusal, None, checks));
+                let dark_for = node.and_then(|n| power::not_ready_for(n, now()));
+                reports.insert(*k, refused(refusal, dark_for, checks));
             }
             PowerVerdict::PowerOff { not_ready_for } if dry_run => {
                 reports.insert(
@@ -212,7 +213,7 @@ fn judge(
         nodes: &view.nodes,
         out_of_service: view.taken(confirmations),
         limit: policy.cap(view.cluster_size()),
-        now: k8s_openapi::jiff::Timestamp::now().as_second(),
+        now: now(),
     };
     let mut judged = power::judge(&candidates, &around, Some(settings)).into_iter();
     // One verdict per Node found, in order; a Node gone is not powered off.
@@ -273,13 +274,26 @@ async fn under_lease(
             else {
                 if let PowerVerdict::Refuse { refusal } = verdict {
                     info!(node = name, "not powering off after all: {refusal}");
-                    reports.insert(*k, refused(refusal, None, checks.clone()));
+                    let dark_for = node.and_then(|n| power::not_ready_for(n, now()));
+                    reports.insert(*k, refused(refusal, dark_for, checks.clone()));
                 }
                 continue;
             };
             if Instant::now() >= deadline {
+                // Another invocation may count now: a retry decides again.
                 warn!(node = name, "the fencing Lease ran out: not powering off");
-                break;
+                reports.insert(
+                    *k,
+                    PowerReport {
+                        outcome: PowerOutcome::Failed,
+                        reason: "the fencing Lease ran out before the stop; a retry decides again"
+                            .into(),
+                        refusal: None,
+                        not_ready_for: Some(*not_ready_for),
+                        status_checks: checks.clone(),
+                    },
+                );
+                continue;
             }
             let why = reason(*not_ready_for, checks.as_ref(), &ctx.correlation_id);
             match ctx.cloud.power_off(&id).await {
@@ -330,6 +344,11 @@ fn planned_after_switch() -> PowerReport {
         not_ready_for: None,
         status_checks: None,
     }
+}
+
+/// Now, in Unix seconds.
+fn now() -> i64 {
+    k8s_openapi::jiff::Timestamp::now().as_second()
 }
 
 /// What the Node's annotation and Event say of a power-off.

@@ -1531,6 +1531,14 @@ async fn the_partition_guard_refuses_when_many_nodes_go_dark_at_once() {
         )),
         "{refusals:?}"
     );
+    assert!(
+        report
+            .results
+            .iter()
+            .filter_map(|r| r.power_off.as_ref())
+            .all(|p| p.not_ready_for.is_some()),
+        "a refusal says how long the node was NotReady: {report:#?}"
+    );
     assert_eq!(w.cluster.events(NODE), ["PowerOffRefused"]);
     assert!(w.writes().iter().all(|c| c.starts_with("CreateEvent")));
 }
