@@ -153,6 +153,18 @@ pub async fn stop(ec2: &aws_sdk_ec2::Client, m: &Machine) -> anyhow::Result<()> 
     Ok(())
 }
 
+/// The state EC2 reports for the instance (`running`, `stopped`, ...);
+/// empty when it reports none.
+pub async fn instance_state(ec2: &aws_sdk_ec2::Client, id: &str) -> anyhow::Result<String> {
+    let out = ec2.describe_instances().instance_ids(id).send().await?;
+    let state = out
+        .reservations()
+        .iter()
+        .flat_map(|r| r.instances())
+        .find_map(|i| i.state()?.name().map(|n| n.as_str().to_owned()));
+    Ok(state.unwrap_or_default())
+}
+
 /// The volume's state and the instances it is attached to.
 pub async fn volume(ec2: &aws_sdk_ec2::Client, id: &str) -> anyhow::Result<(String, Vec<String>)> {
     let out = ec2

@@ -3,13 +3,15 @@
 //! CSI attacher stand-in), with node-fencer through the real binary under
 //! `cargo lambda watch` and in-process with every API call timed; optionally
 //! the same scenario without node-fencer; and a storm of many nodes at once.
+//! With `--hung`, node 2 hangs instead (its instance keeps running) and
+//! active fencing powers it off on the `KubeNodeNotReady` alert.
 //! Prints medians with min/max, and draws the median milestones of each case
 //! on one time axis (an SVG for the docs, text for the terminal). Figures,
 //! not pass/fail.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context, anyhow, bail};
 use node_fencer::core::instance::InstanceId;
@@ -25,8 +27,8 @@ use node_fencer_tests::Stack;
 use node_fencer_tests::attacher::Driver;
 use node_fencer_tests::bench::{Clock, median};
 use node_fencer_tests::cluster::cluster_stack;
-use node_fencer_tests::fixtures::{event_time, fenced_at, stop, unique};
-use node_fencer_tests::lambda::{Emulator, start_emulator};
+use node_fencer_tests::fixtures::{event_time, fenced_at, instance_state, stop, unique};
+use node_fencer_tests::lambda::{Emulator, WEBHOOK_TOKEN, start_emulator};
 use node_fencer_tests::recovery_timeline::{self, Lane, Phase};
 use node_fencer_tests::scene::*;
 use node_fencer_tests::timing::Timeline;
@@ -36,7 +38,7 @@ const USAGE: &str = "\
 usage: bench-recovery [--runs N] [--mode both|lambda|in-process] [--baseline]
                       [--baseline-wait SECS] [--storm NODES:STOPPED] [--no-storm]
                       [--driver ebs|cstor] [--fencing taint|legacy] [--svg PATH]
-                      [--event-at-stop]
+                      [--event-at-stop] [--hung]
 
 Runs the seed scenario (a StatefulSet and a Deployment with ReadWriteOnce
 volumes on node 2; node 2's instance stops) N times per mode and prints medians
@@ -48,6 +50,14 @@ with min/max:
   --baseline           also run the scenario without node-fencer, once left
                        alone and once with the operator's remedy (force-delete
                        the pods), watched for --baseline-wait seconds (default 420)
+  --hung               instead of the stopped instance, a hung node: node 2's
+                       heartbeats stop and its instance keeps running. N runs
+                       through the binary (whatever --mode says) with
+                       ACTIVE_FENCING=on and POWER_OFF_AFTER_SECONDS=60, sent the
+                       firing KubeNodeNotReady alert through the Function URL every
+                       5 s from NotReady on, as a monitoring repeats it (the early
+                       ones are refused: not_ready_too_short); then one run with
+                       active fencing off, watched for --baseline-wait seconds
   --storm NODES:STOPPED  storm size (default 50:20): STOPPED instances of NODES
                        stop at once, fenced as one batch in-process and as
                        concurrent EventBridge events through the binary
@@ -80,6 +90,7 @@ struct Args {
     fencing: ModeSetting,
     svg: Option<PathBuf>,
     event_at_stop: bool,
+    hung: bool,
 }
 
 impl Args {
@@ -120,6 +131,7 @@ fn parse_args() -> anyhow::Result<Option<Args>> {
         fencing: ModeSetting::Taint,
         svg: None,
         event_at_stop: false,
+        hung: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -167,8 +179,13 @@ fn parse_args() -> anyhow::Result<Option<Args>> {
             }
             "--svg" => args.svg = Some(PathBuf::from(value("--svg")?)),
             "--event-at-stop" => args.event_at_stop = true,
+            "--hung" => args.hung = true,
             other => bail!("unknown argument {other:?} (see --help)"),
         }
+    }
+    if args.hung {
+        // The hung case replaces the stopped instance's seed runs.
+        (args.lambda, args.in_process) = (false, false);
     }
     Ok(Some(args))
 }
@@ -411,7 +428,7 @@ struct Tables<'a> {
 /// clock, and the event's time since the stop.
 struct Start<'a> {
     seed: &'a Seed,
-    stopped_wall: std::time::SystemTime,
+    stopped_wall: SystemTime,
     event: Duration,
 }
 
@@ -452,7 +469,7 @@ async fn fence_once(
             // Inside the binary nothing is timed: the Node's `fenced-at`
             // (written with the taint) and the Events' times (recorded right
             // after the volumes were freed) tell, on the same machine's clock.
-            let since_stop = |t: std::time::SystemTime| t.duration_since(stopped_wall).ok();
+            let since_stop = |t: SystemTime| t.duration_since(stopped_wall).ok();
             if let (true, Some(t)) = (
                 b.taints(),
                 fenced_at(&admin, &node2).await?.and_then(since_stop),
@@ -528,15 +545,9 @@ async fn seed_run(b: &Bench<'_>, mode: &Mode<'_>, t: Tables<'_>) -> anyhow::Resu
     let admin = stack.admin().await?;
     let seed = seed_with(stack, b.driver).await?;
     let node2 = seed.node2().name.clone();
-    // The pod garbage collector runs every 20 s and a run takes about as
-    // long: a random pause keeps the runs from meeting it at one phase.
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    tokio::time::sleep(Duration::from_millis(u64::from(nanos % 20_000))).await;
+    gc_phase_pause().await;
     let stopped = Instant::now();
-    let stopped_wall = std::time::SystemTime::now();
+    let stopped_wall = SystemTime::now();
     kill_node2(stack, &seed, false).await?;
     let watch = async {
         let bound = Duration::from_secs(b.grace + 60);
@@ -574,21 +585,7 @@ async fn seed_run(b: &Bench<'_>, mode: &Mode<'_>, t: Tables<'_>) -> anyhow::Resu
         Mode::InProcess(_) => "in-process",
     };
     // The controllers take it from here.
-    let mut pods_gone = None;
-    let mut back = [None, None];
-    let deadline = Instant::now() + Duration::from_secs(180);
-    while back.iter().any(Option::is_none) || pods_gone.is_none() {
-        if Instant::now() > deadline {
-            bail!("not recovered 180 s after the event");
-        }
-        if pods_gone.is_none() && pods_left_on_node2(&admin, &seed).await? == 0 {
-            pods_gone = Some(stopped.elapsed());
-        }
-        note_recoveries(stack, &seed, stopped, &mut back).await?;
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    let [db, app] = back.map(Option::unwrap_or_default);
-    let pods_gone = pods_gone.unwrap_or_default();
+    let (pods_gone, [db, app]) = watch_recovery(stack, &seed, stopped).await?;
     let lane = match mode {
         Mode::Lambda(_) => LAMBDA_LANE,
         Mode::InProcess(_) => IN_PROCESS_LANE,
@@ -631,6 +628,45 @@ async fn seed_run(b: &Bench<'_>, mode: &Mode<'_>, t: Tables<'_>) -> anyhow::Resu
     ));
     teardown(&admin, Some(&seed.namespace), &seed.node_names()).await;
     Ok(())
+}
+
+/// A random pause before a run: the pod garbage collector runs every 20 s
+/// and a run takes about as long, so that the runs do not all meet it at
+/// one phase.
+async fn gc_phase_pause() {
+    let nanos = SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    tokio::time::sleep(Duration::from_millis(u64::from(nanos % 20_000))).await;
+}
+
+/// Once node 2 is fenced, waits (up to 180 s) until its pods are gone and
+/// both workloads run elsewhere with their volumes; returns those times,
+/// counted from `from`.
+async fn watch_recovery(
+    stack: &Stack,
+    seed: &Seed,
+    from: Instant,
+) -> anyhow::Result<(Duration, [Duration; 2])> {
+    let admin = stack.admin().await?;
+    let mut pods_gone = None;
+    let mut back = [None, None];
+    let deadline = Instant::now() + Duration::from_secs(180);
+    while back.iter().any(Option::is_none) || pods_gone.is_none() {
+        if Instant::now() > deadline {
+            bail!("not recovered 180 s after node 2 was fenced");
+        }
+        if pods_gone.is_none() && pods_left_on_node2(&admin, seed).await? == 0 {
+            pods_gone = Some(from.elapsed());
+        }
+        note_recoveries(stack, seed, from, &mut back).await?;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    Ok((
+        pods_gone.unwrap_or_default(),
+        back.map(Option::unwrap_or_default),
+    ))
 }
 
 /// Records in `back` when db and app (in that order) first ran away from
@@ -718,61 +754,343 @@ async fn baseline(
         milestones.add(lane, Phase::Event, stopped.elapsed());
         milestones.add(lane, Phase::PodsDeleted, stopped.elapsed());
     }
-    let mut back = [None, None];
-    let mut next_report = Duration::from_secs(30);
-    while stopped.elapsed() < wait && back.iter().any(Option::is_none) {
-        for name in note_recoveries(stack, &seed, stopped, &mut back).await? {
-            clock.say(&format!(
-                "  {tag}: {name} recovered after {:.0}s",
-                secs(stopped.elapsed())
-            ));
-        }
-        let [db, app] = back;
-        if stopped.elapsed() >= next_report {
-            let st = stuck(stack, &seed).await?;
-            clock.say(&format!(
-                "  {tag}: {:.0}s after the stop: db {}, app {}, {} Multi-Attach event(s)",
-                secs(stopped.elapsed()),
-                if db.is_some() {
-                    "recovered"
-                } else if st.db_terminating {
-                    "Terminating on node 2"
-                } else {
-                    "not running with its volume"
-                },
-                if app.is_some() {
-                    "recovered"
-                } else if st.app_replacement_without_volume {
-                    "replacement without its volume"
-                } else {
-                    "not running with its volume"
-                },
-                st.multi_attach.len()
-            ));
-            next_report += Duration::from_secs(30);
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
-    let line = |what: &str, t: Option<Duration>| match t {
-        Some(t) => format!(
-            "{tag}: {what} Running elsewhere with its volume {:.0} s after the stop",
-            secs(t)
-        ),
-        None => format!(
-            "{tag}: {what} not recovered after {:.0} s",
-            secs(stopped.elapsed())
-        ),
+    let watch = Watch {
+        tag,
+        since: "the stop",
+        from: stopped,
+        wait,
     };
-    let out = vec![
-        line("db (StatefulSet)", back[0]),
-        line("app (Deployment)", back[1]),
-    ];
+    let back = watch_stuck(stack, &seed, &watch, clock).await?;
+    let out = watch.lines(back);
     match back {
         [Some(db), Some(app)] => milestones.add(lane, Phase::Running, db.max(app)),
         _ => milestones.unrecovered(lane, stopped.elapsed()),
     }
     teardown(&admin, Some(&seed.namespace), &seed.node_names()).await;
     Ok((out, milestones))
+}
+
+/// A case watched without fencing: its name in the lines, what its times
+/// count from, and for how long.
+struct Watch<'a> {
+    tag: &'a str,
+    /// What `from` was, for the lines ("the stop").
+    since: &'a str,
+    from: Instant,
+    wait: Duration,
+}
+
+impl Watch<'_> {
+    /// One line per workload: when it recovered, or that it did not.
+    fn lines(&self, back: [Option<Duration>; 2]) -> Vec<String> {
+        let (tag, since) = (self.tag, self.since);
+        let line = |what: &str, t: Option<Duration>| match t {
+            Some(t) => format!(
+                "{tag}: {what} Running elsewhere with its volume {:.0} s after {since}",
+                secs(t)
+            ),
+            None => format!(
+                "{tag}: {what} not recovered after {:.0} s",
+                secs(self.from.elapsed())
+            ),
+        };
+        vec![
+            line("db (StatefulSet)", back[0]),
+            line("app (Deployment)", back[1]),
+        ]
+    }
+}
+
+/// Watches the seed until both workloads ran elsewhere with their volumes
+/// or `wait` is over, saying every 30 s where they are; returns when each
+/// recovered, counted from `from`.
+async fn watch_stuck(
+    stack: &Stack,
+    seed: &Seed,
+    w: &Watch<'_>,
+    clock: &Clock,
+) -> anyhow::Result<[Option<Duration>; 2]> {
+    let (tag, from) = (w.tag, w.from);
+    let mut back = [None, None];
+    let mut next_report = Duration::from_secs(30);
+    while from.elapsed() < w.wait && back.iter().any(Option::is_none) {
+        for name in note_recoveries(stack, seed, from, &mut back).await? {
+            clock.say(&format!(
+                "  {tag}: {name} recovered after {:.0}s",
+                secs(from.elapsed())
+            ));
+        }
+        if from.elapsed() >= next_report {
+            let st = stuck(stack, seed).await?;
+            clock.say(&format!(
+                "  {tag}: {:.0}s after {}: {}",
+                secs(from.elapsed()),
+                w.since,
+                stuck_words(&st, back)
+            ));
+            next_report += Duration::from_secs(30);
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    Ok(back)
+}
+
+/// Where db and app are, in words: recovered, or how they are stuck.
+fn stuck_words(st: &Stuck, [db, app]: [Option<Duration>; 2]) -> String {
+    format!(
+        "db {}, app {}, {} Multi-Attach event(s)",
+        if db.is_some() {
+            "recovered"
+        } else if st.db_terminating {
+            "Terminating on node 2"
+        } else {
+            "not running with its volume"
+        },
+        if app.is_some() {
+            "recovered"
+        } else if st.app_replacement_without_volume {
+            "replacement without its volume"
+        } else {
+            "not running with its volume"
+        },
+        st.multi_attach.len()
+    )
+}
+
+/// How often the hung case sends the `KubeNodeNotReady` alert from NotReady
+/// on, as a monitoring repeats a firing alert.
+const ALERT_EVERY: Duration = Duration::from_secs(5);
+/// How often the hung case with active fencing off sends it.
+const ALERT_EVERY_OFF: Duration = Duration::from_secs(30);
+/// `POWER_OFF_AFTER_SECONDS` of the hung case: the shortest allowed.
+const POWER_OFF_AFTER: &str = "60";
+
+/// Posts a firing `KubeNodeNotReady` alert for `node` to the Function URL
+/// (off the runtime's thread); returns the report's entry for the node.
+async fn alert(emu: &'static Emulator, node: &str) -> anyhow::Result<Value> {
+    let body = kube_node_not_ready(&[node]).to_string();
+    let authorization = format!("Bearer {WEBHOOK_TOKEN}");
+    let (status, text) =
+        tokio::task::spawn_blocking(move || emu.post_function_url(&body, Some(&authorization)))
+            .await??;
+    if status != 200 {
+        bail!("the alert was answered {status}: {text}");
+    }
+    let report: Value = serde_json::from_str(&text)?;
+    report["results"]
+        .as_array()
+        .and_then(|r| r.iter().find(|r| r["node"] == node))
+        .cloned()
+        .with_context(|| format!("no result for {node}: {report}"))
+}
+
+/// Sends the alert every [`ALERT_EVERY`] until it is answered `fenced`
+/// (at most until `bound` after `hung`); returns when, since `hung`, the
+/// accepted one was sent, and how many were refused as too early before it.
+async fn alert_until_fenced(
+    emu: &'static Emulator,
+    node: &str,
+    hung: Instant,
+    bound: Duration,
+) -> anyhow::Result<(Duration, usize)> {
+    let mut refused = 0;
+    loop {
+        let sent = hung.elapsed();
+        let r = alert(emu, node).await?;
+        let refusal = &r["power_off"]["refusal"]["reason"];
+        match r["outcome"].as_str() {
+            Some("fenced") if r["power_off"]["outcome"] == "stopped" => return Ok((sent, refused)),
+            Some("skipped") if refusal == "not_ready_too_short" => refused += 1,
+            _ => bail!(
+                "the alert was answered neither `fenced` after a power-off nor too early: {r}"
+            ),
+        }
+        if hung.elapsed() > bound {
+            bail!("no alert accepted {} s after the hang", bound.as_secs());
+        }
+        tokio::time::sleep((sent + ALERT_EVERY).saturating_sub(hung.elapsed())).await;
+    }
+}
+
+/// When, since `from`, moto first reports `instance` stopped (asked every
+/// 100 ms until `bound` after `from`).
+async fn seen_stopped(
+    stack: &Stack,
+    instance: &str,
+    from: Instant,
+    bound: Duration,
+) -> anyhow::Result<Duration> {
+    let ec2 = stack.ec2().await;
+    while from.elapsed() < bound {
+        if instance_state(&ec2, instance).await? == "stopped" {
+            return Ok(from.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    bail!(
+        "the instance was not stopped {} s after the hang",
+        bound.as_secs()
+    )
+}
+
+/// Stops node 2's heartbeats and keeps its instance running (a hung node),
+/// then waits until it is NotReady; returns the time from the hang to
+/// NotReady, and the hang on both clocks.
+async fn hang_node2(b: &Bench<'_>, seed: &Seed) -> anyhow::Result<(Duration, Instant, SystemTime)> {
+    let (hung, hung_wall) = (Instant::now(), SystemTime::now());
+    let bound = Duration::from_secs(b.grace + 60);
+    let not_ready = kill_node2_until_not_ready(b.stack, seed, true, bound).await?;
+    Ok((not_ready, hung, hung_wall))
+}
+
+/// One hung-node run with active fencing, through the binary: the alert
+/// every [`ALERT_EVERY`] from NotReady on until one is accepted. Adds its
+/// figures to `table`; returns how many alerts were refused as too early.
+async fn hung_run(
+    b: &Bench<'_>,
+    emu: &'static Emulator,
+    table: &mut Table,
+) -> anyhow::Result<usize> {
+    let admin = b.stack.admin().await?;
+    let seed = seed_with(b.stack, b.driver).await?;
+    let node2 = seed.node2().name.clone();
+    gc_phase_pause().await;
+    let (not_ready, hung, hung_wall) = hang_node2(b, &seed).await?;
+    let bound = not_ready + Duration::from_secs(180);
+    let instance = &seed.node2().machine.instance;
+    let ((accepted, refused), stopped) = tokio::try_join!(
+        alert_until_fenced(emu, &node2, hung, bound),
+        seen_stopped(b.stack, instance, hung, bound),
+    )?;
+    let answered = hung.elapsed();
+    // The binary is not timed inside: the PoweredOff Event and the Node's
+    // `fenced-at` tell, on the same machine's clock.
+    let since_hang = |t: SystemTime| t.duration_since(hung_wall).ok();
+    let powered_off = (event_time(&admin, &node2, "PoweredOff").await?)
+        .and_then(since_hang)
+        .context("no PoweredOff Event on node 2")?;
+    let fenced = (fenced_at(&admin, &node2).await?)
+        .and_then(since_hang)
+        .context("node 2 not marked fenced")?;
+    let (_, [db, app]) = watch_recovery(b.stack, &seed, hung).await?;
+    let between = |from: Duration, to: Duration| secs(to.saturating_sub(from));
+    let grace = format!("hang → Node NotReady (grace period {} s)", b.grace);
+    table.add(&grace, secs(not_ready));
+    table.add("NotReady → alert accepted", between(not_ready, accepted));
+    table.add(
+        "NotReady → power-off sent (`PoweredOff` Event)",
+        between(not_ready, powered_off),
+    );
+    table.add(
+        "alert accepted → instance `stopped` in moto",
+        between(accepted, stopped),
+    );
+    table.add(
+        "alert accepted → node fenced (taint applied)",
+        between(accepted, fenced),
+    );
+    table.add(
+        "alert accepted → report received (volumes detached)",
+        between(accepted, answered),
+    );
+    table.add(
+        "hang → db (StatefulSet) Running elsewhere, volume attached",
+        secs(db),
+    );
+    table.add(
+        "hang → app (Deployment) Running elsewhere, volume attached",
+        secs(app),
+    );
+    table.add(
+        "**hang → both replacements Running with their volumes**",
+        secs(db.max(app)),
+    );
+    b.clock.say(&format!(
+        "  hung: NotReady {:.1}s, {refused} alert(s) refused as too early, power-off {:.1}s after NotReady, \
+         fenced {:.2}s after the accepted alert, db {:.1}s, app {:.1}s after the hang",
+        secs(not_ready),
+        between(not_ready, powered_off),
+        between(accepted, fenced),
+        secs(db),
+        secs(app)
+    ));
+    teardown(&admin, Some(&seed.namespace), &seed.node_names()).await;
+    Ok(refused)
+}
+
+/// The hung node with active fencing off: the alert every
+/// [`ALERT_EVERY_OFF`] from NotReady on, watched for `wait` since the hang.
+/// Returns lines.
+async fn hung_left_running(
+    b: &Bench<'_>,
+    emu: &'static Emulator,
+    wait: Duration,
+) -> anyhow::Result<Vec<String>> {
+    let admin = b.stack.admin().await?;
+    let seed = seed_with(b.stack, b.driver).await?;
+    let node2 = seed.node2().name.clone();
+    let (not_ready, hung, _) = hang_node2(b, &seed).await?;
+    let watch = Watch {
+        tag: "hung, active fencing off",
+        since: "the hang",
+        from: hung,
+        wait,
+    };
+    let alerts = async {
+        let mut answers: BTreeMap<String, usize> = BTreeMap::new();
+        while hung.elapsed() < wait {
+            let r = alert(emu, &node2).await?;
+            let answer = format!("{} ({})", r["outcome"], r["skip"]["reason"]);
+            *answers.entry(answer.replace('"', "`")).or_default() += 1;
+            tokio::time::sleep(ALERT_EVERY_OFF.min(wait.saturating_sub(hung.elapsed()))).await;
+        }
+        anyhow::Ok(answers)
+    };
+    let (back, answers) = tokio::try_join!(watch_stuck(b.stack, &seed, &watch, b.clock), alerts)?;
+    let st = stuck(b.stack, &seed).await?;
+    let state = instance_state(&b.stack.ec2().await, &seed.node2().machine.instance).await?;
+    let answers: Vec<String> = answers
+        .iter()
+        .map(|(answer, n)| format!("{n} answered {answer}"))
+        .collect();
+    let mut lines = vec![format!(
+        "{}: NotReady {:.1} s after the hang; alerts: {}",
+        watch.tag,
+        secs(not_ready),
+        answers.join(", ")
+    )];
+    lines.extend(watch.lines(back));
+    lines.push(format!(
+        "{}: at the end: {}; node 2's instance `{state}`",
+        watch.tag,
+        stuck_words(&st, back)
+    ));
+    for l in &lines {
+        b.clock.say(&format!("  {l}"));
+    }
+    teardown(&admin, Some(&seed.namespace), &seed.node_names()).await;
+    Ok(lines)
+}
+
+/// Starts node-fencer under `cargo lambda watch` with `env` over the
+/// defaults, and invokes it once (the emulator builds the function then).
+async fn start_function(
+    stack: &Stack,
+    clock: &Clock,
+    what: &str,
+    env: &[(&str, &str)],
+) -> anyhow::Result<&'static Emulator> {
+    clock.say(&format!(
+        "starting node-fencer under cargo lambda watch{what}"
+    ));
+    let emu: &'static Emulator = Box::leak(Box::new(start_emulator(stack, env)?));
+    let cold = Instant::now();
+    let (_, _) = invoke(emu, eventbridge_event("i-0ffffffffffffffff", "stopped")).await?;
+    clock.say(&format!(
+        "  first invocation (the emulator builds and starts the function): {}",
+        fmt_secs(secs(cold.elapsed()))
+    ));
+    Ok(emu)
 }
 
 /// The storm: `stopped` of `nodes` instances stop at once. Returns lines.
@@ -895,20 +1213,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let grace = grace_seconds(stack)?;
     // Room for the grace period and the node controller's 5-second checks.
     let not_ready_wait = (grace + 30).min(300).to_string();
+    let env = [
+        ("FENCING_MODE", args.fencing.name()),
+        ("NOT_READY_WAIT_SECONDS", not_ready_wait.as_str()),
+    ];
     let emu: Option<&'static Emulator> = if args.lambda || args.storm.is_some() {
-        clock.say("starting node-fencer under cargo lambda watch");
-        let env: &[(&str, &str)] = &[
-            ("FENCING_MODE", args.fencing.name()),
-            ("NOT_READY_WAIT_SECONDS", &not_ready_wait),
-        ];
-        let emu: &'static Emulator = Box::leak(Box::new(start_emulator(stack, env)?));
-        let cold = Instant::now();
-        let (_, _) = invoke(emu, eventbridge_event("i-0ffffffffffffffff", "stopped")).await?;
-        clock.say(&format!(
-            "  first invocation (the emulator builds and starts the function): {}",
-            fmt_secs(secs(cold.elapsed()))
-        ));
-        Some(emu)
+        Some(start_function(stack, &clock, "", &env).await?)
     } else {
         None
     };
@@ -957,6 +1267,37 @@ async fn run(args: Args) -> anyhow::Result<()> {
         }
     }
 
+    let mut hung = Table::new(
+        "Hung node, instance still running: active fencing through the binary (cargo lambda watch)",
+    );
+    let mut refused = Vec::new();
+    let mut hung_off = Vec::new();
+    if args.hung {
+        let on = [
+            env[0],
+            env[1],
+            ("ACTIVE_FENCING", "on"),
+            ("POWER_OFF_AFTER_SECONDS", POWER_OFF_AFTER),
+        ];
+        let what = format!(", ACTIVE_FENCING=on, POWER_OFF_AFTER_SECONDS={POWER_OFF_AFTER}");
+        let emu = start_function(stack, &clock, &what, &on).await?;
+        for i in 0..args.runs {
+            clock.say(&format!(
+                "hung run {}/{} through the binary",
+                i + 1,
+                args.runs
+            ));
+            refused.push(hung_run(&bench, emu, &mut hung).await?);
+        }
+        let off = [env[0], env[1], ("ACTIVE_FENCING", "off")];
+        let emu = start_function(stack, &clock, ", ACTIVE_FENCING=off", &off).await?;
+        clock.say(&format!(
+            "hung run with active fencing off, watched for {} s",
+            args.baseline_wait.as_secs()
+        ));
+        hung_off = hung_left_running(&bench, emu, args.baseline_wait).await?;
+    }
+
     let mut baseline_lines = Vec::new();
     if args.baseline {
         clock.say(&format!(
@@ -982,9 +1323,22 @@ async fn run(args: Args) -> anyhow::Result<()> {
     }
 
     println!("\n## Results\n");
-    for t in [&fencer, &whole_lambda, &whole_inproc] {
+    for t in [&fencer, &whole_lambda, &whole_inproc, &hung] {
         if !t.rows.is_empty() {
             t.print();
+        }
+    }
+    if !refused.is_empty() {
+        let refused: Vec<String> = refused.iter().map(ToString::to_string).collect();
+        println!(
+            "\nAlerts refused as too early (`not_ready_too_short`) before the accepted one, per run: {}",
+            refused.join(", ")
+        );
+    }
+    if !hung_off.is_empty() {
+        println!("\n### Hung node, active fencing off\n");
+        for l in &hung_off {
+            println!("- {l}");
         }
     }
     if !baseline_lines.is_empty() {

@@ -17,7 +17,9 @@ use kube::Api;
 use kube::api::PostParams;
 use node_fencer_tests::attacher::Driver;
 use node_fencer_tests::cluster::{cluster_serial, cluster_stack, restore_rbac, wait_for_rbac};
-use node_fencer_tests::fixtures::{assert_node_events, node_events, room_taken, unique, volume};
+use node_fencer_tests::fixtures::{
+    assert_node_events, instance_state, node_events, room_taken, unique, volume,
+};
 use node_fencer_tests::lambda::{Emulator, WEBHOOK_TOKEN, start_emulator};
 use node_fencer_tests::scene::*;
 use serde_json::{Value, json};
@@ -389,19 +391,7 @@ async fn active_fencing_powers_off_a_hung_node_and_its_workloads_move() -> anyho
     let not_ready = Instant::now();
     let instance = seed.node2().machine.instance.clone();
     let ec2 = s.ec2().await;
-    let state = || async {
-        let out = ec2
-            .describe_instances()
-            .instance_ids(&instance)
-            .send()
-            .await?;
-        let state = out
-            .reservations()
-            .iter()
-            .flat_map(|r| r.instances())
-            .find_map(|i| i.state()?.name().map(|n| n.as_str().to_owned()));
-        anyhow::Ok(state.unwrap_or_default())
-    };
+    let state = || instance_state(&ec2, &instance);
 
     // Too early: an operator's request is refused, the machine runs on.
     let early = json!({"action": "fence", "node": node2, "powerOff": true});
