@@ -229,6 +229,17 @@ impl Config {
                     .to_owned(),
             );
         }
+        if self
+            .policy
+            .active_fencing
+            .is_some_and(|a| a.partition_percent == 100)
+        {
+            out.push(
+                "PARTITION_PERCENT=100: the partition guard never refuses by share, only when a \
+                 whole zone is NotReady; a control plane cut off from most nodes may power them off"
+                    .to_owned(),
+            );
+        }
         if self.policy.fence_hibernated {
             out.push(
                 "FENCE_HIBERNATED=true: an instance stopped by hibernation is fenced, and \
@@ -863,6 +874,20 @@ mod tests {
         .warnings();
         assert_eq!(warned.len(), 2);
         assert!(warned[0].starts_with("RECOVERY_SETTLE_SECONDS=0"));
+        let open = cfg(&[("ACTIVE_FENCING", "on"), ("PARTITION_PERCENT", "100")]).unwrap();
+        assert!(
+            open.warnings()
+                .iter()
+                .any(|w| w.starts_with("PARTITION_PERCENT=100")),
+            "{:?}",
+            open.warnings()
+        );
+        assert!(
+            cfg(&[("ACTIVE_FENCING", "on")])
+                .unwrap()
+                .warnings()
+                .is_empty()
+        );
         assert!(warned[1].starts_with("FENCE_HIBERNATED=true"));
     }
 
