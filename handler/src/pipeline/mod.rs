@@ -1,6 +1,7 @@
 //! The fencing pipeline: [`screen`] (another cluster's instance goes no
-//! further) → kill switch → resolve → [`confirm`] → decide →
-//! [`discover`] → [`admit`] (second confirmation, Lease, recount) →
+//! further) → kill switch → resolve → [`confirm`] → decide → [`power`]
+//! (active fencing: a hung node's machine powered off, then decided
+//! again) → [`discover`] → [`admit`] (second confirmation, Lease, recount) →
 //! [`taint`] → [`detach`] (a third confirmation, then [`legacy`] in that
 //! mode, then the detaches) → [`verify`] →
 //! report, then the recovery check ([`recover`]). Each stage is a file that
