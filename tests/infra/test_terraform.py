@@ -454,22 +454,24 @@ def code_variables() -> dict[str, str]:
     return pairs
 
 
-def test_readme_configuration_table_lists_every_variable_once():
-    """The README's configuration table is the one copy for people: it
-    names every variable the code reads, each once, and no other."""
-    readme = (L.REPO / "README.md").read_text(encoding="utf-8")
-    section = readme.split("## Configuration", 1)
-    assert len(section) == 2, "README.md has no '## Configuration' section"
+@pytest.mark.parametrize("page", ["README.md", "docs/configuration.md"])
+def test_configuration_tables_list_every_variable_once(page: str):
+    """The README's short configuration table and docs/configuration.md's
+    detailed one each name every variable the code reads, each once, and
+    no other."""
+    text = (L.REPO / page).read_text(encoding="utf-8")
+    section = text.split("# Configuration", 1)
+    assert len(section) == 2, f"{page} has no configuration section"
     table = section[1].split("\n## ", 1)[0]
     first_cells = re.findall(r"^\| (`[A-Z][^|]*?) \|", table, flags=re.M)
     rows = [name for cell in first_cells for name in re.findall(r"`([A-Z][A-Z0-9_]*)`", cell)]
     # The AWS SDK reads its own variables (AWS_REGION, ...): documented there, not ours.
     rows = [r for r in rows if not r.startswith("AWS_")]
     dupes = sorted({r for r in rows if rows.count(r) > 1})
-    assert not dupes, f"README.md's configuration table lists {dupes} twice"
+    assert not dupes, f"{page}'s configuration table lists {dupes} twice"
     code = set(code_variables())
     assert set(rows) == code, (
-        f"README.md's configuration table and {L.rel(L.MANIFEST)} disagree: "
+        f"{page}'s configuration table and {L.rel(L.MANIFEST)} disagree: "
         f"missing {sorted(code - set(rows))}, unknown {sorted(set(rows) - code)}"
     )
 
