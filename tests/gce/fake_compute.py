@@ -881,18 +881,17 @@ class FakeCompute:
         return out
 
     def disks_get(self, p: dict[str, str], q: dict[str, str]) -> dict[str, Any]:
-        project, zone, name = p["project"], p["zone"], p["disk"]
-        self._check_zone(project, zone)
-        disk = self._disks.get((project, "zones", zone, name))
-        if disk is None:
-            raise not_found(f"projects/{project}/zones/{zone}/disks/{name}")
-        return _without_empty_users(disk)
+        self._check_zone(p["project"], p["zone"])
+        return self._disk(p["project"], "zones", p["zone"], p["disk"])
 
     def region_disks_get(self, p: dict[str, str], q: dict[str, str]) -> dict[str, Any]:
-        project, region, name = p["project"], p["region"], p["disk"]
-        disk = self._disks.get((project, "regions", region, name))
+        return self._disk(p["project"], "regions", p["region"], p["disk"])
+
+    def _disk(self, project: str, kind: str, location: str, name: str) -> dict[str, Any]:
+        """A zonal (`kind` "zones") or regional ("regions") disk, as served."""
+        disk = self._disks.get((project, kind, location, name))
         if disk is None:
-            raise not_found(f"projects/{project}/regions/{region}/disks/{name}")
+            raise not_found(f"projects/{project}/{kind}/{location}/disks/{name}")
         return _without_empty_users(disk)
 
     def instances_detach_disk(self, p: dict[str, str], q: dict[str, str]) -> dict[str, Any]:
