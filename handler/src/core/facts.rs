@@ -81,6 +81,15 @@ pub struct PowerFacts {
     pub powered_off: Option<PowerMark>,
 }
 
+impl PowerFacts {
+    /// True when the kubelet reports another boot than `recorded`: the
+    /// machine booted and its kubelet reported since. An unknown boot id,
+    /// then or now, proves nothing.
+    pub fn booted_since(&self, recorded: Option<&str>) -> bool {
+        matches!((recorded, self.boot_id.as_deref()), (Some(then), Some(now)) if then != now)
+    }
+}
+
 /// node-fencer's record on a Node whose machine it powered off.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct PowerMark {

@@ -240,11 +240,7 @@ pub fn not_ready_for(node: &NodeFacts, now: i64) -> Option<u64> {
 /// an unchanged (or unknown) one proves no recovery.
 pub fn powered_off_before(node: &NodeFacts) -> Option<&str> {
     let mark = node.power.powered_off.as_ref()?;
-    let booted_since = matches!(
-        (&mark.boot_id, &node.power.boot_id),
-        (Some(then), Some(now)) if then != now
-    );
-    (!booted_since).then_some(mark.at.as_str())
+    (!node.power.booted_since(mark.boot_id.as_deref())).then_some(mark.at.as_str())
 }
 
 /// The Nodes that are dark: not Ready and not fenced yet.
@@ -392,6 +388,39 @@ pub struct PowerReport {
 }
 
 impl PowerReport {
+    /// What became of a power-off that no guard refused.
+    pub fn new(
+        outcome: PowerOutcome,
+        reason: impl Into<String>,
+        not_ready_for: Option<u64>,
+        status_checks: Option<StatusChecks>,
+    ) -> Self {
+        Self {
+            outcome,
+            reason: reason.into(),
+            refusal: None,
+            not_ready_for,
+            status_checks,
+        }
+    }
+
+    /// A power-off refused, and why.
+    pub fn refused(
+        refusal: Refusal,
+        not_ready_for: Option<u64>,
+        status_checks: Option<StatusChecks>,
+    ) -> Self {
+        Self {
+            refusal: Some(refusal.clone()),
+            ..Self::new(
+                PowerOutcome::Refused,
+                refusal.to_string(),
+                not_ready_for,
+                status_checks,
+            )
+        }
+    }
+
     /// True when a retry could still have something to do: a stop that
     /// failed or has not completed, or EC2 not answering.
     pub fn leaves_work(&self) -> bool {

@@ -293,11 +293,7 @@ pub fn decide(case: &RecoveryCase<'_>) -> RecoveryVerdict {
 /// decision requires first), or its kubelet reports another boot than then.
 pub fn power_cycled(mark: &FenceMark, node: &NodeFacts) -> bool {
     let seen_off = mark.state.as_ref().is_some_and(InstanceState::is_off);
-    let rebooted = matches!(
-        (&mark.boot_id, &node.power.boot_id),
-        (Some(then), Some(now)) if then != now
-    );
-    seen_off || rebooted
+    seen_off || node.power.booted_since(mark.boot_id.as_deref())
 }
 
 fn running(c: &Confirmation) -> Result<(), Hold> {

@@ -78,7 +78,7 @@ pub(super) async fn step(
         let reports = picked
             .into_iter()
             .filter(|k| targets[*k].origins.contains(&Origin::Direct))
-            .map(|k| (k, refused(Refusal::Disabled, None, None)))
+            .map(|k| (k, PowerReport::refused(Refusal::Disabled, None, None)))
             .collect();
         return Ok(Powered {
             reports,
@@ -126,20 +126,19 @@ pub(super) async fn step(
                         .await;
                 }
                 let dark_for = node.and_then(|n| power::not_ready_for(n, now()));
-                reports.insert(*k, refused(refusal, dark_for, checks));
+                reports.insert(*k, PowerReport::refused(refusal, dark_for, checks));
             }
             PowerVerdict::PowerOff { not_ready_for } if dry_run => {
                 reports.insert(
                     *k,
-                    PowerReport {
-                        outcome: PowerOutcome::Planned,
-                        reason: format!(
+                    PowerReport::new(
+                        PowerOutcome::Planned,
+                        format!(
                             "would power off: NotReady for {not_ready_for} s and EC2 reports it running"
                         ),
-                        refusal: None,
-                        not_ready_for: Some(not_ready_for),
-                        status_checks: checks,
-                    },
+                        Some(not_ready_for),
+                        checks,
+                    ),
                 );
             }
             PowerVerdict::PowerOff { not_ready_for } => {
@@ -173,20 +172,6 @@ fn records(refusal: &Refusal) -> bool {
             | Refusal::CapReached { .. }
             | Refusal::PoweredOffBefore { .. }
     )
-}
-
-fn refused(
-    refusal: Refusal,
-    not_ready_for: Option<u64>,
-    status_checks: Option<StatusChecks>,
-) -> PowerReport {
-    PowerReport {
-        outcome: PowerOutcome::Refused,
-        reason: refusal.to_string(),
-        refusal: Some(refusal),
-        not_ready_for,
-        status_checks,
-    }
 }
 
 /// The verdict for each named Node, over `view` and what EC2 said.
@@ -275,23 +260,22 @@ async fn under_lease(
                 if let PowerVerdict::Refuse { refusal } = verdict {
                     info!(node = name, "not powering off after all: {refusal}");
                     let dark_for = node.and_then(|n| power::not_ready_for(n, now()));
-                    reports.insert(*k, refused(refusal, dark_for, checks.clone()));
+                    reports.insert(*k, PowerReport::refused(refusal, dark_for, checks.clone()));
                 }
                 continue;
+            };
+            let acted = |outcome, reason: String| {
+                PowerReport::new(outcome, reason, Some(*not_ready_for), checks.clone())
             };
             if Instant::now() >= deadline {
                 // Another invocation may count now: a retry decides again.
                 warn!(node = name, "the fencing Lease ran out: not powering off");
                 reports.insert(
                     *k,
-                    PowerReport {
-                        outcome: PowerOutcome::Failed,
-                        reason: "the fencing Lease ran out before the stop; a retry decides again"
-                            .into(),
-                        refusal: None,
-                        not_ready_for: Some(*not_ready_for),
-                        status_checks: checks.clone(),
-                    },
+                    acted(
+                        PowerOutcome::Failed,
+                        "the fencing Lease ran out before the stop; a retry decides again".into(),
+                    ),
                 );
                 continue;
             }
@@ -303,29 +287,14 @@ async fn under_lease(
                     ctx.record(name, NodeEvent::powered_off(&id, &why)).await;
                     reports.insert(
                         *k,
-                        PowerReport {
-                            outcome: PowerOutcome::StopPending,
-                            reason: format!("powered off; {why}"),
-                            refusal: None,
-                            not_ready_for: Some(*not_ready_for),
-                            status_checks: checks.clone(),
-                        },
+                        acted(PowerOutcome::StopPending, format!("powered off; {why}")),
                     );
                     sent.push((*k, id));
                 }
                 Err(e) => {
                     ctx.meter.error(Dependency::Ec2);
                     warn!(node = name, error = %e, "could not power off");
-                    reports.insert(
-                        *k,
-                        PowerReport {
-                            outcome: PowerOutcome::Failed,
-                            reason: e.to_string(),
-                            refusal: None,
-                            not_ready_for: Some(*not_ready_for),
-                            status_checks: checks.clone(),
-                        },
-                    );
+                    reports.insert(*k, acted(PowerOutcome::Failed, e.to_string()));
                 }
             }
         }
@@ -337,13 +306,12 @@ async fn under_lease(
 }
 
 fn planned_after_switch() -> PowerReport {
-    PowerReport {
-        outcome: PowerOutcome::Planned,
-        reason: "the kill switch turned on while waiting for the Lease: not powered off".into(),
-        refusal: None,
-        not_ready_for: None,
-        status_checks: None,
-    }
+    PowerReport::new(
+        PowerOutcome::Planned,
+        "the kill switch turned on while waiting for the Lease: not powered off",
+        None,
+        None,
+    )
 }
 
 /// Now, in Unix seconds.
