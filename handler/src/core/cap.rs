@@ -83,6 +83,7 @@ mod tests {
     fn out(n: u8, mark: Option<InstanceState>) -> NodeFacts {
         NodeFacts {
             attached: None,
+            machine: Default::default(),
             power: Default::default(),
             name: format!("node-{n}"),
             instance: Some(id(n)),

@@ -90,11 +90,11 @@ pub const VARIABLES: &[(&str, &str)] = &[
     ),
     (
         "CLUSTER_ENDPOINT",
-        "EKS API server URL (with CLUSTER_NAME and CLUSTER_CA_DATA)",
+        "EKS or GKE API server URL, https:// (with CLUSTER_NAME or GKE_CLUSTER, and CLUSTER_CA_DATA)",
     ),
     (
         "CLUSTER_CA_DATA",
-        "base64 PEM CA of the EKS API server (with CLUSTER_ENDPOINT)",
+        "base64 PEM CA of the API server (with CLUSTER_ENDPOINT)",
     ),
     (
         "KUBECONFIG_SSM_PARAMETER",
@@ -109,6 +109,22 @@ pub const VARIABLES: &[(&str, &str)] = &[
         "kubeconfig path when none of the above is set (local use)",
     ),
     (
+        "GKE_CLUSTER",
+        "projects/P/locations/L/clusters/C (with CLUSTER_ENDPOINT and CLUSTER_CA_DATA): authenticate to GKE with the service account's Google access token (Application Default Credentials: on Cloud Run, the metadata server)",
+    ),
+    (
+        "PUSH_AUDIENCE",
+        "the audience the OIDC tokens of Pub/Sub push and Eventarc requests must carry (`serve`; with PUSH_SERVICE_ACCOUNT); unset, /pubsub and /eventarc refuse every request",
+    ),
+    (
+        "PUSH_SERVICE_ACCOUNT",
+        "the service account e-mail those tokens must be issued for (`serve`; with PUSH_AUDIENCE)",
+    ),
+    (
+        "COMPUTE_ENDPOINT",
+        "Compute Engine API base URL (default https://compute.googleapis.com); a plain http:// one is a local stand-in and gets no credentials",
+    ),
+    (
         "WEBHOOK_TOKEN_SECRET_ID",
         "Secrets Manager secret holding the Alertmanager bearer token",
     ),
@@ -118,7 +134,7 @@ pub const VARIABLES: &[(&str, &str)] = &[
     ),
     (
         "WEBHOOK_TOKEN",
-        "the Alertmanager bearer token itself (local use only)",
+        "the Alertmanager bearer token itself (local use, or on Cloud Run from Secret Manager)",
     ),
     (
         "LOG_FORMAT",
@@ -146,6 +162,25 @@ pub enum ClusterAccess {
     KubeconfigParameter(String),
     /// A kubeconfig kept in a Secrets Manager secret.
     KubeconfigSecret(String),
+    /// GKE with a Google access token.
+    Gke {
+        /// `projects/P/locations/L/clusters/C`.
+        cluster: String,
+        /// The API server URL.
+        endpoint: String,
+        /// Its base64 PEM CA.
+        ca: String,
+    },
+}
+
+/// What `serve` accepts from Pub/Sub push and Eventarc: OIDC tokens for
+/// this audience, issued for this service account.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PushAuth {
+    /// The `aud` claim required.
+    pub audience: String,
+    /// The `email` claim required.
+    pub service_account: String,
 }
 
 /// Where the Alertmanager bearer token comes from.
@@ -189,6 +224,10 @@ pub struct Config {
     pub webhook_token: Option<TokenSource>,
     /// Log format, if set.
     pub log_format: Option<LogFormat>,
+    /// What `serve` accepts from Pub/Sub and Eventarc; `None` refuses all.
+    pub push_auth: Option<PushAuth>,
+    /// Another Compute Engine API base URL than Google's.
+    pub compute_endpoint: Option<String>,
 }
 
 /// A configuration error, naming the variable.
@@ -389,6 +428,8 @@ impl Config {
             cluster,
             webhook_token,
             log_format,
+            push_auth: push_auth(&get)?,
+            compute_endpoint: compute_endpoint(&get)?,
         })
     }
 }
@@ -532,11 +573,41 @@ fn cluster_access(get: &impl Fn(&str) -> Option<String>) -> Result<ClusterAccess
         ("CLUSTER_NAME", get("CLUSTER_NAME")),
         ("KUBECONFIG_SSM_PARAMETER", get("KUBECONFIG_SSM_PARAMETER")),
         ("KUBECONFIG_SECRET_ID", get("KUBECONFIG_SECRET_ID")),
+        ("GKE_CLUSTER", get("GKE_CLUSTER")),
     ];
     let endpoint = get("CLUSTER_ENDPOINT");
     let ca = get("CLUSTER_CA_DATA");
     let access = match exclusive(&sources)? {
         None => ClusterAccess::Ambient,
+        Some(("GKE_CLUSTER", cluster)) => {
+            if !is_gke_cluster(&cluster) {
+                return Err(ConfigError::Invalid {
+                    var: "GKE_CLUSTER",
+                    value: cluster,
+                    expected: "projects/PROJECT/locations/LOCATION/clusters/NAME",
+                });
+            }
+            let endpoint = endpoint.clone().ok_or(ConfigError::Requires {
+                var: "GKE_CLUSTER",
+                needs: "CLUSTER_ENDPOINT",
+            })?;
+            if !endpoint.starts_with("https://") {
+                return Err(ConfigError::Invalid {
+                    var: "CLUSTER_ENDPOINT",
+                    value: endpoint,
+                    expected: "an https:// URL",
+                });
+            }
+            let ca = ca.clone().ok_or(ConfigError::Requires {
+                var: "GKE_CLUSTER",
+                needs: "CLUSTER_CA_DATA",
+            })?;
+            ClusterAccess::Gke {
+                cluster,
+                endpoint,
+                ca,
+            }
+        }
         Some(("CLUSTER_NAME", name)) => {
             if !crate::core::names::is_dns_subdomain(&name.to_ascii_lowercase()) || name.len() > 100
             {
@@ -576,17 +647,77 @@ fn cluster_access(get: &impl Fn(&str) -> Option<String>) -> Result<ClusterAccess
         Some(("KUBECONFIG_SSM_PARAMETER", p)) => ClusterAccess::KubeconfigParameter(p),
         Some((_, s)) => ClusterAccess::KubeconfigSecret(s),
     };
-    if !matches!(access, ClusterAccess::Eks { .. }) && (endpoint.is_some() || ca.is_some()) {
+    if !matches!(
+        access,
+        ClusterAccess::Eks { .. } | ClusterAccess::Gke { .. }
+    ) && (endpoint.is_some() || ca.is_some())
+    {
         return Err(ConfigError::Requires {
             var: if endpoint.is_some() {
                 "CLUSTER_ENDPOINT"
             } else {
                 "CLUSTER_CA_DATA"
             },
-            needs: "CLUSTER_NAME",
+            needs: "CLUSTER_NAME or GKE_CLUSTER",
         });
     }
     Ok(access)
+}
+
+/// `projects/P/locations/L/clusters/C`, each part a plain name.
+fn is_gke_cluster(s: &str) -> bool {
+    let part = |p: &str| {
+        !p.is_empty()
+            && p.len() <= 100
+            && p.bytes().all(|b| {
+                b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b':' || b == b'.'
+            })
+    };
+    matches!(
+        s.split('/').collect::<Vec<_>>()[..],
+        ["projects", p, "locations", l, "clusters", c] if part(p) && part(l) && part(c)
+    )
+}
+
+/// What `serve` requires of push requests: both variables or neither.
+fn push_auth(get: &impl Fn(&str) -> Option<String>) -> Result<Option<PushAuth>, ConfigError> {
+    match (get("PUSH_AUDIENCE"), get("PUSH_SERVICE_ACCOUNT")) {
+        (None, None) => Ok(None),
+        (Some(_), None) => Err(ConfigError::Requires {
+            var: "PUSH_AUDIENCE",
+            needs: "PUSH_SERVICE_ACCOUNT",
+        }),
+        (None, Some(_)) => Err(ConfigError::Requires {
+            var: "PUSH_SERVICE_ACCOUNT",
+            needs: "PUSH_AUDIENCE",
+        }),
+        (Some(audience), Some(service_account)) => {
+            if !service_account.contains('@') || service_account.contains(char::is_whitespace) {
+                return Err(ConfigError::Invalid {
+                    var: "PUSH_SERVICE_ACCOUNT",
+                    value: service_account,
+                    expected: "a service account e-mail",
+                });
+            }
+            Ok(Some(PushAuth {
+                audience,
+                service_account,
+            }))
+        }
+    }
+}
+
+/// A Compute Engine base URL, http:// or https://.
+fn compute_endpoint(get: &impl Fn(&str) -> Option<String>) -> Result<Option<String>, ConfigError> {
+    match get("COMPUTE_ENDPOINT") {
+        None => Ok(None),
+        Some(url) if url.starts_with("https://") || url.starts_with("http://") => Ok(Some(url)),
+        Some(url) => Err(ConfigError::Invalid {
+            var: "COMPUTE_ENDPOINT",
+            value: url,
+            expected: "an http:// or https:// URL",
+        }),
+    }
 }
 
 fn exclusive(
@@ -653,6 +784,98 @@ mod tests {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         Config::from_lookup(|k| map.get(k).cloned())
+    }
+
+    #[test]
+    fn gke_access_needs_the_cluster_its_endpoint_and_ca() {
+        let cluster = "projects/proj-fencer/locations/us-central1/clusters/prod";
+        let c = cfg(&[
+            ("GKE_CLUSTER", cluster),
+            ("CLUSTER_ENDPOINT", "https://10.0.0.2"),
+            ("CLUSTER_CA_DATA", "Y2E="),
+        ])
+        .unwrap();
+        assert_eq!(
+            c.cluster,
+            ClusterAccess::Gke {
+                cluster: cluster.into(),
+                endpoint: "https://10.0.0.2".into(),
+                ca: "Y2E=".into()
+            }
+        );
+        assert!(matches!(
+            cfg(&[("GKE_CLUSTER", cluster), ("CLUSTER_CA_DATA", "Y2E=")]),
+            Err(ConfigError::Requires {
+                needs: "CLUSTER_ENDPOINT",
+                ..
+            })
+        ));
+        assert!(matches!(
+            cfg(&[
+                ("GKE_CLUSTER", cluster),
+                ("CLUSTER_ENDPOINT", "https://10.0.0.2")
+            ]),
+            Err(ConfigError::Requires {
+                needs: "CLUSTER_CA_DATA",
+                ..
+            })
+        ));
+        assert!(matches!(
+            cfg(&[("GKE_CLUSTER", "prod")]),
+            Err(ConfigError::Invalid {
+                var: "GKE_CLUSTER",
+                ..
+            })
+        ));
+        assert!(matches!(
+            cfg(&[("GKE_CLUSTER", cluster), ("CLUSTER_NAME", "prod")]),
+            Err(ConfigError::Exclusive(_))
+        ));
+        assert!(matches!(
+            cfg(&[
+                ("GKE_CLUSTER", cluster),
+                ("CLUSTER_ENDPOINT", "http://10.0.0.2"),
+                ("CLUSTER_CA_DATA", "Y2E=")
+            ]),
+            Err(ConfigError::Invalid {
+                var: "CLUSTER_ENDPOINT",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn push_auth_takes_both_or_neither_and_compute_a_url() {
+        assert_eq!(cfg(&[]).unwrap().push_auth, None);
+        let both = cfg(&[
+            ("PUSH_AUDIENCE", "https://node-fencer.example"),
+            (
+                "PUSH_SERVICE_ACCOUNT",
+                "push@proj-fencer.iam.gserviceaccount.com",
+            ),
+        ])
+        .unwrap();
+        assert_eq!(
+            both.push_auth.map(|p| p.service_account),
+            Some("push@proj-fencer.iam.gserviceaccount.com".into())
+        );
+        assert!(cfg(&[("PUSH_AUDIENCE", "x")]).is_err());
+        assert!(cfg(&[("PUSH_SERVICE_ACCOUNT", "a@b")]).is_err());
+        assert!(
+            cfg(&[
+                ("PUSH_AUDIENCE", "x"),
+                ("PUSH_SERVICE_ACCOUNT", "not-an-email")
+            ])
+            .is_err()
+        );
+        assert!(cfg(&[("COMPUTE_ENDPOINT", "http://127.0.0.1:1")]).is_ok());
+        assert!(matches!(
+            cfg(&[("COMPUTE_ENDPOINT", "127.0.0.1:1")]),
+            Err(ConfigError::Invalid {
+                var: "COMPUTE_ENDPOINT",
+                ..
+            })
+        ));
     }
 
     #[test]

@@ -319,6 +319,7 @@ mod tests {
     fn node(readiness: Readiness, taints: Vec<TaintFacts>) -> NodeFacts {
         NodeFacts {
             attached: None,
+            machine: Default::default(),
             power: Default::default(),
             name: "worker-2".into(),
             instance: InstanceId::parse("i-0123456789abcdef0"),

@@ -63,8 +63,50 @@ pub struct NodeFacts {
     /// the attach/detach controller manages its attachments; `None` when it
     /// does not (the node's attachments are then found by listing them).
     pub attached: Option<Vec<CsiVolume>>,
+    /// What tells its machine from another one of the same name.
+    pub machine: MachineIdentity,
     /// What active fencing looks at.
     pub power: PowerFacts,
+}
+
+/// What tells one machine from another carrying the same name. An EC2
+/// instance id is never reused, so on AWS nothing is needed; a Compute
+/// Engine VM deleted and created again (a managed instance group's repair,
+/// GKE's auto-repair) keeps its name, provider id and zone, and only its
+/// numeric id and creation time tell them apart.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct MachineIdentity {
+    /// The machine's numeric id: for a VM, Compute Engine's `id`; for a
+    /// Node, its `container.googleapis.com/instance_id` annotation.
+    pub uid: Option<u64>,
+    /// When it was created (Unix seconds): for a VM, its
+    /// `creationTimestamp`; for a Node, its own.
+    pub created_at: Option<i64>,
+}
+
+impl MachineIdentity {
+    /// False when this machine is known not to be `node`'s: another id than
+    /// the Node records, or, without ids to compare, created after the
+    /// Node was (a machine exists before its kubelet registers). Nothing
+    /// known proves nothing either way.
+    pub fn may_be_machine_of(&self, node: &MachineIdentity) -> bool {
+        match (self.uid, node.uid) {
+            (Some(machine), Some(recorded)) => machine == recorded,
+            _ => match (self.created_at, node.created_at) {
+                (Some(machine), Some(registered)) => machine <= registered,
+                _ => true,
+            },
+        }
+    }
+
+    /// False when `again` is known to describe another machine than this
+    /// one (a later look at the same name).
+    pub fn may_be_same_as(&self, again: &MachineIdentity) -> bool {
+        match (self.uid, again.uid) {
+            (Some(first), Some(later)) => first == later,
+            _ => true,
+        }
+    }
 }
 
 /// What active fencing needs to know of a Node beyond the rest.
@@ -212,6 +254,23 @@ pub struct InstanceFacts {
     pub tags: Vec<(String, String)>,
     /// The root device name (e.g. `/dev/xvda`), never detached.
     pub root_device_name: Option<String>,
+    /// Its numeric id and creation time, where the name alone is not
+    /// enough (Compute Engine).
+    pub identity: MachineIdentity,
+}
+
+impl InstanceFacts {
+    /// A later look at this machine's name, as an answer about this
+    /// machine: another machine under the same name is not this one, which
+    /// is then not found.
+    pub fn same_machine(&self, again: &Confirmation) -> Confirmation {
+        match again {
+            Confirmation::Seen(later) if !self.identity.may_be_same_as(&later.identity) => {
+                Confirmation::NotFound
+            }
+            other => other.clone(),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -228,6 +287,7 @@ impl NodeFacts {
             ready_since: None,
             fenced: None,
             attached: None,
+            machine: Default::default(),
             power: PowerFacts::default(),
         }
     }
@@ -258,6 +318,7 @@ impl InstanceFacts {
             private_ips: vec![],
             tags: vec![],
             root_device_name: Some("/dev/xvda".into()),
+            identity: Default::default(),
         }
     }
 }
@@ -366,4 +427,56 @@ pub struct VolumeFacts {
     pub state: VolumeState,
     /// Its attachments.
     pub attachments: Vec<VolumeAttachmentState>,
+}
+
+#[cfg(test)]
+mod identity_tests {
+    use super::*;
+
+    fn id(uid: Option<u64>, created_at: Option<i64>) -> MachineIdentity {
+        MachineIdentity { uid, created_at }
+    }
+
+    #[test]
+    fn a_vm_of_another_id_or_created_after_its_node_is_not_the_nodes() {
+        let node = id(Some(7), Some(1_000));
+        assert!(id(Some(7), Some(900)).may_be_machine_of(&node));
+        assert!(
+            !id(Some(8), Some(900)).may_be_machine_of(&node),
+            "another id"
+        );
+        // The id decides when both are known, whatever the times say.
+        assert!(id(Some(7), Some(2_000)).may_be_machine_of(&node));
+        // Without the Node's id: the creation times.
+        let unannotated = id(None, Some(1_000));
+        assert!(id(Some(8), Some(1_000)).may_be_machine_of(&unannotated));
+        assert!(
+            !id(Some(8), Some(1_001)).may_be_machine_of(&unannotated),
+            "created after"
+        );
+        // Nothing known (EC2): nothing proves another machine.
+        assert!(MachineIdentity::default().may_be_machine_of(&node));
+        assert!(id(Some(8), None).may_be_machine_of(&MachineIdentity::default()));
+    }
+
+    #[test]
+    fn a_later_look_at_another_vm_of_the_name_finds_the_machine_gone() {
+        let vm = InstanceId::parse("gce://proj-fencer/us-central1-a/node-1").expect("a VM");
+        let seen = |uid| {
+            let mut facts = InstanceFacts::bare(vm.clone(), InstanceState::Stopped);
+            facts.identity.uid = uid;
+            facts
+        };
+        let first = seen(Some(7));
+        assert_eq!(
+            first.same_machine(&Confirmation::Seen(seen(Some(8)))),
+            Confirmation::NotFound
+        );
+        assert_eq!(
+            first.same_machine(&Confirmation::Seen(seen(Some(7)))),
+            Confirmation::Seen(seen(Some(7)))
+        );
+        let failed = Confirmation::LookupFailed { error: "x".into() };
+        assert_eq!(first.same_machine(&failed), failed);
+    }
 }

@@ -92,6 +92,12 @@ pub enum GceStatus {
     Running,
     /// Stopping: the guest may still be flushing to its disks.
     Stopping,
+    /// A stop is scheduled (a graceful shutdown is under way).
+    PendingStop,
+    /// Being taken off its host on the way to `TERMINATED`.
+    Deprovisioning,
+    /// Waiting for resources before provisioning.
+    Pending,
     /// Stopped.
     Stopped,
     /// Being suspended: memory is being saved.
@@ -115,6 +121,9 @@ impl GceStatus {
             "STAGING" => Self::Staging,
             "RUNNING" => Self::Running,
             "STOPPING" => Self::Stopping,
+            "PENDING_STOP" => Self::PendingStop,
+            "DEPROVISIONING" => Self::Deprovisioning,
+            "PENDING" => Self::Pending,
             "STOPPED" => Self::Stopped,
             "SUSPENDING" => Self::Suspending,
             "SUSPENDED" => Self::Suspended,

@@ -1,22 +1,73 @@
-//! EC2 identifiers and instance states, parsed once into types so that no
-//! decision ever compares strings.
+//! Machine and disk identifiers and machine states, parsed once into types
+//! so that no decision ever compares strings. A machine is an EC2 instance
+//! or a Compute Engine VM, a disk an EBS volume or a Persistent Disk: the
+//! core treats both alike, and [`Provider`] tells the shell which cloud to
+//! ask.
 
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-/// A syntactically valid EC2 instance id (`i-` followed by 8 or 17 hex digits).
+use crate::core::gce::{GceInstance, GceStatus, PdDisk};
+
+/// The cloud a machine or a disk belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Provider {
+    /// EC2 and EBS.
+    Aws,
+    /// Compute Engine and Persistent Disk.
+    Gce,
+}
+
+impl Provider {
+    /// The name of its machine API, for messages.
+    pub fn api(self) -> &'static str {
+        match self {
+            Self::Aws => "EC2",
+            Self::Gce => "Compute Engine",
+        }
+    }
+}
+
+/// A machine: an EC2 instance id (`i-` followed by 8 or 17 hex digits), or
+/// a Compute Engine VM as its Node's provider id names it
+/// (`gce://PROJECT/ZONE/NAME`).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(transparent)]
 pub struct InstanceId(String);
 
 impl InstanceId {
-    /// Parses an instance id, rejecting anything that is not `i-<8 or 17 hex>`.
+    /// Parses an EC2 instance id or a GCE provider id, strictly.
+    pub fn parse(raw: &str) -> Option<Self> {
+        Self::ec2(raw).or_else(|| GceInstance::from_provider_id(raw).map(|vm| Self::gce(&vm)))
+    }
+
+    /// The machine of a Compute Engine VM.
+    pub fn gce(vm: &GceInstance) -> Self {
+        Self(vm.provider_id())
+    }
+
+    /// The cloud it belongs to.
+    pub fn provider(&self) -> Provider {
+        if self.0.starts_with("gce://") {
+            Provider::Gce
+        } else {
+            Provider::Aws
+        }
+    }
+
+    /// The Compute Engine VM, when it is one.
+    pub fn as_gce(&self) -> Option<GceInstance> {
+        GceInstance::from_provider_id(&self.0)
+    }
+
+    /// Parses an EC2 instance id, rejecting anything that is not `i-<8 or 17 hex>`.
     ///
     /// Strict parsing matters: the id ends up in EC2 filters and in log lines,
     /// and a loose match (`i-` prefix only) would let label values such as
     /// `i-am-a-node` pass for instances.
-    pub fn parse(raw: &str) -> Option<Self> {
+    pub fn ec2(raw: &str) -> Option<Self> {
         let hex = raw.strip_prefix("i-")?;
         let valid_len = hex.len() == 8 || hex.len() == 17;
         let all_hex = hex
@@ -25,7 +76,7 @@ impl InstanceId {
         (valid_len && all_hex).then(|| Self(raw.to_owned()))
     }
 
-    /// The id as EC2 spells it.
+    /// The id as EC2 spells it, or the VM's provider id.
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -42,20 +93,60 @@ impl<'de> Deserialize<'de> for InstanceId {
         let raw = String::deserialize(d)?;
         Self::parse(&raw).ok_or_else(|| {
             serde::de::Error::custom(format!(
-                "`{raw}` is not an EC2 instance id (expected i- followed by 8 or 17 hex digits)"
+                "`{raw}` is not an EC2 instance id (i- followed by 8 or 17 hex digits) nor a GCE provider id (gce://PROJECT/ZONE/NAME)"
             ))
         })
     }
 }
 
-/// An EBS volume id (`vol-` followed by 8 or 17 hex digits).
+/// A disk: an EBS volume id (`vol-` followed by 8 or 17 hex digits), or a
+/// Persistent Disk as its PD CSI volume handle names it
+/// (`projects/P/zones/Z/disks/D`, `projects/P/regions/R/disks/D`).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(transparent)]
 pub struct VolumeId(String);
 
 impl VolumeId {
-    /// Parses a volume id; also accepts the in-tree `aws://<az>/vol-…` form.
+    /// Parses an EBS volume id or a PD CSI volume handle, strictly.
     pub fn parse(raw: &str) -> Option<Self> {
+        Self::ebs(raw).or_else(|| Self::pd(raw))
+    }
+
+    /// Parses a PD CSI volume handle.
+    pub fn pd(handle: &str) -> Option<Self> {
+        PdDisk::from_handle(handle).map(|_| Self(handle.to_owned()))
+    }
+
+    /// The cloud it belongs to.
+    pub fn provider(&self) -> Provider {
+        if self.0.starts_with("projects/") {
+            Provider::Gce
+        } else {
+            Provider::Aws
+        }
+    }
+
+    /// The Persistent Disk, when it is one.
+    pub fn as_pd(&self) -> Option<PdDisk> {
+        PdDisk::from_handle(&self.0)
+    }
+
+    /// The disk, its `UNSPECIFIED` project made the project of `machine`:
+    /// in-tree `gcePersistentDisk` volumes migrated to CSI leave the project
+    /// to the VM's.
+    pub fn on_machine(self, machine: Option<&InstanceId>) -> Self {
+        match (self.as_pd(), machine.and_then(InstanceId::as_gce)) {
+            (Some(pd), Some(vm)) if pd.project.is_none() => Self(self.0.replacen(
+                "projects/UNSPECIFIED/",
+                &format!("projects/{}/", vm.project()),
+                1,
+            )),
+            _ => self,
+        }
+    }
+
+    /// Parses an EBS volume id; also accepts the in-tree `aws://<az>/vol-…` form.
+    pub fn ebs(raw: &str) -> Option<Self> {
         let id = raw.rsplit('/').next().unwrap_or(raw);
         let hex = id.strip_prefix("vol-")?;
         let valid_len = hex.len() == 8 || hex.len() == 17;
@@ -65,7 +156,7 @@ impl VolumeId {
         (valid_len && all_hex).then(|| Self(id.to_owned()))
     }
 
-    /// The id as EC2 spells it.
+    /// The id as EC2 spells it, or the PD CSI volume handle.
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -77,11 +168,15 @@ impl fmt::Display for VolumeId {
     }
 }
 
-/// Extracts the instance id from an AWS `spec.providerID`
-/// (`aws:///us-east-1a/i-0123456789abcdef0`, or the older `aws:///i-…`).
+/// The machine a Node's `spec.providerID` names: an AWS one
+/// (`aws:///us-east-1a/i-0123456789abcdef0`, or the older `aws:///i-…`) or
+/// a GCE one (`gce://PROJECT/ZONE/NAME`).
 pub fn instance_from_provider_id(provider_id: &str) -> Option<InstanceId> {
+    if provider_id.starts_with("gce://") {
+        return GceInstance::from_provider_id(provider_id).map(|vm| InstanceId::gce(&vm));
+    }
     let path = provider_id.strip_prefix("aws://")?;
-    InstanceId::parse(path.rsplit('/').next()?)
+    InstanceId::ec2(path.rsplit('/').next()?)
 }
 
 /// The EC2 instance lifecycle states, as `DescribeInstances` reports them.
@@ -103,6 +198,9 @@ pub enum InstanceState {
     /// Stopped by hibernation: EC2 says `stopped`, but the instance resumes
     /// from the RAM it saved, with whatever it meant to write still in it.
     Hibernated,
+    /// Compute Engine's `SUSPENDING` or `SUSPENDED`: like a hibernation, it
+    /// resumes from RAM; unlike one, never taken for off.
+    Suspended,
     /// A state this build does not know; never treated as off.
     #[serde(other)]
     Unknown,
@@ -118,6 +216,7 @@ impl InstanceState {
             "stopped" => Self::Stopped,
             "shutting-down" => Self::ShuttingDown,
             "terminated" => Self::Terminated,
+            "suspended" => Self::Suspended,
             _ => Self::Unknown,
         }
     }
@@ -131,6 +230,7 @@ impl InstanceState {
             | Self::Stopping
             | Self::ShuttingDown
             | Self::Hibernated
+            | Self::Suspended
             | Self::Unknown => false,
         }
     }
@@ -151,7 +251,24 @@ impl InstanceState {
             Self::ShuttingDown => "shutting-down",
             Self::Terminated => "terminated",
             Self::Hibernated => "hibernated",
+            Self::Suspended => "suspended",
             Self::Unknown => "unknown",
+        }
+    }
+
+    /// Compute Engine's status in these terms. `TERMINATED` and `STOPPED`
+    /// both mean the VM is stopped and may be started again, as an EC2
+    /// `stopped` instance may; a deleted VM is not described at all.
+    pub fn from_gce(status: GceStatus) -> Self {
+        match status {
+            GceStatus::Pending | GceStatus::Provisioning | GceStatus::Staging => Self::Pending,
+            GceStatus::Running => Self::Running,
+            GceStatus::Stopping | GceStatus::PendingStop | GceStatus::Deprovisioning => {
+                Self::Stopping
+            }
+            GceStatus::Stopped | GceStatus::Terminated => Self::Stopped,
+            GceStatus::Suspending | GceStatus::Suspended => Self::Suspended,
+            GceStatus::Repairing | GceStatus::Unknown => Self::Unknown,
         }
     }
 
@@ -174,7 +291,7 @@ impl InstanceState {
     }
 
     /// Every state, for exhaustive tests.
-    pub const ALL: [InstanceState; 8] = [
+    pub const ALL: [InstanceState; 9] = [
         Self::Pending,
         Self::Running,
         Self::Stopping,
@@ -182,6 +299,7 @@ impl InstanceState {
         Self::ShuttingDown,
         Self::Terminated,
         Self::Hibernated,
+        Self::Suspended,
         Self::Unknown,
     ];
 }
@@ -291,6 +409,103 @@ impl AttachmentState {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_machine_is_an_ec2_instance_or_a_gce_vm_and_says_which() {
+        let ec2 = InstanceId::parse("i-0123456789abcdef0").expect("an EC2 id");
+        assert_eq!(ec2.provider(), Provider::Aws);
+        assert_eq!(ec2.as_gce(), None);
+        let vm = InstanceId::parse("gce://proj-fencer/us-central1-a/node-1").expect("a VM");
+        assert_eq!(vm.provider(), Provider::Gce);
+        assert_eq!(
+            vm.as_gce().map(|v| v.name().to_owned()).as_deref(),
+            Some("node-1")
+        );
+        assert_eq!(
+            instance_from_provider_id("gce://proj-fencer/us-central1-a/node-1"),
+            Some(vm.clone())
+        );
+        // EventBridge's ids are EC2's only.
+        assert_eq!(
+            InstanceId::ec2("gce://proj-fencer/us-central1-a/node-1"),
+            None
+        );
+        for bad in [
+            "gce://proj-fencer/us-central1-a",
+            "gce://P/us-central1-a/n",
+            "gce:///n",
+        ] {
+            assert_eq!(InstanceId::parse(bad), None, "{bad}");
+            assert_eq!(instance_from_provider_id(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_disk_is_an_ebs_volume_or_a_persistent_disk() {
+        let pd = VolumeId::parse("projects/proj-fencer/zones/us-central1-a/disks/pv-1")
+            .expect("a PD handle");
+        assert_eq!(pd.provider(), Provider::Gce);
+        assert!(pd.as_pd().is_some());
+        assert_eq!(VolumeId::ebs(pd.as_str()), None);
+        let ebs = VolumeId::parse("vol-0123abcd").expect("an EBS id");
+        assert_eq!(ebs.provider(), Provider::Aws);
+        assert_eq!(VolumeId::pd("vol-0123abcd"), None);
+        assert_eq!(
+            VolumeId::parse("projects/x/zones/us-central1-a/disks/pv-1"),
+            None
+        );
+    }
+
+    #[test]
+    fn an_unspecified_project_is_the_vms() {
+        let vm = InstanceId::parse("gce://proj-fencer/us-central1-a/node-1").expect("a VM");
+        let ec2 = InstanceId::parse("i-0123abcd").expect("an EC2 id");
+        let migrated = VolumeId::parse("projects/UNSPECIFIED/zones/us-central1-a/disks/pd-1")
+            .expect("a migrated handle");
+        assert_eq!(
+            migrated.clone().on_machine(Some(&vm)).as_str(),
+            "projects/proj-fencer/zones/us-central1-a/disks/pd-1"
+        );
+        assert_eq!(migrated.clone().on_machine(Some(&ec2)), migrated);
+        assert_eq!(migrated.clone().on_machine(None), migrated);
+        let own = VolumeId::parse("projects/other-proj/zones/us-central1-a/disks/pd-1")
+            .expect("a handle");
+        assert_eq!(own.clone().on_machine(Some(&vm)), own);
+    }
+
+    #[test]
+    fn only_terminated_and_stopped_vms_are_off() {
+        use crate::core::gce::GceStatus;
+        let names = [
+            "PROVISIONING",
+            "STAGING",
+            "RUNNING",
+            "STOPPING",
+            "PENDING_STOP",
+            "DEPROVISIONING",
+            "PENDING",
+            "STOPPED",
+            "SUSPENDING",
+            "SUSPENDED",
+            "REPAIRING",
+            "TERMINATED",
+            "",
+            "running",
+            "NEW_STATUS",
+        ];
+        let off: Vec<&str> = names
+            .into_iter()
+            .filter(|n| InstanceState::from_gce(GceStatus::from_name(n)).is_off())
+            .collect();
+        assert_eq!(off, ["STOPPED", "TERMINATED"]);
+        let suspended = InstanceState::from_gce(GceStatus::from_name("SUSPENDED"));
+        assert_eq!(suspended, InstanceState::Suspended);
+        assert!(
+            !suspended.is_stopping(),
+            "a suspended VM never becomes off by waiting"
+        );
+        assert!(InstanceState::from_gce(GceStatus::from_name("PENDING_STOP")).is_stopping());
+    }
 
     #[test]
     fn instance_ids_are_strict() {

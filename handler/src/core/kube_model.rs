@@ -6,12 +6,12 @@ use k8s_openapi::api::storage::v1::VolumeAttachment;
 use serde_json::{Value, json};
 
 use crate::core::facts::{
-    AttachmentFacts, CsiVolume, FenceMark, FenceMode, NO_SCHEDULE_EFFECT, NodeFacts,
-    OUT_OF_SERVICE_EFFECT, OUT_OF_SERVICE_KEY, OUT_OF_SERVICE_VALUE, PodRef, PowerFacts, PowerMark,
-    PvFacts, Readiness, TaintFacts,
+    AttachmentFacts, CsiVolume, FenceMark, FenceMode, MachineIdentity, NO_SCHEDULE_EFFECT,
+    NodeFacts, OUT_OF_SERVICE_EFFECT, OUT_OF_SERVICE_KEY, OUT_OF_SERVICE_VALUE, PodRef, PowerFacts,
+    PowerMark, PvFacts, Readiness, TaintFacts,
 };
 use crate::core::instance::{InstanceId, InstanceState, VolumeId, instance_from_provider_id};
-use crate::core::volumes::EBS_CSI_DRIVER;
+use crate::core::volumes::cloud_disk;
 
 /// Annotation prefix for what node-fencer records on a Node it fenced.
 pub const ANNOTATION_PREFIX: &str = "node-fencer.io/";
@@ -102,8 +102,30 @@ pub fn node_facts(node: &Node) -> Option<NodeFacts> {
         ready_since: ready_since(node),
         fenced: fence_mark(node),
         attached: attached_volumes(node),
+        machine: machine_identity(node),
         power: power_facts(node),
     })
+}
+
+/// The annotation GKE puts on a Node: its VM's numeric id.
+pub const ANNOTATION_GKE_INSTANCE_ID: &str = "container.googleapis.com/instance_id";
+
+/// What tells the Node's machine from another of the same name: the VM id
+/// GKE records, and when the Node was created.
+pub fn machine_identity(node: &Node) -> MachineIdentity {
+    MachineIdentity {
+        uid: node
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(ANNOTATION_GKE_INSTANCE_ID))
+            .and_then(|id| id.parse().ok()),
+        created_at: node
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map(|t| t.0.as_second()),
+    }
 }
 
 /// What active fencing reads of a Node.
@@ -320,12 +342,11 @@ pub fn attachment_facts(va: &VolumeAttachment) -> Option<AttachmentFacts> {
     let inline_volume = inline.and_then(|spec| {
         spec.aws_elastic_block_store
             .as_ref()
-            .and_then(|ebs| VolumeId::parse(&ebs.volume_id))
+            .and_then(|ebs| VolumeId::ebs(&ebs.volume_id))
             .or_else(|| {
                 spec.csi
                     .as_ref()
-                    .filter(|c| c.driver == EBS_CSI_DRIVER)
-                    .and_then(|c| VolumeId::parse(&c.volume_handle))
+                    .and_then(|c| cloud_disk(&c.driver, &c.volume_handle))
             })
     });
     Some(AttachmentFacts {
@@ -338,17 +359,21 @@ pub fn attachment_facts(va: &VolumeAttachment) -> Option<AttachmentFacts> {
     })
 }
 
-/// Reads a PersistentVolume into facts: the EBS volume from the CSI
-/// `volumeHandle` of `ebs.csi.aws.com`, or the in-tree `awsElasticBlockStore`.
+/// Reads a PersistentVolume into facts: the disk from the CSI
+/// `volumeHandle` of `ebs.csi.aws.com` or `pd.csi.storage.gke.io`, or the
+/// in-tree `awsElasticBlockStore` or `gcePersistentDisk`.
 pub fn pv_facts(pv: &PersistentVolume) -> Option<PvFacts> {
     let spec = pv.spec.as_ref();
     let csi = spec
         .and_then(|s| s.csi.as_ref())
-        .filter(|c| c.driver == EBS_CSI_DRIVER)
-        .and_then(|c| VolumeId::parse(&c.volume_handle));
+        .and_then(|c| cloud_disk(&c.driver, &c.volume_handle));
     let in_tree = spec
         .and_then(|s| s.aws_elastic_block_store.as_ref())
-        .and_then(|e| VolumeId::parse(&e.volume_id));
+        .and_then(|e| VolumeId::ebs(&e.volume_id))
+        .or_else(|| {
+            let pd = spec?.gce_persistent_disk.as_ref()?;
+            in_tree_pd(&pd.pd_name, pv.metadata.labels.as_ref()?)
+        });
     let claim = spec
         .and_then(|s| s.claim_ref.as_ref())
         .and_then(|c| Some((c.namespace.clone()?, c.name.clone()?)));
@@ -357,6 +382,23 @@ pub fn pv_facts(pv: &PersistentVolume) -> Option<PvFacts> {
         volume: csi.or(in_tree),
         claim,
     })
+}
+
+/// The PD CSI handle of an in-tree `gcePersistentDisk`, as CSI migration
+/// translates it: the project left `UNSPECIFIED` (the VM's), the zone from
+/// the PV's zone label, two zones joined by `__` meaning a regional disk.
+fn in_tree_pd(
+    pd_name: &str,
+    labels: &std::collections::BTreeMap<String, String>,
+) -> Option<VolumeId> {
+    let zones = labels
+        .get(LABEL_ZONE)
+        .or_else(|| labels.get("failure-domain.beta.kubernetes.io/zone"))?;
+    let location = match zones.split_once("__") {
+        None => format!("zones/{zones}"),
+        Some((zone, _)) => format!("regions/{}", zone.rsplit_once('-')?.0),
+    };
+    VolumeId::pd(&format!("projects/UNSPECIFIED/{location}/disks/{pd_name}"))
 }
 
 /// Reads a Pod into what fencing needs of it.
@@ -1338,5 +1380,61 @@ mod tests {
             ("worker-2", Some("pv-a"))
         );
         assert_eq!(f.uid, "7c1e0a52-0000-4000-8000-000000000001");
+    }
+
+    #[test]
+    fn persistent_disks_by_csi_handle_and_in_tree_with_their_zone() {
+        let pv = |spec: Value, labels: Value| -> PersistentVolume {
+            serde_json::from_value(
+                json!({"metadata": {"name": "pv", "labels": labels}, "spec": spec}),
+            )
+            .unwrap()
+        };
+        let volume = |pv: &PersistentVolume| pv_facts(pv).unwrap().volume.map(|v| v.to_string());
+        let handle = "projects/proj-fencer/regions/us-central1/disks/pd-r";
+        let csi = pv(
+            json!({"csi": {"driver": "pd.csi.storage.gke.io", "volumeHandle": handle}}),
+            json!({}),
+        );
+        assert_eq!(volume(&csi).as_deref(), Some(handle));
+        // An EBS id under the PD driver, or a PD handle under another, is neither.
+        let mixed = pv(
+            json!({"csi": {"driver": "pd.csi.storage.gke.io", "volumeHandle": "vol-0123abcd"}}),
+            json!({}),
+        );
+        assert_eq!(volume(&mixed), None);
+        let in_tree = |labels| pv(json!({"gcePersistentDisk": {"pdName": "pd-1"}}), labels);
+        assert_eq!(
+            volume(&in_tree(
+                json!({"topology.kubernetes.io/zone": "us-central1-a"})
+            ))
+            .as_deref(),
+            Some("projects/UNSPECIFIED/zones/us-central1-a/disks/pd-1")
+        );
+        assert_eq!(
+            volume(&in_tree(
+                json!({"failure-domain.beta.kubernetes.io/zone": "us-central1-a__us-central1-b"})
+            ))
+            .as_deref(),
+            Some("projects/UNSPECIFIED/regions/us-central1/disks/pd-1")
+        );
+        assert_eq!(volume(&in_tree(json!({}))), None, "no zone, no disk named");
+    }
+
+    #[test]
+    fn gke_records_the_vm_id_on_the_node() {
+        let node: Node = serde_json::from_value(json!({
+            "metadata": {"name": "n", "creationTimestamp": "2026-11-20T10:00:00Z",
+                         "annotations": {ANNOTATION_GKE_INSTANCE_ID: "1234567890123456789"}}
+        }))
+        .unwrap();
+        let identity = machine_identity(&node);
+        assert_eq!(identity.uid, Some(1_234_567_890_123_456_789));
+        assert_eq!(identity.created_at, Some(1_795_168_800));
+        let garbage: Node = serde_json::from_value(json!({
+            "metadata": {"name": "n", "annotations": {ANNOTATION_GKE_INSTANCE_ID: "i-123"}}
+        }))
+        .unwrap();
+        assert_eq!(machine_identity(&garbage), MachineIdentity::default());
     }
 }

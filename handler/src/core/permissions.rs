@@ -1,6 +1,7 @@
-//! The exact AWS API calls and Kubernetes verbs the code makes. The IAM
-//! policy in `infra/` and the ClusterRole in `infra/kubernetes/rbac.yaml` are
-//! tested against these lists, and these lists against the code.
+//! The exact AWS API calls, Google Cloud permissions and Kubernetes verbs
+//! the code makes. The IAM policy and the custom role in `infra/` and the
+//! ClusterRole in `infra/kubernetes/rbac.yaml` are tested against these
+//! lists, and these lists against the code.
 
 /// Every AWS action the function calls, as IAM spells it.
 pub const AWS_ACTIONS: &[&str] = &[
@@ -16,6 +17,18 @@ pub const AWS_ACTIONS: &[&str] = &[
 /// then, and `ec2:StopInstances` only on the cluster's own instances (a tag
 /// condition in `infra/`).
 pub const POWER_OFF_AWS_ACTIONS: &[&str] = &["ec2:DescribeInstanceStatus", "ec2:StopInstances"];
+
+/// Every Google Cloud permission the service uses, as IAM spells it:
+/// Compute Engine's reads and the detach, and `container.clusters.get`,
+/// which GKE requires of any Google identity it lets in (RBAC then
+/// decides what it may do).
+pub const GCP_PERMISSIONS: &[&str] = &[
+    "compute.disks.get",
+    "compute.instances.detachDisk",
+    "compute.instances.get",
+    "compute.zoneOperations.get",
+    "container.clusters.get",
+];
 
 /// Every cluster-wide Kubernetes permission the function uses: (API group,
 /// resource, verbs). VolumeAttachments `delete` serves the legacy mode
@@ -68,6 +81,7 @@ pub fn manifest() -> serde_json::Value {
         .collect();
     serde_json::json!({
         "aws_actions": AWS_ACTIONS,
+        "gcp_permissions": GCP_PERMISSIONS,
         "power_off_aws_actions": POWER_OFF_AWS_ACTIONS,
         "kubernetes_rules": rules(KUBERNETES_RULES),
         "control_rules": rules(CONTROL_RULES),
@@ -78,7 +92,7 @@ pub fn manifest() -> serde_json::Value {
 
 #[cfg(test)]
 mod tests {
-    use super::{AWS_ACTIONS, POWER_OFF_AWS_ACTIONS, manifest};
+    use super::{AWS_ACTIONS, GCP_PERMISSIONS, POWER_OFF_AWS_ACTIONS, manifest};
     use std::collections::BTreeSet;
 
     /// The checked-in manifest is what this build says; after a change to
@@ -127,6 +141,57 @@ mod tests {
             .copied()
             .collect();
         assert_eq!(called, listed);
+    }
+
+    /// Compute Engine calls as they appear in the code, whitespace removed
+    /// (`self.instances.get()`), mapped to the permission each needs;
+    /// `zoneOperations.wait` needs `get`, and a regional disk's `get` the
+    /// same permission as a zonal one's. The Google token GKE takes needs
+    /// `container.clusters.get`.
+    const GCE_CALLS: &[(&str, &str)] = &[
+        ("self.instances.get()", "compute.instances.get"),
+        (".instances.detach_disk()", "compute.instances.detachDisk"),
+        ("self.disks.get()", "compute.disks.get"),
+        ("self.region_disks.get()", "compute.disks.get"),
+        ("self.operations.wait()", "compute.zoneOperations.get"),
+        (
+            ".build_access_token_credentials()",
+            "container.clusters.get",
+        ),
+    ];
+
+    #[test]
+    fn the_gcp_permission_list_is_what_the_code_calls() {
+        let shell: Vec<String> = [
+            include_str!("../shell/cloud/gce.rs"),
+            include_str!("../shell/connect.rs"),
+        ]
+        .iter()
+        .map(|src| src.split_whitespace().collect())
+        .collect();
+        let called: BTreeSet<&str> = GCE_CALLS
+            .iter()
+            .filter(|(call, _)| shell.iter().any(|src| src.contains(call)))
+            .map(|(_, permission)| *permission)
+            .collect();
+        let listed: BTreeSet<&str> = GCP_PERMISSIONS.iter().copied().collect();
+        assert_eq!(called, listed);
+        // Every client method the Compute Engine shell calls is mapped.
+        let gce = &shell[0];
+        for client in [
+            "self.instances.",
+            "self.disks.",
+            "self.region_disks.",
+            "self.operations.",
+        ] {
+            for (i, _) in gce.match_indices(client) {
+                let call = gce[i..].split_inclusive("()").next().unwrap_or_default();
+                assert!(
+                    GCE_CALLS.iter().any(|(c, _)| call.ends_with(c)),
+                    "`{call}` is called but maps to no permission"
+                );
+            }
+        }
     }
 
     #[test]

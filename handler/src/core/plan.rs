@@ -54,6 +54,21 @@ pub fn instances_to_confirm(resolutions: &[Resolution], nodes: &[NodeFacts]) -> 
     ids
 }
 
+/// Takes back what the cloud described under a Node's machine name when it
+/// is known to be another machine (a VM deleted and created again under the
+/// same name): for that Node, its own machine is not found. Nothing of the
+/// new machine's may be taken for the old one's, least of all its state.
+pub fn disown_replaced(nodes: &[NodeFacts], confirmations: &mut HashMap<InstanceId, Confirmation>) {
+    for node in nodes {
+        let Some(id) = &node.instance else { continue };
+        if let Some(Confirmation::Seen(facts)) = confirmations.get(id)
+            && !facts.identity.may_be_machine_of(&node.machine)
+        {
+            confirmations.insert(id.clone(), Confirmation::NotFound);
+        }
+    }
+}
+
 /// What the cloud described for `id`, if it described it.
 pub fn seen<'a>(
     id: Option<&InstanceId>,
@@ -370,7 +385,8 @@ impl NodeRun {
             self.stage = Stage::Planned;
             return;
         }
-        self.stage = match not_off(again, fence_hibernated, "the re-confirmation") {
+        let again = again.map(|c| plan.instance.same_machine(c));
+        self.stage = match not_off(again.as_ref(), fence_hibernated, "the re-confirmation") {
             Some(reason) => Stage::Skipped(reason),
             None => Stage::Admitted,
         };
@@ -423,8 +439,12 @@ impl NodeRun {
         if self.stage != Stage::Tainted {
             return;
         }
+        let Some(plan) = &self.plan else {
+            return;
+        };
+        let again = again.map(|c| plan.instance.same_machine(c));
         if let Some(reason) = not_off(
-            again,
+            again.as_ref(),
             fence_hibernated,
             "the confirmation before the detach",
         ) {
@@ -749,6 +769,25 @@ pub fn recount(
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_vm_recreated_under_the_nodes_name_is_not_its_machine() {
+        let vm = InstanceId::parse("gce://proj-fencer/us-central1-a/node-1").expect("a VM");
+        let mut node = NodeFacts::bare("node-1", crate::core::facts::Readiness::Unknown);
+        node.instance = Some(vm.clone());
+        node.machine.uid = Some(7);
+        let answer = |uid| {
+            let mut facts = InstanceFacts::bare(vm.clone(), InstanceState::Stopped);
+            facts.identity.uid = Some(uid);
+            HashMap::from([(vm.clone(), Confirmation::Seen(facts))])
+        };
+        let mut replaced = answer(8);
+        disown_replaced(std::slice::from_ref(&node), &mut replaced);
+        assert_eq!(replaced[&vm], Confirmation::NotFound);
+        let mut own = answer(7);
+        disown_replaced(std::slice::from_ref(&node), &mut own);
+        assert!(matches!(own[&vm], Confirmation::Seen(_)));
+    }
     use super::*;
     use crate::core::facts::{OUT_OF_SERVICE_EFFECT, OUT_OF_SERVICE_KEY, VolumeAttachmentState};
     use crate::core::facts::{Readiness, TaintFacts};
@@ -765,6 +804,7 @@ mod tests {
     fn node(name: &str, out: bool) -> NodeFacts {
         NodeFacts {
             attached: None,
+            machine: Default::default(),
             power: Default::default(),
             name: name.into(),
             instance: None,

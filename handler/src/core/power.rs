@@ -56,7 +56,7 @@ pub fn is_candidate(suspect: &Suspect) -> bool {
             && match &suspect.origin {
                 Origin::Sweep => true,
                 Origin::Alert { alertname, .. } => alertname.as_deref() == Some(NOT_READY_ALERT),
-                Origin::Ec2StateChange { .. } | Origin::Direct => false,
+                Origin::Ec2StateChange { .. } | Origin::AuditLog(_) | Origin::Direct => false,
             })
 }
 

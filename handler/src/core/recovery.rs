@@ -321,6 +321,7 @@ mod tests {
     fn node(instance: &str, readiness: Readiness, ready_since: Option<i64>) -> NodeFacts {
         NodeFacts {
             attached: None,
+            machine: Default::default(),
             power: Default::default(),
             name: "worker-2".into(),
             instance: InstanceId::parse(instance),

@@ -133,6 +133,7 @@ mod tests {
     fn node(name: &str, instance: Option<&str>, ip: &str) -> NodeFacts {
         NodeFacts {
             attached: None,
+            machine: Default::default(),
             power: Default::default(),
             name: name.into(),
             instance: instance.and_then(InstanceId::parse),
@@ -188,6 +189,7 @@ mod tests {
             private_ips: vec![ip.parse().unwrap()],
             tags: vec![("kubernetes.io/cluster/prod".into(), "owned".into())],
             root_device_name: None,
+            identity: Default::default(),
         }
     }
 

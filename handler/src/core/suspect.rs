@@ -87,6 +87,8 @@ pub enum Origin {
     /// rather than by an event (one missed, dead-lettered, or handled while
     /// the kill switch was on).
     Sweep,
+    /// A Cloud Audit Log entry about a Compute Engine VM.
+    AuditLog(crate::core::trigger::gce_audit::AuditOrigin),
 }
 
 impl Origin {
@@ -97,6 +99,7 @@ impl Origin {
             Self::Alert { .. } => "alert",
             Self::Direct => "direct",
             Self::Sweep => "sweep",
+            Self::AuditLog(_) => "gce_audit_log",
         }
     }
 }

@@ -32,6 +32,7 @@ mod tests {
     fn node(name: &str, readiness: Readiness, tainted: bool) -> NodeFacts {
         NodeFacts {
             attached: None,
+            machine: Default::default(),
             power: Default::default(),
             name: name.into(),
             instance: None,

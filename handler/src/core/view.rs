@@ -231,6 +231,7 @@ mod tests {
     fn node(name: &str, out: bool, terminated: bool) -> NodeFacts {
         NodeFacts {
             attached: None,
+            machine: Default::default(),
             power: Default::default(),
             taints: if out {
                 vec![TaintFacts::out_of_service()]

@@ -1,5 +1,6 @@
-//! Which EBS volumes belong to a node's attachments, and what to do with each
-//! once EC2 has described them. Pure.
+//! Which disks (EBS volumes, Persistent Disks) belong to a node's
+//! attachments, and what to do with each once the cloud has described
+//! them. Pure.
 
 use std::fmt::Write as _;
 
@@ -7,10 +8,26 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use crate::core::facts::{AttachmentFacts, CsiVolume, FenceMode, PodRef, PvFacts, VolumeFacts};
+use crate::core::gce::PD_CSI_DRIVER;
 use crate::core::instance::{InstanceId, VolumeId, VolumeState};
 
 /// The CSI driver name of the EBS CSI driver.
 pub const EBS_CSI_DRIVER: &str = "ebs.csi.aws.com";
+
+/// True for the CSI drivers of the clouds' own disks, which node-fencer
+/// detaches: EBS and Persistent Disk. Other drivers' volumes are theirs.
+pub fn is_cloud_disk_driver(driver: &str) -> bool {
+    driver == EBS_CSI_DRIVER || driver == PD_CSI_DRIVER
+}
+
+/// The disk a CSI volume handle of a cloud disk driver names.
+pub fn cloud_disk(driver: &str, handle: &str) -> Option<VolumeId> {
+    match driver {
+        EBS_CSI_DRIVER => VolumeId::ebs(handle),
+        PD_CSI_DRIVER => VolumeId::pd(handle),
+        _ => None,
+    }
+}
 
 /// A volume that backs one of the node's VolumeAttachments.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -28,16 +45,19 @@ pub struct NodeVolume {
 /// The EBS volumes behind the VolumeAttachments of `node`, through their
 /// PersistentVolumes. Attachments of other drivers are not ours to touch.
 /// In-tree `awsElasticBlockStore` PVs count too: CSI migration attaches them
-/// through `ebs.csi.aws.com` (the in-tree attacher no longer exists).
+/// through `ebs.csi.aws.com` (the in-tree attacher no longer exists), and
+/// in-tree `gcePersistentDisk` PVs through `pd.csi.storage.gke.io`; their
+/// `UNSPECIFIED` project is the project of the node's `machine`.
 pub fn volumes_of_node(
     node: &str,
+    machine: Option<&InstanceId>,
     attachments: &[AttachmentFacts],
     pvs: &[PvFacts],
 ) -> Vec<NodeVolume> {
     let mut out: Vec<NodeVolume> = attachments
         .iter()
         .filter(|va| va.node_name == node)
-        .filter(|va| va.attacher == EBS_CSI_DRIVER)
+        .filter(|va| is_cloud_disk_driver(&va.attacher))
         .filter_map(|va| {
             let (volume, pv) = match (&va.pv_name, &va.inline_volume) {
                 (Some(pv_name), _) => {
@@ -48,7 +68,7 @@ pub fn volumes_of_node(
                 (None, None) => return None,
             };
             Some(NodeVolume {
-                volume,
+                volume: volume.on_machine(machine),
                 pv,
                 attachment: va.name.clone(),
                 attachment_uid: va.uid.clone(),
@@ -93,7 +113,7 @@ pub fn attachment_names(
     Some(
         attached?
             .iter()
-            .filter(|v| mode == FenceMode::Legacy || v.driver == EBS_CSI_DRIVER)
+            .filter(|v| mode == FenceMode::Legacy || is_cloud_disk_driver(&v.driver))
             .map(|v| attachment_name(v, node))
             .collect(),
     )
@@ -441,7 +461,7 @@ mod tests {
             pv("pv-d", Some("aws://us-east-1a/vol-0000000d")),
             pv("pv-nfs", None),
         ];
-        let got: Vec<String> = volumes_of_node("n2", &vas, &pvs)
+        let got: Vec<String> = volumes_of_node("n2", None, &vas, &pvs)
             .into_iter()
             .map(|v| v.volume.to_string())
             .collect();

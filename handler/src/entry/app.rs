@@ -18,6 +18,7 @@ use crate::core::suspect::Batch;
 use crate::core::trigger::{self, InputError, Trigger, function_url};
 use crate::entry::preflight::{self, Preflight};
 use crate::pipeline::{self, Ctx, PipelineError};
+use crate::shell::cloud::Clouds;
 use crate::shell::cloud::aws::Ec2;
 use crate::shell::cluster::Kube;
 use crate::shell::connect::{Clients, ConnectError};
@@ -213,7 +214,16 @@ impl App {
             .inspect_err(|_| meter.error(Dependency::Kubernetes))?;
         let cluster =
             Kube::new(client, self.reporter.clone()).sharing_version(self.server_version.clone());
-        let cloud = Ec2::new(self.clients.ec2.clone());
+        let ec2 = Ec2::new(self.clients.ec2.clone());
+        #[cfg(feature = "gce")]
+        let gce = self
+            .clients
+            .gce()
+            .await
+            .map(|c| c as &dyn crate::shell::cloud::Cloud);
+        #[cfg(not(feature = "gce"))]
+        let gce = None;
+        let cloud = Clouds { aws: &ec2, gce };
         let ctx = Ctx {
             cloud: &cloud,
             cluster: &cluster,

@@ -45,8 +45,9 @@ pub(super) async fn volumes(ctx: &Ctx<'_>, mode: FenceMode, runs: &mut [NodeRun]
     let of_node: Vec<Option<Vec<_>>> = runs
         .iter()
         .map(|r| {
-            let node = r.node.as_deref().filter(|_| r.fencing().is_some())?;
-            Some(volumes::volumes_of_node(node, &vas, &pvs))
+            let node = r.node.as_deref()?;
+            let machine = r.fencing().map(|plan| &plan.instance.id)?;
+            Some(volumes::volumes_of_node(node, Some(machine), &vas, &pvs))
         })
         .collect();
     let mut ids: Vec<VolumeId> = of_node

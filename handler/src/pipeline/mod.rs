@@ -355,6 +355,7 @@ async fn decide_suspects(
     if !ids.is_empty() {
         confirmations.extend(confirm::instances(ctx, &ids).await);
     }
+    plan::disown_replaced(nodes, confirmations);
     let targets = plan::targets(
         suspects.to_vec(),
         resolutions,
@@ -371,6 +372,7 @@ async fn decide_suspects(
         let ids = cap::worth_asking(nodes, confirmations);
         if !ids.is_empty() {
             confirmations.extend(confirm::instances(ctx, &ids).await);
+            plan::disown_replaced(nodes, confirmations);
             verdicts = decide_all(&targets, view, confirmations, &settings);
         }
     }

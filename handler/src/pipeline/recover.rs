@@ -459,7 +459,7 @@ impl View {
             return None;
         };
         Some(
-            volumes::volumes_of_node(&node.name, vas, pvs)
+            volumes::volumes_of_node(&node.name, node.instance.as_ref(), vas, pvs)
                 .into_iter()
                 .map(|v| v.volume)
                 .filter(|v| mark.volumes.contains(v))

@@ -66,6 +66,10 @@ pub enum ConnectError {
     /// The webhook token read from its store is unusable.
     #[error("the webhook token from {0} is shorter than 16 characters")]
     WeakToken(String),
+    /// No Google access token: no credentials found, or the metadata
+    /// server did not answer.
+    #[error("cannot get a Google access token: {0}")]
+    GoogleCredentials(String),
     /// Building the Kubernetes client failed.
     #[error("building the Kubernetes client failed: {0}")]
     Client(#[source] kube::Error),
@@ -157,6 +161,10 @@ pub struct Clients {
     token_source: Option<TokenSource>,
     kube: Mutex<Option<(Instant, kube::Client)>>,
     token: OnceCell<Option<WebhookToken>>,
+    #[cfg(feature = "gce")]
+    compute: crate::shell::cloud::gce::GceEndpoint,
+    #[cfg(feature = "gce")]
+    gce: OnceCell<Option<crate::shell::cloud::gce::Gce>>,
 }
 
 impl Clients {
@@ -169,7 +177,28 @@ impl Clients {
             token_source: config.webhook_token.clone(),
             kube: Mutex::new(None),
             token: OnceCell::new(),
+            #[cfg(feature = "gce")]
+            compute: crate::shell::cloud::gce::GceEndpoint {
+                url: config.compute_endpoint.clone(),
+            },
+            #[cfg(feature = "gce")]
+            gce: OnceCell::new(),
         }
+    }
+
+    /// The Compute Engine client, built on first use; `None` when it
+    /// cannot be built (logged), so every question to it fails.
+    #[cfg(feature = "gce")]
+    pub async fn gce(&self) -> Option<&crate::shell::cloud::gce::Gce> {
+        self.gce
+            .get_or_init(|| async {
+                crate::shell::cloud::gce::Gce::new(&self.compute)
+                    .await
+                    .inspect_err(|e| tracing::error!(error = %e, "no Compute Engine client"))
+                    .ok()
+            })
+            .await
+            .as_ref()
     }
 
     /// Builds now the Kubernetes client that needs no network call to build
@@ -189,7 +218,10 @@ impl Clients {
     pub async fn kube(&self) -> Result<kube::Client, ConnectError> {
         let mut cached = self.kube.lock().await;
         if let Some((made, client)) = cached.as_ref() {
-            let expires = matches!(self.access, ClusterAccess::Eks { .. });
+            let expires = matches!(
+                self.access,
+                ClusterAccess::Eks { .. } | ClusterAccess::Gke { .. }
+            );
             if !expires || made.elapsed() < eks_token::REFRESH_AFTER {
                 return Ok(client.clone());
             }
@@ -240,23 +272,15 @@ impl Clients {
                     None => self.describe_cluster(name).await?,
                 };
                 let token = self.eks_token(name).await?;
-                let kubeconfig = json!({
-                    "apiVersion": "v1", "kind": "Config", "current-context": "eks",
-                    "clusters": [{"name": "eks", "cluster": {"server": server, "certificate-authority-data": ca}}],
-                    "users": [{"name": "node-fencer", "user": {"token": token}}],
-                    "contexts": [{"name": "eks", "context": {"cluster": "eks", "user": "node-fencer"}}]
-                });
-                let kc: Kubeconfig =
-                    serde_json::from_value(kubeconfig).map_err(|e| ConnectError::Kubeconfig {
-                        source_name: format!("EKS cluster {name}"),
-                        message: e.to_string(),
-                    })?;
-                kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-                    .await
-                    .map_err(|e| ConnectError::Kubeconfig {
-                        source_name: format!("EKS cluster {name}"),
-                        message: e.to_string(),
-                    })?
+                with_token(&server, &ca, &token, &format!("EKS cluster {name}")).await?
+            }
+            ClusterAccess::Gke {
+                cluster,
+                endpoint,
+                ca,
+            } => {
+                let token = google_token().await?;
+                with_token(endpoint, ca, &token, &format!("GKE cluster {cluster}")).await?
             }
         };
         kube_client(config).map_err(ConnectError::Client)
@@ -350,4 +374,51 @@ async fn from_kubeconfig(yaml: &str, source_name: &str) -> Result<kube::Config, 
     kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
         .await
         .map_err(|e| bad(e.to_string()))
+}
+
+/// A Kubernetes configuration for `server` that presents `token`.
+async fn with_token(
+    server: &str,
+    ca: &str,
+    token: &str,
+    source_name: &str,
+) -> Result<kube::Config, ConnectError> {
+    let kubeconfig = json!({
+        "apiVersion": "v1", "kind": "Config", "current-context": "cluster",
+        "clusters": [{"name": "cluster", "cluster": {"server": server, "certificate-authority-data": ca}}],
+        "users": [{"name": "node-fencer", "user": {"token": token}}],
+        "contexts": [{"name": "cluster", "context": {"cluster": "cluster", "user": "node-fencer"}}]
+    });
+    let unusable = |e: String| ConnectError::Kubeconfig {
+        source_name: source_name.to_owned(),
+        message: e,
+    };
+    let kc: Kubeconfig = serde_json::from_value(kubeconfig).map_err(|e| unusable(e.to_string()))?;
+    kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| unusable(e.to_string()))
+}
+
+/// The service account's Google access token, from Application Default
+/// Credentials (on Cloud Run, the metadata server; workload identity
+/// federation too). GKE maps it to the account's e-mail, which RBAC binds.
+#[cfg(feature = "gce")]
+async fn google_token() -> Result<String, ConnectError> {
+    let credentials = google_cloud_auth::credentials::Builder::default()
+        .with_scopes(["https://www.googleapis.com/auth/cloud-platform"])
+        .build_access_token_credentials()
+        .map_err(|e| ConnectError::GoogleCredentials(e.to_string()))?;
+    credentials
+        .access_token()
+        .await
+        .map(|t| t.token)
+        .map_err(|e| ConnectError::GoogleCredentials(e.to_string()))
+}
+
+/// Without the Google Cloud client, there is no Google token to present.
+#[cfg(not(feature = "gce"))]
+async fn google_token() -> Result<String, ConnectError> {
+    Err(ConnectError::GoogleCredentials(
+        "GKE_CLUSTER needs a build with the `gce` feature (the container image)".into(),
+    ))
 }

@@ -15,7 +15,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::api::core::v1::{Node, PersistentVolume};
 use k8s_openapi::api::storage::v1::{VolumeAttachment, VolumeAttachmentSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use serde::Deserialize;
 
 /// `/api/v1/nodes`.
@@ -49,9 +49,11 @@ pub struct ListMeta {
 
 /// What node-fencer reads of an object's metadata.
 #[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
 struct Meta {
     name: Option<String>,
     uid: Option<String>,
+    creation_timestamp: Option<Time>,
     labels: Option<BTreeMap<String, String>>,
     annotations: Option<BTreeMap<String, String>>,
 }
@@ -61,6 +63,7 @@ impl Meta {
         ObjectMeta {
             name: self.name,
             uid: self.uid,
+            creation_timestamp: self.creation_timestamp,
             labels: self.labels,
             annotations: self.annotations,
             ..ObjectMeta::default()

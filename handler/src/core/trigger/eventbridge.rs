@@ -27,7 +27,7 @@ pub fn parse(value: Value) -> Result<Batch, InputError> {
     }
     let detail: InstanceStateChange =
         serde_json::from_value(event.detail).map_err(|e| InputError::invalid(SHAPE, e))?;
-    let instance = InstanceId::parse(&detail.instance_id).ok_or_else(|| {
+    let instance = InstanceId::ec2(&detail.instance_id).ok_or_else(|| {
         InputError::invalid(
             SHAPE,
             format!(
@@ -50,6 +50,7 @@ pub fn parse(value: Value) -> Result<Batch, InputError> {
         InstanceState::Pending
         | InstanceState::Stopping
         | InstanceState::ShuttingDown
+        | InstanceState::Suspended
         | InstanceState::Unknown => {
             return Ok(Batch {
                 suspects: vec![],

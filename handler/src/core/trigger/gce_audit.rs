@@ -18,7 +18,8 @@ use serde_json::Value;
 
 use super::InputError;
 use crate::core::gce::GceInstance;
-use crate::core::suspect::Intent;
+use crate::core::instance::InstanceId;
+use crate::core::suspect::{Batch, Ignored, Intent, NodeRef, Origin, Suspect};
 
 const PUSH: &str = "Pub/Sub push request";
 const ENTRY: &str = "Cloud Audit Log entry";
@@ -237,6 +238,35 @@ fn parse_entry(entry: &Value, delivery: Delivery) -> Result<AuditEvent, InputErr
     })
 }
 
+impl AuditEvent {
+    /// The batch this entry asks for: its VM by provider id, which names
+    /// its Node, or nothing.
+    pub fn into_batch(self) -> Batch {
+        match self {
+            Self::Suspect {
+                instance,
+                intent,
+                origin,
+                ..
+            } => Batch {
+                suspects: vec![Suspect {
+                    target: NodeRef::Instance(InstanceId::gce(&instance)),
+                    intent,
+                    origin: Origin::AuditLog(origin),
+                }],
+                ..Batch::default()
+            },
+            Self::Ignored { origin, reason } => Batch {
+                ignored: vec![Ignored {
+                    origin: Origin::AuditLog(origin),
+                    reason,
+                }],
+                ..Batch::default()
+            },
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -277,6 +307,30 @@ mod tests {
             AuditEvent::Suspect { intent, .. } => Some(*intent),
             AuditEvent::Ignored { .. } => None,
         }
+    }
+
+    #[test]
+    fn an_entry_names_its_vm_by_the_nodes_provider_id() {
+        let last = json!({"id": "op", "producer": "compute.googleapis.com", "last": true});
+        let batch = parse_push(push(&entry("v1.compute.instances.stop", last)))
+            .unwrap()
+            .into_batch();
+        assert_eq!(batch.suspects.len(), 1);
+        let suspect = &batch.suspects[0];
+        assert_eq!(
+            suspect.target,
+            NodeRef::Instance(
+                InstanceId::parse("gce://my-project-1/us-east1-c/gke-pool-1-abcd").unwrap()
+            )
+        );
+        assert_eq!(suspect.intent, Intent::Fence);
+        assert_eq!(suspect.origin.kind(), "gce_audit_log");
+        let first = json!({"id": "op", "producer": "compute.googleapis.com", "first": true});
+        let ignored = parse_push(push(&entry("v1.compute.instances.stop", first)))
+            .unwrap()
+            .into_batch();
+        assert!(ignored.suspects.is_empty());
+        assert_eq!(ignored.ignored.len(), 1);
     }
 
     #[test]

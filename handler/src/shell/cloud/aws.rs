@@ -86,6 +86,7 @@ impl Cloud for Ec2 {
                             .filter_map(|t| Some((t.key()?.to_owned(), t.value()?.to_owned())))
                             .collect(),
                         root_device_name: instance.root_device_name().map(str::to_owned),
+                        identity: Default::default(),
                     });
                 }
             }

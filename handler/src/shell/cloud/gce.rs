@@ -1,0 +1,399 @@
+//! [`Cloud`] over `google-cloud-compute-v1`: Compute Engine VMs and their
+//! Persistent Disks, in the same plain facts as EC2's.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::future::try_join_all;
+use google_cloud_compute_v1::client::{Disks, Instances, RegionDisks, ZoneOperations};
+use google_cloud_compute_v1::model::{Instance, Operation};
+
+use super::{Cloud, CloudError};
+use crate::core::facts::{
+    InstanceFacts, MachineIdentity, StatusChecks, VolumeAttachmentState, VolumeFacts,
+};
+use crate::core::gce::{DiskLocation, GceInstance, GceStatus, PdDisk};
+use crate::core::instance::{AttachmentState, InstanceId, InstanceState, VolumeId, VolumeState};
+
+/// How long one detach may take, its operation waited on, before it counts
+/// as failed (and is retried). A detach from a stopped VM completes in
+/// seconds.
+const DETACH_WAIT: Duration = Duration::from_secs(60);
+
+/// [`Cloud`] over the Compute Engine API.
+#[derive(Clone, Debug)]
+pub struct Gce {
+    instances: Instances,
+    disks: Disks,
+    region_disks: RegionDisks,
+    operations: ZoneOperations,
+}
+
+/// Where and how to reach Compute Engine.
+#[derive(Clone, Debug, Default)]
+pub struct GceEndpoint {
+    /// Another base URL than `https://compute.googleapis.com` (a Private
+    /// Service Connect endpoint, or a local stand-in). A plain `http://`
+    /// one is only ever local: no credentials are sent to it.
+    pub url: Option<String>,
+}
+
+impl Gce {
+    /// Builds the clients with Application Default Credentials (on Cloud
+    /// Run, the service's identity from the metadata server); makes no call.
+    pub async fn new(endpoint: &GceEndpoint) -> Result<Self, String> {
+        let anonymous = endpoint
+            .url
+            .as_deref()
+            .is_some_and(|u| u.starts_with("http://"));
+        macro_rules! client {
+            ($client:ty) => {{
+                let mut builder = <$client>::builder();
+                if let Some(url) = &endpoint.url {
+                    builder = builder.with_endpoint(url.trim_end_matches('/'));
+                }
+                if anonymous {
+                    builder = builder.with_credentials(
+                        google_cloud_auth::credentials::anonymous::Builder::new().build(),
+                    );
+                }
+                builder
+                    .build()
+                    .await
+                    .map_err(|e| format!("building the Compute Engine client: {e}"))?
+            }};
+        }
+        Ok(Self {
+            instances: client!(Instances),
+            disks: client!(Disks),
+            region_disks: client!(RegionDisks),
+            operations: client!(ZoneOperations),
+        })
+    }
+
+    async fn get(
+        &self,
+        vm: &GceInstance,
+    ) -> Result<Option<Instance>, google_cloud_compute_v1::Error> {
+        let got = self
+            .instances
+            .get()
+            .set_project(vm.project())
+            .set_zone(vm.zone())
+            .set_instance(vm.name())
+            .send()
+            .await;
+        match got {
+            Ok(instance) => Ok(Some(instance)),
+            Err(e) if e.http_status_code() == Some(404) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The disk as Compute Engine describes it, with the VMs using it;
+    /// `None` when it does not exist.
+    async fn disk(
+        &self,
+        id: &VolumeId,
+        pd: &PdDisk,
+    ) -> Result<Option<VolumeFacts>, google_cloud_compute_v1::Error> {
+        // An UNSPECIFIED project is resolved against the machine before
+        // the disk is looked up (`VolumeId::on_machine`); one left here
+        // names no disk that can be asked about.
+        let Some(project) = pd.project.as_deref() else {
+            return Ok(None);
+        };
+        let got = match &pd.location {
+            DiskLocation::Zone(zone) => self
+                .disks
+                .get()
+                .set_project(project)
+                .set_zone(zone)
+                .set_disk(&pd.name)
+                .send()
+                .await
+                .map(|d| (d.status.and_then(|s| s.name().map(str::to_owned)), d.users)),
+            DiskLocation::Region(region) => self
+                .region_disks
+                .get()
+                .set_project(project)
+                .set_region(region)
+                .set_disk(&pd.name)
+                .send()
+                .await
+                .map(|d| (d.status.and_then(|s| s.name().map(str::to_owned)), d.users)),
+        };
+        let (status, users) = match got {
+            Ok(found) => found,
+            Err(e) if e.http_status_code() == Some(404) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let attachments: Vec<VolumeAttachmentState> = users
+            .iter()
+            .filter_map(|u| GceInstance::from_resource_name(u))
+            .map(|vm| VolumeAttachmentState {
+                instance: InstanceId::gce(&vm),
+                device: None,
+                state: AttachmentState::Attached,
+            })
+            .collect();
+        let state = match status.as_deref() {
+            Some("READY") if attachments.is_empty() => VolumeState::Available,
+            Some("READY") => VolumeState::InUse,
+            Some("CREATING" | "RESTORING") => VolumeState::Creating,
+            Some("DELETING") => VolumeState::Deleting,
+            Some("FAILED") => VolumeState::Error,
+            _ => VolumeState::Unknown,
+        };
+        Ok(Some(VolumeFacts {
+            id: id.clone(),
+            state,
+            attachments,
+        }))
+    }
+
+    /// Waits, bounded, for a zonal operation to finish; its error, if it
+    /// ends with one, is the call's.
+    async fn wait(&self, vm: &GceInstance, op: Operation) -> Result<(), String> {
+        let Some(name) = op.name.clone() else {
+            return Err("the operation has no name".into());
+        };
+        let deadline = tokio::time::Instant::now() + DETACH_WAIT;
+        let mut current = op;
+        loop {
+            let done = current
+                .status
+                .as_ref()
+                .and_then(|s| s.name())
+                .is_some_and(|s| s == "DONE");
+            if done {
+                return current.to_result().map(|_| ()).map_err(|e| e.to_string());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(format!(
+                    "operation {name} not done after {} s",
+                    DETACH_WAIT.as_secs()
+                ));
+            }
+            // `wait` returns when the operation is done or after about two
+            // minutes at most, whichever is first; the deadline bounds it.
+            let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
+            current = tokio::time::timeout(
+                remaining,
+                self.operations
+                    .wait()
+                    .set_project(vm.project())
+                    .set_zone(vm.zone())
+                    .set_operation(&name)
+                    .send(),
+            )
+            .await
+            .map_err(|_| {
+                format!(
+                    "operation {name} not done after {} s",
+                    DETACH_WAIT.as_secs()
+                )
+            })?
+            .map_err(|e| e.to_string())?;
+        }
+    }
+}
+
+/// Compute Engine's answer for a VM in plain facts. A VM Compute Engine
+/// does not know is deleted: off, with nothing attached.
+fn instance_facts(id: &InstanceId, found: Option<Instance>) -> InstanceFacts {
+    let Some(vm) = found else {
+        return InstanceFacts {
+            id: id.clone(),
+            state: InstanceState::Terminated,
+            private_dns_name: None,
+            vpc_id: None,
+            private_ips: vec![],
+            tags: vec![],
+            root_device_name: None,
+            identity: MachineIdentity::default(),
+        };
+    };
+    let status = vm
+        .status
+        .as_ref()
+        .and_then(|s| s.name())
+        .map_or(GceStatus::Unknown, GceStatus::from_name);
+    InstanceFacts {
+        id: id.clone(),
+        state: InstanceState::from_gce(status),
+        private_dns_name: None,
+        vpc_id: None,
+        private_ips: vm
+            .network_interfaces
+            .iter()
+            .filter_map(|n| n.network_ip.as_deref()?.parse().ok())
+            .collect(),
+        tags: vm
+            .labels
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        root_device_name: vm
+            .disks
+            .iter()
+            .find(|d| d.boot == Some(true))
+            .and_then(|d| d.device_name.clone()),
+        identity: MachineIdentity {
+            uid: vm.id,
+            created_at: vm
+                .creation_timestamp
+                .as_deref()
+                .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+                .map(|t| t.as_second()),
+        },
+    }
+}
+
+fn not_gce(what: &str, id: &str) -> String {
+    format!("{what} {id} is not a Compute Engine one")
+}
+
+#[async_trait]
+impl Cloud for Gce {
+    async fn describe_instances(
+        &self,
+        ids: &[InstanceId],
+    ) -> Result<Vec<InstanceFacts>, CloudError> {
+        let lookups = ids.iter().map(|id| async move {
+            let vm = id
+                .as_gce()
+                .ok_or_else(|| CloudError::DescribeInstances(not_gce("instance", id.as_str())))?;
+            let found = self
+                .get(&vm)
+                .await
+                .map_err(|e| CloudError::DescribeInstances(format!("instances.get {vm}: {e}")))?;
+            Ok::<_, CloudError>(instance_facts(id, found))
+        });
+        try_join_all(lookups).await
+    }
+
+    async fn describe_volumes(&self, ids: &[VolumeId]) -> Result<Vec<VolumeFacts>, CloudError> {
+        let lookups = ids.iter().map(|id| async move {
+            let pd = id
+                .as_pd()
+                .ok_or_else(|| CloudError::DescribeVolumes(not_gce("disk", id.as_str())))?;
+            self.disk(id, &pd)
+                .await
+                .map_err(|e| CloudError::DescribeVolumes(format!("disks.get {id}: {e}")))
+        });
+        Ok(try_join_all(lookups).await?.into_iter().flatten().collect())
+    }
+
+    async fn detach_volume(
+        &self,
+        volume: &VolumeId,
+        instance: &InstanceId,
+    ) -> Result<(), CloudError> {
+        let fail = |code: Option<&str>, message: String| CloudError::DetachVolume {
+            volume_id: volume.to_string(),
+            code: code.map(str::to_owned),
+            message,
+        };
+        let (Some(pd), Some(vm)) = (volume.as_pd(), instance.as_gce()) else {
+            return Err(fail(None, not_gce("disk or instance", volume.as_str())));
+        };
+        // The device name is the VM's own for the disk; the VM is read
+        // again right before the detach, which is also the last look at
+        // what it holds.
+        let found = self
+            .get(&vm)
+            .await
+            .map_err(|e| fail(None, format!("instances.get {vm}: {e}")))?;
+        let Some(found) = found else {
+            return Err(fail(Some("NotAttached"), format!("{vm} no longer exists")));
+        };
+        let Some(attached) = found.disks.iter().find(|d| {
+            d.source
+                .as_deref()
+                .is_some_and(|s| pd.is_source(s, vm.project()))
+        }) else {
+            return Err(fail(Some("NotAttached"), format!("{vm} does not hold it")));
+        };
+        if attached.boot == Some(true) {
+            return Err(fail(
+                Some("BootDisk"),
+                format!("it is the boot disk of {vm}: never detached"),
+            ));
+        }
+        let device = attached
+            .device_name
+            .clone()
+            .ok_or_else(|| fail(None, format!("{vm} reports no device name for it")))?;
+        // The same request id for the same detach: a retried call is one
+        // operation, never two.
+        let request_id = request_id(&vm, &device, found.id);
+        let op = self
+            .instances
+            .detach_disk()
+            .set_project(vm.project())
+            .set_zone(vm.zone())
+            .set_instance(vm.name())
+            .set_device_name(&device)
+            .set_request_id(request_id)
+            .send()
+            .await
+            .map_err(|e| fail(None, format!("instances.detachDisk {vm} {device}: {e}")))?;
+        self.wait(&vm, op).await.map_err(|e| fail(None, e))
+    }
+
+    async fn status_checks(
+        &self,
+        _ids: &[InstanceId],
+    ) -> Result<Vec<(InstanceId, StatusChecks)>, CloudError> {
+        // Compute Engine has no status checks of EC2's kind: none recorded.
+        Ok(Vec::new())
+    }
+
+    async fn power_off(&self, instance: &InstanceId) -> Result<(), CloudError> {
+        Err(CloudError::StopInstances {
+            instance_id: instance.to_string(),
+            message: "active fencing powers off EC2 instances only".into(),
+        })
+    }
+}
+
+/// A request id (a UUID, as Compute Engine requires) derived from the VM,
+/// its id and the device: the same detach always carries the same one, so
+/// Compute Engine runs it once however often it is sent within its window.
+fn request_id(vm: &GceInstance, device: &str, uid: Option<u64>) -> String {
+    use sha2::{Digest, Sha256};
+    let mut hasher = Sha256::new();
+    hasher.update(vm.provider_id().as_bytes());
+    hasher.update(uid.unwrap_or_default().to_be_bytes());
+    hasher.update(device.as_bytes());
+    let mut bytes = [0u8; 16];
+    bytes.copy_from_slice(&hasher.finalize()[..16]);
+    // Version 5-like layout: a name-derived UUID.
+    bytes[6] = (bytes[6] & 0x0f) | 0x50;
+    bytes[8] = (bytes[8] & 0x3f) | 0x80;
+    uuid::Uuid::from_bytes(bytes).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_same_detach_always_has_the_same_request_id() {
+        let vm = GceInstance::new("proj-fencer", "us-central1-a", "node-1").expect("a VM");
+        let a = request_id(&vm, "pd-1", Some(7));
+        assert_eq!(a, request_id(&vm, "pd-1", Some(7)));
+        assert_ne!(a, request_id(&vm, "pd-2", Some(7)));
+        assert_ne!(a, request_id(&vm, "pd-1", Some(8)));
+        assert!(uuid::Uuid::parse_str(&a).is_ok(), "{a}");
+    }
+
+    #[test]
+    fn a_vm_compute_engine_does_not_know_is_off_with_nothing_known() {
+        let id = InstanceId::parse("gce://proj-fencer/us-central1-a/node-1").expect("an id");
+        let facts = instance_facts(&id, None);
+        assert_eq!(facts.state, InstanceState::Terminated);
+        assert_eq!(facts.identity, MachineIdentity::default());
+    }
+}
