@@ -38,6 +38,8 @@ SENSITIVE = {
     "resource.random_password": {"result", "bcrypt_hash"},
     "resource.kubernetes_secret_v1": {"data", "binary_data"},
     "data.aws_eks_cluster": set(),
+    "resource.google_secret_manager_secret_version": {"secret_data"},
+    "data.google_client_config": {"access_token"},
 }
 
 # Optional arguments the provider also computes, where the bindings do not say
@@ -194,6 +196,9 @@ class Converter:
         raise self.fail(f"argument {name}: unknown type {kind!r}/{storage!r}")
 
     def object_type(self, struct: str) -> Any:
+        if f"{struct}OutputReference" not in self.src.classes:
+            # Kept in a file this one was not given: an empty object would be a thinner schema.
+            raise self.fail(f"{struct}: no class {struct}OutputReference")
         nested = self.block(f"{struct}OutputReference", self.src.functions.get(f"{lower_first(struct)}ToHclTerraform", ""))
         if nested.get("block_types"):
             raise self.fail(f"{struct}: blocks inside a nested attribute are not supported")
@@ -253,6 +258,10 @@ class Converter:
             return ["map", COMPUTED_MAPS[m.group(1)]]
         field = re.fullmatch(r"this\._(\w+)", expr)
         if field:
+            # A computed map kept in a field (the google bindings' default_labels).
+            init = re.search(rf"_{field.group(1)} = new cdkt[nf]\.(\w+)\(this, \"[^\"]+\"\)", body)
+            if init and init.group(1) in COMPUTED_MAPS:
+                return ["map", COMPUTED_MAPS[init.group(1)]]
             init = re.search(rf"_{field.group(1)} = new (\w+)\(this, \"[^\"]+\"(?:, (true|false))?\)", body)
             if init:
                 struct = self.struct_of(init.group(1))
@@ -295,16 +304,35 @@ def convert_one(text: str, where: str, kind: str, type_name: str) -> tuple[dict[
     return block, version.group(1) if version else ""
 
 
+# Where a large type keeps its nested structs: files beside its index.js
+# (the google bindings' index-structs/structs0.js, ...), which refer to each
+# other through the module objects they require.
+STRUCT_FILE = re.compile(r"(package/lib/[^/]+)/index-structs/[^/]+\.js")
+MODULE_ALIAS = re.compile(r"\b(?:index|index_structs|structs\d+)_1\.")
+
+
 def read_members(package: Path, wanted: set[str]) -> dict[str, str]:
-    """The wanted files of a tarball, in one pass over it (a gzip stream cannot seek)."""
-    found = {}
+    """The wanted files of a tarball, in one pass over it (a gzip stream
+    cannot seek), each with the struct files of its folder appended."""
+    found: dict[str, str] = {}
+    structs: dict[str, list[tuple[str, str]]] = {}
     with tarfile.open(package, "r|gz") as tar:
         for info in tar:
-            if info.name in wanted:
-                f = tar.extractfile(info)
-                assert f is not None
-                found[info.name] = f.read().decode("utf-8")
-    return found
+            m = STRUCT_FILE.fullmatch(info.name)
+            if info.name not in wanted and not (m and f"{m.group(1)}/index.js" in wanted):
+                continue
+            f = tar.extractfile(info)
+            assert f is not None
+            text = f.read().decode("utf-8")
+            if m:
+                structs.setdefault(f"{m.group(1)}/index.js", []).append((info.name, text))
+            else:
+                found[info.name] = text
+    merged = {}
+    for name, text in found.items():
+        parts = [text] + [s for _, s in sorted(structs.get(name, []))]
+        merged[name] = MODULE_ALIAS.sub("", "\n".join(parts))
+    return merged
 
 
 def convert(package: Path, provider: str, types: list[str]) -> dict[str, Any]:

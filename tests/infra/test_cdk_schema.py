@@ -4,8 +4,10 @@ wrote into the mirror."""
 
 from __future__ import annotations
 
+import io
 import json
 import re
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -184,6 +186,47 @@ def test_an_unknown_storage_is_an_error():
         cdk_schema.convert_one(sample, "sample.js", "resource", "example_thing")
 
 
+def split_sample(tmp_path: Path, with_structs: bool = True) -> Path:
+    """SAMPLE as the google bindings lay out a large type: the status struct in
+    index-structs/structs0.js, required as index_1, and a computed map in a
+    field; packed as a package tarball."""
+    struct = re.search(r"^class ExampleThingStatusOutputReference .*?^\}\n", SAMPLE, re.S | re.M).group(0)
+    index = SAMPLE.replace(struct, "").replace("new ExampleThingStatusList(", "new index_1.ExampleThingStatusList(")
+    index = index.replace(
+        "    synthesizeHclAttributes() {",
+        '    _defaultLabels = new cdktn.StringMap(this, "default_labels");\n'
+        "    get defaultLabels() {\n        return this._defaultLabels;\n    }\n"
+        "    synthesizeHclAttributes() {",
+    )
+    files = {"package/lib/example-thing/index.js": index, "package/lib/other-thing/index-structs/structs0.js": struct}
+    if with_structs:
+        files["package/lib/example-thing/index-structs/structs0.js"] = struct
+    package = tmp_path / "example.tgz"
+    with tarfile.open(package, "w:gz") as tar:
+        for name, text in files.items():
+            data = text.encode("utf-8")
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return package
+
+
+def test_reads_the_structs_kept_beside_a_types_file(tmp_path: Path):
+    member = "package/lib/example-thing/index.js"
+    texts = cdk_schema.read_members(split_sample(tmp_path), {member})
+    assert set(texts) == {member}
+    block, _ = cdk_schema.convert_one(texts[member], member, "resource", "example_thing")
+    assert block["attributes"]["status"] == {"type": ["list", ["object", {"phase": "string"}]], "computed": True}
+    assert block["attributes"]["default_labels"] == {"type": ["map", "string"], "computed": True}
+
+
+def test_a_struct_it_cannot_find_is_an_error_not_an_empty_object(tmp_path: Path):
+    member = "package/lib/example-thing/index.js"
+    texts = cdk_schema.read_members(split_sample(tmp_path, with_structs=False), {member})
+    with pytest.raises(cdk_schema.SchemaError, match="ExampleThingStatus: no class ExampleThingStatusOutputReference"):
+        cdk_schema.convert_one(texts[member], member, "resource", "example_thing")
+
+
 # --- the schemas the set-up wrote ----------------------------------------------
 
 
@@ -199,7 +242,7 @@ def mirror_schemas() -> dict[str, dict]:
         name = schema["provider"]
         if name not in found or T.version_key(schema["version"]) > T.version_key(found[name]["version"]):
             found[name] = schema
-    assert set(found) == {"aws", "kubernetes", "random"}, f"the mirror holds schemas of {sorted(found)}"
+    assert set(found) == {"aws", "google", "kubernetes", "random"}, f"the mirror holds schemas of {sorted(found)}"
     return found
 
 
@@ -218,7 +261,7 @@ def test_every_release_in_the_mirror_holds_exactly_the_types_infra_uses():
         held = set(schema["resource_schemas"]) | {f"data.{t}" for t in schema["data_source_schemas"]}
         want = {t for t in used_types() if t.removeprefix("data.").startswith(schema["provider"] + "_")}
         assert held == want, f"{schema['provider']} {schema['version']}: extra {sorted(held - want)}, missing {sorted(want - held)} (rerun make setup)"
-    assert len(all_mirror_schemas()) == 6, "the newest and the oldest release of each of the three providers"
+    assert len(all_mirror_schemas()) == 8, "the newest and the oldest release of each of the four providers"
 
 
 def test_the_aws_schema_is_the_providers():
@@ -239,3 +282,25 @@ def test_the_kubernetes_secrets_data_is_computed_as_the_provider_says():
     # The older bindings do not say so; the kept list in cdk_schema.py does.
     secret = mirror_schemas()["kubernetes"]["resource_schemas"]["kubernetes_secret_v1"]["block"]
     assert secret["attributes"]["data"] == {"type": ["map", "string"], "optional": True, "computed": True, "sensitive": True}
+
+
+def test_the_google_schema_is_the_providers():
+    google = mirror_schemas()["google"]
+    service = google["resource_schemas"]["google_cloud_run_v2_service"]["block"]
+    assert service["attributes"]["name"] == {"type": "string", "required": True}
+    assert service["attributes"]["uri"] == {"type": "string", "computed": True}
+    template = service["block_types"]["template"]
+    assert template["max_items"] == 1 and template["min_items"] == 1
+    env = template["block"]["block_types"]["containers"]["block"]["block_types"]["env"]
+    assert env["nesting_mode"] == "set"
+    ref = env["block"]["block_types"]["value_source"]["block"]["block_types"]["secret_key_ref"]["block"]
+    assert ref["attributes"]["secret"] == {"type": "string", "required": True}
+    push = google["resource_schemas"]["google_pubsub_subscription"]["block"]["block_types"]["push_config"]["block"]
+    assert push["attributes"]["push_endpoint"] == {"type": "string", "required": True}
+    assert push["block_types"]["oidc_token"]["block"]["attributes"]["service_account_email"] == {"type": "string", "required": True}
+    version = google["resource_schemas"]["google_secret_manager_secret_version"]["block"]["attributes"]["secret_data"]
+    assert version["sensitive"] is True
+    # A data source's nested structs, kept in files of their own by the bindings.
+    cluster = google["data_source_schemas"]["google_container_cluster"]["block"]["attributes"]
+    assert cluster["master_auth"]["type"][1][1]["cluster_ca_certificate"] == "string"
+    assert cluster["endpoint"] == {"type": "string", "computed": True}

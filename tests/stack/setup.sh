@@ -18,9 +18,10 @@
 #   $CACHE/bin/tflint-<ver>/tflint
 #   $CACHE/bin/schema-provider-<sha>/   the schema-only provider, built from tests/infra/schema-provider
 #   $CACHE/npm/                     the CDK for Terraform binding packages the schemas come from
-#   $CACHE/terraform-mirror-<sha>/  a filesystem mirror: that provider as hashicorp/aws, kubernetes
-#                                   and random, newest and oldest release, each with the schema
-#                                   of the types infra/ uses
+#                                   (npm, or the npm package inside a PyPI wheel)
+#   $CACHE/terraform-mirror-<sha>/  a filesystem mirror: that provider as hashicorp/aws, kubernetes,
+#                                   random and google, newest and oldest release, each with the
+#                                   schema of the types infra/ uses
 #   $CACHE/env.sh                   `source` it: NODE_FENCER_* variables, venv bin on PATH
 #
 # Usage: tests/stack/setup.sh [--only-python] [--skip-controllers] [--only-terraform]
@@ -72,17 +73,22 @@ main() {
 	# The providers' schemas, from the CDK for Terraform bindings on npm: each
 	# package is generated from one provider release (named in the comment).
 	# The newest release of each, and the oldest one at the floor infra/ claims
-	# (aws >= 6.29, kubernetes >= 2.23, random >= 3.5) that has bindings the
-	# converter reads: none exist for aws 6.29, so 6.25 (v6 only adds
-	# arguments); the converter needs bindings from cdktf 0.20 on, so
-	# kubernetes 2.25.2 and random 3.6.0.
+	# (aws >= 6.29, kubernetes >= 2.23, random >= 3.5, google >= 6.1) that has
+	# bindings the converter reads: none exist for aws 6.29, so 6.25 (v6 only
+	# adds arguments); the converter needs bindings from cdktf 0.20 on, so
+	# kubernetes 2.25.2 and random 3.6.0; google 6.1.0 is the first 6.x with
+	# bindings. The newest google bindings are not on npm: their PyPI
+	# distribution carries the same npm package as its jsii assembly
+	# ("pypi:" entries, fetched with pip).
 	CDK_PACKAGES=(
 		"aws=@cdktn/provider-aws@25.7.0"                # hashicorp/aws 6.66.0
 		"kubernetes=@cdktf/provider-kubernetes@12.1.1"  # hashicorp/kubernetes 2.38.0
 		"random=@cdktn/provider-random@15.0.1"          # hashicorp/random 3.9.1
+		"google=pypi:cdktn-provider-google==21.1.0"     # hashicorp/google 8.7.0
 		"aws=@cdktf/provider-aws@21.22.1"               # hashicorp/aws 6.25.0
 		"kubernetes=@cdktf/provider-kubernetes@11.0.0"  # hashicorp/kubernetes 2.25.2
 		"random=@cdktf/provider-random@11.0.0"          # hashicorp/random 3.6.0
+		"google=@cdktf/provider-google@14.0.0"          # hashicorp/google 6.1.0
 	)
 
 	log() { printf '==> %s\n' "$*"; }
@@ -334,6 +340,31 @@ main() {
 		mv -f "$tmp/$name" "$TARBALL"
 		rm -rf "$tmp"
 	}
+	# pypi_tarball NAME==VERSION: sets TARBALL to the npm package a jsii
+	# distribution on PyPI carries (<module>/_jsii/*.jsii.tgz of its wheel), in
+	# $CACHE/npm, fetched once with `pip download` (nothing installed).
+	pypi_tarball() {
+		local spec=$1 name tmp wheel
+		name="$(printf '%s' "${spec%%==*}" | tr '_' '-')-${spec##*==}.tgz"
+		TARBALL="$CACHE/npm/$name"
+		[ -f "$TARBALL" ] && return 0
+		tmp="$CACHE/npm/.tmp.$$"
+		TMP_PATHS+=("$tmp")
+		mkdir -p "$tmp"
+		"$STACK_VENV/bin/python" -m pip download --disable-pip-version-check --no-input -q \
+			--no-deps --no-cache-dir --only-binary=:all: -d "$tmp" "$spec"
+		wheel="$(find "$tmp" -maxdepth 1 -name '*.whl' | head -n 1)"
+		[ -n "$wheel" ] || die "pip download $spec gave no wheel"
+		"$STACK_VENV/bin/python" - "$wheel" "$tmp/$name" <<-'PY'
+			import shutil, sys, zipfile
+			with zipfile.ZipFile(sys.argv[1]) as wheel:
+			    (member,) = [n for n in wheel.namelist() if n.endswith(".jsii.tgz") and "/_jsii/" in n]
+			    with wheel.open(member) as src, open(sys.argv[2], "wb") as dst:
+			        shutil.copyfileobj(src, dst)
+		PY
+		mv -f "$tmp/$name" "$TARBALL"
+		rm -rf "$tmp"
+	}
 	# The schema-only provider once for each provider it stands for, beside the
 	# schema of the types infra/ uses, laid out as a filesystem mirror for the
 	# provider_installation of a TF_CLI_CONFIG_FILE.
@@ -345,7 +376,10 @@ main() {
 		mkdir -p "$tmp"
 		for entry in "${CDK_PACKAGES[@]}"; do
 			provider=${entry%%=*}
-			npm_tarball "${entry#*=}"
+			case "${entry#*=}" in
+			pypi:*) pypi_tarball "${entry#*=pypi:}" ;;
+			*) npm_tarball "${entry#*=}" ;;
+			esac
 			types="$(printf '%s\n' "$TF_TYPES" | { grep -E "^(data\.)?${provider}_" || true; } | paste -sd, -)"
 			python3 "$SCHEMA_CONVERTER" --package "$TARBALL" --provider "$provider" --types "$types" -o "$tmp/$provider.json"
 			version="$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["version"])' "$tmp/$provider.json")"
