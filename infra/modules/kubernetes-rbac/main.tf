@@ -142,6 +142,63 @@ resource "kubernetes_role_binding_v1" "this" {
 }
 
 ################################################################################
+# Users: identities the cluster knows by name rather than by group, such as a
+# Google service account on GKE (the user is its email), bound to the
+# ClusterRole and to every Role of the manifest.
+################################################################################
+
+resource "kubernetes_cluster_role_binding_v1" "users" {
+  count = length(var.users) > 0 ? 1 : 0
+
+  metadata {
+    name   = "${kubernetes_cluster_role_v1.this.metadata[0].name}-users"
+    labels = local.labels
+  }
+
+  role_ref {
+    api_group = "rbac.authorization.k8s.io"
+    kind      = "ClusterRole"
+    name      = kubernetes_cluster_role_v1.this.metadata[0].name
+  }
+
+  dynamic "subject" {
+    for_each = var.users
+
+    content {
+      kind      = "User"
+      name      = subject.value
+      api_group = "rbac.authorization.k8s.io"
+    }
+  }
+}
+
+resource "kubernetes_role_binding_v1" "users" {
+  for_each = { for key, role in local.roles : key => role if length(var.users) > 0 }
+
+  metadata {
+    name      = "${kubernetes_role_v1.this[each.key].metadata[0].name}-users"
+    namespace = kubernetes_role_v1.this[each.key].metadata[0].namespace
+    labels    = local.labels
+  }
+
+  role_ref {
+    api_group = "rbac.authorization.k8s.io"
+    kind      = "Role"
+    name      = kubernetes_role_v1.this[each.key].metadata[0].name
+  }
+
+  dynamic "subject" {
+    for_each = var.users
+
+    content {
+      kind      = "User"
+      name      = subject.value
+      api_group = "rbac.authorization.k8s.io"
+    }
+  }
+}
+
+################################################################################
 # Self-managed clusters: a ServiceAccount with a long-lived token
 #
 # The function reads a kubeconfig from SSM or Secrets Manager; this identity is

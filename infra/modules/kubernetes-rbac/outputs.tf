@@ -30,3 +30,8 @@ output "kubeconfig" {
   value       = local.kubeconfig
   sensitive   = true
 }
+
+output "users" {
+  description = "Users bound to the ClusterRole and the Roles besides the group (var.users)."
+  value       = var.users
+}

@@ -44,3 +44,14 @@ variable "labels" {
   type        = map(string)
   default     = {}
 }
+
+variable "users" {
+  description = "Kubernetes users to bind to the ClusterRole and to every Role of the manifest besides its group. On GKE a Google service account authenticates as the user named by its email (the node-fencer-gcp module's service_account_email); EKS and self-managed clusters need none."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for u in var.users : length(trimspace(u)) > 0])
+    error_message = "users must not hold empty names."
+  }
+}

@@ -22,6 +22,10 @@ run "the_manifests_roles_and_bindings" {
     condition     = length(kubernetes_service_account_v1.this) == 0 && length(kubernetes_secret_v1.token) == 0 && length(kubernetes_role_binding_v1.service_account) == 0
     error_message = "no ServiceAccount unless asked for"
   }
+  assert {
+    condition     = length(kubernetes_cluster_role_binding_v1.users) == 0 && length(kubernetes_role_binding_v1.users) == 0
+    error_message = "no user bindings unless users are given"
+  }
 }
 
 run "another_control_namespace_moves_the_role_and_its_binding" {
@@ -57,6 +61,45 @@ run "a_service_account_for_self_managed_clusters" {
     condition     = length(kubernetes_cluster_role_binding_v1.service_account) == 1 && keys(kubernetes_role_binding_v1.service_account) == ["kube-system/node-fencer"]
     error_message = "bound to the ClusterRole and the Role"
   }
+}
+
+run "a_gke_service_account_bound_as_a_user" {
+  command = plan
+
+  variables {
+    users = ["node-fencer@my-project.iam.gserviceaccount.com"]
+  }
+
+  assert {
+    condition     = length(kubernetes_cluster_role_binding_v1.users) == 1 && kubernetes_cluster_role_binding_v1.users[0].role_ref[0].name == "node-fencer"
+    error_message = "the users bound to the ClusterRole"
+  }
+  assert {
+    condition     = [for s in kubernetes_cluster_role_binding_v1.users[0].subject : "${s.kind}/${s.name}"] == ["User/node-fencer@my-project.iam.gserviceaccount.com"]
+    error_message = "each user a subject of kind User, named by its email"
+  }
+  assert {
+    condition     = keys(kubernetes_role_binding_v1.users) == ["kube-system/node-fencer"] && kubernetes_role_binding_v1.users["kube-system/node-fencer"].role_ref[0].kind == "Role"
+    error_message = "and to the Role in the control namespace"
+  }
+  assert {
+    condition     = [for s in kubernetes_role_binding_v1.users["kube-system/node-fencer"].subject : "${s.kind}/${s.name}"] == ["User/node-fencer@my-project.iam.gserviceaccount.com"]
+    error_message = "the Role binding names the same user"
+  }
+  assert {
+    condition     = kubernetes_cluster_role_binding_v1.this.metadata[0].name == "node-fencer" && length(kubernetes_service_account_v1.this) == 0
+    error_message = "the group binding stays as it is"
+  }
+}
+
+run "users_with_an_empty_name" {
+  command = plan
+
+  variables {
+    users = [""]
+  }
+
+  expect_failures = [var.users]
 }
 
 run "control_namespace_not_a_name" {
