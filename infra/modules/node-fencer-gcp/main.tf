@@ -1,0 +1,559 @@
+# node-fencer on Google Cloud: the same binary as on AWS, run by Cloud Run as
+# an HTTP server (`node-fencer serve`). Compute Engine's audit log entries of
+# the cluster's node VMs reach it through a Logging sink, a Pub/Sub topic and a
+# push subscription (/pubsub), optionally through Eventarc (/eventarc), and
+# Alertmanager's webhook reaches it with a bearer token (/alertmanager).
+
+data "google_project" "this" {
+  project_id = var.project_id
+}
+
+locals {
+  cluster_id       = "projects/${var.project_id}/locations/${var.cluster_location}/clusters/${var.cluster_name}"
+  cluster_endpoint = startswith(var.cluster_endpoint, "https://") ? var.cluster_endpoint : "https://${var.cluster_endpoint}"
+  # The region of a zonal cluster's zone, or the regional cluster's own.
+  cluster_region = replace(var.cluster_location, "/-[a-z]$/", "")
+
+  # Pub/Sub's service agent: it signs the push requests' OIDC tokens as the
+  # push service account, and moves undeliverable messages to the dead-letter
+  # topic.
+  pubsub_service_agent = "serviceAccount:service-${data.google_project.this.number}@gcp-sa-pubsub.iam.gserviceaccount.com"
+
+  # The service accounts' emails, known before the accounts exist (a plan
+  # shows them): the service runs as the first, which the cluster knows as
+  # the Kubernetes user of that name; PUSH_SERVICE_ACCOUNT and the push
+  # subscription's OIDC token name the second.
+  service_account_email      = "${var.name}@${var.project_id}.iam.gserviceaccount.com"
+  push_service_account_email = "${var.name}-push@${var.project_id}.iam.gserviceaccount.com"
+
+  # How long a request waits for another one to release the fencing Lease
+  # before it gives up (LEASE_WAIT in handler/src/core/control.rs).
+  lease_wait_seconds = 30
+
+  # The worst case of one request, wait by wait: a Node still Ready although
+  # its VM is off, the Lease, the second Compute Engine confirmation, the
+  # detach wait of several nodes (twice it), a requested recovery's settle
+  # delay, plus 30 s for the calls around them. The variables' upper bounds
+  # (120, 120, 120, 60) keep it within the 600 s Pub/Sub allows as the push
+  # subscription's acknowledgement deadline, which must cover the request.
+  request_timeout_seconds = var.not_ready_wait_seconds + local.lease_wait_seconds + var.confirm_again_after_seconds + var.volume_detach_timeout_seconds * 2 + var.recovery_settle_seconds + 30
+
+  # The Compute Engine and GKE permissions the code needs, and nothing else.
+  # The list must equal gcp_permissions of infra/manifest.json;
+  # tests/infra checks it.
+  gcp_permissions = [
+    "compute.disks.get",
+    "compute.instances.detachDisk",
+    "compute.instances.get",
+    "compute.zoneOperations.get",
+    "container.clusters.get",
+  ]
+
+  # The audit log methods the service acts on. API calls write two entries,
+  # the first when the call is accepted and the last (operation.last) once
+  # the VM is down or up again: only the last counts. System events (no
+  # version prefix) are written once, with no operation.
+  down_methods = [
+    "v1.compute.instances.stop",
+    "v1.compute.instances.delete",
+    "beta.compute.instances.stop",
+    "beta.compute.instances.delete",
+  ]
+  up_methods = [
+    "v1.compute.instances.start",
+    "v1.compute.instances.resume",
+  ]
+  system_event_methods = [
+    "compute.instances.guestTerminate",
+    "compute.instances.preempted",
+    "compute.instances.hostError",
+    "compute.instances.terminateOnHostMaintenance",
+  ]
+
+  # GKE names node VMs gke-<cluster>-<pool>-<hash>-<suffix>, shortening long
+  # cluster names: past 16 characters only the first 16 are relied on.
+  instance_name_prefix = var.instance_name_prefix != null ? var.instance_name_prefix : (
+    length(var.cluster_name) <= 16 ? "gke-${var.cluster_name}-" : "gke-${substr(var.cluster_name, 0, 16)}"
+  )
+
+  # Logging's query language binds OR tighter than AND: every group is in
+  # parentheses, so the filter means the same either way. The last entry of an
+  # API call, or any system event.
+  api_calls_filter     = "((${join(" OR ", [for m in concat(local.down_methods, local.up_methods) : "protoPayload.methodName=\"${m}\""])}) AND operation.last=\"true\")"
+  system_events_filter = "(${join(" OR ", [for m in local.system_event_methods : "protoPayload.methodName=\"${m}\""])})"
+  sink_filter = join(" AND ", concat(
+    ["resource.type=\"gce_instance\""],
+    local.instance_name_prefix != "" ? ["protoPayload.resourceName:\"/instances/${local.instance_name_prefix}\""] : [],
+    ["(${local.api_calls_filter} OR ${local.system_events_filter})"],
+  ))
+
+  webhook_token_secret  = var.webhook_token_secret_id != null ? var.webhook_token_secret_id : google_secret_manager_secret.webhook_token[0].id
+  webhook_token_version = var.webhook_token_secret_id != null ? "latest" : google_secret_manager_secret_version.webhook_token[0].version
+
+  environment = merge(
+    {
+      GKE_CLUSTER                   = local.cluster_id
+      CLUSTER_ENDPOINT              = local.cluster_endpoint
+      CLUSTER_CA_DATA               = var.cluster_ca_data
+      PUSH_AUDIENCE                 = var.push_audience
+      PUSH_SERVICE_ACCOUNT          = local.push_service_account_email
+      DRY_RUN                       = tostring(var.dry_run)
+      OUT_OF_SERVICE_NO_SCHEDULE    = tostring(var.out_of_service_no_schedule)
+      MAX_OUT_OF_SERVICE            = tostring(var.max_out_of_service)
+      FENCING_MODE                  = var.fencing_mode
+      CONFIRM_AGAIN_AFTER_SECONDS   = tostring(var.confirm_again_after_seconds)
+      VOLUME_DETACH_TIMEOUT_SECONDS = tostring(var.volume_detach_timeout_seconds)
+      RECOVERY_SETTLE_SECONDS       = tostring(var.recovery_settle_seconds)
+      RECOVERY                      = var.recovery
+      NOT_READY_WAIT_SECONDS        = tostring(var.not_ready_wait_seconds)
+      CONTROL_NAMESPACE             = var.control_namespace
+      LOG_FORMAT                    = var.log_format
+      RUST_LOG                      = var.log_level
+    },
+    var.max_out_of_service_percent != null ? { MAX_OUT_OF_SERVICE_PERCENT = tostring(var.max_out_of_service_percent) } : {},
+  )
+
+  alertmanager_url = "${google_cloud_run_v2_service.this.uri}/alertmanager"
+}
+
+################################################################################
+# Service account and its custom role
+################################################################################
+
+resource "google_service_account" "this" {
+  project      = var.project_id
+  account_id   = var.name
+  display_name = "node-fencer (${var.name})"
+  description  = "Identity of the Cloud Run service ${var.name}: Compute Engine through the custom role, the cluster as the Kubernetes user of this email."
+
+  lifecycle {
+    postcondition {
+      condition     = self.email == local.service_account_email
+      error_message = "The service account's email is not the one the service and the RBAC binding were given."
+    }
+  }
+}
+
+resource "google_project_iam_custom_role" "this" {
+  project     = var.project_id
+  role_id     = replace(var.name, "-", "_")
+  title       = "node-fencer (${var.name})"
+  description = "Exactly the Compute Engine and GKE calls node-fencer makes: read a VM and its disks, detach a disk from a VM that is off, follow the zone operation, read the cluster."
+  permissions = local.gcp_permissions
+}
+
+resource "google_project_iam_member" "this" {
+  project = var.project_id
+  role    = google_project_iam_custom_role.this.name
+  member  = google_service_account.this.member
+}
+
+################################################################################
+# Alertmanager webhook token (Secret Manager)
+################################################################################
+
+resource "random_password" "webhook_token" {
+  count = var.webhook_token_secret_id == null ? 1 : 0
+
+  # Letters and digits only: the token goes into an HTTP header and a file.
+  length  = 48
+  special = false
+}
+
+resource "google_secret_manager_secret" "webhook_token" {
+  #checkov:skip=CKV_GCP_128:Rotation must update Alertmanager in the same step; rotate with `terraform apply -replace=module.<name>.random_password.webhook_token[0]`, which makes a new version and a new revision, and roll the Alertmanager secret.
+  count = var.webhook_token_secret_id == null ? 1 : 0
+
+  project   = var.project_id
+  secret_id = "${var.name}-webhook-token"
+  labels    = var.labels
+
+  replication {
+    auto {}
+  }
+}
+
+resource "google_secret_manager_secret_version" "webhook_token" {
+  count = var.webhook_token_secret_id == null ? 1 : 0
+
+  secret      = google_secret_manager_secret.webhook_token[0].id
+  secret_data = random_password.webhook_token[0].result
+}
+
+# The service account reads this one secret, nothing else of Secret Manager.
+resource "google_secret_manager_secret_iam_member" "webhook_token" {
+  project   = var.project_id
+  secret_id = local.webhook_token_secret
+  role      = "roles/secretmanager.secretAccessor"
+  member    = google_service_account.this.member
+}
+
+################################################################################
+# Cloud Run service
+################################################################################
+
+resource "google_cloud_run_v2_service" "this" {
+  project     = var.project_id
+  name        = var.name
+  location    = var.region
+  description = "Fences dead Kubernetes nodes of ${var.cluster_name} (out-of-service taint, disk detach) only when Compute Engine confirms the VM is off, and ends the fencing once the node is back."
+  labels      = var.labels
+
+  # Alertmanager calls from wherever it runs, and cannot mint Google tokens:
+  # the service itself authenticates every route (OIDC tokens of the push
+  # service account on /pubsub and /eventarc, the bearer token on
+  # /alertmanager).
+  ingress             = "INGRESS_TRAFFIC_ALL"
+  deletion_protection = var.deletion_protection
+
+  template {
+    service_account                  = local.service_account_email
+    timeout                          = "${local.request_timeout_seconds}s"
+    max_instance_request_concurrency = var.max_instance_request_concurrency
+
+    scaling {
+      min_instance_count = 0
+      max_instance_count = var.max_instances
+    }
+
+    containers {
+      image = var.image
+      args  = ["serve"]
+
+      resources {
+        limits = {
+          cpu    = var.cpu
+          memory = var.memory
+        }
+        # CPU only while a request is handled: everything is done before the answer.
+        cpu_idle = true
+      }
+
+      dynamic "env" {
+        for_each = local.environment
+
+        content {
+          name  = env.key
+          value = env.value
+        }
+      }
+
+      env {
+        name = "WEBHOOK_TOKEN"
+
+        value_source {
+          secret_key_ref {
+            secret  = local.webhook_token_secret
+            version = local.webhook_token_version
+          }
+        }
+      }
+    }
+
+    dynamic "vpc_access" {
+      for_each = var.vpc_network != null ? [true] : []
+
+      content {
+        egress = "PRIVATE_RANGES_ONLY"
+
+        network_interfaces {
+          network    = var.vpc_network
+          subnetwork = var.vpc_subnetwork
+        }
+      }
+    }
+  }
+
+  lifecycle {
+    precondition {
+      condition     = local.request_timeout_seconds <= 600
+      error_message = "The waits of one request add up to more than the 600 s Pub/Sub allows for an acknowledgement."
+    }
+    precondition {
+      condition     = (var.vpc_network == null) == (var.vpc_subnetwork == null)
+      error_message = "vpc_network and vpc_subnetwork go together."
+    }
+  }
+
+  # Cloud Run checks at deployment that the service account exists and may
+  # read the secret (both bindings name the account); the role must be in
+  # place before the first request.
+  depends_on = [google_secret_manager_secret_iam_member.webhook_token, google_project_iam_member.this]
+}
+
+# Public: Alertmanager cannot present a Google identity token, and Cloud Run's
+# IAM check would refuse it before the service's own. The service refuses every
+# request on /pubsub and /eventarc without an OIDC token of the push service
+# account for PUSH_AUDIENCE, and on /alertmanager without the bearer token, and
+# answers nothing else.
+resource "google_cloud_run_v2_service_iam_member" "public" {
+  #checkov:skip=CKV_GCP_102:Alertmanager cannot mint Google identity tokens; the service checks the OIDC tokens of Pub/Sub and Eventarc and the bearer token of Alertmanager on every request itself.
+  project  = var.project_id
+  location = google_cloud_run_v2_service.this.location
+  name     = google_cloud_run_v2_service.this.name
+  role     = "roles/run.invoker"
+  member   = "allUsers"
+}
+
+# The push service account may invoke the service in its own right, so the
+# triggers keep working should the public binding be removed.
+resource "google_cloud_run_v2_service_iam_member" "push" {
+  project  = var.project_id
+  location = google_cloud_run_v2_service.this.location
+  name     = google_cloud_run_v2_service.this.name
+  role     = "roles/run.invoker"
+  member   = google_service_account.push.member
+}
+
+################################################################################
+# The identity of the push requests: Pub/Sub (and Eventarc) sign OIDC tokens
+# as this account, which the service requires (PUSH_SERVICE_ACCOUNT).
+################################################################################
+
+resource "google_service_account" "push" {
+  project      = var.project_id
+  account_id   = "${var.name}-push"
+  display_name = "node-fencer push (${var.name})"
+  description  = "Identity of the Pub/Sub push and Eventarc requests to ${var.name}; it holds no role of its own."
+
+  lifecycle {
+    postcondition {
+      condition     = self.email == local.push_service_account_email
+      error_message = "The push service account's email is not the PUSH_SERVICE_ACCOUNT the service was given."
+    }
+  }
+}
+
+resource "google_service_account_iam_member" "push_token_creator" {
+  service_account_id = google_service_account.push.name
+  role               = "roles/iam.serviceAccountTokenCreator"
+  member             = local.pubsub_service_agent
+}
+
+################################################################################
+# Audit logs -> Logging sink -> Pub/Sub -> push subscription -> /pubsub
+################################################################################
+
+resource "google_pubsub_topic" "audit" {
+  #checkov:skip=CKV_GCP_83:The messages are Compute Engine audit log entries the project's own audit logs already hold; Google-managed encryption applies, a customer key would need a key policy of the deployer's own.
+  project = var.project_id
+  name    = "${var.name}-gce-audit"
+  labels  = var.labels
+}
+
+resource "google_logging_project_sink" "this" {
+  project                = var.project_id
+  name                   = "${var.name}-gce-audit"
+  description            = "Compute Engine audit log entries of the node VMs of ${var.cluster_name} that stop, delete, start or resume them, and the system events a VM goes down by, for ${var.name}."
+  destination            = "pubsub.googleapis.com/${google_pubsub_topic.audit.id}"
+  filter                 = local.sink_filter
+  unique_writer_identity = true
+}
+
+resource "google_pubsub_topic_iam_member" "sink" {
+  project = var.project_id
+  topic   = google_pubsub_topic.audit.name
+  role    = "roles/pubsub.publisher"
+  member  = google_logging_project_sink.this.writer_identity
+}
+
+resource "google_pubsub_subscription" "push" {
+  project = var.project_id
+  name    = "${var.name}-push"
+  topic   = google_pubsub_topic.audit.id
+  labels  = var.labels
+
+  # Pub/Sub waits this long for the answer before it delivers again: the
+  # whole request, every wait included.
+  ack_deadline_seconds = local.request_timeout_seconds
+
+  push_config {
+    push_endpoint = "${google_cloud_run_v2_service.this.uri}/pubsub"
+
+    oidc_token {
+      service_account_email = local.push_service_account_email
+      audience              = var.push_audience
+    }
+  }
+
+  retry_policy {
+    minimum_backoff = "10s"
+    maximum_backoff = "600s"
+  }
+
+  dead_letter_policy {
+    dead_letter_topic     = google_pubsub_topic.dead_letter.id
+    max_delivery_attempts = var.max_delivery_attempts
+  }
+
+  # Never deleted for inactivity: a quiet cluster has no stopped VMs for months.
+  expiration_policy {
+    ttl = ""
+  }
+
+  depends_on = [google_service_account_iam_member.push_token_creator]
+}
+
+################################################################################
+# Dead letters: entries the service failed on max_delivery_attempts times
+################################################################################
+
+resource "google_pubsub_topic" "dead_letter" {
+  #checkov:skip=CKV_GCP_83:The messages are Compute Engine audit log entries the project's own audit logs already hold; Google-managed encryption applies, a customer key would need a key policy of the deployer's own.
+  project = var.project_id
+  name    = "${var.name}-dead-letter"
+  labels  = var.labels
+}
+
+# Holds the dead letters for reading (a topic without a subscription drops them).
+resource "google_pubsub_subscription" "dead_letter" {
+  project                    = var.project_id
+  name                       = "${var.name}-dead-letter"
+  topic                      = google_pubsub_topic.dead_letter.id
+  labels                     = var.labels
+  message_retention_duration = "604800s"
+  ack_deadline_seconds       = 60
+
+  expiration_policy {
+    ttl = ""
+  }
+}
+
+# Pub/Sub moves a message to the dead-letter topic as its service agent, which
+# must be allowed to publish there and to acknowledge it on the subscription.
+resource "google_pubsub_topic_iam_member" "dead_letter_publisher" {
+  project = var.project_id
+  topic   = google_pubsub_topic.dead_letter.name
+  role    = "roles/pubsub.publisher"
+  member  = local.pubsub_service_agent
+}
+
+resource "google_pubsub_subscription_iam_member" "dead_letter_subscriber" {
+  project      = var.project_id
+  subscription = google_pubsub_subscription.push.name
+  role         = "roles/pubsub.subscriber"
+  member       = local.pubsub_service_agent
+}
+
+################################################################################
+# Eventarc (optional): v1.compute.instances.stop to /eventarc
+################################################################################
+
+# Eventarc reads the audit logs itself and needs the trigger's account to
+# receive events.
+resource "google_project_iam_member" "push_event_receiver" {
+  count = var.eventarc ? 1 : 0
+
+  project = var.project_id
+  role    = "roles/eventarc.eventReceiver"
+  member  = google_service_account.push.member
+}
+
+# An audit-log trigger matches one method; the sink above carries them all.
+# Its location is the cluster's region: a regional trigger receives the
+# entries of the resources in that region.
+resource "google_eventarc_trigger" "stop" {
+  count = var.eventarc ? 1 : 0
+
+  project         = var.project_id
+  name            = "${var.name}-instance-stop"
+  location        = local.cluster_region
+  service_account = google_service_account.push.email
+  labels          = var.labels
+
+  matching_criteria {
+    attribute = "type"
+    value     = "google.cloud.audit.log.v1.written"
+  }
+
+  matching_criteria {
+    attribute = "serviceName"
+    value     = "compute.googleapis.com"
+  }
+
+  matching_criteria {
+    attribute = "methodName"
+    value     = "v1.compute.instances.stop"
+  }
+
+  destination {
+    cloud_run_service {
+      service = google_cloud_run_v2_service.this.name
+      region  = google_cloud_run_v2_service.this.location
+      path    = "/eventarc"
+    }
+  }
+
+  depends_on = [google_project_iam_member.push_event_receiver]
+}
+
+################################################################################
+# Alerts
+################################################################################
+
+resource "google_monitoring_alert_policy" "dead_letter" {
+  project               = var.project_id
+  display_name          = "${var.name}: audit log entries in the dead-letter topic"
+  combiner              = "OR"
+  notification_channels = var.notification_channels
+  user_labels           = var.labels
+
+  conditions {
+    display_name = "${google_pubsub_subscription.dead_letter.name} holds messages"
+
+    condition_threshold {
+      filter          = "resource.type = \"pubsub_subscription\" AND resource.labels.subscription_id = \"${google_pubsub_subscription.dead_letter.name}\" AND metric.type = \"pubsub.googleapis.com/subscription/num_undelivered_messages\""
+      comparison      = "COMPARISON_GT"
+      threshold_value = 0
+      duration        = "0s"
+
+      aggregations {
+        alignment_period   = "300s"
+        per_series_aligner = "ALIGN_MAX"
+      }
+    }
+  }
+
+  documentation {
+    mime_type = "text/markdown"
+    content   = "Audit log entries for ${var.name} failed ${var.max_delivery_attempts} times and wait in the subscription ${google_pubsub_subscription.dead_letter.name}: a node may not have been fenced or recovered. Read them (`gcloud pubsub subscriptions pull ${google_pubsub_subscription.dead_letter.name} --limit 10`) and the service's logs, then acknowledge them."
+  }
+}
+
+resource "google_monitoring_alert_policy" "errors" {
+  project               = var.project_id
+  display_name          = "${var.name}: 5xx answers"
+  combiner              = "OR"
+  notification_channels = var.notification_channels
+  user_labels           = var.labels
+
+  conditions {
+    display_name = "${var.name} answered 5xx"
+
+    condition_threshold {
+      filter          = "resource.type = \"cloud_run_revision\" AND resource.labels.service_name = \"${google_cloud_run_v2_service.this.name}\" AND metric.type = \"run.googleapis.com/request_count\" AND metric.labels.response_code_class = \"5xx\""
+      comparison      = "COMPARISON_GT"
+      threshold_value = 0
+      duration        = "0s"
+
+      aggregations {
+        alignment_period     = "60s"
+        per_series_aligner   = "ALIGN_SUM"
+        cross_series_reducer = "REDUCE_SUM"
+      }
+    }
+  }
+
+  documentation {
+    mime_type = "text/markdown"
+    content   = "${var.name} answered a request with a server error: a node could not be fenced or recovered yet (Pub/Sub delivers the entry again). Read the service's logs. A refused request (401) is an answer, not an error: a flood of them does not set this off."
+  }
+}
+
+locals {
+  alertmanager_receiver = templatefile("${path.module}/../node-fencer/templates/alertmanager-receiver.yaml.tftpl", {
+    name             = var.name
+    url              = local.alertmanager_url
+    credentials_file = var.alertmanager_credentials_file
+  })
+}

@@ -1,0 +1,95 @@
+output "service_name" {
+  description = "Name of the Cloud Run service."
+  value       = google_cloud_run_v2_service.this.name
+}
+
+output "service_url" {
+  description = "URL of the Cloud Run service."
+  value       = google_cloud_run_v2_service.this.uri
+}
+
+output "alertmanager_url" {
+  description = "Webhook URL for Alertmanager: the service's /alertmanager route."
+  value       = local.alertmanager_url
+}
+
+output "request_timeout_seconds" {
+  description = "Request timeout of the service and acknowledgement deadline of the push subscription, in seconds, derived from not_ready_wait_seconds, the Lease wait, confirm_again_after_seconds, volume_detach_timeout_seconds and recovery_settle_seconds."
+  value       = local.request_timeout_seconds
+}
+
+output "service_account_email" {
+  description = "Email of the service's service account: the Kubernetes user to bind to the ClusterRole and the Role (the kubernetes-rbac module's users)."
+  value       = local.service_account_email
+}
+
+output "push_service_account_email" {
+  description = "Email of the service account whose OIDC token the push subscription and Eventarc present (PUSH_SERVICE_ACCOUNT)."
+  value       = local.push_service_account_email
+}
+
+output "push_audience" {
+  description = "Audience of the push requests' OIDC tokens (PUSH_AUDIENCE)."
+  value       = var.push_audience
+}
+
+output "custom_role_id" {
+  description = "The project's custom role of the service account (projects/P/roles/R)."
+  value       = google_project_iam_custom_role.this.name
+}
+
+output "gke_cluster" {
+  description = "The cluster as the service names it (GKE_CLUSTER)."
+  value       = local.cluster_id
+}
+
+output "webhook_token_secret_id" {
+  description = "Secret Manager secret holding the Alertmanager bearer token (projects/P/secrets/S)."
+  value       = local.webhook_token_secret
+}
+
+output "webhook_token" {
+  description = "Bearer token Alertmanager must present on /alertmanager, when the module generated it; null with webhook_token_secret_id."
+  value       = one(random_password.webhook_token[*].result)
+  sensitive   = true
+}
+
+output "audit_topic" {
+  description = "Pub/Sub topic the Logging sink writes the audit log entries to."
+  value       = google_pubsub_topic.audit.name
+}
+
+output "push_subscription" {
+  description = "Push subscription that delivers the entries to /pubsub."
+  value       = google_pubsub_subscription.push.name
+}
+
+output "dead_letter_topic" {
+  description = "Pub/Sub topic of the entries the service failed on max_delivery_attempts times."
+  value       = google_pubsub_topic.dead_letter.name
+}
+
+output "dead_letter_subscription" {
+  description = "Subscription that holds the dead letters for reading."
+  value       = google_pubsub_subscription.dead_letter.name
+}
+
+output "sink_filter" {
+  description = "Filter of the Logging sink: the audit log entries that reach the service."
+  value       = local.sink_filter
+}
+
+output "eventarc_trigger" {
+  description = "Name of the Eventarc trigger (eventarc), else null."
+  value       = one(google_eventarc_trigger.stop[*].name)
+}
+
+output "alertmanager_receiver" {
+  description = "Alertmanager route and receiver for the service, rendered as YAML to merge into alertmanager.yml."
+  value       = local.alertmanager_receiver
+}
+
+output "control_namespace" {
+  description = "Namespace of the service's Lease and kill-switch ConfigMap (CONTROL_NAMESPACE); the Role of infra/kubernetes/rbac.yaml must be applied there."
+  value       = var.control_namespace
+}
