@@ -82,13 +82,28 @@ run "defaults" {
   }
 }
 
-run "eventarc_an_own_secret_and_a_zonal_cluster" {
+run "eventarc_an_own_secret_a_zonal_cluster_vpc_egress_and_the_longest_waits" {
   command = plan
 
   variables {
-    eventarc                = true
-    webhook_token_secret_id = "projects/my-project/secrets/alertmanager-token"
-    cluster_location        = "europe-west1-b"
+    eventarc                      = true
+    webhook_token_secret_id       = "projects/my-project/secrets/alertmanager-token"
+    cluster_location              = "europe-west1-b"
+    not_ready_wait_seconds        = 120
+    confirm_again_after_seconds   = 120
+    volume_detach_timeout_seconds = 120
+    recovery_settle_seconds       = 60
+    vpc_network                   = "projects/my-project/global/networks/prod"
+    vpc_subnetwork                = "projects/my-project/regions/europe-west1/subnetworks/prod"
+  }
+
+  assert {
+    condition     = google_cloud_run_v2_service.this.template[0].timeout == "600s" && google_pubsub_subscription.push.ack_deadline_seconds == 600
+    error_message = "the longest waits sum to Pub/Sub's 600 s"
+  }
+  assert {
+    condition     = google_cloud_run_v2_service.this.template[0].vpc_access[0].egress == "PRIVATE_RANGES_ONLY" && google_cloud_run_v2_service.this.template[0].vpc_access[0].network_interfaces[0].subnetwork == "projects/my-project/regions/europe-west1/subnetworks/prod"
+    error_message = "private ranges through the VPC"
   }
 
   assert {
@@ -139,36 +154,6 @@ run "an_empty_prefix_takes_every_vm" {
   }
 }
 
-run "the_longest_waits_fill_the_600_seconds" {
-  command = plan
-
-  variables {
-    not_ready_wait_seconds        = 120
-    confirm_again_after_seconds   = 120
-    volume_detach_timeout_seconds = 120
-    recovery_settle_seconds       = 60
-  }
-
-  assert {
-    condition     = google_cloud_run_v2_service.this.template[0].timeout == "600s" && google_pubsub_subscription.push.ack_deadline_seconds == 600
-    error_message = "the longest waits sum to Pub/Sub's 600 s"
-  }
-}
-
-run "direct_vpc_egress" {
-  command = plan
-
-  variables {
-    vpc_network    = "projects/my-project/global/networks/prod"
-    vpc_subnetwork = "projects/my-project/regions/europe-west1/subnetworks/prod"
-  }
-
-  assert {
-    condition     = google_cloud_run_v2_service.this.template[0].vpc_access[0].egress == "PRIVATE_RANGES_ONLY" && google_cloud_run_v2_service.this.template[0].vpc_access[0].network_interfaces[0].subnetwork == "projects/my-project/regions/europe-west1/subnetworks/prod"
-    error_message = "private ranges through the VPC"
-  }
-}
-
 # --- preconditions ------------------------------------------------------------------
 
 run "a_network_without_a_subnetwork" {
@@ -181,10 +166,11 @@ run "a_network_without_a_subnetwork" {
   expect_failures = [google_cloud_run_v2_service.this]
 }
 
-# --- validations: values just out of range, several variables a run; each
-# run fails if any of its validations lets its value through
+# --- validations: values just out of range, every validated variable in one
+# run (two for the other bound of some); a run fails if any of its
+# validations lets its value through
 
-run "the_service_refuses_bad_names_and_sizes" {
+run "out_of_range_values_are_refused" {
   command = plan
 
   variables {
@@ -193,66 +179,54 @@ run "the_service_refuses_bad_names_and_sizes" {
     image                            = " "
     max_instances                    = 0
     max_instance_request_concurrency = 0
+    cluster_name                     = "Prod"
+    cluster_location                 = "europe"
+    cluster_endpoint                 = "http://203.0.113.10"
+    cluster_ca_data                  = "not base64!"
+    max_out_of_service               = 0
+    max_out_of_service_percent       = 101
+    fencing_mode                     = "drain"
+    control_namespace                = "Kube_System"
+    recovery                         = "never"
+    log_format                       = "xml"
+    confirm_again_after_seconds      = 121
+    volume_detach_timeout_seconds    = 121
+    not_ready_wait_seconds           = 121
+    recovery_settle_seconds          = 61
+    push_audience                    = ""
+    instance_name_prefix             = "GKE-"
+    max_delivery_attempts            = 4
+    webhook_token_secret_id          = "alertmanager-token"
   }
 
-  expect_failures = [var.name, var.project_id, var.image, var.max_instances, var.max_instance_request_concurrency]
+  expect_failures = [
+    var.name,
+    var.project_id,
+    var.image,
+    var.max_instances,
+    var.max_instance_request_concurrency,
+    var.cluster_name,
+    var.cluster_location,
+    var.cluster_endpoint,
+    var.cluster_ca_data,
+    var.max_out_of_service,
+    var.max_out_of_service_percent,
+    var.fencing_mode,
+    var.control_namespace,
+    var.recovery,
+    var.log_format,
+    var.confirm_again_after_seconds,
+    var.volume_detach_timeout_seconds,
+    var.not_ready_wait_seconds,
+    var.recovery_settle_seconds,
+    var.push_audience,
+    var.instance_name_prefix,
+    var.max_delivery_attempts,
+    var.webhook_token_secret_id,
+  ]
 }
 
-run "the_cluster_refuses_bad_coordinates" {
-  command = plan
-
-  variables {
-    cluster_name     = "Prod"
-    cluster_location = "europe"
-    cluster_endpoint = "http://203.0.113.10"
-    cluster_ca_data  = "not base64!"
-  }
-
-  expect_failures = [var.cluster_name, var.cluster_location, var.cluster_endpoint, var.cluster_ca_data]
-}
-
-run "the_behaviour_refuses_values_the_code_rejects" {
-  command = plan
-
-  variables {
-    max_out_of_service         = 0
-    max_out_of_service_percent = 101
-    fencing_mode               = "drain"
-    control_namespace          = "Kube_System"
-    recovery                   = "never"
-    log_format                 = "xml"
-  }
-
-  expect_failures = [var.max_out_of_service, var.max_out_of_service_percent, var.fencing_mode, var.control_namespace, var.recovery, var.log_format]
-}
-
-run "the_waits_refuse_values_past_their_share_of_600_seconds" {
-  command = plan
-
-  variables {
-    confirm_again_after_seconds   = 121
-    volume_detach_timeout_seconds = 121
-    not_ready_wait_seconds        = 121
-    recovery_settle_seconds       = 61
-  }
-
-  expect_failures = [var.confirm_again_after_seconds, var.volume_detach_timeout_seconds, var.not_ready_wait_seconds, var.recovery_settle_seconds]
-}
-
-run "the_triggers_refuse_bad_settings" {
-  command = plan
-
-  variables {
-    push_audience           = ""
-    instance_name_prefix    = "GKE-"
-    max_delivery_attempts   = 4
-    webhook_token_secret_id = "alertmanager-token"
-  }
-
-  expect_failures = [var.push_audience, var.instance_name_prefix, var.max_delivery_attempts, var.webhook_token_secret_id]
-}
-
-run "the_other_bounds" {
+run "the_other_bounds_are_refused" {
   command = plan
 
   variables {
@@ -261,5 +235,9 @@ run "the_other_bounds" {
     max_delivery_attempts         = 101
   }
 
-  expect_failures = [var.name, var.volume_detach_timeout_seconds, var.max_delivery_attempts]
+  expect_failures = [
+    var.name,
+    var.volume_detach_timeout_seconds,
+    var.max_delivery_attempts,
+  ]
 }
