@@ -18,6 +18,8 @@ import hcl2
 REPO = Path(__file__).resolve().parents[2]
 INFRA = REPO / "infra"
 MODULE = INFRA / "modules" / "node-fencer"
+GCP_MODULE = INFRA / "modules" / "node-fencer-gcp"
+GKE_EXAMPLE = INFRA / "examples" / "gke"
 RBAC_MODULE = INFRA / "modules" / "kubernetes-rbac"
 RBAC_YAML = INFRA / "kubernetes" / "rbac.yaml"
 ALERTMANAGER_EXAMPLE = INFRA / "examples" / "alertmanager"
@@ -32,6 +34,8 @@ PERMISSIONS_RS = REPO / "handler" / "src" / "core" / "permissions.rs"
 CONFIG_RS = REPO / "handler" / "src" / "core" / "config.rs"
 CONTROL_RS = REPO / "handler" / "src" / "core" / "control.rs"
 MANIFEST = INFRA / "manifest.json"
+# Compute Engine audit log entries as the trigger routes receive them.
+GCE_FIXTURES = REPO / "handler" / "tests" / "fixtures" / "gce"
 
 
 def rel(path: Path) -> str:

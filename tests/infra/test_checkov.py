@@ -88,6 +88,10 @@ def test_checkov_terraform_scanned_the_modules():
         "kubernetes_cluster_role_v1.this",
         "kubernetes_role_v1.this",
         "aws_lambda_permission.recovery[0]",
+        "google_project_iam_member.this",
+        "google_logging_project_sink.this",
+        "google_pubsub_topic.audit",
+        "google_pubsub_topic_iam_member.dead_letter_publisher",
     ):
         assert any(r.endswith(expected) for r in resources), f"checkov did not evaluate {expected}"
 

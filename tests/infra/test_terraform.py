@@ -476,9 +476,9 @@ def test_configuration_tables_list_every_variable_once(page: str):
     )
 
 
-def _bounds(variable: str) -> tuple[int, int, object]:
+def _bounds(variable: str, module_dir: Path = L.MODULE) -> tuple[int, int, object]:
     """Lower and upper bound of a whole-number module variable's validation, and its default."""
-    body = L.variables_of(L.MODULE / "variables.tf")[variable]
+    body = L.variables_of(module_dir / "variables.tf")[variable]
     condition = L.expr(body["validation"][0]["condition"])
     lower = re.search(rf"var\.{variable}\s*>=\s*(\d+)", condition)
     upper = re.search(rf"var\.{variable}\s*<=\s*(\d+)", condition)
@@ -1226,8 +1226,20 @@ def test_examples_use_the_modules():
     assert L.value(parameter["type"]) == "SecureString"
     variable = L.variables_of(L.INFRA / "examples" / "self-managed" / "variables.tf")["function_kubeconfig"]
     assert L.value(variable["sensitive"]) is True
-    for example in ("eks", "self-managed"):
+    for example in ("eks", "self-managed", "gke"):
         assert (L.INFRA / "examples" / example / "terraform.tfvars.example").is_file()
+
+    # GKE: the cluster read once, its coordinates passed on, the service
+    # account bound as the user GKE knows it as.
+    gke = L.parse_dir(L.GKE_EXAMPLE)
+    calls = {name: body for e in gke["module"] for name, body in e.items()}
+    assert L.value(calls["node_fencer"]["source"]) == "../../modules/node-fencer-gcp"
+    assert L.expr(calls["node_fencer"]["cluster_endpoint"]) == "data.google_container_cluster.this.endpoint"
+    assert L.expr(calls["node_fencer"]["cluster_ca_data"]) == "data.google_container_cluster.this.master_auth[0].cluster_ca_certificate"
+    assert L.value(calls["rbac"]["source"]) == "../../modules/kubernetes-rbac"
+    assert L.string_list(calls["rbac"]["users"]) == ["${module.node_fencer.service_account_email}"]
+    (kubernetes,) = [p["kubernetes"] for p in gke["provider"] if "kubernetes" in p]
+    assert L.expr(kubernetes["token"]) == "data.google_client_config.this.access_token"
 
 
 # ---------------------------------------------------------------------------
@@ -1289,3 +1301,278 @@ def test_rendered_receiver_output_matches_the_example():
     example = yaml.safe_load((L.ALERTMANAGER_EXAMPLE / "alertmanager.yaml").read_text(encoding="utf-8"))
     example_route = next(r for r in example["route"]["routes"] if r["receiver"] == "node-fencer")
     assert route == example_route, "module output and example route differ"
+
+
+# ---------------------------------------------------------------------------
+# Google Cloud: the Cloud Run module
+# ---------------------------------------------------------------------------
+
+GCP_PERMISSION_RE = re.compile(r"[a-z]+\.[A-Za-z]+\.[A-Za-z]+")
+
+# The service's settings that come straight from a module variable, as on AWS.
+GCP_ENV_VARIABLES = {
+    **{k: v for k, v in INTEGER_VARIABLES.items() if k not in ACTIVE_FENCING_VARIABLES},
+    "FENCING_MODE": "fencing_mode",
+    "CONTROL_NAMESPACE": "control_namespace",
+    "RECOVERY": "recovery",
+    "PUSH_AUDIENCE": "push_audience",
+    "CLUSTER_CA_DATA": "cluster_ca_data",
+}
+# What the code reads only on AWS.
+AWS_ONLY_VARIABLES = {
+    "CLUSTER_VPC_ID",
+    "CLUSTER_TAG",
+    "CLUSTER_NAME",
+    "FENCE_HIBERNATED",
+    "KUBECONFIG",
+    "KUBECONFIG_SSM_PARAMETER",
+    "KUBECONFIG_SECRET_ID",
+    "WEBHOOK_TOKEN_SECRET_ID",
+    "WEBHOOK_TOKEN_SSM_PARAMETER",
+    *ACTIVE_FENCING_VARIABLES,
+}
+
+
+def gcp_module() -> dict:
+    return L.parse_dir(L.GCP_MODULE)
+
+
+def code_gcp_permissions() -> set[str]:
+    """The Compute Engine and GKE permissions the code needs (gcp_permissions of the manifest)."""
+    strings = manifest()["gcp_permissions"]
+    assert strings, f"gcp_permissions in {L.rel(L.MANIFEST)} is empty"
+    bad = [s for s in strings if not GCP_PERMISSION_RE.fullmatch(s)]
+    assert not bad, f"gcp_permissions in {L.rel(L.MANIFEST)} holds entries that are not service.resource.verb: {bad}"
+    assert len(strings) == len(set(strings)), f"gcp_permissions in {L.rel(L.MANIFEST)} repeats an entry"
+    return set(strings)
+
+
+def test_gcp_custom_role_equals_the_code_permissions():
+    """The custom role grants exactly gcp_permissions of the manifest: none
+    the code does not use, none it uses missing; no wildcard."""
+    mod = gcp_module()
+    role = L.blocks(mod, "resource", "google_project_iam_custom_role")["this"]
+    assert L.expr(role["permissions"]) == "local.gcp_permissions", "the role's permissions must be the tested list"
+    granted = L.locals_of(mod)["gcp_permissions"]
+    assert all(isinstance(p, str) and GCP_PERMISSION_RE.fullmatch(p) for p in granted), f"wildcard or malformed permissions: {granted}"
+    assert len(granted) == len(set(granted)), f"a permission is listed twice: {granted}"
+    expected = code_gcp_permissions()
+    assert set(granted) == expected, (
+        f"custom role and code disagree: granted but not needed {sorted(set(granted) - expected)}, "
+        f"needed but not granted {sorted(expected - set(granted))}"
+    )
+
+
+def test_gcp_service_account_holds_only_the_custom_role_and_its_secret():
+    """No predefined role on the project for the service's account: the
+    custom role, and read access to the one token secret."""
+    mod = gcp_module()
+    for kind in ("google_project_iam_binding", "google_project_iam_policy", "google_secret_manager_secret_iam_binding", "google_secret_manager_secret_iam_policy"):
+        assert not L.blocks(mod, "resource", kind), f"the module must not use {kind}: it replaces others' grants"
+    members = L.blocks(mod, "resource", "google_project_iam_member")
+    assert set(members) == {"this", "push_event_receiver"}, f"project-level grants: {sorted(members)}"
+    assert L.expr(members["this"]["role"]) == "google_project_iam_custom_role.this.name"
+    assert L.expr(members["this"]["member"]) == "google_service_account.this.member"
+    # Eventarc only: the push account receives events, nothing else.
+    assert L.value(members["push_event_receiver"]["role"]) == "roles/eventarc.eventReceiver"
+    assert L.expr(members["push_event_receiver"]["member"]) == "google_service_account.push.member"
+    assert L.expr(members["push_event_receiver"]["count"]) == "var.eventarc ? 1 : 0"
+    (secret,) = L.blocks(mod, "resource", "google_secret_manager_secret_iam_member").values()
+    assert L.value(secret["role"]) == "roles/secretmanager.secretAccessor"
+    assert L.expr(secret["secret_id"]) == "local.webhook_token_secret"
+    assert L.expr(secret["member"]) == "google_service_account.this.member"
+    invokers = L.blocks(mod, "resource", "google_cloud_run_v2_service_iam_member")
+    assert {L.value(b["member"]) for b in invokers.values()} == {"allUsers", "${google_service_account.push.member}"}
+    assert {L.value(b["role"]) for b in invokers.values()} == {"roles/run.invoker"}
+
+
+def test_gcp_env_names_are_the_contract():
+    """The service reads these on Google Cloud, each a variable of the
+    manifest; none of the AWS ones; the webhook token from Secret Manager."""
+    mod = gcp_module()
+    environment = L.expr(L.locals_of(mod)["environment"])
+    names = set(re.findall(r"'([A-Z][A-Z0-9_]*)':", environment))
+    contract = {
+        "GKE_CLUSTER",
+        "CLUSTER_ENDPOINT",
+        "CLUSTER_CA_DATA",
+        "PUSH_AUDIENCE",
+        "PUSH_SERVICE_ACCOUNT",
+        "DRY_RUN",
+        "OUT_OF_SERVICE_NO_SCHEDULE",
+        "MAX_OUT_OF_SERVICE",
+        "MAX_OUT_OF_SERVICE_PERCENT",
+        "FENCING_MODE",
+        "CONFIRM_AGAIN_AFTER_SECONDS",
+        "VOLUME_DETACH_TIMEOUT_SECONDS",
+        "RECOVERY_SETTLE_SECONDS",
+        "RECOVERY",
+        "NOT_READY_WAIT_SECONDS",
+        "CONTROL_NAMESPACE",
+        "LOG_FORMAT",
+        "RUST_LOG",
+    }
+    assert names == contract, f"unexpected {sorted(names - contract)}, missing {sorted(contract - names)}"
+    assert not names & AWS_ONLY_VARIABLES
+    code = set(code_variables())
+    unknown = (names | {"WEBHOOK_TOKEN"}) - code
+    assert not unknown, f"the module passes {sorted(unknown)}, which the manifest's variables do not list"
+    for name, variable in GCP_ENV_VARIABLES.items():
+        passed = f"tostring(var.{variable})" if variable in INTEGER_VARIABLES.values() else f"var.{variable}"
+        assert f"'{name}': '${{{passed}}}'" in environment, f"{name} must be passed from var.{variable}"
+    assert "'PUSH_SERVICE_ACCOUNT': '${local.push_service_account_email}'" in environment
+    assert "'GKE_CLUSTER': '${local.cluster_id}'" in environment
+    assert "'CLUSTER_ENDPOINT': '${local.cluster_endpoint}'" in environment
+    assert (
+        "var.max_out_of_service_percent != None ? "
+        "{'MAX_OUT_OF_SERVICE_PERCENT': '${tostring(var.max_out_of_service_percent)}'} : {}"
+    ) in environment
+
+    service = L.blocks(mod, "resource", "google_cloud_run_v2_service")["this"]
+    (container,) = service["template"][0]["containers"]
+    (dynamic_env,) = [d["env"] for d in container["dynamic"] if "env" in d]
+    assert L.expr(dynamic_env["for_each"]) == "local.environment"
+    (token,) = container["env"]
+    assert L.value(token["name"]) == "WEBHOOK_TOKEN" and "value" not in token, "the token comes from Secret Manager, never as a value"
+    ref = token["value_source"][0]["secret_key_ref"][0]
+    assert L.expr(ref["secret"]) == "local.webhook_token_secret"
+    assert L.string_list(container["args"]) == ["serve"]
+    assert L.expr(container["image"]) == "var.image"
+
+
+def test_gcp_variables_validate_what_the_code_accepts():
+    """As on AWS: each behaviour variable accepts no value the service would
+    reject at start, and defaults to what it assumes when it is unset."""
+    code = code_variables()
+    variables = L.variables_of(L.GCP_MODULE / "variables.tf")
+    for name, variable in INTEGER_VARIABLES.items():
+        if name in ACTIVE_FENCING_VARIABLES:
+            assert variable not in variables, f"var.{variable} is an AWS active fencing setting"
+            continue
+        m = re.match(r"integer (\d+)\.\.=(\d+) \(default (\w+)[;)]", code[name])
+        assert m, f"{name}: cannot read its range from {code[name]!r}"
+        code_lower, code_upper, code_default = int(m.group(1)), int(m.group(2)), m.group(3)
+        lower, upper, default = _bounds(variable, L.GCP_MODULE)
+        assert code_lower <= lower <= upper <= code_upper, f"var.{variable} accepts {lower}..={upper}, the code {code_lower}..={code_upper}"
+        if code_default == "unset":
+            assert default is None, f"var.{variable} must default to null (unset), not {default!r}"
+        else:
+            assert default == int(code_default), f"var.{variable} defaults to {default}, the code to {code_default}"
+    aws = L.variables_of(L.MODULE / "variables.tf")
+    for variable in ("fencing_mode", "control_namespace", "recovery", "log_format"):
+        assert variables[variable]["validation"] == aws[variable]["validation"], f"var.{variable} is validated otherwise than on AWS"
+        assert L.value(variables[variable]["default"]) == L.value(aws[variable]["default"]), variable
+
+
+# Pub/Sub's longest acknowledgement deadline: the push subscription waits
+# this long at most for an answer before it delivers the entry again.
+PUBSUB_MAX_ACK_DEADLINE = 600
+GCP_WAIT_VARIABLES = WAIT_VARIABLES[:4]
+
+
+def test_gcp_timeout_covers_every_wait():
+    """Worst case of one request, as on Lambda (without active fencing); the
+    request timeout is the push subscription's acknowledgement deadline too,
+    within Pub/Sub's 600 s at every bound."""
+    mod = gcp_module()
+    local_values = L.locals_of(mod)
+    expression = L.expr(local_values["request_timeout_seconds"])
+    for variable in GCP_WAIT_VARIABLES:
+        assert f"var.{variable}" in expression, f"timeout {expression!r} is not derived from var.{variable}"
+    assert "power_off" not in expression
+    lease = code_lease_wait()
+    assert L.value(local_values["lease_wait_seconds"]) == lease, f"local.lease_wait_seconds must equal LEASE_WAIT ({lease} s)"
+    service = L.blocks(mod, "resource", "google_cloud_run_v2_service")["this"]
+    assert L.value(service["template"][0]["timeout"]) == "${local.request_timeout_seconds}s"
+    subscription = L.blocks(mod, "resource", "google_pubsub_subscription")["push"]
+    assert L.expr(subscription["ack_deadline_seconds"]) == "local.request_timeout_seconds"
+
+    points = {}
+    for variable in GCP_WAIT_VARIABLES:
+        lower, upper, default = _bounds(variable, L.GCP_MODULE)
+        assert lower <= default <= upper, variable
+        points[variable] = sorted({lower, default, upper})
+    for detach, confirm, settle, not_ready in itertools.product(*(points[v] for v in GCP_WAIT_VARIABLES)):
+        values = {
+            "var.volume_detach_timeout_seconds": detach,
+            "var.confirm_again_after_seconds": confirm,
+            "var.recovery_settle_seconds": settle,
+            "var.not_ready_wait_seconds": not_ready,
+            "local.lease_wait_seconds": lease,
+        }
+        seconds = _evaluate(expression, values)
+        needed = not_ready + lease + confirm + 2 * detach + settle + 30
+        assert seconds >= needed, f"timeout {seconds}s below the {needed}s the waits need at {values}"
+        assert seconds <= PUBSUB_MAX_ACK_DEADLINE, f"timeout {seconds}s exceeds Pub/Sub's {PUBSUB_MAX_ACK_DEADLINE}s at {values}"
+
+
+def test_gcp_routes_and_the_token_the_push_presents():
+    """The push subscription posts to /pubsub with an OIDC token for
+    PUSH_AUDIENCE as PUSH_SERVICE_ACCOUNT, the values the service is given;
+    Eventarc posts to /eventarc as the same account; Alertmanager's URL is
+    /alertmanager; the sink writes to the topic the subscription reads."""
+    mod = gcp_module()
+    local_values = L.locals_of(mod)
+    subscription = L.blocks(mod, "resource", "google_pubsub_subscription")["push"]
+    push = subscription["push_config"][0]
+    assert L.value(push["push_endpoint"]) == "${google_cloud_run_v2_service.this.uri}/pubsub"
+    oidc = push["oidc_token"][0]
+    assert L.expr(oidc["audience"]) == "var.push_audience"
+    assert L.expr(oidc["service_account_email"]) == "local.push_service_account_email"
+    assert L.value(local_values["push_service_account_email"]) == "${var.name}-push@${var.project_id}.iam.gserviceaccount.com"
+    account = L.blocks(mod, "resource", "google_service_account")["push"]
+    assert L.value(account["account_id"]) == "${var.name}-push"
+    assert L.expr(subscription["topic"]) == "google_pubsub_topic.audit.id"
+    assert L.expr(subscription["dead_letter_policy"][0]["dead_letter_topic"]) == "google_pubsub_topic.dead_letter.id"
+    assert L.expr(subscription["dead_letter_policy"][0]["max_delivery_attempts"]) == "var.max_delivery_attempts"
+    assert L.value(L.variables_of(L.GCP_MODULE / "variables.tf")["max_delivery_attempts"]["default"]) == 10
+
+    sink = L.blocks(mod, "resource", "google_logging_project_sink")["this"]
+    assert L.value(sink["destination"]) == "pubsub.googleapis.com/${google_pubsub_topic.audit.id}"
+    assert L.value(sink["unique_writer_identity"]) is True
+    writer = L.blocks(mod, "resource", "google_pubsub_topic_iam_member")["sink"]
+    assert L.expr(writer["member"]) == "google_logging_project_sink.this.writer_identity"
+    assert L.expr(writer["topic"]) == "google_pubsub_topic.audit.name"
+
+    trigger = L.blocks(mod, "resource", "google_eventarc_trigger")["stop"]
+    destination = trigger["destination"][0]["cloud_run_service"][0]
+    assert L.value(destination["path"]) == "/eventarc"
+    assert L.expr(destination["service"]) == "google_cloud_run_v2_service.this.name"
+    assert L.expr(trigger["service_account"]) == "local.push_service_account_email"
+    assert L.value(L.variables_of(L.GCP_MODULE / "variables.tf")["eventarc"]["default"]) is False
+
+    assert L.value(local_values["alertmanager_url"]) == "${google_cloud_run_v2_service.this.uri}/alertmanager"
+    outputs = {}
+    for entry in L.parse(L.GCP_MODULE / "outputs.tf")["output"]:
+        outputs.update(entry)
+    for name in ("service_url", "alertmanager_url", "service_account_email", "webhook_token_secret_id", "audit_topic", "dead_letter_topic", "alertmanager_receiver"):
+        assert name in outputs, f"module output {name} missing"
+    assert L.value(outputs["webhook_token"].get("sensitive")) is True
+
+
+def test_gcp_receiver_output_is_the_aws_template_at_the_alertmanager_route():
+    """One receiver template for both clouds; on Google Cloud its URL is the service's /alertmanager."""
+    receiver = L.locals_of(gcp_module())["alertmanager_receiver"]
+    m = re.fullmatch(r"\$\{templatefile\(\"\$\{path\.module\}/\.\./node-fencer/templates/([^\"]+)\", ?\{(.*)\}\)\}", receiver, re.S)
+    assert m, f"the receiver must render the node-fencer module's template: {receiver}"
+    assert (L.GCP_MODULE / ".." / "node-fencer" / "templates" / m.group(1)).resolve() == L.RECEIVER_TEMPLATE
+    assert set(re.findall(r"'(\w+)': '([^']+)'", m.group(2))) == {
+        ("name", "${var.name}"),
+        ("url", "${local.alertmanager_url}"),
+        ("credentials_file", "${var.alertmanager_credentials_file}"),
+    }
+
+
+def test_gcp_alert_policies_watch_the_dead_letters_and_5xx():
+    policies = L.blocks(gcp_module(), "resource", "google_monitoring_alert_policy")
+    assert set(policies) == {"dead_letter", "errors"}
+    # The parser keeps the HCL string's escapes.
+    filters = {name: L.value(p["conditions"][0]["condition_threshold"][0]["filter"]).replace('\\"', '"') for name, p in policies.items()}
+    assert 'metric.type = "pubsub.googleapis.com/subscription/num_undelivered_messages"' in filters["dead_letter"]
+    assert "${google_pubsub_subscription.dead_letter.name}" in filters["dead_letter"]
+    assert 'metric.labels.response_code_class = "5xx"' in filters["errors"]
+    for name, policy in policies.items():
+        threshold = policy["conditions"][0]["condition_threshold"][0]
+        assert L.value(threshold["comparison"]) == "COMPARISON_GT" and L.value(threshold["threshold_value"]) == 0, name
+        assert L.expr(policy["notification_channels"]) == "var.notification_channels", name
+    assert L.value(L.variables_of(L.GCP_MODULE / "variables.tf")["notification_channels"]["default"]) == []

@@ -2,7 +2,7 @@
 
 `tofu validate` needs the providers' schemas; the registries that serve the
 providers cannot be reached here, so the set-up installs a schema-only provider
-(tests/infra/schema-provider) as hashicorp/aws, kubernetes and random, serving
+(tests/infra/schema-provider) as hashicorp/aws, kubernetes, random and google, serving
 each provider's schema taken from its CDK for Terraform bindings. Every module
 and example is initialised and validated in a copy of infra/; a copy with a
 mistake planted in it must fail, so that the check cannot go quiet.
@@ -110,6 +110,35 @@ def test_a_planted_mistake_fails_validation(workspace: T.Workspace, tmp_path: Pa
     assert any(s == summary and name in d for s, d in found), f"expected {summary!r} naming {name}, got {found}"
 
 
+# Two of the same in modules/node-fencer-gcp/main.tf, against the google
+# provider's schema (one in an argument of the service, one in a nested block
+# of the push subscription); the AWS module's four cover the kinds of mistake.
+GCP_PLANTED = {
+    "misspelt_argument": ('  ingress             = "INGRESS_TRAFFIC_ALL"\n', '  ingres              = "INGRESS_TRAFFIC_ALL"\n', "Unsupported argument", "ingres"),
+    "missing_required_argument": ("      service_account_email = local.push_service_account_email\n", "", "Missing required argument", '"service_account_email"'),
+}
+
+
+@pytest.mark.parametrize("mistake", sorted(GCP_PLANTED))
+def test_a_planted_mistake_fails_validation_of_the_gcp_module(workspace: T.Workspace, tmp_path: Path, mistake: str):
+    """The google schema has teeth too: the Cloud Run module with one mistake planted does not validate."""
+    old, new, summary, name = GCP_PLANTED[mistake]
+    scratch = tmp_path / "node-fencer-gcp"
+    shutil.copytree(L.GCP_MODULE, scratch, ignore=shutil.ignore_patterns(".terraform*"))
+    # The module renders the AWS module's receiver template, beside it.
+    shutil.copytree(L.MODULE / "templates", tmp_path / "node-fencer" / "templates")
+    main_tf = scratch / "main.tf"
+    text = main_tf.read_text(encoding="utf-8")
+    assert text.count(old) == 1, f"{L.rel(L.GCP_MODULE / 'main.tf')} no longer holds {old!r} once: plant the {mistake} elsewhere"
+    main_tf.write_text(text.replace(old, new), encoding="utf-8")
+    workspace.init(scratch)
+    result = workspace.run(scratch, "validate", "-json", "-no-color", check=False)
+    report = json.loads(result.stdout)
+    assert not report["valid"], f"the GCP module with a {mistake} ({new.strip() or 'removed ' + old.strip()}) still validates"
+    found = [(d["summary"], d.get("detail", "")) for d in report["diagnostics"] if d["severity"] == "error"]
+    assert any(s == summary and name in d for s, d in found), f"expected {summary!r} naming {name}, got {found}"
+
+
 def run_blocks(directory: Path) -> int:
     return sum(len(re.findall(r'^run "', f.read_text(encoding="utf-8"), re.M)) for f in directory.glob("tests/*.tftest.hcl"))
 
@@ -139,9 +168,32 @@ def test_every_validated_variable_has_a_run_that_expects_its_failure(directory: 
     )
     expected = set()
     for path in (module / "tests").glob("*.tftest.hcl"):
-        expected |= set(re.findall(r"expect_failures\s*=\s*\[[^\]]*?var\.([a-z0-9_]+)", path.read_text(encoding="utf-8")))
+        for listed in re.findall(r"expect_failures\s*=\s*\[([^\]]*)\]", path.read_text(encoding="utf-8")):
+            expected |= set(re.findall(r"var\.([a-z0-9_]+)", listed))
     missing = [v for v in validated if v not in expected]
     assert not missing, f"infra/{directory}: no tofu test run expects the validation of {missing} to fail"
+
+
+def test_a_loosened_validation_fails_the_gcp_modules_tofu_tests(workspace: T.Workspace, tmp_path: Path):
+    """Its runs check several validations each: with one bound moved, the run that holds it fails."""
+    scratch = tmp_path / "node-fencer-gcp"
+    shutil.copytree(L.GCP_MODULE, scratch, ignore=shutil.ignore_patterns(".terraform*"))
+    shutil.copytree(L.MODULE / "templates", tmp_path / "node-fencer" / "templates")
+    variables_tf = scratch / "variables.tf"
+    old = "var.recovery_settle_seconds <= 60"
+    text = variables_tf.read_text(encoding="utf-8")
+    assert text.count(old) == 1, f"{L.rel(L.GCP_MODULE / 'variables.tf')} no longer holds {old!r}: loosen another bound"
+    variables_tf.write_text(text.replace(old, "var.recovery_settle_seconds <= 70"), encoding="utf-8")
+    name = "out_of_range_values_are_refused"
+    tests = scratch / "tests" / "node_fencer_gcp.tftest.hcl"
+    source = tests.read_text(encoding="utf-8")
+    block = re.search(rf'^run "{name}" \{{\n.*?^\}}\n', source, re.M | re.S)
+    assert block, f"{L.rel(L.GCP_MODULE / 'tests' / 'node_fencer_gcp.tftest.hcl')} has no run {name}"
+    tests.write_text(source[: source.index('\nrun "')] + "\n" + block.group(0), encoding="utf-8")
+    workspace.init(scratch)
+    result = workspace.run(scratch, "test", "-no-color", check=False)
+    assert result.returncode != 0, f"`tofu test` passed with recovery_settle_seconds allowed up to 70:\n{result.stdout}"
+    assert re.search(rf'run "{name}"\.\.\. fail', result.stdout), result.stdout
 
 
 def test_a_loosened_validation_fails_the_modules_tofu_tests(workspace: T.Workspace, tmp_path: Path):

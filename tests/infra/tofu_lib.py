@@ -1,8 +1,8 @@
 """OpenTofu against the providers' real schemas, offline: a copy of infra/ in
 a temporary directory, a CLI configuration of its own that installs
-hashicorp/aws, kubernetes and random from the set-up's filesystem mirror (the
-schema-only provider, tests/infra/schema-provider), and helpers to run
-`tofu` there and read its plans.
+hashicorp/aws, kubernetes, random and google from the set-up's filesystem
+mirror (the schema-only provider, tests/infra/schema-provider), and helpers to
+run `tofu` there and read its plans.
 """
 
 from __future__ import annotations
@@ -20,13 +20,17 @@ import pytest
 import infra_lib as L
 
 # What the schema-only provider returns for the data sources the modules read
-# (it calls no API): an account, a region, an EKS cluster.
+# (it calls no API): an account, a region, an EKS cluster; a Google project, a
+# GKE cluster and the client's config.
 DATA_SOURCES = Path(__file__).resolve().parent / "fixtures" / "data-sources.json"
 ACCOUNT = "123456789012"
 REGION = "eu-west-1"
 
-MODULES = ["modules/node-fencer", "modules/kubernetes-rbac"]
-EXAMPLES = ["examples/eks", "examples/self-managed"]
+MODULES = ["modules/node-fencer", "modules/kubernetes-rbac", "modules/node-fencer-gcp"]
+EXAMPLES = ["examples/eks", "examples/self-managed", "examples/gke"]
+# The fixture's Google project and GKE cluster.
+GCP_PROJECT = "my-project"
+GCP_PROJECT_NUMBER = "987654321098"
 
 
 def tool(variable: str, what: str) -> str:
@@ -78,7 +82,7 @@ def make_workspace(directory: Path) -> Workspace:
     shutil.copytree(L.INFRA, root, ignore=shutil.ignore_patterns(".terraform", ".terraform.lock.hcl", "*.tfstate*", "terraform.tfvars"))
     config = directory / "tofu.rc"
     config.write_text(cli_config(mirror), encoding="utf-8")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TF_", "AWS_", "KUBE"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TF_", "AWS_", "KUBE", "GOOGLE_", "CLOUDSDK_"))}
     env.update(
         TF_CLI_CONFIG_FILE=str(config),
         TF_IN_AUTOMATION="1",

@@ -1,0 +1,539 @@
+"""Plans of the Google Cloud module and the GKE example, read from `tofu show -json`.
+
+Each case sets the module's switches one way (Eventarc, a token secret of
+one's own, a zonal cluster, VPC egress, the longest waits, the VM name
+prefix) and the plan must create exactly the resources that combination
+calls for, grant the custom role exactly the permissions the code needs,
+pass the service exactly the settings the code reads, push to /pubsub with
+the OIDC token the service checks, and let through the sink exactly the
+audit log entries the code acts on.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import re
+from typing import Any
+
+import pytest
+
+import infra_lib as L
+import logging_filter as F
+import tofu_lib as T
+
+MODULE = "modules/node-fencer-gcp"
+BASE = {
+    "project_id": T.GCP_PROJECT,
+    "region": "europe-west1",
+    "image": "europe-docker.pkg.dev/my-project/node-fencer/node-fencer:1.0.0",
+    "cluster_name": "prod",
+    "cluster_location": "europe-west1",
+    "cluster_endpoint": "203.0.113.10",
+    "cluster_ca_data": "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCg==",
+}
+OWN_SECRET = f"projects/{T.GCP_PROJECT}/secrets/alertmanager-token"
+
+# The module's variables for each case, over BASE and its defaults.
+CASES: dict[str, dict[str, Any]] = {
+    "gcp_defaults": {},
+    "gcp_eventarc_own_secret_zonal_vpc_longest_waits": {
+        "name": "fencer-b",
+        "cluster_location": "europe-west1-b",
+        "eventarc": True,
+        "webhook_token_secret_id": OWN_SECRET,
+        "vpc_network": f"projects/{T.GCP_PROJECT}/global/networks/prod",
+        "vpc_subnetwork": f"projects/{T.GCP_PROJECT}/regions/europe-west1/subnetworks/prod",
+        "not_ready_wait_seconds": 120,
+        "confirm_again_after_seconds": 120,
+        "volume_detach_timeout_seconds": 120,
+        "recovery_settle_seconds": 60,
+        "max_out_of_service_percent": 20,
+        "push_audience": "fencer-b-push",
+        "max_delivery_attempts": 20,
+        "notification_channels": [f"projects/{T.GCP_PROJECT}/notificationChannels/1234567890"],
+        # GKE shortens long cluster names in its VM names.
+        "cluster_name": "payments-production-eu",
+        "cluster_endpoint": "https://203.0.113.20",
+        "dry_run": True,
+        "out_of_service_no_schedule": True,
+    },
+}
+LONG_NAMES = "gcp_eventarc_own_secret_zonal_vpc_longest_waits"
+
+# What the code reads only on AWS: the module must not pass them.
+AWS_ONLY = {
+    "CLUSTER_VPC_ID",
+    "CLUSTER_TAG",
+    "CLUSTER_NAME",
+    "ACTIVE_FENCING",
+    "POWER_OFF_AFTER_SECONDS",
+    "POWER_OFF_WAIT_SECONDS",
+    "PARTITION_PERCENT",
+    "FENCE_HIBERNATED",
+    "KUBECONFIG",
+    "KUBECONFIG_SSM_PARAMETER",
+    "KUBECONFIG_SECRET_ID",
+    "WEBHOOK_TOKEN_SECRET_ID",
+    "WEBHOOK_TOKEN_SSM_PARAMETER",
+}
+# What the service cannot run without on Google Cloud.
+REQUIRED = {"GKE_CLUSTER", "CLUSTER_ENDPOINT", "CLUSTER_CA_DATA", "PUSH_AUDIENCE", "PUSH_SERVICE_ACCOUNT", "WEBHOOK_TOKEN"}
+
+
+def setting(case: dict[str, Any], name: str) -> Any:
+    """A variable of the case (over BASE), or the module's default."""
+    values = {**BASE, **case}
+    if name in values:
+        return values[name]
+    return L.value(L.variables_of(L.GCP_MODULE / "variables.tf")[name].get("default"))
+
+
+def manifest() -> dict[str, Any]:
+    return json.loads(L.MANIFEST.read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory: pytest.TempPathFactory) -> T.Workspace:
+    return T.make_workspace(tmp_path_factory.mktemp("tofu-plan-gcp"))
+
+
+_plans: dict[str, dict[str, Any]] = {}
+
+
+def plan_of(ws: T.Workspace, directory: str, name: str, variables: dict[str, Any], var_file: str | None = None) -> dict[str, Any]:
+    key = f"{directory}:{name}"
+    if key not in _plans:
+        ws.init(directory)
+        var_path = ws.root.parent / f"{name}.tfvars.json"
+        var_path.write_text(json.dumps(variables), encoding="utf-8")
+        out = ws.root.parent / f"{name}.tfplan"
+        args = ["plan", "-input=false", "-no-color", "-lock=false", f"-out={out}"]
+        if var_file:
+            args.append(f"-var-file={var_file}")
+        ws.run(directory, *args, f"-var-file={var_path}")
+        _plans[key] = json.loads(ws.run(directory, "show", "-json", str(out)).stdout)
+    return _plans[key]
+
+
+def module_plan(ws: T.Workspace, case: str) -> dict[str, Any]:
+    return plan_of(ws, MODULE, case, {**BASE, **CASES[case]})
+
+
+def created(plan: dict[str, Any], prefix: str = "") -> dict[str, dict[str, Any]]:
+    """The managed resources the plan creates, by address less `prefix`."""
+    return {a.removeprefix(prefix): c["change"]["after"] for a, c in T.resources(plan).items() if c["mode"] == "managed"}
+
+
+def expected_resources(case: dict[str, Any]) -> set[str]:
+    found = {
+        "google_service_account.this",
+        "google_service_account.push",
+        "google_project_iam_custom_role.this",
+        "google_project_iam_member.this",
+        "google_secret_manager_secret_iam_member.webhook_token",
+        "google_cloud_run_v2_service.this",
+        "google_cloud_run_v2_service_iam_member.public",
+        "google_cloud_run_v2_service_iam_member.push",
+        "google_service_account_iam_member.push_token_creator",
+        "google_pubsub_topic.audit",
+        "google_logging_project_sink.this",
+        "google_pubsub_topic_iam_member.sink",
+        "google_pubsub_subscription.push",
+        "google_pubsub_topic.dead_letter",
+        "google_pubsub_subscription.dead_letter",
+        "google_pubsub_topic_iam_member.dead_letter_publisher",
+        "google_pubsub_subscription_iam_member.dead_letter_subscriber",
+        "google_monitoring_alert_policy.dead_letter",
+        "google_monitoring_alert_policy.errors",
+    }
+    if setting(case, "webhook_token_secret_id") is None:
+        found |= {
+            "random_password.webhook_token[0]",
+            "google_secret_manager_secret.webhook_token[0]",
+            "google_secret_manager_secret_version.webhook_token[0]",
+        }
+    if setting(case, "eventarc"):
+        found |= {"google_eventarc_trigger.stop[0]", "google_project_iam_member.push_event_receiver[0]"}
+    return found
+
+
+def service(plan: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    return created(plan, prefix)["google_cloud_run_v2_service.this"]
+
+
+def container(plan: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    (found,) = service(plan, prefix)["template"][0]["containers"]
+    return found
+
+
+def environment(plan: dict[str, Any], prefix: str = "") -> dict[str, dict[str, Any]]:
+    """The container's env blocks by name."""
+    found: dict[str, dict[str, Any]] = {}
+    for env in container(plan, prefix)["env"]:
+        assert env["name"] not in found, f"{env['name']} is set twice"
+        found[env["name"]] = env
+    return found
+
+
+def values(plan: dict[str, Any], prefix: str = "") -> dict[str, str]:
+    return {name: env["value"] for name, env in environment(plan, prefix).items() if env["value"] is not None}
+
+
+def seconds(duration: str) -> int:
+    m = re.fullmatch(r"(\d+)s", duration)
+    assert m, f"not a duration in seconds: {duration!r}"
+    return int(m.group(1))
+
+
+def email(account: dict[str, Any]) -> str:
+    return f"{account['account_id']}@{account['project']}.iam.gserviceaccount.com"
+
+
+# --- resources ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_plan_creates_what_the_switches_call_for(workspace: T.Workspace, case: str):
+    got = set(created(module_plan(workspace, case)))
+    want = expected_resources(CASES[case])
+    assert got == want, f"case {case}: planned but not expected {sorted(got - want)}, expected but not planned {sorted(want - got)}"
+
+
+# --- IAM ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_custom_role_grants_exactly_the_permissions_the_code_needs(workspace: T.Workspace, case: str):
+    role = created(module_plan(workspace, case))["google_project_iam_custom_role.this"]
+    granted = set(role["permissions"])
+    needed = set(manifest()["gcp_permissions"])
+    assert granted == needed, f"case {case}: granted but not needed {sorted(granted - needed)}, needed but not granted {sorted(needed - granted)}"
+    assert role["role_id"] == setting(CASES[case], "name").replace("-", "_")
+    assert role["project"] == T.GCP_PROJECT
+
+
+def configuration(plan: dict[str, Any], address: str) -> dict[str, Any]:
+    """The configuration of one resource of the root module, as the plan records it."""
+    for resource in plan["configuration"]["root_module"]["resources"]:
+        if resource["address"] == address:
+            return resource["expressions"]
+    raise AssertionError(f"no {address} in the plan's configuration")
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_service_account_holds_the_custom_role_and_reads_one_secret(workspace: T.Workspace, case: str):
+    plan = module_plan(workspace, case)
+    resources = created(plan)
+    project_members = {a: r for a, r in resources.items() if a.startswith("google_project_iam_member.")}
+    binding = project_members.pop("google_project_iam_member.this")
+    assert "google_project_iam_custom_role.this.name" in configuration(plan, "google_project_iam_member.this")["role"]["references"]
+    assert "google_service_account.this.member" in configuration(plan, "google_project_iam_member.this")["member"]["references"]
+    assert binding["project"] == T.GCP_PROJECT
+    # The only other project role: Eventarc's receiver, for the push account, with the trigger.
+    assert {r["role"] for r in project_members.values()} == ({"roles/eventarc.eventReceiver"} if setting(CASES[case], "eventarc") else set())
+    secret = resources["google_secret_manager_secret_iam_member.webhook_token"]
+    assert secret["role"] == "roles/secretmanager.secretAccessor"
+    if setting(CASES[case], "webhook_token_secret_id") is not None:
+        assert secret["secret_id"] == OWN_SECRET
+    else:
+        # The generated secret's id: known once it is created.
+        change = T.resources(plan)["google_secret_manager_secret_iam_member.webhook_token"]["change"]
+        assert change["after_unknown"].get("secret_id") is True and "google_secret_manager_secret.webhook_token[0]" in resources
+    # Everything Cloud Run runs as is the one account.
+    assert service(plan)["template"][0]["service_account"] == email(resources["google_service_account.this"])
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_pubsubs_service_agent_signs_the_push_tokens_and_moves_dead_letters(workspace: T.Workspace, case: str):
+    resources = created(module_plan(workspace, case))
+    agent = f"serviceAccount:service-{T.GCP_PROJECT_NUMBER}@gcp-sa-pubsub.iam.gserviceaccount.com"
+    creator = resources["google_service_account_iam_member.push_token_creator"]
+    assert (creator["role"], creator["member"]) == ("roles/iam.serviceAccountTokenCreator", agent)
+    publisher = resources["google_pubsub_topic_iam_member.dead_letter_publisher"]
+    assert (publisher["role"], publisher["member"], publisher["topic"]) == ("roles/pubsub.publisher", agent, resources["google_pubsub_topic.dead_letter"]["name"])
+    subscriber = resources["google_pubsub_subscription_iam_member.dead_letter_subscriber"]
+    assert (subscriber["role"], subscriber["member"], subscriber["subscription"]) == (
+        "roles/pubsub.subscriber",
+        agent,
+        resources["google_pubsub_subscription.push"]["name"],
+    )
+    public = resources["google_cloud_run_v2_service_iam_member.public"]
+    assert (public["role"], public["member"]) == ("roles/run.invoker", "allUsers")
+
+
+# --- the service's settings ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_service_gets_exactly_the_settings_the_code_reads(workspace: T.Workspace, case: str):
+    c = CASES[case]
+    plan = module_plan(workspace, case)
+    env = environment(plan)
+    known = {v["name"] for v in manifest()["variables"]}
+    assert set(env) <= known, f"case {case}: variables the code does not read: {sorted(set(env) - known)}"
+    assert REQUIRED <= set(env), f"case {case}: missing {sorted(REQUIRED - set(env))}"
+    assert not set(env) & AWS_ONLY, f"case {case}: AWS-only variables {sorted(set(env) & AWS_ONLY)}"
+    got = values(plan)
+    endpoint = setting(c, "cluster_endpoint")
+    want = {
+        "GKE_CLUSTER": f"projects/{T.GCP_PROJECT}/locations/{setting(c, 'cluster_location')}/clusters/{setting(c, 'cluster_name')}",
+        "CLUSTER_ENDPOINT": endpoint if endpoint.startswith("https://") else f"https://{endpoint}",
+        "CLUSTER_CA_DATA": setting(c, "cluster_ca_data"),
+        "PUSH_AUDIENCE": setting(c, "push_audience"),
+        "PUSH_SERVICE_ACCOUNT": email(created(plan)["google_service_account.push"]),
+        "DRY_RUN": str(setting(c, "dry_run")).lower(),
+        "OUT_OF_SERVICE_NO_SCHEDULE": str(setting(c, "out_of_service_no_schedule")).lower(),
+        "MAX_OUT_OF_SERVICE": str(setting(c, "max_out_of_service")),
+        "FENCING_MODE": setting(c, "fencing_mode"),
+        "CONFIRM_AGAIN_AFTER_SECONDS": str(setting(c, "confirm_again_after_seconds")),
+        "VOLUME_DETACH_TIMEOUT_SECONDS": str(setting(c, "volume_detach_timeout_seconds")),
+        "RECOVERY_SETTLE_SECONDS": str(setting(c, "recovery_settle_seconds")),
+        "NOT_READY_WAIT_SECONDS": str(setting(c, "not_ready_wait_seconds")),
+        "RECOVERY": setting(c, "recovery"),
+        "CONTROL_NAMESPACE": setting(c, "control_namespace"),
+        "LOG_FORMAT": "json",
+        "RUST_LOG": setting(c, "log_level"),
+    }
+    if setting(c, "max_out_of_service_percent") is not None:
+        want["MAX_OUT_OF_SERVICE_PERCENT"] = str(c["max_out_of_service_percent"])
+    assert got == want, f"case {case}: {sorted(set(got.items()) ^ set(want.items()))}"
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_webhook_token_comes_from_secret_manager(workspace: T.Workspace, case: str):
+    token = environment(module_plan(workspace, case))["WEBHOOK_TOKEN"]
+    assert token["value"] is None, "the token itself never sits in the service's configuration"
+    (source,) = token["value_source"]
+    (ref,) = source["secret_key_ref"]
+    if setting(CASES[case], "webhook_token_secret_id") is not None:
+        assert ref == {"secret": OWN_SECRET, "version": "latest"}
+    else:
+        # The generated secret and its version: known once created.
+        assert ref == {}, f"case {case}: {ref}"
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_service_runs_serve_publicly_with_few_instances(workspace: T.Workspace, case: str):
+    plan = module_plan(workspace, case)
+    svc = service(plan)
+    assert svc["ingress"] == "INGRESS_TRAFFIC_ALL"
+    assert svc["location"] == BASE["region"]
+    (template,) = svc["template"]
+    assert template["scaling"][0]["min_instance_count"] == 0
+    assert template["scaling"][0]["max_instance_count"] == setting(CASES[case], "max_instances")
+    (resources,) = container(plan)["resources"]
+    assert resources["cpu_idle"] is True, "CPU only while a request runs: every step is done before the answer"
+    assert container(plan)["args"] == ["serve"] and container(plan)["image"] == BASE["image"]
+    assert (len(template["vpc_access"]) == 1) == (setting(CASES[case], "vpc_network") is not None)
+
+
+# --- timeouts ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_timeout_is_the_sum_of_the_waits_and_the_acknowledgement_deadline(workspace: T.Workspace, case: str):
+    c = CASES[case]
+    plan = module_plan(workspace, case)
+    want = (
+        setting(c, "not_ready_wait_seconds")
+        + manifest()["lease_wait_seconds"]
+        + setting(c, "confirm_again_after_seconds")
+        + 2 * setting(c, "volume_detach_timeout_seconds")
+        + setting(c, "recovery_settle_seconds")
+        + 30
+    )
+    assert want <= 600, f"case {case}: the waits sum to {want} s, beyond Pub/Sub's 600 s acknowledgement deadline"
+    assert seconds(service(plan)["template"][0]["timeout"]) == want
+    assert created(plan)["google_pubsub_subscription.push"]["ack_deadline_seconds"] == want
+
+
+def test_the_longest_waits_fill_pubsubs_600_seconds(workspace: T.Workspace):
+    plan = module_plan(workspace, "gcp_eventarc_own_secret_zonal_vpc_longest_waits")
+    assert seconds(service(plan)["template"][0]["timeout"]) == 600
+
+
+# --- the push subscription ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_push_subscription_carries_the_token_the_service_checks(workspace: T.Workspace, case: str):
+    plan = module_plan(workspace, case)
+    resources = created(plan)
+    subscription = resources["google_pubsub_subscription.push"]
+    env = values(plan)
+    (push,) = subscription["push_config"]
+    (oidc,) = push["oidc_token"]
+    assert oidc["audience"] == env["PUSH_AUDIENCE"] == setting(CASES[case], "push_audience")
+    assert oidc["service_account_email"] == env["PUSH_SERVICE_ACCOUNT"] == email(resources["google_service_account.push"])
+    assert push["no_wrapper"] == [], "the service reads the push request's message wrapper"
+    assert subscription["retry_policy"] == [{"minimum_backoff": "10s", "maximum_backoff": "600s"}]
+    (dead_letter,) = subscription["dead_letter_policy"]
+    assert dead_letter["max_delivery_attempts"] == setting(CASES[case], "max_delivery_attempts")
+    assert "google_pubsub_topic.dead_letter" in configuration(plan, "google_pubsub_subscription.push")["dead_letter_policy"][0]["dead_letter_topic"]["references"]
+    assert subscription["expiration_policy"] == [{"ttl": ""}], "the subscription never expires"
+    assert "google_pubsub_topic.audit" in configuration(plan, "google_pubsub_subscription.push")["topic"]["references"]
+    # The dead letters are kept for reading.
+    assert resources["google_pubsub_subscription.dead_letter"]["message_retention_duration"] == "604800s"
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_eventarc_trigger_sends_stop_to_the_eventarc_route(workspace: T.Workspace, case: str):
+    resources = created(module_plan(workspace, case))
+    if not setting(CASES[case], "eventarc"):
+        assert "google_eventarc_trigger.stop[0]" not in resources
+        return
+    trigger = resources["google_eventarc_trigger.stop[0]"]
+    criteria = {m["attribute"]: m["value"] for m in trigger["matching_criteria"]}
+    assert criteria == {"type": "google.cloud.audit.log.v1.written", "serviceName": "compute.googleapis.com", "methodName": "v1.compute.instances.stop"}
+    (run,) = trigger["destination"][0]["cloud_run_service"]
+    assert run["path"] == "/eventarc" and run["region"] == BASE["region"]
+    assert trigger["service_account"] == email(resources["google_service_account.push"])
+    # The zonal cluster's region: a regional trigger sees that region's VMs.
+    assert trigger["location"] == re.sub(r"-[a-z]$", "", setting(CASES[case], "cluster_location"))
+
+
+# --- the sink ------------------------------------------------------------------------
+
+DOWN = ["v1.compute.instances.stop", "v1.compute.instances.delete", "beta.compute.instances.stop", "beta.compute.instances.delete"]
+UP = ["v1.compute.instances.start", "v1.compute.instances.resume"]
+SYSTEM_EVENTS = [
+    "compute.instances.guestTerminate",
+    "compute.instances.preempted",
+    "compute.instances.hostError",
+    "compute.instances.terminateOnHostMaintenance",
+]
+
+
+def sink_filter(plan: dict[str, Any]) -> str:
+    sink = created(plan)["google_logging_project_sink.this"]
+    assert sink["unique_writer_identity"] is True
+    return sink["filter"]
+
+
+def fixture_entries() -> list[dict[str, Any]]:
+    """The audit log entries of the trigger fixtures, as the routes receive them."""
+    entries = []
+    for path in sorted(L.GCE_FIXTURES.glob("*.json")):
+        body = json.loads(path.read_text(encoding="utf-8"))
+        if path.name.endswith(".pubsub.json"):
+            entries.append(json.loads(base64.b64decode(body["message"]["data"])))
+        else:
+            entries.append(body["body"])
+    assert len(entries) >= 3, f"too few fixtures in {L.rel(L.GCE_FIXTURES)}"
+    return entries
+
+
+def entry(method: str, name: str, operation: dict[str, Any] | None) -> dict[str, Any]:
+    found = copy.deepcopy(fixture_entries()[0])
+    found["protoPayload"]["methodName"] = method
+    found["protoPayload"]["resourceName"] = f"projects/{T.GCP_PROJECT}/zones/europe-west1-b/instances/{name}"
+    found.pop("operation", None)
+    if operation is not None:
+        found["operation"] = operation
+    return found
+
+
+def node_name(case: dict[str, Any]) -> str:
+    """A VM name of the case's cluster, as GKE names nodes (the cluster's name
+    shortened to 20 characters at most)."""
+    return f"gke-{setting(case, 'cluster_name')[:20]}-default-pool-1a2b3c4d-x7k9"
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_sink_names_every_method_the_code_acts_on(workspace: T.Workspace, case: str):
+    text = sink_filter(module_plan(workspace, case))
+    assert 'resource.type="gce_instance"' in text
+    for method in DOWN + UP + SYSTEM_EVENTS:
+        assert f'protoPayload.methodName="{method}"' in text, f"case {case}: {method} is not in the sink filter"
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_sink_lets_through_what_the_code_acts_on_and_nothing_else(workspace: T.Workspace, case: str):
+    c = CASES[case]
+    admits = F.compile_filter(sink_filter(module_plan(workspace, case)))
+    node = node_name(c)
+    last = {"id": "operation-1", "producer": "compute.googleapis.com", "last": True}
+    first = {"id": "operation-1", "producer": "compute.googleapis.com", "first": True}
+    for method in DOWN + UP:
+        assert admits(entry(method, node, last)), f"case {case}: the end of {method} is filtered out"
+        assert not admits(entry(method, node, first)), f"case {case}: the start of {method} gets through"
+        assert not admits(entry(method, node, None)), f"case {case}: {method} without an operation gets through"
+    for method in SYSTEM_EVENTS:
+        assert admits(entry(method, node, None)), f"case {case}: {method} with no operation is filtered out"
+        assert admits(entry(method, node, {"id": "systemevent-1", "first": True, "last": True})), f"case {case}: {method} is filtered out"
+    for method in ("v1.compute.instances.reset", "v1.compute.instances.setMetadata", "v1.compute.disks.delete", "alpha.compute.instances.stopped"):
+        assert not admits(entry(method, node, last)), f"case {case}: {method} gets through"
+    disk = entry("v1.compute.instances.stop", node, last)
+    disk["resource"]["type"] = "gce_disk"
+    assert not admits(disk), f"case {case}: an entry of another resource type gets through"
+    other = entry("v1.compute.instances.stop", "gke-other-default-pool-1a2b3c4d-x7k9", last)
+    prefix = setting(c, "instance_name_prefix")
+    assert admits(other) == (prefix == ""), f"case {case}: another cluster's VM {'is filtered out' if prefix == '' else 'gets through'}"
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_sink_takes_the_fixtures_of_the_trigger_routes(workspace: T.Workspace, case: str):
+    """The entries the code's own fixtures hold get through, for a VM of the case's cluster."""
+    admits = F.compile_filter(sink_filter(module_plan(workspace, case)))
+    for found in fixture_entries():
+        found["protoPayload"]["resourceName"] = re.sub(r"/instances/.*", f"/instances/{node_name(CASES[case])}", found["protoPayload"]["resourceName"])
+        assert admits(found), f"case {case}: {found['protoPayload']['methodName']} of the fixtures is filtered out"
+
+
+def test_a_long_cluster_name_is_matched_by_its_first_16_characters(workspace: T.Workspace):
+    admits = F.compile_filter(sink_filter(module_plan(workspace, LONG_NAMES)))
+    last = {"id": "operation-1", "last": True}
+    # GKE shortens long cluster names in its VM names.
+    assert admits(entry("v1.compute.instances.stop", "gke-payments-product-default-pool-1a2b3c4d-x7k9", last))
+    assert not admits(entry("v1.compute.instances.stop", "gke-payroll-default-pool-1a2b3c4d-x7k9", last))
+
+
+def test_the_filter_evaluator_refuses_what_it_cannot_read():
+    """The evaluator's own teeth: AND and OR mixed without parentheses, an
+    unknown operator, an unclosed parenthesis are errors, not matches."""
+    for text in ('a="1" AND b="2" OR c="3"', 'a>"1"', '(a="1" AND b="2"', 'a="1" b="2"'):
+        with pytest.raises(F.FilterError):
+            F.compile_filter(text)
+    assert F.compile_filter('(a="1" AND b.c:"X") OR NOT d="true"')({"a": "1", "b": {"c": "wxy"}, "d": True})
+
+
+# --- the GKE example -------------------------------------------------------------------
+
+PREFIX = "module.node_fencer."
+
+
+def example_plan(ws: T.Workspace) -> dict[str, Any]:
+    return plan_of(ws, "examples/gke", "gke", {}, "terraform.tfvars.example")
+
+
+def test_the_gke_example_plans_the_module_and_binds_the_service_account_as_a_user(workspace: T.Workspace):
+    plan = example_plan(workspace)
+    got = set(T.resources(plan))
+    want = {f"{PREFIX}{a}" for a in expected_resources({})} | {
+        "module.rbac.kubernetes_cluster_role_v1.this",
+        "module.rbac.kubernetes_cluster_role_binding_v1.this",
+        "module.rbac.kubernetes_cluster_role_binding_v1.users[0]",
+        'module.rbac.kubernetes_role_v1.this["kube-system/node-fencer"]',
+        'module.rbac.kubernetes_role_binding_v1.this["kube-system/node-fencer"]',
+        'module.rbac.kubernetes_role_binding_v1.users["kube-system/node-fencer"]',
+    }
+    assert got == want, f"planned but not expected {sorted(got - want)}, expected but not planned {sorted(want - got)}"
+    resources = {a: c["change"]["after"] for a, c in T.resources(plan).items()}
+    runs_as = resources[f"{PREFIX}google_cloud_run_v2_service.this"]["template"][0]["service_account"]
+    user = [f"{s['kind']}/{s['name']}" for s in resources["module.rbac.kubernetes_cluster_role_binding_v1.users[0]"]["subject"]]
+    assert user == [f"User/{runs_as}"], f"the ClusterRole binds {user}, the service runs as {runs_as}"
+    role_user = [f"{s['kind']}/{s['name']}" for s in resources['module.rbac.kubernetes_role_binding_v1.users["kube-system/node-fencer"]']["subject"]]
+    assert role_user == [f"User/{runs_as}"]
+
+
+def test_the_gke_example_passes_the_clusters_endpoint_and_ca(workspace: T.Workspace):
+    plan = example_plan(workspace)
+    got = {a.removeprefix(PREFIX): c for a, c in T.resources(plan).items()}
+    env = {e["name"]: e["value"] for e in got["google_cloud_run_v2_service.this"]["change"]["after"]["template"][0]["containers"][0]["env"]}
+    cluster = json.loads(T.DATA_SOURCES.read_text(encoding="utf-8"))["google_container_cluster"]
+    assert env["GKE_CLUSTER"] == f"projects/{T.GCP_PROJECT}/locations/europe-west1/clusters/prod"
+    assert env["CLUSTER_ENDPOINT"] == f"https://{cluster['endpoint']}"
+    assert env["CLUSTER_CA_DATA"] == cluster["master_auth"][0]["cluster_ca_certificate"]
+    assert env["DRY_RUN"] == "true", "the example starts in dry-run"
