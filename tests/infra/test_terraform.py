@@ -1516,6 +1516,10 @@ def test_gcp_routes_and_the_token_the_push_presents():
     subscription = L.blocks(mod, "resource", "google_pubsub_subscription")["push"]
     push = subscription["push_config"][0]
     assert L.value(push["push_endpoint"]) == "${google_cloud_run_v2_service.this.uri}/pubsub"
+    sweep = L.blocks(mod, "resource", "google_cloud_scheduler_job")["sweep"]["http_target"][0]
+    assert L.value(sweep["uri"]) == "${google_cloud_run_v2_service.this.uri}/sweep"
+    assert L.expr(sweep["oidc_token"][0]["audience"]) == "var.push_audience"
+    assert L.expr(sweep["oidc_token"][0]["service_account_email"]) == "local.push_service_account_email"
     oidc = push["oidc_token"][0]
     assert L.expr(oidc["audience"]) == "var.push_audience"
     assert L.expr(oidc["service_account_email"]) == "local.push_service_account_email"

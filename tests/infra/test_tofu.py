@@ -115,7 +115,12 @@ def test_a_planted_mistake_fails_validation(workspace: T.Workspace, tmp_path: Pa
 # of the push subscription); the AWS module's four cover the kinds of mistake.
 GCP_PLANTED = {
     "misspelt_argument": ('  ingress             = "INGRESS_TRAFFIC_ALL"\n', '  ingres              = "INGRESS_TRAFFIC_ALL"\n', "Unsupported argument", "ingres"),
-    "missing_required_argument": ("      service_account_email = local.push_service_account_email\n", "", "Missing required argument", '"service_account_email"'),
+    "missing_required_argument": (
+        "      service_account_email = local.push_service_account_email\n      audience              = var.push_audience\n",
+        "      audience              = var.push_audience\n",
+        "Missing required argument",
+        '"service_account_email"',
+    ),
 }
 
 

@@ -58,6 +58,7 @@ CASES: dict[str, dict[str, Any]] = {
         "cluster_endpoint": "https://203.0.113.20",
         "dry_run": True,
         "out_of_service_no_schedule": True,
+        "sweep_schedule": None,
     },
 }
 LONG_NAMES = "gcp_eventarc_own_secret_zonal_vpc_longest_waits"
@@ -154,6 +155,8 @@ def expected_resources(case: dict[str, Any]) -> set[str]:
             "google_secret_manager_secret.webhook_token[0]",
             "google_secret_manager_secret_version.webhook_token[0]",
         }
+    if setting(case, "sweep_schedule") is not None:
+        found.add("google_cloud_scheduler_job.sweep[0]")
     if setting(case, "eventarc"):
         found |= {"google_eventarc_trigger.stop[0]", "google_project_iam_member.push_event_receiver[0]"}
     return found
@@ -376,6 +379,20 @@ def test_the_push_subscription_carries_the_token_the_service_checks(workspace: T
     assert "google_pubsub_topic.audit" in configuration(plan, "google_pubsub_subscription.push")["topic"]["references"]
     # The dead letters are kept for reading.
     assert resources["google_pubsub_subscription.dead_letter"]["message_retention_duration"] == "604800s"
+
+
+def test_the_sweep_posts_to_its_route_with_the_token_the_service_checks(workspace: T.Workspace):
+    plan = module_plan(workspace, "gcp_defaults")
+    resources = created(plan)
+    job = resources["google_cloud_scheduler_job.sweep[0]"]
+    env = values(plan)
+    (target,) = job["http_target"]
+    assert target["http_method"] == "POST"
+    (oidc,) = target["oidc_token"]
+    assert oidc["audience"] == env["PUSH_AUDIENCE"]
+    assert oidc["service_account_email"] == env["PUSH_SERVICE_ACCOUNT"]
+    assert job["schedule"] == setting(CASES["gcp_defaults"], "sweep_schedule")
+    assert seconds(job["attempt_deadline"]) == seconds(service(plan)["template"][0]["timeout"])
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

@@ -398,6 +398,39 @@ resource "google_pubsub_subscription" "push" {
 }
 
 ################################################################################
+# The sweep: Cloud Scheduler -> /sweep, with the push account's OIDC token
+################################################################################
+
+# Fences NotReady nodes no entry named (missed, dead-lettered, or consumed
+# while the kill switch was on) whose VM is off, and ends the fencing of
+# nodes that are back.
+resource "google_cloud_scheduler_job" "sweep" {
+  count = var.sweep_schedule != null ? 1 : 0
+
+  project          = var.project_id
+  region           = var.region
+  name             = "${var.name}-sweep"
+  description      = "Periodic sweep of ${var.name}: fence NotReady nodes no event named whose VM is off, end the fencing of nodes that are back."
+  schedule         = var.sweep_schedule
+  time_zone        = "Etc/UTC"
+  attempt_deadline = "${local.request_timeout_seconds}s"
+
+  http_target {
+    http_method = "POST"
+    uri         = "${google_cloud_run_v2_service.this.uri}/sweep"
+
+    oidc_token {
+      audience              = var.push_audience
+      service_account_email = local.push_service_account_email
+    }
+  }
+
+  retry_config {
+    retry_count = 1
+  }
+}
+
+################################################################################
 # Dead letters: entries the service failed on max_delivery_attempts times
 ################################################################################
 

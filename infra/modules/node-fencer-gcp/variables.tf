@@ -350,3 +350,9 @@ variable "notification_channels" {
   type        = list(string)
   default     = []
 }
+
+variable "sweep_schedule" {
+  description = "Cloud Scheduler cron expression (UTC) of the sweep: it POSTs to /sweep with the push account's OIDC token, which fences NotReady nodes no event named whose VM Compute Engine reports off, and re-checks every node the service fenced, removing the taint once the VM runs and the node is Ready again. Null creates no schedule."
+  type        = string
+  default     = "*/10 * * * *"
+}
