@@ -14,6 +14,7 @@ pub mod kube_model;
 pub mod metrics;
 pub mod mode;
 pub mod names;
+pub mod oidc;
 pub mod ownership;
 pub mod permissions;
 pub mod plan;
