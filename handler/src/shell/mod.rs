@@ -5,4 +5,6 @@ pub mod cloud;
 pub mod cluster;
 pub mod connect;
 pub mod eks_token;
+#[cfg(feature = "gce")]
+pub mod oidc;
 pub mod slim;
