@@ -64,7 +64,7 @@ bench-budget: package ## the performance budget of the release build: cold start
 	$(TOOLS) && cargo run --locked -q -p node-fencer-tests --bin bench-budget -- $(ARGS)
 
 package: setup ## the deployable bootstrap zip for provided.al2023 (x86_64)
-	$(TOOLS) && cargo lambda build --release --locked --output-format zip --bin node-fencer --lambda-dir target/lambda
+	$(TOOLS) && cargo lambda build --release --locked --package node-fencer --bin node-fencer --output-format zip --lambda-dir target/lambda
 	@ls -l target/lambda/node-fencer/bootstrap.zip
 
 stack-up: setup ## start the local stack with controllers and kwok in $(STACK_DIR)

@@ -41,7 +41,7 @@ variable "name" {
 }
 
 variable "package_path" {
-  description = "Path to the zip built by `cargo lambda build --release --output-format zip`, relative to this directory or absolute."
+  description = "Path to the zip built by `cargo lambda build --release --package node-fencer --output-format zip`, relative to this directory or absolute."
   type        = string
   default     = "../../../target/lambda/node-fencer/bootstrap.zip"
 }

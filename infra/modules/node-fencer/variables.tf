@@ -14,7 +14,7 @@ variable "name" {
 }
 
 variable "package_path" {
-  description = "Path to the deployment zip built by `cargo lambda build --release --output-format zip` (target/lambda/node-fencer/bootstrap.zip); it holds one `bootstrap` executable."
+  description = "Path to the deployment zip built by `cargo lambda build --release --package node-fencer --output-format zip` (target/lambda/node-fencer/bootstrap.zip); it holds one `bootstrap` executable."
   type        = string
 
   validation {
@@ -24,7 +24,7 @@ variable "package_path" {
 }
 
 variable "architecture" {
-  description = "Instruction set the zip was built for: x86_64, or arm64 (build with `cargo lambda build --release --arm64 --output-format zip`)."
+  description = "Instruction set the zip was built for: x86_64, or arm64 (build with `cargo lambda build --release --package node-fencer --arm64 --output-format zip`)."
   type        = string
   default     = "x86_64"
 
