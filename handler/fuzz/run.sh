@@ -18,7 +18,7 @@ shift || true
 	echo "run.sh: SECONDS must be a number, not '$seconds'" >&2
 	exit 2
 }
-all=(classify eventbridge alertmanager direct function_url gce_audit)
+all=(classify eventbridge alertmanager direct function_url gce_audit oidc)
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=("${all[@]}")
 for t in "${targets[@]}"; do

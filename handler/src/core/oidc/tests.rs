@@ -409,6 +409,43 @@ fn the_expectation_is_checked_when_built() {
     assert_eq!((e.audience(), e.email()), (AUDIENCE, EMAIL));
 }
 
+#[test]
+fn fuzz_regressions_are_refused() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/regressions");
+    let (mut replayed, mut tokens) = (0, 0);
+    for entry in std::fs::read_dir(&dir).expect("handler/fuzz/regressions exists") {
+        let path = entry.expect("a directory entry").path();
+        if path.extension().is_some_and(|e| e == "md") {
+            continue;
+        }
+        let bytes = std::fs::read(&path).expect("a readable regression input");
+        replayed += 1;
+        let _ = jwks::parse_jwks(&bytes);
+        let Ok(text) = std::str::from_utf8(&bytes) else {
+            continue;
+        };
+        let _ = jwks::max_age_secs(Some(text));
+        let header = bearer(Some(text));
+        for token in [header.clone().ok(), Some(text)].into_iter().flatten() {
+            assert!(check(token).is_err(), "{path:?} passed");
+        }
+        let named = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default();
+        if named.starts_with("oidc-") {
+            // The hostile tokens are well-formed headers: what refuses them is the token.
+            assert!(header.is_ok(), "{path:?}: {header:?}");
+            tokens += 1;
+        }
+    }
+    assert!(
+        replayed >= 7,
+        "only {replayed} regression inputs in {dir:?}"
+    );
+    assert!(tokens >= 2, "only {tokens} hostile tokens in {dir:?}");
+}
+
 proptest::proptest! {
     /// Whatever the header value, the parse ends in a token or a refusal that
     /// does not echo it; and what passes is exactly the claims' shape.
