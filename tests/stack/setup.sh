@@ -6,7 +6,7 @@
 #   CACHE=${NODE_FENCER_CACHE:-$HOME/.cache/node-fencer}
 #   $CACHE/venv-stack-<sha>/        moto[server], cargo-lambda, ziglang (tests/stack/requirements.txt)
 #   $CACHE/venv-infra-<sha>/        tests/infra/requirements.txt, when that file exists
-#   $CACHE/venv-gce-<sha>/          tests/gce/requirements.txt (the fake Compute Engine's checks)
+#   $CACHE/venv-gce-<sha>/          tests/gce/requirements.txt (the GCE checks: fake Compute Engine, fixtures, image)
 #   $CACHE/bin/kubernetes-<ver>/    kube-apiserver, kube-controller-manager, kube-scheduler, kubectl
 #   $CACHE/bin/etcd-<ver>/etcd
 #   $CACHE/bin/kwok-<ver>/kwok
