@@ -122,6 +122,8 @@ struct KeyServer {
     url: String,
     hits: Arc<AtomicUsize>,
     answer: Arc<StdMutex<Answer>>,
+    /// Per response, whether it was written to its end.
+    delivered: Arc<StdMutex<Vec<bool>>>,
 }
 
 impl KeyServer {
@@ -137,9 +139,18 @@ impl KeyServer {
             body: String::new(),
             cache_control: "public, max-age=3600, must-revalidate, no-transform".into(),
         }));
-        let server = Self { url, hits, answer };
+        let server = Self {
+            url,
+            hits,
+            answer,
+            delivered: Arc::default(),
+        };
         server.publish(keys);
-        let (hits, answer) = (server.hits.clone(), server.answer.clone());
+        let (hits, answer, delivered) = (
+            server.hits.clone(),
+            server.answer.clone(),
+            server.delivered.clone(),
+        );
         // Detached: it ends with the test process.
         std::thread::spawn(move || {
             for stream in listener.incoming() {
@@ -164,7 +175,8 @@ impl KeyServer {
                         a.body
                     )
                 };
-                let _ = stream.write_all(response.as_bytes());
+                let written = stream.write_all(response.as_bytes()).is_ok();
+                delivered.lock().expect("the log").push(written);
             }
         });
         server
@@ -177,6 +189,19 @@ impl KeyServer {
 
     fn set(&self, change: impl FnOnce(&mut Answer)) {
         change(&mut self.answer.lock().expect("the answer"));
+    }
+
+    /// Waits (bounded) until `n` responses have been written or given up on.
+    /// Async: the client's connection task must run meanwhile to close its end.
+    async fn delivered(&self, n: usize) -> Vec<bool> {
+        for _ in 0..1000 {
+            let delivered = self.delivered.lock().expect("the log").clone();
+            if delivered.len() >= n {
+                return delivered;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        panic!("fewer than {n} responses written in 10 s");
     }
 
     fn hits(&self) -> usize {
@@ -491,6 +516,25 @@ async fn an_unusable_key_set_means_retry_later() {
             other => panic!("expected {problem:?}, got {other:?}"),
         }
     }
+}
+
+#[tokio::test]
+async fn an_oversized_key_set_is_not_read_to_its_end() {
+    let a = Signer::a();
+    let server = KeyServer::start(&[&a]);
+    // Far more than the socket buffers hold, so a full write means a full read.
+    server.set(|answer| answer.body = " ".repeat(64 << 20));
+    let verifier = server.verifier();
+    let token = bearer(&a.token(&claims()));
+    match unavailable(verifier.verify(Some(&token), NOW).await) {
+        KeysError::Jwks { source, .. } => assert_eq!(source, JwksError::TooLarge),
+        other => panic!("expected too large, got {other:?}"),
+    }
+    assert_eq!(
+        server.delivered(1).await,
+        vec![false],
+        "the client read it all"
+    );
 }
 
 #[tokio::test]
