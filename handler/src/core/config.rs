@@ -121,6 +121,10 @@ pub const VARIABLES: &[(&str, &str)] = &[
         "the service account e-mail those tokens must be issued for (`serve`; with PUSH_AUDIENCE)",
     ),
     (
+        "PUSH_CERTS_URL",
+        "where the push tokens' signing keys are read (default https://www.googleapis.com/oauth2/v3/certs; https, or http on a loopback address for a local key server)",
+    ),
+    (
         "COMPUTE_ENDPOINT",
         "Compute Engine API base URL (default https://compute.googleapis.com); a plain http:// one is a local stand-in and gets no credentials",
     ),
@@ -181,6 +185,8 @@ pub struct PushAuth {
     pub audience: String,
     /// The `email` claim required.
     pub service_account: String,
+    /// Where the signing keys are read, when not Google's own.
+    pub certs_url: Option<String>,
 }
 
 /// Where the Alertmanager bearer token comes from.
@@ -702,6 +708,7 @@ fn push_auth(get: &impl Fn(&str) -> Option<String>) -> Result<Option<PushAuth>, 
             Ok(Some(PushAuth {
                 audience,
                 service_account,
+                certs_url: get("PUSH_CERTS_URL"),
             }))
         }
     }

@@ -16,7 +16,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::core::facts::{Confirmation, NodeFacts, Readiness, StatusChecks};
-use crate::core::instance::InstanceState;
+use crate::core::instance::{InstanceState, Provider};
 use crate::core::suspect::{Intent, Origin, Suspect};
 
 /// The alert whose firing makes its node a candidate (kube-prometheus'
@@ -74,6 +74,9 @@ pub enum Refusal {
     NotItsOwnMachine,
     /// The cloud could not be asked about the machine: a retry asks again.
     LookupFailed,
+    /// The machine is a Compute Engine VM: active fencing powers off EC2
+    /// instances only.
+    NotEc2,
     /// The cloud does not report the machine `running`.
     NotRunning {
         /// What it reports.
@@ -126,6 +129,7 @@ impl Refusal {
             Self::NodeGone => "node_gone",
             Self::NotItsOwnMachine => "not_its_own_machine",
             Self::LookupFailed => "lookup_failed",
+            Self::NotEc2 => "not_ec2",
             Self::NotRunning { .. } => "not_running",
             Self::NotReadyTooShort { .. } => "not_ready_too_short",
             Self::Partition { .. } => "partition",
@@ -146,6 +150,9 @@ impl std::fmt::Display for Refusal {
                 "the node names no machine of its own (no AWS provider id): only a node's own machine is powered off",
             ),
             Self::LookupFailed => f.write_str("EC2 could not be asked about the instance"),
+            Self::NotEc2 => f.write_str(
+                "the machine is a Compute Engine VM: active fencing powers off EC2 instances only",
+            ),
             Self::NotRunning { state } => match state {
                 Some(s) => write!(f, "EC2 reports the instance `{s}`, not running"),
                 None => f.write_str("EC2 does not know the instance"),
@@ -316,6 +323,9 @@ fn judge_one(
     let Some(own) = node.instance.as_ref() else {
         return refuse(Refusal::NotItsOwnMachine);
     };
+    if own.provider() != Provider::Aws {
+        return refuse(Refusal::NotEc2);
+    }
     let state = match c.confirmation {
         Some(Confirmation::Seen(facts)) if &facts.id == own => Some(facts.state.clone()),
         Some(Confirmation::Seen(_)) => return refuse(Refusal::NotItsOwnMachine),
@@ -697,6 +707,34 @@ mod tests {
         assert_eq!(
             refusal(verdicts[1].clone()),
             Some(Refusal::CapReached { limit: 3, taken: 3 })
+        );
+    }
+
+    #[test]
+    fn a_compute_engine_vm_is_never_powered_off() {
+        let vm = InstanceId::parse("gce://proj-fencer/us-central1-a/n1").expect("a VM");
+        let mut n = node(1, "us-central1-a", Some(600));
+        n.instance = Some(vm.clone());
+        let running = Confirmation::Seen(InstanceFacts::bare(vm, InstanceState::Running));
+        let verdict = judge_one(
+            &Candidate {
+                node: &n,
+                confirmation: Some(&running),
+            },
+            &Surroundings {
+                nodes: std::slice::from_ref(&n),
+                out_of_service: 0,
+                limit: 3,
+                now: NOW,
+            },
+            Some(&ActiveFencing::default()),
+            0,
+        );
+        assert_eq!(
+            verdict,
+            PowerVerdict::Refuse {
+                refusal: Refusal::NotEc2
+            }
         );
     }
 

@@ -127,7 +127,9 @@ impl App {
         preflight::run(&self.clients, &self.config).await
     }
 
-    async fn handle_http(
+    /// Answers a Function URL request (an Alertmanager webhook): the
+    /// bearer token, the payload, the run, the HTTP status.
+    pub(crate) async fn handle_http(
         &self,
         req: &aws_lambda_events::event::lambda_function_urls::LambdaFunctionUrlRequest,
         correlation_id: &str,

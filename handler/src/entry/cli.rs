@@ -28,7 +28,7 @@ const EXIT_USAGE: u8 = 2;
 #[command(
     name = "node-fencer",
     version,
-    about = "Fence dead Kubernetes nodes on AWS: out-of-service taint and EBS force-detach, only when EC2 confirms the instance is off.",
+    about = "Fence dead Kubernetes nodes on AWS and Google Cloud: out-of-service taint and disk force-detach, only when EC2 or Compute Engine confirms the machine is off.",
     after_help = after_help()
 )]
 struct Cli {
@@ -44,14 +44,14 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Dry-run the pipeline for one node: resolve, confirm with EC2, decide, list volumes.
+    /// Dry-run the pipeline for one node: resolve, confirm with the cloud, decide, list volumes.
     Check {
-        /// Node name or EC2 instance id.
+        /// Node name, EC2 instance id, or GCE provider id (gce://PROJECT/ZONE/NAME).
         target: String,
     },
-    /// Fence one node if EC2 confirms its instance is stopped or terminated.
+    /// Fence one node if EC2 or Compute Engine confirms its machine is off.
     Fence {
-        /// Node name or EC2 instance id.
+        /// Node name, EC2 instance id, or GCE provider id (gce://PROJECT/ZONE/NAME).
         target: String,
         /// Should EC2 still report the instance running, power it off first
         /// (forced) when active fencing's rules allow it: ACTIVE_FENCING=on,
@@ -64,7 +64,7 @@ enum Command {
     /// EC2 says the instance runs and the node has been Ready for the settle
     /// delay. Without a target, every node node-fencer fenced is re-checked.
     Recover {
-        /// Node name or EC2 instance id.
+        /// Node name, EC2 instance id, or GCE provider id (gce://PROJECT/ZONE/NAME).
         target: Option<String>,
         /// Confirm the node healthy first (what RECOVERY=manual waits for);
         /// the other rules still apply.
@@ -88,9 +88,23 @@ enum Command {
     },
     /// Validate the configuration from the environment and print it.
     Config,
-    /// Print, as JSON, what this build needs: the AWS actions, the
-    /// Kubernetes rules, the environment variables (infra/manifest.json).
+    /// Print, as JSON, what this build needs: the AWS actions, the Google
+    /// Cloud permissions, the Kubernetes rules, the environment variables
+    /// (infra/manifest.json).
     Manifest,
+    /// Serve HTTP for Cloud Run: Pub/Sub push of Cloud Audit Log entries on
+    /// /pubsub and Eventarc's on /eventarc (each with a Google-signed OIDC
+    /// token, see PUSH_AUDIENCE), the scheduled sweep on /sweep (Cloud
+    /// Scheduler, the same token), Alertmanager on /alertmanager (the bearer
+    /// token), /healthz. Every request is worked to its end before the
+    /// answer; one that leaves work undone gets a 5xx, so it is delivered
+    /// again.
+    #[cfg(feature = "gce")]
+    Serve {
+        /// The port to listen on (Cloud Run sets PORT).
+        #[arg(long, env = "PORT", default_value_t = 8080)]
+        port: u16,
+    },
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
@@ -113,6 +127,16 @@ fn after_help() -> String {
 /// Runs the command line; returns the process exit code.
 pub async fn main() -> ExitCode {
     let cli = Cli::parse();
+    #[cfg(feature = "gce")]
+    if let Command::Serve { port } = cli.command {
+        return match crate::entry::serve::serve(port).await {
+            Ok(()) => ExitCode::from(EXIT_OK),
+            Err(message) => {
+                eprintln!("node-fencer: {message}");
+                ExitCode::from(EXIT_USAGE)
+            }
+        };
+    }
     if let Command::Manifest = cli.command {
         // Needs no configuration: it describes the build, not a deployment.
         let manifest = crate::core::permissions::manifest();
@@ -240,6 +264,8 @@ fn parse_input(command: &Command) -> Result<Input, String> {
                 .map(Input::Event)
                 .map_err(|e| e.to_string())
         }
+        #[cfg(feature = "gce")]
+        Command::Serve { .. } => Err("unreachable: serve has no input".into()),
         Command::Config | Command::Preflight | Command::Manifest => {
             Err("unreachable: this command has no input".into())
         }
@@ -276,7 +302,8 @@ fn print_result(result: Result<Reply, HandlerError>, output: Output) -> ExitCode
 /// that names what to set, rather than a dependency failing later.
 async fn environment(config: &Config) -> Result<SdkConfig, String> {
     let sdk = sdk_config().await;
-    if sdk.region().is_none() {
+    // On Google Cloud nothing of AWS's is needed; a mixed set-up sets both.
+    if sdk.region().is_none() && !matches!(config.cluster, ClusterAccess::Gke { .. }) {
         return Err("AWS_REGION is not set (nor a region in the AWS profile)".into());
     }
     if matches!(config.cluster, ClusterAccess::Ambient)
