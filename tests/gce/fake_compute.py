@@ -36,9 +36,10 @@ In process (tests):
 As a process (like moto_server): `python3 fake_compute.py --port 0` prints the chosen port
 alone on the first line of stdout, then serves until killed. State is seeded over HTTP:
 POST /_fake/<action> with a JSON object of keyword arguments, for the actions in
-CONTROL_ACTIONS (create_instance, create_disk, set_status, delete_instance,
+CONTROL_ACTIONS (create_instance, create_disk, attach_disk, set_status, delete_instance,
 recreate_instance, inject_fault, configure, reset); GET /_fake/requests lists the requests
-served; GET /_fake/state dumps every instance, disk and operation.
+served on the API (not the control actions); GET /_fake/state dumps every instance, disk and
+operation.
 """
 
 from __future__ import annotations
@@ -711,6 +712,51 @@ class FakeCompute:
                 instance["lastStartTimestamp"] = rfc3339(self.clock.now())
             return json.loads(json.dumps(instance))
 
+    def attach_disk(self, project: str, zone: str, name: str, disk: str, *, device_name: str | None = None,
+                    mode: str = "READ_WRITE") -> dict[str, Any]:
+        """Attaches an existing disk to an instance, as a DONE instances.attachDisk leaves them: the
+        PD CSI driver's ControllerPublishVolume, for a stand-in that plays it. `disk` is the disk's
+        path as a PD CSI volume handle names it (projects/P/zones/Z/disks/D or
+        projects/P/regions/R/disks/D); `device_name` defaults to the disk's name, as the driver
+        attaches it. Refused as GCE refuses: a disk outside the instance's zone (a regional one
+        outside its replica zones), a disk already in use read-write (by any instance, this one
+        too) or in use at all for a read-write attachment, a device name the instance already has.
+        Returns the instance."""
+        if mode not in ("READ_WRITE", "READ_ONLY"):
+            raise ValueError(f"mode is READ_WRITE or READ_ONLY, not {mode}")
+        parts = disk.split("/")
+        if len(parts) != 6 or parts[0] != "projects" or parts[2] not in ("zones", "regions") \
+                or parts[4] != "disks":
+            raise ValueError(f"{disk!r} is not projects/P/zones/Z/disks/D nor projects/P/regions/R/disks/D")
+        with self._lock:
+            self._tick()
+            instance = self._instances.get((project, zone, name))
+            if instance is None:
+                raise ValueError(f"The resource 'projects/{project}/zones/{zone}/instances/{name}' was not found")
+            entry = self._disks.get((parts[1], parts[2], parts[3], parts[5]))
+            if entry is None:
+                raise ValueError(f"The resource '{disk}' was not found")
+            link = entry["selfLink"]
+            in_zone = entry.get("zone") == instance["zone"] or instance["zone"] in entry.get("replicaZones", [])
+            if not in_zone:
+                raise ValueError(f"Invalid value for field 'resource.source': '{link}'. "
+                                 "Disk must be in the same zone as the instance.")
+            users = [i for i in self._instances.values() if i["selfLink"] in entry["users"]]
+            read_write = any(d["source"] == link and d["mode"] == "READ_WRITE" for i in users for d in i["disks"])
+            if users and (mode == "READ_WRITE" or read_write):
+                holder = users[0]["selfLink"][len(LINK_BASE):]
+                raise ValueError(f"The disk resource '{disk}' is already being used by '{holder}'")
+            device = device_name or parts[5]
+            if any(d["deviceName"] == device for d in instance["disks"]):
+                raise ValueError(f"Invalid value for field 'resource.deviceName': '{device}'. "
+                                 "The device name is already in use on the instance.")
+            index = 1 + max((d["index"] for d in instance["disks"]), default=-1)
+            instance["disks"].append(self._attached(
+                (parts[1], parts[2], parts[3], parts[5]), device, index, mode=mode))
+            entry["users"].append(instance["selfLink"])
+            entry["lastAttachTimestamp"] = rfc3339(self.clock.now())
+            return json.loads(json.dumps(instance))
+
     def delete_instance(self, project: str, zone: str, name: str) -> None:
         """Deletes an instance; its boot disk (autoDelete) goes with it, its data disks stay."""
         with self._lock:
@@ -1108,7 +1154,7 @@ def _page(items: list[Any], q: dict[str, str], scope: str) -> tuple[list[Any], s
 # --- control API --------------------------------------------------------------------------
 
 CONTROL_ACTIONS = (
-    "create_instance", "create_disk", "set_status", "delete_instance", "recreate_instance",
+    "create_instance", "create_disk", "attach_disk", "set_status", "delete_instance", "recreate_instance",
     "inject_fault", "configure", "reset", "add_zone",
 )
 

@@ -12,6 +12,8 @@ driven by Google's own client.
 - Semantics node-fencer relies on: a detach changes the instance and the disk only once its
   operation is DONE; requestId makes a call idempotent; a recreated instance has a new id;
   SUSPENDED and REPAIRING are reported as they are.
+- The control action attach_disk (the PD CSI attacher stand-in of the scenario tests seeds
+  attachments with it) leaves what a DONE attachDisk leaves and refuses what GCE refuses.
 """
 
 from __future__ import annotations
@@ -540,6 +542,46 @@ def test_wait_returns_when_done_or_after_its_bound(fake: F.FakeCompute, compute:
     assert caught.value.status_code == 404
 
 
+def test_attach_disk_seeds_what_a_done_attach_leaves_and_refuses_what_gce_refuses(fake: F.FakeCompute,
+                                                                                    compute: Any) -> None:
+    node = fake.create_instance(PROJECT, ZONE, "node-1")
+    other = fake.create_instance(PROJECT, ZONE, "node-2")
+    fake.create_disk(PROJECT, "pvc-1", zone=ZONE)
+    fake.create_disk(PROJECT, "pvc-r", region=REGION, replica_zones=[ZONE, "us-central1-c"])
+    fake.create_disk(PROJECT, "pvc-far", zone="us-central1-f")
+    handle = f"projects/{PROJECT}/zones/{ZONE}/disks/pvc-1"
+    got = fake.attach_disk(PROJECT, ZONE, "node-1", handle)
+    assert [(d["deviceName"], d["index"], d["boot"], d["mode"]) for d in got["disks"]] == [
+        ("persistent-disk-0", 0, True, "READ_WRITE"), ("pvc-1", 1, False, "READ_WRITE")]
+    served = compute.instances().get(project=PROJECT, zone=ZONE, instance="node-1").execute()
+    assert served == got and served["disks"][1]["source"].endswith(f"/{handle}")
+    disk = compute.disks().get(project=PROJECT, zone=ZONE, disk="pvc-1").execute()
+    assert disk["users"] == [node["selfLink"]] and "lastAttachTimestamp" in disk
+    regional = f"projects/{PROJECT}/regions/{REGION}/disks/pvc-r"
+    fake.attach_disk(PROJECT, ZONE, "node-1", regional, device_name="data-r")
+    assert fake.disk(PROJECT, "pvc-r", region=REGION)["users"] == [node["selfLink"]]
+    # What GCE refuses: a disk in use read-write, here or elsewhere; another zone's disk.
+    for instance in ("node-1", "node-2"):
+        with pytest.raises(ValueError, match="is already being used by 'projects/.*/instances/node-1'"):
+            fake.attach_disk(PROJECT, ZONE, instance, handle)
+        with pytest.raises(ValueError, match="already being used"):
+            fake.attach_disk(PROJECT, ZONE, instance, handle, mode="READ_ONLY")
+    with pytest.raises(ValueError, match="same zone"):
+        fake.attach_disk(PROJECT, ZONE, "node-2", f"projects/{PROJECT}/zones/us-central1-f/disks/pvc-far")
+    for bad in ("pvc-1", f"projects/{PROJECT}/zones/{ZONE}/disks/nope"):
+        with pytest.raises(ValueError):
+            fake.attach_disk(PROJECT, ZONE, "node-2", bad)
+    assert [d["deviceName"] for d in fake.instance(PROJECT, ZONE, "node-2")["disks"]] == ["persistent-disk-0"]
+    # Once detached through the API, the disk can be attached elsewhere.
+    op = compute.instances().detachDisk(project=PROJECT, zone=ZONE, instance="node-1", deviceName="pvc-1").execute()
+    compute.zoneOperations().wait(project=PROJECT, zone=ZONE, operation=op["name"]).execute()
+    fake.attach_disk(PROJECT, ZONE, "node-2", handle)
+    assert fake.disk(PROJECT, "pvc-1", zone=ZONE)["users"] == [other["selfLink"]]
+    fake.create_disk(PROJECT, "pvc-2", zone=ZONE)
+    with pytest.raises(ValueError, match="device name"):
+        fake.attach_disk(PROJECT, ZONE, "node-2", f"projects/{PROJECT}/zones/{ZONE}/disks/pvc-2", device_name="pvc-1")
+
+
 def test_stop_goes_stopping_then_terminated(fake_clocked: F.FakeCompute, clock: F.FakeClock,
                                             compute_clocked: Any) -> None:
     fake = fake_clocked
@@ -660,6 +702,9 @@ def test_runs_as_a_process_seeded_over_http() -> None:
         status, log = call("GET", "/_fake/requests")
         assert [(e["method_id"], e["status"]) for e in log] == [("compute.instances.get", 200),
                                                                ("compute.instances.get", 503)]
+        status, attached = call("POST", "/_fake/attach_disk", {
+            "project": PROJECT, "zone": ZONE, "name": "node-1", "disk": f"projects/{PROJECT}/zones/{ZONE}/disks/pvc-1"})
+        assert status == 400 and "already being used" in attached["error"]
         assert call("POST", "/_fake/set_status", {"project": PROJECT})[0] == 400
         assert call("POST", "/_fake/no_such_action", {})[0] == 404
     finally:
