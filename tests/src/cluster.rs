@@ -1,7 +1,8 @@
 //! The second stack: a control plane with its controllers
 //! (`tests/stack/up.sh --controllers`: kube-controller-manager,
-//! kube-scheduler, kwok) plus the CSI attacher stand-in of [`crate::attacher`],
-//! for the end-to-end scenarios where real controllers move pods and volumes.
+//! kube-scheduler, kwok) plus the CSI attacher stand-in of [`crate::attacher`]
+//! and the fake Compute Engine of [`crate::gce`], for the end-to-end scenarios
+//! where real controllers move pods and volumes.
 //!
 //! The bare [`crate::stack`] stays for the tests that create Nodes by hand:
 //! the node lifecycle controller would change those under them.
@@ -57,7 +58,7 @@ fn start() -> anyhow::Result<Stack> {
                 dir = stack.dir.display()
             );
         }
-        attacher::spawn(&stack)?;
+        spawn_attacher(&stack)?;
         return Ok(stack);
     }
     let dir = std::env::temp_dir().join(format!("node-fencer-cluster-{}", std::process::id()));
@@ -65,7 +66,7 @@ fn start() -> anyhow::Result<Stack> {
         crate::up(&dir, &["--controllers"])?;
         let stack = open(dir.clone())?;
         if set_up(&stack)? {
-            attacher::spawn(&stack)?;
+            spawn_attacher(&stack)?;
             return Ok(stack);
         }
         eprintln!(
@@ -78,6 +79,13 @@ fn start() -> anyhow::Result<Stack> {
             .status();
     }
     bail!("kwok ignored lost node Leases in {KWOK_ATTEMPTS} starts of the stack")
+}
+
+/// Starts the fake Compute Engine (once per process) and the CSI attacher
+/// stand-ins.
+fn spawn_attacher(stack: &Stack) -> anyhow::Result<()> {
+    crate::gce::started_fake(&stack.dir)?;
+    attacher::spawn(stack)
 }
 
 fn open(dir: PathBuf) -> anyhow::Result<Stack> {

@@ -1,6 +1,7 @@
 //! The integration harness: brings up the real components (moto for EC2,
 //! etcd + kube-apiserver for Kubernetes) once per test process through
-//! `tests/stack/up.sh`, and gives tests clients and fixtures for them.
+//! `tests/stack/up.sh`, and gives tests clients and fixtures for them; the
+//! controller stack adds the fake Compute Engine ([`gce`]).
 //!
 //! Set `NODE_FENCER_STACK_DIR` to reuse a stack started by hand; otherwise a
 //! private one is started and torn down by a watchdog when the process exits.
@@ -12,6 +13,7 @@ pub mod bench;
 pub mod cluster;
 pub mod faults;
 pub mod fixtures;
+pub mod gce;
 pub mod http_stub;
 pub mod lambda;
 pub mod recovery_timeline;
