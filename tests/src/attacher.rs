@@ -1,6 +1,8 @@
 //! CSI attacher stand-ins. For driver `ebs.csi.aws.com` it plays the parts of
 //! the external-attacher sidecar and of the EBS CSI controller
 //! (`ControllerPublishVolume` / `ControllerUnpublishVolume`) against moto.
+//! For `pd.csi.storage.gke.io` it plays the same parts against the fake
+//! Compute Engine of [`crate::gce`].
 //! For `cstor.csi.openebs.io` (OpenEBS cStor over iSCSI, the non-EBS driver
 //! of older self-managed clusters) it plays the same sidecar in front of a
 //! storage system that attaches without any cloud call: a volume is
@@ -30,9 +32,23 @@
 //! volume still published to another node (`FailedPrecondition`, in
 //! `status.attachError`), and unpublishes on deletion.
 //!
+//! For each one of the PD driver: the finalizer
+//! `external-attacher/pd-csi-storage-gke-io`; it maps the PersistentVolume
+//! to its disk (the volume handle `projects/P/zones/Z/disks/D`) and the Node
+//! to its VM (`spec.providerID = gce://P/Z/N`), refuses a disk in use by
+//! another VM (Compute Engine's `already being used by` error, in
+//! `status.attachError`) and attaches it through the fake's control action
+//! `attach_disk`, under the disk's name as device name, as the driver does.
+//! When the VolumeAttachment is deleted it does not detach by itself: it
+//! waits until the VM no longer lists the disk (node-fencer's `detachDisk`,
+//! or the VM deleted at a scene's teardown), then removes the finalizer. So
+//! every `detachDisk` the fake serves is node-fencer's, which the scenarios
+//! count. It reads the fake through its control API only, never its
+//! Compute Engine API.
+//!
 //! What it did goes to `STATE_DIR/logs/csi-attacher.log`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -49,6 +65,7 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use crate::Stack;
+use crate::gce::{Compute, PD_DRIVER, users_in};
 
 /// The EBS CSI driver (and attacher) name.
 pub const DRIVER: &str = "ebs.csi.aws.com";
@@ -62,17 +79,20 @@ pub enum Driver {
     Ebs,
     /// `cstor.csi.openebs.io`: iSCSI-like, no cloud call.
     Cstor,
+    /// `pd.csi.storage.gke.io`, against the fake Compute Engine.
+    Pd,
 }
 
 impl Driver {
-    /// Both.
-    pub const ALL: [Driver; 2] = [Driver::Ebs, Driver::Cstor];
+    /// Every one.
+    pub const ALL: [Driver; 3] = [Driver::Ebs, Driver::Cstor, Driver::Pd];
 
     /// The driver (and attacher) name.
     pub fn name(self) -> &'static str {
         match self {
             Self::Ebs => DRIVER,
             Self::Cstor => "cstor.csi.openebs.io",
+            Self::Pd => PD_DRIVER,
         }
     }
 
@@ -81,7 +101,13 @@ impl Driver {
         match self {
             Self::Ebs => FINALIZER,
             Self::Cstor => "external-attacher/cstor-csi-openebs-io",
+            Self::Pd => "external-attacher/pd-csi-storage-gke-io",
         }
+    }
+
+    /// Whether its volumes live in Compute Engine (the nodes are VMs).
+    pub fn on_gce(self) -> bool {
+        self == Self::Pd
     }
 }
 /// How often VolumeAttachments are listed.
@@ -112,10 +138,10 @@ pub async fn register_drivers(admin: &Client) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Starts the stand-ins of both drivers for `stack` on a thread of its own
-/// (with its own runtime, so it outlives any one test's runtime); returns
-/// once they run.
-pub fn spawn(stack: &Stack) -> anyhow::Result<()> {
+/// Starts the stand-ins of every driver for `stack` (the PD one against the
+/// fake Compute Engine `compute`) on a thread of its own (with its own
+/// runtime, so it outlives any one test's runtime); returns once they run.
+pub fn spawn(stack: &Stack, compute: Compute) -> anyhow::Result<()> {
     let stack = Stack {
         dir: stack.dir.clone(),
         vars: stack.vars.clone(),
@@ -135,23 +161,26 @@ pub fn spawn(stack: &Stack) -> anyhow::Result<()> {
                 }
             };
             runtime.block_on(async move {
-                let (ebs, cstor) = tokio::join!(
-                    Attacher::new(&stack, Driver::Ebs),
-                    Attacher::new(&stack, Driver::Cstor)
+                let (ebs, cstor, pd) = tokio::join!(
+                    Attacher::new(&stack, Driver::Ebs, compute.clone()),
+                    Attacher::new(&stack, Driver::Cstor, compute.clone()),
+                    Attacher::new(&stack, Driver::Pd, compute)
                 );
-                let (mut ebs, mut cstor) = match (ebs, cstor) {
-                    (Ok(a), Ok(b)) => (a, b),
-                    (Err(e), _) | (_, Err(e)) => {
+                let (mut ebs, mut cstor, mut pd) = match (ebs, cstor, pd) {
+                    (Ok(a), Ok(b), Ok(c)) => (a, b, c),
+                    (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
                         let _ = tx.send(Err(e));
                         return;
                     }
                 };
-                let first = match ebs.pass().await {
-                    Ok(()) => cstor.pass().await,
-                    Err(e) => Err(e),
-                };
+                let first = async {
+                    ebs.pass().await?;
+                    cstor.pass().await?;
+                    pd.pass().await
+                }
+                .await;
                 let _ = tx.send(first);
-                tokio::join!(ebs.run(), cstor.run());
+                tokio::join!(ebs.run(), cstor.run(), pd.run());
             });
         })
         .context("starting the CSI attacher thread")?;
@@ -166,14 +195,18 @@ pub struct Attacher {
     pvs: Api<PersistentVolume>,
     nodes: Api<Node>,
     ec2: aws_sdk_ec2::Client,
+    compute: Compute,
     /// VolumeAttachments that failed, and when to try them again.
     retry_at: HashMap<String, Instant>,
+    /// Deleted PD VolumeAttachments whose disk the VM still lists (noted once).
+    waiting: HashSet<String>,
     /// What each attachment was made of, for detaching after the Node is gone.
     targets: HashMap<String, Target>,
     log: PathBuf,
 }
 
-/// The EBS volume and the instance of one VolumeAttachment.
+/// The EBS volume and the instance of one VolumeAttachment (for PD: the
+/// disk's volume handle and the VM's path, `projects/P/zones/Z/instances/N`).
 #[derive(Clone, Debug)]
 struct Target {
     volume: String,
@@ -181,8 +214,8 @@ struct Target {
 }
 
 impl Attacher {
-    /// Connects to the stack as admin and to moto.
-    pub async fn new(stack: &Stack, driver: Driver) -> anyhow::Result<Self> {
+    /// Connects to the stack as admin, to moto and to the fake Compute Engine.
+    pub async fn new(stack: &Stack, driver: Driver, compute: Compute) -> anyhow::Result<Self> {
         let admin = stack.admin().await?;
         Ok(Self {
             driver,
@@ -190,7 +223,9 @@ impl Attacher {
             pvs: Api::all(admin.clone()),
             nodes: Api::all(admin),
             ec2: stack.ec2().await,
+            compute,
             retry_at: HashMap::new(),
+            waiting: HashSet::new(),
             targets: HashMap::new(),
             log: stack.dir.join("logs").join("csi-attacher.log"),
         })
@@ -241,18 +276,23 @@ impl Attacher {
                 (Driver::Ebs, false) => self.attach(&name, va).await,
                 (Driver::Cstor, true) => self.unpublish(&name, va).await,
                 (Driver::Cstor, false) => self.publish(&name, va, &mut published).await,
+                (Driver::Pd, true) => self.pd_detach(&name, va).await,
+                (Driver::Pd, false) => self.pd_attach(&name, va).await,
             };
             match result {
                 Ok(()) => {
                     self.retry_at.remove(&name);
                 }
                 Err(e) => {
-                    self.note(&format!("{name}: {e:#} (retrying in {RETRY:?})"));
+                    if !e.is::<Waiting>() || self.waiting.insert(name.clone()) {
+                        self.note(&format!("{name}: {e:#} (retrying in {RETRY:?})"));
+                    }
                     self.retry_at.insert(name, now + RETRY);
                 }
             }
         }
         self.retry_at.retain(|name, _| seen.contains(name));
+        self.waiting.retain(|name| seen.contains(name));
         self.targets.retain(|name, _| seen.contains(name));
         Ok(())
     }
@@ -319,7 +359,7 @@ impl Attacher {
         out
     }
 
-    /// cStor: the volume handle of a VolumeAttachment's PersistentVolume.
+    /// The volume handle of a VolumeAttachment's PersistentVolume (cStor, PD).
     async fn handle(&self, va: &VolumeAttachment) -> anyhow::Result<String> {
         let pv = va
             .spec
@@ -661,6 +701,134 @@ impl Attacher {
             }
             Err(e) => Err(ec2_message(&e)),
         }
+    }
+}
+
+/// A deleted PD VolumeAttachment whose disk the VM still lists.
+#[derive(Debug)]
+struct Waiting(String);
+
+impl std::fmt::Display for Waiting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Waiting {}
+
+impl Attacher {
+    /// The PD CSI driver's `ControllerPublishVolume` against the fake.
+    async fn pd_attach(&mut self, name: &str, va: &VolumeAttachment) -> anyhow::Result<()> {
+        self.hold(name, va).await?;
+        if va.status.as_ref().is_some_and(|s| s.attached) {
+            return Ok(());
+        }
+        let target = match self.pd_target(va).await {
+            Ok(t) => t,
+            Err(e) => {
+                let message = format!("rpc error: code = NotFound desc = {e:#}");
+                self.attach_error(name, va, &message).await?;
+                bail!("{message}");
+            }
+        };
+        let state = self.compute.state().await?;
+        let users = users_in(&state, &target.volume).unwrap_or_default();
+        let refusal = if users.contains(&target.instance) {
+            None
+        } else if let Some(holder) = users.first() {
+            Some(format!(
+                "The disk resource '{}' is already being used by '{holder}'",
+                target.volume
+            ))
+        } else {
+            self.compute
+                .attach(&target.instance, &target.volume)
+                .await
+                .err()
+                .map(|e| format!("{e:#}"))
+        };
+        if let Some(why) = refusal {
+            let message = format!(
+                "rpc error: code = Internal desc = Failed to Attach: failed cloud service attach                  disk call: {why}"
+            );
+            self.attach_error(name, va, &message).await?;
+            bail!("{message}");
+        }
+        let patch = json!({"status": {"attached": true, "attachError": Value::Null}});
+        self.vas
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+        self.note(&format!(
+            "{name}: attached {} to {} (node {})",
+            target.volume, target.instance, va.spec.node_name
+        ));
+        self.targets.insert(name.to_owned(), target);
+        Ok(())
+    }
+
+    /// `ControllerUnpublishVolume`, as the stand-in plays it: released once
+    /// the VM no longer lists the disk (see the module's notes).
+    async fn pd_detach(&mut self, name: &str, va: &VolumeAttachment) -> anyhow::Result<()> {
+        let finalizers = va.metadata.finalizers.clone().unwrap_or_default();
+        if !finalizers.iter().any(|f| f == Driver::Pd.finalizer()) {
+            return Ok(());
+        }
+        let target = match self.pd_target(va).await {
+            Ok(t) => Some(t),
+            Err(e) => {
+                let known = self.targets.get(name).cloned();
+                if known.is_none() {
+                    self.note(&format!(
+                        "{name}: {e:#}; nothing known to detach, releasing it"
+                    ));
+                }
+                known
+            }
+        };
+        if let Some(target) = &target {
+            let users = users_in(&self.compute.state().await?, &target.volume).unwrap_or_default();
+            if users.contains(&target.instance) {
+                return Err(Waiting(format!(
+                    "waiting for {} to let {} go",
+                    target.instance, target.volume
+                ))
+                .into());
+            }
+            self.note(&format!(
+                "{name}: {} no longer lists {}",
+                target.instance, target.volume
+            ));
+        }
+        self.release(name, va).await?;
+        self.targets.remove(name);
+        Ok(())
+    }
+
+    /// The disk (its PD CSI volume handle, from the PersistentVolume) and
+    /// the VM (its path, from the Node's provider id) of a VolumeAttachment.
+    async fn pd_target(&self, va: &VolumeAttachment) -> anyhow::Result<Target> {
+        let volume = self.handle(va).await?;
+        let node_name = &va.spec.node_name;
+        let node = self
+            .nodes
+            .get(node_name)
+            .await
+            .with_context(|| format!("node {node_name}"))?;
+        let provider_id = node
+            .spec
+            .and_then(|s| s.provider_id)
+            .with_context(|| format!("node {node_name} has no providerID"))?;
+        let parts: Vec<&str> = provider_id
+            .strip_prefix("gce://")
+            .map(|rest| rest.split('/').collect())
+            .unwrap_or_default();
+        let [project, zone, vm] = parts[..] else {
+            bail!("node {node_name}: no VM in {provider_id:?}");
+        };
+        Ok(Target {
+            volume,
+            instance: format!("projects/{project}/zones/{zone}/instances/{vm}"),
+        })
     }
 }
 

@@ -34,8 +34,9 @@ use crate::{Stack, apply_rbac, attacher, repo_root};
 static CLUSTER: OnceLock<Result<Stack, String>> = OnceLock::new();
 
 /// The controller stack of this process, started on first use, with
-/// `infra/kubernetes/rbac.yaml` applied, the `ebs.csi.aws.com` CSIDriver
-/// registered and the CSI attacher stand-in running.
+/// `infra/kubernetes/rbac.yaml` applied, the CSIDriver objects
+/// (`ebs.csi.aws.com`, `cstor.csi.openebs.io`, `pd.csi.storage.gke.io`)
+/// registered, the fake Compute Engine and the CSI attacher stand-in running.
 ///
 /// # Panics
 /// When the stack cannot be started: the message says what to install.
@@ -82,10 +83,10 @@ fn start() -> anyhow::Result<Stack> {
 }
 
 /// Starts the fake Compute Engine (once per process) and the CSI attacher
-/// stand-ins.
+/// stand-ins, the PD one against that fake.
 fn spawn_attacher(stack: &Stack) -> anyhow::Result<()> {
-    crate::gce::started_fake(&stack.dir)?;
-    attacher::spawn(stack)
+    let fake = crate::gce::started_fake(&stack.dir)?;
+    attacher::spawn(stack, fake.client())
 }
 
 fn open(dir: PathBuf) -> anyhow::Result<Stack> {

@@ -24,6 +24,7 @@ use node_fencer::shell::cloud::Cloud;
 use node_fencer::shell::cloud::aws::Ec2;
 use node_fencer::shell::cluster::{Cluster, Kube};
 
+use crate::gce::Vm;
 use crate::{NodeCleanup, Stack};
 
 static COUNTER: AtomicU32 = AtomicU32::new(1);
@@ -40,25 +41,43 @@ pub fn unique_ip() -> String {
     format!("10.{}.{}.{}", (n >> 16) & 0xff, (n >> 8) & 0xff, n & 0xff)
 }
 
-/// An EC2 instance in moto.
+/// An EC2 instance in moto, or a VM in the fake Compute Engine.
 #[derive(Clone, Debug)]
 pub struct Machine {
-    /// Instance id.
+    /// Instance id; for a VM, its provider id (`gce://P/Z/N`), as
+    /// node-fencer names the machine in its report.
     pub instance: String,
-    /// Its root EBS volume.
+    /// Its root EBS volume (a VM's boot disk, as a PD volume handle).
     pub root_volume: String,
-    /// Its root device name.
+    /// Its root device name (a VM's boot device name).
     pub root_device: String,
-    /// Its private DNS name.
+    /// Its private DNS name (a VM's name).
     pub private_dns: String,
-    /// Its availability zone.
+    /// Its availability zone (a VM's zone).
     pub az: String,
+    /// The Compute Engine VM, when it is one.
+    pub vm: Option<Vm>,
 }
 
 impl Machine {
     /// The Node `spec.providerID` for it.
     pub fn provider_id(&self) -> String {
-        format!("aws:///{}/{}", self.az, self.instance)
+        match &self.vm {
+            Some(vm) => vm.provider_id(),
+            None => format!("aws:///{}/{}", self.az, self.instance),
+        }
+    }
+
+    /// The machine of a Compute Engine VM.
+    pub fn of_vm(vm: Vm) -> Self {
+        Self {
+            instance: vm.provider_id(),
+            root_volume: vm.boot_disk.clone(),
+            root_device: vm.boot_device.clone(),
+            private_dns: vm.name.clone(),
+            az: vm.zone.clone(),
+            vm: Some(vm),
+        }
     }
 }
 
@@ -112,6 +131,7 @@ pub async fn launch(ec2: &aws_sdk_ec2::Client) -> anyhow::Result<Machine> {
             .and_then(|p| p.availability_zone())
             .unwrap_or("us-east-1a")
             .to_owned(),
+        vm: None,
     })
 }
 

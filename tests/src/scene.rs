@@ -1,7 +1,9 @@
 //! Scenes on the controller stack ([`crate::cluster::cluster_stack`]): kwok
 //! worker nodes, each backed by a moto instance; EBS volumes behind static
 //! PersistentVolumes of `ebs.csi.aws.com` (or cStor volumes of
-//! `cstor.csi.openebs.io`, attached without any cloud call); and the seed
+//! `cstor.csi.openebs.io`, attached without any cloud call; or, on Compute
+//! Engine, nodes backed by VMs of the fake of [`crate::gce`] and Persistent
+//! Disks of `pd.csi.storage.gke.io`); and the seed
 //! scenario's workloads, a one-replica StatefulSet (a database) and a
 //! one-replica Deployment, each with a ReadWriteOnce claim, running on node
 //! 2. Then what the scenarios observe: a node dying, pods stuck, pods and
@@ -29,6 +31,9 @@ use crate::attacher::{DRIVER, Driver};
 use crate::fixtures::{
     Machine, create_volume, ebs_attachment_name, launch, record_volumes, unique, volume,
 };
+use crate::gce::{
+    INSTANCE_ID_ANNOTATION, PD_DRIVER, PD_TOPOLOGY_KEY, ZONE, fake_compute, users_in,
+};
 
 /// The label that ties a scene's pods to its nodes.
 pub const SCENE_LABEL: &str = "node-fencer.io/scene";
@@ -36,12 +41,15 @@ pub const SCENE_LABEL: &str = "node-fencer.io/scene";
 pub const STORAGE_CLASS: &str = "ebs-sc";
 /// The StorageClass of the scenes' cStor volumes.
 pub const CSTOR_STORAGE_CLASS: &str = "cstor-sc";
+/// The StorageClass of the scenes' Persistent Disks.
+pub const PD_STORAGE_CLASS: &str = "pd-sc";
 
 /// The StorageClass of a driver's volumes.
 pub fn storage_class(driver: Driver) -> &'static str {
     match driver {
         Driver::Ebs => STORAGE_CLASS,
         Driver::Cstor => CSTOR_STORAGE_CLASS,
+        Driver::Pd => PD_STORAGE_CLASS,
     }
 }
 /// How long the pods tolerate `unreachable`/`not-ready` (Kubernetes adds 300 s
@@ -86,7 +94,7 @@ fn is_status(err: &kube::Error, check: fn(&kube::core::Status) -> bool) -> bool 
 pub struct Worker {
     /// The Node name (also its `kubernetes.io/hostname`).
     pub name: String,
-    /// The moto instance behind it.
+    /// The moto instance (or the fake Compute Engine's VM) behind it.
     pub machine: Machine,
 }
 
@@ -100,40 +108,80 @@ pub async fn add_workers(
     count: usize,
     cordoned: impl Fn(usize) -> bool,
 ) -> anyhow::Result<Vec<Worker>> {
+    add_workers_on(stack, false, scene, count, cordoned).await
+}
+
+/// [`add_workers`], on Compute Engine when `gce`: each node backed by a new
+/// VM of the fake, named as the node (as on GKE), with
+/// `spec.providerID = gce://<project>/<zone>/<name>`, the VM's numeric id in
+/// the `container.googleapis.com/instance_id` annotation, and the PD CSI
+/// driver in its CSINode.
+pub async fn add_workers_on(
+    stack: &Stack,
+    gce: bool,
+    scene: &str,
+    count: usize,
+    cordoned: impl Fn(usize) -> bool,
+) -> anyhow::Result<Vec<Worker>> {
     let admin = stack.admin().await?;
     let ec2 = stack.ec2().await;
+    let compute = fake_compute().client();
     let nodes: Api<Node> = Api::all(admin.clone());
     let csinodes: Api<CSINode> = Api::all(admin.clone());
     let mut workers = Vec::with_capacity(count);
     for i in 0..count {
-        let machine = launch(&ec2).await?;
         let name = format!("{scene}-w{}", i + 1);
-        let node = create(
-            &nodes,
-            json!({
-                "metadata": {
-                    "name": name,
-                    "annotations": {
-                        "kwok.x-k8s.io/node": "fake",
-                        "volumes.kubernetes.io/controller-managed-attach-detach": "true",
-                        "node.alpha.kubernetes.io/ttl": "0"
-                    },
-                    "labels": {
-                        "kubernetes.io/hostname": name,
-                        "kubernetes.io/os": "linux",
-                        "type": "kwok",
-                        "topology.kubernetes.io/zone": machine.az,
-                        "topology.ebs.csi.aws.com/zone": machine.az,
-                        "node-fencer.io/test": "true",
-                        SCENE_LABEL: scene
-                    }
+        let machine = if gce {
+            Machine::of_vm(compute.create_instance(ZONE, &name).await?)
+        } else {
+            launch(&ec2).await?
+        };
+        let mut node = json!({
+            "metadata": {
+                "name": name,
+                "annotations": {
+                    "kwok.x-k8s.io/node": "fake",
+                    "volumes.kubernetes.io/controller-managed-attach-detach": "true",
+                    "node.alpha.kubernetes.io/ttl": "0"
                 },
-                "spec": {"providerID": machine.provider_id(), "unschedulable": cordoned(i)}
-            }),
-        )
-        .await?;
-        // What the kubelet registers for the driver; the external-attacher
-        // reads the instance id from here (the stand-in uses the providerID).
+                "labels": {
+                    "kubernetes.io/hostname": name,
+                    "kubernetes.io/os": "linux",
+                    "type": "kwok",
+                    "topology.kubernetes.io/zone": machine.az,
+                    "node-fencer.io/test": "true",
+                    SCENE_LABEL: scene
+                }
+            },
+            "spec": {"providerID": machine.provider_id(), "unschedulable": cordoned(i)}
+        });
+        // What the kubelet registers for the drivers; the external-attacher
+        // reads the node id from here (the stand-in uses the providerID).
+        let drivers = match &machine.vm {
+            Some(vm) => {
+                node["metadata"]["annotations"][INSTANCE_ID_ANNOTATION] = json!(vm.id);
+                node["metadata"]["labels"][PD_TOPOLOGY_KEY] = json!(machine.az);
+                json!([{
+                    "name": PD_DRIVER,
+                    "nodeID": vm.path(),
+                    "topologyKeys": [PD_TOPOLOGY_KEY],
+                    "allocatable": {"count": 127}
+                }])
+            }
+            None => {
+                node["metadata"]["labels"]["topology.ebs.csi.aws.com/zone"] = json!(machine.az);
+                json!([{
+                    "name": DRIVER,
+                    "nodeID": machine.instance,
+                    "topologyKeys": ["topology.ebs.csi.aws.com/zone"],
+                    "allocatable": {"count": 25}
+                }, {
+                    "name": Driver::Cstor.name(),
+                    "nodeID": name
+                }])
+            }
+        };
+        let node: Node = create(&nodes, node).await?;
         create(
             &csinodes,
             json!({
@@ -142,15 +190,7 @@ pub async fn add_workers(
                     "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": name,
                                          "uid": node.metadata.uid}]
                 },
-                "spec": {"drivers": [{
-                    "name": DRIVER,
-                    "nodeID": machine.instance,
-                    "topologyKeys": ["topology.ebs.csi.aws.com/zone"],
-                    "allocatable": {"count": 25}
-                }, {
-                    "name": Driver::Cstor.name(),
-                    "nodeID": name
-                }]}
+                "spec": {"drivers": drivers}
             }),
         )
         .await?;
@@ -308,6 +348,7 @@ pub async fn ensure_storage_class(admin: &Client) -> anyhow::Result<()> {
         let parameters = match driver {
             Driver::Ebs => json!({"type": "gp3"}),
             Driver::Cstor => json!({"cstorPoolCluster": "cstor-pool", "replicaCount": "3"}),
+            Driver::Pd => json!({"type": "pd-balanced"}),
         };
         let made = create(
             &api,
@@ -409,6 +450,37 @@ pub async fn create_cstor_pv(
     Ok(())
 }
 
+/// Creates a static CSI PersistentVolume for a Persistent Disk (its PD CSI
+/// volume handle), pre-bound to a claim (`namespace/name`) when given,
+/// pinned to the zone like the driver's provisioned volumes.
+pub async fn create_pd_pv(
+    admin: &Client,
+    name: &str,
+    handle: &str,
+    zone: &str,
+    claim: Option<(&str, &str)>,
+) -> anyhow::Result<()> {
+    let mut spec = json!({
+        "capacity": {"storage": "10Gi"},
+        "accessModes": ["ReadWriteOnce"],
+        "persistentVolumeReclaimPolicy": "Retain",
+        "storageClassName": PD_STORAGE_CLASS,
+        "csi": {"driver": PD_DRIVER, "volumeHandle": handle, "fsType": "ext4"},
+        "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+            {"key": PD_TOPOLOGY_KEY, "operator": "In", "values": [zone]}
+        ]}]}}
+    });
+    if let Some((ns, claim)) = claim {
+        spec["claimRef"] = json!({"namespace": ns, "name": claim});
+    }
+    create(
+        &Api::<PersistentVolume>::all(admin.clone()),
+        json!({"metadata": {"name": name, "labels": {"node-fencer.io/test": "true"}}, "spec": spec}),
+    )
+    .await?;
+    Ok(())
+}
+
 /// A workload of the seed scenario and its storage.
 #[derive(Clone, Debug)]
 pub struct Workload {
@@ -422,7 +494,8 @@ pub struct Workload {
     pub pv: String,
     /// Its driver.
     pub driver: Driver,
-    /// The volume behind it: the EBS volume, or the cStor volume handle.
+    /// The volume behind it: the EBS volume, or the volume handle (cStor,
+    /// or the Persistent Disk's `projects/P/zones/Z/disks/D`).
     pub volume: String,
 }
 
@@ -494,11 +567,12 @@ pub async fn seed_with(stack: &Stack, driver: Driver) -> anyhow::Result<Seed> {
     let scene = unique(match driver {
         Driver::Ebs => "seed",
         Driver::Cstor => "seed-cstor",
+        Driver::Pd => "seed-gce",
     });
     let class = storage_class(driver);
     create_namespace(&admin, &scene).await?;
     ensure_storage_class(&admin).await?;
-    let workers = add_workers(stack, &scene, 3, |i| i != 1).await?;
+    let workers = add_workers_on(stack, driver.on_gce(), &scene, 3, |i| i != 1).await?;
     let az = workers[1].machine.az.clone();
 
     let mut made = Vec::new();
@@ -516,6 +590,11 @@ pub async fn seed_with(stack: &Stack, driver: Driver) -> anyhow::Result<Seed> {
             Driver::Cstor => {
                 let handle = format!("pvc-{}", unique(name));
                 create_cstor_pv(&admin, &pv, &handle, (&scene, pvc)).await?;
+                handle
+            }
+            Driver::Pd => {
+                let handle = fake_compute().client().create_disk(&az, &pv).await?;
+                create_pd_pv(&admin, &pv, &handle, &az, Some((&scene, pvc))).await?;
                 handle
             }
         };
@@ -689,7 +768,8 @@ pub async fn attachments(admin: &Client, pv: &str) -> anyhow::Result<Vec<Attachm
 
 /// Where the workload runs with its volume, avoiding `not_on` if given: a pod
 /// Running (not being deleted) on a node whose VolumeAttachment of the PV is
-/// attached, and whose instance holds the EBS volume in moto (for cStor: no
+/// attached, and whose instance holds the EBS volume in moto (for PD: whose
+/// VM is the disk's one user in the fake Compute Engine; for cStor: no
 /// other node's attachment is attached, the target has one initiator).
 /// kwok marks a pod Running as soon as it is bound, so the attachment is
 /// what proves the volume followed.
@@ -718,6 +798,11 @@ pub async fn running_with_volume(
                 holders == vec![worker.machine.instance.clone()]
             }
             Driver::Cstor => vas.iter().all(|va| va.node == node || !va.attached),
+            Driver::Pd => {
+                let state = fake_compute().client().state().await?;
+                let vm = worker.machine.vm.as_ref().map(crate::gce::Vm::path);
+                users_in(&state, &w.volume).unwrap_or_default() == Vec::from_iter(vm)
+            }
         };
         if attached && only_here {
             return Ok(Some(node));
@@ -807,11 +892,13 @@ pub async fn stuck(stack: &Stack, seed: &Seed) -> anyhow::Result<Stuck> {
     Ok(out)
 }
 
-/// Stops node 2 of the seed: its instance in moto (unless `keep_instance`)
-/// and its heartbeats.
+/// Stops node 2 of the seed: its instance in moto (a VM: `TERMINATED` in
+/// the fake Compute Engine), unless `keep_instance`, and its heartbeats.
 pub async fn kill_node2(stack: &Stack, seed: &Seed, keep_instance: bool) -> anyhow::Result<()> {
-    if !keep_instance {
-        crate::fixtures::stop(&stack.ec2().await, &seed.node2().machine).await?;
+    match (&seed.node2().machine.vm, keep_instance) {
+        (_, true) => {}
+        (Some(vm), false) => fake_compute().client().set_status(vm, "TERMINATED").await?,
+        (None, false) => crate::fixtures::stop(&stack.ec2().await, &seed.node2().machine).await?,
     }
     stop_heartbeats(&stack.admin().await?, &seed.node2().name).await
 }
@@ -876,6 +963,18 @@ pub async fn teardown(admin: &Client, namespace: Option<&str>, nodes: &[String])
     let api: Api<Node> = Api::all(admin.clone());
     for n in nodes {
         let _ = api.delete(n, &DeleteParams::background()).await;
+    }
+}
+
+/// [`teardown`] of a seed, whose VMs are then deleted from the fake Compute
+/// Engine (an EC2 seed's instances are left to moto): that frees their
+/// disks, so the attacher stand-in lets the VolumeAttachments of the deleted
+/// nodes go.
+pub async fn teardown_seed(admin: &Client, seed: &Seed) {
+    teardown(admin, Some(&seed.namespace), &seed.node_names()).await;
+    let compute = fake_compute().client();
+    for vm in seed.workers.iter().filter_map(|w| w.machine.vm.as_ref()) {
+        let _ = compute.delete_instance(vm).await;
     }
 }
 

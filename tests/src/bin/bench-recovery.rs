@@ -116,6 +116,7 @@ fn driver_tag(d: Driver) -> &'static str {
     match d {
         Driver::Ebs => "ebs",
         Driver::Cstor => "cstor",
+        Driver::Pd => "pd",
     }
 }
 
