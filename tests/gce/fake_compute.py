@@ -79,6 +79,9 @@ STANDARD_PARAMS = frozenset({
 })
 # Standard parameters this fake does not implement: answered with 501.
 UNIMPLEMENTED_STANDARD_PARAMS = frozenset({"fields", "callback"})
+# System parameters that go by their `$` name alone: the API version Google's Rust client pins
+# on every call ($apiVersion=2026-09-01). The fake serves one version and accepts any.
+DOLLAR_SYSTEM_PARAMS = frozenset({"$apiVersion"})
 # Pacific time, as Compute Engine writes its timestamps.
 TIMESTAMP_TZ = dt.timezone(dt.timedelta(hours=-8))
 
@@ -530,7 +533,9 @@ class FakeCompute:
 
     def _fingerprint(self, *parts: str) -> str:
         digest = hashlib.sha256("/".join(parts + (str(self._serial),)).encode()).digest()[:8]
-        return base64.b64encode(digest).decode()
+        # Compute Engine writes its `byte` fields in URL-safe base64, which Google's Rust client
+        # insists on (it refuses `+` and `/`).
+        return base64.urlsafe_b64encode(digest).decode()
 
     def create_disk(self, project: str, name: str, *, zone: str | None = None, region: str | None = None,
                     replica_zones: list[str] | None = None, size_gb: int = 10, disk_type: str = "pd-balanced",
@@ -1071,20 +1076,24 @@ class FakeCompute:
     def _check_query(self, route: Route, pairs: list[tuple[str, str]]) -> None:
         declared = DECLARED_PARAMS[route.method_id]
         seen: set[str] = set()
-        for name, value in pairs:
+        for sent, value in pairs:
+            # A system parameter also goes by its name with a `$` ($alt, $fields), the form
+            # Google's Rust client sends (https://cloud.google.com/apis/docs/system-parameters).
+            system = sent[1:] in STANDARD_PARAMS | UNIMPLEMENTED_STANDARD_PARAMS
+            name = sent[1:] if sent.startswith("$") and system else sent
             if name in seen:
-                raise invalid(name, value, "Repeated query parameter.")
+                raise invalid(sent, value, "Repeated query parameter.")
             seen.add(name)
             if name in UNIMPLEMENTED_STANDARD_PARAMS or (name in declared and name not in route.params):
                 raise ApiError(501, "notImplemented",
-                               f"Query parameter '{name}' of {route.method_id} is not implemented by this fake.")
+                               f"Query parameter '{sent}' of {route.method_id} is not implemented by this fake.")
             if name == "alt" and value != "json":
-                raise ApiError(501, "notImplemented", f"alt={value} is not implemented by this fake.")
-            if name not in declared and name not in STANDARD_PARAMS:
+                raise ApiError(501, "notImplemented", f"{sent}={value} is not implemented by this fake.")
+            if name not in declared and name not in STANDARD_PARAMS and name not in DOLLAR_SYSTEM_PARAMS:
                 raise ApiError(
                     400, "invalid",
-                    f"Invalid JSON payload received. Unknown name \"{name}\": Cannot bind query parameter. "
-                    f"Field '{name}' could not be found in request message.",
+                    f"Invalid JSON payload received. Unknown name \"{sent}\": Cannot bind query parameter. "
+                    f"Field '{sent}' could not be found in request message.",
                     status="INVALID_ARGUMENT",
                 )
 

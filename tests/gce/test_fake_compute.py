@@ -19,6 +19,7 @@ driven by Google's own client.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -34,6 +35,7 @@ import fake_compute as F
 from gce_lib import PROJECT, REGION, ZONE, client_for
 
 FAKE_SCRIPT = Path(F.__file__).resolve()
+URL_SAFE_BASE64 = re.compile(r"(?:[A-Za-z0-9_-]{4})*(?:[A-Za-z0-9_-]{2}==|[A-Za-z0-9_-]{3}=)?")
 
 # --- the schema walker ------------------------------------------------------------------------
 
@@ -93,6 +95,9 @@ class SchemaWalk:
             if fmt in ("int64", "uint64") and not (value.isdigit() or (fmt == "int64" and value[1:].isdigit()
                                                                         and value.startswith("-"))):
                 self.problems.append(f"{where}: {value!r} is not a {fmt} ({owner})")
+            # Compute Engine writes bytes in URL-safe base64; Google's Rust client refuses `+` and `/`.
+            if fmt == "byte" and not URL_SAFE_BASE64.fullmatch(value):
+                self.problems.append(f"{where}: {value!r} is not URL-safe base64 ({owner})")
         elif kind == "integer":
             if not isinstance(value, int) or isinstance(value, bool):
                 self.problems.append(f"{where}: {value!r} is not an integer ({owner})")
@@ -278,6 +283,7 @@ def test_every_response_is_held_to_its_schema(compute_doc: dict[str, Any], fake_
         ("Instance", lambda i: i["disks"][0].update(boot="true"), "'true' is not a boolean"),
         ("Instance", lambda i: i.update(disks={}), "has an array"),
         ("Instance", lambda i: i["labels"].update(env=3), "3 is not a string"),
+        ("Instance", lambda i: i.update(fingerprint="a+b/cd=="), "'a+b/cd==' is not URL-safe base64"),
         ("InstanceAggregatedList", lambda a: a["items"]["zones/us-central1-a"].update(vms=[]),
          "not a property of InstancesScopedList"),
         ("InstanceAggregatedList", lambda a: a["items"]["zones/us-central1-a"]["instances"][0].update(x=1),
@@ -390,6 +396,15 @@ def test_an_undeclared_query_parameter_is_refused(fake: F.FakeCompute) -> None:
     assert status == 400 and "Unknown name \"device_name\"" in body["error"]["message"]
     status, body = fake.handle("GET", f"{base}?fields=status")
     assert status == 501
+    # System parameters also go by a `$` name, as Google's Rust client sends `$alt=json` and
+    # `$apiVersion` (which has no other name) on every call.
+    assert fake.handle("GET", f"{base}?%24alt=json&%24apiVersion=2026-09-01")[0] == 200
+    assert fake.handle("GET", f"{base}?apiVersion=2026-09-01")[0] == 400
+    assert fake.handle("GET", f"{base}?$alt=json&prettyPrint=false")[0] == 200
+    assert fake.handle("GET", f"{base}?$alt=proto")[0] == 501
+    assert fake.handle("GET", f"{base}?$fields=status")[0] == 501
+    assert fake.handle("GET", f"{base}?$alt=json&alt=json")[0] == 400
+    assert fake.handle("GET", f"{base}?$name=node-1")[0] == 400
     status, _ = fake.handle("DELETE", base)
     assert status == 405
     assert fake.instance(PROJECT, ZONE, "node-1")["disks"][1]["deviceName"] == "node-1-data-0"
