@@ -83,6 +83,11 @@ async fn one(ctx: &Ctx<'_>, mode: FenceMode, run: &mut NodeRun) {
                 info!(volume = %v.volume, error = %e, "volume no longer attached, or detaching");
                 v.detail = Some(e.to_string());
             }
+            Err(e) if e.is_never_detached() => {
+                warn!(volume = %v.volume, error = %e, "never detached: refused");
+                v.outcome = VolumeOutcome::Refused;
+                v.detail = Some(e.to_string());
+            }
             Err(e) => {
                 ctx.meter.error(Dependency::Ec2);
                 warn!(volume = %v.volume, error = %e, "force-detach failed");

@@ -59,6 +59,14 @@ impl CloudError {
         matches!(self, Self::DetachVolume { code: Some(code), .. }
             if code == "IncorrectState" || code == "InvalidAttachment.NotFound" || code == "NotAttached")
     }
+
+    /// True when the cloud shell refused the detach for good: the disk is
+    /// the machine's boot disk (Compute Engine's shell sees that on the VM
+    /// right before the detach, and never asks). The volume is refused, as
+    /// an EC2 root device is by the plan; no retry would change that.
+    pub fn is_never_detached(&self) -> bool {
+        matches!(self, Self::DetachVolume { code: Some(code), .. } if code == "BootDisk")
+    }
 }
 
 /// The EC2 calls node-fencer makes. Everything it returns is plain facts.
