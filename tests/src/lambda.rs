@@ -24,7 +24,30 @@ pub struct Emulator {
     pub port: u16,
     /// Its log file.
     pub log: PathBuf,
+    /// The function's name, its binary's: `node-fencer`, or `node-fencer-gce`
+    /// (the same main built with the `gce` feature).
+    pub function: &'static str,
 }
+
+/// The package and binary an emulator runs.
+#[derive(Clone, Copy, Debug)]
+struct Function {
+    package: &'static str,
+    bin: &'static str,
+}
+
+/// The handler's binary, as the Lambda package builds it (without `gce`).
+const LAMBDA: Function = Function {
+    package: "node-fencer",
+    bin: "node-fencer",
+};
+
+/// The handler's `main` built with the `gce` feature, a binary of the
+/// harness's package (see `tests/Cargo.toml`).
+const GCE: Function = Function {
+    package: "node-fencer-tests",
+    bin: "node-fencer-gce",
+};
 
 static EMULATOR: OnceLock<Result<Emulator, String>> = OnceLock::new();
 
@@ -49,11 +72,23 @@ fn free_port() -> anyhow::Result<u16> {
 /// `MAX_OUT_OF_SERVICE`). Each call starts its own `cargo lambda watch`,
 /// which runs until this process exits.
 pub fn start_emulator(stack: &Stack, overrides: &[(&str, &str)]) -> anyhow::Result<Emulator> {
-    start_with(stack, overrides)
+    start_with(stack, overrides, LAMBDA)
+}
+
+/// [`start_emulator`] for Compute Engine: the handler's `main` built with
+/// the `gce` feature (the Lambda package is built without it; the binary is
+/// `node-fencer-gce` of the harness's package, so the emulator reuses the
+/// test build), pointed at the fake Compute Engine of [`crate::gce`]
+/// (`COMPUTE_ENDPOINT`), which is started for `stack` if it is not running.
+pub fn start_gce_emulator(stack: &Stack, overrides: &[(&str, &str)]) -> anyhow::Result<Emulator> {
+    let endpoint = crate::gce::started_fake(&stack.dir)?.endpoint();
+    let mut with = vec![("COMPUTE_ENDPOINT", endpoint.as_str())];
+    with.extend_from_slice(overrides);
+    start_with(stack, &with, GCE)
 }
 
 fn start(stack: &Stack) -> anyhow::Result<Emulator> {
-    start_with(stack, &[])
+    start_with(stack, &[], LAMBDA)
 }
 
 /// The function's environment on the stack: the restricted kubeconfig,
@@ -77,7 +112,11 @@ pub fn function_env(stack: &Stack) -> [(&'static str, &str); 12] {
     ]
 }
 
-fn start_with(stack: &Stack, overrides: &[(&str, &str)]) -> anyhow::Result<Emulator> {
+fn start_with(
+    stack: &Stack,
+    overrides: &[(&str, &str)],
+    function: Function,
+) -> anyhow::Result<Emulator> {
     let port = free_port()?;
     let env_file = stack.dir.join(format!("lambda-{port}.env"));
     let mut f = std::fs::File::create(&env_file)?;
@@ -103,9 +142,11 @@ fn start_with(stack: &Stack, overrides: &[(&str, &str)]) -> anyhow::Result<Emula
     // group when this test process is gone, so no run leaks an emulator.
     let script = format!(
         "cargo lambda watch --ignore-changes --invoke-address 127.0.0.1 --invoke-port {port} \
-         --env-file '{}' --package node-fencer --bin node-fencer & \
+         --env-file '{}' --package {package} --bin {bin} & \
          while kill -0 {pid} 2>/dev/null; do sleep 1; done; kill -- -$$",
         env_file.display(),
+        package = function.package,
+        bin = function.bin,
         pid = std::process::id()
     );
     Command::new("setsid")
@@ -128,7 +169,11 @@ fn start_with(stack: &Stack, overrides: &[(&str, &str)]) -> anyhow::Result<Emula
         }
         std::thread::sleep(Duration::from_millis(200));
     }
-    Ok(Emulator { port, log })
+    Ok(Emulator {
+        port,
+        log,
+        function: function.bin,
+    })
 }
 
 /// The answer to one invocation.
@@ -168,7 +213,7 @@ impl Emulator {
             .args([
                 "lambda",
                 "invoke",
-                "node-fencer",
+                self.function,
                 "--invoke-address",
                 "127.0.0.1",
             ])
@@ -216,8 +261,8 @@ impl Emulator {
         }
         let out = cmd
             .arg(format!(
-                "http://127.0.0.1:{}/lambda-url/node-fencer/",
-                self.port
+                "http://127.0.0.1:{}/lambda-url/{}/",
+                self.port, self.function
             ))
             .output()
             .context("running curl")?;

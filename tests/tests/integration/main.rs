@@ -5,6 +5,7 @@
 mod connect;
 mod ec2;
 mod faults;
+mod gce;
 mod kube_api;
 mod lifecycle;
 mod pipeline;

@@ -1,0 +1,385 @@
+//! End-to-end scenarios on Compute Engine: the controller stack of
+//! [`super::scenario`] (kube-controller-manager, kube-scheduler, kwok nodes),
+//! nodes backed by VMs of the fake Compute Engine
+//! (`tests/gce/fake_compute.py`, `gce://proj-fencer/us-central1-a/NAME`),
+//! Persistent Disks of `pd.csi.storage.gke.io` attached by the CSI attacher
+//! stand-in, and the real binary under `cargo lambda watch` reaching the
+//! fake through `COMPUTE_ENDPOINT`, as the node-fencer group under
+//! `infra/kubernetes/rbac.yaml`. The triggers: the Alertmanager webhook, the
+//! direct invocation and the sweep.
+//!
+//! Lean on purpose: the seed scenario once (its repeat, the boot disk and the
+//! recovery time in the same run), and every refusal on one silent node.
+
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::storage::v1::VolumeAttachment;
+use kube::Api;
+use kube::api::{Patch, PatchParams, PostParams};
+use node_fencer::core::facts::CsiVolume;
+use node_fencer::core::kube_model::csi_unique_name;
+use node_fencer::core::volumes::attachment_name;
+use node_fencer_tests::attacher::Driver;
+use node_fencer_tests::cluster::{cluster_serial, cluster_stack};
+use node_fencer_tests::fixtures::{assert_node_events, node_events};
+use node_fencer_tests::gce::{Compute, PD_DRIVER, Vm, fake_compute};
+use node_fencer_tests::lambda::{Emulator, WEBHOOK_TOKEN, start_gce_emulator};
+use node_fencer_tests::scene::*;
+use serde_json::{Value, json};
+
+/// Bound on a node turning NotReady (grace period 10 s, checked every 2 s).
+const NOT_READY: Duration = Duration::from_secs(40);
+/// Bound on the recovery after fencing.
+const RECOVERY: Duration = Duration::from_secs(75);
+/// Bound on Kubernetes evicting node 2's pods (5 s of toleration).
+const EVICTED: Duration = Duration::from_secs(30);
+
+/// The emulator of the controller stack, the binary built with the `gce`
+/// feature and pointed at the fake Compute Engine, started once per process.
+fn emulator() -> &'static Emulator {
+    static EMULATOR: OnceLock<Result<Emulator, String>> = OnceLock::new();
+    match EMULATOR.get_or_init(|| {
+        let emu = start_gce_emulator(cluster_stack(), &[("NOT_READY_WAIT_SECONDS", "30")])
+            .map_err(|e| format!("{e:#}"))?;
+        // The emulator builds the function on its first invocation: a
+        // harmless one (a VM of no node) gets that out of the timed ones.
+        let vm = "gce://proj-fencer/us-central1-a/no-such-vm";
+        let out = emu
+            .invoke(&json!({"action": "check", "instanceId": vm}))
+            .map_err(|e| format!("{e:#}"))?;
+        if out.error {
+            return Err(format!("the warm-up invocation failed: {}", out.output));
+        }
+        Ok(emu)
+    }) {
+        Ok(e) => e,
+        Err(e) => panic!("cargo lambda watch is not available: {e}"),
+    }
+}
+
+fn bearer() -> String {
+    format!("Bearer {WEBHOOK_TOKEN}")
+}
+
+/// The report's one entry about `node`.
+fn only_result<'a>(report: &'a Value, node: &str) -> &'a Value {
+    let found: Vec<&Value> = report["results"]
+        .as_array()
+        .map(|r| r.iter().filter(|r| r["node"] == json!(node)).collect())
+        .unwrap_or_default();
+    assert_eq!(found.len(), 1, "one result for {node}: {report:#}");
+    found[0]
+}
+
+/// A direct invocation `{"action": "fence", "node": NODE}`: its report.
+fn fence(emu: &Emulator, node: &str) -> anyhow::Result<Value> {
+    let out = emu.invoke(&json!({"action": "fence", "node": node}))?;
+    anyhow::ensure!(!out.error, "the invocation failed: {}", out.output);
+    Ok(serde_json::from_str(&out.output)?)
+}
+
+/// The Alertmanager webhook naming `node`, through the Function URL.
+fn alert(emu: &Emulator, node: &str) -> anyhow::Result<Value> {
+    let body = kube_node_not_ready(&[node]).to_string();
+    let (status, text) = emu.post_function_url(&body, Some(&bearer()))?;
+    anyhow::ensure!(status == 200, "the webhook answered {status}: {text}");
+    Ok(serde_json::from_str(&text)?)
+}
+
+fn vm_of(seed: &Seed) -> Vm {
+    seed.node2()
+        .machine
+        .vm
+        .clone()
+        .expect("a GCE seed's nodes are VMs")
+}
+
+/// The seed scene on Compute Engine with node 2 silent (its VM `TERMINATED`
+/// unless `keep_vm`), once Kubernetes sees it NotReady.
+async fn gce_seed_with_node2_down(keep_vm: bool) -> anyhow::Result<(kube::Client, Seed, String)> {
+    let s = cluster_stack();
+    let admin = s.admin().await?;
+    let seed = seed_with(s, Driver::Pd).await?;
+    let node2 = seed.node2().name.clone();
+    let t0 = Instant::now();
+    kill_node2(s, &seed, keep_vm).await?;
+    wait_not_ready(&admin, std::slice::from_ref(&node2), NOT_READY).await?;
+    eprintln!(
+        "{}: node 2 NotReady after {:?}",
+        seed.namespace,
+        t0.elapsed()
+    );
+    Ok((admin, seed, node2))
+}
+
+/// Attaches the PersistentVolume `pv` (of PD volume handle `handle`) to
+/// `node` as the attach/detach controller does: the VolumeAttachment under
+/// the name Kubernetes gives it (the stand-in attaches it), the volume
+/// recorded in the Node's `status.volumesAttached` beside the others.
+async fn attach_by_hand(
+    admin: &kube::Client,
+    node: &str,
+    pv: &str,
+    handle: &str,
+) -> anyhow::Result<()> {
+    let volume = CsiVolume {
+        driver: PD_DRIVER.into(),
+        handle: handle.into(),
+    };
+    let va: VolumeAttachment = serde_json::from_value(json!({
+        "metadata": {"name": attachment_name(&volume, node)},
+        "spec": {"attacher": PD_DRIVER, "nodeName": node,
+                 "source": {"persistentVolumeName": pv}}
+    }))?;
+    Api::<VolumeAttachment>::all(admin.clone())
+        .create(&PostParams::default(), &va)
+        .await?;
+    let nodes: Api<Node> = Api::all(admin.clone());
+    let mut attached = nodes
+        .get_status(node)
+        .await?
+        .status
+        .and_then(|s| s.volumes_attached)
+        .unwrap_or_default();
+    attached.push(serde_json::from_value(
+        json!({"name": csi_unique_name(&volume), "devicePath": ""}),
+    )?);
+    nodes
+        .patch_status(
+            node,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"volumesAttached": attached}})),
+        )
+        .await?;
+    Ok(())
+}
+
+/// What must not have changed on node 2 after a refusal: no taint, no
+/// `detachDisk` asked of its VM, both disks still attached to it, its
+/// VolumeAttachments kept, db-0 still bound to it.
+async fn assert_untouched(
+    admin: &kube::Client,
+    compute: &Compute,
+    seed: &Seed,
+    vm: &Vm,
+    step: &str,
+) -> anyhow::Result<()> {
+    let node2 = seed.node2().name.as_str();
+    assert!(!is_fenced(admin, node2).await?, "{step}: no taint");
+    let detaches = compute.detach_requests(vm).await?;
+    assert!(detaches.is_empty(), "{step}: no detachDisk: {detaches:?}");
+    for w in [&seed.db, &seed.app] {
+        assert_eq!(
+            compute.disk_users(&w.volume).await?,
+            Some(vec![vm.path()]),
+            "{step}: {} still attached to node 2's VM",
+            w.name
+        );
+        assert!(
+            attachments(admin, &w.pv)
+                .await?
+                .iter()
+                .any(|va| va.node == node2 && va.attached && !va.deleting),
+            "{step}: {}: node 2's attachment stays",
+            w.name
+        );
+    }
+    let db = pods(admin, &seed.namespace, "db").await?;
+    assert!(
+        db.iter()
+            .any(|p| p.name == "db-0" && p.node.as_deref() == Some(node2)),
+        "{step}: db-0 was not force-deleted: {db:?}"
+    );
+    let events = node_events(admin, node2).await?;
+    assert!(
+        !events
+            .iter()
+            .any(|(r, _)| r == "OutOfServiceTaintApplied" || r == "VolumesForceDetached"),
+        "{step}: {events:?}"
+    );
+    Ok(())
+}
+
+/// The seed scenario on Compute Engine: node 2's VM is `TERMINATED` and its
+/// heartbeats stop; the KubeNodeNotReady alert has node-fencer taint it and
+/// detach both Persistent Disks (never the boot disk, which a PV names
+/// too), and the StatefulSet's and the Deployment's pods run on another node
+/// with their disks attached there. The same fence again is
+/// `already_fenced` and detaches nothing more.
+#[tokio::test]
+async fn gce_seed_scenario_recovered_once_boot_disk_kept() -> anyhow::Result<()> {
+    let _g = cluster_serial().await;
+    let s = cluster_stack();
+    let emu = emulator();
+    let compute = fake_compute().client();
+    let (admin, seed, node2) = gce_seed_with_node2_down(false).await?;
+    let vm = vm_of(&seed);
+
+    // A PV naming node 2's boot disk, attached to node 2 as the
+    // attach/detach controller attaches one: node-fencer finds it among the
+    // node's attachments and must leave it.
+    let boot_pv = format!("{}-boot", seed.namespace);
+    create_pd_pv(&admin, &boot_pv, &vm.boot_disk, &vm.zone, None).await?;
+    attach_by_hand(&admin, &node2, &boot_pv, &vm.boot_disk).await?;
+    wait_until(
+        "the boot disk's VolumeAttachment to be attached",
+        Duration::from_secs(30),
+        || async {
+            let a = attachments(&admin, &boot_pv).await?;
+            Ok(a.iter().any(|va| va.attached).then_some(()))
+        },
+    )
+    .await?;
+
+    // Kubernetes evicted the pods; they are stuck, not gone, when the alert arrives.
+    let st = wait_until("db Terminating on node 2", EVICTED, || async {
+        let st = stuck(s, &seed).await?;
+        Ok(st.db_terminating.then_some(st))
+    })
+    .await?;
+    assert!(st.db_stuck_on_node2 && st.node2_attachments_kept, "{st:?}");
+    assert!(compute.detach_requests(&vm).await?.is_empty());
+
+    let sent = Instant::now();
+    let report = alert(emu, &node2)?;
+    let answered = sent.elapsed();
+    let r = only_result(&report, &node2);
+    assert_eq!(r["outcome"], "fenced", "{report:#}");
+    assert_eq!(r["instance_id"], json!(vm.provider_id()), "{r:#}");
+    assert_eq!(r["taint_applied"], true, "{r:#}");
+    assert_eq!(r["pods_deleted"], 2, "{r:#}");
+    let outcome_of = |handle: &str| {
+        r["volumes"]
+            .as_array()
+            .and_then(|v| v.iter().find(|v| v["volume"] == json!(handle)))
+            .map(|v| v["outcome"].clone())
+    };
+    for w in [&seed.db, &seed.app] {
+        assert_eq!(
+            outcome_of(&w.volume),
+            Some(json!("detached")),
+            "{}: {r:#}",
+            w.name
+        );
+    }
+    assert_eq!(
+        outcome_of(&vm.boot_disk),
+        Some(json!("refused")),
+        "the boot disk: {r:#}"
+    );
+    assert!(is_fenced(&admin, &node2).await?, "node 2 carries the taint");
+
+    // One detachDisk per data disk, by its device name, with a requestId;
+    // none for the boot device.
+    let mut devices: Vec<String> = Vec::new();
+    for d in compute.detach_requests(&vm).await? {
+        assert!(
+            d.query.contains_key("requestId"),
+            "a retry must not detach twice: {d:?}"
+        );
+        devices.extend(d.query.get("deviceName").cloned());
+    }
+    devices.sort();
+    let mut expected: Vec<String> = [&seed.db, &seed.app].iter().map(|w| w.pv.clone()).collect();
+    expected.sort();
+    assert_eq!(devices, expected, "one detachDisk per data disk");
+    assert!(!devices.contains(&vm.boot_device));
+    assert_eq!(
+        compute.disk_users(&vm.boot_disk).await?,
+        Some(vec![vm.path()]),
+        "the boot disk stays on its VM"
+    );
+
+    // The controllers move both workloads; their disks follow.
+    let rec = wait_recovered(s, &seed, RECOVERY).await?;
+    let recovered = sent.elapsed();
+    for (w, node) in [(&seed.db, &rec.db_node), (&seed.app, &rec.app_node)] {
+        assert_ne!(node, &node2);
+        let there = seed
+            .worker(node)
+            .and_then(|x| x.machine.vm.as_ref())
+            .map(Vm::path);
+        assert_eq!(
+            compute.disk_users(&w.volume).await?,
+            Some(Vec::from_iter(there)),
+            "{}: its disk is attached to {node}'s VM alone",
+            w.name
+        );
+    }
+    eprintln!(
+        "gce seed: invocation answered in {answered:?}; db on {}, app on {} {recovered:?} after the alert",
+        rec.db_node, rec.app_node
+    );
+    assert_node_events(
+        &admin,
+        &node2,
+        &["OutOfServiceTaintApplied", "VolumesForceDetached"],
+    )
+    .await?;
+
+    // The same fence again: already fenced, nothing detached twice.
+    let again = fence(emu, &node2)?;
+    let r = only_result(&again, &node2);
+    assert_eq!(r["outcome"], "already_fenced", "{again:#}");
+    assert_eq!(r["taint_applied"], false, "{again:#}");
+    assert_eq!(
+        compute.detach_requests(&vm).await?.len(),
+        2,
+        "no detachDisk more"
+    );
+    teardown_seed(&admin, &seed).await;
+    Ok(())
+}
+
+/// Every refusal on one silent node whose pods and disks stay put: the VM
+/// runs (a network partition, asked by the alert and directly), is
+/// `SUSPENDED` (found by the sweep), and is recreated under the same name
+/// with a new id while the Node still carries the old one (the new VM is
+/// `TERMINATED`, so only the id tells). Nothing changes: no taint, no
+/// `detachDisk`, the disks and pods where they were.
+#[tokio::test]
+async fn gce_a_running_suspended_or_recreated_vm_is_left_alone() -> anyhow::Result<()> {
+    let _g = cluster_serial().await;
+    let emu = emulator();
+    let compute = fake_compute().client();
+    let (admin, seed, node2) = gce_seed_with_node2_down(true).await?;
+    let vm = vm_of(&seed);
+
+    // Split brain: heartbeats stop, the VM runs (and writes).
+    for (how, report) in [
+        ("fence", fence(emu, &node2)?),
+        ("alert", alert(emu, &node2)?),
+    ] {
+        let r = only_result(&report, &node2);
+        assert_eq!(r["outcome"], "skipped", "{how}: {report:#}");
+        assert_eq!(r["skip"]["reason"], "instance_not_off", "{how}: {report:#}");
+        assert_eq!(r["instance_id"], json!(vm.provider_id()), "{how}: {r:#}");
+    }
+    assert_untouched(&admin, &compute, &seed, &vm, "RUNNING").await?;
+
+    // Suspended: its memory is kept, it may resume; never fenced.
+    compute.set_status(&vm, "SUSPENDED").await?;
+    let out = emu.invoke(&json!({"action": "sweep"}))?;
+    assert!(!out.error, "nothing to retry: {}", out.output);
+    let report: Value = serde_json::from_str(&out.output)?;
+    let r = only_result(&report, &node2);
+    assert_eq!(r["outcome"], "skipped", "{report:#}");
+    assert_eq!(r["skip"]["reason"], "instance_not_off", "{report:#}");
+    assert_eq!(r["origins"][0]["kind"], "sweep", "{r:#}");
+    assert_untouched(&admin, &compute, &seed, &vm, "SUSPENDED").await?;
+
+    // Recreated under the same name, off: another machine, whatever its status.
+    let new = compute.recreate_instance(&vm, "TERMINATED").await?;
+    assert_ne!(new.id, vm.id);
+    let report = fence(emu, &node2)?;
+    let r = only_result(&report, &node2);
+    assert_eq!(r["outcome"], "skipped", "{report:#}");
+    // The Node's machine is gone: what now carries its name is not it.
+    assert_eq!(r["skip"]["reason"], "instance_not_found", "{report:#}");
+    assert_untouched(&admin, &compute, &seed, &new, "recreated").await?;
+    assert!(compute.detach_requests(&vm).await?.is_empty());
+    teardown_seed(&admin, &seed).await;
+    Ok(())
+}
