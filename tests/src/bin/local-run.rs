@@ -7,31 +7,42 @@
 //! then sends the EventBridge `stopped` event to the real binary under
 //! `cargo lambda watch` and follows the recovery. It ends with a summary: the
 //! run's timeline and, with `--keep`, the commands to look at what is left.
+//! With `--cloud gce` the same on Compute Engine: nodes backed by VMs of the
+//! fake Compute Engine, Persistent Disks, node 2's VM `TERMINATED`, and the
+//! KubeNodeNotReady alert from Alertmanager's webhook as the trigger.
 
 use std::time::{Duration, Instant, SystemTime};
 
+use node_fencer_tests::attacher::Driver;
 use node_fencer_tests::cluster::cluster_stack;
 use node_fencer_tests::fixtures::{event_time, fenced_at, node_events, volume};
-use node_fencer_tests::lambda::start_emulator;
+use node_fencer_tests::gce::fake_compute;
+use node_fencer_tests::lambda::{WEBHOOK_TOKEN, start_emulator, start_gce_emulator};
 use node_fencer_tests::recovery_timeline::{self, Lane, Phase};
 use node_fencer_tests::scene::{
-    eventbridge_event, kill_node2, node_taints, pods_left_on_node2, running_with_volume, seed,
-    stuck, wait_not_ready, wait_until,
+    eventbridge_event, kill_node2, kube_node_not_ready, node_taints, pods_left_on_node2,
+    running_with_volume, seed_with, stuck, wait_not_ready, wait_until,
 };
 use serde_json::Value;
 
 const USAGE: &str = "\
-usage: local-run [--keep]
+usage: local-run [--cloud aws|gce] [--keep]
 
 Runs node-fencer's main job on the local stack: etcd, kube-apiserver,
-kube-controller-manager, kube-scheduler, kwok nodes, moto (EC2) and a CSI
-attacher stand-in, with node-fencer under cargo lambda watch. Replays the seed
-scenario: a StatefulSet and a Deployment with ReadWriteOnce EBS volumes on a
-node whose instance stops; Kubernetes alone leaves them stuck; the EventBridge
-`stopped` event to node-fencer lets them move, volumes included.
+kube-controller-manager, kube-scheduler, kwok nodes, moto (EC2), the fake
+Compute Engine and a CSI attacher stand-in, with node-fencer under cargo
+lambda watch. Replays the seed scenario: a StatefulSet and a Deployment with
+ReadWriteOnce volumes on a node whose machine stops; Kubernetes alone leaves
+them stuck; node-fencer lets them move, volumes included.
 
-  --keep   leave the stack and the emulator running until Ctrl-C, and print
-           how to reach them
+  --cloud aws   (the default) EC2 instances in moto and EBS volumes; the
+                trigger is the EventBridge `stopped` event
+  --cloud gce   Compute Engine VMs and Persistent Disks in the fake Compute
+                Engine (tests/gce/fake_compute.py); node 2's VM is set
+                TERMINATED, the trigger is the KubeNodeNotReady alert from
+                Alertmanager's webhook
+  --keep        leave the stack and the emulator running until Ctrl-C, and
+                print how to reach them
 
 Set NODE_FENCER_CLUSTER_STACK_DIR to use a stack started with
 `tests/stack/up.sh DIR --controllers`.";
@@ -50,22 +61,39 @@ async fn main() -> anyhow::Result<()> {
         println!("{USAGE}");
         return Ok(());
     }
-    let keep = args.iter().any(|a| a == "--keep");
-    if let Some(bad) = args.iter().find(|a| *a != "--keep") {
-        anyhow::bail!("unknown argument {bad:?} (see --help)");
+    let mut keep = false;
+    let mut gce = false;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--keep" => keep = true,
+            "--cloud" => match it.next().map(String::as_str) {
+                Some("aws") => gce = false,
+                Some("gce") => gce = true,
+                other => anyhow::bail!("--cloud: aws or gce, not {other:?} (see --help)"),
+            },
+            bad => anyhow::bail!("unknown argument {bad:?} (see --help)"),
+        }
     }
+    let driver = if gce { Driver::Pd } else { Driver::Ebs };
     let t0 = Instant::now();
     step(
         t0,
-        "starting the local stack (etcd, kube-apiserver, controllers, kwok, moto, CSI attacher)",
+        "starting the local stack (etcd, kube-apiserver, controllers, kwok, moto, fake Compute Engine, CSI attacher)",
     );
     let s = cluster_stack();
     let admin = s.admin().await?;
+    let compute = fake_compute();
     step(
         t0,
         "Lambda: starting node-fencer under cargo lambda watch (the first start compiles)",
     );
-    let emu = start_emulator(s, &[])?;
+    let endpoint = compute.endpoint();
+    let emu = if gce {
+        start_gce_emulator(s, &[])?
+    } else {
+        start_emulator(s, &[])?
+    };
     // The emulator builds the function on its first invocation: a harmless
     // one (an instance EC2 does not know) gets that out of the way.
     let warm_up = Instant::now();
@@ -81,26 +109,40 @@ async fn main() -> anyhow::Result<()> {
         ),
     );
 
+    let (volumes, disk, machine) = if gce {
+        ("Persistent Disk", "PD", "VM")
+    } else {
+        ("EBS volume", "EBS", "instance")
+    };
     step(
         t0,
-        "the seed scenario: StatefulSet db and Deployment app, each with a ReadWriteOnce EBS volume, on node 2",
+        &format!(
+            "the seed scenario: StatefulSet db and Deployment app, each with a ReadWriteOnce {volumes}, on node 2"
+        ),
     );
-    let seed = seed(s).await?;
+    let seed = seed_with(s, driver).await?;
     let node2 = seed.node2().name.clone();
     for w in &seed.workers {
         println!(
-            "         node {} -> instance {} ({})",
+            "         node {} -> {machine} {} ({})",
             w.name, w.machine.instance, w.machine.az
         );
     }
     for w in [&seed.db, &seed.app] {
         println!(
-            "         {} {}: PVC {} -> PV {} -> EBS {}",
+            "         {} {}: PVC {} -> PV {} -> {disk} {}",
             w.kind, w.name, w.pvc, w.pv, w.volume
         );
     }
 
-    step(t0, "EC2: stopping node 2's instance; its heartbeats stop");
+    step(
+        t0,
+        if gce {
+            "Compute Engine: node 2's VM is TERMINATED; its heartbeats stop"
+        } else {
+            "EC2: stopping node 2's instance; its heartbeats stop"
+        },
+    );
     let stopped = Instant::now();
     let stopped_wall = SystemTime::now();
     let since_stop = |t: SystemTime| t.duration_since(stopped_wall).ok();
@@ -138,17 +180,34 @@ async fn main() -> anyhow::Result<()> {
 
     step(
         t0,
-        "invoking node-fencer with the EventBridge `stopped` event",
+        if gce {
+            "invoking node-fencer with the KubeNodeNotReady alert (Alertmanager's webhook, the Function URL)"
+        } else {
+            "invoking node-fencer with the EventBridge `stopped` event"
+        },
     );
-    let event = eventbridge_event(&seed.node2().machine.instance, "stopped");
     let sent = Instant::now();
     marks.push((Phase::Event, stopped.elapsed()));
-    let out = emu.invoke(&event)?;
+    let output = if gce {
+        let body = kube_node_not_ready(&[&node2]).to_string();
+        let (status, text) =
+            emu.post_function_url(&body, Some(&format!("Bearer {WEBHOOK_TOKEN}")))?;
+        if status != 200 {
+            anyhow::bail!("the webhook answered {status}: {text}");
+        }
+        text
+    } else {
+        let out = emu.invoke(&eventbridge_event(
+            &seed.node2().machine.instance,
+            "stopped",
+        ))?;
+        if out.error {
+            anyhow::bail!("the invocation failed: {}", out.output);
+        }
+        out.output
+    };
     let took = sent.elapsed();
-    if out.error {
-        anyhow::bail!("the invocation failed: {}", out.output);
-    }
-    let report: Value = serde_json::from_str(&out.output)?;
+    let report: Value = serde_json::from_str(&output)?;
     println!("{}", serde_json::to_string_pretty(&report)?);
     step(
         t0,
@@ -198,11 +257,21 @@ async fn main() -> anyhow::Result<()> {
     for (w, at) in [&seed.db, &seed.app].into_iter().zip(&back) {
         let Some((t, node)) = at else { continue };
         running = running.max(*t);
-        let (state, attached) = volume(&ec2, &w.volume).await?;
-        println!(
-            "         {} runs on {node}; {} {state}, attached to {attached:?}",
-            w.name, w.volume
-        );
+        if gce {
+            let users = compute.client().disk_users(&w.volume).await?;
+            println!(
+                "         {} runs on {node}; {} attached to {:?}",
+                w.name,
+                w.volume,
+                users.unwrap_or_default()
+            );
+        } else {
+            let (state, attached) = volume(&ec2, &w.volume).await?;
+            println!(
+                "         {} runs on {node}; {} {state}, attached to {attached:?}",
+                w.name, w.volume
+            );
+        }
     }
     marks.extend(pods_gone.map(|t| (Phase::PodsDeleted, t)));
     marks.push((Phase::Running, running));
@@ -224,7 +293,7 @@ async fn main() -> anyhow::Result<()> {
     };
     println!(
         "\nSummary: both workloads run elsewhere with their volumes, {:.1} s after the \
-         instance stopped ({} ms in node-fencer).\n\n{}",
+         {machine} stopped ({} ms in node-fencer).\n\n{}",
         running.as_secs_f64(),
         took.as_millis(),
         recovery_timeline::text(std::slice::from_ref(&lane))
@@ -236,6 +305,7 @@ async fn main() -> anyhow::Result<()> {
         println!(
             "The stack stays up until Ctrl-C. From another shell:\n  \
              source {dir}/env   # KUBECONFIG, AWS_ENDPOINT_URL, ...\n  \
+             curl -s {endpoint}/_fake/state   # the fake Compute Engine's VMs and disks\n  \
              {kubectl} get nodes,pods,volumeattachments -A -o wide\n  \
              {kubectl} get events -n default --field-selector involvedObject.name={node2}\n  \
              cargo lambda invoke node-fencer --invoke-port {port} --data-ascii '{{\"action\": \"check\", \"node\": \"{node2}\"}}'\n  \
