@@ -88,6 +88,7 @@ pub enum Origin {
     /// the kill switch was on).
     Sweep,
     /// A Cloud Audit Log entry about a Compute Engine VM.
+    #[serde(rename = "gce_audit_log")]
     AuditLog(crate::core::trigger::gce_audit::AuditOrigin),
 }
 

@@ -383,3 +383,261 @@ async fn gce_a_running_suspended_or_recreated_vm_is_left_alone() -> anyhow::Resu
     teardown_seed(&admin, &seed).await;
     Ok(())
 }
+
+/// The test key the push tokens are signed with, and its kid; the public
+/// half is what the key server of the test serves.
+struct Signer {
+    pair: ring::signature::RsaKeyPair,
+    kid: &'static str,
+}
+
+static PUSH_KEY: &[u8] = include_bytes!("../../../handler/tests/fixtures/oidc/test-key-a.pk8.der");
+static OTHER_KEY: &[u8] = include_bytes!("../../../handler/tests/fixtures/oidc/test-key-b.pk8.der");
+const PUSH_AUDIENCE: &str = "node-fencer-push";
+const PUSH_ACCOUNT: &str = "node-fencer-push@proj-fencer.iam.gserviceaccount.com";
+
+impl Signer {
+    fn new(der: &[u8], kid: &'static str) -> anyhow::Result<Self> {
+        let pair = ring::signature::RsaKeyPair::from_pkcs8(der)
+            .map_err(|e| anyhow::anyhow!("a test key: {e}"))?;
+        Ok(Self { pair, kid })
+    }
+
+    fn jwks(&self) -> Value {
+        use ring::signature::KeyPair;
+        let b64 = |b: &[u8]| base64_url(b);
+        let public =
+            ring::signature::RsaPublicKeyComponents::<Vec<u8>>::from(self.pair.public_key());
+        json!({"keys": [{"kty": "RSA", "alg": "RS256", "use": "sig", "kid": self.kid,
+                         "n": b64(&public.n), "e": b64(&public.e)}]})
+    }
+
+    /// A push token as Pub/Sub signs it, for `audience`.
+    fn token(&self, audience: &str) -> anyhow::Result<String> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)?
+            .as_secs();
+        let header = json!({"alg": "RS256", "kid": self.kid, "typ": "JWT"});
+        let claims = json!({"aud": audience, "email": PUSH_ACCOUNT, "email_verified": true,
+                            "exp": now + 3600, "iat": now - 10,
+                            "iss": "https://accounts.google.com", "sub": "1234567890"});
+        let input = format!(
+            "{}.{}",
+            base64_url(header.to_string().as_bytes()),
+            base64_url(claims.to_string().as_bytes())
+        );
+        let mut signature = vec![0; self.pair.public().modulus_len()];
+        self.pair
+            .sign(
+                &ring::signature::RSA_PKCS1_SHA256,
+                &ring::rand::SystemRandom::new(),
+                input.as_bytes(),
+                &mut signature,
+            )
+            .map_err(|e| anyhow::anyhow!("signing: {e}"))?;
+        Ok(format!("{input}.{}", base64_url(&signature)))
+    }
+}
+
+fn base64_url(bytes: &[u8]) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+}
+
+/// Serves `body` as JSON to every request on a loopback port: Google's key
+/// set, as far as `serve` can tell. Returns the port.
+async fn key_server(body: String) -> anyhow::Result<u16> {
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
+    let port = listener.local_addr()?.port();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let body = body.clone();
+            tokio::spawn(async move {
+                use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                let mut seen = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => seen.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nCache-Control: public, max-age=3600\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = stream.write_all(answer.as_bytes()).await;
+            });
+        }
+    });
+    Ok(port)
+}
+
+/// `node-fencer serve` (the `gce` build) on the controller stack, killed
+/// when dropped.
+struct Served {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Served {
+    async fn start(certs_port: u16) -> anyhow::Result<Self> {
+        let stack = cluster_stack();
+        let port = std::net::TcpListener::bind(("127.0.0.1", 0))?
+            .local_addr()?
+            .port();
+        let log = std::fs::File::create(stack.dir.join("logs").join(format!("serve-{port}.log")))?;
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_node-fencer-gce"));
+        cmd.args(["serve", "--port", &port.to_string()])
+            .envs(node_fencer_tests::lambda::function_env(stack))
+            .env("COMPUTE_ENDPOINT", fake_compute().endpoint())
+            .env("NOT_READY_WAIT_SECONDS", "30")
+            .env("PUSH_AUDIENCE", PUSH_AUDIENCE)
+            .env("PUSH_SERVICE_ACCOUNT", PUSH_ACCOUNT)
+            .env(
+                "PUSH_CERTS_URL",
+                format!("http://127.0.0.1:{certs_port}/certs"),
+            )
+            .stdout(log.try_clone()?)
+            .stderr(log);
+        let served = Self {
+            child: cmd.spawn()?,
+            port,
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while served.post("/healthz", None, "").await.is_err() {
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "serve did not listen within 30 s"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        Ok(served)
+    }
+
+    /// One request: its status and body. `/healthz` is asked with GET.
+    async fn post(
+        &self,
+        path: &str,
+        token: Option<&str>,
+        body: &str,
+    ) -> anyhow::Result<(u16, String)> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", self.port)).await?;
+        let method = if path == "/healthz" { "GET" } else { "POST" };
+        let auth = token.map_or_else(String::new, |t| format!("Authorization: Bearer {t}\r\n"));
+        let head = format!(
+            "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n{auth}Content-Length: {}\r\nConnection: close\r\n\r\n",
+            body.len()
+        );
+        stream.write_all(head.as_bytes()).await?;
+        stream.write_all(body.as_bytes()).await?;
+        let mut raw = Vec::new();
+        tokio::time::timeout(Duration::from_secs(300), stream.read_to_end(&mut raw)).await??;
+        let text = String::from_utf8_lossy(&raw);
+        let (head, body) = text
+            .split_once("\r\n\r\n")
+            .ok_or_else(|| anyhow::anyhow!("no HTTP answer: {text:?}"))?;
+        let status = head
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| anyhow::anyhow!("no status in {head:?}"))?;
+        Ok((status, body.to_owned()))
+    }
+}
+
+/// A Pub/Sub push request carrying the audit log entry of the end of a
+/// `stop` of `vm`, as the Logging sink writes it.
+fn stop_pushed(vm: &Vm) -> String {
+    use base64::Engine;
+    let entry = json!({
+        "insertId": "-stop1",
+        "logName": format!("projects/{}/logs/cloudaudit.googleapis.com%2Factivity", vm.project),
+        "protoPayload": {
+            "@type": "type.googleapis.com/google.cloud.audit.AuditLog",
+            "methodName": "v1.compute.instances.stop",
+            "resourceName": vm.path(),
+            "serviceName": "compute.googleapis.com"
+        },
+        "resource": {"type": "gce_instance", "labels": {
+            "instance_id": vm.id, "project_id": vm.project, "zone": vm.zone}},
+        "operation": {"id": "operation-1", "producer": "compute.googleapis.com", "last": true},
+        "severity": "NOTICE"
+    });
+    json!({
+        "message": {
+            "data": base64::engine::general_purpose::STANDARD.encode(entry.to_string()),
+            "messageId": "4711"
+        },
+        "subscription": "projects/proj-fencer/subscriptions/node-fencer-push"
+    })
+    .to_string()
+}
+
+/// The audit log path on Cloud Run: `serve` takes the Pub/Sub push of the
+/// VM's stop. Without a token, with one signed by a key Google does not
+/// publish, or with one for another audience, it answers 401 and nothing
+/// changes; with the right one it fences the node; the same message
+/// delivered again finds it fenced and detaches nothing more.
+#[tokio::test]
+async fn gce_a_pushed_stop_needs_a_valid_token_and_a_redelivery_changes_nothing()
+-> anyhow::Result<()> {
+    let _g = cluster_serial().await;
+    let compute = fake_compute().client();
+    let signer = Signer::new(PUSH_KEY, "push-key")?;
+    let stranger = Signer::new(OTHER_KEY, "push-key")?;
+    let certs = key_server(signer.jwks().to_string()).await?;
+    let served = Served::start(certs).await?;
+    let (admin, seed, node2) = gce_seed_with_node2_down(false).await?;
+    let vm = vm_of(&seed);
+    let body = stop_pushed(&vm);
+
+    for (how, token) in [
+        ("no token", None),
+        ("another key", Some(stranger.token(PUSH_AUDIENCE)?)),
+        (
+            "another audience",
+            Some(signer.token("https://elsewhere.example")?),
+        ),
+    ] {
+        let (status, text) = served.post("/pubsub", token.as_deref(), &body).await?;
+        assert_eq!(status, 401, "{how}: {text}");
+        assert_untouched(&admin, &compute, &seed, &vm, how).await?;
+    }
+
+    let token = signer.token(PUSH_AUDIENCE)?;
+    let (status, text) = served.post("/pubsub", Some(&token), &body).await?;
+    assert_eq!(status, 200, "{text}");
+    let report: Value = serde_json::from_str(&text)?;
+    let r = only_result(&report, &node2);
+    assert_eq!(r["outcome"], "fenced", "{report:#}");
+    assert_eq!(r["origins"][0]["kind"], "gce_audit_log", "{r:#}");
+    assert!(is_fenced(&admin, &node2).await?, "the taint is on");
+    let detached = compute.detach_requests(&vm).await?.len();
+    assert_eq!(detached, 2, "both Persistent Disks, never the boot disk");
+
+    // Pub/Sub delivers at least once: the same message again.
+    let (status, text) = served.post("/pubsub", Some(&token), &body).await?;
+    assert_eq!(status, 200, "{text}");
+    let again: Value = serde_json::from_str(&text)?;
+    assert_eq!(
+        only_result(&again, &node2)["outcome"],
+        "already_fenced",
+        "{again:#}"
+    );
+    assert_eq!(
+        compute.detach_requests(&vm).await?.len(),
+        detached,
+        "no detachDisk more"
+    );
+    teardown_seed(&admin, &seed).await;
+    Ok(())
+}

@@ -325,6 +325,11 @@ mod tests {
         );
         assert_eq!(suspect.intent, Intent::Fence);
         assert_eq!(suspect.origin.kind(), "gce_audit_log");
+        // The report names the trigger as the metrics do.
+        assert_eq!(
+            serde_json::to_value(&suspect.origin).unwrap()["kind"],
+            suspect.origin.kind()
+        );
         let first = json!({"id": "op", "producer": "compute.googleapis.com", "first": true});
         let ignored = parse_push(push(&entry("v1.compute.instances.stop", first)))
             .unwrap()
