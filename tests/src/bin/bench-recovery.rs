@@ -5,6 +5,9 @@
 //! the same scenario without node-fencer; and a storm of many nodes at once.
 //! With `--hung`, node 2 hangs instead (its instance keeps running) and
 //! active fencing powers it off on the `KubeNodeNotReady` alert.
+//! With `--cloud gce`, the seed runs on Compute Engine: VMs and Persistent
+//! Disks in the fake Compute Engine, node 2's VM `TERMINATED`, the direct
+//! invocation as the event, through the binary.
 //! Prints medians with min/max, and draws the median milestones of each case
 //! on one time axis (an SVG for the docs, text for the terminal). Figures,
 //! not pass/fail.
@@ -28,7 +31,7 @@ use node_fencer_tests::attacher::Driver;
 use node_fencer_tests::bench::{Clock, median};
 use node_fencer_tests::cluster::cluster_stack;
 use node_fencer_tests::fixtures::{event_time, fenced_at, instance_state, stop, unique};
-use node_fencer_tests::lambda::{Emulator, WEBHOOK_TOKEN, start_emulator};
+use node_fencer_tests::lambda::{Emulator, WEBHOOK_TOKEN, start_emulator, start_gce_emulator};
 use node_fencer_tests::recovery_timeline::{self, Lane, Phase};
 use node_fencer_tests::scene::*;
 use node_fencer_tests::timing::Timeline;
@@ -38,7 +41,7 @@ const USAGE: &str = "\
 usage: bench-recovery [--runs N] [--mode both|lambda|in-process] [--baseline]
                       [--baseline-wait SECS] [--storm NODES:STOPPED] [--no-storm]
                       [--driver ebs|cstor] [--fencing taint|legacy] [--svg PATH]
-                      [--event-at-stop] [--hung]
+                      [--event-at-stop] [--hung] [--cloud aws|gce]
 
 Runs the seed scenario (a StatefulSet and a Deployment with ReadWriteOnce
 volumes on node 2; node 2's instance stops) N times per mode and prints medians
@@ -72,6 +75,14 @@ with min/max:
   --event-at-stop      send the `stopped` event right at the stop, as EC2 does,
                        while the Node is still Ready (node-fencer waits for it
                        to turn NotReady); by default it is sent once NotReady
+  --cloud C            aws (default): EC2 instances in moto; gce: Compute Engine
+                       VMs and Persistent Disks (pd.csi.storage.gke.io) in the
+                       fake Compute Engine (tests/gce/fake_compute.py, detach
+                       operations DONE after 0.5 s), node 2's VM set TERMINATED,
+                       node-fencer invoked directly ({\"action\": \"fence\"})
+                       through the binary once the Node is NotReady; seed runs
+                       and --baseline only (not --hung, --storm, --event-at-stop,
+                       in-process)
 
 The stack's --node-monitor-grace-period is 10 s; set
 NODE_FENCER_NODE_MONITOR_GRACE_PERIOD=50s (Kubernetes' default) for another.
@@ -91,6 +102,7 @@ struct Args {
     svg: Option<PathBuf>,
     event_at_stop: bool,
     hung: bool,
+    gce: bool,
 }
 
 impl Args {
@@ -133,19 +145,24 @@ fn parse_args() -> anyhow::Result<Option<Args>> {
         svg: None,
         event_at_stop: false,
         hung: false,
+        gce: false,
     };
+    let (mut storm_set, mut mode_set, mut driver_set) = (false, false, false);
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
         let mut value = |name: &str| it.next().with_context(|| format!("{name} needs a value"));
         match a.as_str() {
             "-h" | "--help" => return Ok(None),
             "--runs" => args.runs = value("--runs")?.parse().context("--runs: a number")?,
-            "--mode" => match value("--mode")?.as_str() {
-                "both" => (args.lambda, args.in_process) = (true, true),
-                "lambda" => (args.lambda, args.in_process) = (true, false),
-                "in-process" => (args.lambda, args.in_process) = (false, true),
-                other => bail!("--mode: both, lambda or in-process, not {other:?}"),
-            },
+            "--mode" => {
+                mode_set = true;
+                match value("--mode")?.as_str() {
+                    "both" => (args.lambda, args.in_process) = (true, true),
+                    "lambda" => (args.lambda, args.in_process) = (true, false),
+                    "in-process" => (args.lambda, args.in_process) = (false, true),
+                    other => bail!("--mode: both, lambda or in-process, not {other:?}"),
+                }
+            }
             "--baseline" => args.baseline = true,
             "--baseline-wait" => {
                 args.baseline_wait = Duration::from_secs(
@@ -162,9 +179,11 @@ fn parse_args() -> anyhow::Result<Option<Args>> {
                     bail!("--storm: 0 < STOPPED <= NODES");
                 }
                 args.storm = Some((n, s));
+                storm_set = true;
             }
             "--no-storm" => args.storm = None,
             "--driver" => {
+                driver_set = true;
                 args.driver = match value("--driver")?.as_str() {
                     "ebs" => Driver::Ebs,
                     "cstor" => Driver::Cstor,
@@ -181,8 +200,28 @@ fn parse_args() -> anyhow::Result<Option<Args>> {
             "--svg" => args.svg = Some(PathBuf::from(value("--svg")?)),
             "--event-at-stop" => args.event_at_stop = true,
             "--hung" => args.hung = true,
+            "--cloud" => {
+                args.gce = match value("--cloud")?.as_str() {
+                    "aws" => false,
+                    "gce" => true,
+                    other => bail!("--cloud: aws or gce, not {other:?}"),
+                }
+            }
             other => bail!("unknown argument {other:?} (see --help)"),
         }
+    }
+    if args.gce {
+        if driver_set || storm_set || args.hung || args.event_at_stop {
+            bail!(
+                "--cloud gce: the seed runs with Persistent Disks, and --baseline; not --driver, \
+                 --storm, --hung or --event-at-stop"
+            );
+        }
+        if mode_set && args.in_process {
+            bail!("--cloud gce: through the binary only (--mode lambda)");
+        }
+        (args.driver, args.storm) = (Driver::Pd, None);
+        (args.lambda, args.in_process) = (true, false);
     }
     if args.hung {
         // The hung case replaces the stopped instance's seed runs.
@@ -450,11 +489,12 @@ async fn fence_once(
     let event = Instant::now();
     match mode {
         Mode::Lambda(emu) => {
-            let (failed, output) = invoke(
-                emu,
-                eventbridge_event(&seed.node2().machine.instance, "stopped"),
-            )
-            .await?;
+            let payload = if b.driver.on_gce() {
+                serde_json::json!({"action": "fence", "node": node2})
+            } else {
+                eventbridge_event(&seed.node2().machine.instance, "stopped")
+            };
+            let (failed, output) = invoke(emu, payload).await?;
             let latency = event.elapsed();
             if failed {
                 bail!("the invocation failed: {output}");
@@ -463,10 +503,12 @@ async fn fence_once(
             if report["results"][0]["outcome"] != "fenced" {
                 bail!("not fenced: {report}");
             }
-            fencer.add(
-                "EventBridge event sent → report received (through the binary)",
-                secs(latency),
-            );
+            let sent = if b.driver.on_gce() {
+                "direct invocation sent → report received (through the binary)"
+            } else {
+                "EventBridge event sent → report received (through the binary)"
+            };
+            fencer.add(sent, secs(latency));
             // Inside the binary nothing is timed: the Node's `fenced-at`
             // (written with the taint) and the Events' times (recorded right
             // after the volumes were freed) tell, on the same machine's clock.
@@ -596,9 +638,10 @@ async fn seed_run(b: &Bench<'_>, mode: &Mode<'_>, t: Tables<'_>) -> anyhow::Resu
     milestones.add(lane, Phase::PodsDeleted, pods_gone);
     milestones.add(lane, Phase::Running, db.max(app));
     let since_event = |t: Duration| secs(t.saturating_sub(event_at));
+    let machine = if b.driver.on_gce() { "VM" } else { "instance" };
     whole.add(
         &format!(
-            "instance stopped → Node NotReady (grace period {} s)",
+            "{machine} stopped → Node NotReady (grace period {} s)",
             b.grace
         ),
         secs(not_ready),
@@ -617,7 +660,7 @@ async fn seed_run(b: &Bench<'_>, mode: &Mode<'_>, t: Tables<'_>) -> anyhow::Resu
         since_event(app),
     );
     whole.add(
-        "**instance stopped → both replacements Running with their volumes**",
+        &format!("**{machine} stopped → both replacements Running with their volumes**"),
         secs(db.max(app)),
     );
     clock.say(&format!(
@@ -627,7 +670,7 @@ async fn seed_run(b: &Bench<'_>, mode: &Mode<'_>, t: Tables<'_>) -> anyhow::Resu
         secs(db),
         secs(app)
     ));
-    teardown(&admin, Some(&seed.namespace), &seed.node_names()).await;
+    teardown_seed(&admin, &seed).await;
     Ok(())
 }
 
@@ -767,7 +810,7 @@ async fn baseline(
         [Some(db), Some(app)] => milestones.add(lane, Phase::Running, db.max(app)),
         _ => milestones.unrecovered(lane, stopped.elapsed()),
     }
-    teardown(&admin, Some(&seed.namespace), &seed.node_names()).await;
+    teardown_seed(&admin, &seed).await;
     Ok((out, milestones))
 }
 
@@ -1080,11 +1123,17 @@ async fn start_function(
     clock: &Clock,
     what: &str,
     env: &[(&str, &str)],
+    gce: bool,
 ) -> anyhow::Result<&'static Emulator> {
     clock.say(&format!(
         "starting node-fencer under cargo lambda watch{what}"
     ));
-    let emu: &'static Emulator = Box::leak(Box::new(start_emulator(stack, env)?));
+    let emu = if gce {
+        start_gce_emulator(stack, env)?
+    } else {
+        start_emulator(stack, env)?
+    };
+    let emu: &'static Emulator = Box::leak(Box::new(emu));
     let cold = Instant::now();
     let (_, _) = invoke(emu, eventbridge_event("i-0ffffffffffffffff", "stopped")).await?;
     clock.say(&format!(
@@ -1219,12 +1268,18 @@ async fn run(args: Args) -> anyhow::Result<()> {
         ("NOT_READY_WAIT_SECONDS", not_ready_wait.as_str()),
     ];
     let emu: Option<&'static Emulator> = if args.lambda || args.storm.is_some() {
-        Some(start_function(stack, &clock, "", &env).await?)
+        Some(start_function(stack, &clock, "", &env, args.gce).await?)
     } else {
         None
     };
 
     let warm = Warm::new(stack, Duration::from_secs(grace + 30)).await?;
+    if args.gce {
+        clock.say(&format!(
+            "Compute Engine: the fake at {}, detach operations DONE after 0.5 s",
+            node_fencer_tests::gce::fake_compute().endpoint()
+        ));
+    }
     let mut whole_lambda =
         Table::new("Whole recovery, node-fencer through the binary (cargo lambda watch)");
     let mut whole_inproc = Table::new("Whole recovery, node-fencer in-process");
@@ -1281,7 +1336,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             ("POWER_OFF_AFTER_SECONDS", POWER_OFF_AFTER),
         ];
         let what = format!(", ACTIVE_FENCING=on, POWER_OFF_AFTER_SECONDS={POWER_OFF_AFTER}");
-        let emu = start_function(stack, &clock, &what, &on).await?;
+        let emu = start_function(stack, &clock, &what, &on, false).await?;
         for i in 0..args.runs {
             clock.say(&format!(
                 "hung run {}/{} through the binary",
@@ -1291,7 +1346,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             refused.push(hung_run(&bench, emu, &mut hung).await?);
         }
         let off = [env[0], env[1], ("ACTIVE_FENCING", "off")];
-        let emu = start_function(stack, &clock, ", ACTIVE_FENCING=off", &off).await?;
+        let emu = start_function(stack, &clock, ", ACTIVE_FENCING=off", &off, false).await?;
         clock.say(&format!(
             "hung run with active fencing off, watched for {} s",
             args.baseline_wait.as_secs()
