@@ -65,7 +65,7 @@ pub enum Skip {
         /// Its VPC.
         vpc: String,
     },
-    /// The Node has no AWS provider id, so EC2 cannot be asked about it.
+    /// The Node has no AWS or GCE provider id, so no cloud can be asked about it.
     NoInstance,
     /// EC2 says the instance is in a state where it may still write.
     InstanceNotOff {
@@ -75,7 +75,7 @@ pub enum Skip {
     /// EC2 says `stopped`, but the stop was a hibernation: started again, the
     /// instance resumes from RAM as if it had never stopped.
     Hibernated,
-    /// EC2 does not know the instance.
+    /// The cloud does not know the Node's machine.
     InstanceNotFound,
     /// EC2 could not be asked; nothing is known, so nothing is done.
     LookupFailed {
@@ -148,19 +148,21 @@ impl std::fmt::Display for Skip {
                 "EC2 shows the instance in {vpc}, not in the cluster's VPC"
             ),
             Self::NoInstance => f.write_str(
-                "the node has no AWS provider id, so nothing names its machine; without a cloud provider, set CLUSTER_VPC_ID (and CLUSTER_TAG) so an EC2 event's instance is matched to it by InternalIP within the cluster's VPC",
+                "the node has no AWS or GCE provider id, so nothing names its machine; without a cloud provider, set CLUSTER_VPC_ID (and CLUSTER_TAG) so an EC2 event's instance is matched to it by InternalIP within the cluster's VPC",
             ),
             Self::InstanceNotOff { state } => {
                 write!(
                     f,
-                    "EC2 reports the instance `{state}`, not stopped or terminated"
+                    "the cloud reports the machine `{state}`, not off (stopped, terminated)"
                 )
             }
             Self::Hibernated => f.write_str(
                 "EC2 reports the instance stopped by hibernation: it resumes from RAM when started; FENCE_HIBERNATED=true fences it anyway",
             ),
-            Self::InstanceNotFound => f.write_str("EC2 does not know the instance"),
-            Self::LookupFailed { error } => write!(f, "EC2 lookup failed: {error}"),
+            Self::InstanceNotFound => f.write_str(
+                "the cloud does not know the Node's machine (gone, or another machine now carries its name)",
+            ),
+            Self::LookupFailed { error } => write!(f, "the cloud lookup failed: {error}"),
             Self::NodeReady => f.write_str(
                 "the node is still Ready although its instance is off; retrying once Kubernetes notices",
             ),

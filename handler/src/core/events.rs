@@ -2,7 +2,7 @@
 //! reason, so the reason, its action and its type are never typed twice.
 
 use crate::core::decide::Skip;
-use crate::core::instance::{InstanceId, InstanceState};
+use crate::core::instance::{InstanceId, InstanceState, Provider};
 use crate::core::power::Refusal;
 use crate::core::recovery::Hold;
 
@@ -100,12 +100,13 @@ impl NodeEvent {
         }
     }
 
-    /// The taint is on: EC2 confirmed the instance off.
+    /// The taint is on: the cloud confirmed the machine off.
     pub fn taint_applied(instance: &InstanceId, state: &InstanceState) -> Self {
         Self::new(
             Reason::OutOfServiceTaintApplied,
             format!(
-                "EC2 reports {instance} `{state}`: applied node.kubernetes.io/out-of-service=nodeshutdown:NoExecute"
+                "{} reports {instance} `{state}`: applied node.kubernetes.io/out-of-service=nodeshutdown:NoExecute",
+                instance.provider().api()
             ),
         )
     }
@@ -133,7 +134,8 @@ impl NodeEvent {
         Self::new(
             Reason::FencedLegacy,
             format!(
-                "EC2 reports {instance} `{state}`: force-deleting the node's pods and VolumeAttachments (no out-of-service taint on this cluster)"
+                "{} reports {instance} `{state}`: force-deleting the node's pods and VolumeAttachments (no out-of-service taint on this cluster)",
+                instance.provider().api()
             ),
         )
     }
@@ -143,7 +145,11 @@ impl NodeEvent {
         Self::new(
             Reason::VolumesForceDetached,
             format!(
-                "force-detached EBS volume(s) {} from {instance}",
+                "force-detached {} {} from {instance}",
+                match instance.provider() {
+                    Provider::Aws => "EBS volume(s)",
+                    Provider::Gce => "Persistent Disk(s)",
+                },
                 volumes.join(", ")
             ),
         )

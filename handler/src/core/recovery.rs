@@ -161,7 +161,7 @@ impl std::fmt::Display for Hold {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::NotFenced => f.write_str("node-fencer has not fenced this node"),
-            Self::NoInstance => f.write_str("the node has no AWS provider id"),
+            Self::NoInstance => f.write_str("the node has no AWS or GCE provider id"),
             Self::InstanceNotRunning { state } if state.is_off() => write!(
                 f,
                 "EC2 reports the instance `{state}`: the node stays out of service \
