@@ -115,7 +115,7 @@ pub fn node_from_labels(labels: &BTreeMap<String, String>) -> Result<NodeRef, St
     if let Some(pid) = labels.get("provider_id") {
         return instance_from_provider_id(pid)
             .map(NodeRef::Instance)
-            .ok_or_else(|| "label `provider_id` is not an AWS provider id".into());
+            .ok_or_else(|| "label `provider_id` is not an AWS or GCE provider id".into());
     }
     if let Some(id) = labels.get("instance_id") {
         return InstanceId::parse(id)

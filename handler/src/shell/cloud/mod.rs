@@ -47,7 +47,7 @@ pub enum CloudError {
 /// Why a cloud cannot be asked at all.
 fn unavailable(provider: Provider) -> String {
     format!(
-        "{} cannot be asked: this build has no client for it (Compute Engine needs the `gce` feature)",
+        "{} cannot be asked: no client for it (Compute Engine needs the `gce` feature, the container image's build, and loadable Google credentials; the log says which)",
         provider.api()
     )
 }
