@@ -158,7 +158,7 @@ impl Server {
                 self.alertmanager(&parts.headers, &bytes, correlation_id)
                     .await
             }
-            "/sweep" => self.audit_batch(Ok(direct::sweep()), correlation_id).await,
+            "/sweep" => self.run_batch(Ok(direct::sweep()), correlation_id).await,
             "/pubsub" => {
                 let event = json_body(&bytes).and_then(gce_audit::parse_push);
                 self.audit(event, correlation_id).await
@@ -207,12 +207,12 @@ impl Server {
         event: Result<gce_audit::AuditEvent, InputError>,
         correlation_id: &str,
     ) -> Response<Full<Bytes>> {
-        self.audit_batch(event.map(gce_audit::AuditEvent::into_batch), correlation_id)
+        self.run_batch(event.map(gce_audit::AuditEvent::into_batch), correlation_id)
             .await
     }
 
     /// A batch, or why there is none, run through the pipeline.
-    async fn audit_batch(
+    async fn run_batch(
         &self,
         batch: Result<Batch, InputError>,
         correlation_id: &str,
