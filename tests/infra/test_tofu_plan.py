@@ -105,27 +105,11 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> T.Workspace:
     return T.make_workspace(tmp_path_factory.mktemp("tofu-plan"))
 
 
-_plans: dict[str, dict[str, Any]] = {}
-
-
-def plan_of(ws: T.Workspace, directory: str, name: str, variables: dict[str, Any], var_file: str | None = None) -> dict[str, Any]:
-    key = f"{directory}:{name}"
-    if key not in _plans:
-        ws.init(directory)
-        var_path = ws.root.parent / f"{name}.tfvars.json"
-        var_path.write_text(json.dumps(variables), encoding="utf-8")
-        out = ws.root.parent / f"{name}.tfplan"
-        args = ["plan", "-input=false", "-no-color", "-lock=false", f"-out={out}"]
-        if var_file:
-            args.append(f"-var-file={var_file}")
-        ws.run(directory, *args, f"-var-file={var_path}")
-        _plans[key] = json.loads(ws.run(directory, "show", "-json", str(out)).stdout)
-    return _plans[key]
 
 
 def module_plan(ws: T.Workspace, case: str) -> dict[str, Any]:
     variables = {"package_path": str(ws.root.parent / "bootstrap.zip"), **CASES[case]}
-    return plan_of(ws, MODULE, case, variables)
+    return T.plan_of(ws, MODULE, case, variables)
 
 
 def created(plan: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -478,7 +462,7 @@ def test_the_token_and_kubeconfig_use_the_kms_key(workspace: T.Workspace):
 
 def example_plan(ws: T.Workspace, example: str) -> dict[str, Any]:
     # The example's own terraform.tfvars.example, with the stand-in zip.
-    return plan_of(ws, f"examples/{example}", example, {"package_path": str(ws.root.parent / "bootstrap.zip")}, "terraform.tfvars.example")
+    return T.plan_of(ws, f"examples/{example}", example, {"package_path": str(ws.root.parent / "bootstrap.zip")}, "terraform.tfvars.example")
 
 
 def test_the_eks_example_plans_the_module_the_access_entry_and_the_rbac(workspace: T.Workspace):
@@ -511,7 +495,7 @@ def test_the_self_managed_example_stores_a_kubeconfig_for_the_service_account(wo
 def example_with_active_fencing(ws: T.Workspace, example: str, **variables: Any) -> dict[str, Any]:
     """The example's terraform.tfvars.example with active fencing switched on."""
     values = {"package_path": str(ws.root.parent / "bootstrap.zip"), "active_fencing": True, **variables}
-    return plan_of(ws, f"examples/{example}", f"{example}-active-fencing", values, "terraform.tfvars.example")
+    return T.plan_of(ws, f"examples/{example}", f"{example}-active-fencing", values, "terraform.tfvars.example")
 
 
 def example_environment(plan: dict[str, Any]) -> dict[str, str]:

@@ -100,26 +100,10 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> T.Workspace:
     return T.make_workspace(tmp_path_factory.mktemp("tofu-plan-gcp"))
 
 
-_plans: dict[str, dict[str, Any]] = {}
-
-
-def plan_of(ws: T.Workspace, directory: str, name: str, variables: dict[str, Any], var_file: str | None = None) -> dict[str, Any]:
-    key = f"{directory}:{name}"
-    if key not in _plans:
-        ws.init(directory)
-        var_path = ws.root.parent / f"{name}.tfvars.json"
-        var_path.write_text(json.dumps(variables), encoding="utf-8")
-        out = ws.root.parent / f"{name}.tfplan"
-        args = ["plan", "-input=false", "-no-color", "-lock=false", f"-out={out}"]
-        if var_file:
-            args.append(f"-var-file={var_file}")
-        ws.run(directory, *args, f"-var-file={var_path}")
-        _plans[key] = json.loads(ws.run(directory, "show", "-json", str(out)).stdout)
-    return _plans[key]
 
 
 def module_plan(ws: T.Workspace, case: str) -> dict[str, Any]:
-    return plan_of(ws, MODULE, case, {**BASE, **CASES[case]})
+    return T.plan_of(ws, MODULE, case, {**BASE, **CASES[case]})
 
 
 def created(plan: dict[str, Any], prefix: str = "") -> dict[str, dict[str, Any]]:
@@ -522,7 +506,7 @@ PREFIX = "module.node_fencer."
 
 
 def example_plan(ws: T.Workspace) -> dict[str, Any]:
-    return plan_of(ws, "examples/gke", "gke", {}, "terraform.tfvars.example")
+    return T.plan_of(ws, "examples/gke", "gke", {}, "terraform.tfvars.example")
 
 
 def test_the_gke_example_plans_the_module_and_binds_the_service_account_as_a_user(workspace: T.Workspace):

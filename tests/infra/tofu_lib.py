@@ -127,6 +127,26 @@ def pin(directory: Path, versions: dict[str, str]) -> None:
     (directory / "pinned_override.tf").write_text("\n".join(lines), encoding="utf-8")
 
 
+_plans: dict[tuple[str, str, str], dict[str, Any]] = {}
+
+
+def plan_of(ws: Workspace, directory: str, name: str, variables: dict[str, Any], var_file: str | None = None) -> dict[str, Any]:
+    """`tofu plan` of `directory` in `ws` with `variables` (and `var_file`), as
+    `tofu show -json` gives it; planned once per workspace, directory and name."""
+    key = (str(ws.root), directory, name)
+    if key not in _plans:
+        ws.init(directory)
+        var_path = ws.root.parent / f"{name}.tfvars.json"
+        var_path.write_text(json.dumps(variables), encoding="utf-8")
+        out = ws.root.parent / f"{name}.tfplan"
+        args = ["plan", "-input=false", "-no-color", "-lock=false", f"-out={out}"]
+        if var_file:
+            args.append(f"-var-file={var_file}")
+        ws.run(directory, *args, f"-var-file={var_path}")
+        _plans[key] = json.loads(ws.run(directory, "show", "-json", str(out)).stdout)
+    return _plans[key]
+
+
 def resources(plan: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Every managed resource the plan creates, and every data source it reads
     at apply time, by address, with its planned values (`after`) and which of
