@@ -25,10 +25,11 @@ fmt: ## format the Rust code
 	cargo fmt --all
 	cargo fmt --manifest-path handler/fuzz/Cargo.toml
 
-lint: ## rustfmt check and clippy with warnings as errors
+lint: ## rustfmt check and clippy with warnings as errors: the workspace, the Lambda build (no gce), the core alone, the fuzz targets
 	cargo fmt --all --check
 	cargo fmt --manifest-path handler/fuzz/Cargo.toml --check
 	cargo clippy --workspace --all-targets --locked -- -D warnings
+	cargo clippy -p node-fencer --all-targets --locked -- -D warnings
 	cargo clippy -p node-fencer --no-default-features --all-targets --locked -- -D warnings
 	cargo clippy --manifest-path handler/fuzz/Cargo.toml --all-targets --locked -- -D warnings
 

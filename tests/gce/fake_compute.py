@@ -14,6 +14,9 @@ Served under /compute/v1 (the table ROUTES lists each route beside its discovery
     GET  projects/{project}/regions/{region}/disks/{disk}
     POST projects/{project}/zones/{zone}/instances/{instance}/detachDisk   deviceName, requestId
     POST projects/{project}/zones/{zone}/instances/{instance}/stop         requestId, ...
+    POST projects/{project}/zones/{zone}/instances/{resource}/testIamPermissions
+    POST projects/{project}/zones/{zone}/disks/{resource}/testIamPermissions
+    POST projects/{project}/regions/{region}/disks/{resource}/testIamPermissions
     GET  projects/{project}/zones/{zone}/operations/{operation}
     POST projects/{project}/zones/{zone}/operations/{operation}/wait
 
@@ -22,7 +25,9 @@ Behaviour kept from GCE: errors in Google's JSON error shape (404 notFound, 400 
 PENDING, RUNNING, DONE after a configurable delay, and only then change the instance and
 the disk; the same requestId returns the same Operation; a boot disk can only be detached
 from a TERMINATED instance; an instance being stopped is STOPPING, then TERMINATED; a
-recreated instance of the same name has a new id and creationTimestamp. A query parameter
+recreated instance of the same name has a new id and creationTimestamp; testIamPermissions
+answers the asked permissions less those denied (deny_permissions), leaving out an empty
+list as GCE does. A query parameter
 the method does not declare answers 400, one it declares but this fake does not implement
 answers 501, so a client never silently gets less than it asked for.
 
@@ -37,7 +42,7 @@ As a process (like moto_server): `python3 fake_compute.py --port 0` prints the c
 alone on the first line of stdout, then serves until killed. State is seeded over HTTP:
 POST /_fake/<action> with a JSON object of keyword arguments, for the actions in
 CONTROL_ACTIONS (create_instance, create_disk, attach_disk, set_status, delete_instance,
-recreate_instance, inject_fault, configure, reset); GET /_fake/requests lists the requests
+recreate_instance, inject_fault, deny_permissions, configure, reset); GET /_fake/requests lists the requests
 served on the API (not the control actions); GET /_fake/state dumps every instance, disk and
 operation.
 """
@@ -180,6 +185,8 @@ class Route:
     flat_path: str
     params: frozenset[str]
     handler: str
+    # The handler also gets the request's JSON body.
+    takes_body: bool = False
 
     def pattern(self) -> re.Pattern[str]:
         regex = re.sub(r"\\\{([a-zA-Z]+)\\\}", r"(?P<\1>[^/]+)", re.escape(self.flat_path))
@@ -202,6 +209,15 @@ ROUTES: tuple[Route, ...] = (
           frozenset({"deviceName", "requestId"}), "instances_detach_disk"),
     Route("compute.instances.stop", "POST", "projects/{project}/zones/{zone}/instances/{instance}/stop",
           frozenset({"requestId", "discardLocalSsd", "noGracefulShutdown"}), "instances_stop"),
+    Route("compute.instances.testIamPermissions", "POST",
+          "projects/{project}/zones/{zone}/instances/{resource}/testIamPermissions",
+          frozenset(), "instances_test_iam_permissions", takes_body=True),
+    Route("compute.disks.testIamPermissions", "POST",
+          "projects/{project}/zones/{zone}/disks/{resource}/testIamPermissions",
+          frozenset(), "disks_test_iam_permissions", takes_body=True),
+    Route("compute.regionDisks.testIamPermissions", "POST",
+          "projects/{project}/regions/{region}/disks/{resource}/testIamPermissions",
+          frozenset(), "region_disks_test_iam_permissions", takes_body=True),
     Route("compute.zoneOperations.get", "GET", "projects/{project}/zones/{zone}/operations/{operation}",
           frozenset(), "zone_operations_get"),
     Route("compute.zoneOperations.wait", "POST",
@@ -222,6 +238,9 @@ DECLARED_PARAMS: dict[str, frozenset[str]] = {
     "compute.regionDisks.get": frozenset(),
     "compute.instances.detachDisk": frozenset({"deviceName", "requestId"}),
     "compute.instances.stop": frozenset({"discardLocalSsd", "noGracefulShutdown", "requestId"}),
+    "compute.instances.testIamPermissions": frozenset(),
+    "compute.disks.testIamPermissions": frozenset(),
+    "compute.regionDisks.testIamPermissions": frozenset(),
     "compute.zoneOperations.get": frozenset(),
     "compute.zoneOperations.wait": frozenset(),
 }
@@ -459,6 +478,7 @@ class FakeCompute:
         self._request_ids: dict[tuple[str, str, str], str] = {}
         self._zones: dict[str, set[str]] = {}
         self._faults: list[Fault] = []
+        self._denied: set[str] = set()
         self._serial = 0
         self.exchanges: list[dict[str, Any]] = []
 
@@ -816,6 +836,14 @@ class FakeCompute:
         with self._lock:
             self._faults.append(Fault(method_id, status, count))
 
+    def deny_permissions(self, permissions: list[str]) -> None:
+        """From now on testIamPermissions leaves these out of its answers (an empty list
+        grants everything again)."""
+        if not isinstance(permissions, list) or not all(isinstance(p, str) for p in permissions):
+            raise ValueError("permissions is a list of strings")
+        with self._lock:
+            self._denied = set(permissions)
+
     def state(self) -> dict[str, Any]:
         with self._lock:
             self._tick()
@@ -1009,6 +1037,33 @@ class FakeCompute:
         op = self._new_operation(project, zone, "stop", instance, None if already_off else stopped, request_id)
         return op.to_json(self.clock.now())
 
+    def instances_test_iam_permissions(self, p: dict[str, str], q: dict[str, str], body: Any) -> dict[str, Any]:
+        self._get_instance(p["project"], p["zone"], p["resource"])
+        return self._granted(body)
+
+    def disks_test_iam_permissions(self, p: dict[str, str], q: dict[str, str], body: Any) -> dict[str, Any]:
+        self._check_zone(p["project"], p["zone"])
+        self._disk(p["project"], "zones", p["zone"], p["resource"])
+        return self._granted(body)
+
+    def region_disks_test_iam_permissions(self, p: dict[str, str], q: dict[str, str],
+                                          body: Any) -> dict[str, Any]:
+        self._disk(p["project"], "regions", p["region"], p["resource"])
+        return self._granted(body)
+
+    def _granted(self, body: Any) -> dict[str, Any]:
+        """The asked permissions the caller holds: all but the denied ones."""
+        if not isinstance(body, dict) or set(body) - {"permissions"}:
+            raise ApiError(400, "invalid", "Invalid JSON payload received: expected a TestPermissionsRequest.")
+        asked = body.get("permissions", [])
+        if not isinstance(asked, list) or not all(isinstance(a, str) for a in asked):
+            raise invalid("permissions", str(asked), "Expected a list of strings.")
+        if any("*" in a for a in asked):
+            raise invalid("permissions", str(asked), "Permissions with wildcards are not allowed.")
+        granted = [a for a in asked if a not in self._denied]
+        # An empty list is left out of the answer, as GCE does.
+        return {"permissions": granted} if granted else {}
+
     def _get_operation(self, project: str, zone: str, name: str) -> Operation:
         self._check_zone(project, zone)
         op = self._operations.get((project, zone, name))
@@ -1036,7 +1091,7 @@ class FakeCompute:
 
     # --- dispatch -----------------------------------------------------------------------
 
-    def handle(self, http_method: str, raw_path: str) -> tuple[int, dict[str, Any]]:
+    def handle(self, http_method: str, raw_path: str, request_body: bytes = b"") -> tuple[int, dict[str, Any]]:
         """Answers one request: (status, JSON body)."""
         parsed = urllib.parse.urlsplit(raw_path)
         query_pairs = urllib.parse.parse_qsl(parsed.query, keep_blank_values=True)
@@ -1061,7 +1116,11 @@ class FakeCompute:
                         fault.remaining -= 1
                         raise fault_error(fault.status)
                 self._tick()
-                body = getattr(self, route.handler)(params, query)
+                handler = getattr(self, route.handler)
+                if route.takes_body:
+                    body = handler(params, query, _json_body(request_body))
+                else:
+                    body = handler(params, query)
                 status = 200
         except ApiError as e:
             status, body = e.code, e.body()
@@ -1096,6 +1155,13 @@ class FakeCompute:
                     f"Field '{sent}' could not be found in request message.",
                     status="INVALID_ARGUMENT",
                 )
+
+
+def _json_body(raw: bytes) -> Any:
+    try:
+        return json.loads(raw or b"{}")
+    except ValueError:
+        raise ApiError(400, "parseError", "Invalid JSON payload received.") from None
 
 
 def _valid_request_id(value: str) -> bool:
@@ -1164,7 +1230,7 @@ def _page(items: list[Any], q: dict[str, str], scope: str) -> tuple[list[Any], s
 
 CONTROL_ACTIONS = (
     "create_instance", "create_disk", "attach_disk", "set_status", "delete_instance", "recreate_instance",
-    "inject_fault", "configure", "reset", "add_zone",
+    "inject_fault", "deny_permissions", "configure", "reset", "add_zone",
 )
 
 
@@ -1217,7 +1283,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if self.path.startswith(CONTROL_PREFIX):
             status, payload = control(self.fake, self.command, self.path, body)
         else:
-            status, payload = self.fake.handle(self.command, self.path)
+            status, payload = self.fake.handle(self.command, self.path, body)
         data = json.dumps(payload).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json; charset=UTF-8")

@@ -217,6 +217,13 @@ def exercise_every_route(server: F.FakeCompute, clock: F.FakeClock, compute: Any
                          requestId=request_id).execute()
     instances.stop(project=PROJECT, zone=ZONE, instance="node-2").execute()
     clock.advance(3.0)
+    # testIamPermissions on each kind of resource preflight tests
+    asked = {"permissions": ["compute.instances.get", "compute.instances.detachDisk"]}
+    instances.testIamPermissions(project=PROJECT, zone=ZONE, resource="node-0", body=asked).execute()
+    on_disk = {"permissions": ["compute.disks.get"]}
+    disks.testIamPermissions(project=PROJECT, zone=ZONE, resource="pvc-0", body=on_disk).execute()
+    compute.regionDisks().testIamPermissions(project=PROJECT, region=REGION, resource="pvc-regional-0",
+                                             body=on_disk).execute()
     instances.get(project=PROJECT, zone=ZONE, instance="node-2").execute()
     # the errors
     calls = [
@@ -534,6 +541,35 @@ def test_a_boot_disk_is_detached_only_from_a_terminated_instance(fake: F.FakeCom
     op = instances.detachDisk(project=PROJECT, zone=ZONE, instance="node-1", deviceName="persistent-disk-0").execute()
     compute.zoneOperations().wait(project=PROJECT, zone=ZONE, operation=op["name"]).execute()
     assert [d["deviceName"] for d in fake.instance(PROJECT, ZONE, "node-1")["disks"]] == ["node-1-data-0"]
+
+
+def test_test_iam_permissions_answers_the_asked_less_the_denied(fake: F.FakeCompute, compute: Any) -> None:
+    fake.create_instance(PROJECT, ZONE, "node-1", data_disks=[{"name": "pvc-1"}])
+    instances = compute.instances()
+    asked = ["compute.instances.detachDisk", "compute.instances.get"]
+
+    def granted(resource: str = "node-1") -> list[str] | None:
+        answer = instances.testIamPermissions(project=PROJECT, zone=ZONE, resource=resource,
+                                              body={"permissions": asked}).execute()
+        return answer.get("permissions")
+
+    assert granted() == asked
+    fake.deny_permissions(["compute.instances.detachDisk"])
+    assert granted() == ["compute.instances.get"]
+    disk = compute.disks().testIamPermissions(project=PROJECT, zone=ZONE, resource="pvc-1",
+                                              body={"permissions": ["compute.instances.detachDisk"]}).execute()
+    assert disk == {}, "nothing granted: the list is left out, as GCE does"
+    fake.deny_permissions([])
+    assert granted() == asked
+    with pytest.raises(HttpError) as gone:
+        granted("no-such-vm")
+    assert gone.value.resp.status == 404
+    with pytest.raises(HttpError) as wildcard:
+        instances.testIamPermissions(project=PROJECT, zone=ZONE, resource="node-1",
+                                     body={"permissions": ["compute.*"]}).execute()
+    assert wildcard.value.resp.status == 400
+    with pytest.raises(ValueError):
+        fake.deny_permissions("compute.instances.get")  # type: ignore[arg-type]
 
 
 def test_wait_returns_when_done_or_after_its_bound(fake: F.FakeCompute, compute: Any) -> None:

@@ -346,6 +346,14 @@ impl Compute {
         Ok(())
     }
 
+    /// From now on `testIamPermissions` denies these permissions to every
+    /// caller; an empty list grants everything again.
+    pub async fn deny_permissions(&self, permissions: &[&str]) -> anyhow::Result<()> {
+        self.control("deny_permissions", json!({ "permissions": permissions }))
+            .await?;
+        Ok(())
+    }
+
     /// Deletes the VM; its boot disk goes with it, its data disks are freed.
     pub async fn delete_instance(&self, vm: &Vm) -> anyhow::Result<()> {
         self.control(

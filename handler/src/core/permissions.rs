@@ -30,6 +30,40 @@ pub const GCP_PERMISSIONS: &[&str] = &[
     "container.clusters.get",
 ];
 
+/// Where a Google Cloud permission can be tested with Compute Engine's
+/// `testIamPermissions`, which answers the subset of the asked permissions
+/// the caller holds on one resource.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GcpProbe {
+    /// On a VM (`instances.testIamPermissions`).
+    Instance,
+    /// On a disk (`disks.testIamPermissions`).
+    Disk,
+    /// Nowhere Compute Engine can test: operations have no IAM policy of
+    /// their own and the cluster is another API's resource.
+    NotTestable,
+}
+
+/// Where `permission` is tested.
+pub fn gcp_probe(permission: &str) -> GcpProbe {
+    if permission.starts_with("compute.instances.") {
+        GcpProbe::Instance
+    } else if permission.starts_with("compute.disks.") {
+        GcpProbe::Disk
+    } else {
+        GcpProbe::NotTestable
+    }
+}
+
+/// The permissions of [`GCP_PERMISSIONS`] tested on `probe`'s resource.
+pub fn gcp_permissions_on(probe: GcpProbe) -> Vec<&'static str> {
+    GCP_PERMISSIONS
+        .iter()
+        .copied()
+        .filter(|p| gcp_probe(p) == probe)
+        .collect()
+}
+
 /// Every cluster-wide Kubernetes permission the function uses: (API group,
 /// resource, verbs). VolumeAttachments `delete` serves the legacy mode
 /// only; pods `list` and `delete` serve both (taint mode: the volumes of
@@ -92,7 +126,9 @@ pub fn manifest() -> serde_json::Value {
 
 #[cfg(test)]
 mod tests {
-    use super::{AWS_ACTIONS, GCP_PERMISSIONS, POWER_OFF_AWS_ACTIONS, manifest};
+    use super::{
+        AWS_ACTIONS, GCP_PERMISSIONS, GcpProbe, POWER_OFF_AWS_ACTIONS, gcp_permissions_on, manifest,
+    };
     use std::collections::BTreeSet;
 
     /// The checked-in manifest is what this build says; after a change to
@@ -161,6 +197,19 @@ mod tests {
     ];
 
     #[test]
+    fn each_gcp_permission_is_tested_on_the_resource_it_guards() {
+        assert_eq!(
+            gcp_permissions_on(GcpProbe::Instance),
+            ["compute.instances.detachDisk", "compute.instances.get"]
+        );
+        assert_eq!(gcp_permissions_on(GcpProbe::Disk), ["compute.disks.get"]);
+        assert_eq!(
+            gcp_permissions_on(GcpProbe::NotTestable),
+            ["compute.zoneOperations.get", "container.clusters.get"]
+        );
+    }
+
+    #[test]
     fn the_gcp_permission_list_is_what_the_code_calls() {
         let shell: Vec<String> = [
             include_str!("../shell/cloud/gce.rs"),
@@ -186,8 +235,10 @@ mod tests {
         ] {
             for (i, _) in gce.match_indices(client) {
                 let call = gce[i..].split_inclusive("()").next().unwrap_or_default();
+                // Testing permissions needs none: preflight asks it.
+                let free = call.ends_with(".test_iam_permissions()");
                 assert!(
-                    GCE_CALLS.iter().any(|(c, _)| call.ends_with(c)),
+                    free || GCE_CALLS.iter().any(|(c, _)| call.ends_with(c)),
                     "`{call}` is called but maps to no permission"
                 );
             }

@@ -1,9 +1,12 @@
 //! `node-fencer preflight` and `{"action": "preflight"}`: checks, without
 //! changing anything, that this deployment can do its job: the API server
 //! answers, every Kubernetes permission the code uses is granted
-//! (SelfSubjectAccessReview per verb and resource), every EC2 call is
-//! allowed (`DryRun=true`), the secrets are readable, and what the settings
+//! (SelfSubjectAccessReview per verb and resource), every call is allowed
+//! on each cloud the nodes run on (EC2 dry runs, Compute Engine's
+//! `testIamPermissions`), the secrets are readable, and what the settings
 //! and the kill switch will do.
+
+mod clouds;
 
 use std::fmt::Write as _;
 
@@ -15,7 +18,6 @@ use crate::core::control::{self, KillSwitch};
 use crate::core::facts::FenceMode;
 use crate::core::mode::{self, ModeSetting, ServerVersion};
 use crate::core::permissions::{CONTROL_RULES, KUBERNETES_RULES};
-use crate::shell::cloud::aws;
 use crate::shell::cluster::{Cluster, Kube, can};
 use crate::shell::connect::Clients;
 
@@ -129,7 +131,8 @@ fn legacy_only(resource: &str, verb: &str) -> bool {
 }
 
 /// Runs every check. Never changes anything: the only writes are
-/// SelfSubjectAccessReviews and EC2 dry runs, which store nothing.
+/// SelfSubjectAccessReviews, EC2 dry runs and `testIamPermissions`, which
+/// store nothing.
 pub async fn run(clients: &Clients, config: &Config) -> Preflight {
     let mut checks = Vec::new();
     settings(config, &mut checks);
@@ -154,7 +157,7 @@ pub async fn run(clients: &Clients, config: &Config) -> Preflight {
                 e.to_string(),
                 "check CLUSTER_NAME / CLUSTER_ENDPOINT / KUBECONFIG_* and the network path to the API server",
             ));
-            ec2(&clients.ec2, config, &mut checks).await;
+            clouds::check(clients, config, None, &mut checks).await;
             return Preflight::new(checks);
         }
     };
@@ -211,7 +214,23 @@ pub async fn run(clients: &Clients, config: &Config) -> Preflight {
             },
         );
     }
-    ec2(&clients.ec2, config, &mut checks).await;
+    let nodes = match mode {
+        Some(_) => cluster
+            .list_nodes()
+            .await
+            .inspect_err(|e| {
+                checks.push(row(
+                    "nodes",
+                    Status::Warn,
+                    format!(
+                        "could not be listed ({e}): the clouds are chosen by the cluster access"
+                    ),
+                ));
+            })
+            .ok(),
+        None => None,
+    };
+    clouds::check(clients, config, nodes.as_deref(), &mut checks).await;
     Preflight::new(checks)
 }
 
@@ -260,10 +279,10 @@ fn settings(config: &Config, checks: &mut Vec<Check>) {
         "confirmation",
         Status::Info,
         if config.policy.confirm_again_after.is_zero() {
-            "EC2 is asked again right before acting".to_owned()
+            "the cloud is asked again right before acting".to_owned()
         } else {
             format!(
-                "EC2 is asked again after {}s, right before acting",
+                "the cloud is asked again after {}s, right before acting",
                 config.policy.confirm_again_after.as_secs()
             )
         },
@@ -378,44 +397,6 @@ async fn permissions(
     }
 }
 
-/// What an EC2 dry run said.
-fn dry_run_check<E>(action: &str, result: Result<E, String>) -> Check {
-    let check = format!("ec2:{action}");
-    match result {
-        // Only the reads are sent without DryRun support somewhere (some
-        // EC2 stand-ins ignore it): a read that answered is allowed.
-        Ok(_) => row(check, Status::Pass, "allowed"),
-        Err(code) if code == "DryRunOperation" => row(check, Status::Pass, "allowed (dry run)"),
-        Err(code) if code == "UnauthorizedOperation" || code == "AccessDenied" => failed(
-            check,
-            "denied",
-            format!("grant ec2:{action} to the function's role (infra/modules/node-fencer)"),
-        ),
-        Err(other) => failed(
-            check,
-            format!("could not check: {other}"),
-            "check the region, the endpoint and the credentials",
-        ),
-    }
-}
-
-async fn ec2(ec2: &aws_sdk_ec2::Client, config: &Config, checks: &mut Vec<Check>) {
-    for (action, answer) in aws::dry_run_probes(ec2).await {
-        checks.push(dry_run_check(action, answer));
-    }
-    if config.policy.active_fencing.is_some() {
-        let (action, answer) = aws::status_probe(ec2).await;
-        checks.push(dry_run_check(action, answer));
-        // A dry run of a stop needs a real instance carrying the tag the
-        // grant is limited to: there is none to name here.
-        checks.push(row(
-            "ec2:StopInstances",
-            Status::Info,
-            "not probed: granted only on the cluster's tagged instances (infra/README.md, active fencing)",
-        ));
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -442,21 +423,6 @@ mod tests {
         let ok = Preflight::new(vec![row("delete pods", Status::Warn, "x")]);
         assert!(ok.passed);
         assert!(ok.to_table().ends_with("preflight passed\n"));
-    }
-
-    #[test]
-    fn dry_run_answers() {
-        assert_eq!(
-            dry_run_check::<()>("DetachVolume", Err("DryRunOperation".into())).status,
-            Status::Pass
-        );
-        let denied = dry_run_check::<()>("DetachVolume", Err("UnauthorizedOperation".into()));
-        assert_eq!(denied.status, Status::Fail);
-        assert!(denied.fix.unwrap().contains("ec2:DetachVolume"));
-        assert_eq!(
-            dry_run_check::<()>("X", Err("timeout".into())).status,
-            Status::Fail
-        );
     }
 
     #[test]

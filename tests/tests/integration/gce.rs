@@ -347,6 +347,8 @@ async fn gce_a_running_suspended_or_recreated_vm_is_left_alone() -> anyhow::Resu
     let (admin, seed, node2) = gce_seed_with_node2_down(true).await?;
     let vm = vm_of(&seed);
 
+    preflight_tests_the_permissions_on_a_ready_vm(emu, &compute, &seed).await?;
+
     // Split brain: heartbeats stop, the VM runs (and writes).
     for (how, report) in [
         ("fence", fence(emu, &node2)?),
@@ -381,6 +383,87 @@ async fn gce_a_running_suspended_or_recreated_vm_is_left_alone() -> anyhow::Resu
     assert_untouched(&admin, &compute, &seed, &new, "recreated").await?;
     assert!(compute.detach_requests(&vm).await?.is_empty());
     teardown_seed(&admin, &seed).await;
+    Ok(())
+}
+
+/// Preflight on Compute Engine: each permission `testIamPermissions` can
+/// test, on a Ready node's VM and its boot disk, passes; with
+/// `compute.instances.detachDisk` denied it fails and says where to grant
+/// it; the permissions no resource holds are listed for the record.
+async fn preflight_tests_the_permissions_on_a_ready_vm(
+    emu: &Emulator,
+    compute: &Compute,
+    seed: &Seed,
+) -> anyhow::Result<()> {
+    let preflight = || -> anyhow::Result<Value> {
+        let out = emu.invoke(&json!({"action": "preflight"}))?;
+        anyhow::ensure!(!out.error, "preflight failed to run: {}", out.output);
+        Ok(serde_json::from_str(&out.output)?)
+    };
+    let gce_rows = |p: &Value| -> Vec<(String, String)> {
+        p["checks"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|c| {
+                let check = c["check"].as_str().unwrap_or_default();
+                check.starts_with("compute.") || check.starts_with("container.")
+            })
+            .map(|c| {
+                (
+                    c["check"].as_str().unwrap_or_default().to_owned(),
+                    c["status"].as_str().unwrap_or_default().to_owned(),
+                )
+            })
+            .collect()
+    };
+    let ready_vm = seed.workers[0]
+        .machine
+        .vm
+        .clone()
+        .expect("a GCE seed's nodes are VMs");
+    let on_vm = ready_vm.provider_id();
+    let disk_name = ready_vm.boot_disk.rsplit('/').next().unwrap_or_default();
+    let boot = format!("boot disk {disk_name}");
+    let expected = |detach: &str| {
+        vec![
+            (
+                format!("compute.instances.detachDisk on {on_vm}"),
+                detach.to_owned(),
+            ),
+            (
+                format!("compute.instances.get on {on_vm}"),
+                "pass".to_owned(),
+            ),
+            (format!("compute.disks.get on {boot}"), "pass".to_owned()),
+            ("compute.zoneOperations.get".to_owned(), "info".to_owned()),
+            ("container.clusters.get".to_owned(), "info".to_owned()),
+        ]
+    };
+    let granted = preflight()?;
+    assert_eq!(gce_rows(&granted), expected("pass"), "{granted:#}");
+
+    compute
+        .deny_permissions(&["compute.instances.detachDisk"])
+        .await?;
+    let denied = preflight();
+    compute.deny_permissions(&[]).await?;
+    let denied = denied?;
+    assert_eq!(gce_rows(&denied), expected("fail"), "{denied:#}");
+    assert_eq!(denied["passed"], false, "{denied:#}");
+    let row = denied["checks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["status"] == "fail")
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        row["fix"]
+            .as_str()
+            .is_some_and(|f| f.contains("infra/modules/node-fencer-gcp")),
+        "{row:#}"
+    );
     Ok(())
 }
 
@@ -532,7 +615,10 @@ impl Served {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", self.port)).await?;
         let method = if path == "/healthz" { "GET" } else { "POST" };
-        let auth = token.map_or_else(String::new, |t| format!("Authorization: Bearer {t}\r\n"));
+        let mut auth = token.map_or_else(String::new, |t| format!("Authorization: Bearer {t}\r\n"));
+        for (name, value) in headers {
+            auth.push_str(&format!("{name}: {value}\r\n"));
+        }
         let head = format!(
             "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n{auth}Content-Length: {}\r\nConnection: close\r\n\r\n",
             body.len()

@@ -6,7 +6,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures::future::try_join_all;
 use google_cloud_compute_v1::client::{Disks, Instances, RegionDisks, ZoneOperations};
-use google_cloud_compute_v1::model::{Instance, Operation};
+use google_cloud_compute_v1::model::{Instance, Operation, TestPermissionsRequest};
 
 use super::{Cloud, CloudError};
 use crate::core::facts::{
@@ -88,6 +88,77 @@ impl Gce {
             Err(e) if e.http_status_code() == Some(404) => Ok(None),
             Err(e) => Err(e),
         }
+    }
+
+    /// The permissions among `wanted` this identity holds on `vm`, as
+    /// `instances.testIamPermissions` answers (asking needs no permission).
+    pub async fn granted_on_vm(
+        &self,
+        vm: &GceInstance,
+        wanted: &[&str],
+    ) -> Result<Vec<String>, String> {
+        self.instances
+            .test_iam_permissions()
+            .set_project(vm.project())
+            .set_zone(vm.zone())
+            .set_resource(vm.name())
+            .set_body(TestPermissionsRequest::new().set_permissions(wanted.iter().copied()))
+            .send()
+            .await
+            .map(|answer| answer.permissions)
+            .map_err(|e| e.to_string())
+    }
+
+    /// The boot disk of `vm`, a disk of the cluster's project to test disk
+    /// permissions on; `None` when the VM or its boot disk is not found.
+    pub async fn boot_disk(&self, vm: &GceInstance) -> Result<Option<PdDisk>, String> {
+        let found = self.get(vm).await.map_err(|e| e.to_string())?;
+        Ok(found
+            .and_then(|i| i.disks.into_iter().find(|d| d.boot == Some(true)))
+            .and_then(|d| d.source)
+            .and_then(|link| {
+                let path = link
+                    .split_once("/compute/v1/")
+                    .map_or(link.as_str(), |(_, p)| p);
+                PdDisk::from_handle(path)
+            }))
+    }
+
+    /// The permissions among `wanted` this identity holds on `disk`.
+    pub async fn granted_on_disk(
+        &self,
+        disk: &PdDisk,
+        wanted: &[&str],
+    ) -> Result<Vec<String>, String> {
+        let Some(project) = disk.project.as_deref() else {
+            return Err(format!("disk {} names no project", disk.name));
+        };
+        let body = TestPermissionsRequest::new().set_permissions(wanted.iter().copied());
+        let answer = match &disk.location {
+            DiskLocation::Zone(zone) => {
+                self.disks
+                    .test_iam_permissions()
+                    .set_project(project)
+                    .set_zone(zone)
+                    .set_resource(&disk.name)
+                    .set_body(body)
+                    .send()
+                    .await
+            }
+            DiskLocation::Region(region) => {
+                self.region_disks
+                    .test_iam_permissions()
+                    .set_project(project)
+                    .set_region(region)
+                    .set_resource(&disk.name)
+                    .set_body(body)
+                    .send()
+                    .await
+            }
+        };
+        answer
+            .map(|answer| answer.permissions)
+            .map_err(|e| e.to_string())
     }
 
     /// The disk as Compute Engine describes it, with the VMs using it;
