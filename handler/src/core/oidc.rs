@@ -147,6 +147,8 @@ pub enum TokenError {
 pub struct Expected {
     audience: String,
     email: String,
+    /// This service's own URLs as a request reached it, also accepted.
+    own_urls: Vec<String>,
 }
 
 /// Why an [`Expected`] cannot be built.
@@ -177,7 +179,37 @@ impl Expected {
         Ok(Self {
             audience: audience.to_owned(),
             email: email.to_owned(),
+            own_urls: Vec::new(),
         })
+    }
+
+    /// The same, also accepting a token for this service's own URL as the
+    /// request reached it: `https://HOST` or `https://HOST/PATH`. An
+    /// Eventarc trigger cannot be given an audience; its tokens name the
+    /// Cloud Run service's URL, which is not known before the service
+    /// exists. On Cloud Run, a request only reaches the service through a
+    /// host name of its own. A `host` or `path` of any other shape adds
+    /// nothing.
+    pub fn or_own_url(&self, host: Option<&str>, path: &str) -> Self {
+        let mut with = self.clone();
+        let plain_host = |h: &str| {
+            !h.is_empty()
+                && h.len() <= 253
+                && h.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | ':'))
+        };
+        let plain_path = path.starts_with('/')
+            && path[1..]
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '/'));
+        if let Some(host) = host.filter(|h| plain_host(h)) {
+            let origin = format!("https://{}", host.to_ascii_lowercase());
+            if plain_path && path != "/" {
+                with.own_urls.push(format!("{origin}{path}"));
+            }
+            with.own_urls.push(origin);
+        }
+        with
     }
 
     /// The audience.
@@ -324,9 +356,10 @@ fn check_claims(claims: Claims, expected: &Expected, now: i64) -> Result<PushIde
     if !GOOGLE_ISSUERS.contains(&iss.as_str()) {
         return Err(TokenError::Issuer);
     }
+    let accepted = |aud: &String| *aud == expected.audience || expected.own_urls.contains(aud);
     let for_us = match claims.aud.ok_or(TokenError::MissingClaim("aud"))? {
-        Audience::One(aud) => aud == expected.audience,
-        Audience::Many(auds) => auds.contains(&expected.audience),
+        Audience::One(aud) => accepted(&aud),
+        Audience::Many(auds) => auds.iter().any(accepted),
     };
     if !for_us {
         return Err(TokenError::Audience {

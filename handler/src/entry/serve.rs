@@ -140,7 +140,7 @@ impl Server {
         }
         // Authenticate before the body is read.
         if path != "/alertmanager"
-            && let Err(refused) = self.authenticate(&parts.headers).await
+            && let Err(refused) = self.authenticate(&parts.headers, &path).await
         {
             return refused;
         }
@@ -178,8 +178,13 @@ impl Server {
     }
 
     /// Lets in a request bearing a Google-signed OIDC token for this
-    /// service; anything else is answered here.
-    async fn authenticate(&self, headers: &HeaderMap) -> Result<(), Response<Full<Bytes>>> {
+    /// service (`PUSH_AUDIENCE`, or the URL the request came to); anything
+    /// else is answered here.
+    async fn authenticate(
+        &self,
+        headers: &HeaderMap,
+        path: &str,
+    ) -> Result<(), Response<Full<Bytes>>> {
         let Some(push) = &self.push else {
             return Err(reply(
                 StatusCode::UNAUTHORIZED,
@@ -192,7 +197,10 @@ impl Server {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
-        match push.verify(authorization, now).await {
+        let host = headers
+            .get(http::header::HOST)
+            .and_then(|v| v.to_str().ok());
+        match push.verify_at(authorization, host, path, now).await {
             Ok(_) => Ok(()),
             Err(e) => {
                 warn!(error = %e, "push request refused");

@@ -166,8 +166,31 @@ impl PushVerifier {
         authorization: Option<&str>,
         now_unix: i64,
     ) -> Result<PushIdentity, AuthError> {
+        self.verify_with(authorization, &self.expected, now_unix)
+            .await
+    }
+
+    /// [`Self::verify`], a token for the service's own URL as `host` and
+    /// `path` name it also accepted ([`Expected::or_own_url`]).
+    pub async fn verify_at(
+        &self,
+        authorization: Option<&str>,
+        host: Option<&str>,
+        path: &str,
+        now_unix: i64,
+    ) -> Result<PushIdentity, AuthError> {
+        let expected = self.expected.or_own_url(host, path);
+        self.verify_with(authorization, &expected, now_unix).await
+    }
+
+    async fn verify_with(
+        &self,
+        authorization: Option<&str>,
+        expected: &Expected,
+        now_unix: i64,
+    ) -> Result<PushIdentity, AuthError> {
         let token = oidc::bearer(authorization).map_err(Refusal::Token)?;
-        let checked = oidc::check_token(token, &self.expected, now_unix).map_err(Refusal::Token)?;
+        let checked = oidc::check_token(token, expected, now_unix).map_err(Refusal::Token)?;
         let key = self.key(&checked.kid, now_unix).await?;
         RsaPublicKeyComponents {
             n: &key.n,

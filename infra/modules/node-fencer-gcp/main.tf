@@ -488,6 +488,8 @@ resource "google_project_iam_member" "push_event_receiver" {
 # An audit-log trigger matches one method; the sink above carries them all.
 # Its location is the cluster's region: a regional trigger receives the
 # entries of the resources in that region.
+# A trigger cannot be given an OIDC audience: its tokens name the service's
+# own URL, which the service accepts beside PUSH_AUDIENCE.
 resource "google_eventarc_trigger" "stop" {
   count = var.eventarc ? 1 : 0
 

@@ -556,6 +556,33 @@ async fn key_server(body: String) -> anyhow::Result<u16> {
     Ok(port)
 }
 
+/// The host name the requests to `serve` name, as Cloud Run's front end
+/// passes the service's own.
+const SERVED_HOST: &str = "node-fencer-test.a.run.app";
+
+/// The headers of an Eventarc CloudEvent in binary mode carrying an audit
+/// log entry.
+fn eventarc_headers(vm: &Vm) -> Vec<(&'static str, String)> {
+    vec![
+        ("ce-specversion", "1.0".into()),
+        (
+            "ce-id",
+            "projects/proj-fencer/logs/cloudaudit.googleapis.com%2Factivity-stop1".into(),
+        ),
+        ("ce-type", "google.cloud.audit.log.v1.written".into()),
+        (
+            "ce-source",
+            format!(
+                "//cloudaudit.googleapis.com/projects/{}/logs/activity",
+                vm.project
+            ),
+        ),
+        ("ce-methodname", "v1.compute.instances.stop".into()),
+        ("ce-servicename", "compute.googleapis.com".into()),
+        ("ce-resourcename", vm.path()),
+    ]
+}
+
 /// `node-fencer serve` (the `gce` build) on the controller stack, killed
 /// when dropped.
 struct Served {
@@ -612,6 +639,17 @@ impl Served {
         token: Option<&str>,
         body: &str,
     ) -> anyhow::Result<(u16, String)> {
+        self.post_with(path, token, &[], body).await
+    }
+
+    /// [`Self::post`] with these headers besides.
+    async fn post_with(
+        &self,
+        path: &str,
+        token: Option<&str>,
+        headers: &[(&str, String)],
+        body: &str,
+    ) -> anyhow::Result<(u16, String)> {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", self.port)).await?;
         let method = if path == "/healthz" { "GET" } else { "POST" };
@@ -620,7 +658,7 @@ impl Served {
             auth.push_str(&format!("{name}: {value}\r\n"));
         }
         let head = format!(
-            "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n{auth}Content-Length: {}\r\nConnection: close\r\n\r\n",
+            "{method} {path} HTTP/1.1\r\nHost: {SERVED_HOST}\r\nContent-Type: application/json\r\n{auth}Content-Length: {}\r\nConnection: close\r\n\r\n",
             body.len()
         );
         stream.write_all(head.as_bytes()).await?;
@@ -640,11 +678,9 @@ impl Served {
     }
 }
 
-/// A Pub/Sub push request carrying the audit log entry of the end of a
-/// `stop` of `vm`, as the Logging sink writes it.
-fn stop_pushed(vm: &Vm) -> String {
-    use base64::Engine;
-    let entry = json!({
+/// The audit log entry of the end of a `stop` of `vm`.
+fn stop_entry(vm: &Vm) -> Value {
+    json!({
         "insertId": "-stop1",
         "logName": format!("projects/{}/logs/cloudaudit.googleapis.com%2Factivity", vm.project),
         "protoPayload": {
@@ -657,7 +693,14 @@ fn stop_pushed(vm: &Vm) -> String {
             "instance_id": vm.id, "project_id": vm.project, "zone": vm.zone}},
         "operation": {"id": "operation-1", "producer": "compute.googleapis.com", "last": true},
         "severity": "NOTICE"
-    });
+    })
+}
+
+/// A Pub/Sub push request carrying [`stop_entry`], as the Logging sink
+/// writes it.
+fn stop_pushed(vm: &Vm) -> String {
+    use base64::Engine;
+    let entry = stop_entry(vm);
     json!({
         "message": {
             "data": base64::engine::general_purpose::STANDARD.encode(entry.to_string()),
@@ -668,11 +711,14 @@ fn stop_pushed(vm: &Vm) -> String {
     .to_string()
 }
 
-/// The audit log path on Cloud Run: `serve` takes the Pub/Sub push of the
-/// VM's stop. Without a token, with one signed by a key Google does not
-/// publish, or with one for another audience, it answers 401 and nothing
-/// changes; with the right one it fences the node; the same message
-/// delivered again finds it fenced and detaches nothing more.
+/// The audit log path on Cloud Run: the VM's stop reaches `serve` twice,
+/// as it does with both the Logging sink and the Eventarc trigger. Without
+/// a token, with one signed by a key Google does not publish, or with one
+/// for another audience, either route answers 401 and nothing changes.
+/// The Eventarc CloudEvent, its token for the service's own URL (a trigger
+/// cannot be given an audience), fences the node; the Pub/Sub push of the
+/// same entry finds it fenced and detaches nothing more, and so does its
+/// redelivery.
 #[tokio::test]
 async fn gce_a_pushed_stop_needs_a_valid_token_and_a_redelivery_changes_nothing()
 -> anyhow::Result<()> {
@@ -684,7 +730,10 @@ async fn gce_a_pushed_stop_needs_a_valid_token_and_a_redelivery_changes_nothing(
     let served = Served::start(certs).await?;
     let (admin, seed, node2) = gce_seed_with_node2_down(false).await?;
     let vm = vm_of(&seed);
-    let body = stop_pushed(&vm);
+    let pushed = stop_pushed(&vm);
+    let event = stop_entry(&vm).to_string();
+    let headers = eventarc_headers(&vm);
+    let own_url = format!("https://{SERVED_HOST}");
 
     for (how, token) in [
         ("no token", None),
@@ -693,14 +742,24 @@ async fn gce_a_pushed_stop_needs_a_valid_token_and_a_redelivery_changes_nothing(
             "another audience",
             Some(signer.token("https://elsewhere.example")?),
         ),
+        (
+            "another path of this service",
+            Some(signer.token(&format!("{own_url}/sweep"))?),
+        ),
     ] {
-        let (status, text) = served.post("/pubsub", token.as_deref(), &body).await?;
-        assert_eq!(status, 401, "{how}: {text}");
+        let (status, text) = served.post("/pubsub", token.as_deref(), &pushed).await?;
+        assert_eq!(status, 401, "/pubsub, {how}: {text}");
+        let (status, text) = served
+            .post_with("/eventarc", token.as_deref(), &headers, &event)
+            .await?;
+        assert_eq!(status, 401, "/eventarc, {how}: {text}");
         assert_untouched(&admin, &compute, &seed, &vm, how).await?;
     }
 
-    let token = signer.token(PUSH_AUDIENCE)?;
-    let (status, text) = served.post("/pubsub", Some(&token), &body).await?;
+    let eventarc_token = signer.token(&own_url)?;
+    let (status, text) = served
+        .post_with("/eventarc", Some(&eventarc_token), &headers, &event)
+        .await?;
     assert_eq!(status, 200, "{text}");
     let report: Value = serde_json::from_str(&text)?;
     let r = only_result(&report, &node2);
@@ -710,20 +769,23 @@ async fn gce_a_pushed_stop_needs_a_valid_token_and_a_redelivery_changes_nothing(
     let detached = compute.detach_requests(&vm).await?.len();
     assert_eq!(detached, 2, "both Persistent Disks, never the boot disk");
 
-    // Pub/Sub delivers at least once: the same message again.
-    let (status, text) = served.post("/pubsub", Some(&token), &body).await?;
-    assert_eq!(status, 200, "{text}");
-    let again: Value = serde_json::from_str(&text)?;
-    assert_eq!(
-        only_result(&again, &node2)["outcome"],
-        "already_fenced",
-        "{again:#}"
-    );
-    assert_eq!(
-        compute.detach_requests(&vm).await?.len(),
-        detached,
-        "no detachDisk more"
-    );
+    // The sink's copy, then Pub/Sub's redelivery of it (at least once).
+    let token = signer.token(PUSH_AUDIENCE)?;
+    for delivery in ["the sink's copy", "a redelivery"] {
+        let (status, text) = served.post("/pubsub", Some(&token), &pushed).await?;
+        assert_eq!(status, 200, "{delivery}: {text}");
+        let again: Value = serde_json::from_str(&text)?;
+        assert_eq!(
+            only_result(&again, &node2)["outcome"],
+            "already_fenced",
+            "{delivery}: {again:#}"
+        );
+        assert_eq!(
+            compute.detach_requests(&vm).await?.len(),
+            detached,
+            "{delivery}: no detachDisk more"
+        );
+    }
     teardown_seed(&admin, &seed).await;
     Ok(())
 }

@@ -474,3 +474,41 @@ proptest::proptest! {
         }
     }
 }
+
+#[test]
+fn a_token_for_the_url_the_request_came_to_is_accepted_too() {
+    let host = "node-fencer-abc123-ew.a.run.app";
+    let own = expected().or_own_url(Some(host), "/eventarc");
+    for aud in [
+        format!("https://{host}"),
+        format!("https://{host}/eventarc"),
+    ] {
+        let token = with_claim("aud", json!(aud));
+        assert!(check(&token).is_err(), "{aud}: not without the host");
+        assert!(check_token(&token, &own, NOW).is_ok(), "{aud}");
+    }
+    assert!(check_token(&token_of(&header(), &claims()), &own, NOW).is_ok());
+    for (aud, why) in [
+        (format!("http://{host}"), "Cloud Run is reached over https"),
+        (format!("https://{host}/sweep"), "another path"),
+        ("https://elsewhere.example".to_owned(), "another host"),
+    ] {
+        let token = with_claim("aud", json!(aud));
+        assert!(
+            matches!(
+                check_token(&token, &own, NOW),
+                Err(TokenError::Audience { .. })
+            ),
+            "{why}"
+        );
+    }
+    // A Host header of another shape names no URL of this service.
+    for odd in ["", "a b", "evil.example/x", "h\u{e9}st"] {
+        let token = with_claim("aud", json!(format!("https://{odd}")));
+        let with = expected().or_own_url(Some(odd), "/eventarc");
+        assert!(check_token(&token, &with, NOW).is_err(), "{odd:?}");
+    }
+    let odd_path = expected().or_own_url(Some(host), "/x?y");
+    let token = with_claim("aud", json!(format!("https://{host}/x?y")));
+    assert!(check_token(&token, &odd_path, NOW).is_err());
+}
