@@ -300,9 +300,8 @@ impl Attacher {
     /// Puts the external-attacher's finalizer on, as it does before any
     /// attach.
     async fn hold(&self, name: &str, va: &VolumeAttachment) -> anyhow::Result<()> {
-        let finalizers = va.metadata.finalizers.clone().unwrap_or_default();
-        if !finalizers.iter().any(|f| f == self.driver.finalizer()) {
-            let mut with = finalizers;
+        if !holds(va, self.driver.finalizer()) {
+            let mut with = va.metadata.finalizers.clone().unwrap_or_default();
             with.push(self.driver.finalizer().to_owned());
             self.vas
                 .patch(
@@ -318,10 +317,10 @@ impl Attacher {
     /// Takes the external-attacher's finalizer off once the volume is
     /// unpublished, and clears the status; false when it was not there.
     async fn release(&self, name: &str, va: &VolumeAttachment) -> anyhow::Result<bool> {
-        let finalizers = va.metadata.finalizers.clone().unwrap_or_default();
-        if !finalizers.iter().any(|f| f == self.driver.finalizer()) {
+        if !holds(va, self.driver.finalizer()) {
             return Ok(false);
         }
+        let finalizers = va.metadata.finalizers.clone().unwrap_or_default();
         let patch = json!({"status": {"attached": false, "detachError": Value::Null}});
         let _ = self
             .vas
@@ -502,23 +501,11 @@ impl Attacher {
     }
 
     async fn detach(&mut self, name: &str, va: &VolumeAttachment) -> anyhow::Result<()> {
-        let finalizers = va.metadata.finalizers.clone().unwrap_or_default();
-        if !finalizers.iter().any(|f| f == FINALIZER) {
+        if !holds(va, self.driver.finalizer()) {
             return Ok(());
         }
-        let target = match self.target(va).await {
-            Ok(t) => Some(t),
-            Err(e) => {
-                let known = self.targets.get(name).cloned();
-                if known.is_none() {
-                    self.note(&format!(
-                        "{name}: {e:#}; nothing known to detach, releasing it"
-                    ));
-                }
-                known
-            }
-        };
-        if let Some(target) = &target {
+        let looked_up = self.target(va).await;
+        if let Some(target) = &self.target_or_known(name, looked_up) {
             match self.ec2_detach(target).await {
                 Ok(true) => self.note(&format!(
                     "{name}: detached {} from {}",
@@ -544,6 +531,24 @@ impl Attacher {
         self.release(name, va).await?;
         self.targets.remove(name);
         Ok(())
+    }
+
+    /// The disk and machine a detach is about: as looked up now, else as
+    /// remembered from the attach (the PersistentVolume or the Node may be
+    /// gone by now); `None`, noted, when neither is known.
+    fn target_or_known(&self, name: &str, looked_up: anyhow::Result<Target>) -> Option<Target> {
+        match looked_up {
+            Ok(t) => Some(t),
+            Err(e) => {
+                let known = self.targets.get(name).cloned();
+                if known.is_none() {
+                    self.note(&format!(
+                        "{name}: {e:#}; nothing known to detach, releasing it"
+                    ));
+                }
+                known
+            }
+        }
     }
 
     /// The EBS volume (from the PersistentVolume) and the instance (from the
@@ -769,23 +774,11 @@ impl Attacher {
     /// `ControllerUnpublishVolume`, as the stand-in plays it: released once
     /// the VM no longer lists the disk (see the module's notes).
     async fn pd_detach(&mut self, name: &str, va: &VolumeAttachment) -> anyhow::Result<()> {
-        let finalizers = va.metadata.finalizers.clone().unwrap_or_default();
-        if !finalizers.iter().any(|f| f == Driver::Pd.finalizer()) {
+        if !holds(va, self.driver.finalizer()) {
             return Ok(());
         }
-        let target = match self.pd_target(va).await {
-            Ok(t) => Some(t),
-            Err(e) => {
-                let known = self.targets.get(name).cloned();
-                if known.is_none() {
-                    self.note(&format!(
-                        "{name}: {e:#}; nothing known to detach, releasing it"
-                    ));
-                }
-                known
-            }
-        };
-        if let Some(target) = &target {
+        let looked_up = self.pd_target(va).await;
+        if let Some(target) = &self.target_or_known(name, looked_up) {
             let users = users_in(&self.compute.state().await?, &target.volume).unwrap_or_default();
             if users.contains(&target.instance) {
                 return Err(Waiting(format!(
@@ -840,4 +833,13 @@ where
         (Some(code), Some(message)) => format!("{code}: {message}"),
         _ => format!("{err}"),
     }
+}
+
+/// True when the attachment carries this finalizer: the stand-in holds it,
+/// and only it may release it.
+fn holds(va: &VolumeAttachment, finalizer: &str) -> bool {
+    va.metadata
+        .finalizers
+        .as_ref()
+        .is_some_and(|f| f.iter().any(|f| f == finalizer))
 }
