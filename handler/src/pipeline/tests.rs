@@ -592,8 +592,11 @@ async fn a_node_still_ready_when_its_instance_is_off_is_fenced_once_it_turns_not
         "EC2 is asked once; the Node is looked at until NotReady"
     );
 
+    // Long enough for more than one look on a loaded machine (a look takes
+    // well under a millisecond with the fakes), short for the suite.
     let short = Policy {
-        not_ready_wait: Duration::from_millis(20),
+        not_ready_wait: Duration::from_millis(300),
+        poll_interval: Duration::from_millis(10),
         ..policy()
     };
     let w = World::new().with_node(NODE, 1, InstanceState::Stopped, "True");
