@@ -180,16 +180,15 @@ mod tests {
     }
 
     /// Compute Engine calls as they appear in the code, whitespace removed
-    /// (`self.instances.get()`), mapped to the permission each needs;
-    /// `zoneOperations.wait` needs `get`, and a regional disk's `get` the
-    /// same permission as a zonal one's. The Google token GKE takes needs
+    /// (`self.instances.get()`), mapped to the permission each needs; a
+    /// regional disk's `get` needs the same permission as a zonal one's. The Google token GKE takes needs
     /// `container.clusters.get`.
     const GCE_CALLS: &[(&str, &str)] = &[
         ("self.instances.get()", "compute.instances.get"),
         (".instances.detach_disk()", "compute.instances.detachDisk"),
         ("self.disks.get()", "compute.disks.get"),
         ("self.region_disks.get()", "compute.disks.get"),
-        ("self.operations.wait()", "compute.zoneOperations.get"),
+        ("self.operations.get()", "compute.zoneOperations.get"),
         (
             ".build_access_token_credentials()",
             "container.clusters.get",

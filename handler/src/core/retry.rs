@@ -3,7 +3,9 @@
 //! the random draw and the clock reading, so every decision is testable.
 //!
 //! EC2 calls get the same shape from the AWS SDK's standard retry mode
-//! (configured from [`EC2`] in `shell::connect`); Kubernetes calls from
+//! (configured from [`EC2`] in `shell::connect`), Compute Engine calls from
+//! the Google Cloud client's policies (configured from [`COMPUTE`] in
+//! `shell::cloud::gce`); Kubernetes calls from
 //! `shell::cluster`, because kube's own retry layer allows 15 attempts and
 //! 1000 s pauses, far beyond a Lambda invocation.
 
@@ -36,6 +38,18 @@ pub const KUBERNETES: RetryPolicy = RetryPolicy {
 /// EC2 API calls (the SDK applies the attempts and backoff; the budget is
 /// its operation timeout).
 pub const EC2: RetryPolicy = RetryPolicy {
+    max_attempts: 5,
+    base: Duration::from_millis(200),
+    cap: Duration::from_secs(5),
+    budget: Duration::from_secs(30),
+};
+
+/// Compute Engine API calls. The client library's own default allows 10
+/// attempts over 60 s, pauses of up to 60 s and no attempt timeout, so one
+/// call could hold a hung connection for its whole minute; these bounds are
+/// EC2's. The client applies the attempts, the backoff (its jitter is full,
+/// not equal) and the budget.
+pub const COMPUTE: RetryPolicy = RetryPolicy {
     max_attempts: 5,
     base: Duration::from_millis(200),
     cap: Duration::from_secs(5),
@@ -123,6 +137,16 @@ mod tests {
         };
         assert!(total(0.0) >= Duration::from_secs(6), "{:?}", total(0.0));
         assert!(total(1.0) <= KUBERNETES.budget, "{:?}", total(1.0));
+    }
+
+    #[test]
+    fn the_cloud_policies_leave_their_budget_to_the_attempts() {
+        for policy in [EC2, COMPUTE] {
+            let pauses: Duration = (1..policy.max_attempts)
+                .filter_map(|n| policy.pause(n, Duration::ZERO, 1.0))
+                .sum();
+            assert!(pauses * 4 <= policy.budget, "{policy:?}: {pauses:?}");
+        }
     }
 
     #[test]

@@ -84,7 +84,7 @@ pub struct Timeouts {
     /// One attempt of one call, answer included; EC2 and Kubernetes answer
     /// in milliseconds, so this only bounds a hung dependency.
     pub attempt: Duration,
-    /// One EC2 call, its retries included.
+    /// One EC2 or Compute Engine call, its retries included.
     pub call: Duration,
 }
 
@@ -180,6 +180,7 @@ impl Clients {
             #[cfg(feature = "gce")]
             compute: crate::shell::cloud::gce::GceEndpoint {
                 url: config.compute_endpoint.clone(),
+                ..Default::default()
             },
             #[cfg(feature = "gce")]
             gce: OnceCell::new(),

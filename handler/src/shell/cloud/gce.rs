@@ -7,6 +7,10 @@ use async_trait::async_trait;
 use futures::future::try_join_all;
 use google_cloud_compute_v1::client::{Disks, Instances, RegionDisks, ZoneOperations};
 use google_cloud_compute_v1::model::{Instance, Operation, TestPermissionsRequest};
+use google_cloud_gax::exponential_backoff::{ExponentialBackoff, ExponentialBackoffBuilder};
+use google_cloud_gax::options::RequestOptionsBuilder;
+use google_cloud_gax::retry_policy::{Aip194Strict, RetryPolicy as GaxRetryPolicy, RetryPolicyExt};
+use google_cloud_gax::retry_throttler::CircuitBreaker;
 
 use super::{Cloud, CloudError};
 use crate::core::facts::{
@@ -14,11 +18,28 @@ use crate::core::facts::{
 };
 use crate::core::gce::{DiskLocation, GceInstance, GceStatus, PdDisk};
 use crate::core::instance::{AttachmentState, InstanceId, InstanceState, VolumeId, VolumeState};
+use crate::core::retry::{self, RetryPolicy};
+use crate::shell::connect::Timeouts;
 
 /// How long one detach may take, its operation waited on, before it counts
 /// as failed (and is retried). A detach from a stopped VM completes in
 /// seconds.
 const DETACH_WAIT: Duration = Duration::from_secs(60);
+
+/// The first pause before a detach's operation is asked about again, and
+/// the longest: most finish within a second or two, so the first looks
+/// come soon and the later ones rarely.
+const POLL_FIRST: Duration = Duration::from_millis(200);
+const POLL_MAX: Duration = Duration::from_secs(2);
+
+/// Retries refused across all calls of one client once this many retries
+/// failed with nothing succeeding in between (each failure costs
+/// [`RETRY_COST`] tokens, each success returns one), as the AWS SDK's
+/// standard retry quota does. The client library's default throttler
+/// instead refuses a retry at random from the first failure of a new
+/// client: half the time, right after a cold start.
+const RETRY_TOKENS: u64 = 500;
+const RETRY_COST: u64 = 5;
 
 /// [`Cloud`] over the Compute Engine API.
 #[derive(Clone, Debug)]
@@ -30,12 +51,61 @@ pub struct Gce {
 }
 
 /// Where and how to reach Compute Engine.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct GceEndpoint {
     /// Another base URL than `https://compute.googleapis.com` (a Private
     /// Service Connect endpoint, or a local stand-in). A plain `http://`
     /// one is only ever local: no credentials are sent to it.
     pub url: Option<String>,
+    /// How long one attempt may take (connection included) and one call,
+    /// its retries included; the connect timeout is not used, the attempt
+    /// timeout covers it.
+    pub timeouts: Timeouts,
+}
+
+impl Default for GceEndpoint {
+    fn default() -> Self {
+        Self {
+            url: None,
+            timeouts: Timeouts {
+                call: retry::COMPUTE.budget,
+                ..Timeouts::default()
+            },
+        }
+    }
+}
+
+/// What the clients retry, within `policy`'s attempts and `call`: a 429
+/// (not retried by the library's strict reading of AIP-194) always, since
+/// nothing was done; and for idempotent calls only, a 503, a dropped
+/// connection and an attempt that timed out. Reads are idempotent, and so
+/// is a detach, by its request id. A connection never made is always
+/// retried.
+fn retry_policy(policy: &RetryPolicy, call: Duration) -> impl GaxRetryPolicy + 'static {
+    Aip194Strict
+        .continue_on_client_timeout()
+        .continue_on_too_many_requests()
+        .with_attempt_limit(policy.max_attempts)
+        .with_time_limit(call)
+}
+
+/// Pauses that double from `policy.base` up to `policy.cap`, each a random
+/// share of that ceiling.
+fn backoff(policy: &RetryPolicy) -> Result<ExponentialBackoff, String> {
+    ExponentialBackoffBuilder::new()
+        .with_initial_delay(policy.base)
+        .with_maximum_delay(policy.cap)
+        .with_scaling(2.0)
+        .build()
+        .map_err(|e| format!("the Compute Engine backoff: {e}"))
+}
+
+/// The pause before the operation is asked about again, after `polls`
+/// looks at it.
+fn poll_pause(polls: u32) -> Duration {
+    POLL_FIRST
+        .checked_mul(1u32.checked_shl(polls).unwrap_or(u32::MAX))
+        .map_or(POLL_MAX, |d| d.min(POLL_MAX))
 }
 
 impl Gce {
@@ -58,6 +128,10 @@ impl Gce {
                     );
                 }
                 builder
+                    .with_retry_policy(retry_policy(&retry::COMPUTE, endpoint.timeouts.call))
+                    .with_backoff_policy(backoff(&retry::COMPUTE)?)
+                    .with_retry_throttler(CircuitBreaker::clamp(RETRY_TOKENS, 0, RETRY_COST))
+                    .with_attempt_timeout(endpoint.timeouts.attempt)
                     .build()
                     .await
                     .map_err(|e| format!("building the Compute Engine client: {e}"))?
@@ -224,50 +298,53 @@ impl Gce {
     }
 
     /// Waits, bounded, for a zonal operation to finish; its error, if it
-    /// ends with one, is the call's.
+    /// ends with one, is the call's. It is asked about with `get`, an
+    /// idempotent read each bounded by the client's policy, rather than
+    /// `wait`, which Compute Engine may hold for two minutes, past any
+    /// attempt timeout.
     async fn wait(&self, vm: &GceInstance, op: Operation) -> Result<(), String> {
         let Some(name) = op.name.clone() else {
             return Err("the operation has no name".into());
         };
+        let late = || {
+            format!(
+                "operation {name} not done after {} s",
+                DETACH_WAIT.as_secs()
+            )
+        };
         let deadline = tokio::time::Instant::now() + DETACH_WAIT;
         let mut current = op;
-        loop {
-            let done = current
-                .status
-                .as_ref()
-                .and_then(|s| s.name())
-                .is_some_and(|s| s == "DONE");
-            if done {
-                return current.to_result().map(|_| ()).map_err(|e| e.to_string());
+        let mut polls = 0;
+        while !is_done(&current) {
+            let pause = poll_pause(polls);
+            polls += 1;
+            if tokio::time::Instant::now() + pause >= deadline {
+                return Err(late());
             }
-            if tokio::time::Instant::now() >= deadline {
-                return Err(format!(
-                    "operation {name} not done after {} s",
-                    DETACH_WAIT.as_secs()
-                ));
-            }
-            // `wait` returns when the operation is done or after about two
-            // minutes at most, whichever is first; the deadline bounds it.
+            tokio::time::sleep(pause).await;
             let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
             current = tokio::time::timeout(
                 remaining,
                 self.operations
-                    .wait()
+                    .get()
                     .set_project(vm.project())
                     .set_zone(vm.zone())
                     .set_operation(&name)
                     .send(),
             )
             .await
-            .map_err(|_| {
-                format!(
-                    "operation {name} not done after {} s",
-                    DETACH_WAIT.as_secs()
-                )
-            })?
-            .map_err(|e| e.to_string())?;
+            .map_err(|_| late())?
+            .map_err(|e| format!("zoneOperations.get {name}: {e}"))?;
         }
+        current.to_result().map(|_| ()).map_err(|e| e.to_string())
     }
+}
+
+fn is_done(op: &Operation) -> bool {
+    op.status
+        .as_ref()
+        .and_then(|s| s.name())
+        .is_some_and(|s| s == "DONE")
 }
 
 /// Compute Engine's answer for a VM in plain facts. A VM Compute Engine
@@ -397,7 +474,8 @@ impl Cloud for Gce {
             .clone()
             .ok_or_else(|| fail(None, format!("{vm} reports no device name for it")))?;
         // The same request id for the same detach: a retried call is one
-        // operation, never two.
+        // operation, never two, so the call may be retried as idempotent
+        // (a POST is not, by default) when its answer is lost.
         let request_id = request_id(&vm, &device, found.id);
         let op = self
             .instances
@@ -407,6 +485,7 @@ impl Cloud for Gce {
             .set_instance(vm.name())
             .set_device_name(&device)
             .set_request_id(request_id)
+            .with_idempotency(true)
             .send()
             .await
             .map_err(|e| fail(None, format!("instances.detachDisk {vm} {device}: {e}")))?;
@@ -458,6 +537,111 @@ mod tests {
         assert_ne!(a, request_id(&vm, "pd-2", Some(7)));
         assert_ne!(a, request_id(&vm, "pd-1", Some(8)));
         assert!(uuid::Uuid::parse_str(&a).is_ok(), "{a}");
+    }
+
+    mod policy {
+        use google_cloud_gax::backoff_policy::BackoffPolicy;
+        use google_cloud_gax::error::Error;
+        use google_cloud_gax::error::rpc::{Code, Status};
+        use google_cloud_gax::retry_policy::RetryPolicy as _;
+        use google_cloud_gax::retry_state::RetryState;
+
+        use super::super::*;
+
+        const CALL: Duration = Duration::from_secs(30);
+
+        /// An error as the client makes it of Compute Engine's answer: the
+        /// HTTP status, and the body's `status`, which Compute Engine may
+        /// leave out (then `Unknown`).
+        fn answered(http: u16, code: Code) -> Error {
+            Error::service_with_http_metadata(Status::default().set_code(code), Some(http), None)
+        }
+
+        fn transient() -> Vec<Error> {
+            vec![
+                answered(503, Code::Unavailable),
+                answered(503, Code::Unknown),
+                answered(429, Code::ResourceExhausted),
+                answered(429, Code::Unknown),
+                Error::timeout("the attempt timed out"),
+            ]
+        }
+
+        fn after(attempts: u32, idempotent: bool) -> RetryState {
+            RetryState::new(idempotent).set_attempt_count(attempts)
+        }
+
+        #[test]
+        fn throttling_unavailability_and_timeouts_are_retried_within_the_attempts() {
+            let p = retry_policy(&retry::COMPUTE, CALL);
+            let last = retry::COMPUTE.max_attempts;
+            for (first, e) in transient().into_iter().zip(transient()) {
+                let shown = format!("{e:?}");
+                assert!(p.on_error(&after(1, true), first).is_continue(), "{shown}");
+                assert!(p.on_error(&after(last, true), e).is_exhausted(), "{shown}");
+            }
+        }
+
+        #[test]
+        fn only_throttling_is_retried_for_a_call_that_is_not_idempotent() {
+            let p = retry_policy(&retry::COMPUTE, CALL);
+            let throttled = answered(429, Code::Unknown);
+            assert!(p.on_error(&after(1, false), throttled).is_continue());
+            for e in [answered(503, Code::Unavailable), Error::timeout("held")] {
+                assert!(p.on_error(&after(1, false), e).is_permanent());
+            }
+        }
+
+        #[test]
+        fn a_refusal_or_an_internal_error_is_not_retried() {
+            let p = retry_policy(&retry::COMPUTE, CALL);
+            for (http, code) in [
+                (500, Code::Internal),
+                (403, Code::PermissionDenied),
+                (404, Code::NotFound),
+                (400, Code::InvalidArgument),
+            ] {
+                let e = answered(http, code);
+                assert!(p.on_error(&after(1, true), e).is_permanent(), "{http}");
+            }
+        }
+
+        #[test]
+        fn no_retry_starts_past_the_call_budget() {
+            let p = retry_policy(&retry::COMPUTE, CALL);
+            let Some(start) = std::time::Instant::now().checked_sub(CALL + Duration::from_secs(1))
+            else {
+                return;
+            };
+            let late = after(1, true).set_start(start);
+            assert!(
+                p.on_error(&late, answered(503, Code::Unavailable))
+                    .is_exhausted()
+            );
+            assert_eq!(p.remaining_time(&late), Some(Duration::ZERO));
+        }
+
+        #[test]
+        fn pauses_start_at_the_base_and_stay_under_the_cap() {
+            let b = backoff(&retry::COMPUTE).expect("the policy's backoff is valid");
+            for _ in 0..50 {
+                assert!(b.on_failure(&after(1, true)) <= retry::COMPUTE.base);
+                for n in 2..20u32 {
+                    assert!(b.on_failure(&after(n, true)) <= retry::COMPUTE.cap, "{n}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn an_operation_is_looked_at_soon_then_every_two_seconds() {
+        let ms = Duration::from_millis;
+        let pauses: Vec<Duration> = (0..6).map(poll_pause).collect();
+        assert_eq!(
+            pauses,
+            [ms(200), ms(400), ms(800), ms(1600), ms(2000), ms(2000)]
+        );
+        assert_eq!(poll_pause(u32::MAX), POLL_MAX);
     }
 
     #[test]
