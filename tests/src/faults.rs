@@ -1,5 +1,6 @@
 //! A fault-injecting HTTP proxy for the tests: node-fencer talks to it as if
-//! it were moto or the kube-apiserver; it forwards to the real one, except
+//! it were moto, the kube-apiserver or the fake Compute Engine; it forwards
+//! to the real one, except
 //! for the requests a rule picks, which get a fault instead: an error status
 //! with the dependency's own error body, a delay past the client's timeout,
 //! a connection dropped before or after the real server acted, or an outage
@@ -22,11 +23,12 @@ use tokio::net::TcpListener;
 use crate::http_stub::{Reply, read_body, serve};
 
 /// Which requests a rule applies to: every given part must be a substring of
-/// the request's (method exact).
+/// the request's (method exact, and the resource's path too).
 #[derive(Clone, Debug, Default)]
 pub struct Match {
     method: Option<Method>,
     path: Option<String>,
+    resource: Option<String>,
     body: Vec<String>,
 }
 
@@ -38,6 +40,16 @@ impl Match {
     /// An EC2 Query API action, e.g. `DetachVolume`.
     pub fn ec2(action: &str) -> Self {
         Self::any().body(&format!("Action={action}&"))
+    }
+    /// A Compute Engine call on one resource, by its path below
+    /// `/compute/v1/` (`projects/P/zones/Z/instances/N`, or with a custom
+    /// verb: `.../instances/N/detachDisk`): that path exactly, the query
+    /// aside, so not the resources beneath it.
+    pub fn compute(method: Method, resource: &str) -> Self {
+        Self {
+            resource: Some(format!("/compute/v1/{resource}")),
+            ..Self::any().method(method)
+        }
     }
     /// Only this method.
     pub fn method(mut self, method: Method) -> Self {
@@ -58,6 +70,10 @@ impl Match {
     fn hits(&self, method: &Method, path: &str, body: &str) -> bool {
         self.method.as_ref().is_none_or(|m| m == method)
             && self.path.as_deref().is_none_or(|p| path.contains(p))
+            && self
+                .resource
+                .as_deref()
+                .is_none_or(|r| path.split('?').next() == Some(r))
             && self.body.iter().all(|b| body.contains(b.as_str()))
     }
 }
@@ -100,6 +116,32 @@ impl Fault {
     /// EC2's throttling answer.
     pub fn ec2_throttled() -> Self {
         Self::ec2_error(503, "RequestLimitExceeded", "Request limit exceeded.")
+    }
+    /// A Compute Engine error answer in Google's JSON error shape (as the
+    /// fake's `ApiError` writes it), without the optional `status` field:
+    /// the client has only the HTTP status to go by.
+    pub fn gce_error(status: u16, reason: &str, message: &str) -> Self {
+        Self::Respond {
+            status,
+            content_type: "application/json; charset=UTF-8",
+            body: serde_json::json!({"error": {
+                "code": status, "message": message,
+                "errors": [{"message": message, "domain": "global", "reason": reason}]
+            }})
+            .to_string(),
+        }
+    }
+    /// Compute Engine's answer when a backend is unavailable.
+    pub fn gce_unavailable() -> Self {
+        Self::gce_error(503, "backendError", "Backend Error")
+    }
+    /// Compute Engine's answer when a rate limit is hit.
+    pub fn gce_rate_limited() -> Self {
+        Self::gce_error(
+            429,
+            "rateLimitExceeded",
+            "Rate Limit Exceeded: Queries per minute of service 'compute.googleapis.com'.",
+        )
     }
     /// A Kubernetes `Status` error answer.
     pub fn kube_status(code: u16, reason: &str) -> Self {
@@ -231,6 +273,15 @@ impl FaultProxy {
         self.seen()
             .iter()
             .filter(|s| s.action.as_deref() == Some(action))
+            .count()
+    }
+
+    /// How many requests that `when` picks (by method and path: bodies are
+    /// not kept) reached the proxy, faulted ones included.
+    pub fn calls(&self, when: &Match) -> usize {
+        self.seen()
+            .iter()
+            .filter(|s| when.body.is_empty() && when.hits(&s.method, &s.path, ""))
             .count()
     }
 
@@ -379,5 +430,27 @@ mod tests {
             Some("DetachVolume")
         );
         assert_eq!(ec2_action("Force=true"), None);
+        let vm = "projects/p/zones/z/instances/vm-1";
+        let get = Match::compute(Method::GET, vm);
+        assert!(get.hits(&Method::GET, &format!("/compute/v1/{vm}?$alt=json"), ""));
+        assert!(get.hits(&Method::GET, &format!("/compute/v1/{vm}"), ""));
+        assert!(!get.hits(&Method::GET, &format!("/compute/v1/{vm}0?$alt=json"), ""));
+        assert!(!get.hits(&Method::POST, &format!("/compute/v1/{vm}"), ""));
+        let detach = format!("/compute/v1/{vm}/detachDisk?deviceName=d");
+        assert!(!get.hits(&Method::GET, &detach, ""));
+        let verb = Match::compute(Method::POST, &format!("{vm}/detachDisk"));
+        assert!(verb.hits(&Method::POST, &detach, ""));
+    }
+
+    #[test]
+    fn a_compute_engine_error_is_googles_json_error() {
+        let Fault::Respond { status, body, .. } = Fault::gce_unavailable() else {
+            panic!("an answer");
+        };
+        let v: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+        assert_eq!(status, 503);
+        assert_eq!(v["error"]["code"], 503);
+        assert_eq!(v["error"]["errors"][0]["reason"], "backendError");
+        assert!(v["error"].get("status").is_none());
     }
 }

@@ -24,7 +24,7 @@ use node_fencer::shell::cloud::Cloud;
 use node_fencer::shell::cloud::aws::Ec2;
 use node_fencer::shell::cluster::{Cluster, Kube};
 
-use crate::gce::Vm;
+use crate::gce::{Compute, PD_DRIVER, Vm, ZONE};
 use crate::{NodeCleanup, Stack};
 
 static COUNTER: AtomicU32 = AtomicU32::new(1);
@@ -332,6 +332,16 @@ pub async fn create_va_named(
 /// attach/detach controller do: the annotation that the controller manages
 /// its attachments, and the volumes in `status.volumesAttached`.
 pub async fn record_volumes(admin: &Client, node: &str, volumes: &[&str]) -> anyhow::Result<()> {
+    let volumes: Vec<CsiVolume> = volumes.iter().map(|v| ebs(v)).collect();
+    record_csi_volumes(admin, node, &volumes).await
+}
+
+/// [`record_volumes`] for CSI volumes of any driver.
+async fn record_csi_volumes(
+    admin: &Client,
+    node: &str,
+    volumes: &[CsiVolume],
+) -> anyhow::Result<()> {
     let nodes: Api<Node> = Api::all(admin.clone());
     let annotate = json!({"metadata": {"annotations": {ANNOTATION_CONTROLLER_MANAGED: "true"}}});
     nodes
@@ -339,7 +349,7 @@ pub async fn record_volumes(admin: &Client, node: &str, volumes: &[&str]) -> any
         .await?;
     let attached: Vec<Value> = volumes
         .iter()
-        .map(|v| json!({"name": csi_unique_name(&ebs(v)), "devicePath": ""}))
+        .map(|v| json!({"name": csi_unique_name(v), "devicePath": ""}))
         .collect();
     let status = json!({"status": {"volumesAttached": attached}});
     nodes
@@ -617,6 +627,25 @@ pub async fn target(stack: &Stack, running: bool) -> anyhow::Result<Target> {
     }
     let mut spec = NodeSpec::for_machine(&m);
     spec.ready = "Unknown";
+    node_of(stack, m, ebs(&volume), &spec, false).await
+}
+
+/// A [`Target`] on Compute Engine: a VM of the fake (`TERMINATED` unless
+/// `running`) with one Persistent Disk of the PD CSI driver attached, under
+/// its own name as device name, as the driver attaches it.
+pub async fn gce_target(stack: &Stack, compute: &Compute, running: bool) -> anyhow::Result<Target> {
+    let vm = compute.create_instance(ZONE, &unique("vm")).await?;
+    let disk = compute.create_disk(ZONE, &unique("pd")).await?;
+    compute.attach_disk(&vm, &disk).await?;
+    if !running {
+        compute.set_status(&vm, "TERMINATED").await?;
+    }
+    let m = Machine::of_vm(vm);
+    let spec = NodeSpec::for_machine(&m);
+    let volume = CsiVolume {
+        driver: PD_DRIVER.into(),
+        handle: disk,
+    };
     node_of(stack, m, volume, &spec, false).await
 }
 
@@ -627,7 +656,7 @@ pub async fn target(stack: &Stack, running: bool) -> anyhow::Result<Target> {
 async fn node_of(
     stack: &Stack,
     m: Machine,
-    volume: String,
+    volume: CsiVolume,
     spec: &NodeSpec,
     recorded: bool,
 ) -> anyhow::Result<Target> {
@@ -635,18 +664,19 @@ async fn node_of(
     create_node(&admin, spec).await?;
     let cleanup = stack.delete_on_drop(&[&spec.name]);
     let pv = unique("pv");
-    create_pv(&admin, &pv, &volume).await?;
+    let source = json!({"csi": {"driver": volume.driver, "volumeHandle": volume.handle}});
+    create_pv_with(&admin, &pv, source).await?;
     if recorded {
-        record_volumes(&admin, &spec.name, &[&volume]).await?;
-        let name = ebs_attachment_name(&volume, &spec.name);
-        create_va_named(&admin, &name, &spec.name, &pv, EBS_CSI_DRIVER).await?;
+        record_csi_volumes(&admin, &spec.name, std::slice::from_ref(&volume)).await?;
+        let name = attachment_name(&volume, &spec.name);
+        create_va_named(&admin, &name, &spec.name, &pv, &volume.driver).await?;
     } else {
-        create_va(&admin, &spec.name, &pv, EBS_CSI_DRIVER).await?;
+        create_va(&admin, &spec.name, &pv, &volume.driver).await?;
     }
     Ok(Target {
         m,
         node: spec.name.clone(),
-        volume,
+        volume: volume.handle,
         cleanup,
     })
 }
@@ -672,7 +702,7 @@ pub async fn named_target_as(
     let mut spec = NodeSpec::for_machine(owner.unwrap_or(&m));
     spec.name = m.private_dns.clone();
     anyhow::ensure!(!spec.name.is_empty(), "moto gave no private DNS name");
-    node_of(stack, m, volume, &spec, recorded).await
+    node_of(stack, m, ebs(&volume), &spec, recorded).await
 }
 
 #[cfg(test)]

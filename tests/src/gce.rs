@@ -75,7 +75,16 @@ pub(crate) fn started_fake(dir: &Path) -> anyhow::Result<&'static FakeCompute> {
 /// # Panics
 /// When it cannot be started: the message says why.
 pub fn fake_compute() -> &'static FakeCompute {
-    let stack = crate::cluster::cluster_stack();
+    fake_compute_on(crate::cluster::cluster_stack())
+}
+
+/// The fake Compute Engine of this process, started beside `stack` (its
+/// log in that stack's directory) unless it already runs: the in-process
+/// tests need no controllers.
+///
+/// # Panics
+/// When it cannot be started: the message says why.
+pub fn fake_compute_on(stack: &crate::Stack) -> &'static FakeCompute {
     match started_fake(&stack.dir) {
         Ok(fake) => fake,
         Err(e) => panic!("{e:#}"),
@@ -409,6 +418,21 @@ impl Compute {
             bail!("GET /_fake/requests: {status} {body}");
         }
         Ok(serde_json::from_value(body)?)
+    }
+
+    /// The detach operations the fake carried out, or is carrying out, on
+    /// the VM: one per disk however often the same detach was asked (the
+    /// same request id is the same operation).
+    pub async fn detach_operations(&self, vm: &Vm) -> anyhow::Result<usize> {
+        let state = self.state().await?;
+        Ok(state["operations"].as_array().map_or(0, |ops| {
+            ops.iter()
+                .filter(|op| {
+                    op["operationType"] == json!("detachDisk")
+                        && op["targetLink"] == json!(vm.self_link())
+                })
+                .count()
+        }))
     }
 
     /// The `instances.detachDisk` requests the fake served for the VM (every
