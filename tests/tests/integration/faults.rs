@@ -27,13 +27,13 @@ use node_fencer_tests::{Stack, private_stack, serial, stack};
 use crate::{by_instance, one};
 
 /// Short timeouts, so a held request counts as a timeout within the test.
-const FAST: Timeouts = Timeouts {
+pub(crate) const FAST: Timeouts = Timeouts {
     connect: Duration::from_secs(1),
     attempt: Duration::from_secs(2),
     call: Duration::from_secs(30),
 };
 /// Past [`FAST`]'s attempt timeout.
-const HANG: Duration = Duration::from_secs(4);
+pub(crate) const HANG: Duration = Duration::from_secs(4);
 const DETACH_WAIT: Duration = Duration::from_secs(5);
 
 /// node-fencer's clients, each behind its own fault proxy.
