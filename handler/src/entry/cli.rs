@@ -77,8 +77,9 @@ enum Command {
     /// next sweep (what the scheduled invocation does).
     Sweep,
     /// Check the set-up without changing anything: API server, fencing mode,
-    /// every Kubernetes and EC2 permission, secrets, settings, kill switch.
-    /// Exits 1 when a check fails.
+    /// every Kubernetes permission, every EC2 or Compute Engine permission
+    /// (the cloud the nodes run on), secrets, settings, kill switch. Exits 1
+    /// when a check fails.
     Preflight,
     /// Process a trigger payload (EventBridge, Alertmanager, Function URL, direct) from a file or stdin.
     Handle {
