@@ -263,7 +263,20 @@ async fn a_real_alertmanager_fences_through_the_function_url() -> anyhow::Result
 
     // Resolved (`send_resolved: true`): delivered at the group's next flush,
     // within `group_interval` (1m), and answered 200; the machine is still
-    // stopped, so the fencing stays.
+    // stopped, so the fencing stays. First the deliveries so far settle:
+    // the routed and the early node's groups each answered 200 once (the
+    // delivery that tainted a node may still have answered 500, work left
+    // on a slow machine, and been sent again).
+    wait_until(
+        "the routed and early groups answered 200",
+        Duration::from_secs(90),
+        || async {
+            let answered = am.webhook_counter("alertmanager_notification_requests_total")?
+                - am.webhook_counter(FAILED_REQUESTS)?;
+            Ok((answered >= 2.0).then_some(()))
+        },
+    )
+    .await?;
     let (sent, failed) = (
         am.webhook_counter("alertmanager_notifications_total")?,
         am.webhook_counter(FAILED_REQUESTS)?,
