@@ -405,25 +405,9 @@ pub async fn create_ebs_pv(
     az: &str,
     claim: Option<(&str, &str)>,
 ) -> anyhow::Result<()> {
-    let mut spec = json!({
-        "capacity": {"storage": "10Gi"},
-        "accessModes": ["ReadWriteOnce"],
-        "persistentVolumeReclaimPolicy": "Retain",
-        "storageClassName": STORAGE_CLASS,
-        "csi": {"driver": DRIVER, "volumeHandle": volume, "fsType": "ext4"},
-        "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
-            {"key": "topology.ebs.csi.aws.com/zone", "operator": "In", "values": [az]}
-        ]}]}}
-    });
-    if let Some((ns, claim)) = claim {
-        spec["claimRef"] = json!({"namespace": ns, "name": claim});
-    }
-    create(
-        &Api::<PersistentVolume>::all(admin.clone()),
-        json!({"metadata": {"name": name, "labels": {"node-fencer.io/test": "true"}}, "spec": spec}),
-    )
-    .await?;
-    Ok(())
+    let csi = (STORAGE_CLASS, DRIVER, volume);
+    let zone = Some(("topology.ebs.csi.aws.com/zone", az));
+    create_csi_pv(admin, name, csi, zone, claim).await
 }
 
 /// Creates a static cStor PersistentVolume (no zone: the iSCSI target is
@@ -434,20 +418,8 @@ pub async fn create_cstor_pv(
     handle: &str,
     claim: (&str, &str),
 ) -> anyhow::Result<()> {
-    let spec = json!({
-        "capacity": {"storage": "10Gi"},
-        "accessModes": ["ReadWriteOnce"],
-        "persistentVolumeReclaimPolicy": "Retain",
-        "storageClassName": CSTOR_STORAGE_CLASS,
-        "csi": {"driver": Driver::Cstor.name(), "volumeHandle": handle, "fsType": "ext4"},
-        "claimRef": {"namespace": claim.0, "name": claim.1}
-    });
-    create(
-        &Api::<PersistentVolume>::all(admin.clone()),
-        json!({"metadata": {"name": name, "labels": {"node-fencer.io/test": "true"}}, "spec": spec}),
-    )
-    .await?;
-    Ok(())
+    let csi = (CSTOR_STORAGE_CLASS, Driver::Cstor.name(), handle);
+    create_csi_pv(admin, name, csi, None, Some(claim)).await
 }
 
 /// Creates a static CSI PersistentVolume for a Persistent Disk (its PD CSI
@@ -460,16 +432,32 @@ pub async fn create_pd_pv(
     zone: &str,
     claim: Option<(&str, &str)>,
 ) -> anyhow::Result<()> {
+    let csi = (PD_STORAGE_CLASS, PD_DRIVER, handle);
+    create_csi_pv(admin, name, csi, Some((PD_TOPOLOGY_KEY, zone)), claim).await
+}
+
+/// Creates a static CSI PersistentVolume of `(storage class, driver,
+/// volume handle)`, pinned by `(topology key, zone)` when given, pre-bound
+/// to a claim (`namespace/name`) when given.
+async fn create_csi_pv(
+    admin: &Client,
+    name: &str,
+    (class, driver, handle): (&str, &str, &str),
+    zone: Option<(&str, &str)>,
+    claim: Option<(&str, &str)>,
+) -> anyhow::Result<()> {
     let mut spec = json!({
         "capacity": {"storage": "10Gi"},
         "accessModes": ["ReadWriteOnce"],
         "persistentVolumeReclaimPolicy": "Retain",
-        "storageClassName": PD_STORAGE_CLASS,
-        "csi": {"driver": PD_DRIVER, "volumeHandle": handle, "fsType": "ext4"},
-        "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
-            {"key": PD_TOPOLOGY_KEY, "operator": "In", "values": [zone]}
-        ]}]}}
+        "storageClassName": class,
+        "csi": {"driver": driver, "volumeHandle": handle, "fsType": "ext4"},
     });
+    if let Some((key, zone)) = zone {
+        spec["nodeAffinity"] = json!({"required": {"nodeSelectorTerms": [{"matchExpressions": [
+            {"key": key, "operator": "In", "values": [zone]}
+        ]}]}});
+    }
     if let Some((ns, claim)) = claim {
         spec["claimRef"] = json!({"namespace": ns, "name": claim});
     }
