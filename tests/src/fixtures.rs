@@ -22,7 +22,7 @@ use node_fencer::core::volumes::{EBS_CSI_DRIVER, attachment_name};
 use node_fencer::pipeline::{self, Ctx};
 use node_fencer::shell::cloud::Cloud;
 use node_fencer::shell::cloud::aws::Ec2;
-use node_fencer::shell::cluster::{Cluster, Kube};
+use node_fencer::shell::cluster::{Cluster, ClusterReads, Kube};
 
 use crate::gce::{Compute, PD_DRIVER, Vm, ZONE};
 use crate::{NodeCleanup, Stack};
@@ -489,12 +489,7 @@ pub async fn run_as(
     correlation_id: &str,
 ) -> anyhow::Result<(Report, Measured)> {
     let meter = Meter::default();
-    let ctx = Ctx {
-        cloud,
-        cluster,
-        meter: &meter,
-        correlation_id: correlation_id.into(),
-    };
+    let ctx = Ctx::new(cloud, cluster, &meter, correlation_id);
     let report = pipeline::run(&ctx, policy, batch).await?;
     Ok((report, meter.measured()))
 }

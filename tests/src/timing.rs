@@ -19,7 +19,8 @@ use node_fencer::core::mode::ServerVersion;
 use node_fencer::core::view::Census;
 use node_fencer::shell::cloud::{Cloud, CloudError};
 use node_fencer::shell::cluster::{
-    Cluster, ClusterError, ConfirmOutcome, LeaseTaken, PodRef, TaintOutcome, UntaintOutcome,
+    Cluster, ClusterError, ClusterReads, ConfirmOutcome, Coordination, FencingWrites, LeaseTaken,
+    PodRef, TaintOutcome, UntaintOutcome,
 };
 
 /// One call.
@@ -231,7 +232,7 @@ pub struct TimingCluster<'a> {
 }
 
 #[async_trait]
-impl Cluster for TimingCluster<'_> {
+impl ClusterReads for TimingCluster<'_> {
     async fn list_nodes(&self) -> Result<Vec<NodeFacts>, ClusterError> {
         self.timeline
             .time("ListNodes", self.inner.list_nodes())
@@ -250,29 +251,6 @@ impl Cluster for TimingCluster<'_> {
     async fn count_nodes(&self) -> Result<usize, ClusterError> {
         self.timeline
             .time("CountNodes", self.inner.count_nodes())
-            .await
-    }
-    async fn read_census(&self, namespace: &str) -> Result<Option<Census>, ClusterError> {
-        self.timeline
-            .time("GetCensus", self.inner.read_census(namespace))
-            .await
-    }
-    async fn write_census(
-        &self,
-        namespace: &str,
-        census: &Census,
-        holder: &str,
-    ) -> Result<(), ClusterError> {
-        self.timeline
-            .time(
-                "WriteCensus",
-                self.inner.write_census(namespace, census, holder),
-            )
-            .await
-    }
-    async fn taint_node(&self, node: &str, stamp: &Stamp) -> Result<TaintOutcome, ClusterError> {
-        self.timeline
-            .time("TaintNode", self.inner.taint_node(node, stamp))
             .await
     }
     async fn list_volume_attachments(&self) -> Result<Vec<AttachmentFacts>, ClusterError> {
@@ -310,6 +288,25 @@ impl Cluster for TimingCluster<'_> {
             )
             .await
     }
+    async fn server_version(&self) -> Result<ServerVersion, ClusterError> {
+        self.timeline
+            .time("GetVersion", self.inner.server_version())
+            .await
+    }
+    async fn pods_on_node(&self, node: &str) -> Result<Vec<PodRef>, ClusterError> {
+        self.timeline
+            .time("ListPods", self.inner.pods_on_node(node))
+            .await
+    }
+}
+
+#[async_trait]
+impl FencingWrites for TimingCluster<'_> {
+    async fn taint_node(&self, node: &str, stamp: &Stamp) -> Result<TaintOutcome, ClusterError> {
+        self.timeline
+            .time("TaintNode", self.inner.taint_node(node, stamp))
+            .await
+    }
     async fn node_event(
         &self,
         node: &str,
@@ -318,11 +315,6 @@ impl Cluster for TimingCluster<'_> {
     ) -> Result<(), ClusterError> {
         self.timeline
             .time("CreateEvent", self.inner.node_event(node, event, name))
-            .await
-    }
-    async fn server_version(&self) -> Result<ServerVersion, ClusterError> {
-        self.timeline
-            .time("GetVersion", self.inner.server_version())
             .await
     }
     async fn untaint_node(
@@ -344,9 +336,9 @@ impl Cluster for TimingCluster<'_> {
             .time("MarkPoweredOff", self.inner.mark_powered_off(node, stamp))
             .await
     }
-    async fn pods_on_node(&self, node: &str) -> Result<Vec<PodRef>, ClusterError> {
+    async fn clear_power_mark(&self, node: &str) -> Result<(), ClusterError> {
         self.timeline
-            .time("ListPods", self.inner.pods_on_node(node))
+            .time("ClearPowerMark", self.inner.clear_power_mark(node))
             .await
     }
     async fn force_delete_pod(&self, pod: &PodRef) -> Result<(), ClusterError> {
@@ -359,6 +351,28 @@ impl Cluster for TimingCluster<'_> {
             .time(
                 "DeleteVolumeAttachment",
                 self.inner.delete_volume_attachment(name, uid),
+            )
+            .await
+    }
+}
+
+#[async_trait]
+impl Coordination for TimingCluster<'_> {
+    async fn read_census(&self, namespace: &str) -> Result<Option<Census>, ClusterError> {
+        self.timeline
+            .time("GetCensus", self.inner.read_census(namespace))
+            .await
+    }
+    async fn write_census(
+        &self,
+        namespace: &str,
+        census: &Census,
+        holder: &str,
+    ) -> Result<(), ClusterError> {
+        self.timeline
+            .time(
+                "WriteCensus",
+                self.inner.write_census(namespace, census, holder),
             )
             .await
     }
@@ -381,7 +395,6 @@ impl Cluster for TimingCluster<'_> {
             .time("ReleaseLease", self.inner.release_lease(namespace, holder))
             .await
     }
-
     async fn renew_lease(&self, namespace: &str, holder: &str) -> Result<bool, ClusterError> {
         self.timeline
             .time("RenewLease", self.inner.renew_lease(namespace, holder))

@@ -9,6 +9,7 @@ use crate::core::policy::Policy;
 use crate::core::power::ActiveFencing;
 use crate::core::recovery::RecoveryPolicy;
 use crate::core::resolve::ClusterScope;
+use crate::core::values::parse_bool;
 
 /// Every variable read, with what it accepts (for `--help` and the README).
 pub const VARIABLES: &[(&str, &str)] = &[
@@ -769,15 +770,6 @@ fn is_dns_label(s: &str) -> bool {
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !s.starts_with('-')
         && !s.ends_with('-')
-}
-
-/// Parses a boolean the way people write them in environment variables.
-pub fn parse_bool(v: &str) -> Option<bool> {
-    match v.to_ascii_lowercase().as_str() {
-        "true" | "1" | "yes" | "on" => Some(true),
-        "false" | "0" | "no" | "off" => Some(false),
-        _ => None,
-    }
 }
 
 #[cfg(test)]

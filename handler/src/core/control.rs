@@ -105,7 +105,7 @@ impl KillSwitch {
     pub fn from_value(value: Option<&str>) -> Self {
         match value.map(str::trim) {
             None | Some("") => Self::Off,
-            Some(v) => match crate::core::config::parse_bool(v) {
+            Some(v) => match crate::core::values::parse_bool(v) {
                 Some(true) => Self::On,
                 Some(false) => Self::Off,
                 None => Self::Unreadable(v.to_owned()),
@@ -116,6 +116,84 @@ impl KillSwitch {
     /// True when actions must become plans: fail closed on anything but a clear `false`.
     pub fn engaged(&self) -> bool {
         !matches!(self, Self::Off)
+    }
+}
+
+/// Whether this invocation may still write, and why not. It only ever turns
+/// on: once a run is a plan (a dry run, the kill switch on at the start, or
+/// on, or unreadable, when read again after a wait), nothing after it writes,
+/// whatever a later read says.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Switch {
+    why: Option<PlanOnly>,
+    kill_switch: bool,
+    errors: Vec<String>,
+}
+
+/// Why an invocation only plans.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PlanOnly {
+    /// `DRY_RUN`, a `check`, or a caller's `--dry-run`.
+    DryRun,
+    /// The cluster's kill switch was on, or unreadable, at the start.
+    KillSwitch,
+    /// Read again after this wait, the kill switch was on or unreadable.
+    TurnedOnDuring(&'static str),
+}
+
+impl Switch {
+    /// The switch of an invocation that starts as a dry run, or not.
+    pub fn new(dry_run: bool) -> Self {
+        Self {
+            why: dry_run.then_some(PlanOnly::DryRun),
+            ..Self::default()
+        }
+    }
+
+    /// Takes in the kill switch as read (`after`: the wait it followed, or
+    /// `None` at the start). A read that failed counts as on, and its error
+    /// is kept for the report, so the invocation is retried.
+    pub fn read(&mut self, read: Result<KillSwitch, String>, after: Option<&'static str>) {
+        let engaged = match read {
+            Ok(k) => k.engaged(),
+            Err(e) => {
+                self.errors.push(match after {
+                    None => format!("{e}; every action was a dry run"),
+                    Some(_) => format!("{e}; what followed the wait was a dry run"),
+                });
+                true
+            }
+        };
+        if engaged {
+            self.kill_switch = true;
+            self.turn_on(after.map_or(PlanOnly::KillSwitch, PlanOnly::TurnedOnDuring));
+        }
+    }
+
+    /// Turns it on; the first reason stays.
+    pub fn turn_on(&mut self, why: PlanOnly) {
+        self.why.get_or_insert(why);
+    }
+
+    /// True when what follows only plans.
+    pub fn is_on(&self) -> bool {
+        self.why.is_some()
+    }
+
+    /// Why, when it is on.
+    pub fn why(&self) -> Option<&PlanOnly> {
+        self.why.as_ref()
+    }
+
+    /// True when the cluster's kill switch had a part in it (the report's
+    /// `kill_switch`).
+    pub fn by_kill_switch(&self) -> bool {
+        self.kill_switch
+    }
+
+    /// The reads that failed, for the report.
+    pub fn errors(&self) -> &[String] {
+        &self.errors
     }
 }
 
@@ -178,5 +256,31 @@ mod tests {
         assert!(KillSwitch::from_value(Some("true")).engaged());
         assert!(KillSwitch::from_value(Some("yes")).engaged());
         assert!(KillSwitch::from_value(Some("maybe")).engaged());
+    }
+    #[test]
+    fn the_switch_only_turns_on_and_keeps_its_first_reason() {
+        let mut s = Switch::new(false);
+        assert!(!s.is_on());
+        s.read(Ok(KillSwitch::Off), None);
+        assert!(!s.is_on() && !s.by_kill_switch());
+        s.read(Ok(KillSwitch::On), Some("the Lease"));
+        assert_eq!(s.why(), Some(&PlanOnly::TurnedOnDuring("the Lease")));
+        s.read(Ok(KillSwitch::Off), Some("the settle delay"));
+        assert!(s.is_on(), "a later read never turns it off");
+        assert_eq!(s.why(), Some(&PlanOnly::TurnedOnDuring("the Lease")));
+        assert!(s.by_kill_switch() && s.errors().is_empty());
+
+        let mut dry = Switch::new(true);
+        dry.read(Ok(KillSwitch::Off), None);
+        assert_eq!(dry.why(), Some(&PlanOnly::DryRun));
+        assert!(!dry.by_kill_switch());
+
+        let mut failed = Switch::new(false);
+        failed.read(Err("timed out".into()), None);
+        assert_eq!(failed.why(), Some(&PlanOnly::KillSwitch));
+        assert_eq!(failed.errors(), ["timed out; every action was a dry run"]);
+        let mut unreadable = Switch::new(false);
+        unreadable.read(Ok(KillSwitch::Unreadable("maybe".into())), None);
+        assert!(unreadable.is_on() && unreadable.errors().is_empty());
     }
 }

@@ -205,6 +205,17 @@ pub fn power_mark_patch(stamp: &PowerStamp) -> Value {
     }}})
 }
 
+/// The merge patch that takes back a power-off mark whose stop the cloud
+/// refused: the machine runs as before, so neither the cap nor the
+/// never-twice rule may count it.
+pub fn power_unmark_patch() -> Value {
+    json!({"metadata": {"annotations": {
+        ANNOTATION_POWERED_OFF_AT: null,
+        ANNOTATION_POWERED_OFF_BOOT_ID: null,
+        ANNOTATION_POWER_OFF_REASON: null,
+    }}})
+}
+
 /// The annotation a kubelet sets at registration when the attach/detach
 /// controller, not the kubelet, attaches the node's volumes.
 pub const ANNOTATION_CONTROLLER_MANAGED: &str =

@@ -27,5 +27,6 @@ pub mod retry;
 pub mod suspect;
 pub mod sweep;
 pub mod trigger;
+pub mod values;
 pub mod view;
 pub mod volumes;

@@ -161,7 +161,10 @@ mod tests {
     const SHELL: &[&str] = &[
         include_str!("../shell/cloud/aws.rs"),
         include_str!("../shell/connect.rs"),
-        include_str!("../shell/cluster.rs"),
+        include_str!("../shell/cluster/mod.rs"),
+        include_str!("../shell/cluster/reads.rs"),
+        include_str!("../shell/cluster/writes.rs"),
+        include_str!("../shell/cluster/coordination.rs"),
     ];
 
     #[test]

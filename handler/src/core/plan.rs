@@ -207,37 +207,53 @@ impl NodePlan {
     }
 }
 
-/// One node's way through the pipeline.
+/// One node's way through the pipeline. Its fields are its own: every
+/// change is one of the named transitions below, so the stages cannot put a
+/// run into a state no transition leads to.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NodeRun {
     /// How the trigger named it.
-    pub reference: String,
+    reference: String,
     /// The Node, if one matched.
-    pub node: Option<String>,
+    node: Option<String>,
     /// The instance.
-    pub instance_id: Option<InstanceId>,
+    instance_id: Option<InstanceId>,
     /// The state the cloud reported at decision time.
-    pub instance_state: Option<InstanceState>,
+    instance_state: Option<InstanceState>,
     /// The triggers that named it.
-    pub origins: Vec<Origin>,
+    origins: Vec<Origin>,
     /// How far it got.
-    pub stage: Stage,
+    stage: Stage,
     /// The plan, for a node decided for fencing.
-    pub plan: Option<NodePlan>,
+    plan: Option<NodePlan>,
     /// Whether this invocation wrote the taint (legacy mode: the mark).
-    pub taint_applied: bool,
-    /// Legacy mode: pods force-deleted.
-    pub pods_deleted: usize,
+    taint_applied: bool,
+    /// Pods force-deleted.
+    pods_deleted: usize,
     /// Legacy mode: VolumeAttachments deleted.
-    pub attachments_deleted: usize,
+    attachments_deleted: usize,
     /// Legacy mode: each VolumeAttachment, once the recipe ran.
-    pub attachments: Vec<AttachmentReport>,
+    attachments: Vec<AttachmentReport>,
     /// Each volume's progress, once the act stage starts.
-    pub volumes: Vec<VolumeReport>,
+    volumes: Vec<VolumeReport>,
     /// Errors met on the way.
-    pub errors: Vec<String>,
+    errors: Vec<String>,
     /// Active fencing's decision on the node, and what came of it.
-    pub power_off: Option<PowerReport>,
+    power_off: Option<PowerReport>,
+}
+
+/// What the cloud answered to one force-detach.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DetachAnswer {
+    /// Sent: the verification sees the volume free, or stuck.
+    Sent,
+    /// Not attached any more, or a detach is under way: left to the
+    /// verification, which trusts only what the cloud shows.
+    NotAttached(String),
+    /// Never detached (the machine's boot disk).
+    Refused(String),
+    /// The call failed.
+    Failed(String),
 }
 
 /// The runs of a batch, one per target, from the decisions: a node to fence
@@ -302,6 +318,82 @@ pub fn plan(
 }
 
 impl NodeRun {
+    /// How the trigger named it.
+    pub fn reference(&self) -> &str {
+        &self.reference
+    }
+
+    /// The Node, if one matched.
+    pub fn node(&self) -> Option<&str> {
+        self.node.as_deref()
+    }
+
+    /// The machine.
+    pub fn instance_id(&self) -> Option<&InstanceId> {
+        self.instance_id.as_ref()
+    }
+
+    /// What the cloud said of the machine at decision time.
+    pub fn instance_state(&self) -> Option<&InstanceState> {
+        self.instance_state.as_ref()
+    }
+
+    /// How far it got.
+    pub fn stage(&self) -> &Stage {
+        &self.stage
+    }
+
+    /// The plan, for a node decided for fencing.
+    pub fn plan(&self) -> Option<&NodePlan> {
+        self.plan.as_ref()
+    }
+
+    /// Whether this invocation wrote the taint (legacy mode: the mark).
+    pub fn taint_applied(&self) -> bool {
+        self.taint_applied
+    }
+
+    /// Active fencing judged the node: its report.
+    pub fn power_off(&mut self, report: PowerReport) {
+        self.power_off = Some(report);
+    }
+
+    /// Errors met on the way; the node's outcome is then `failed`.
+    pub fn failed_with(&mut self, errors: impl IntoIterator<Item = String>) {
+        self.errors.extend(errors);
+    }
+
+    /// The pods force-deleted from the node.
+    pub fn pods_deleted(&mut self, deleted: usize) {
+        self.pods_deleted = deleted;
+    }
+
+    /// Legacy mode: the recipe's VolumeAttachments, and how many went.
+    pub fn attachments_done(&mut self, reports: Vec<AttachmentReport>, deleted: usize) {
+        self.attachments = reports;
+        self.attachments_deleted = deleted;
+    }
+
+    /// What the cloud answered to the force-detach of `volume`.
+    pub fn detach_answered(&mut self, volume: &VolumeId, answer: DetachAnswer) {
+        let Some(v) = self.volumes.iter_mut().find(|v| &v.volume == volume) else {
+            return;
+        };
+        match answer {
+            DetachAnswer::Sent => {}
+            DetachAnswer::NotAttached(detail) => v.detail = Some(detail),
+            DetachAnswer::Refused(detail) => {
+                v.outcome = VolumeOutcome::Refused;
+                v.detail = Some(detail);
+            }
+            DetachAnswer::Failed(detail) => {
+                v.outcome = VolumeOutcome::Failed;
+                v.detail = Some(detail.clone());
+                self.errors.push(detail);
+            }
+        }
+    }
+
     /// A run still on its way to fencing, with its plan.
     pub fn fencing(&self) -> Option<&NodePlan> {
         match self.stage {

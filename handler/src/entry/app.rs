@@ -112,12 +112,26 @@ impl App {
     /// requests, 500 when work is left undone so Alertmanager retries); every
     /// other shape gets the report, or an error when work is left undone.
     pub async fn handle(&self, event: Value, correlation_id: &str) -> Result<Reply, HandlerError> {
+        self.handle_as(event, correlation_id, false).await
+    }
+
+    /// Handles any inbound document, as a plan only when `dry_run` (the
+    /// command line's `--dry-run handle`): whatever its shape, nothing is
+    /// written.
+    pub async fn handle_as(
+        &self,
+        event: Value,
+        correlation_id: &str,
+        dry_run: bool,
+    ) -> Result<Reply, HandlerError> {
         match trigger::classify(event)? {
             Trigger::Batch(batch) => {
-                let report = self.run(batch, false, correlation_id).await?;
+                let report = self.run(batch, dry_run, correlation_id).await?;
                 finish(report).map(Reply::Report)
             }
-            Trigger::Http(req) => Ok(Reply::Http(self.handle_http(&req, correlation_id).await)),
+            Trigger::Http(req) => Ok(Reply::Http(
+                self.handle_http(&req, correlation_id, dry_run).await,
+            )),
             Trigger::Preflight => Ok(Reply::Preflight(self.preflight().await)),
         }
     }
@@ -133,6 +147,7 @@ impl App {
         &self,
         req: &aws_lambda_events::event::lambda_function_urls::LambdaFunctionUrlRequest,
         correlation_id: &str,
+        dry_run: bool,
     ) -> Value {
         let reply = |status: u16, body: Value| {
             serde_json::to_value(function_url::response(status, &body)).unwrap_or(Value::Null)
@@ -157,7 +172,7 @@ impl App {
                 );
             }
         };
-        match self.run(batch, false, correlation_id).await {
+        match self.run(batch, dry_run, correlation_id).await {
             Ok(report) => {
                 let status = if report.incomplete() { 500 } else { 200 };
                 reply(status, serde_json::to_value(&report).unwrap_or(Value::Null))
@@ -226,12 +241,7 @@ impl App {
         #[cfg(not(feature = "gce"))]
         let gce = None;
         let cloud = Clouds { aws: &ec2, gce };
-        let ctx = Ctx {
-            cloud: &cloud,
-            cluster: &cluster,
-            meter,
-            correlation_id: correlation_id.to_owned(),
-        };
+        let ctx = Ctx::new(&cloud, &cluster, meter, correlation_id);
         let policy = Policy {
             dry_run: self.config.policy.dry_run || force_dry_run,
             ..self.config.policy.clone()

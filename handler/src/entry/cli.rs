@@ -32,10 +32,12 @@ const EXIT_USAGE: u8 = 2;
     after_help = after_help()
 )]
 struct Cli {
-    /// Output format of the report.
-    #[arg(long, short, value_enum, global = true, default_value_t = Output::Text)]
-    output: Output,
-    /// Plan only: report what would be done, change nothing.
+    /// Output format of the report (default: text; `manifest` prints JSON only).
+    #[arg(long, short, value_enum, global = true)]
+    output: Option<Output>,
+    /// Plan only: report what would be done, change nothing (check, fence,
+    /// recover, sweep, handle; refused by the commands that change nothing
+    /// anyway, and by serve, whose setting is DRY_RUN).
     #[arg(long, global = true)]
     dry_run: bool,
     #[command(subcommand)]
@@ -125,9 +127,59 @@ fn after_help() -> String {
     s
 }
 
+/// The global flags as the subcommand takes them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Flags {
+    output: Output,
+    dry_run: bool,
+}
+
+/// Every global flag either reaches the subcommand or is refused there,
+/// never silently dropped: a `--dry-run` that a command ignored would let it
+/// write.
+fn flags(cli: &Cli) -> Result<Flags, String> {
+    let refuse =
+        |flag: &str, why: &str| Err(format!("{flag} does not apply to this command: {why}"));
+    match (&cli.command, cli.dry_run, cli.output) {
+        (Command::Manifest, true, _)
+        | (Command::Config, true, _)
+        | (Command::Preflight, true, _) => refuse("--dry-run", "it changes nothing"),
+        #[cfg(feature = "gce")]
+        (Command::Serve { .. }, true, _) => refuse(
+            "--dry-run",
+            "set DRY_RUN=true in the service's environment (or the kill switch) instead",
+        ),
+        #[cfg(feature = "gce")]
+        (Command::Serve { .. }, _, Some(_)) => {
+            refuse("--output", "serve answers over HTTP in JSON")
+        }
+        (Command::Manifest, _, Some(Output::Text)) => {
+            refuse("--output text", "the manifest is JSON")
+        }
+        (Command::Config, _, Some(Output::Json)) => {
+            refuse("--output json", "the configuration is printed as text")
+        }
+        (Command::Manifest, _, _) => Ok(Flags {
+            output: Output::Json,
+            dry_run: false,
+        }),
+        (_, dry_run, output) => Ok(Flags {
+            output: output.unwrap_or(Output::Text),
+            dry_run,
+        }),
+    }
+}
+
 /// Runs the command line; returns the process exit code.
 pub async fn main() -> ExitCode {
     let cli = Cli::parse();
+    let flags = match flags(&cli) {
+        Ok(flags) => flags,
+        Err(message) => {
+            eprintln!("node-fencer: {message}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
     #[cfg(feature = "gce")]
     if let Command::Serve { port } = cli.command {
         return match crate::entry::serve::serve(port).await {
@@ -174,7 +226,7 @@ pub async fn main() -> ExitCode {
         let clients = Clients::new(sdk, &config);
         let app = App::new(clients, config, hostname());
         let result = app.preflight().await;
-        match cli.output {
+        match flags.output {
             Output::Text => print!("{}", result.to_table()),
             Output::Json => println!(
                 "{}",
@@ -200,16 +252,16 @@ pub async fn main() -> ExitCode {
     let span = tracing::info_span!("invocation", correlation_id = %correlation_id);
     let result = async {
         match batch_or_event {
-            Input::Event(event) => app.handle(event, &correlation_id).await,
+            Input::Event(event) => app.handle_as(event, &correlation_id, flags.dry_run).await,
             Input::Target(batch) => {
-                let report = app.run(batch, cli.dry_run, &correlation_id).await?;
+                let report = app.run(batch, flags.dry_run, &correlation_id).await?;
                 finish(report).map(Reply::Report)
             }
         }
     }
     .instrument(span)
     .await;
-    print_result(result, cli.output)
+    print_result(result, flags.output)
 }
 
 enum Input {
@@ -340,7 +392,7 @@ mod tests {
     fn subcommands_parse() {
         let cli =
             Cli::try_parse_from(["node-fencer", "check", "worker-1", "--output", "json"]).unwrap();
-        assert_eq!(cli.output, Output::Json);
+        assert_eq!(cli.output, Some(Output::Json));
         assert!(matches!(cli.command, Command::Check { .. }));
         let cli = Cli::try_parse_from(["node-fencer", "--dry-run", "fence", "i-0123abcd"]).unwrap();
         assert!(cli.dry_run);
@@ -360,5 +412,60 @@ mod tests {
         );
         let cli = Cli::try_parse_from(["node-fencer", "preflight", "-o", "json"]).unwrap();
         assert!(matches!(cli.command, Command::Preflight));
+    }
+
+    /// Issue 33, item 3: `--dry-run handle` fenced for real. Each global flag
+    /// reaches each subcommand, or is refused there.
+    #[test]
+    fn every_global_flag_reaches_every_subcommand_or_is_refused_there() {
+        let flags_of = |args: &[&str]| {
+            let mut argv = vec!["node-fencer"];
+            argv.extend_from_slice(args);
+            flags(&Cli::try_parse_from(argv).unwrap())
+        };
+        let planned = |output| {
+            Ok(Flags {
+                output,
+                dry_run: true,
+            })
+        };
+        for command in [
+            &["check", "worker-1"][..],
+            &["fence", "worker-1"],
+            &["fence", "--power-off", "worker-1"],
+            &["recover", "worker-1"],
+            &["recover"],
+            &["sweep"],
+            &["handle", "event.json"],
+        ] {
+            let mut args = vec!["--dry-run"];
+            args.extend_from_slice(command);
+            assert_eq!(flags_of(&args), planned(Output::Text), "{command:?}");
+            args.extend(["-o", "json"]);
+            assert_eq!(flags_of(&args), planned(Output::Json), "{command:?}");
+            assert_eq!(
+                flags_of(command).map(|f| f.dry_run),
+                Ok(false),
+                "{command:?}"
+            );
+        }
+        for command in ["preflight", "config", "manifest"] {
+            let refused = flags_of(&["--dry-run", command]).unwrap_err();
+            assert!(refused.contains("--dry-run"), "{command}: {refused}");
+        }
+        assert_eq!(
+            flags_of(&["preflight", "-o", "json"]).map(|f| f.output),
+            Ok(Output::Json)
+        );
+        assert_eq!(flags_of(&["manifest"]).map(|f| f.output), Ok(Output::Json));
+        assert!(flags_of(&["manifest", "-o", "text"]).is_err());
+        assert!(flags_of(&["config", "-o", "json"]).is_err());
+        assert_eq!(flags_of(&["config"]).map(|f| f.output), Ok(Output::Text));
+        #[cfg(feature = "gce")]
+        {
+            assert!(flags_of(&["--dry-run", "serve"]).is_err());
+            assert!(flags_of(&["serve", "-o", "json"]).is_err());
+            assert!(flags_of(&["serve"]).is_ok());
+        }
     }
 }

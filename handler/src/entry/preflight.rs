@@ -18,7 +18,7 @@ use crate::core::control::{self, KillSwitch};
 use crate::core::facts::FenceMode;
 use crate::core::mode::{self, ModeSetting, ServerVersion};
 use crate::core::permissions::{CONTROL_RULES, KUBERNETES_RULES};
-use crate::shell::cluster::{Cluster, Kube, can};
+use crate::shell::cluster::{ClusterReads, Coordination, Kube, can};
 use crate::shell::connect::Clients;
 
 /// How one check came out.

@@ -273,7 +273,7 @@ impl Server {
         req.headers = headers.clone();
         req.body = Some(body.to_owned());
         req.request_context.http.method = Some("POST".into());
-        let answer = self.app.handle_http(&req, correlation_id).await;
+        let answer = self.app.handle_http(&req, correlation_id, false).await;
         let status = answer
             .get("statusCode")
             .and_then(Value::as_u64)

@@ -30,7 +30,9 @@ use crate::core::kube_model::{
 use crate::core::mode::ServerVersion;
 use crate::core::view::Census;
 use crate::shell::cloud::{Cloud, CloudError};
-use crate::shell::cluster::{Cluster, ClusterError, LeaseTaken, PodRef};
+use crate::shell::cluster::{
+    ClusterError, ClusterReads, Coordination, FencingWrites, LeaseTaken, PodRef,
+};
 
 /// The call log and the fault plan, shared by both fakes.
 #[derive(Default)]
@@ -716,7 +718,7 @@ fn merge(target: &mut Value, patch: &Value) {
 }
 
 #[async_trait]
-impl Cluster for FakeCluster {
+impl ClusterReads for FakeCluster {
     async fn list_nodes(&self) -> Result<Vec<NodeFacts>, ClusterError> {
         if self.calls.call("ListNodes".into()) {
             return Err(ClusterError::ListNodes(injected()));
@@ -768,58 +770,6 @@ impl Cluster for FakeCluster {
         Ok(self.lock().nodes.len())
     }
 
-    async fn read_census(&self, namespace: &str) -> Result<Option<Census>, ClusterError> {
-        if self.calls.call("GetCensus".into()) {
-            return Err(ClusterError::Lease {
-                namespace: namespace.into(),
-                source: injected(),
-            });
-        }
-        Ok(self.lock().census)
-    }
-
-    async fn write_census(
-        &self,
-        namespace: &str,
-        census: &Census,
-        _holder: &str,
-    ) -> Result<(), ClusterError> {
-        if self.calls.call("WriteCensus".into()) {
-            return Err(ClusterError::Lease {
-                namespace: namespace.into(),
-                source: injected(),
-            });
-        }
-        self.lock().census = Some(*census);
-        Ok(())
-    }
-
-    async fn taint_node(&self, node: &str, stamp: &Stamp) -> Result<TaintOutcome, ClusterError> {
-        if self.calls.call(format!("TaintNode {node}")) {
-            return Err(ClusterError::PatchConflict { node: node.into() });
-        }
-        let turning = self.lock().ready_before_taint.take();
-        if turning.as_deref() == Some(node) {
-            self.set_ready(node, "True");
-        }
-        let current = self.lock().nodes.get(node).cloned();
-        let Some(current) = current else {
-            return Ok(TaintOutcome::NodeGone);
-        };
-        match kube_model::taint_patch(&current, stamp) {
-            TaintPatch::Apply(patch) => {
-                self.patch(node, &patch)?;
-                Ok(TaintOutcome::Applied)
-            }
-            TaintPatch::AlreadyPresent => Ok(TaintOutcome::AlreadyPresent),
-            TaintPatch::AppliedByThisRun => Ok(TaintOutcome::Applied),
-            TaintPatch::NodeReady => Ok(TaintOutcome::NodeReady),
-            TaintPatch::NoResourceVersion | TaintPatch::Unrepresentable => {
-                Err(ClusterError::UnsafeWrite { node: node.into() })
-            }
-        }
-    }
-
     async fn list_volume_attachments(&self) -> Result<Vec<AttachmentFacts>, ClusterError> {
         if self.calls.call("ListVolumeAttachments".into()) {
             return Err(ClusterError::ListVolumeAttachments(injected()));
@@ -864,6 +814,49 @@ impl Cluster for FakeCluster {
         Ok(self.lock().pvs.iter().find(|pv| pv.name == name).cloned())
     }
 
+    async fn server_version(&self) -> Result<ServerVersion, ClusterError> {
+        if self.calls.call("GetVersion".into()) {
+            return Err(ClusterError::Version("injected fault".into()));
+        }
+        Ok(self.lock().version)
+    }
+
+    async fn pods_on_node(&self, node: &str) -> Result<Vec<PodRef>, ClusterError> {
+        if self.calls.call(format!("ListPods {node}")) {
+            return Err(ClusterError::Version("injected fault".into()));
+        }
+        Ok(self.lock().pods.get(node).cloned().unwrap_or_default())
+    }
+}
+
+#[async_trait]
+impl FencingWrites for FakeCluster {
+    async fn taint_node(&self, node: &str, stamp: &Stamp) -> Result<TaintOutcome, ClusterError> {
+        if self.calls.call(format!("TaintNode {node}")) {
+            return Err(ClusterError::PatchConflict { node: node.into() });
+        }
+        let turning = self.lock().ready_before_taint.take();
+        if turning.as_deref() == Some(node) {
+            self.set_ready(node, "True");
+        }
+        let current = self.lock().nodes.get(node).cloned();
+        let Some(current) = current else {
+            return Ok(TaintOutcome::NodeGone);
+        };
+        match kube_model::taint_patch(&current, stamp) {
+            TaintPatch::Apply(patch) => {
+                self.patch(node, &patch)?;
+                Ok(TaintOutcome::Applied)
+            }
+            TaintPatch::AlreadyPresent => Ok(TaintOutcome::AlreadyPresent),
+            TaintPatch::AppliedByThisRun => Ok(TaintOutcome::Applied),
+            TaintPatch::NodeReady => Ok(TaintOutcome::NodeReady),
+            TaintPatch::NoResourceVersion | TaintPatch::Unrepresentable => {
+                Err(ClusterError::UnsafeWrite { node: node.into() })
+            }
+        }
+    }
+
     async fn node_event(
         &self,
         node: &str,
@@ -881,13 +874,6 @@ impl Cluster for FakeCluster {
             state.events.push((node.into(), name.into(), event.clone()));
         }
         Ok(())
-    }
-
-    async fn server_version(&self) -> Result<ServerVersion, ClusterError> {
-        if self.calls.call("GetVersion".into()) {
-            return Err(ClusterError::Version("injected fault".into()));
-        }
-        Ok(self.lock().version)
     }
 
     async fn untaint_node(
@@ -955,11 +941,14 @@ impl Cluster for FakeCluster {
         Ok(true)
     }
 
-    async fn pods_on_node(&self, node: &str) -> Result<Vec<PodRef>, ClusterError> {
-        if self.calls.call(format!("ListPods {node}")) {
-            return Err(ClusterError::Version("injected fault".into()));
+    async fn clear_power_mark(&self, node: &str) -> Result<(), ClusterError> {
+        if self.calls.call(format!("ClearPowerMark {node}")) {
+            return Err(ClusterError::PatchConflict { node: node.into() });
         }
-        Ok(self.lock().pods.get(node).cloned().unwrap_or_default())
+        if self.lock().nodes.contains_key(node) {
+            self.patch(node, &kube_model::power_unmark_patch())?;
+        }
+        Ok(())
     }
 
     async fn force_delete_pod(&self, pod: &PodRef) -> Result<(), ClusterError> {
@@ -982,6 +971,35 @@ impl Cluster for FakeCluster {
         self.lock()
             .attachments
             .retain(|a| a.name != name || a.uid != uid);
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Coordination for FakeCluster {
+    async fn read_census(&self, namespace: &str) -> Result<Option<Census>, ClusterError> {
+        if self.calls.call("GetCensus".into()) {
+            return Err(ClusterError::Lease {
+                namespace: namespace.into(),
+                source: injected(),
+            });
+        }
+        Ok(self.lock().census)
+    }
+
+    async fn write_census(
+        &self,
+        namespace: &str,
+        census: &Census,
+        _holder: &str,
+    ) -> Result<(), ClusterError> {
+        if self.calls.call("WriteCensus".into()) {
+            return Err(ClusterError::Lease {
+                namespace: namespace.into(),
+                source: injected(),
+            });
+        }
+        self.lock().census = Some(*census);
         Ok(())
     }
 

@@ -11,16 +11,17 @@ use std::collections::{BTreeSet, HashMap};
 use futures::StreamExt;
 use tracing::{info, warn};
 
-use super::{Ctx, PARALLEL_NODES, PipelineError};
 use crate::core::facts::{Confirmation, NodeFacts};
 use crate::core::instance::InstanceId;
 use crate::core::metrics::Dependency;
 use crate::core::policy::Policy;
 use crate::core::suspect::Suspect;
 use crate::core::view::{self, Census, NodeView, Read};
+use crate::pipeline::ctx::{Ctx, PARALLEL_NODES};
+use crate::pipeline::error::PipelineError;
 
 /// The Nodes for these suspects.
-pub(super) async fn view(
+pub(crate) async fn view(
     ctx: &Ctx<'_>,
     policy: &Policy,
     suspects: &[Suspect],
@@ -37,7 +38,7 @@ pub(super) async fn view(
 }
 
 /// The same Nodes read again, after a wait or under the Lease.
-pub(super) async fn refresh(
+pub(crate) async fn refresh(
     ctx: &Ctx<'_>,
     policy: &Policy,
     view: &NodeView,
@@ -52,8 +53,8 @@ pub(super) async fn refresh(
 }
 
 /// Every Node.
-pub(super) async fn full(ctx: &Ctx<'_>) -> Result<NodeView, PipelineError> {
-    let nodes = ctx.cluster.list_nodes().await.inspect_err(|_| {
+pub(crate) async fn full(ctx: &Ctx<'_>) -> Result<NodeView, PipelineError> {
+    let nodes = ctx.reads.list_nodes().await.inspect_err(|_| {
         ctx.meter.error(Dependency::Kubernetes);
     })?;
     Ok(NodeView::full(nodes))
@@ -63,7 +64,7 @@ pub(super) async fn full(ctx: &Ctx<'_>) -> Result<NodeView, PipelineError> {
 /// `None` when they do not make a view that can be trusted.
 async fn partial(ctx: &Ctx<'_>, policy: &Policy, reads: Vec<Read>) -> Option<NodeView> {
     let now = k8s_openapi::jiff::Timestamp::now().as_second();
-    let census = match ctx.cluster.read_census(&policy.control_namespace).await {
+    let census = match ctx.control.read_census(&policy.control_namespace).await {
         Ok(Some(census)) if census.fresh(now) => census,
         Ok(_) => {
             info!("no census from a recent sweep: reading every Node");
@@ -77,7 +78,7 @@ async fn partial(ctx: &Ctx<'_>, policy: &Policy, reads: Vec<Read>) -> Option<Nod
     };
     let read: Vec<Option<NodeFacts>> = futures::stream::iter(&reads)
         .map(|r| async move {
-            match ctx.cluster.get_node(&r.name).await {
+            match ctx.reads.get_node(&r.name).await {
                 Ok(Some(node)) if r.finds(&node) => Some(node),
                 Ok(Some(_)) => {
                     warn!(
@@ -102,14 +103,14 @@ async fn partial(ctx: &Ctx<'_>, policy: &Policy, reads: Vec<Read>) -> Option<Nod
         .await;
     let read: Vec<NodeFacts> = read.into_iter().collect::<Option<_>>()?;
     let labelled = ctx
-        .cluster
+        .reads
         .list_fenced_nodes()
         .await
         .inspect_err(|_| ctx.meter.error(Dependency::Kubernetes))
         .ok()?;
     let total = match policy.max_out_of_service_percent {
         Some(_) => Some(
-            ctx.cluster
+            ctx.reads
                 .count_nodes()
                 .await
                 .inspect_err(|_| ctx.meter.error(Dependency::Kubernetes))
@@ -123,13 +124,13 @@ async fn partial(ctx: &Ctx<'_>, policy: &Policy, reads: Vec<Read>) -> Option<Nod
 /// Counts, in the sweep's full list, the Nodes out of service without
 /// node-fencer's label, and leaves the count for the invocations until the
 /// next sweep. A failure only costs them the full list.
-pub(super) async fn take_census(
+pub(crate) async fn take_census(
     ctx: &Ctx<'_>,
     policy: &Policy,
     all: &[NodeFacts],
     known: &HashMap<InstanceId, Confirmation>,
 ) {
-    let labelled: BTreeSet<String> = match ctx.cluster.list_fenced_nodes().await {
+    let labelled: BTreeSet<String> = match ctx.reads.list_fenced_nodes().await {
         Ok(nodes) => nodes.into_iter().map(|n| n.name).collect(),
         Err(e) => {
             ctx.meter.error(Dependency::Kubernetes);
@@ -140,7 +141,7 @@ pub(super) async fn take_census(
     let now = k8s_openapi::jiff::Timestamp::now().as_second();
     let census = Census::count(all, &labelled, known, now);
     match ctx
-        .cluster
+        .control
         .write_census(&policy.control_namespace, &census, &ctx.correlation_id)
         .await
     {

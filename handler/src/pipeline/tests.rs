@@ -20,7 +20,7 @@ use crate::core::recovery::{Hold, RecoveryPolicy};
 use crate::core::report::{AttachmentOutcome, Outcome, RecoveryOutcome, Report, VolumeOutcome};
 use crate::core::suspect::{Batch, Intent, NodeRef, Origin, Suspect};
 use crate::core::view::Census;
-use crate::shell::cluster::Cluster;
+use crate::shell::cluster::ClusterReads;
 
 const NODE: &str = "ip-10-0-1-17.ec2.internal";
 
@@ -117,12 +117,7 @@ impl World {
         batch: Batch,
     ) -> Result<Report, PipelineError> {
         let meter = Meter::default();
-        let ctx = Ctx {
-            cloud: &self.cloud,
-            cluster: &self.cluster,
-            meter: &meter,
-            correlation_id: correlation_id.into(),
-        };
+        let ctx = Ctx::new(&self.cloud, &self.cluster, &meter, correlation_id);
         run(&ctx, policy, batch).await
     }
 
@@ -1442,15 +1437,22 @@ async fn a_hung_node_is_powered_off_then_fenced_as_a_stopped_one() {
     let log = w.calls.log();
     let at = |what: &str| log.iter().position(|c| c.starts_with(what)).unwrap();
     let stop = at("StopInstances");
-    // Under the Lease: the Nodes and EC2 read again right before the stop.
+    // Under the Lease: the Nodes and EC2 read again right before the stop,
+    // and the mark written before it (issue 33, item 9), so that another
+    // invocation counts the power-off under the cap while it is in flight.
     assert_eq!(
         log[..stop]
             .iter()
             .rev()
-            .take(3)
+            .take(4)
             .cloned()
             .collect::<Vec<_>>(),
-        ["DescribeInstances", "ListNodes", "AcquireLease"],
+        [
+            format!("MarkPoweredOff {NODE}"),
+            "DescribeInstances".into(),
+            "ListNodes".into(),
+            "AcquireLease".into()
+        ],
         "{log:?}"
     );
     let taint = at("TaintNode");

@@ -25,7 +25,7 @@ use node_fencer::core::suspect::{Batch, Intent, NodeRef, Origin, Suspect};
 use node_fencer::pipeline::{self, Ctx};
 use node_fencer::shell::cloud::Cloud;
 use node_fencer::shell::cloud::aws::Ec2;
-use node_fencer::shell::cluster::{Cluster, Kube};
+use node_fencer::shell::cluster::{ClusterReads, Kube};
 use node_fencer_tests::Stack;
 use node_fencer_tests::attacher::Driver;
 use node_fencer_tests::bench::{Clock, median};
@@ -391,12 +391,7 @@ async fn fence_timed(
     let timeline = Timeline::new();
     let (cloud, cluster) = timeline.wrap(&warm.cloud, &warm.cluster);
     let meter = node_fencer::core::metrics::Meter::default();
-    let ctx = Ctx {
-        cloud: &cloud,
-        cluster: &cluster,
-        meter: &meter,
-        correlation_id: unique("bench"),
-    };
+    let ctx = Ctx::new(&cloud, &cluster, &meter, unique("bench"));
     let policy = Policy {
         max_out_of_service,
         mode,

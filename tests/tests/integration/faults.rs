@@ -17,7 +17,7 @@ use node_fencer::core::report::{Outcome, RecoveryOutcome, Report, VolumeOutcome}
 use node_fencer::core::retry::KUBERNETES;
 use node_fencer::core::suspect::Intent;
 use node_fencer::shell::cloud::aws::Ec2;
-use node_fencer::shell::cluster::{Cluster, Kube};
+use node_fencer::shell::cluster::{ClusterReads, Kube};
 use node_fencer::shell::connect::Timeouts;
 use node_fencer_tests::faults::{Fault, FaultProxy, Match};
 use node_fencer_tests::fixtures::*;

@@ -11,7 +11,9 @@ use node_fencer::core::instance::{InstanceId, InstanceState};
 use node_fencer::core::kube_model::{
     self, ANNOTATION_INSTANCE, ANNOTATION_TAINT, Ending, Stamp, TaintPatch,
 };
-use node_fencer::shell::cluster::{Cluster, Kube, TaintOutcome, UntaintOutcome};
+use node_fencer::shell::cluster::{
+    ClusterReads, FencingWrites, Kube, TaintOutcome, UntaintOutcome,
+};
 use node_fencer_tests::fixtures::{
     NodeSpec, OUT_OF_SERVICE, create_node, get_node, set_ready, taints, unique, unique_ip,
 };

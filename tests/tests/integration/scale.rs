@@ -14,7 +14,7 @@ use node_fencer::core::policy::Policy;
 use node_fencer::core::report::Outcome;
 use node_fencer::core::suspect::Intent;
 use node_fencer::core::view::Census;
-use node_fencer::shell::cluster::Cluster;
+use node_fencer::shell::cluster::Coordination;
 use node_fencer_tests::faults::Seen;
 use node_fencer_tests::fixtures::*;
 use node_fencer_tests::serial;

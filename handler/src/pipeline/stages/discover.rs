@@ -11,12 +11,14 @@
 use futures::{StreamExt, join};
 use tracing::{info, warn};
 
-use super::{Ctx, PARALLEL_NODES};
 use crate::core::facts::{AttachmentFacts, FenceMode, PodRef, PvFacts};
 use crate::core::instance::VolumeId;
 use crate::core::metrics::Dependency;
 use crate::core::plan::NodeRun;
 use crate::core::volumes;
+use crate::pipeline::ctx::{Ctx, PARALLEL_NODES};
+use crate::pipeline::error::PipelineError;
+use crate::pipeline::invocation::Invocation;
 use crate::shell::cluster::ClusterError;
 
 /// Reads by name in flight at once. EC2 caps the volumes of an instance at
@@ -24,7 +26,15 @@ use crate::shell::cluster::ClusterError;
 const PARALLEL_READS: usize = 8;
 
 /// Sets each fencing run's volumes and what to do with each.
-pub(super) async fn volumes(ctx: &Ctx<'_>, mode: FenceMode, runs: &mut [NodeRun]) {
+pub(crate) async fn run(ctx: &Ctx<'_>, inv: &mut Invocation<'_>) -> Result<(), PipelineError> {
+    let Some(mode) = inv.mode.filter(|_| inv.fencing()) else {
+        return Ok(());
+    };
+    volumes(ctx, mode, &mut inv.runs).await;
+    Ok(())
+}
+
+async fn volumes(ctx: &Ctx<'_>, mode: FenceMode, runs: &mut [NodeRun]) {
     let mut errors = Vec::new();
     let by_name = match attachment_names(runs, mode) {
         Some(names) => read_by_name(ctx, &names)
@@ -45,7 +55,7 @@ pub(super) async fn volumes(ctx: &Ctx<'_>, mode: FenceMode, runs: &mut [NodeRun]
     let of_node: Vec<Option<Vec<_>>> = runs
         .iter()
         .map(|r| {
-            let node = r.node.as_deref()?;
+            let node = r.node()?;
             let machine = r.fencing().map(|plan| &plan.instance.id)?;
             Some(volumes::volumes_of_node(node, Some(machine), &vas, &pvs))
         })
@@ -72,20 +82,20 @@ pub(super) async fn volumes(ctx: &Ctx<'_>, mode: FenceMode, runs: &mut [NodeRun]
         let Some(node_volumes) = node_volumes else {
             continue;
         };
-        run.errors.extend(errors.iter().cloned());
+        run.failed_with(errors.iter().cloned());
         match pods {
             Ok(pods) => {
                 let kept = volumes::kept_by_pods(&node_volumes, &pods, &pvs);
                 run.plan_volumes(node_volumes, &described, &kept);
                 if mode == FenceMode::Legacy
-                    && let Some(node) = run.node.clone()
+                    && let Some(node) = run.node().map(str::to_owned)
                 {
                     let attachments = volumes::attachments_of_node(&node, &vas);
                     run.plan_attachments(&attachments, &pods, &pvs);
                 }
             }
             // Which volumes a pod keeps is unknown: none is planned.
-            Err(e) => run.errors.push(e.to_string()),
+            Err(e) => run.failed_with([e.to_string()]),
         }
     }
 }
@@ -93,8 +103,8 @@ pub(super) async fn volumes(ctx: &Ctx<'_>, mode: FenceMode, runs: &mut [NodeRun]
 /// Every VolumeAttachment and PersistentVolume in the cluster.
 async fn list(ctx: &Ctx<'_>, errors: &mut Vec<String>) -> (Vec<AttachmentFacts>, Vec<PvFacts>) {
     let (vas, pvs) = join!(
-        ctx.cluster.list_volume_attachments(),
-        ctx.cluster.list_persistent_volumes()
+        ctx.reads.list_volume_attachments(),
+        ctx.reads.list_persistent_volumes()
     );
     (
         or_failed(ctx, vas, errors).unwrap_or_default(),
@@ -109,13 +119,13 @@ async fn read_by_name(
     names: &[String],
 ) -> Result<(Vec<AttachmentFacts>, Vec<PvFacts>), ClusterError> {
     let vas = each(names.iter().map(String::as_str), |name| {
-        ctx.cluster.get_volume_attachment(name)
+        ctx.reads.get_volume_attachment(name)
     })
     .await?;
     let mut pv_names: Vec<&str> = vas.iter().filter_map(|va| va.pv_name.as_deref()).collect();
     pv_names.sort_unstable();
     pv_names.dedup();
-    let pvs = each(pv_names, |name| ctx.cluster.get_persistent_volume(name)).await?;
+    let pvs = each(pv_names, |name| ctx.reads.get_persistent_volume(name)).await?;
     info!(
         named = names.len(),
         found = vas.len(),
@@ -161,7 +171,7 @@ fn or_failed<T>(
 fn attachment_names(runs: &[NodeRun], mode: FenceMode) -> Option<Vec<String>> {
     let mut names = Vec::new();
     for run in runs {
-        let (Some(plan), Some(node)) = (run.fencing(), run.node.as_deref()) else {
+        let (Some(plan), Some(node)) = (run.fencing(), run.node()) else {
             continue;
         };
         names.extend(volumes::attachment_names(
@@ -181,8 +191,8 @@ fn attachment_names(runs: &[NodeRun], mode: FenceMode) -> Option<Vec<String>> {
 async fn pods_of_nodes(ctx: &Ctx<'_>, runs: &[NodeRun]) -> Vec<Result<Vec<PodRef>, ClusterError>> {
     futures::stream::iter(runs)
         .map(|run| async move {
-            match run.node.as_deref().filter(|_| run.fencing().is_some()) {
-                Some(node) => ctx.cluster.pods_on_node(node).await.inspect_err(|_| {
+            match run.node().filter(|_| run.fencing().is_some()) {
+                Some(node) => ctx.reads.pods_on_node(node).await.inspect_err(|_| {
                     ctx.meter.error(Dependency::Kubernetes);
                 }),
                 None => Ok(Vec::new()),

@@ -6,23 +6,23 @@
 
 use tracing::{info, warn};
 
-use super::Ctx;
 use crate::core::events::NodeEvent;
 use crate::core::facts::PodRef;
 use crate::core::metrics::Dependency;
 use crate::core::plan::NodeRun;
+use crate::pipeline::ctx::Ctx;
 use crate::shell::cluster::ClusterError;
 
 /// Force-deletes the pods bound to `node` that `goes` picks; records how
 /// many on the run and in an Event. A failed list or delete is an error on
 /// the run.
-pub(super) async fn force_delete(
+pub(crate) async fn force_delete(
     ctx: &Ctx<'_>,
     node: &str,
     run: &mut NodeRun,
     goes: impl Fn(&PodRef) -> bool,
 ) {
-    let pods = match ctx.cluster.pods_on_node(node).await {
+    let pods = match ctx.reads.pods_on_node(node).await {
         Ok(pods) => pods,
         Err(e) => {
             tally(ctx, run, vec![Err(e)]);
@@ -31,10 +31,10 @@ pub(super) async fn force_delete(
     };
     let mut results = Vec::new();
     for pod in pods.iter().filter(|p| goes(p)) {
-        results.push(ctx.cluster.force_delete_pod(pod).await);
+        results.push(ctx.writes.force_delete_pod(pod).await);
     }
     let deleted = tally(ctx, run, results);
-    run.pods_deleted = deleted;
+    run.pods_deleted(deleted);
     if deleted > 0 {
         info!(deleted, "pods force-deleted");
         ctx.record(node, NodeEvent::pods_deleted(deleted)).await;
@@ -43,7 +43,7 @@ pub(super) async fn force_delete(
 
 /// Counts the calls that succeeded; each failure is counted, logged and
 /// kept on the run (its outcome becomes `failed`).
-pub(super) fn tally(
+pub(crate) fn tally(
     ctx: &Ctx<'_>,
     run: &mut NodeRun,
     results: Vec<Result<(), ClusterError>>,
@@ -55,7 +55,7 @@ pub(super) fn tally(
             Err(e) => {
                 ctx.meter.error(Dependency::Kubernetes);
                 warn!(error = %e, "fencing step failed");
-                run.errors.push(e.to_string());
+                run.failed_with([e.to_string()]);
             }
         }
     }

@@ -10,19 +10,18 @@
 
 use tracing::info;
 
-use super::Ctx;
-use super::pods::{self, tally};
 use crate::core::events::NodeEvent;
 use crate::core::plan::{NodeRun, attachment_reports};
 use crate::core::report::AttachmentOutcome;
 use crate::core::volumes::{AttachmentAction, per_driver};
+use crate::pipeline::ctx::Ctx;
+use crate::pipeline::stages::pods::{self, tally};
 
 /// Runs the recipe for one node; every failure is an error on its run.
-pub(super) async fn recipe(ctx: &Ctx<'_>, node: &str, run: &mut NodeRun) {
+pub(crate) async fn recipe(ctx: &Ctx<'_>, node: &str, run: &mut NodeRun) {
     pods::force_delete(ctx, node, run, |p| !p.stays).await;
     let actions = run
-        .plan
-        .as_ref()
+        .plan()
         .map(|p| p.attachments.clone())
         .unwrap_or_default();
     let mut reports = attachment_reports(&actions);
@@ -34,7 +33,7 @@ pub(super) async fn recipe(ctx: &Ctx<'_>, node: &str, run: &mut NodeRun) {
         else {
             continue;
         };
-        let result = ctx.cluster.delete_volume_attachment(attachment, uid).await;
+        let result = ctx.writes.delete_volume_attachment(attachment, uid).await;
         (report.outcome, report.detail) = match &result {
             Ok(()) => (AttachmentOutcome::Deleted, None),
             Err(e) => (AttachmentOutcome::Failed, Some(e.to_string())),
@@ -42,7 +41,6 @@ pub(super) async fn recipe(ctx: &Ctx<'_>, node: &str, run: &mut NodeRun) {
         results.push(result);
     }
     let deleted = tally(ctx, run, results);
-    run.attachments_deleted = deleted;
     if deleted > 0 {
         let by_driver = per_driver(
             reports
@@ -54,5 +52,5 @@ pub(super) async fn recipe(ctx: &Ctx<'_>, node: &str, run: &mut NodeRun) {
         ctx.record(node, NodeEvent::attachments_deleted(deleted, &by_driver))
             .await;
     }
-    run.attachments = reports;
+    run.attachments_done(reports, deleted);
 }

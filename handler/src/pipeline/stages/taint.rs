@@ -7,17 +7,17 @@ use std::time::Instant;
 use futures::StreamExt;
 use tracing::{Instrument, info, info_span, warn};
 
-use super::admit::Hold;
-use super::{Ctx, PARALLEL_NODES};
 use crate::core::events::NodeEvent;
 use crate::core::facts::FenceMode;
 use crate::core::kube_model::TaintOutcome;
 use crate::core::metrics::{self, Dependency};
 use crate::core::plan::{NodeRun, Stage};
+use crate::pipeline::ctx::{Ctx, PARALLEL_NODES};
+use crate::pipeline::lease::Hold;
 
 /// Taints every admitted run, a few nodes at once, each only while `hold`
 /// (when the Lease was taken) says the Lease is still ours.
-pub(super) async fn nodes(
+pub(crate) async fn nodes(
     ctx: &Ctx<'_>,
     mode: FenceMode,
     no_schedule: bool,
@@ -27,12 +27,12 @@ pub(super) async fn nodes(
     // One time for the whole batch: it names this fencing on every Node.
     let at = k8s_openapi::jiff::Timestamp::now().to_string();
     let at = at.as_str();
-    futures::stream::iter(runs.iter_mut().filter(|r| r.stage == Stage::Admitted))
+    futures::stream::iter(runs.iter_mut().filter(|r| *r.stage() == Stage::Admitted))
         .map(|run| {
             let span = info_span!(
                 "fence",
-                node = run.node.as_deref().unwrap_or("-"),
-                instance = run.instance_id.as_ref().map_or("-", |i| i.as_str())
+                node = run.node().unwrap_or("-"),
+                instance = run.instance_id().map_or("-", |i| i.as_str())
             );
             one(ctx, mode, at, no_schedule, hold, run).instrument(span)
         })
@@ -51,8 +51,8 @@ async fn one(
 ) {
     let (Some(stamp), Some(node), Some(plan)) = (
         run.stamp(mode, at, &ctx.correlation_id, no_schedule),
-        run.node.clone(),
-        run.plan.as_ref(),
+        run.node().map(str::to_owned),
+        run.plan(),
     ) else {
         return;
     };
@@ -78,7 +78,7 @@ async fn one(
         None => None,
     };
     let started = Instant::now();
-    let write = ctx.cluster.taint_node(&node, &stamp);
+    let write = ctx.writes.taint_node(&node, &stamp);
     let result = match left {
         Some(left) => match tokio::time::timeout(left, write).await {
             Ok(result) => result.map_err(|e| e.to_string()),
@@ -100,18 +100,18 @@ async fn one(
         }
     }
     run.tainted(result.map(Some));
-    if let Stage::Skipped(reason) = &run.stage {
+    if let Stage::Skipped(reason) = run.stage() {
         warn!(%reason, "node changed before the taint; not fencing");
     }
 }
 
 /// Records the Event of every taint this invocation applied.
-pub(super) async fn record(ctx: &Ctx<'_>, mode: FenceMode, runs: &[NodeRun]) {
+pub(crate) async fn record(ctx: &Ctx<'_>, mode: FenceMode, runs: &[NodeRun]) {
     for run in runs
         .iter()
-        .filter(|r| r.stage == Stage::Tainted && r.taint_applied)
+        .filter(|r| *r.stage() == Stage::Tainted && r.taint_applied())
     {
-        let (Some(node), Some(plan)) = (&run.node, &run.plan) else {
+        let (Some(node), Some(plan)) = (run.node(), run.plan()) else {
             continue;
         };
         let (instance, state) = (&plan.instance.id, &plan.instance.state);

@@ -1,0 +1,11 @@
+//! How people spell values in environment variables and ConfigMaps, read
+//! the same way wherever one is read (the configuration, the kill switch).
+
+/// Parses a boolean the way people write them in environment variables.
+pub fn parse_bool(v: &str) -> Option<bool> {
+    match v.to_ascii_lowercase().as_str() {
+        "true" | "1" | "yes" | "on" => Some(true),
+        "false" | "0" | "no" | "off" => Some(false),
+        _ => None,
+    }
+}

@@ -1,0 +1,105 @@
+//! What the cloud said of each machine during one invocation. A machine is
+//! asked about once for the decision ([`Looks::first`]: the screen's answer
+//! serves the decision, the decision's the recovery check); every look that
+//! must be fresh (right before the taint, right before a node's detaches,
+//! while a powered-off machine stops, after the settle delay) is an explicit
+//! [`Looks::again`], so the second and third looks are visible calls. Any
+//! error makes every answer of that call a failed lookup, which the core
+//! never takes for "off".
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use tracing::warn;
+
+use crate::core::facts::{Confirmation, NodeFacts};
+use crate::core::instance::InstanceId;
+use crate::core::metrics::{Dependency, Stage};
+use crate::core::plan;
+use crate::pipeline::ctx::Ctx;
+
+/// The answers of one invocation, by machine.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Looks {
+    answers: HashMap<InstanceId, Confirmation>,
+}
+
+impl Looks {
+    /// Every answer so far.
+    pub(crate) fn answers(&self) -> &HashMap<InstanceId, Confirmation> {
+        &self.answers
+    }
+
+    /// The answer for `id`, if it was asked about.
+    pub(crate) fn get(&self, id: &InstanceId) -> Option<&Confirmation> {
+        self.answers.get(id)
+    }
+
+    /// Asks the cloud, in one batched call, about those of `ids` it was not
+    /// asked about yet in this invocation.
+    pub(crate) async fn first(&mut self, ctx: &Ctx<'_>, ids: &[InstanceId]) {
+        let new: Vec<InstanceId> = ids
+            .iter()
+            .filter(|id| !self.answers.contains_key(*id))
+            .cloned()
+            .collect();
+        let answers = ask(ctx, &new).await;
+        self.answers.extend(answers);
+    }
+
+    /// Asks the cloud about `ids` again, whatever it said before: this
+    /// look's answers, which also replace the earlier ones.
+    pub(crate) async fn again(
+        &mut self,
+        ctx: &Ctx<'_>,
+        ids: &[InstanceId],
+    ) -> HashMap<InstanceId, Confirmation> {
+        let answers = ask(ctx, ids).await;
+        self.answers
+            .extend(answers.iter().map(|(k, v)| (k.clone(), v.clone())));
+        answers
+    }
+
+    /// Takes back what was described under a Node's machine name when it is
+    /// known to be another machine ([`plan::disown_replaced`]).
+    pub(crate) fn disown_replaced(&mut self, nodes: &[NodeFacts]) {
+        plan::disown_replaced(nodes, &mut self.answers);
+    }
+}
+
+/// The cloud's answer for each of `ids`; an id it does not know is
+/// [`Confirmation::NotFound`].
+async fn ask(ctx: &Ctx<'_>, ids: &[InstanceId]) -> HashMap<InstanceId, Confirmation> {
+    if ids.is_empty() {
+        return HashMap::new();
+    }
+    let started = Instant::now();
+    let described = ctx.cloud.describe_instances(ids).await;
+    ctx.meter.stage(Stage::Confirm, started.elapsed());
+    match described {
+        Ok(found) => {
+            let mut map: HashMap<InstanceId, Confirmation> = ids
+                .iter()
+                .map(|id| (id.clone(), Confirmation::NotFound))
+                .collect();
+            for facts in found {
+                if map.contains_key(&facts.id) {
+                    map.insert(facts.id.clone(), Confirmation::Seen(facts));
+                }
+            }
+            map
+        }
+        Err(e) => {
+            ctx.meter.error(Dependency::Ec2);
+            warn!(error = %e, "could not confirm instance states; nothing will be fenced");
+            ids.iter()
+                .map(|id| {
+                    let failed = Confirmation::LookupFailed {
+                        error: e.to_string(),
+                    };
+                    (id.clone(), failed)
+                })
+                .collect()
+        }
+    }
+}

@@ -1,0 +1,108 @@
+//! The act stage of each tainted node: the cloud is asked once more, for
+//! every node at once, whether the machines are still off; then, for each
+//! node it confirms, the [`super::legacy`] recipe in that mode (in taint
+//! mode the force-delete of the pods the taint evicts at once, see
+//! [`super::pods`]) and the force-detach of every volume the plan names. A
+//! detach the cloud answers "not attached" to is left to the verification,
+//! which trusts only what it sees.
+
+use std::time::Instant;
+
+use futures::StreamExt;
+use tracing::{Instrument, info, info_span, warn};
+
+use crate::core::events::NodeEvent;
+use crate::core::facts::FenceMode;
+use crate::core::instance::InstanceId;
+use crate::core::metrics::{self, Dependency};
+use crate::core::plan::{DetachAnswer, NodeRun, Stage};
+use crate::pipeline::ctx::{Ctx, PARALLEL_NODES};
+use crate::pipeline::error::PipelineError;
+use crate::pipeline::invocation::Invocation;
+use crate::pipeline::stages::{legacy, pods};
+
+/// Acts on every tainted run still confirmed off, a few nodes at once.
+pub(crate) async fn run(ctx: &Ctx<'_>, inv: &mut Invocation<'_>) -> Result<(), PipelineError> {
+    let Some(mode) = inv.mode.filter(|_| inv.fencing()) else {
+        return Ok(());
+    };
+    let ids: Vec<InstanceId> = inv
+        .runs
+        .iter()
+        .filter(|r| *r.stage() == Stage::Tainted)
+        .filter_map(|r| r.plan().map(|p| p.instance.id.clone()))
+        .collect();
+    let again = inv.looks.again(ctx, &ids).await;
+    let fence_hibernated = inv.policy.fence_hibernated;
+    for run in inv.runs.iter_mut().filter(|r| *r.stage() == Stage::Tainted) {
+        let id = run.plan().map(|p| p.instance.id.clone());
+        run.confirm_before_detach(id.and_then(|id| again.get(&id)), fence_hibernated);
+        if let Stage::DetachHeld(reason) = run.stage() {
+            warn!(node = run.node().unwrap_or("-"), %reason, "not confirmed off right before the detach; nothing freed");
+        }
+    }
+    futures::stream::iter(inv.runs.iter_mut().filter(|r| *r.stage() == Stage::Tainted))
+        .map(|run| {
+            let span = info_span!(
+                "act",
+                node = run.node().unwrap_or("-"),
+                instance = run.instance_id().map_or("-", |i| i.as_str())
+            );
+            one(ctx, mode, run).instrument(span)
+        })
+        .buffer_unordered(PARALLEL_NODES)
+        .collect::<Vec<()>>()
+        .await;
+    Ok(())
+}
+
+async fn one(ctx: &Ctx<'_>, mode: FenceMode, run: &mut NodeRun) {
+    let Some(instance) = run.plan().map(|p| p.instance.id.clone()) else {
+        return;
+    };
+    let node = run.node().unwrap_or_default().to_owned();
+    match mode {
+        FenceMode::Legacy => legacy::recipe(ctx, &node, run).await,
+        // The pod garbage collector would delete these on its next pass
+        // (every 20 s) now that the taint is on; deleting them here lets
+        // their controllers replace them at once.
+        FenceMode::Taint => pods::force_delete(ctx, &node, run, |p| p.leaves_now).await,
+    }
+    run.start_detaching();
+    let started = Instant::now();
+    let pending: Vec<_> = run.pending().cloned().collect();
+    let mut detached = Vec::new();
+    for volume in &pending {
+        let answer = match ctx.cloud.detach_volume(volume, &instance).await {
+            Ok(()) => {
+                info!(volume = %volume, "force-detach sent");
+                detached.push(volume.to_string());
+                DetachAnswer::Sent
+            }
+            Err(e) if e.is_already_detached() => {
+                // Someone else detached it first, or a detach is under way:
+                // left to the verification, which trusts only what the
+                // cloud shows.
+                info!(volume = %volume, error = %e, "volume no longer attached, or detaching");
+                DetachAnswer::NotAttached(e.to_string())
+            }
+            Err(e) if e.is_never_detached() => {
+                warn!(volume = %volume, error = %e, "never detached: refused");
+                DetachAnswer::Refused(e.to_string())
+            }
+            Err(e) => {
+                ctx.meter.error(Dependency::Ec2);
+                warn!(volume = %volume, error = %e, "force-detach failed");
+                DetachAnswer::Failed(e.to_string())
+            }
+        };
+        run.detach_answered(volume, answer);
+    }
+    if !pending.is_empty() {
+        ctx.meter.stage(metrics::Stage::Detach, started.elapsed());
+    }
+    if !detached.is_empty() {
+        ctx.record(&node, NodeEvent::volumes_detached(&detached, &instance))
+            .await;
+    }
+}

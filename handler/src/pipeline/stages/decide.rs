@@ -1,0 +1,182 @@
+//! The decision: every suspect resolved to its Node and machine, the cloud
+//! asked once about every machine of the invocation, and each node judged
+//! by [`crate::core::decide`] against the room the cap leaves. A cap that
+//! would refuse asks first whether the Nodes filling it are dead for good,
+//! and over a partial view decides again over every Node. A machine the
+//! cloud reports off on a Node still Ready is waited for, within the
+//! invocation, until Kubernetes notices.
+
+use std::collections::HashMap;
+
+use tokio::time::Instant;
+use tracing::info;
+
+use crate::core::cap;
+use crate::core::decide::{self, Case, Settings, Verdict};
+use crate::core::facts::Confirmation;
+use crate::core::instance::InstanceId;
+use crate::core::plan::{self, Target};
+use crate::core::policy::Policy;
+use crate::core::resolve::{self, Resolution};
+use crate::core::suspect::{Intent, Suspect};
+use crate::core::view::NodeView;
+use crate::pipeline::ctx::Ctx;
+use crate::pipeline::error::PipelineError;
+use crate::pipeline::invocation::Invocation;
+use crate::pipeline::looks::Looks;
+use crate::pipeline::{nodes, wait};
+
+/// Decides every suspect; waits for Nodes still Ready on machines off.
+pub(crate) async fn run(ctx: &Ctx<'_>, inv: &mut Invocation<'_>) -> Result<(), PipelineError> {
+    if inv.suspects.is_empty() {
+        return Ok(());
+    }
+    let policy = inv.policy;
+    let dry_run = inv.switch.is_on();
+    let deadline = Instant::now() + policy.not_ready_wait;
+    let Invocation {
+        switch,
+        looks,
+        suspects,
+        view,
+        decision,
+        ..
+    } = inv;
+    let mut first = true;
+    // EC2's `stopped` comes before the node controller's grace period is
+    // over: rather than fail and wait for Lambda's retries (1 and 2 minutes
+    // later), look again until Kubernetes notices.
+    let ns = &policy.control_namespace;
+    let every = policy.poll_interval;
+    wait::poll(
+        ctx,
+        switch,
+        ns,
+        (deadline, every),
+        "the Node turning NotReady",
+        async || {
+            let Some(current) = view.as_mut() else {
+                return Ok::<_, PipelineError>(true);
+            };
+            if !std::mem::take(&mut first) {
+                *current = nodes::refresh(ctx, policy, current).await?;
+            }
+            let (targets, verdicts) = loop {
+                let (targets, verdicts) =
+                    decide(ctx, policy, dry_run, suspects, current, looks).await;
+                // A partial view only admits: a refusal by the cap is decided
+                // again over the whole cluster, as it always was.
+                if current.is_partial() && verdicts.iter().any(by_cap) {
+                    info!("the cap would refuse: deciding again over every Node");
+                    *current = nodes::full(ctx).await?;
+                    continue;
+                }
+                break (targets, verdicts);
+            };
+            let waiting = ready_but_off(&targets, &verdicts, current);
+            decision.targets = targets;
+            decision.verdicts = verdicts;
+            if dry_run || waiting.is_empty() {
+                return Ok(true);
+            }
+            info!(
+                nodes = waiting.join(","),
+                "instance off, Node still Ready: waiting for Kubernetes to notice"
+            );
+            Ok(false)
+        },
+    )
+    .await?;
+    Ok(())
+}
+
+/// The Nodes to fence whose machine is off but that Kubernetes still calls
+/// Ready.
+fn ready_but_off(targets: &[Target], verdicts: &[Verdict], view: &NodeView) -> Vec<String> {
+    targets
+        .iter()
+        .zip(verdicts)
+        .filter(|(t, v)| {
+            t.intent == Intent::Fence
+                && matches!(
+                    v,
+                    Verdict::Skip {
+                        reason: decide::Skip::NodeReady
+                    }
+                )
+        })
+        .filter_map(|(t, _)| t.node.map(|i| view.nodes[i].name.clone()))
+        .collect()
+}
+
+/// Resolves, confirms (asking the cloud only about machines not asked
+/// about yet) and decides every suspect against `view`.
+async fn decide(
+    ctx: &Ctx<'_>,
+    policy: &Policy,
+    dry_run: bool,
+    suspects: &[Suspect],
+    view: &NodeView,
+    looks: &mut Looks,
+) -> (Vec<Target>, Vec<Verdict>) {
+    let nodes = &view.nodes;
+    let resolutions: Vec<Resolution> = suspects
+        .iter()
+        .map(|s| resolve::resolve(&s.target, nodes))
+        .collect();
+    // Out of band, one batched call for every machine of the invocation.
+    looks
+        .first(ctx, &plan::instances_to_confirm(&resolutions, nodes))
+        .await;
+    looks.disown_replaced(nodes);
+    let targets = plan::targets(
+        suspects.to_vec(),
+        resolutions,
+        nodes,
+        looks.answers(),
+        policy.scope.as_ref(),
+    );
+    let settings = policy.decision(dry_run, view.cluster_size());
+    let mut verdicts = decide_all(&targets, view, looks.answers(), &settings);
+    // Before refusing, ask whether the Nodes filling the cap are dead for
+    // good (terminated or gone): those take no room. A partial view does not
+    // hold them all: the caller decides again over every Node.
+    if verdicts.iter().any(by_cap) && !view.is_partial() {
+        let ids = cap::worth_asking(nodes, looks.answers());
+        if !ids.is_empty() {
+            looks.first(ctx, &ids).await;
+            looks.disown_replaced(nodes);
+            verdicts = decide_all(&targets, view, looks.answers(), &settings);
+        }
+    }
+    (targets, verdicts)
+}
+
+/// True for a refusal by the cap.
+pub(crate) fn by_cap(verdict: &Verdict) -> bool {
+    matches!(
+        verdict,
+        Verdict::Skip {
+            reason: decide::Skip::CapReached { .. }
+        }
+    )
+}
+
+/// The verdict for every target, against the room the cap has left.
+pub(crate) fn decide_all(
+    targets: &[Target],
+    view: &NodeView,
+    answers: &HashMap<InstanceId, Confirmation>,
+    settings: &Settings,
+) -> Vec<Verdict> {
+    let nodes = &view.nodes;
+    let cases: Vec<Case<'_>> = targets
+        .iter()
+        .map(|t| Case {
+            intent: t.intent,
+            node: t.node.map(|i| &nodes[i]),
+            confirmation: t.instance.as_ref().and_then(|id| answers.get(id)),
+        })
+        .collect();
+    decide::decide_batch(&cases, settings, view.taken(answers))
+}

@@ -1,0 +1,16 @@
+//! The fencing stages, in the order [`crate::pipeline::run`] calls them;
+//! [`taint`], [`legacy`] and [`pods`] are the parts the admission and act
+//! stages carry out per node.
+
+pub(crate) mod act;
+pub(crate) mod admit;
+pub(crate) mod decide;
+pub(crate) mod discover;
+pub(crate) mod legacy;
+pub(crate) mod plan;
+pub(crate) mod pods;
+pub(crate) mod power;
+pub(crate) mod screen;
+pub(crate) mod survey;
+pub(crate) mod taint;
+pub(crate) mod verify;

@@ -1,0 +1,460 @@
+//! Active fencing, between the decision and the plan: a candidate whose
+//! machine the cloud still calls running is judged by
+//! [`crate::core::power::judge`]; one it allows is judged again under the
+//! Lease (the Nodes listed and the cloud asked again first), marked on its
+//! Node, powered off, and waited for until the cloud reports it stopped;
+//! then every target is decided again, as if the cloud had reported the
+//! machine stopped on its own. The fence that follows is the usual one,
+//! with its own confirmations: nothing here taints or detaches.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tracing::{info, warn};
+
+use crate::core::decide::{Skip, Verdict};
+use crate::core::events::NodeEvent;
+use crate::core::facts::{Confirmation, NodeFacts, StatusChecks};
+use crate::core::instance::{InstanceId, InstanceState};
+use crate::core::kube_model::PowerStamp;
+use crate::core::metrics::Dependency;
+use crate::core::plan::Target;
+use crate::core::policy::Policy;
+use crate::core::power::{
+    self, ActiveFencing, Candidate, PowerOutcome, PowerReport, PowerVerdict, Refusal, Surroundings,
+};
+use crate::core::suspect::Origin;
+use crate::core::view::NodeView;
+use crate::pipeline::ctx::Ctx;
+use crate::pipeline::error::PipelineError;
+use crate::pipeline::invocation::Invocation;
+use crate::pipeline::lease::{self, Hold};
+use crate::pipeline::stages::decide::decide_all;
+use crate::pipeline::{nodes, wait};
+
+/// How often the cloud is asked while a powered-off machine is stopping: a
+/// forced stop takes tens of seconds, and each look is a describe call.
+const POLL: Duration = Duration::from_secs(2);
+
+/// One power-off the first judgement allowed: the target, its Node, how
+/// long it was NotReady, and the status checks recorded with it.
+struct Allowed {
+    target: usize,
+    node: String,
+    not_ready_for: u64,
+    checks: Option<StatusChecks>,
+}
+
+/// Judges the candidates, powers off those the rules allow, and decides
+/// every target again once a machine was powered off.
+pub(crate) async fn run(ctx: &Ctx<'_>, inv: &mut Invocation<'_>) -> Result<(), PipelineError> {
+    let picked = candidates(&inv.decision.targets, &inv.decision.verdicts);
+    let Some(settings) = inv.policy.active_fencing else {
+        // Off: only an operator's explicit request hears why nothing happened.
+        for k in picked {
+            if inv.decision.targets[k].origins.contains(&Origin::Direct) {
+                let report = PowerReport::refused(Refusal::Disabled, None, None);
+                inv.decision.power.insert(k, report);
+            }
+        }
+        return Ok(());
+    };
+    let Some(view) = inv.view.as_ref().filter(|_| !picked.is_empty()) else {
+        return Ok(());
+    };
+    let names: Vec<(usize, String)> = picked
+        .iter()
+        .filter_map(|k| {
+            let i = inv.decision.targets[*k].node?;
+            Some((*k, view.nodes[i].name.clone()))
+        })
+        .collect();
+    let allowed = first_judgement(ctx, inv, &settings, &names).await?;
+    if allowed.is_empty() {
+        return Ok(());
+    }
+    let sent = lease::under_lease(ctx, inv, async |hold, inv| {
+        power_off(ctx, inv, &settings, hold, &allowed).await
+    })
+    .await??;
+    if sent.is_empty() {
+        return Ok(());
+    }
+    wait_stopped(ctx, inv, &settings, &sent).await;
+    // A machine powered off is decided again, as if the cloud had reported
+    // it stopped on its own.
+    if let Some(view) = inv.view.as_ref() {
+        let settings = inv.policy.decision(inv.switch.is_on(), view.cluster_size());
+        let d = &mut inv.decision;
+        d.verdicts = decide_all(&d.targets, view, inv.looks.answers(), &settings);
+    }
+    Ok(())
+}
+
+/// The targets this stage looks at: power-off candidates decided "machine
+/// not off" because the cloud reports them running.
+fn candidates(targets: &[Target], verdicts: &[Verdict]) -> Vec<usize> {
+    targets
+        .iter()
+        .zip(verdicts)
+        .enumerate()
+        .filter(|(_, (t, v))| {
+            t.power_off
+                && t.node.is_some()
+                && matches!(
+                    v,
+                    Verdict::Skip {
+                        reason: Skip::InstanceNotOff {
+                            state: InstanceState::Running
+                        }
+                    }
+                )
+        })
+        .map(|(k, _)| k)
+        .collect()
+}
+
+/// The first judgement, over every Node (the partition guard counts them
+/// all): refusals and dry-run plans are reported, the rest returned.
+async fn first_judgement(
+    ctx: &Ctx<'_>,
+    inv: &mut Invocation<'_>,
+    settings: &ActiveFencing,
+    names: &[(usize, String)],
+) -> Result<Vec<Allowed>, PipelineError> {
+    let full;
+    let view = match inv.view.as_ref() {
+        Some(view) if !view.is_partial() => view,
+        _ => {
+            full = nodes::full(ctx).await?;
+            &full
+        }
+    };
+    let ids: Vec<InstanceId> = names
+        .iter()
+        .filter_map(|(k, _)| inv.decision.targets[*k].instance.clone())
+        .collect();
+    let checks = status_checks(ctx, &ids).await;
+    let only: Vec<&str> = names.iter().map(|(_, n)| n.as_str()).collect();
+    let verdicts = judge(inv.policy, settings, view, inv.looks.answers(), &only);
+    let dry_run = inv.switch.is_on();
+    let mut allowed = Vec::new();
+    for ((k, name), verdict) in names.iter().zip(verdicts) {
+        let node = view.nodes.iter().find(|n| n.name == *name);
+        let checks = node
+            .and_then(|n| n.instance.as_ref())
+            .and_then(|id| checks.get(id))
+            .cloned();
+        let report = match verdict {
+            PowerVerdict::Refuse { refusal } => {
+                info!(
+                    node = name,
+                    reason = refusal.code(),
+                    "not powering off: {refusal}"
+                );
+                if !dry_run && records(&refusal) {
+                    ctx.record(name, NodeEvent::power_off_refused(&refusal))
+                        .await;
+                }
+                let dark_for = node.and_then(|n| power::not_ready_for(n, now()));
+                PowerReport::refused(refusal, dark_for, checks)
+            }
+            PowerVerdict::PowerOff { not_ready_for } if dry_run => PowerReport::new(
+                PowerOutcome::Planned,
+                format!(
+                    "would power off: NotReady for {not_ready_for} s and the cloud reports it running"
+                ),
+                Some(not_ready_for),
+                checks,
+            ),
+            PowerVerdict::PowerOff { not_ready_for } => {
+                allowed.push(Allowed {
+                    target: *k,
+                    node: name.clone(),
+                    not_ready_for,
+                    checks,
+                });
+                continue;
+            }
+        };
+        inv.decision.power.insert(*k, report);
+    }
+    Ok(allowed)
+}
+
+/// Refusals worth a Warning Event: a guard held back a node that was dead
+/// long enough. A node not NotReady long enough yet is no news.
+fn records(refusal: &Refusal) -> bool {
+    matches!(
+        refusal,
+        Refusal::Partition { .. }
+            | Refusal::ZoneDark { .. }
+            | Refusal::CapReached { .. }
+            | Refusal::PoweredOffBefore { .. }
+    )
+}
+
+/// The verdict for each named Node, over `view` and what the cloud said.
+fn judge(
+    policy: &Policy,
+    settings: &ActiveFencing,
+    view: &NodeView,
+    answers: &HashMap<InstanceId, Confirmation>,
+    names: &[&str],
+) -> Vec<PowerVerdict> {
+    let found: Vec<Option<&NodeFacts>> = names
+        .iter()
+        .map(|name| view.nodes.iter().find(|n| n.name == *name))
+        .collect();
+    let candidates: Vec<Candidate<'_>> = found
+        .iter()
+        .flatten()
+        .map(|node| Candidate {
+            node,
+            confirmation: node.instance.as_ref().and_then(|id| answers.get(id)),
+        })
+        .collect();
+    let around = Surroundings {
+        nodes: &view.nodes,
+        out_of_service: view.taken(answers),
+        limit: policy.cap(view.cluster_size()),
+        now: now(),
+    };
+    let mut judged = power::judge(&candidates, &around, Some(settings)).into_iter();
+    // One verdict per Node found, in order; a Node gone is not powered off.
+    found
+        .iter()
+        .map(|node| {
+            node.and_then(|_| judged.next())
+                .unwrap_or(PowerVerdict::Refuse {
+                    refusal: Refusal::NodeGone,
+                })
+        })
+        .collect()
+}
+
+/// Under the Lease: lists the Nodes and asks the cloud again, judges once
+/// more (a node may have turned Ready, another invocation may have taken
+/// the cap's room), and for each node still allowed marks its Node, then
+/// powers it off, while the hold lasts. The mark comes first: another
+/// invocation counts it under the cap, and a mark without a stop is
+/// harmless. Returns the (target, machine) pairs whose stop the cloud took.
+async fn power_off(
+    ctx: &Ctx<'_>,
+    inv: &mut Invocation<'_>,
+    settings: &ActiveFencing,
+    hold: &Hold,
+    allowed: &[Allowed],
+) -> Result<Vec<(usize, InstanceId)>, PipelineError> {
+    if inv.switch.is_on() {
+        for a in allowed {
+            warn!(
+                node = a.node,
+                "the kill switch turned on while waiting: not powering off"
+            );
+            inv.decision.power.insert(a.target, planned_after_switch());
+        }
+        return Ok(Vec::new());
+    }
+    let fresh = nodes::full(ctx).await?;
+    let names: Vec<&str> = allowed.iter().map(|a| a.node.as_str()).collect();
+    let ids: Vec<InstanceId> = names
+        .iter()
+        .filter_map(|name| fresh.nodes.iter().find(|n| n.name == *name))
+        .filter_map(|n| n.instance.clone())
+        .collect();
+    inv.looks.again(ctx, &ids).await;
+    let verdicts = judge(inv.policy, settings, &fresh, inv.looks.answers(), &names);
+    let mut sent = Vec::new();
+    for (a, verdict) in allowed.iter().zip(verdicts) {
+        let node = fresh.nodes.iter().find(|n| n.name == a.node);
+        let (PowerVerdict::PowerOff { .. }, Some(node), Some(id)) =
+            (&verdict, node, node.and_then(|n| n.instance.clone()))
+        else {
+            if let PowerVerdict::Refuse { refusal } = verdict {
+                info!(node = a.node, "not powering off after all: {refusal}");
+                let dark_for = node.and_then(|n| power::not_ready_for(n, now()));
+                let report = PowerReport::refused(refusal, dark_for, a.checks.clone());
+                inv.decision.power.insert(a.target, report);
+            }
+            continue;
+        };
+        let report = stop(ctx, hold, a, node, &id).await;
+        if report.outcome == PowerOutcome::StopPending {
+            sent.push((a.target, id));
+        }
+        inv.decision.power.insert(a.target, report);
+    }
+    Ok(sent)
+}
+
+/// Marks one Node and powers its machine off, while `hold` lasts.
+async fn stop(
+    ctx: &Ctx<'_>,
+    hold: &Hold,
+    a: &Allowed,
+    node: &NodeFacts,
+    id: &InstanceId,
+) -> PowerReport {
+    let acted = |outcome, reason: String| {
+        PowerReport::new(outcome, reason, Some(a.not_ready_for), a.checks.clone())
+    };
+    let why = reason(a.not_ready_for, a.checks.as_ref(), &ctx.correlation_id);
+    if hold.left().is_none() {
+        // Another invocation may count now: a retry decides again.
+        warn!(node = a.node, "the fencing Lease ran out: not powering off");
+        return acted(
+            PowerOutcome::Failed,
+            "the fencing Lease ran out before the stop; a retry decides again".into(),
+        );
+    }
+    if let Err(e) = mark(ctx, node, &why).await {
+        return acted(PowerOutcome::Failed, e);
+    }
+    if hold.left().is_none() {
+        warn!(node = a.node, "the fencing Lease ran out: not powering off");
+        return acted(
+            PowerOutcome::Failed,
+            "the fencing Lease ran out before the stop; a retry decides again".into(),
+        );
+    }
+    match ctx.cloud.power_off(id).await {
+        Ok(()) => {
+            info!(node = a.node, instance = %id, "powered off: {why}");
+            ctx.record(&a.node, NodeEvent::powered_off(id, &why)).await;
+            acted(PowerOutcome::StopPending, format!("powered off; {why}"))
+        }
+        Err(e) => {
+            ctx.meter.error(Dependency::Ec2);
+            warn!(node = a.node, error = %e, "could not power off");
+            acted(
+                PowerOutcome::Failed,
+                unmark(ctx, &a.node, e.to_string()).await,
+            )
+        }
+    }
+}
+
+/// Takes back the mark of a stop the cloud refused, so that the cap and the
+/// never-twice rule do not count a machine that runs as before; `error` is
+/// the refusal, with what is left to do when the mark stays.
+async fn unmark(ctx: &Ctx<'_>, node: &str, error: String) -> String {
+    match ctx.writes.clear_power_mark(node).await {
+        Ok(()) => error,
+        Err(e) => {
+            ctx.meter.error(Dependency::Kubernetes);
+            warn!(node, error = %e, "could not take back the power-off mark");
+            format!(
+                "{error}; the power-off mark stays on the Node (it could not be taken back: {e}), so node-fencer will not power it off again until it reboots: remove the node-fencer.io/powered-off-at annotation to allow it"
+            )
+        }
+    }
+}
+
+fn planned_after_switch() -> PowerReport {
+    PowerReport::new(
+        PowerOutcome::Planned,
+        "the kill switch turned on while waiting for the Lease: not powered off",
+        None,
+        None,
+    )
+}
+
+/// Now, in Unix seconds.
+fn now() -> i64 {
+    k8s_openapi::jiff::Timestamp::now().as_second()
+}
+
+/// What the Node's annotation and Event say of a power-off.
+fn reason(not_ready_for: u64, checks: Option<&StatusChecks>, correlation_id: &str) -> String {
+    let checks = checks.map_or_else(
+        || "status checks not reported".to_owned(),
+        |c| format!("status checks: {c}"),
+    );
+    format!(
+        "NotReady for {not_ready_for} s while the cloud reported it running; {checks}; run {correlation_id}"
+    )
+}
+
+/// Records the power-off on the Node before the stop, so that it counts
+/// under the cap for every other invocation and is never repeated before
+/// the node boots and reports again. A mark that cannot be written stops
+/// the power-off: without it, neither guard would know.
+async fn mark(ctx: &Ctx<'_>, node: &NodeFacts, why: &str) -> Result<(), String> {
+    let stamp = PowerStamp {
+        at: k8s_openapi::jiff::Timestamp::now().to_string(),
+        boot_id: node.power.boot_id.clone(),
+        reason: why.to_owned(),
+    };
+    match ctx.writes.mark_powered_off(&node.name, &stamp).await {
+        Ok(true) => Ok(()),
+        Ok(false) => Err("the Node is gone: not powered off".into()),
+        Err(e) => {
+            ctx.meter.error(Dependency::Kubernetes);
+            warn!(node = node.name, error = %e, "could not record the power-off on the Node: not powering off");
+            Err(format!(
+                "the power-off could not be recorded on the Node, so it was not sent: {e}"
+            ))
+        }
+    }
+}
+
+/// Asks the cloud until every powered-off machine is reported stopped, or
+/// the wait is over (then the switch is read again, like after any wait).
+async fn wait_stopped(
+    ctx: &Ctx<'_>,
+    inv: &mut Invocation<'_>,
+    settings: &ActiveFencing,
+    sent: &[(usize, InstanceId)],
+) {
+    let ids: Vec<InstanceId> = sent.iter().map(|(_, id)| id.clone()).collect();
+    let deadline = Instant::now() + settings.wait;
+    let Invocation {
+        switch,
+        looks,
+        policy,
+        ..
+    } = inv;
+    let ns = &policy.control_namespace;
+    let stopped = async || {
+        let answers = looks.again(ctx, &ids).await;
+        Ok::<_, std::convert::Infallible>(answers.values().all(Confirmation::confirms_off))
+    };
+    let _ = wait::poll(
+        ctx,
+        switch,
+        ns,
+        (deadline, POLL),
+        "the powered-off machines stopping",
+        stopped,
+    )
+    .await;
+    for (k, id) in sent {
+        let off = inv.looks.get(id).is_some_and(Confirmation::confirms_off);
+        let Some(report) = inv.decision.power.get_mut(k) else {
+            continue;
+        };
+        if off {
+            report.outcome = PowerOutcome::Stopped;
+        } else {
+            warn!(instance = %id, "not stopped within POWER_OFF_WAIT_SECONDS: no taint; a retry looks again");
+            report
+                .reason
+                .push_str("; not reported stopped within POWER_OFF_WAIT_SECONDS");
+        }
+    }
+}
+
+/// The status checks the cloud reports; none when it cannot be asked (they
+/// are recorded, never required).
+async fn status_checks(ctx: &Ctx<'_>, ids: &[InstanceId]) -> HashMap<InstanceId, StatusChecks> {
+    match ctx.cloud.status_checks(ids).await {
+        Ok(found) => found.into_iter().collect(),
+        Err(e) => {
+            ctx.meter.error(Dependency::Ec2);
+            warn!(error = %e, "could not read the status checks; powering off without them");
+            HashMap::new()
+        }
+    }
+}

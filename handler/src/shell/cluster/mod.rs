@@ -1,0 +1,528 @@
+//! The Kubernetes side: the traits the pipeline talks to, split by what a
+//! stage needs ([`ClusterReads`], [`FencingWrites`], [`Coordination`]; a
+//! [`Cluster`] is all three), and their implementation over `kube`, one file
+//! each. Only the calls in `infra/kubernetes/rbac.yaml`.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+};
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, ObjectReference, PersistentVolume, Pod};
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::storage::v1::VolumeAttachment;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::{Api, Client};
+use tokio::sync::OnceCell;
+
+use crate::core::control::{self, KillSwitch, LeaseFacts, LeaseStep};
+use crate::core::events::NodeEvent;
+pub use crate::core::facts::PodRef;
+use crate::core::facts::{AttachmentFacts, NodeFacts, PvFacts};
+use crate::core::kube_model::{
+    self, ConfirmPatch, Ending, PowerStamp, Stamp, TaintPatch, UntaintPatch,
+};
+pub use crate::core::kube_model::{ConfirmOutcome, TaintOutcome, UntaintOutcome};
+use crate::core::mode::ServerVersion;
+use crate::core::retry::{self, KUBERNETES};
+use crate::core::view::Census;
+use crate::shell::slim;
+
+mod coordination;
+mod reads;
+mod writes;
+
+/// How often a taint patch is retried after a conflict before giving up.
+pub const CONFLICT_RETRIES: usize = 5;
+/// Namespace of Node events, as the kubelet and `kubectl describe node` use.
+const EVENT_NAMESPACE: &str = "default";
+/// Field manager and reporting controller name.
+pub const MANAGER: &str = "node-fencer";
+
+/// A failed Kubernetes call, named after the operation.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    /// Listing Nodes failed.
+    #[error("listing nodes failed: {0}")]
+    ListNodes(#[source] kube::Error),
+    /// Reading one Node failed.
+    #[error("reading node {node} failed: {source}")]
+    GetNode {
+        /// The node.
+        node: String,
+        /// The cause.
+        #[source]
+        source: kube::Error,
+    },
+    /// The taint patch failed (other than by a conflict that a retry fixed).
+    #[error("patching node {node} failed: {source}")]
+    PatchNode {
+        /// The node.
+        node: String,
+        /// The cause.
+        #[source]
+        source: kube::Error,
+    },
+    /// Every retry met a conflicting writer.
+    #[error("patching node {node}: still conflicting after {CONFLICT_RETRIES} attempts")]
+    PatchConflict {
+        /// The node.
+        node: String,
+    },
+    /// The write could not be made safe (no resourceVersion to guard it, or
+    /// an existing taint that cannot be restated).
+    #[error("node {node}: refusing a write that could lose another writer's change")]
+    UnsafeWrite {
+        /// The node.
+        node: String,
+    },
+    /// Listing VolumeAttachments failed.
+    #[error("listing volumeattachments failed: {0}")]
+    ListVolumeAttachments(#[source] kube::Error),
+    /// Listing PersistentVolumes failed.
+    #[error("listing persistentvolumes failed: {0}")]
+    ListPersistentVolumes(#[source] kube::Error),
+    /// Reading one object of the node's volumes by name failed.
+    #[error("reading {kind} {name} failed: {source}")]
+    GetVolume {
+        /// `volumeattachment` or `persistentvolume`.
+        kind: &'static str,
+        /// Its name.
+        name: String,
+        /// The cause.
+        #[source]
+        source: kube::Error,
+    },
+    /// The server version could not be read or understood.
+    #[error("reading the server version failed: {0}")]
+    Version(String),
+    /// Listing or force-deleting the pods of a node failed (legacy mode).
+    #[error("{what} failed: {source}")]
+    Pods {
+        /// What was attempted.
+        what: String,
+        /// The cause.
+        #[source]
+        source: kube::Error,
+    },
+    /// Deleting a VolumeAttachment failed (legacy mode).
+    #[error("deleting volumeattachment {name} failed: {source}")]
+    DeleteVolumeAttachment {
+        /// The VolumeAttachment.
+        name: String,
+        /// The cause.
+        #[source]
+        source: kube::Error,
+    },
+    /// Reading the kill-switch ConfigMap failed.
+    #[error("reading the kill switch configmap {namespace}/node-fencer failed: {source}")]
+    KillSwitch {
+        /// Its namespace.
+        namespace: String,
+        /// The cause.
+        #[source]
+        source: kube::Error,
+    },
+    /// A call on the fencing Lease failed.
+    #[error("the fencing lease {namespace}/node-fencer: {source}")]
+    Lease {
+        /// Its namespace.
+        namespace: String,
+        /// The cause.
+        #[source]
+        source: kube::Error,
+    },
+    /// Another invocation held the Lease for longer than node-fencer waits.
+    #[error("the fencing lease is held by {holder} for longer than {}s; retry later", control::LEASE_WAIT.as_secs())]
+    LeaseBusy {
+        /// The holder.
+        holder: String,
+    },
+    /// Creating an Event failed.
+    #[error("creating an event on node {node} failed: {source}")]
+    CreateEvent {
+        /// The node.
+        node: String,
+        /// The cause.
+        #[source]
+        source: kube::Error,
+    },
+}
+
+/// The fencing Lease as taken.
+#[derive(Clone, Copy, Debug)]
+pub struct LeaseTaken {
+    /// It had to wait (another holder, or a writer racing it).
+    pub waited: bool,
+    /// When the time written into the Lease was read: its duration runs
+    /// from here, however long the wait before it took.
+    pub stamped: Instant,
+}
+
+/// What node-fencer reads of the cluster: Nodes, volumes, pods, the
+/// server version. Nothing here writes.
+#[async_trait]
+pub trait ClusterReads: Send + Sync {
+    /// Lists every Node once.
+    async fn list_nodes(&self) -> Result<Vec<NodeFacts>, ClusterError>;
+    /// Reads one Node by name; `None` when there is none.
+    async fn get_node(&self, name: &str) -> Result<Option<NodeFacts>, ClusterError>;
+    /// Lists the Nodes that carry node-fencer's label.
+    async fn list_fenced_nodes(&self) -> Result<Vec<NodeFacts>, ClusterError>;
+    /// How many Nodes the cluster has, from a list of one.
+    async fn count_nodes(&self) -> Result<usize, ClusterError>;
+    /// Lists every VolumeAttachment (no field selector exists for `spec.nodeName`).
+    async fn list_volume_attachments(&self) -> Result<Vec<AttachmentFacts>, ClusterError>;
+    /// Lists every PersistentVolume.
+    async fn list_persistent_volumes(&self) -> Result<Vec<PvFacts>, ClusterError>;
+    /// Reads one VolumeAttachment; `None` if there is none of that name.
+    async fn get_volume_attachment(
+        &self,
+        name: &str,
+    ) -> Result<Option<AttachmentFacts>, ClusterError>;
+    /// Reads one PersistentVolume; `None` if there is none of that name.
+    async fn get_persistent_volume(&self, name: &str) -> Result<Option<PvFacts>, ClusterError>;
+    /// The API server's version.
+    async fn server_version(&self) -> Result<ServerVersion, ClusterError>;
+    /// The pods bound to a Node (legacy mode).
+    async fn pods_on_node(&self, node: &str) -> Result<Vec<PodRef>, ClusterError>;
+}
+
+/// What fencing and recovery write: the taint and its end, the marks, the
+/// legacy deletions, the Events. Each write is guarded (resourceVersion, or
+/// the uid of the object it names).
+#[async_trait]
+pub trait FencingWrites: Send + Sync {
+    /// Adds the out-of-service taint and annotations, guarded by resourceVersion.
+    async fn taint_node(&self, node: &str, stamp: &Stamp) -> Result<TaintOutcome, ClusterError>;
+    /// Records an Event on a Node under the object name `name`; one that
+    /// exists already counts as recorded.
+    async fn node_event(
+        &self,
+        node: &str,
+        event: &NodeEvent,
+        name: &str,
+    ) -> Result<(), ClusterError>;
+    /// Ends the fencing `ending` names, if the Node as read at patch time
+    /// meets its settle rule: removes node-fencer's taint and annotations,
+    /// guarded by resourceVersion.
+    async fn untaint_node(
+        &self,
+        node: &str,
+        ending: &Ending<'_>,
+    ) -> Result<UntaintOutcome, ClusterError>;
+    /// Records an operator's confirmation that the Node, fenced by
+    /// node-fencer, is healthy (manual recovery), guarded by resourceVersion.
+    async fn confirm_recovery(&self, node: &str) -> Result<ConfirmOutcome, ClusterError>;
+    /// Records on the Node that node-fencer powered its machine off (active
+    /// fencing); `Ok(false)` when the Node is gone.
+    async fn mark_powered_off(&self, node: &str, stamp: &PowerStamp) -> Result<bool, ClusterError>;
+    /// Takes back the power-off mark (the stop was refused); a Node gone is
+    /// fine.
+    async fn clear_power_mark(&self, node: &str) -> Result<(), ClusterError>;
+    /// Force-deletes a pod if it is still the object `pod.uid`: grace period 0
+    /// (legacy mode). A pod already gone, or replaced, is fine.
+    async fn force_delete_pod(&self, pod: &PodRef) -> Result<(), ClusterError>;
+    /// Deletes the VolumeAttachment `name` if it is still the object `uid`
+    /// (legacy mode). One already gone, or replaced, is fine.
+    async fn delete_volume_attachment(&self, name: &str, uid: &str) -> Result<(), ClusterError>;
+}
+
+/// The objects that coordinate invocations: the fencing Lease, the
+/// census of the Nodes others put out of service, the kill switch.
+#[async_trait]
+pub trait Coordination: Send + Sync {
+    /// The last sweep's census, from the census Lease in `namespace`.
+    async fn read_census(&self, namespace: &str) -> Result<Option<Census>, ClusterError>;
+    /// Leaves `census` in the census Lease in `namespace`, as `holder`.
+    async fn write_census(
+        &self,
+        namespace: &str,
+        census: &Census,
+        holder: &str,
+    ) -> Result<(), ClusterError>;
+    /// Reads the kill switch in `namespace`.
+    async fn kill_switch(&self, namespace: &str) -> Result<KillSwitch, ClusterError>;
+    /// Takes the fencing Lease in `namespace` for `holder`, waiting up to
+    /// [`control::LEASE_WAIT`] for another holder to release it.
+    async fn acquire_lease(
+        &self,
+        namespace: &str,
+        holder: &str,
+    ) -> Result<LeaseTaken, ClusterError>;
+    /// Releases the Lease if `holder` still holds it.
+    async fn release_lease(&self, namespace: &str, holder: &str) -> Result<(), ClusterError>;
+    /// Renews the fencing Lease `holder` holds: `Ok(false)` when it is not
+    /// theirs any more (taken over, or gone).
+    async fn renew_lease(&self, namespace: &str, holder: &str) -> Result<bool, ClusterError>;
+}
+
+/// Every Kubernetes call node-fencer makes (only those in
+/// `infra/kubernetes/rbac.yaml`), as one handle.
+pub trait Cluster: ClusterReads + FencingWrites + Coordination {}
+
+impl<T: ClusterReads + FencingWrites + Coordination> Cluster for T {}
+
+/// [`Cluster`] over a `kube::Client`.
+#[derive(Clone)]
+pub struct Kube {
+    client: Client,
+    instance: String,
+    /// The server version, asked once.
+    version: Arc<OnceCell<ServerVersion>>,
+    /// The Lease as this handle last wrote it, so releasing needs no read.
+    held: Arc<Mutex<Option<Lease>>>,
+}
+
+impl Kube {
+    /// Wraps a client; `instance` names this reporter in Events (function name or host).
+    pub fn new(client: Client, instance: impl Into<String>) -> Self {
+        Self {
+            client,
+            instance: instance.into(),
+            version: Arc::default(),
+            held: Arc::default(),
+        }
+    }
+
+    /// Shares `version` as the cache of the server version: an execution
+    /// environment asks once, not on every invocation.
+    pub fn sharing_version(mut self, version: Arc<OnceCell<ServerVersion>>) -> Self {
+        self.version = version;
+        self
+    }
+}
+
+/// The objects a list asks for per page. Pages keep each response, and the
+/// apiserver's work per request, small on a large cluster; the continue
+/// token keeps the pages one consistent snapshot.
+const LIST_PAGE: u32 = 500;
+
+impl Kube {
+    /// Every object at `path` that `params` select, decoded into the slim
+    /// shape `T`, page by page. The list is a consistent read (no
+    /// resourceVersion): the recount under the Lease must see the taints the
+    /// previous holder wrote, which a read from the watch cache at
+    /// `resourceVersion=0` need not.
+    async fn list_all<T: serde::de::DeserializeOwned>(
+        &self,
+        path: &str,
+        params: &ListParams,
+        call: &'static str,
+    ) -> Result<Vec<T>, kube::Error> {
+        let mut params = params.clone().limit(LIST_PAGE);
+        let mut items = Vec::new();
+        loop {
+            let page: slim::List<T> = retrying(call, || self.list_with(path, &params)).await?;
+            items.extend(page.items);
+            match page.metadata.continue_token.filter(|t| !t.is_empty()) {
+                Some(token) => params = params.continue_token(&token),
+                None => return Ok(items),
+            }
+        }
+    }
+
+    /// Reads the object `name` at `path` in the slim shape `T`; `None` if
+    /// there is none of that name.
+    async fn get_slim<T: serde::de::DeserializeOwned>(
+        &self,
+        path: &str,
+        name: &str,
+        call: &'static str,
+    ) -> Result<Option<T>, kube::Error> {
+        let request = kube::core::Request::new(path)
+            .get(name, &kube::api::GetParams::default())
+            .map_err(kube::Error::BuildRequest)?;
+        match retrying(call, || self.client.request::<T>(request.clone())).await {
+            Ok(object) => Ok(Some(object)),
+            Err(e) if is_not_found(&e) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// One request for the objects at `path` that `params` select.
+    async fn list_with<T: serde::de::DeserializeOwned>(
+        &self,
+        path: &str,
+        params: &ListParams,
+    ) -> Result<T, kube::Error> {
+        let request = kube::core::Request::new(path)
+            .list(params)
+            .map_err(kube::Error::BuildRequest)?;
+        self.client.request(request).await
+    }
+
+    /// Lists the Nodes that `params` select, as facts.
+    async fn node_facts(&self, params: &ListParams) -> Result<Vec<NodeFacts>, ClusterError> {
+        let nodes: Vec<slim::SlimNode> = self
+            .list_all(slim::NODES, params, "list nodes")
+            .await
+            .map_err(ClusterError::ListNodes)?;
+        Ok(nodes
+            .into_iter()
+            .filter_map(|n| kube_model::node_facts(&Node::from(n)))
+            .collect())
+    }
+}
+
+/// What a guarded write of a Node does, given the Node as just read.
+enum Write<T> {
+    /// Send this merge patch (it carries the resourceVersion read); `T` on success.
+    Patch(serde_json::Value, T),
+    /// Nothing to write: answer `T`.
+    Answer(T),
+    /// No write can be made safe.
+    Refuse,
+}
+
+impl Kube {
+    /// Reads the Node, lets `plan` decide, and sends the patch guarded by
+    /// the resourceVersion read; on a conflict (another writer in between)
+    /// reads and decides again. `plan` also gets what the patch sent last
+    /// would have answered: a conflict may follow our own write whose answer
+    /// was lost (its repeat carries a stale resourceVersion). A Node that is
+    /// gone answers `gone`.
+    async fn guarded_patch<T: Copy>(
+        &self,
+        node: &str,
+        gone: T,
+        plan: impl Fn(&Node, Option<T>) -> Write<T>,
+    ) -> Result<T, ClusterError> {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let mut sent = None;
+        for attempt in 0..CONFLICT_RETRIES {
+            let current = match retrying("get node", || nodes.get(node)).await {
+                Ok(n) => n,
+                Err(e) if is_not_found(&e) => return Ok(gone),
+                Err(source) => {
+                    return Err(ClusterError::GetNode {
+                        node: node.into(),
+                        source,
+                    });
+                }
+            };
+            let (patch, done) = match plan(&current, sent) {
+                Write::Patch(patch, done) => (patch, done),
+                Write::Answer(answer) => return Ok(answer),
+                Write::Refuse => return Err(ClusterError::UnsafeWrite { node: node.into() }),
+            };
+            let params = PatchParams::default();
+            let merge = Patch::Merge(&patch);
+            match retrying("patch node", || nodes.patch(node, &params, &merge)).await {
+                Ok(_) => return Ok(done),
+                Err(e) if is_conflict(&e) => {
+                    sent = Some(done);
+                    tracing::info!(node, attempt, "node changed under us; re-reading");
+                    // Short, growing pause: conflicts come from a live writer
+                    // (kubelet, node controller) that settles within milliseconds.
+                    tokio::time::sleep(Duration::from_millis(20 << attempt)).await;
+                }
+                Err(e) if is_not_found(&e) => return Ok(gone),
+                Err(source) => {
+                    return Err(ClusterError::PatchNode {
+                        node: node.into(),
+                        source,
+                    });
+                }
+            }
+        }
+        Err(ClusterError::PatchConflict { node: node.into() })
+    }
+}
+
+/// Failures a later attempt can fix: throttling, an overloaded or restarting
+/// apiserver, a connection refused, dropped or timed out.
+fn is_transient(err: &kube::Error) -> bool {
+    match err {
+        kube::Error::Api(status) => retry::is_transient_status(status.code),
+        kube::Error::HyperError(_) | kube::Error::Service(_) => true,
+        _ => false,
+    }
+}
+
+/// Runs one Kubernetes call, retrying transient failures under
+/// [`KUBERNETES`]. Every call retried here is safe to repeat: reads, the
+/// resourceVersion-guarded taint patch (a repeat of a write that landed gets
+/// 409 and is re-read), and Event creation under a fixed name.
+async fn retrying<T, F, Fut>(call: &'static str, mut attempt: F) -> Result<T, kube::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, kube::Error>>,
+{
+    let started = Instant::now();
+    let mut failed = 0;
+    loop {
+        match attempt().await {
+            Err(e) if is_transient(&e) => {
+                failed += 1;
+                let Some(pause) = KUBERNETES.pause(failed, started.elapsed(), fastrand::f64())
+                else {
+                    return Err(e);
+                };
+                tracing::warn!(
+                    call,
+                    failed,
+                    pause_ms = pause.as_millis() as u64,
+                    error = %e,
+                    "transient Kubernetes failure; retrying"
+                );
+                tokio::time::sleep(pause).await;
+            }
+            done => return done,
+        }
+    }
+}
+
+fn is_conflict(err: &kube::Error) -> bool {
+    matches!(err, kube::Error::Api(status) if status.is_conflict())
+}
+
+fn is_not_found(err: &kube::Error) -> bool {
+    matches!(err, kube::Error::Api(status) if status.is_not_found())
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_owned();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s[..end].to_owned()
+}
+
+/// Whether `client` may do `verb` on `resource` of `group`: cluster-wide, or
+/// in a namespace (and on a named object) given by `scope`. A
+/// SelfSubjectAccessReview, which every authenticated user may create.
+pub async fn can(
+    client: &Client,
+    group: &str,
+    resource: &str,
+    verb: &str,
+    scope: Option<(&str, Option<&str>)>,
+) -> Result<bool, kube::Error> {
+    let review = SelfSubjectAccessReview {
+        spec: SelfSubjectAccessReviewSpec {
+            resource_attributes: Some(ResourceAttributes {
+                group: Some(group.into()),
+                resource: Some(resource.into()),
+                verb: Some(verb.into()),
+                namespace: scope.map(|(ns, _)| ns.to_owned()),
+                name: scope.and_then(|(_, n)| n.map(str::to_owned)),
+                ..ResourceAttributes::default()
+            }),
+            ..SelfSubjectAccessReviewSpec::default()
+        },
+        ..SelfSubjectAccessReview::default()
+    };
+    let answer = Api::<SelfSubjectAccessReview>::all(client.clone())
+        .create(&PostParams::default(), &review)
+        .await?;
+    Ok(answer.status.is_some_and(|s| s.allowed))
+}

@@ -1,0 +1,121 @@
+//! [`ClusterReads`] over `kube`: Nodes (slim, paged), VolumeAttachments,
+//! PersistentVolumes, pods, the server version.
+
+use super::*;
+#[async_trait]
+impl ClusterReads for Kube {
+    async fn list_nodes(&self) -> Result<Vec<NodeFacts>, ClusterError> {
+        self.node_facts(&ListParams::default()).await
+    }
+
+    async fn get_node(&self, name: &str) -> Result<Option<NodeFacts>, ClusterError> {
+        let node: Option<slim::SlimNode> = self
+            .get_slim(slim::NODES, name, "get node")
+            .await
+            .map_err(|source| ClusterError::GetNode {
+                node: name.into(),
+                source,
+            })?;
+        Ok(node.and_then(|n| kube_model::node_facts(&Node::from(n))))
+    }
+
+    async fn list_fenced_nodes(&self) -> Result<Vec<NodeFacts>, ClusterError> {
+        let selector = format!("{}=true", kube_model::LABEL_FENCED);
+        self.node_facts(&ListParams::default().labels(&selector))
+            .await
+    }
+
+    async fn count_nodes(&self) -> Result<usize, ClusterError> {
+        let params = ListParams::default().limit(1);
+        let page: slim::List<slim::SlimNode> =
+            retrying("count nodes", || self.list_with(slim::NODES, &params))
+                .await
+                .map_err(ClusterError::ListNodes)?;
+        let more = usize::try_from(page.metadata.remaining_item_count.unwrap_or(0)).unwrap_or(0);
+        Ok(page.items.len() + more)
+    }
+
+    async fn list_volume_attachments(&self) -> Result<Vec<AttachmentFacts>, ClusterError> {
+        let vas: Vec<slim::SlimVolumeAttachment> = self
+            .list_all(
+                slim::VOLUME_ATTACHMENTS,
+                &ListParams::default(),
+                "list volumeattachments",
+            )
+            .await
+            .map_err(ClusterError::ListVolumeAttachments)?;
+        Ok(vas
+            .into_iter()
+            .filter_map(|va| kube_model::attachment_facts(&VolumeAttachment::from(va)))
+            .collect())
+    }
+
+    async fn list_persistent_volumes(&self) -> Result<Vec<PvFacts>, ClusterError> {
+        let pvs: Vec<slim::SlimPersistentVolume> = self
+            .list_all(
+                slim::PERSISTENT_VOLUMES,
+                &ListParams::default(),
+                "list persistentvolumes",
+            )
+            .await
+            .map_err(ClusterError::ListPersistentVolumes)?;
+        Ok(pvs
+            .into_iter()
+            .filter_map(|pv| kube_model::pv_facts(&PersistentVolume::from(pv)))
+            .collect())
+    }
+
+    async fn get_volume_attachment(
+        &self,
+        name: &str,
+    ) -> Result<Option<AttachmentFacts>, ClusterError> {
+        let va: Option<slim::SlimVolumeAttachment> = self
+            .get_slim(slim::VOLUME_ATTACHMENTS, name, "get volumeattachment")
+            .await
+            .map_err(|source| ClusterError::GetVolume {
+                kind: "volumeattachment",
+                name: name.into(),
+                source,
+            })?;
+        Ok(va.and_then(|va| kube_model::attachment_facts(&VolumeAttachment::from(va))))
+    }
+
+    async fn get_persistent_volume(&self, name: &str) -> Result<Option<PvFacts>, ClusterError> {
+        let pv: Option<slim::SlimPersistentVolume> = self
+            .get_slim(slim::PERSISTENT_VOLUMES, name, "get persistentvolume")
+            .await
+            .map_err(|source| ClusterError::GetVolume {
+                kind: "persistentvolume",
+                name: name.into(),
+                source,
+            })?;
+        Ok(pv.and_then(|pv| kube_model::pv_facts(&PersistentVolume::from(pv))))
+    }
+
+    async fn server_version(&self) -> Result<ServerVersion, ClusterError> {
+        let ask = || async {
+            let info = retrying("get version", || self.client.apiserver_version())
+                .await
+                .map_err(|e| ClusterError::Version(e.to_string()))?;
+            ServerVersion::parse(&info.major, &info.minor).ok_or_else(|| {
+                ClusterError::Version(format!(
+                    "unreadable version major={:?} minor={:?}",
+                    info.major, info.minor
+                ))
+            })
+        };
+        self.version.get_or_try_init(ask).await.copied()
+    }
+
+    async fn pods_on_node(&self, node: &str) -> Result<Vec<PodRef>, ClusterError> {
+        let api: Api<Pod> = Api::all(self.client.clone());
+        let params = ListParams::default().fields(&format!("spec.nodeName={node}"));
+        let list = retrying("list pods", || api.list(&params))
+            .await
+            .map_err(|source| ClusterError::Pods {
+                what: format!("listing the pods of node {node}"),
+                source,
+            })?;
+        Ok(list.items.iter().filter_map(kube_model::pod_ref).collect())
+    }
+}

@@ -1,0 +1,187 @@
+//! [`FencingWrites`] over `kube`: the guarded Node patches, the legacy
+//! deletions named by uid, the Events.
+
+use super::*;
+#[async_trait]
+impl FencingWrites for Kube {
+    async fn taint_node(&self, node: &str, stamp: &Stamp) -> Result<TaintOutcome, ClusterError> {
+        self.guarded_patch(
+            node,
+            TaintOutcome::NodeGone,
+            // A taint whose answer was lost shows as this run's own.
+            |current, _| match kube_model::taint_patch(current, stamp) {
+                TaintPatch::Apply(patch) => Write::Patch(patch, TaintOutcome::Applied),
+                TaintPatch::AlreadyPresent => Write::Answer(TaintOutcome::AlreadyPresent),
+                TaintPatch::AppliedByThisRun => Write::Answer(TaintOutcome::Applied),
+                TaintPatch::NodeReady => Write::Answer(TaintOutcome::NodeReady),
+                TaintPatch::NoResourceVersion | TaintPatch::Unrepresentable => Write::Refuse,
+            },
+        )
+        .await
+    }
+
+    async fn node_event(
+        &self,
+        node: &str,
+        event: &NodeEvent,
+        name: &str,
+    ) -> Result<(), ClusterError> {
+        let api: Api<Event> = Api::namespaced(self.client.clone(), EVENT_NAMESPACE);
+        let ev = Event {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some(EVENT_NAMESPACE.into()),
+                ..ObjectMeta::default()
+            },
+            event_time: Some(MicroTime(k8s_openapi::jiff::Timestamp::now())),
+            action: Some(event.reason.action().into()),
+            reason: Some(event.reason.as_str().into()),
+            note: Some(truncate(&event.note, 1024)),
+            type_: Some(
+                if event.reason.warning() {
+                    "Warning"
+                } else {
+                    "Normal"
+                }
+                .into(),
+            ),
+            regarding: Some(ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Node".into()),
+                name: Some(node.into()),
+                ..ObjectReference::default()
+            }),
+            reporting_controller: Some(format!("{MANAGER}.io/{MANAGER}")),
+            reporting_instance: Some(truncate(&self.instance, 128)),
+            ..Event::default()
+        };
+        // The name is fixed by the occasion, so a repeat after a lost answer
+        // (or a retried invocation) meets AlreadyExists: recorded once.
+        let params = PostParams::default();
+        match retrying("create event", || api.create(&params, &ev)).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(status)) if status.is_already_exists() => Ok(()),
+            Err(source) => Err(ClusterError::CreateEvent {
+                node: node.into(),
+                source,
+            }),
+        }
+    }
+
+    async fn untaint_node(
+        &self,
+        node: &str,
+        ending: &Ending<'_>,
+    ) -> Result<UntaintOutcome, ClusterError> {
+        self.guarded_patch(node, UntaintOutcome::NodeGone, |current, sent| {
+            let now = k8s_openapi::jiff::Timestamp::now().as_second();
+            match kube_model::untaint_patch(current, ending, now) {
+                UntaintPatch::Apply {
+                    patch,
+                    removes_taint,
+                } => Write::Patch(
+                    patch,
+                    UntaintOutcome::Ended {
+                        taint_removed: removes_taint,
+                    },
+                ),
+                // Also what our own patch looks like once its answer was
+                // lost: then it is what that patch did.
+                UntaintPatch::NotOurs => Write::Answer(sent.unwrap_or(UntaintOutcome::NotOurs)),
+                UntaintPatch::NodeNotReady => Write::Answer(UntaintOutcome::NodeNotReady),
+                UntaintPatch::NotSettled { remaining_secs } => {
+                    Write::Answer(UntaintOutcome::NotSettled { remaining_secs })
+                }
+                UntaintPatch::NotConfirmed => Write::Answer(UntaintOutcome::NotConfirmed),
+                UntaintPatch::NoResourceVersion | UntaintPatch::Unrepresentable => Write::Refuse,
+            }
+        })
+        .await
+    }
+
+    async fn confirm_recovery(&self, node: &str) -> Result<ConfirmOutcome, ClusterError> {
+        self.guarded_patch(node, ConfirmOutcome::NodeGone, |current, _| {
+            match kube_model::confirm_patch(current) {
+                ConfirmPatch::Apply(patch) => Write::Patch(patch, ConfirmOutcome::Confirmed),
+                ConfirmPatch::Already => Write::Answer(ConfirmOutcome::Confirmed),
+                ConfirmPatch::NotFenced => Write::Answer(ConfirmOutcome::NotFenced),
+                ConfirmPatch::NoResourceVersion => Write::Refuse,
+            }
+        })
+        .await
+    }
+
+    async fn mark_powered_off(&self, node: &str, stamp: &PowerStamp) -> Result<bool, ClusterError> {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let patch = kube_model::power_mark_patch(stamp);
+        let params = PatchParams::default();
+        let merge = Patch::Merge(&patch);
+        // Annotations only, merged: repeating it writes the same values.
+        match retrying("patch node", || nodes.patch(node, &params, &merge)).await {
+            Ok(_) => Ok(true),
+            Err(e) if is_not_found(&e) => Ok(false),
+            Err(source) => Err(ClusterError::PatchNode {
+                node: node.into(),
+                source,
+            }),
+        }
+    }
+
+    async fn clear_power_mark(&self, node: &str) -> Result<(), ClusterError> {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let patch = kube_model::power_unmark_patch();
+        let params = PatchParams::default();
+        let merge = Patch::Merge(&patch);
+        // Annotations only: written under the Lease that wrote the mark.
+        match retrying("patch node", || nodes.patch(node, &params, &merge)).await {
+            Ok(_) => Ok(()),
+            Err(e) if is_not_found(&e) => Ok(()),
+            Err(source) => Err(ClusterError::PatchNode {
+                node: node.into(),
+                source,
+            }),
+        }
+    }
+
+    async fn force_delete_pod(&self, pod: &PodRef) -> Result<(), ClusterError> {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &pod.namespace);
+        let params = DeleteParams {
+            grace_period_seconds: Some(0),
+            preconditions: Some(Preconditions {
+                uid: Some(pod.uid.clone()),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        match retrying("delete pod", || api.delete(&pod.name, &params)).await {
+            Ok(_) => Ok(()),
+            // Gone, or another pod holds the name now (a retry after a lost
+            // answer, a StatefulSet's replacement): the pod we meant is gone.
+            Err(e) if is_not_found(&e) || is_conflict(&e) => Ok(()),
+            Err(source) => Err(ClusterError::Pods {
+                what: format!("force-deleting pod {}/{}", pod.namespace, pod.name),
+                source,
+            }),
+        }
+    }
+
+    async fn delete_volume_attachment(&self, name: &str, uid: &str) -> Result<(), ClusterError> {
+        let api: Api<VolumeAttachment> = Api::all(self.client.clone());
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: Some(uid.to_owned()),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        match retrying("delete volumeattachment", || api.delete(name, &params)).await {
+            Ok(_) => Ok(()),
+            // Gone, or re-created for another attach under the same name.
+            Err(e) if is_not_found(&e) || is_conflict(&e) => Ok(()),
+            Err(source) => Err(ClusterError::DeleteVolumeAttachment {
+                name: name.into(),
+                source,
+            }),
+        }
+    }
+}
