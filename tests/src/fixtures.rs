@@ -700,6 +700,21 @@ pub async fn named_target_as(
     node_of(stack, m, ebs(&volume), &spec, recorded).await
 }
 
+/// What moto reports of the machine's state.
+pub async fn machine_state(ec2: &aws_sdk_ec2::Client, m: &Machine) -> anyhow::Result<String> {
+    let out = ec2
+        .describe_instances()
+        .instance_ids(&m.instance)
+        .send()
+        .await?;
+    Ok(out
+        .reservations()
+        .iter()
+        .flat_map(|r| r.instances())
+        .find_map(|i| i.state()?.name().map(|n| n.as_str().to_owned()))
+        .unwrap_or_default())
+}
+
 #[cfg(test)]
 mod tests {
     use node_fencer::core::facts::{OUT_OF_SERVICE_EFFECT, OUT_OF_SERVICE_KEY};

@@ -6,8 +6,9 @@
 
 use std::collections::HashMap;
 
-use crate::core::facts::{Confirmation, NodeFacts};
+use crate::core::facts::{Confirmation, NodeFacts, Readiness};
 use crate::core::instance::{InstanceId, InstanceState};
+use crate::core::power;
 
 /// The machine an out-of-service Node stands for: the one node-fencer
 /// fenced, else the Node's own.
@@ -26,21 +27,28 @@ fn machine(node: &NodeFacts) -> Option<&InstanceId> {
 /// never saw proves nothing (another account or region): it counts.
 fn dead(node: &NodeFacts, known: &HashMap<InstanceId, Confirmation>) -> bool {
     let mark = node.fenced.as_ref();
-    if mark.is_some_and(|m| m.state == Some(InstanceState::Terminated)) {
-        return true;
-    }
     let fenced_here = mark.is_some_and(|m| m.instance.is_some());
     match machine(node).and_then(|id| known.get(id)) {
+        // A machine seen again under the name (a managed instance group
+        // creates a deleted VM again) is not dead, whatever the mark says.
         Some(Confirmation::Seen(f)) => f.state == InstanceState::Terminated,
         Some(Confirmation::NotFound) => fenced_here,
-        Some(Confirmation::LookupFailed { .. }) | None => false,
+        Some(Confirmation::LookupFailed { .. }) | None => {
+            // Recorded terminated at fencing: dead, unless a kubelet reports
+            // Ready on the Node again, which only a new machine under its
+            // name can do; that one counts until the recovery ends the
+            // fencing.
+            mark.is_some_and(|m| m.state == Some(InstanceState::Terminated))
+                && node.readiness != Readiness::Ready
+        }
     }
 }
 
-/// True when the Node takes room under the cap: out of service, and not
-/// known dead. A lookup that failed proves nothing: the Node counts.
+/// True when the Node takes room under the cap: out of service, or
+/// powered off by node-fencer and not fenced yet (a power-off in flight),
+/// and not known dead. A lookup that failed proves nothing: the Node counts.
 pub fn counts(node: &NodeFacts, known: &HashMap<InstanceId, Confirmation>) -> bool {
-    node.is_out_of_service() && !dead(node, known)
+    (node.is_out_of_service() || power::in_flight(node)) && !dead(node, known)
 }
 
 /// How many Nodes take room under the cap.
@@ -71,8 +79,7 @@ pub fn worth_asking(
 mod tests {
     use super::*;
     use crate::core::facts::{
-        FenceMark, FenceMode, InstanceFacts, OUT_OF_SERVICE_EFFECT, OUT_OF_SERVICE_KEY, Readiness,
-        TaintFacts,
+        FenceMark, FenceMode, InstanceFacts, OUT_OF_SERVICE_EFFECT, OUT_OF_SERVICE_KEY, TaintFacts,
     };
 
     fn id(n: u8) -> InstanceId {
@@ -155,5 +162,38 @@ mod tests {
         let mut ready = out(8, None);
         ready.taints.clear();
         assert!(!counts(&ready, &nothing));
+    }
+
+    /// Issue 33, item 17: a VM deleted at fencing is recorded terminated and
+    /// takes no room; a managed instance group creates it again under the
+    /// same name, and once a kubelet reports Ready on the Node again (or the
+    /// cloud shows the name running) it takes room until its recovery.
+    #[test]
+    fn a_machine_created_again_under_a_terminated_nodes_name_takes_room() {
+        let mut n = out(1, Some(InstanceState::Terminated));
+        assert!(!counts(&n, &HashMap::new()));
+        n.readiness = Readiness::Ready;
+        assert!(counts(&n, &HashMap::new()), "a kubelet reports on it again");
+        n.readiness = Readiness::Unknown;
+        let running = Confirmation::Seen(InstanceFacts::bare(id(1), InstanceState::Running));
+        assert!(counts(&n, &HashMap::from([(id(1), running)])));
+    }
+
+    /// Issue 33, item 10: a power-off in flight takes room in every count,
+    /// the taint's included.
+    #[test]
+    fn a_power_off_in_flight_takes_room() {
+        let mut n = NodeFacts::bare("n1", Readiness::Unknown);
+        n.instance = Some(id(1));
+        n.power.boot_id = Some("boot-1".into());
+        assert!(!counts(&n, &HashMap::new()));
+        n.power.powered_off = Some(crate::core::facts::PowerMark {
+            at: "2026-11-26T10:00:00Z".into(),
+            boot_id: Some("boot-1".into()),
+        });
+        assert!(counts(&n, &HashMap::new()));
+        // Booted since: the power-off is over.
+        n.power.boot_id = Some("boot-2".into());
+        assert!(!counts(&n, &HashMap::new()));
     }
 }

@@ -63,7 +63,11 @@ pub const VARIABLES: &[(&str, &str)] = &[
     ),
     (
         "PARTITION_PERCENT",
-        "integer 1..=100 (default 30; with ACTIVE_FENCING=on): refuse every power-off while more than this share of the nodes are NotReady and not fenced, or while every node of the candidate's zone is",
+        "integer 1..=100 (default 30; with ACTIVE_FENCING=on): refuse every power-off while more than this share of the nodes are dark (NotReady and not fenced, or fenced or powered off by node-fencer in the last 30 minutes), or while every node of the candidate's zone is",
+    ),
+    (
+        "POWER_OFF_CONTROL_PLANE",
+        "true/false (default false; with ACTIVE_FENCING=on): also power off Nodes with the control-plane role label (their machines may hold etcd members)",
     ),
     (
         "CONTROL_NAMESPACE",
@@ -457,10 +461,11 @@ fn flag(get: &impl Fn(&str) -> Option<String>, var: &'static str) -> Result<bool
 fn active_fencing(
     get: &impl Fn(&str) -> Option<String>,
 ) -> Result<Option<ActiveFencing>, ConfigError> {
-    const TUNING: [&str; 3] = [
+    const TUNING: [&str; 4] = [
         "POWER_OFF_AFTER_SECONDS",
         "POWER_OFF_WAIT_SECONDS",
         "PARTITION_PERCENT",
+        "POWER_OFF_CONTROL_PLANE",
     ];
     let on = match get("ACTIVE_FENCING").as_deref() {
         None | Some("off") => false,
@@ -509,6 +514,7 @@ fn active_fencing(
             100,
             "an integer from 1 to 100",
         )? as u8,
+        control_plane: flag(get, "POWER_OFF_CONTROL_PLANE")?,
     }))
 }
 
@@ -933,6 +939,7 @@ mod tests {
                 after: Duration::from_secs(300),
                 wait: Duration::from_secs(60),
                 partition_percent: 50,
+                control_plane: false,
             })
         );
         for var in [

@@ -13,6 +13,9 @@ pub const CENSUS_NAME: &str = "node-fencer-census";
 /// The census' annotation on it: how many Nodes take room under the cap
 /// without node-fencer's label. The count's time is the Lease's `renewTime`.
 pub const CENSUS_OTHERS: &str = "node-fencer.io/others-out-of-service";
+/// The census' annotation naming the machines more than one Node named when
+/// it was counted (`ID=NODE,NODE;...`).
+pub const CENSUS_SHARED: &str = "node-fencer.io/shared-machines";
 /// The kill switch's key in the ConfigMap's data.
 pub const KILL_SWITCH_KEY: &str = "dry-run";
 /// How long a Lease is held without renewal before another invocation may

@@ -27,6 +27,8 @@ pub struct Case<'a> {
     pub node: Option<&'a NodeFacts>,
     /// EC2's answer about its instance, if it has one.
     pub confirmation: Option<&'a Confirmation>,
+    /// The other Nodes that name the same machine, as far as the view shows.
+    pub shared_with: &'a [String],
 }
 
 /// What to do with one node.
@@ -67,6 +69,12 @@ pub enum Skip {
     },
     /// The Node has no AWS or GCE provider id, so no cloud can be asked about it.
     NoInstance,
+    /// Other Nodes name the same machine: which of them runs on it is a
+    /// question for a person.
+    SharedMachine {
+        /// The other Nodes.
+        others: Vec<String>,
+    },
     /// EC2 says the instance is in a state where it may still write.
     InstanceNotOff {
         /// The state EC2 reported.
@@ -111,6 +119,7 @@ impl Skip {
             | Self::OtherCluster { .. }
             | Self::OtherVpc { .. }
             | Self::NoInstance
+            | Self::SharedMachine { .. }
             | Self::Hibernated
             | Self::InstanceNotFound
             | Self::RecoveryRequest => false,
@@ -124,6 +133,7 @@ impl Skip {
             Self::OtherCluster { .. } => "other_cluster",
             Self::OtherVpc { .. } => "other_vpc",
             Self::NoInstance => "no_instance",
+            Self::SharedMachine { .. } => "shared_machine",
             Self::InstanceNotOff { .. } => "instance_not_off",
             Self::Hibernated => "hibernated",
             Self::InstanceNotFound => "instance_not_found",
@@ -149,6 +159,11 @@ impl std::fmt::Display for Skip {
             ),
             Self::NoInstance => f.write_str(
                 "the node has no AWS or GCE provider id, so nothing names its machine; without a cloud provider, set CLUSTER_VPC_ID (and CLUSTER_TAG) so an EC2 event's instance is matched to it by InternalIP within the cluster's VPC",
+            ),
+            Self::SharedMachine { others } => write!(
+                f,
+                "other Nodes name the same machine ({}): which of them runs on it is a question for a person, so none is fenced",
+                others.join(", ")
             ),
             Self::InstanceNotOff { state } => {
                 write!(
@@ -256,6 +271,13 @@ pub fn decide_one(case: &Case<'_>, settings: &Settings) -> Verdict {
     };
     if let Some(reason) = not_confirmed(confirmation, settings.fence_hibernated) {
         return skip(reason);
+    }
+    // A machine that runs is left alone for that reason already (and active
+    // fencing, which looks at it next, refuses it for this one).
+    if !case.shared_with.is_empty() {
+        return skip(Skip::SharedMachine {
+            others: case.shared_with.to_vec(),
+        });
     }
     match node.readiness {
         Readiness::Ready => return skip(Skip::NodeReady),
@@ -391,6 +413,7 @@ mod tests {
                                     intent,
                                     node: Some(&n),
                                     confirmation: Some(&confirmation),
+                                    shared_with: &[],
                                 };
                                 let verdict =
                                     decide_batch(&[case], &settings, already).pop().unwrap();
@@ -509,6 +532,7 @@ mod tests {
             intent: Intent::Fence,
             node: None,
             confirmation: Some(&c),
+            shared_with: &[],
         };
         assert_eq!(
             decide_one(&case, &settings),
@@ -521,6 +545,7 @@ mod tests {
             intent: Intent::Fence,
             node: Some(&n),
             confirmation: None,
+            shared_with: &[],
         };
         assert_eq!(
             decide_one(&case, &settings),
@@ -545,6 +570,7 @@ mod tests {
             intent,
             node: Some(&n),
             confirmation: Some(&c),
+            shared_with: &[],
         };
         let verdicts = decide_batch(&[case(Intent::Check), case(Intent::Fence)], &settings, 0);
         assert_eq!(
@@ -587,6 +613,7 @@ mod tests {
             intent: Intent::Fence,
             node: Some(n),
             confirmation: Some(&c),
+            shared_with: &[],
         };
         let verdicts = decide_batch(
             &[case(&fresh), case(&tainted), case(&fresh), case(&fresh)],
@@ -650,7 +677,7 @@ mod tests {
             let settings = Settings { dry_run, max_out_of_service: cap, fence_hibernated: false };
             let batch: Vec<Case<'_>> = cases
                 .iter()
-                .map(|(intent, node, c)| Case { intent: *intent, node: node.as_ref(), confirmation: c.as_ref() })
+                .map(|(intent, node, c)| Case { intent: *intent, node: node.as_ref(), confirmation: c.as_ref() , shared_with: &[]})
                 .collect();
             let verdicts = decide_batch(&batch, &settings, already);
             prop_assert_eq!(verdicts.len(), batch.len());

@@ -121,6 +121,10 @@ pub struct PowerFacts {
     pub zone: Option<String>,
     /// node-fencer's record of powering the machine off, if it did.
     pub powered_off: Option<PowerMark>,
+    /// The Node carries the control-plane role label
+    /// (`node-role.kubernetes.io/control-plane`, or the older `master`):
+    /// it may host an etcd member, never powered off unless configured.
+    pub control_plane: bool,
 }
 
 impl PowerFacts {

@@ -44,6 +44,12 @@ pub const ANNOTATION_POWER_OFF_REASON: &str = "node-fencer.io/power-off-reason";
 /// The boot id the Node reported when it was fenced: a later one proves a
 /// power cycle.
 pub const ANNOTATION_BOOT_ID: &str = "node-fencer.io/boot-id";
+/// The labels that mark a control-plane Node (kubeadm, kOps and most
+/// installers set the first; clusters older than 1.24 the second).
+pub const LABELS_CONTROL_PLANE: [&str; 2] = [
+    "node-role.kubernetes.io/control-plane",
+    "node-role.kubernetes.io/master",
+];
 /// The Node label naming its zone.
 pub const LABEL_ZONE: &str = "topology.kubernetes.io/zone";
 /// Every annotation node-fencer writes; recovery clears them all.
@@ -140,16 +146,14 @@ pub fn power_facts(node: &Node) -> PowerFacts {
                 .filter(|b| !b.is_empty())
                 .cloned(),
         });
+    let labels = node.metadata.labels.as_ref();
     PowerFacts {
         not_ready_since: not_ready_since(node),
         boot_id: boot_id(node),
-        zone: node
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(LABEL_ZONE))
-            .cloned(),
+        zone: labels.and_then(|l| l.get(LABEL_ZONE)).cloned(),
         powered_off,
+        control_plane: labels
+            .is_some_and(|l| LABELS_CONTROL_PLANE.iter().any(|k| l.contains_key(*k))),
     }
 }
 
@@ -198,22 +202,31 @@ pub struct PowerStamp {
 /// The merge patch that records a power-off on the Node: annotations only,
 /// so it needs no resourceVersion and drops nothing.
 pub fn power_mark_patch(stamp: &PowerStamp) -> Value {
-    json!({"metadata": {"annotations": {
-        ANNOTATION_POWERED_OFF_AT: stamp.at,
-        ANNOTATION_POWERED_OFF_BOOT_ID: stamp.boot_id.as_deref().unwrap_or(""),
-        ANNOTATION_POWER_OFF_REASON: stamp.reason,
-    }}})
+    json!({"metadata": {
+        "annotations": {
+            ANNOTATION_POWERED_OFF_AT: stamp.at,
+            ANNOTATION_POWERED_OFF_BOOT_ID: stamp.boot_id.as_deref().unwrap_or(""),
+            ANNOTATION_POWER_OFF_REASON: stamp.reason,
+        },
+        // Labelled like a fenced Node: a power-off in flight takes room
+        // under the cap, and the invocations that read only the labelled
+        // Nodes must count it too.
+        "labels": {LABEL_FENCED: "true"},
+    }})
 }
 
 /// The merge patch that takes back a power-off mark whose stop the cloud
 /// refused: the machine runs as before, so neither the cap nor the
 /// never-twice rule may count it.
 pub fn power_unmark_patch() -> Value {
-    json!({"metadata": {"annotations": {
-        ANNOTATION_POWERED_OFF_AT: null,
-        ANNOTATION_POWERED_OFF_BOOT_ID: null,
-        ANNOTATION_POWER_OFF_REASON: null,
-    }}})
+    json!({"metadata": {
+        "annotations": {
+            ANNOTATION_POWERED_OFF_AT: null,
+            ANNOTATION_POWERED_OFF_BOOT_ID: null,
+            ANNOTATION_POWER_OFF_REASON: null,
+        },
+        "labels": {LABEL_FENCED: null},
+    }})
 }
 
 /// The annotation a kubelet sets at registration when the attach/detach

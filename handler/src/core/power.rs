@@ -34,6 +34,8 @@ pub struct ActiveFencing {
     /// The partition guard: refuse when more than this share of the Nodes
     /// (in percent) are dark at once.
     pub partition_percent: u8,
+    /// Control-plane Nodes may be powered off too (`POWER_OFF_CONTROL_PLANE`).
+    pub control_plane: bool,
 }
 
 impl Default for ActiveFencing {
@@ -42,6 +44,7 @@ impl Default for ActiveFencing {
             after: Duration::from_secs(120),
             wait: Duration::from_secs(120),
             partition_percent: 30,
+            control_plane: false,
         }
     }
 }
@@ -68,6 +71,18 @@ pub enum Refusal {
     Disabled,
     /// The Node is Ready.
     NodeReady,
+    /// The kubelet reports the Node `Ready=False`: it is alive and talking
+    /// (a CNI not ready, a full disk), which is no hang.
+    KubeletReporting,
+    /// The Node carries the control-plane role: its machine may hold an
+    /// etcd member (`POWER_OFF_CONTROL_PLANE=true` allows it).
+    ControlPlane,
+    /// Other Nodes name the same machine: which of them runs on it is a
+    /// question for a person.
+    SharedMachine {
+        /// The other Nodes.
+        others: Vec<String>,
+    },
     /// The Node is gone.
     NodeGone,
     /// The Node's machine is not known from its own provider id.
@@ -126,6 +141,9 @@ impl Refusal {
         match self {
             Self::Disabled => "disabled",
             Self::NodeReady => "node_ready",
+            Self::KubeletReporting => "kubelet_reporting",
+            Self::ControlPlane => "control_plane",
+            Self::SharedMachine { .. } => "shared_machine",
             Self::NodeGone => "node_gone",
             Self::NotItsOwnMachine => "not_its_own_machine",
             Self::LookupFailed => "lookup_failed",
@@ -145,6 +163,17 @@ impl std::fmt::Display for Refusal {
         match self {
             Self::Disabled => f.write_str("active fencing is off (ACTIVE_FENCING=on enables it)"),
             Self::NodeReady => f.write_str("the node is Ready"),
+            Self::KubeletReporting => f.write_str(
+                "the kubelet reports the node Ready=False: it is alive and talking, so its machine is not hung; only a node whose kubelet went silent (Ready=Unknown) is powered off",
+            ),
+            Self::ControlPlane => f.write_str(
+                "the node carries the control-plane role: its machine may hold an etcd member (POWER_OFF_CONTROL_PLANE=true allows it)",
+            ),
+            Self::SharedMachine { others } => write!(
+                f,
+                "other Nodes name the same machine ({}): which of them runs on it is a question for a person",
+                others.join(", ")
+            ),
             Self::NodeGone => f.write_str("the Node is gone"),
             Self::NotItsOwnMachine => f.write_str(
                 "the node names no machine of its own (no AWS provider id): only a node's own machine is powered off",
@@ -207,9 +236,11 @@ pub struct Candidate<'a> {
 /// The cluster around the candidates.
 #[derive(Clone, Copy, Debug)]
 pub struct Surroundings<'a> {
-    /// Every Node (a full view: the partition guard counts them all).
+    /// Every Node (a full view: the partition guard counts them all, and
+    /// only a full view shows every Node that names a machine).
     pub nodes: &'a [NodeFacts],
-    /// Nodes taking room under the cap, not counting power-offs in flight.
+    /// Nodes taking room under the cap, power-offs in flight included
+    /// ([`crate::core::cap::counts`]).
     pub out_of_service: usize,
     /// The cap in force.
     pub limit: usize,
@@ -250,28 +281,53 @@ pub fn powered_off_before(node: &NodeFacts) -> Option<&str> {
     (!node.power.booted_since(mark.boot_id.as_deref())).then_some(mark.at.as_str())
 }
 
-/// The Nodes that are dark: not Ready and not fenced yet.
-fn is_dark(node: &NodeFacts) -> bool {
-    node.readiness != Readiness::Ready && !node.is_out_of_service()
+/// How long after node-fencer fenced or powered off a Node it still counts
+/// as dark for the partition guards: a zone that goes dark node by node, one
+/// sweep at a time, is one outage, not several.
+pub const RECENTLY_SECS: i64 = 30 * 60;
+
+/// Whether a Node counts as dark for the partition guards (`Some(true)`),
+/// as lit (`Some(false)`), or not at all (`None`: fenced long ago, it is
+/// out of the picture).
+fn dark(node: &NodeFacts, now: i64) -> Option<bool> {
+    let recent = |at: Option<&str>| {
+        at.and_then(crate::core::values::unix_seconds)
+            .is_some_and(|t| now.saturating_sub(t) < RECENTLY_SECS)
+    };
+    let acted_recently = recent(node.fenced.as_ref().map(|m| m.at.as_str()))
+        || recent(node.power.powered_off.as_ref().map(|m| m.at.as_str()));
+    if node.readiness == Readiness::Ready {
+        return Some(false);
+    }
+    if node.is_out_of_service() && !acted_recently {
+        return None;
+    }
+    Some(true)
 }
 
 /// The partition guard over the whole cluster, for a candidate in `zone`.
-pub fn partition(nodes: &[NodeFacts], zone: Option<&str>, percent: u8) -> Option<Refusal> {
-    let dark = nodes.iter().filter(|n| is_dark(n)).count();
+pub fn partition(
+    nodes: &[NodeFacts],
+    zone: Option<&str>,
+    percent: u8,
+    now: i64,
+) -> Option<Refusal> {
+    let dark_count = nodes.iter().filter(|n| dark(n, now) == Some(true)).count();
     // One dark node is what a single failure looks like, whatever the size.
-    if dark > 1 && dark * 100 > nodes.len() * usize::from(percent) {
+    if dark_count > 1 && dark_count * 100 > nodes.len() * usize::from(percent) {
         return Some(Refusal::Partition {
-            dark,
+            dark: dark_count,
             nodes: nodes.len(),
             percent,
         });
     }
     let zone = zone?;
-    let in_zone: Vec<&NodeFacts> = nodes
+    let in_zone: Vec<bool> = nodes
         .iter()
-        .filter(|n| n.power.zone.as_deref() == Some(zone) && !n.is_out_of_service())
+        .filter(|n| n.power.zone.as_deref() == Some(zone))
+        .filter_map(|n| dark(n, now))
         .collect();
-    (in_zone.len() > 1 && in_zone.iter().all(|n| is_dark(n))).then(|| Refusal::ZoneDark {
+    (in_zone.len() > 1 && in_zone.iter().all(|d| *d)).then(|| Refusal::ZoneDark {
         zone: zone.to_owned(),
         nodes: in_zone.len(),
     })
@@ -279,11 +335,21 @@ pub fn partition(nodes: &[NodeFacts], zone: Option<&str>, percent: u8) -> Option
 
 /// Nodes powered off by node-fencer that are not fenced yet: they take room
 /// under the cap before their taint does.
-pub fn in_flight(nodes: &[NodeFacts]) -> usize {
+pub fn in_flight(node: &NodeFacts) -> bool {
+    !node.is_out_of_service() && powered_off_before(node).is_some()
+}
+
+/// The other Nodes that name `node`'s machine (a re-registration under a
+/// new name, a changed hostname override, a restore).
+pub fn others_naming<'a>(node: &NodeFacts, nodes: &'a [NodeFacts]) -> Vec<&'a str> {
+    let Some(own) = node.instance.as_ref() else {
+        return Vec::new();
+    };
     nodes
         .iter()
-        .filter(|n| !n.is_out_of_service() && powered_off_before(n).is_some())
-        .count()
+        .filter(|n| n.name != node.name && n.instance.as_ref() == Some(own))
+        .map(|n| n.name.as_str())
+        .collect()
 }
 
 /// Judges every candidate in turn; each one powered off takes room under the
@@ -293,7 +359,7 @@ pub fn judge(
     around: &Surroundings<'_>,
     settings: Option<&ActiveFencing>,
 ) -> Vec<PowerVerdict> {
-    let mut taken = around.out_of_service + in_flight(around.nodes);
+    let mut taken = around.out_of_service;
     candidates
         .iter()
         .map(|c| {
@@ -317,8 +383,10 @@ fn judge_one(
         return refuse(Refusal::Disabled);
     };
     let node = c.node;
-    if node.readiness == Readiness::Ready {
-        return refuse(Refusal::NodeReady);
+    match node.readiness {
+        Readiness::Ready => return refuse(Refusal::NodeReady),
+        Readiness::NotReady => return refuse(Refusal::KubeletReporting),
+        Readiness::Unknown => {}
     }
     let Some(own) = node.instance.as_ref() else {
         return refuse(Refusal::NotItsOwnMachine);
@@ -326,14 +394,16 @@ fn judge_one(
     if own.provider() != Provider::Aws {
         return refuse(Refusal::NotEc2);
     }
-    let state = match c.confirmation {
-        Some(Confirmation::Seen(facts)) if &facts.id == own => Some(facts.state.clone()),
-        Some(Confirmation::Seen(_)) => return refuse(Refusal::NotItsOwnMachine),
-        Some(Confirmation::LookupFailed { .. }) | None => return refuse(Refusal::LookupFailed),
-        Some(Confirmation::NotFound) => None,
-    };
-    if state != Some(InstanceState::Running) {
-        return refuse(Refusal::NotRunning { state });
+    if node.power.control_plane && !settings.control_plane {
+        return refuse(Refusal::ControlPlane);
+    }
+    let others = others_naming(node, around.nodes);
+    if !others.is_empty() {
+        let others = others.into_iter().map(str::to_owned).collect();
+        return refuse(Refusal::SharedMachine { others });
+    }
+    if let Some(refusal) = machine_refusal(c.confirmation, own) {
+        return refuse(refusal);
     }
     let needed = settings.after.as_secs();
     let for_seconds = not_ready_for(node, around.now);
@@ -346,11 +416,8 @@ fn judge_one(
     if let Some(at) = powered_off_before(node) {
         return refuse(Refusal::PoweredOffBefore { at: at.to_owned() });
     }
-    if let Some(refusal) = partition(
-        around.nodes,
-        node.power.zone.as_deref(),
-        settings.partition_percent,
-    ) {
+    let zone = node.power.zone.as_deref();
+    if let Some(refusal) = partition(around.nodes, zone, settings.partition_percent, around.now) {
         return refuse(refusal);
     }
     if taken >= around.limit {
@@ -360,6 +427,21 @@ fn judge_one(
         });
     }
     PowerVerdict::PowerOff { not_ready_for }
+}
+
+/// Why what the cloud said of the machine refuses a power-off: not its own
+/// machine, not asked, or not `running`.
+fn machine_refusal(
+    confirmation: Option<&Confirmation>,
+    own: &crate::core::instance::InstanceId,
+) -> Option<Refusal> {
+    let state = match confirmation {
+        Some(Confirmation::Seen(facts)) if &facts.id == own => Some(facts.state.clone()),
+        Some(Confirmation::Seen(_)) => return Some(Refusal::NotItsOwnMachine),
+        Some(Confirmation::LookupFailed { .. }) | None => return Some(Refusal::LookupFailed),
+        Some(Confirmation::NotFound) => None,
+    };
+    (state != Some(InstanceState::Running)).then_some(Refusal::NotRunning { state })
 }
 
 /// What became of a power-off, for the report.
@@ -644,7 +726,7 @@ mod tests {
             })
         );
         assert_eq!(
-            partition(&nodes[..1], Some("a"), 30),
+            partition(&nodes[..1], Some("a"), 30, NOW),
             None,
             "a zone of one node"
         );
@@ -685,9 +767,13 @@ mod tests {
             partition_percent: 100,
             ..ActiveFencing::default()
         };
+        // One fenced Node, and the power-off in flight, which the cap's own
+        // count takes in (issue 33, item 10: the taint's count too).
+        assert!(in_flight(&nodes[2]));
+        assert!(crate::core::cap::counts(&nodes[2], &Default::default()));
         let around = Surroundings {
             nodes: &nodes,
-            out_of_service: 1,
+            out_of_service: 2,
             limit: 3,
             now: NOW,
         };
@@ -767,5 +853,127 @@ mod tests {
             Intent::Recover,
             alert(NOT_READY_ALERT)
         )));
+    }
+
+    /// Issue 33, item 1: a second Node naming the same machine (a
+    /// re-registration under a new name) makes the machine a question for a
+    /// person, whether that Node is Ready or not.
+    #[test]
+    fn a_machine_another_node_names_is_never_powered_off() {
+        let mut nodes = cluster(600);
+        let mut twin = node(9, "a", None);
+        twin.name = "n0-reregistered".into();
+        twin.instance = Some(id(0));
+        nodes.push(twin);
+        assert_eq!(
+            refusal(verdict(&nodes)),
+            Some(Refusal::SharedMachine {
+                others: vec!["n0-reregistered".into()]
+            })
+        );
+        nodes[6].readiness = Readiness::Unknown;
+        assert!(matches!(
+            refusal(verdict(&nodes)),
+            Some(Refusal::SharedMachine { .. })
+        ));
+        nodes.pop();
+        assert_eq!(refusal(verdict(&nodes)), None);
+    }
+
+    /// Issue 33, item 7: a control-plane Node's machine may hold an etcd
+    /// member; it is powered off only when the setting says so.
+    #[test]
+    fn a_control_plane_node_is_powered_off_only_when_configured() {
+        let mut nodes = cluster(600);
+        nodes[0].power.control_plane = true;
+        assert_eq!(refusal(verdict(&nodes)), Some(Refusal::ControlPlane));
+        let allowed = ActiveFencing {
+            control_plane: true,
+            ..settings()
+        };
+        assert_eq!(
+            refusal(judge_first(&nodes, &running(0), Some(&allowed))),
+            None
+        );
+    }
+
+    /// Issue 33, design note: a kubelet that reports `Ready=False` (a CNI not
+    /// ready, a full disk) is alive and talking: its machine is not hung.
+    #[test]
+    fn only_a_silent_kubelet_counts_toward_a_power_off() {
+        let mut nodes = cluster(600);
+        nodes[0].readiness = Readiness::NotReady;
+        assert_eq!(refusal(verdict(&nodes)), Some(Refusal::KubeletReporting));
+        nodes[0].readiness = Readiness::Unknown;
+        assert_eq!(refusal(verdict(&nodes)), None);
+    }
+
+    /// Issue 33, item 6: Nodes node-fencer fenced or powered off within the
+    /// window still count as dark, so a zone that goes dark node by node is
+    /// refused at its last node, not powered off one sweep at a time; fenced
+    /// long ago, they are out of the picture.
+    #[test]
+    fn a_zone_that_goes_dark_node_by_node_is_refused() {
+        let at = |secs_ago: i64| {
+            k8s_openapi::jiff::Timestamp::from_second(NOW - secs_ago)
+                .expect("a time")
+                .to_string()
+        };
+        // The share guard set aside: the zone guard alone.
+        let zone_only = |nodes: &[NodeFacts]| {
+            let settings = ActiveFencing {
+                partition_percent: 100,
+                ..settings()
+            };
+            judge_first(nodes, &running(0), Some(&settings))
+        };
+        // Zone "a": the candidate n0 and n3, fenced by node-fencer 10 minutes ago.
+        let mut nodes = cluster(600);
+        nodes[3] = node(3, "a", Some(900));
+        nodes[3].taints = vec![TaintFacts::out_of_service()];
+        nodes[3].fenced = Some(crate::core::facts::FenceMark {
+            mode: crate::core::facts::FenceMode::Taint,
+            instance: Some(id(3)),
+            state: Some(InstanceState::Stopped),
+            volumes: vec![],
+            at: at(600),
+            correlation_id: None,
+            confirmed: false,
+            no_schedule: false,
+            boot_id: None,
+        });
+        assert_eq!(
+            refusal(zone_only(&nodes)),
+            Some(Refusal::ZoneDark {
+                zone: "a".into(),
+                nodes: 2
+            })
+        );
+        // Fenced 40 minutes ago: another outage, long over.
+        if let Some(mark) = nodes[3].fenced.as_mut() {
+            mark.at = at(2400);
+        }
+        assert_eq!(refusal(zone_only(&nodes)), None);
+        // Powered off (not fenced yet) 5 minutes ago: dark too.
+        nodes[3].taints.clear();
+        nodes[3].fenced = None;
+        nodes[3].power.powered_off = Some(PowerMark {
+            at: at(300),
+            boot_id: Some("boot-3".into()),
+        });
+        assert!(matches!(
+            refusal(zone_only(&nodes)),
+            Some(Refusal::ZoneDark { .. })
+        ));
+        // The share guard counts them too: two of three dark.
+        let three = vec![
+            node(0, "a", Some(600)),
+            nodes[3].clone(),
+            node(1, "b", None),
+        ];
+        assert!(matches!(
+            partition(&three, None, 50, NOW),
+            Some(Refusal::Partition { dark: 2, .. })
+        ));
     }
 }

@@ -9,3 +9,11 @@ pub fn parse_bool(v: &str) -> Option<bool> {
         _ => None,
     }
 }
+
+/// An RFC 3339 time (as node-fencer's annotations write them), in Unix
+/// seconds; `None` for anything else.
+pub fn unix_seconds(text: &str) -> Option<i64> {
+    text.parse::<k8s_openapi::jiff::Timestamp>()
+        .ok()
+        .map(|t| t.as_second())
+}

@@ -11,7 +11,7 @@
 //! therefore used only to admit: whenever it would refuse by the cap, the
 //! pipeline looks again at the whole cluster, as it always did.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::core::cap;
 use crate::core::facts::{Confirmation, NodeFacts};
@@ -23,7 +23,7 @@ use crate::core::suspect::{NodeRef, Suspect};
 pub const CENSUS_MAX_AGE_SECS: i64 = 20 * 60;
 
 /// What a sweep counted, for the invocations until the next one.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Census {
     /// Nodes that take room under the cap without node-fencer's label
     /// (tainted by another tool or by hand, or fenced by an older
@@ -31,7 +31,13 @@ pub struct Census {
     pub others: usize,
     /// When it was counted (Unix seconds).
     pub counted_at: i64,
+    /// The machines more than one Node named, with those Nodes: an event
+    /// that reads its Node by name cannot see the others.
+    pub shared: Vec<(InstanceId, Vec<String>)>,
 }
+
+/// The most shared machines a census keeps (it rides in an annotation).
+const MAX_SHARED: usize = 100;
 
 impl Census {
     /// Counts, in a full list of the Nodes, those that take room under the
@@ -44,13 +50,51 @@ impl Census {
         known: &HashMap<InstanceId, Confirmation>,
         now: i64,
     ) -> Self {
+        let mut by_machine: BTreeMap<&InstanceId, Vec<String>> = BTreeMap::new();
+        for node in all {
+            if let Some(id) = &node.instance {
+                by_machine.entry(id).or_default().push(node.name.clone());
+            }
+        }
         Self {
             others: all
                 .iter()
                 .filter(|n| !labelled.contains(&n.name) && cap::counts(n, known))
                 .count(),
             counted_at: now,
+            shared: by_machine
+                .into_iter()
+                .filter(|(_, nodes)| nodes.len() > 1)
+                .map(|(id, nodes)| (id.clone(), nodes))
+                .take(MAX_SHARED)
+                .collect(),
         }
+    }
+
+    /// The shared machines as one line: `ID=NODE,NODE;ID=NODE,NODE`.
+    pub fn shared_text(&self) -> String {
+        self.shared
+            .iter()
+            .map(|(id, nodes)| format!("{id}={}", nodes.join(",")))
+            .collect::<Vec<_>>()
+            .join(";")
+    }
+
+    /// The shared machines from [`Self::shared_text`]'s line; parts that do
+    /// not read are dropped.
+    pub fn parse_shared(text: &str) -> Vec<(InstanceId, Vec<String>)> {
+        text.split(';')
+            .filter_map(|part| {
+                let (id, nodes) = part.split_once('=')?;
+                let nodes: Vec<String> = nodes
+                    .split(',')
+                    .filter(|n| crate::core::names::is_dns_subdomain(n))
+                    .map(str::to_owned)
+                    .collect();
+                Some((InstanceId::parse(id)?, nodes))
+            })
+            .filter(|(_, nodes)| nodes.len() > 1)
+            .collect()
     }
 
     /// True when it may still stand for the rest of the cluster at `now`;
@@ -133,6 +177,8 @@ struct Partial {
     total: Option<usize>,
     /// What was read by name, to read again.
     read: Vec<Read>,
+    /// The census' shared machines.
+    shared: Vec<(InstanceId, Vec<String>)>,
 }
 
 /// The Nodes an invocation decides over.
@@ -177,6 +223,7 @@ impl NodeView {
                 others: census.others,
                 total,
                 read: reads,
+                shared: census.shared,
             }),
         }
     }
@@ -200,6 +247,24 @@ impl NodeView {
             }) => *total,
             _ => self.nodes.len(),
         }
+    }
+
+    /// The other Nodes that name `node`'s machine: those at hand, and, in a
+    /// partial view, those the last sweep counted.
+    pub fn others_naming(&self, node: &NodeFacts) -> Vec<String> {
+        let mut others: Vec<String> = crate::core::power::others_naming(node, &self.nodes)
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
+        if let (Some(p), Some(own)) = (&self.partial, &node.instance) {
+            let counted = p.shared.iter().filter(|(id, _)| id == own);
+            for name in counted.flat_map(|(_, nodes)| nodes) {
+                if *name != node.name && !others.contains(name) {
+                    others.push(name.clone());
+                }
+            }
+        }
+        others
     }
 
     /// How many Nodes take room under the cap: counted in a full view; in a
@@ -366,6 +431,7 @@ mod tests {
         let census = Census {
             others: 0,
             counted_at: NOW,
+            shared: vec![],
         };
         assert!(census.fresh(NOW));
         assert!(census.fresh(NOW + CENSUS_MAX_AGE_SECS));
@@ -384,6 +450,7 @@ mod tests {
         let census = Census {
             others: 2,
             counted_at: NOW,
+            shared: vec![],
         };
         let reads = vec![by_name("suspect"), by_name("ours-1")];
         let view = NodeView::partial(reads.clone(), read, labelled, census, Some(5000));
@@ -406,6 +473,7 @@ mod tests {
             Census {
                 others: 1,
                 counted_at: NOW,
+                shared: vec![],
             },
             None,
         );

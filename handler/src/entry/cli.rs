@@ -180,24 +180,8 @@ pub async fn main() -> ExitCode {
             return ExitCode::from(EXIT_USAGE);
         }
     };
-    #[cfg(feature = "gce")]
-    if let Command::Serve { port } = cli.command {
-        return match crate::entry::serve::serve(port).await {
-            Ok(()) => ExitCode::from(EXIT_OK),
-            Err(message) => {
-                eprintln!("node-fencer: {message}");
-                ExitCode::from(EXIT_USAGE)
-            }
-        };
-    }
-    if let Command::Manifest = cli.command {
-        // Needs no configuration: it describes the build, not a deployment.
-        let manifest = crate::core::permissions::manifest();
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&manifest).unwrap_or_default()
-        );
-        return ExitCode::from(EXIT_OK);
+    if let Some(code) = without_configuration(&cli.command).await {
+        return code;
     }
     let config = match Config::from_env() {
         Ok(c) => c,
@@ -214,7 +198,7 @@ pub async fn main() -> ExitCode {
         println!("{config:#?}");
         return ExitCode::from(EXIT_OK);
     }
-    // Every command below talks to AWS and Kubernetes.
+    // Every command below talks to the cloud and Kubernetes.
     let sdk = match environment(&config).await {
         Ok(sdk) => sdk,
         Err(message) => {
@@ -223,35 +207,20 @@ pub async fn main() -> ExitCode {
         }
     };
     if let Command::Preflight = cli.command {
-        let clients = Clients::new(sdk, &config);
-        let app = App::new(clients, config, hostname());
-        let result = app.preflight().await;
-        match flags.output {
-            Output::Text => print!("{}", result.to_table()),
-            Output::Json => println!(
-                "{}",
-                serde_json::to_string_pretty(&result).unwrap_or_default()
-            ),
-        }
-        return ExitCode::from(if result.passed {
-            EXIT_OK
-        } else {
-            EXIT_INCOMPLETE
-        });
+        return preflight(sdk, config, flags.output).await;
     }
-    let batch_or_event = match parse_input(&cli.command) {
+    let input = match parse_input(&cli.command) {
         Ok(input) => input,
         Err(message) => {
             eprintln!("node-fencer: {message}");
             return ExitCode::from(EXIT_USAGE);
         }
     };
-    let clients = Clients::new(sdk, &config);
-    let app = App::new(clients, config, hostname());
+    let app = App::new(Clients::new(sdk, &config), config, hostname());
     let correlation_id = uuid::Uuid::new_v4().to_string();
     let span = tracing::info_span!("invocation", correlation_id = %correlation_id);
     let result = async {
-        match batch_or_event {
+        match input {
             Input::Event(event) => app.handle_as(event, &correlation_id, flags.dry_run).await,
             Input::Target(batch) => {
                 let report = app.run(batch, flags.dry_run, &correlation_id).await?;
@@ -262,6 +231,49 @@ pub async fn main() -> ExitCode {
     .instrument(span)
     .await;
     print_result(result, flags.output)
+}
+
+/// The commands that need no configuration of a deployment: `serve` reads
+/// its own, `manifest` describes the build.
+async fn without_configuration(command: &Command) -> Option<ExitCode> {
+    match command {
+        #[cfg(feature = "gce")]
+        Command::Serve { port } => Some(match crate::entry::serve::serve(*port).await {
+            Ok(()) => ExitCode::from(EXIT_OK),
+            Err(message) => {
+                eprintln!("node-fencer: {message}");
+                ExitCode::from(EXIT_USAGE)
+            }
+        }),
+        Command::Manifest => {
+            let manifest = crate::core::permissions::manifest();
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&manifest).unwrap_or_default()
+            );
+            Some(ExitCode::from(EXIT_OK))
+        }
+        _ => None,
+    }
+}
+
+/// Runs the checks of `preflight` and prints them; 1 when one failed.
+async fn preflight(sdk: SdkConfig, config: Config, output: Output) -> ExitCode {
+    let clients = Clients::new(sdk, &config);
+    let app = App::new(clients, config, hostname());
+    let result = app.preflight().await;
+    match output {
+        Output::Text => print!("{}", result.to_table()),
+        Output::Json => println!(
+            "{}",
+            serde_json::to_string_pretty(&result).unwrap_or_default()
+        ),
+    }
+    ExitCode::from(if result.passed {
+        EXIT_OK
+    } else {
+        EXIT_INCOMPLETE
+    })
 }
 
 enum Input {

@@ -136,19 +136,7 @@ fn legacy_only(resource: &str, verb: &str) -> bool {
 pub async fn run(clients: &Clients, config: &Config) -> Preflight {
     let mut checks = Vec::new();
     settings(config, &mut checks);
-    checks.push(match clients.webhook_token().await {
-        Ok(Some(_)) => row("webhook token", Status::Pass, "readable"),
-        Ok(None) => row(
-            "webhook token",
-            Status::Info,
-            "none configured: every Function URL request is refused",
-        ),
-        Err(e) => failed(
-            "webhook token",
-            e.to_string(),
-            "grant secretsmanager:GetSecretValue or ssm:GetParameter (and kms:Decrypt) on it, or fix its name",
-        ),
-    });
+    checks.push(webhook_token(clients).await);
     let client = match clients.kube().await {
         Ok(c) => c,
         Err(e) => {
@@ -162,7 +150,56 @@ pub async fn run(clients: &Clients, config: &Config) -> Preflight {
         }
     };
     let cluster = Kube::new(client.clone(), "node-fencer-preflight");
-    let mode = match cluster.server_version().await {
+    let mode = fencing_mode(&cluster, config, &mut checks).await;
+    if mode.is_some() {
+        permissions(&client, config, mode, &mut checks).await;
+        checks.push(kill_switch(&cluster, config).await);
+    }
+    let nodes = match mode {
+        Some(_) => cluster
+            .list_nodes()
+            .await
+            .inspect_err(|e| {
+                checks.push(row(
+                    "nodes",
+                    Status::Warn,
+                    format!(
+                        "could not be listed ({e}): the clouds are chosen by the cluster access"
+                    ),
+                ));
+            })
+            .ok(),
+        None => None,
+    };
+    clouds::check(clients, config, nodes.as_deref(), &mut checks).await;
+    Preflight::new(checks)
+}
+
+/// Whether the webhook token can be read.
+async fn webhook_token(clients: &Clients) -> Check {
+    match clients.webhook_token().await {
+        Ok(Some(_)) => row("webhook token", Status::Pass, "readable"),
+        Ok(None) => row(
+            "webhook token",
+            Status::Info,
+            "none configured: every Function URL request is refused",
+        ),
+        Err(e) => failed(
+            "webhook token",
+            e.to_string(),
+            "grant secretsmanager:GetSecretValue or ssm:GetParameter (and kms:Decrypt) on it, or fix its name",
+        ),
+    }
+}
+
+/// The API server's version and the fencing mode it makes; `None` when the
+/// server cannot be asked.
+async fn fencing_mode(
+    cluster: &Kube,
+    config: &Config,
+    checks: &mut Vec<Check>,
+) -> Option<FenceMode> {
+    match cluster.server_version().await {
         Ok(version) => {
             checks.push(row(
                 "api server",
@@ -185,53 +222,34 @@ pub async fn run(clients: &Clients, config: &Config) -> Preflight {
             ));
             None
         }
-    };
-    if mode.is_some() {
-        permissions(&client, config, mode, &mut checks).await;
-        checks.push(
-            match cluster.kill_switch(&config.policy.control_namespace).await {
-                Ok(KillSwitch::Off) => row("kill switch", Status::Pass, "off"),
-                Ok(KillSwitch::On) => row(
-                    "kill switch",
-                    Status::Warn,
-                    format!(
-                        "ON: every action is a dry run (configmap {}/{} {}=true)",
-                        config.policy.control_namespace,
-                        control::OBJECT_NAME,
-                        control::KILL_SWITCH_KEY
-                    ),
-                ),
-                Ok(KillSwitch::Unreadable(v)) => failed(
-                    "kill switch",
-                    format!("holds {v:?}: treated as on"),
-                    format!("set {} to true or false", control::KILL_SWITCH_KEY),
-                ),
-                Err(e) => failed(
-                    "kill switch",
-                    format!("{e}: treated as on"),
-                    "grant get on the configmap (infra/kubernetes/rbac.yaml's Role)",
-                ),
-            },
-        );
     }
-    let nodes = match mode {
-        Some(_) => cluster
-            .list_nodes()
-            .await
-            .inspect_err(|e| {
-                checks.push(row(
-                    "nodes",
-                    Status::Warn,
-                    format!(
-                        "could not be listed ({e}): the clouds are chosen by the cluster access"
-                    ),
-                ));
-            })
-            .ok(),
-        None => None,
-    };
-    clouds::check(clients, config, nodes.as_deref(), &mut checks).await;
-    Preflight::new(checks)
+}
+
+/// The kill switch as it stands.
+async fn kill_switch(cluster: &Kube, config: &Config) -> Check {
+    match cluster.kill_switch(&config.policy.control_namespace).await {
+        Ok(KillSwitch::Off) => row("kill switch", Status::Pass, "off"),
+        Ok(KillSwitch::On) => row(
+            "kill switch",
+            Status::Warn,
+            format!(
+                "ON: every action is a dry run (configmap {}/{} {}=true)",
+                config.policy.control_namespace,
+                control::OBJECT_NAME,
+                control::KILL_SWITCH_KEY
+            ),
+        ),
+        Ok(KillSwitch::Unreadable(v)) => failed(
+            "kill switch",
+            format!("holds {v:?}: treated as on"),
+            format!("set {} to true or false", control::KILL_SWITCH_KEY),
+        ),
+        Err(e) => failed(
+            "kill switch",
+            format!("{e}: treated as on"),
+            "grant get on the configmap (infra/kubernetes/rbac.yaml's Role)",
+        ),
+    }
 }
 
 fn mode_text(setting: ModeSetting, version: ServerVersion, chosen: FenceMode) -> String {
@@ -250,6 +268,7 @@ fn mode_text(setting: ModeSetting, version: ServerVersion, chosen: FenceMode) ->
     }
 }
 
+/// The settings the decision acts on, as rows.
 fn settings(config: &Config, checks: &mut Vec<Check>) {
     checks.push(row(
         "dry run",
@@ -303,6 +322,12 @@ fn settings(config: &Config, checks: &mut Vec<Check>) {
             None => "never fenced: set CLUSTER_VPC_ID (and CLUSTER_TAG) to match them by InternalIP within the cluster's VPC".into(),
         },
     ));
+    later_settings(config, checks);
+}
+
+/// The settings of what comes after the decision: hibernation, active
+/// fencing, recovery; and the configuration's warnings.
+fn later_settings(config: &Config, checks: &mut Vec<Check>) {
     checks.push(row(
         "hibernation",
         Status::Info,

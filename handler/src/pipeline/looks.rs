@@ -60,6 +60,13 @@ impl Looks {
         answers
     }
 
+    /// What the cloud is taken to have said of `id`, for a stage test that
+    /// starts after the first look.
+    #[cfg(test)]
+    pub(crate) fn seed(&mut self, id: InstanceId, answer: Confirmation) {
+        self.answers.insert(id, answer);
+    }
+
     /// Takes back what was described under a Node's machine name when it is
     /// known to be another machine ([`plan::disown_replaced`]).
     pub(crate) fn disown_replaced(&mut self, nodes: &[NodeFacts]) {

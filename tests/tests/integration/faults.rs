@@ -824,3 +824,92 @@ async fn a_power_off_that_never_completes_fails_for_retry_and_never_taints() -> 
     assert_eq!(oos_taints(&f, &sc).await?, 1);
     Ok(())
 }
+
+/// Issue 33, item 9: two power-offs with room for one. The holder's
+/// confirmation under the Lease is held past the Lease's duration; a second
+/// invocation, sure there is room, waits for the Lease meanwhile. The holder
+/// renews the Lease all along and marks its Node before the stop, so the
+/// second one, when it gets the Lease, counts that power-off in flight and
+/// refuses its own: one machine stopped, the cap held.
+#[tokio::test]
+async fn two_power_offs_with_room_for_one_stop_one_machine() -> anyhow::Result<()> {
+    use node_fencer::core::power::{ActiveFencing, PowerOutcome};
+    let _g = serial().await;
+    let s = stack();
+    let f = faulty().await?;
+    let (a, b) = (target(s, true).await?, target(s, true).await?);
+    let before = room_taken(s).await?;
+    let policy = Policy {
+        max_out_of_service: before + 1,
+        active_fencing: Some(ActiveFencing {
+            wait: Duration::from_secs(20),
+            // The bare stack's other tests leave NotReady Nodes about.
+            partition_percent: 100,
+            ..ActiveFencing::default()
+        }),
+        ..settings()
+    };
+    let go = std::sync::Arc::new(tokio::sync::Notify::new());
+    let (second_cloud, second_cluster) = (
+        Ec2::new(s.ec2().await),
+        Kube::new(s.fencer().await?, "second"),
+    );
+    let second = async {
+        go.notified().await;
+        let batch = one(by_instance(&b.m.instance), Intent::PowerOff);
+        fence_with(&second_cloud, &second_cluster, batch, policy.clone()).await
+    };
+    let holder_cloud = Ec2::new(aws_sdk_ec2::Client::new(
+        &s.sdk_config_via(&f.ec2.url, PATIENT).await,
+    ));
+    let calls = Timeline::new();
+    let ec2 = std::sync::Arc::new(f.ec2);
+    {
+        let (ec2, go) = (ec2.clone(), go.clone());
+        calls.after(
+            "AcquireLease",
+            Box::new(move || {
+                // The look under the Lease, right before the stop, is slow.
+                ec2.inject(
+                    Match::ec2("DescribeInstances"),
+                    Fault::Delay(HOLDER_SLOWED),
+                    1,
+                );
+                go.notify_one();
+                Box::pin(async {})
+            }),
+        );
+    }
+    let (cloud, cluster) = calls.wrap(&holder_cloud, &f.cluster);
+    let batch = one(by_instance(&a.m.instance), Intent::PowerOff);
+    let (first, second) = tokio::join!(fence_with(&cloud, &cluster, batch, policy.clone()), second);
+    let (first, second) = (first?, second?);
+    let spans = calls.spans();
+    let renewals = spans
+        .iter()
+        .filter(|x| x.op == "RenewLease" && x.ok)
+        .count();
+    let ec2 = s.ec2().await;
+    let states = (
+        machine_state(&ec2, &a.m).await?,
+        machine_state(&ec2, &b.m).await?,
+    );
+    eprintln!(
+        "power-off race: the holder renewed the Lease {renewals} times; machines {states:?}; \
+         the second invocation: {:?}",
+        second.results[0]
+            .power_off
+            .as_ref()
+            .map(|p| p.reason.clone())
+    );
+    let power = |r: &Report| r.results[0].power_off.clone().expect("a power-off report");
+    assert_eq!(power(&first).outcome, PowerOutcome::Stopped, "{first:#?}");
+    assert!(renewals >= 4, "{renewals} renewals");
+    assert_eq!(
+        power(&second).refusal.as_ref().map(|r| r.code()),
+        Some("cap_reached"),
+        "{second:#?}"
+    );
+    assert_eq!(states.1, "running", "the second machine runs on");
+    Ok(())
+}

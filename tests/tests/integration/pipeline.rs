@@ -884,21 +884,6 @@ async fn no_trigger_removes_an_out_of_service_taint() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// What moto reports of the machine's state.
-async fn machine_state(ec2: &aws_sdk_ec2::Client, m: &Machine) -> anyhow::Result<String> {
-    let out = ec2
-        .describe_instances()
-        .instance_ids(&m.instance)
-        .send()
-        .await?;
-    Ok(out
-        .reservations()
-        .iter()
-        .flat_map(|r| r.instances())
-        .find_map(|i| i.state()?.name().map(|n| n.as_str().to_owned()))
-        .unwrap_or_default())
-}
-
 /// Issue 15, against moto and the apiserver: an operator's power-off of a
 /// node that reports Ready again is refused and stops nothing; with two
 /// nodes dark at once and a partition guard that allows one, neither is

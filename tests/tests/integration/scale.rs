@@ -139,6 +139,7 @@ async fn an_event_reads_its_node_by_name_and_trusts_only_its_own() -> anyhow::Re
             &Census {
                 others: room_taken(f.stack).await?,
                 counted_at: now,
+                shared: vec![],
             },
             "scale-tests",
         )

@@ -170,12 +170,22 @@ pub(crate) fn decide_all(
     settings: &Settings,
 ) -> Vec<Verdict> {
     let nodes = &view.nodes;
+    let shared: Vec<Vec<String>> = targets
+        .iter()
+        .map(|t| {
+            t.node
+                .map(|i| view.others_naming(&nodes[i]))
+                .unwrap_or_default()
+        })
+        .collect();
     let cases: Vec<Case<'_>> = targets
         .iter()
-        .map(|t| Case {
+        .zip(&shared)
+        .map(|(t, shared_with)| Case {
             intent: t.intent,
             node: t.node.map(|i| &nodes[i]),
             confirmation: t.instance.as_ref().and_then(|id| answers.get(id)),
+            shared_with,
         })
         .collect();
     decide::decide_batch(&cases, settings, view.taken(answers))

@@ -39,7 +39,10 @@ pub(crate) async fn run(ctx: &Ctx<'_>, inv: &mut Invocation<'_>) -> Result<(), P
         // A dry run changes nothing, not even the Node's Events.
         let live = !dry_run && target.intent == Intent::Fence;
         if let (Verdict::Skip { reason }, Some(node)) = (verdict, run.node())
-            && matches!(reason, decide::Skip::CapReached { .. })
+            && matches!(
+                reason,
+                decide::Skip::CapReached { .. } | decide::Skip::SharedMachine { .. }
+            )
             && live
         {
             refused(ctx, node, reason).await;
@@ -84,7 +87,7 @@ async fn fence_mode(ctx: &Ctx<'_>, setting: ModeSetting) -> Result<FenceMode, Pi
     })
 }
 
-/// Logs and records a refusal by the cap.
+/// Logs and records a refusal (the cap, a machine two Nodes name).
 pub(crate) async fn refused(ctx: &Ctx<'_>, node: &str, reason: &decide::Skip) {
     warn!(node, "{reason}");
     ctx.record(node, NodeEvent::refused(reason)).await;

@@ -192,6 +192,8 @@ fn records(refusal: &Refusal) -> bool {
             | Refusal::ZoneDark { .. }
             | Refusal::CapReached { .. }
             | Refusal::PoweredOffBefore { .. }
+            | Refusal::SharedMachine { .. }
+            | Refusal::ControlPlane
     )
 }
 

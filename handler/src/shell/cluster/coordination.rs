@@ -33,7 +33,10 @@ impl Coordination for Kube {
                 .metadata
                 .annotations
                 .get_or_insert_with(Default::default)
-                .insert(control::CENSUS_OTHERS.into(), census.others.to_string());
+                .extend([
+                    (control::CENSUS_OTHERS.into(), census.others.to_string()),
+                    (control::CENSUS_SHARED.into(), census.shared_text()),
+                ]);
             lease.spec = Some(LeaseSpec {
                 holder_identity: Some(holder.into()),
                 renew_time: Some(MicroTime(counted_at)),
@@ -106,7 +109,6 @@ impl Coordination for Kube {
             source,
         };
         let deadline = Instant::now() + control::LEASE_WAIT;
-        let params = PostParams::default();
         let mut waited = false;
         loop {
             // The time written into the Lease, and the same moment on this
@@ -116,52 +118,15 @@ impl Coordination for Kube {
             let found = retrying("get lease", || api.get_opt(control::OBJECT_NAME))
                 .await
                 .map_err(failed)?;
-            let written = match found {
-                None => {
-                    let lease = Lease {
-                        metadata: ObjectMeta {
-                            name: Some(control::OBJECT_NAME.into()),
-                            namespace: Some(namespace.into()),
-                            ..ObjectMeta::default()
-                        },
-                        spec: Some(held_by(holder, now)),
-                    };
-                    // Retried like every call; a lost answer makes the
-                    // repeat meet AlreadyExists, and the next look finds the
-                    // Lease held by us, which `lease_step` accepts.
-                    retrying("create lease", || api.create(&params, &lease)).await
-                }
-                Some(mut lease) => {
-                    let spec = lease.spec.clone().unwrap_or_default();
-                    let facts = LeaseFacts {
-                        renewed: spec
-                            .renew_time
-                            .or(spec.acquire_time)
-                            .map(|t| t.0.as_second()),
-                        holder: spec.holder_identity,
-                        duration_secs: spec.lease_duration_seconds,
-                    };
-                    match control::lease_step(&facts, holder, now.as_second()) {
-                        LeaseStep::Take => {
-                            lease.spec = Some(held_by(holder, now));
-                            // Carries the resourceVersion read: two takers
-                            // cannot both win.
-                            retrying("replace lease", || {
-                                api.replace(control::OBJECT_NAME, &params, &lease)
-                            })
-                            .await
-                        }
-                        LeaseStep::Wait(pause) => {
-                            if Instant::now() + pause > deadline {
-                                return Err(ClusterError::LeaseBusy {
-                                    holder: facts.holder.unwrap_or_default(),
-                                });
-                            }
-                            waited = true;
-                            tokio::time::sleep(pause).await;
-                            continue;
-                        }
+            let written = match take(&api, namespace, found, holder, now).await {
+                Attempt::Written(written) => *written,
+                Attempt::Held { by, pause } => {
+                    if Instant::now() + pause > deadline {
+                        return Err(ClusterError::LeaseBusy { holder: by });
                     }
+                    waited = true;
+                    tokio::time::sleep(pause).await;
+                    continue;
                 }
             };
             match written {
@@ -300,6 +265,66 @@ impl Kube {
     }
 }
 
+/// One try at the fencing Lease.
+enum Attempt {
+    /// Written (or the write failed): the Lease as the apiserver answered.
+    Written(Box<Result<Lease, kube::Error>>),
+    /// Another invocation holds it: look again after `pause`.
+    Held { by: String, pause: Duration },
+}
+
+/// Takes the Lease `found` (or creates it) for `holder` when
+/// [`control::lease_step`] allows, guarded by the resourceVersion read.
+async fn take(
+    api: &Api<Lease>,
+    namespace: &str,
+    found: Option<Lease>,
+    holder: &str,
+    now: k8s_openapi::jiff::Timestamp,
+) -> Attempt {
+    let params = PostParams::default();
+    let Some(mut lease) = found else {
+        let lease = Lease {
+            metadata: ObjectMeta {
+                name: Some(control::OBJECT_NAME.into()),
+                namespace: Some(namespace.into()),
+                ..ObjectMeta::default()
+            },
+            spec: Some(held_by(holder, now)),
+        };
+        // Retried like every call; a lost answer makes the repeat meet
+        // AlreadyExists, and the next look finds the Lease held by us, which
+        // `lease_step` accepts.
+        return Attempt::Written(Box::new(
+            retrying("create lease", || api.create(&params, &lease)).await,
+        ));
+    };
+    let spec = lease.spec.clone().unwrap_or_default();
+    let facts = LeaseFacts {
+        renewed: spec
+            .renew_time
+            .or(spec.acquire_time)
+            .map(|t| t.0.as_second()),
+        holder: spec.holder_identity,
+        duration_secs: spec.lease_duration_seconds,
+    };
+    match control::lease_step(&facts, holder, now.as_second()) {
+        LeaseStep::Take => {
+            lease.spec = Some(held_by(holder, now));
+            // Carries the resourceVersion read: two takers cannot both win.
+            let replaced = retrying("replace lease", || {
+                api.replace(control::OBJECT_NAME, &params, &lease)
+            })
+            .await;
+            Attempt::Written(Box::new(replaced))
+        }
+        LeaseStep::Wait(pause) => Attempt::Held {
+            by: facts.holder.unwrap_or_default(),
+            pause,
+        },
+    }
+}
+
 /// The census a Lease carries: its count, and its `renewTime` as the time
 /// of the count.
 fn census_of(lease: &Lease) -> Option<Census> {
@@ -311,7 +336,18 @@ fn census_of(lease: &Lease) -> Option<Census> {
         .parse()
         .ok()?;
     let counted_at = lease.spec.as_ref()?.renew_time.as_ref()?.0.as_second();
-    Some(Census { others, counted_at })
+    let shared = lease
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(control::CENSUS_SHARED))
+        .map(|text| Census::parse_shared(text))
+        .unwrap_or_default();
+    Some(Census {
+        others,
+        counted_at,
+        shared,
+    })
 }
 
 fn held_by_holder(lease: &Lease, holder: &str) -> bool {

@@ -1,0 +1,243 @@
+//! The fake cloud: EC2 instances and EBS volumes, in memory.
+
+use std::collections::BTreeMap;
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::core::facts::{InstanceFacts, StatusChecks, VolumeAttachmentState, VolumeFacts};
+use crate::core::instance::{AttachmentState, InstanceId, InstanceState, VolumeId, VolumeState};
+use crate::shell::cloud::{Cloud, CloudError};
+
+use super::Recorder;
+
+/// An in-memory EC2: instances and EBS volumes.
+pub struct FakeCloud {
+    calls: Recorder,
+    state: Mutex<CloudState>,
+}
+
+#[derive(Default)]
+struct CloudState {
+    instances: BTreeMap<InstanceId, InstanceFacts>,
+    volumes: BTreeMap<VolumeId, VolumeFacts>,
+    /// On the n-th DescribeInstances (1-based), an instance changes state first.
+    changes: Vec<(usize, InstanceId, InstanceState)>,
+    describes: usize,
+    /// Volumes whose detach is accepted but never completes.
+    sticky: Vec<VolumeId>,
+    /// The n-th DescribeInstances (1-based) answers this late.
+    slow: Option<(usize, Duration)>,
+    /// What DescribeInstanceStatus reports.
+    checks: BTreeMap<InstanceId, StatusChecks>,
+    /// Instances a stop leaves `stopping` for good.
+    stop_hangs: Vec<InstanceId>,
+}
+
+impl FakeCloud {
+    /// An empty cloud logging to `calls`.
+    pub fn new(calls: Recorder) -> Self {
+        Self {
+            calls,
+            state: Mutex::default(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, CloudState> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Adds an instance with its root volume name `/dev/xvda`.
+    pub fn instance(&self, id: &InstanceId, state: InstanceState) {
+        self.lock()
+            .instances
+            .insert(id.clone(), InstanceFacts::bare(id.clone(), state));
+    }
+
+    /// Adds a volume attached to `instance` at `device`.
+    pub fn attached_volume(&self, id: &VolumeId, instance: &InstanceId, device: &str) {
+        self.lock().volumes.insert(
+            id.clone(),
+            VolumeFacts {
+                id: id.clone(),
+                state: VolumeState::InUse,
+                attachments: vec![VolumeAttachmentState {
+                    instance: instance.clone(),
+                    device: Some(device.into()),
+                    state: AttachmentState::Attached,
+                }],
+            },
+        );
+    }
+
+    /// Changes what EC2 describes of `id` (its tags, its VPC).
+    pub fn describe_as(&self, id: &InstanceId, change: impl FnOnce(&mut InstanceFacts)) {
+        if let Some(facts) = self.lock().instances.get_mut(id) {
+            change(facts);
+        }
+    }
+
+    /// Before the `nth` DescribeInstances (1-based), `id` turns `state`.
+    pub fn on_describe(&self, nth: usize, id: &InstanceId, state: InstanceState) {
+        self.lock().changes.push((nth, id.clone(), state));
+    }
+
+    /// The `nth` DescribeInstances (1-based) answers after `pause`, as EC2
+    /// does under throttling.
+    pub fn slow_describe(&self, nth: usize, pause: Duration) {
+        self.lock().slow = Some((nth, pause));
+    }
+
+    /// The status checks EC2 reports for `id`.
+    pub fn checks(&self, id: &InstanceId, instance: &str, system: &str) {
+        self.lock().checks.insert(
+            id.clone(),
+            StatusChecks {
+                instance: instance.into(),
+                system: system.into(),
+            },
+        );
+    }
+
+    /// A stop of `id` is accepted and never completes.
+    pub fn stop_hangs(&self, id: &InstanceId) {
+        self.lock().stop_hangs.push(id.clone());
+    }
+
+    /// The instance's state now.
+    pub fn instance_state(&self, id: &InstanceId) -> Option<InstanceState> {
+        self.lock().instances.get(id).map(|i| i.state.clone())
+    }
+
+    /// The volume's detach will be accepted and never complete.
+    pub fn stick(&self, id: &VolumeId) {
+        self.lock().sticky.push(id.clone());
+    }
+
+    /// The volume's state now.
+    pub fn volume_state(&self, id: &VolumeId) -> Option<VolumeState> {
+        self.lock().volumes.get(id).map(|v| v.state)
+    }
+}
+
+#[async_trait]
+impl Cloud for FakeCloud {
+    async fn describe_instances(
+        &self,
+        ids: &[InstanceId],
+    ) -> Result<Vec<InstanceFacts>, CloudError> {
+        let fail = self.calls.call("DescribeInstances".into());
+        let pause = {
+            let mut state = self.lock();
+            state.describes += 1;
+            let n = state.describes;
+            state.slow.filter(|(at, _)| *at == n).map(|(_, p)| p)
+        };
+        if let Some(pause) = pause {
+            tokio::time::sleep(pause).await;
+        }
+        let mut state = self.lock();
+        let n = state.describes;
+        let changes: Vec<_> = state
+            .changes
+            .iter()
+            .filter(|(at, _, _)| *at == n)
+            .map(|(_, id, s)| (id.clone(), s.clone()))
+            .collect();
+        for (id, s) in changes {
+            if let Some(i) = state.instances.get_mut(&id) {
+                i.state = s;
+            }
+        }
+        if fail {
+            return Err(CloudError::DescribeInstances("RequestLimitExceeded".into()));
+        }
+        Ok(ids
+            .iter()
+            .filter_map(|id| state.instances.get(id).cloned())
+            .collect())
+    }
+
+    async fn describe_volumes(&self, ids: &[VolumeId]) -> Result<Vec<VolumeFacts>, CloudError> {
+        if self.calls.call("DescribeVolumes".into()) {
+            return Err(CloudError::DescribeVolumes("InternalError".into()));
+        }
+        let state = self.lock();
+        Ok(ids
+            .iter()
+            .filter_map(|id| state.volumes.get(id).cloned())
+            .collect())
+    }
+
+    async fn detach_volume(
+        &self,
+        volume: &VolumeId,
+        instance: &InstanceId,
+    ) -> Result<(), CloudError> {
+        let error = |code: &str| CloudError::DetachVolume {
+            volume_id: volume.to_string(),
+            code: Some(code.into()),
+            message: code.into(),
+        };
+        if self.calls.call(format!("DetachVolume {volume}")) {
+            return Err(error("InternalError"));
+        }
+        let mut state = self.lock();
+        if state.sticky.contains(volume) {
+            return Ok(());
+        }
+        let Some(v) = state.volumes.get_mut(volume) else {
+            return Err(error("InvalidVolume.NotFound"));
+        };
+        let before = v.attachments.len();
+        v.attachments.retain(|a| &a.instance != instance);
+        if v.attachments.len() == before {
+            return Err(error("IncorrectState"));
+        }
+        if v.attachments.is_empty() {
+            v.state = VolumeState::Available;
+        }
+        Ok(())
+    }
+
+    async fn status_checks(
+        &self,
+        ids: &[InstanceId],
+    ) -> Result<Vec<(InstanceId, StatusChecks)>, CloudError> {
+        if self.calls.call("DescribeInstanceStatus".into()) {
+            return Err(CloudError::DescribeInstanceStatus("InternalError".into()));
+        }
+        let state = self.lock();
+        Ok(ids
+            .iter()
+            .filter_map(|id| Some((id.clone(), state.checks.get(id)?.clone())))
+            .collect())
+    }
+
+    async fn power_off(&self, instance: &InstanceId) -> Result<(), CloudError> {
+        let fail = self.calls.call(format!("StopInstances {instance}"));
+        if fail {
+            return Err(CloudError::StopInstances {
+                instance_id: instance.to_string(),
+                message: "InternalError".into(),
+            });
+        }
+        let mut state = self.lock();
+        let hangs = state.stop_hangs.contains(instance);
+        let Some(facts) = state.instances.get_mut(instance) else {
+            return Err(CloudError::StopInstances {
+                instance_id: instance.to_string(),
+                message: "InvalidInstanceID.NotFound".into(),
+            });
+        };
+        facts.state = if hangs {
+            InstanceState::Stopping
+        } else {
+            InstanceState::Stopped
+        };
+        Ok(())
+    }
+}

@@ -1,0 +1,290 @@
+//! Acting: the third look, the pods, the legacy recipe, the detaches and their verification.
+
+use super::*;
+
+/// Issue 12, item 3: the taint patch, its retries and the Lease lie between
+/// the second look and the detaches.
+#[tokio::test]
+async fn an_instance_started_after_the_taint_keeps_its_volumes() {
+    for mode in [ModeSetting::Taint, ModeSetting::Legacy] {
+        let w = World::stopped();
+        w.cluster.pod(NODE, "db-0");
+        w.cluster
+            .driver_attachment(NODE, "cstor.csi.openebs.io", "pv-cstor");
+        w.cloud.on_describe(3, &instance(1), InstanceState::Running);
+        let p = Policy { mode, ..policy() };
+        let report = w.fence(&p).await.unwrap();
+        let r = &report.results[0];
+        assert_eq!(r.outcome, Outcome::Failed, "{report:#?}");
+        assert!(report.incomplete(), "a retry looks again");
+        let log = w.calls.log();
+        for write in ["DetachVolume", "DeletePod", "DeleteVolumeAttachment"] {
+            assert!(
+                !log.iter().any(|c| c.starts_with(write)),
+                "{mode:?}: {log:?}"
+            );
+        }
+        assert_eq!(w.cloud.volume_state(&volume(1)), Some(VolumeState::InUse));
+        assert_eq!(w.cluster.pods(NODE), 1);
+        assert_eq!(w.cluster.attachments().len(), 2, "no driver's is freed");
+    }
+}
+
+/// Issue 12, item 4: a pod that tolerates the out-of-service taint (a
+/// storage daemon with `operator: Exists`) is never evicted, so its volume
+/// stays attached and is reported kept; the fencing's annotation does not
+/// list it, so recovery does not wait for its VolumeAttachment to go.
+#[tokio::test]
+async fn the_volume_of_a_pod_that_stays_on_the_node_stays_attached() {
+    let w = World::stopped();
+    let daemons = volume(9);
+    w.cloud
+        .attached_volume(&daemons, &instance(1), "/dev/xvdbz");
+    w.cluster.attachment(NODE, &daemons);
+    w.cluster
+        .staying_pod(NODE, "storage-daemon", true, Some(&daemons));
+    w.cluster
+        .staying_pod(NODE, "app-0", false, Some(&volume(1)));
+    let report = w.fence(&policy()).await.unwrap();
+    let r = &report.results[0];
+    assert_eq!(r.outcome, Outcome::Fenced, "{report:#?}");
+    assert!(!report.incomplete(), "{report:#?}");
+    let outcomes: Vec<(String, VolumeOutcome)> = r
+        .volumes
+        .iter()
+        .map(|v| (v.volume.to_string(), v.outcome))
+        .collect();
+    assert_eq!(
+        outcomes,
+        [
+            (volume(1).to_string(), VolumeOutcome::Detached),
+            (daemons.to_string(), VolumeOutcome::Kept)
+        ]
+    );
+    assert_eq!(w.cloud.volume_state(&daemons), Some(VolumeState::InUse));
+    let mark = w.cluster.facts(NODE).unwrap().fenced.unwrap();
+    assert_eq!(mark.volumes, [volume(1)], "only what was detached");
+    // Back: the daemon's attachment remains, and recovery ends the fencing.
+    w.cloud.instance(&instance(1), InstanceState::Running);
+    w.cluster.set_ready(NODE, "True");
+    w.cluster.remove_attachment(&volume(1));
+    let asked = w.describes();
+    let back = w
+        .run(&policy(), batch(Intent::Recover, &[instance(1)]))
+        .await
+        .unwrap();
+    assert_eq!(
+        back.recoveries[0].outcome,
+        RecoveryOutcome::Recovered,
+        "{back:#?}"
+    );
+    assert_eq!(
+        w.describes() - asked,
+        1,
+        "the screen's answer serves the recovery"
+    );
+}
+
+#[tokio::test]
+async fn legacy_mode_deletes_pods_and_attachments_then_detaches() {
+    let w = World::stopped();
+    w.cluster.pod(NODE, "db-0");
+    let p = Policy {
+        mode: ModeSetting::Legacy,
+        ..policy()
+    };
+    let report = w.fence(&p).await.unwrap();
+    let r = &report.results[0];
+    assert_eq!(r.outcome, Outcome::Fenced, "{report:#?}");
+    assert_eq!((r.pods_deleted, r.attachments_deleted), (1, 1));
+    assert_eq!(w.out_of_service_taints(NODE), 0, "no taint in legacy mode");
+    assert_eq!(w.cluster.pods(NODE), 0);
+    assert!(w.cluster.attachments().is_empty());
+    assert_eq!(
+        w.cloud.volume_state(&volume(1)),
+        Some(VolumeState::Available)
+    );
+    assert_eq!(
+        w.cluster.events(NODE),
+        [
+            "FencedLegacy",
+            "PodsForceDeleted",
+            "VolumeAttachmentsDeleted",
+            "VolumesForceDetached"
+        ]
+    );
+    let mark = w.cluster.facts(NODE).and_then(|n| n.fenced).unwrap();
+    assert_eq!(mark.volumes, [volume(1)]);
+}
+
+/// Issue 20: without the taint, every driver's attachment is held for the
+/// attach/detach controller's 6 minutes, so the legacy recipe deletes the
+/// node's VolumeAttachments of every CSI driver (naming their uids), not
+/// only EBS's, and reports them per driver; a pod that tolerates the taint
+/// stays, with its volume's attachment. The taint mode deletes none: the
+/// attach/detach controller frees every driver's volumes once the taint is
+/// on (shown against the real controllers in `tests/`).
+#[tokio::test]
+async fn legacy_mode_frees_the_attachments_of_every_csi_driver() {
+    let w = World::stopped();
+    w.cluster
+        .driver_attachment(NODE, "cstor.csi.openebs.io", "pv-db");
+    w.cluster
+        .driver_attachment(NODE, "iscsi.csi.example.com", "pv-target");
+    w.cluster
+        .driver_attachment("another-node", "cstor.csi.openebs.io", "pv-other");
+    w.cluster
+        .pod_with_claim(NODE, "db-0", false, Some("claim-pv-db"));
+    w.cluster
+        .pod_with_claim(NODE, "iscsi-target", true, Some("claim-pv-target"));
+    let legacy = Policy {
+        mode: ModeSetting::Legacy,
+        ..policy()
+    };
+    let report = w.fence(&legacy).await.unwrap();
+    let r = &report.results[0];
+    assert_eq!(r.outcome, Outcome::Fenced, "{report:#?}");
+    assert_eq!((r.pods_deleted, r.attachments_deleted), (1, 2), "{r:#?}");
+    let attachments: Vec<(&str, &str, AttachmentOutcome)> = r
+        .attachments
+        .iter()
+        .map(|a| (a.attachment.as_str(), a.driver.as_str(), a.outcome))
+        .collect();
+    let ebs = format!("csi-{}", volume(1));
+    assert_eq!(
+        attachments,
+        [
+            (ebs.as_str(), "ebs.csi.aws.com", AttachmentOutcome::Deleted),
+            (
+                "va-pv-db",
+                "cstor.csi.openebs.io",
+                AttachmentOutcome::Deleted
+            ),
+            (
+                "va-pv-target",
+                "iscsi.csi.example.com",
+                AttachmentOutcome::Kept
+            ),
+        ]
+    );
+    assert!(
+        r.reason
+            .contains("(cstor.csi.openebs.io 1, ebs.csi.aws.com 1)"),
+        "{}",
+        r.reason
+    );
+    assert_eq!(w.cluster.attachments(), ["va-pv-target", "va-pv-other"]);
+    assert_eq!(w.cluster.pods(NODE), 1, "the tolerating pod stays");
+    let deletes: Vec<String> = w
+        .calls
+        .log()
+        .into_iter()
+        .filter(|c| c.starts_with("Delete"))
+        .collect();
+    assert_eq!(
+        deletes,
+        [
+            "DeletePod db-0".to_owned(),
+            format!("DeleteVolumeAttachment {ebs}"),
+            "DeleteVolumeAttachment va-pv-db".to_owned(),
+        ]
+    );
+    assert_eq!(
+        w.cloud.volume_state(&volume(1)),
+        Some(VolumeState::Available),
+        "EBS volumes are still force-detached"
+    );
+
+    let w = World::stopped();
+    w.cluster
+        .driver_attachment(NODE, "cstor.csi.openebs.io", "pv-db");
+    w.cluster
+        .pod_with_claim(NODE, "db-0", false, Some("claim-pv-db"));
+    let report = w.fence(&policy()).await.unwrap();
+    let r = &report.results[0];
+    assert_eq!(r.outcome, Outcome::Fenced, "{report:#?}");
+    assert!(r.attachments.is_empty(), "{r:#?}");
+    assert_eq!(w.cluster.attachments().len(), 2);
+    assert!(
+        !w.calls
+            .log()
+            .iter()
+            .any(|c| c.starts_with("DeleteVolumeAttachment"))
+    );
+}
+
+#[tokio::test]
+async fn a_volume_still_attached_after_the_wait_fails_the_node() {
+    let w = World::stopped();
+    w.cloud.stick(&volume(1));
+    let report = w.fence(&policy()).await.unwrap();
+    let r = &report.results[0];
+    assert_eq!(r.outcome, Outcome::Failed, "{report:#?}");
+    assert_eq!(r.volumes[0].outcome, VolumeOutcome::Stuck);
+    assert_eq!(
+        r.volumes[0].detail.as_deref(),
+        Some("not available after 0s")
+    );
+    assert!(report.incomplete());
+}
+
+#[tokio::test]
+async fn a_volume_attached_elsewhere_is_not_detached() {
+    let w = World::stopped();
+    w.cloud
+        .attached_volume(&volume(1), &instance(9), "/dev/xvdba");
+    let report = w.fence(&policy()).await.unwrap();
+    let r = &report.results[0];
+    assert_eq!(r.outcome, Outcome::Fenced, "{report:#?}");
+    assert_eq!(r.volumes[0].outcome, VolumeOutcome::AlreadyDetached);
+    assert!(!w.calls.log().iter().any(|c| c.starts_with("DetachVolume")));
+}
+
+/// Issue 19: a Node that records its volumes has its attachments and their
+/// PersistentVolumes read by name; no list of either is read.
+#[tokio::test]
+async fn a_node_that_records_its_volumes_has_them_read_by_name() {
+    let w = World::stopped_recorded();
+    let report = w.fence(&policy()).await.unwrap();
+    let r = &report.results[0];
+    assert_eq!(r.outcome, Outcome::Fenced, "{report:#?}");
+    assert_eq!(r.volumes.len(), 1, "{report:#?}");
+    assert_eq!(
+        w.cloud.volume_state(&volume(1)),
+        Some(VolumeState::Available)
+    );
+    let log = w.calls.log();
+    let lists: Vec<_> = log
+        .iter()
+        .filter(|c| *c == "ListVolumeAttachments" || *c == "ListPersistentVolumes")
+        .collect();
+    assert!(lists.is_empty(), "{log:?}");
+    let attachment = crate::core::volumes::attachment_name(
+        &crate::core::facts::CsiVolume {
+            driver: crate::core::volumes::EBS_CSI_DRIVER.into(),
+            handle: volume(1).to_string(),
+        },
+        NODE,
+    );
+    for read in [
+        format!("GetVolumeAttachment {attachment}"),
+        format!("GetPersistentVolume pv-{}", volume(1)),
+    ] {
+        assert!(log.contains(&read), "{read} missing from {log:?}");
+    }
+
+    // A read by name that fails (a role without `get`, say): the lists.
+    let w = World::stopped_recorded();
+    let get = log
+        .iter()
+        .position(|c| c.starts_with("GetVolumeAttachment"));
+    w.calls.fail_at(get);
+    let report = w.fence(&policy()).await.unwrap();
+    assert_eq!(report.results[0].outcome, Outcome::Fenced, "{report:#?}");
+    assert!(!report.incomplete(), "{report:#?}");
+    assert!(w.calls.log().contains(&"ListVolumeAttachments".to_owned()));
+    assert_eq!(
+        w.cloud.volume_state(&volume(1)),
+        Some(VolumeState::Available)
+    );
+}
