@@ -17,7 +17,7 @@ use node_fencer::core::instance::{InstanceId, VolumeId};
 use node_fencer::core::kube_model::{Ending, PowerStamp, Stamp};
 use node_fencer::core::mode::ServerVersion;
 use node_fencer::core::view::Census;
-use node_fencer::shell::cloud::{Cloud, CloudError};
+use node_fencer::shell::cloud::{Cloud, CloudError, Detach};
 use node_fencer::shell::cluster::{
     Cluster, ClusterError, ClusterReads, ConfirmOutcome, Coordination, FencingWrites, LeaseTaken,
     PodRef, TaintOutcome, UntaintOutcome,
@@ -199,13 +199,9 @@ impl Cloud for TimingCloud<'_> {
             .time("DescribeVolumes", self.inner.describe_volumes(ids))
             .await
     }
-    async fn detach_volume(
-        &self,
-        volume: &VolumeId,
-        instance: &InstanceId,
-    ) -> Result<(), CloudError> {
+    async fn detach_volume(&self, volume: &VolumeId, order: &Detach<'_>) -> Result<(), CloudError> {
         self.timeline
-            .time("DetachVolume", self.inner.detach_volume(volume, instance))
+            .time("DetachVolume", self.inner.detach_volume(volume, order))
             .await
     }
     async fn status_checks(

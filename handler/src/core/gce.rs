@@ -260,6 +260,57 @@ fn is_name(s: &str) -> bool {
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
 }
 
+/// Why the look at a VM right before its disk's detach holds the detach
+/// back: the VM runs again (Compute Engine restarts a VM after a host error
+/// on its own, `automaticRestart`), or another VM now carries its name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DetachHeld {
+    /// The VM is not off.
+    NotOff(GceStatus),
+    /// Another VM than the one the fencing judged (its id differs).
+    AnotherVm {
+        /// The id the fencing judged.
+        judged: u64,
+        /// The id found now.
+        found: Option<u64>,
+    },
+}
+
+impl std::fmt::Display for DetachHeld {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::NotOff(status) => write!(
+                f,
+                "the VM is {status:?} right before the detach, not off: nothing is detached"
+            ),
+            Self::AnotherVm { judged, found } => write!(
+                f,
+                "the VM of that name is another one (id {}, the fencing judged {judged}): nothing is detached",
+                found.map_or_else(|| "unknown".to_owned(), |id| id.to_string())
+            ),
+        }
+    }
+}
+
+/// Whether a disk of the VM may be detached now: only when the VM, read
+/// right before, is off and is the very VM the fencing judged (`judged`:
+/// its id then, when known).
+pub fn may_detach(
+    judged: Option<u64>,
+    status: GceStatus,
+    found: Option<u64>,
+) -> Result<(), DetachHeld> {
+    if let Some(judged) = judged
+        && found != Some(judged)
+    {
+        return Err(DetachHeld::AnotherVm { judged, found });
+    }
+    if !matches!(status, GceStatus::Terminated | GceStatus::Stopped) {
+        return Err(DetachHeld::NotOff(status));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -383,5 +434,34 @@ mod tests {
         ] {
             assert_eq!(PdDisk::from_handle(bad), None, "{bad}");
         }
+    }
+
+    /// Issue 33, item 4: the VM read right before the detach must be off
+    /// and the one judged (a host error restarts a VM on its own).
+    #[test]
+    fn a_disk_is_detached_only_from_the_judged_vm_while_it_is_off() {
+        assert_eq!(may_detach(Some(7), GceStatus::Terminated, Some(7)), Ok(()));
+        assert_eq!(may_detach(None, GceStatus::Stopped, Some(9)), Ok(()));
+        for status in [
+            GceStatus::Running,
+            GceStatus::Staging,
+            GceStatus::Stopping,
+            GceStatus::Suspended,
+            GceStatus::Repairing,
+            GceStatus::Unknown,
+        ] {
+            assert_eq!(
+                may_detach(Some(7), status.clone(), Some(7)),
+                Err(DetachHeld::NotOff(status))
+            );
+        }
+        assert!(matches!(
+            may_detach(Some(7), GceStatus::Terminated, Some(8)),
+            Err(DetachHeld::AnotherVm {
+                judged: 7,
+                found: Some(8)
+            })
+        ));
+        assert!(may_detach(Some(7), GceStatus::Terminated, None).is_err());
     }
 }

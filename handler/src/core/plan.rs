@@ -240,6 +240,9 @@ pub struct NodeRun {
     errors: Vec<String>,
     /// Active fencing's decision on the node, and what came of it.
     power_off: Option<PowerReport>,
+    /// What names the fencing the volumes are freed for: the time on the
+    /// Node's mark, the one found or the one this invocation writes.
+    fencing: Option<String>,
 }
 
 /// What the cloud answered to one force-detach.
@@ -312,6 +315,7 @@ pub fn plan(
                 volumes: Vec::new(),
                 errors: Vec::new(),
                 power_off: None,
+                fencing: node.and_then(|n| n.fenced.as_ref()).map(|m| m.at.clone()),
             }
         })
         .collect()
@@ -351,6 +355,12 @@ impl NodeRun {
     /// Whether this invocation wrote the taint (legacy mode: the mark).
     pub fn taint_applied(&self) -> bool {
         self.taint_applied
+    }
+
+    /// What names the fencing the volumes are freed for (the time on the
+    /// Node's mark), when node-fencer marked it.
+    pub fn fencing_at(&self) -> Option<&str> {
+        self.fencing.as_deref()
     }
 
     /// Active fencing judged the node: its report.
@@ -486,14 +496,18 @@ impl NodeRun {
 
     /// What the taint stage writes on the Node (annotations and taint, with
     /// the `NoSchedule` one when `no_schedule`).
+    /// A new mark names this fencing from here on.
     pub fn stamp(
-        &self,
+        &mut self,
         mode: FenceMode,
         at: &str,
         correlation_id: &str,
         no_schedule: bool,
     ) -> Option<Stamp> {
         let plan = self.plan.as_ref()?;
+        if plan.add_taint {
+            self.fencing = Some(at.to_owned());
+        }
         Some(Stamp {
             instance: plan.instance.id.clone(),
             state: plan.instance.state.clone(),
@@ -942,6 +956,7 @@ mod tests {
             volumes: vec![],
             errors: vec![],
             power_off: None,
+            fencing: None,
         }
     }
 
@@ -1217,10 +1232,15 @@ mod tests {
 
     #[test]
     fn the_stamp_names_the_volumes_planned_for_detach() {
-        let run = with_volume(decided("a", true, false));
+        let mut run = with_volume(decided("a", true, false));
         let stamp = run
             .stamp(FenceMode::Taint, "2026-01-01T00:00:00Z", "c-1", false)
             .unwrap();
+        assert_eq!(
+            run.fencing_at(),
+            Some("2026-01-01T00:00:00Z"),
+            "it names the fencing"
+        );
         assert_eq!(stamp.volumes, [vol("vol-0123456789abcdef0")]);
         assert_eq!(stamp.instance, id("i-0123456789abcdef0"));
     }

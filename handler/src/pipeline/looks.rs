@@ -75,8 +75,9 @@ impl Looks {
 }
 
 /// The cloud's answer for each of `ids`; an id it does not know is
-/// [`Confirmation::NotFound`].
-async fn ask(ctx: &Ctx<'_>, ids: &[InstanceId]) -> HashMap<InstanceId, Confirmation> {
+/// [`Confirmation::NotFound`]. A look of its own, kept nowhere: one node's
+/// last look right before its own detaches, while other nodes are worked on.
+pub(crate) async fn ask(ctx: &Ctx<'_>, ids: &[InstanceId]) -> HashMap<InstanceId, Confirmation> {
     if ids.is_empty() {
         return HashMap::new();
     }

@@ -1,8 +1,8 @@
 //! The EC2 shell against moto: confirmation, batching, volume discovery.
 
 use node_fencer::core::instance::{InstanceId, InstanceState, VolumeId};
-use node_fencer::shell::cloud::Cloud;
 use node_fencer::shell::cloud::aws::Ec2;
+use node_fencer::shell::cloud::{Cloud, Detach};
 use node_fencer_tests::fixtures::{attach_new_volume, launch, stop, volume};
 use node_fencer_tests::stack;
 
@@ -73,11 +73,18 @@ async fn describe_volumes_and_force_detach() -> anyhow::Result<()> {
 
     let vol = VolumeId::parse(&data).expect("volume id");
     let inst = InstanceId::parse(&m.instance).expect("instance id");
-    cloud.detach_volume(&vol, &inst).await?;
+    let described = cloud
+        .describe_instances(std::slice::from_ref(&inst))
+        .await?;
+    let order = Detach {
+        machine: &described[0],
+        fencing: "2026-11-26T10:00:00Z",
+    };
+    cloud.detach_volume(&vol, &order).await?;
     assert_eq!(volume(&ec2, &data).await?, ("available".into(), vec![]));
     // Detaching again is an error EC2 names, which the pipeline treats as done.
     let again = cloud
-        .detach_volume(&vol, &inst)
+        .detach_volume(&vol, &order)
         .await
         .expect_err("second detach must fail");
     assert!(again.is_already_detached(), "{again}");

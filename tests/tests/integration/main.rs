@@ -6,6 +6,7 @@ mod connect;
 mod ec2;
 mod faults;
 mod gce;
+mod gce_detach;
 mod gce_faults;
 mod kube_api;
 mod lifecycle;

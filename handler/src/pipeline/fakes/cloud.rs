@@ -8,7 +8,7 @@ use async_trait::async_trait;
 
 use crate::core::facts::{InstanceFacts, StatusChecks, VolumeAttachmentState, VolumeFacts};
 use crate::core::instance::{AttachmentState, InstanceId, InstanceState, VolumeId, VolumeState};
-use crate::shell::cloud::{Cloud, CloudError};
+use crate::shell::cloud::{Cloud, CloudError, Detach};
 
 use super::Recorder;
 
@@ -172,11 +172,8 @@ impl Cloud for FakeCloud {
             .collect())
     }
 
-    async fn detach_volume(
-        &self,
-        volume: &VolumeId,
-        instance: &InstanceId,
-    ) -> Result<(), CloudError> {
+    async fn detach_volume(&self, volume: &VolumeId, order: &Detach<'_>) -> Result<(), CloudError> {
+        let instance = &order.machine.id;
         let error = |code: &str| CloudError::DetachVolume {
             volume_id: volume.to_string(),
             code: Some(code.into()),

@@ -1,10 +1,14 @@
 //! The act stage of each tainted node: the cloud is asked once more, for
 //! every node at once, whether the machines are still off; then, for each
-//! node it confirms, the [`super::legacy`] recipe in that mode (in taint
-//! mode the force-delete of the pods the taint evicts at once, see
-//! [`super::pods`]) and the force-detach of every volume the plan names. A
-//! detach the cloud answers "not attached" to is left to the verification,
-//! which trusts only what it sees.
+//! node it confirms, its pods (in taint mode those the taint evicts at once,
+//! see [`super::pods`]; in legacy mode every pod that does not stay), and,
+//! asked once more about that node's machine alone, right before its first
+//! detach (pod deletions, other nodes and Compute Engine operations take
+//! time, and a VM restarts on its own after a host error), the
+//! [`super::legacy`] recipe's VolumeAttachments in that mode and the
+//! force-detach of every volume the plan names. A detach the cloud answers
+//! "not attached" to is left to the verification, which trusts only what
+//! it sees.
 
 use std::time::Instant;
 
@@ -12,14 +16,16 @@ use futures::StreamExt;
 use tracing::{Instrument, info, info_span, warn};
 
 use crate::core::events::NodeEvent;
-use crate::core::facts::FenceMode;
+use crate::core::facts::{FenceMode, InstanceFacts};
 use crate::core::instance::InstanceId;
 use crate::core::metrics::{self, Dependency};
 use crate::core::plan::{DetachAnswer, NodeRun, Stage};
 use crate::pipeline::ctx::{Ctx, PARALLEL_NODES};
 use crate::pipeline::error::PipelineError;
 use crate::pipeline::invocation::Invocation;
+use crate::pipeline::looks;
 use crate::pipeline::stages::{legacy, pods};
+use crate::shell::cloud::Detach;
 
 /// Acts on every tainted run still confirmed off, a few nodes at once.
 pub(crate) async fn run(ctx: &Ctx<'_>, inv: &mut Invocation<'_>) -> Result<(), PipelineError> {
@@ -48,7 +54,7 @@ pub(crate) async fn run(ctx: &Ctx<'_>, inv: &mut Invocation<'_>) -> Result<(), P
                 node = run.node().unwrap_or("-"),
                 instance = run.instance_id().map_or("-", |i| i.as_str())
             );
-            one(ctx, mode, run).instrument(span)
+            one(ctx, mode, fence_hibernated, run).instrument(span)
         })
         .buffer_unordered(PARALLEL_NODES)
         .collect::<Vec<()>>()
@@ -56,24 +62,48 @@ pub(crate) async fn run(ctx: &Ctx<'_>, inv: &mut Invocation<'_>) -> Result<(), P
     Ok(())
 }
 
-async fn one(ctx: &Ctx<'_>, mode: FenceMode, run: &mut NodeRun) {
-    let Some(instance) = run.plan().map(|p| p.instance.id.clone()) else {
+async fn one(ctx: &Ctx<'_>, mode: FenceMode, fence_hibernated: bool, run: &mut NodeRun) {
+    let Some(machine) = run.plan().map(|p| p.instance.clone()) else {
         return;
     };
     let node = run.node().unwrap_or_default().to_owned();
     match mode {
-        FenceMode::Legacy => legacy::recipe(ctx, &node, run).await,
+        FenceMode::Legacy => legacy::pods(ctx, &node, run).await,
         // The pod garbage collector would delete these on its next pass
         // (every 20 s) now that the taint is on; deleting them here lets
         // their controllers replace them at once.
         FenceMode::Taint => pods::force_delete(ctx, &node, run, |p| p.leaves_now).await,
     }
+    let frees = run.plan().is_some_and(|p| {
+        p.detaches().next().is_some() || (mode == FenceMode::Legacy && !p.attachments.is_empty())
+    });
+    if frees {
+        let again = looks::ask(ctx, std::slice::from_ref(&machine.id)).await;
+        run.confirm_before_detach(again.get(&machine.id), fence_hibernated);
+        if let Stage::DetachHeld(reason) = run.stage() {
+            warn!(%reason, "not confirmed off right before the node's first detach; nothing freed");
+            return;
+        }
+    }
+    if mode == FenceMode::Legacy {
+        legacy::attachments(ctx, &node, run).await;
+    }
+    detach(ctx, &node, &machine, run).await;
+}
+
+/// The force-detach of every volume the plan names, for this fencing.
+async fn detach(ctx: &Ctx<'_>, node: &str, machine: &InstanceFacts, run: &mut NodeRun) {
     run.start_detaching();
+    let fencing = run.fencing_at().unwrap_or(&ctx.correlation_id).to_owned();
+    let order = Detach {
+        machine,
+        fencing: &fencing,
+    };
     let started = Instant::now();
     let pending: Vec<_> = run.pending().cloned().collect();
     let mut detached = Vec::new();
     for volume in &pending {
-        let answer = match ctx.cloud.detach_volume(volume, &instance).await {
+        let answer = match ctx.cloud.detach_volume(volume, &order).await {
             Ok(()) => {
                 info!(volume = %volume, "force-detach sent");
                 detached.push(volume.to_string());
@@ -102,7 +132,7 @@ async fn one(ctx: &Ctx<'_>, mode: FenceMode, run: &mut NodeRun) {
         ctx.meter.stage(metrics::Stage::Detach, started.elapsed());
     }
     if !detached.is_empty() {
-        ctx.record(&node, NodeEvent::volumes_detached(&detached, &instance))
+        ctx.record(node, NodeEvent::volumes_detached(&detached, &machine.id))
             .await;
     }
 }

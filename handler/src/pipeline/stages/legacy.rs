@@ -17,9 +17,15 @@ use crate::core::volumes::{AttachmentAction, per_driver};
 use crate::pipeline::ctx::Ctx;
 use crate::pipeline::stages::pods::{self, tally};
 
-/// Runs the recipe for one node; every failure is an error on its run.
-pub(crate) async fn recipe(ctx: &Ctx<'_>, node: &str, run: &mut NodeRun) {
+/// The recipe's first part for one node: the pods that do not stay.
+pub(crate) async fn pods(ctx: &Ctx<'_>, node: &str, run: &mut NodeRun) {
     pods::force_delete(ctx, node, run, |p| !p.stays).await;
+}
+
+/// The recipe's second part, once the machine is confirmed off once more:
+/// the node's VolumeAttachments (each driver's attacher then unpublishes
+/// its volume); every failure is an error on its run.
+pub(crate) async fn attachments(ctx: &Ctx<'_>, node: &str, run: &mut NodeRun) {
     let actions = run
         .plan()
         .map(|p| p.attachments.clone())

@@ -288,3 +288,27 @@ async fn a_node_that_records_its_volumes_has_them_read_by_name() {
         Some(VolumeState::Available)
     );
 }
+
+/// Issue 33, item 4: the machine is asked about once more right before the
+/// node's first detach, after its pods went: a machine that runs again by
+/// then (Compute Engine restarts a VM after a host error on its own) keeps
+/// its volumes, and the invocation is retried.
+#[tokio::test]
+async fn a_machine_started_after_the_pods_went_keeps_its_volumes() {
+    let w = World::stopped();
+    w.cluster.pod(NODE, "db-0");
+    // The decision's look, the second under the Lease, the one before the
+    // pods; the fourth, right before the detach, finds it running.
+    w.cloud.on_describe(4, &instance(1), InstanceState::Running);
+    let report = w.fence(&policy()).await.unwrap();
+    let r = &report.results[0];
+    assert_eq!(r.outcome, Outcome::Failed, "{report:#?}");
+    assert!(report.incomplete());
+    assert_eq!(r.pods_deleted, 1, "the pods went while it was off");
+    assert!(
+        !w.calls.log().iter().any(|c| c.starts_with("DetachVolume")),
+        "{:?}",
+        w.calls.log()
+    );
+    assert_eq!(w.cloud.volume_state(&volume(1)), Some(VolumeState::InUse));
+}

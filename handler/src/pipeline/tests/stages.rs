@@ -261,10 +261,12 @@ async fn verification_alone_sees_the_detached_volume_free() {
     let mut inv = tainted(&w, &policy).await;
     inv.runs[0].start_detaching();
     let meter = Meter::default();
-    w.cloud
-        .detach_volume(&volume(1), &instance(1))
-        .await
-        .unwrap();
+    let stopped = InstanceFacts::bare(instance(1), InstanceState::Stopped);
+    let order = crate::shell::cloud::Detach {
+        machine: &stopped,
+        fencing: "2026-11-26T10:00:00Z",
+    };
+    w.cloud.detach_volume(&volume(1), &order).await.unwrap();
     let from = w.calls.log().len();
     verify::run(&w.ctx(&meter), &mut inv).await.unwrap();
     assert_eq!(since(&w, from), ["DescribeVolumes"]);

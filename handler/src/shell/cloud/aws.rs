@@ -4,7 +4,7 @@ use async_trait::async_trait;
 use aws_sdk_ec2::error::ProvideErrorMetadata;
 use aws_sdk_ec2::types::Filter;
 
-use super::{Cloud, CloudError};
+use super::{Cloud, CloudError, Detach};
 use crate::core::facts::{InstanceFacts, StatusChecks, VolumeAttachmentState, VolumeFacts};
 use crate::core::instance::{AttachmentState, InstanceId, InstanceState, VolumeId, VolumeState};
 
@@ -139,15 +139,13 @@ impl Cloud for Ec2 {
         Ok(out)
     }
 
-    async fn detach_volume(
-        &self,
-        volume: &VolumeId,
-        instance: &InstanceId,
-    ) -> Result<(), CloudError> {
+    async fn detach_volume(&self, volume: &VolumeId, order: &Detach<'_>) -> Result<(), CloudError> {
+        // An instance id is never reused, and a forced detach of a volume
+        // already detached answers IncorrectState: nothing else to hold.
         self.client
             .detach_volume()
             .volume_id(volume.as_str())
-            .instance_id(instance.as_str())
+            .instance_id(order.machine.id.as_str())
             .force(true)
             .send()
             .await

@@ -12,11 +12,11 @@ use google_cloud_gax::options::RequestOptionsBuilder;
 use google_cloud_gax::retry_policy::{Aip194Strict, RetryPolicy as GaxRetryPolicy, RetryPolicyExt};
 use google_cloud_gax::retry_throttler::CircuitBreaker;
 
-use super::{Cloud, CloudError};
+use super::{Cloud, CloudError, Detach};
 use crate::core::facts::{
     InstanceFacts, MachineIdentity, StatusChecks, VolumeAttachmentState, VolumeFacts,
 };
-use crate::core::gce::{DiskLocation, GceInstance, GceStatus, PdDisk};
+use crate::core::gce::{self, DiskLocation, GceInstance, GceStatus, PdDisk};
 use crate::core::instance::{AttachmentState, InstanceId, InstanceState, VolumeId, VolumeState};
 use crate::core::retry::{self, RetryPolicy};
 use crate::shell::connect::Timeouts;
@@ -433,22 +433,20 @@ impl Cloud for Gce {
         Ok(try_join_all(lookups).await?.into_iter().flatten().collect())
     }
 
-    async fn detach_volume(
-        &self,
-        volume: &VolumeId,
-        instance: &InstanceId,
-    ) -> Result<(), CloudError> {
+    async fn detach_volume(&self, volume: &VolumeId, order: &Detach<'_>) -> Result<(), CloudError> {
         let fail = |code: Option<&str>, message: String| CloudError::DetachVolume {
             volume_id: volume.to_string(),
             code: code.map(str::to_owned),
             message,
         };
+        let instance = &order.machine.id;
         let (Some(pd), Some(vm)) = (volume.as_pd(), instance.as_gce()) else {
             return Err(fail(None, not_gce("disk or instance", volume.as_str())));
         };
-        // The device name is the VM's own for the disk; the VM is read
-        // again right before the detach, which is also the last look at
-        // what it holds.
+        // The VM is read again right before the detach: its device name for
+        // the disk, and the last look at the machine itself. Compute Engine
+        // restarts a VM on its own after a host error: anything but the VM
+        // the fencing judged, off, holds the detach back.
         let found = self
             .get(&vm)
             .await
@@ -456,6 +454,13 @@ impl Cloud for Gce {
         let Some(found) = found else {
             return Err(fail(Some("NotAttached"), format!("{vm} no longer exists")));
         };
+        let status = found
+            .status
+            .as_ref()
+            .and_then(|s| s.name())
+            .map_or(GceStatus::Unknown, GceStatus::from_name);
+        gce::may_detach(order.machine.identity.uid, status, found.id)
+            .map_err(|held| fail(Some("MachineNotOff"), format!("{vm}: {held}")))?;
         let Some(attached) = found.disks.iter().find(|d| {
             d.source
                 .as_deref()
@@ -473,10 +478,11 @@ impl Cloud for Gce {
             .device_name
             .clone()
             .ok_or_else(|| fail(None, format!("{vm} reports no device name for it")))?;
-        // The same request id for the same detach: a retried call is one
-        // operation, never two, so the call may be retried as idempotent
-        // (a POST is not, by default) when its answer is lost.
-        let request_id = request_id(&vm, &device, found.id);
+        // The same request id for the same fencing's detach: a retried call
+        // is one operation, never two, so the call may be retried as
+        // idempotent (a POST is not, by default) when its answer is lost;
+        // another fencing of the same disk is another operation.
+        let request_id = request_id(&vm, &device, found.id, order.fencing);
         let op = self
             .instances
             .detach_disk()
@@ -509,14 +515,18 @@ impl Cloud for Gce {
 }
 
 /// A request id (a UUID, as Compute Engine requires) derived from the VM,
-/// its id and the device: the same detach always carries the same one, so
-/// Compute Engine runs it once however often it is sent within its window.
-fn request_id(vm: &GceInstance, device: &str, uid: Option<u64>) -> String {
+/// its id, the device and the fencing: the same fencing's detach always
+/// carries the same one, so Compute Engine runs it once however often it is
+/// sent within its window, and a later fencing of the same disk is not
+/// taken for it.
+fn request_id(vm: &GceInstance, device: &str, uid: Option<u64>, fencing: &str) -> String {
     use sha2::{Digest, Sha256};
     let mut hasher = Sha256::new();
     hasher.update(vm.provider_id().as_bytes());
     hasher.update(uid.unwrap_or_default().to_be_bytes());
     hasher.update(device.as_bytes());
+    hasher.update([0]);
+    hasher.update(fencing.as_bytes());
     let mut bytes = [0u8; 16];
     bytes.copy_from_slice(&hasher.finalize()[..16]);
     // Version 5-like layout: a name-derived UUID.
@@ -532,10 +542,14 @@ mod tests {
     #[test]
     fn the_same_detach_always_has_the_same_request_id() {
         let vm = GceInstance::new("proj-fencer", "us-central1-a", "node-1").expect("a VM");
-        let a = request_id(&vm, "pd-1", Some(7));
-        assert_eq!(a, request_id(&vm, "pd-1", Some(7)));
-        assert_ne!(a, request_id(&vm, "pd-2", Some(7)));
-        assert_ne!(a, request_id(&vm, "pd-1", Some(8)));
+        let at = "2026-11-26T10:00:00Z";
+        let a = request_id(&vm, "pd-1", Some(7), at);
+        assert_eq!(a, request_id(&vm, "pd-1", Some(7), at));
+        assert_ne!(a, request_id(&vm, "pd-2", Some(7), at));
+        assert_ne!(a, request_id(&vm, "pd-1", Some(8), at));
+        // Issue 33, item 12: a second fencing of the same VM and disk is
+        // another operation, not the first one deduplicated.
+        assert_ne!(a, request_id(&vm, "pd-1", Some(7), "2026-11-26T11:00:00Z"));
         assert!(uuid::Uuid::parse_str(&a).is_ok(), "{a}");
     }
 

@@ -69,6 +69,20 @@ impl CloudError {
     }
 }
 
+/// A force-detach as the fencing that sends it knows it.
+#[derive(Clone, Copy, Debug)]
+pub struct Detach<'a> {
+    /// The machine as the cloud described it when the node was decided: a
+    /// shell that looks at the machine again before the detach (Compute
+    /// Engine does) holds the look to it, never to another machine of the
+    /// same name.
+    pub machine: &'a InstanceFacts,
+    /// What names the fencing (the time on the Node's mark): the same
+    /// fencing's detach sent again is one operation, another fencing's is
+    /// another.
+    pub fencing: &'a str,
+}
+
 /// The EC2 calls node-fencer makes. Everything it returns is plain facts.
 #[async_trait]
 pub trait Cloud: Send + Sync {
@@ -79,12 +93,9 @@ pub trait Cloud: Send + Sync {
     ) -> Result<Vec<InstanceFacts>, CloudError>;
     /// Describes the volumes; ids EC2 does not know are simply absent.
     async fn describe_volumes(&self, ids: &[VolumeId]) -> Result<Vec<VolumeFacts>, CloudError>;
-    /// Force-detaches a volume from an instance.
-    async fn detach_volume(
-        &self,
-        volume: &VolumeId,
-        instance: &InstanceId,
-    ) -> Result<(), CloudError>;
+    /// Force-detaches a volume from the machine `order` names, for the
+    /// fencing it names.
+    async fn detach_volume(&self, volume: &VolumeId, order: &Detach<'_>) -> Result<(), CloudError>;
     /// The status checks of running instances (active fencing records
     /// them); instances EC2 reports none for are absent.
     async fn status_checks(
@@ -161,15 +172,12 @@ impl Cloud for Clouds<'_> {
         Ok(out)
     }
 
-    async fn detach_volume(
-        &self,
-        volume: &VolumeId,
-        instance: &InstanceId,
-    ) -> Result<(), CloudError> {
+    async fn detach_volume(&self, volume: &VolumeId, order: &Detach<'_>) -> Result<(), CloudError> {
         let provider = volume.provider();
+        let instance = &order.machine.id;
         match self.of(provider) {
             Some(cloud) if instance.provider() == provider => {
-                cloud.detach_volume(volume, instance).await
+                cloud.detach_volume(volume, order).await
             }
             Some(_) => Err(CloudError::DetachVolume {
                 volume_id: volume.to_string(),
