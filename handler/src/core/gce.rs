@@ -451,7 +451,7 @@ mod tests {
             GceStatus::Unknown,
         ] {
             assert_eq!(
-                may_detach(Some(7), status.clone(), Some(7)),
+                may_detach(Some(7), status, Some(7)),
                 Err(DetachHeld::NotOff(status))
             );
         }
