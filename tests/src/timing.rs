@@ -289,9 +289,13 @@ impl ClusterReads for TimingCluster<'_> {
             .time("GetVersion", self.inner.server_version())
             .await
     }
-    async fn pods_on_node(&self, node: &str) -> Result<Vec<PodRef>, ClusterError> {
+    async fn pods_on_node(
+        &self,
+        node: &str,
+        out_of_service: &[String],
+    ) -> Result<Vec<PodRef>, ClusterError> {
         self.timeline
-            .time("ListPods", self.inner.pods_on_node(node))
+            .time("ListPods", self.inner.pods_on_node(node, out_of_service))
             .await
     }
 }

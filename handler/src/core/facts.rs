@@ -184,6 +184,23 @@ impl NodeFacts {
                 .is_some_and(|m| m.mode == FenceMode::Legacy)
     }
 
+    /// The values of the out-of-service taints that evict which the Node
+    /// carries, and node-fencer's own when `adding` it.
+    pub fn out_of_service_values(&self, adding: bool) -> Vec<String> {
+        let mut values: Vec<String> = self
+            .taints
+            .iter()
+            .filter(|t| t.key == OUT_OF_SERVICE_KEY && t.effect == OUT_OF_SERVICE_EFFECT)
+            .map(|t| t.value.clone().unwrap_or_default())
+            .collect();
+        if adding || values.is_empty() {
+            values.push(OUT_OF_SERVICE_VALUE.to_owned());
+        }
+        values.sort();
+        values.dedup();
+        values
+    }
+
     /// True when the node carries an out-of-service taint that evicts.
     pub fn has_out_of_service_taint(&self) -> bool {
         self.taints
@@ -388,20 +405,24 @@ pub struct PodRef {
     /// Its `metadata.uid`: the force-delete names this very pod, never the
     /// replacement its controller creates under the same name.
     pub uid: String,
-    /// It tolerates the out-of-service taint for good (no
-    /// `tolerationSeconds`) and is not being deleted: the taint never
-    /// evicts it, so it stays bound to the Node, its VolumeAttachments with
-    /// it.
+    /// It tolerates, for good (no `tolerationSeconds`), every out-of-service
+    /// taint the Node carries (node-fencer's, and another writer's with
+    /// another value), and is not being deleted: no taint evicts it, so it
+    /// stays bound to the Node, its VolumeAttachments with it.
     pub stays: bool,
-    /// Once the taint is on, Kubernetes deletes it at once: it does not
-    /// tolerate the taint at all (the taint evicts it, then the pod garbage
+    /// Once the taints are on, Kubernetes deletes it at once: it does not
+    /// tolerate one of them at all (a taint evicts it, then the pod garbage
     /// collector force-deletes it), or it is being deleted already (the
-    /// garbage collector force-deletes it). A pod tolerating the taint for a
+    /// garbage collector force-deletes it). A pod tolerating them for a
     /// while is neither: it goes when its time is up.
     pub leaves_now: bool,
     /// The PersistentVolumeClaims it mounts (generic ephemeral volumes
     /// included, by the name Kubernetes gives their claims).
     pub claims: Vec<String>,
+    /// The disks its spec names inline, without a PersistentVolume (in-tree
+    /// `awsElasticBlockStore.volumeID`, `gcePersistentDisk.pdName`), by the
+    /// name a pod spec gives them ([`VolumeId::disk_name`]).
+    pub inline: Vec<String>,
 }
 
 impl PodRef {

@@ -160,6 +160,12 @@ impl VolumeId {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// The name a pod spec gives the disk inline: the EBS volume id, or the
+    /// Persistent Disk's name (`gcePersistentDisk.pdName`).
+    pub fn disk_name(&self) -> &str {
+        self.0.rsplit('/').next().unwrap_or(&self.0)
+    }
 }
 
 impl fmt::Display for VolumeId {

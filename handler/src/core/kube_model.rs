@@ -425,21 +425,25 @@ fn in_tree_pd(
     VolumeId::pd(&format!("projects/UNSPECIFIED/{location}/disks/{pd_name}"))
 }
 
-/// Reads a Pod into what fencing needs of it.
-pub fn pod_ref(pod: &Pod) -> Option<PodRef> {
+/// Reads a Pod into what fencing needs of it, judged against the
+/// out-of-service taints the Node carries once fenced (`values`: their
+/// values, node-fencer's `nodeshutdown` and any other writer's).
+pub fn pod_ref(pod: &Pod, values: &[String]) -> Option<PodRef> {
     let name = pod.metadata.name.clone()?;
     let spec = pod.spec.as_ref();
     let tolerations = spec
         .and_then(|s| s.tolerations.as_deref())
         .unwrap_or_default();
     let terminating = pod.metadata.deletion_timestamp.is_some();
-    let for_good = tolerations
-        .iter()
-        .any(|t| tolerates_out_of_service(t) && t.toleration_seconds.is_none());
-    let at_all = tolerations.iter().any(tolerates_out_of_service);
-    let claims = spec
-        .and_then(|s| s.volumes.as_deref())
-        .unwrap_or_default()
+    let tolerated = |value: &str, for_good: bool| {
+        tolerations.iter().any(|t| {
+            tolerates_out_of_service(t, value) && (!for_good || t.toleration_seconds.is_none())
+        })
+    };
+    let for_good = values.iter().all(|v| tolerated(v, true));
+    let at_all = values.iter().all(|v| tolerated(v, false));
+    let volumes = spec.and_then(|s| s.volumes.as_deref()).unwrap_or_default();
+    let claims = volumes
         .iter()
         .filter_map(|v| {
             if let Some(pvc) = &v.persistent_volume_claim {
@@ -449,27 +453,38 @@ pub fn pod_ref(pod: &Pod) -> Option<PodRef> {
             v.ephemeral.as_ref().map(|_| format!("{name}-{}", v.name))
         })
         .collect();
+    let inline = volumes
+        .iter()
+        .filter_map(|v| {
+            let ebs = v.aws_elastic_block_store.as_ref();
+            let named = ebs.map(|e| e.volume_id.as_str()).or_else(|| {
+                v.gce_persistent_disk.as_ref().map(|pd| pd.pd_name.as_str())
+            })?;
+            Some(named.rsplit('/').next().unwrap_or(named).to_owned())
+        })
+        .collect();
     Some(PodRef {
         namespace: pod.metadata.namespace.clone()?,
         uid: pod.metadata.uid.clone()?,
         name,
-        stays: for_good && !terminating,
+        stays: !values.is_empty() && for_good && !terminating,
         leaves_now: terminating || !at_all,
         claims,
+        inline,
     })
 }
 
-/// True when the toleration matches node-fencer's out-of-service taint
-/// (`key=nodeshutdown:NoExecute`), for however long, as Kubernetes matches
-/// them: an empty key with `Exists` matches every key, an empty effect every
+/// True when the toleration matches an out-of-service taint of this value
+/// (`key=value:NoExecute`), for however long, as Kubernetes matches them:
+/// an empty key with `Exists` matches every key, an empty effect every
 /// effect, `Equal` (the default) needs the value.
-fn tolerates_out_of_service(t: &Toleration) -> bool {
+fn tolerates_out_of_service(t: &Toleration, taint_value: &str) -> bool {
     let exists = t.operator.as_deref() == Some("Exists");
     let key = match t.key.as_deref() {
         None | Some("") => exists,
         Some(k) => k == OUT_OF_SERVICE_KEY,
     };
-    let value = exists || t.value.as_deref() == Some(OUT_OF_SERVICE_VALUE);
+    let value = exists || t.value.as_deref() == Some(taint_value);
     let effect = matches!(
         t.effect.as_deref(),
         None | Some("") | Some(OUT_OF_SERVICE_EFFECT)
@@ -1213,7 +1228,8 @@ mod tests {
             (json!([{"key": "", "value": "nodeshutdown"}]), false, true),
             (json!([]), false, true),
         ] {
-            let p = pod_ref(&pod(tolerations.clone())).unwrap();
+            let ours = [OUT_OF_SERVICE_VALUE.to_owned()];
+            let p = pod_ref(&pod(tolerations.clone()), &ours).unwrap();
             assert_eq!(
                 (p.stays, p.leaves_now),
                 (stays, leaves_now),
@@ -1228,8 +1244,53 @@ mod tests {
             Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
                 k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
             ));
-        let p = pod_ref(&terminating).unwrap();
+        let ours = [OUT_OF_SERVICE_VALUE.to_owned()];
+        let p = pod_ref(&terminating, &ours).unwrap();
         assert_eq!((p.stays, p.leaves_now), (false, true));
+    }
+
+    /// Issue 33, item 15: the Node carries another writer's out-of-service
+    /// taint (another value): a pod stays only if it tolerates that one too,
+    /// and one that tolerates only node-fencer's value is evicted at once.
+    #[test]
+    fn a_pod_is_judged_against_the_taints_the_node_carries() {
+        let pod = |tolerations: Value| -> Pod {
+            serde_json::from_value(json!({
+                "metadata": {"name": "store-0", "namespace": "db", "uid": "u-1"},
+                "spec": {"containers": [], "tolerations": tolerations}
+            }))
+            .unwrap()
+        };
+        let oos = OUT_OF_SERVICE_KEY;
+        let theirs = ["shutdown".to_owned()];
+        let both = ["shutdown".to_owned(), OUT_OF_SERVICE_VALUE.to_owned()];
+        let ours_only = pod(json!([{"key": oos, "value": "nodeshutdown", "effect": "NoExecute"}]));
+        let p = pod_ref(&ours_only, &theirs).unwrap();
+        assert_eq!((p.stays, p.leaves_now), (false, true));
+        let theirs_only = pod(json!([{"key": oos, "value": "shutdown"}]));
+        let p = pod_ref(&theirs_only, &theirs).unwrap();
+        assert_eq!((p.stays, p.leaves_now), (true, false));
+        let p = pod_ref(&theirs_only, &both).unwrap();
+        assert_eq!((p.stays, p.leaves_now), (false, true), "ours evicts it");
+        let any = pod(json!([{"key": oos, "operator": "Exists"}]));
+        let p = pod_ref(&any, &both).unwrap();
+        assert_eq!((p.stays, p.leaves_now), (true, false));
+    }
+
+    /// Issue 33, item 14: the disks a pod names inline, without a PV.
+    #[test]
+    fn a_pods_inline_disks_are_read() {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "legacy-0", "namespace": "db", "uid": "u-2"},
+            "spec": {"containers": [], "volumes": [
+                {"name": "a", "awsElasticBlockStore": {"volumeID": "aws://us-east-1a/vol-0123abcd"}},
+                {"name": "b", "gcePersistentDisk": {"pdName": "data-disk"}},
+                {"name": "c", "emptyDir": {}}
+            ]}
+        }))
+        .unwrap();
+        let p = pod_ref(&pod, &[OUT_OF_SERVICE_VALUE.to_owned()]).unwrap();
+        assert_eq!(p.inline, ["vol-0123abcd", "data-disk"]);
     }
 
     #[test]

@@ -188,6 +188,10 @@ pub struct NodePlan {
     /// The Node's CSI volumes as Kubernetes recorded them at decision
     /// time ([`NodeFacts::attached`]): the attachments to read by name.
     pub attached: Option<Vec<CsiVolume>>,
+    /// The values of the out-of-service taints the Node carries once
+    /// fenced (another writer's, and node-fencer's own): which pods stay is
+    /// judged against all of them.
+    pub out_of_service: Vec<String>,
 }
 
 impl NodePlan {
@@ -287,6 +291,9 @@ pub fn plan(
                         actions: Vec::new(),
                         attachments: Vec::new(),
                         attached: node.and_then(|n| n.attached.clone()),
+                        out_of_service: node
+                            .map(|n| n.out_of_service_values(*add_taint))
+                            .unwrap_or_default(),
                     }),
                 ),
                 (Verdict::Skip { reason }, _) => (Stage::Skipped(reason.clone()), None),
@@ -948,6 +955,7 @@ mod tests {
                 actions: vec![],
                 attachments: vec![],
                 attached: None,
+                out_of_service: vec![crate::core::facts::OUT_OF_SERVICE_VALUE.into()],
             }),
             taint_applied: false,
             pods_deleted: 0,

@@ -180,12 +180,22 @@ pub fn kept_by_pods(
     volumes
         .iter()
         .filter_map(|nv| {
-            Some((
-                nv.volume.clone(),
-                staying_pod(nv.pv.as_deref()?, pods, pvs)?,
-            ))
+            let pod = match nv.pv.as_deref() {
+                Some(pv) => staying_pod(pv, pods, pvs),
+                None => inline_of_staying_pod(&nv.volume, pods),
+            }?;
+            Some((nv.volume.clone(), pod))
         })
         .collect()
+}
+
+/// The pod, `namespace/name`, that stays on the node and names `volume`
+/// inline, without a PersistentVolume, if any.
+fn inline_of_staying_pod(volume: &VolumeId, pods: &[PodRef]) -> Option<String> {
+    pods.iter()
+        .filter(|p| p.stays)
+        .find(|p| p.inline.iter().any(|d| d == volume.disk_name()))
+        .map(PodRef::key)
 }
 
 /// The pod, `namespace/name`, that stays on the node and mounts the claim
@@ -210,6 +220,8 @@ pub struct NodeAttachment {
     pub driver: String,
     /// The PersistentVolume (none for inline volumes).
     pub pv: Option<String>,
+    /// The disk of an inline volume (an in-tree one migrated to CSI).
+    pub inline: Option<VolumeId>,
 }
 
 /// Every VolumeAttachment of `node`, of every driver, by name. Without the
@@ -225,6 +237,7 @@ pub fn attachments_of_node(node: &str, attachments: &[AttachmentFacts]) -> Vec<N
             uid: va.uid.clone(),
             driver: va.attacher.clone(),
             pv: va.pv_name.clone(),
+            inline: va.inline_volume.clone(),
         })
         .collect();
     out.sort_by(|a, b| a.name.cmp(&b.name));
@@ -287,7 +300,7 @@ pub fn plan_attachments(
     attachments
         .iter()
         .map(
-            |a| match a.pv.as_deref().and_then(|pv| staying_pod(pv, pods, pvs)) {
+            |a| match kept_for(a, pods, pvs) {
                 Some(pod) => AttachmentAction::Keep {
                     attachment: a.name.clone(),
                     driver: a.driver.clone(),
@@ -303,6 +316,16 @@ pub fn plan_attachments(
             },
         )
         .collect()
+}
+
+/// The staying pod that mounts the attachment's volume, through its
+/// PersistentVolume or inline.
+fn kept_for(a: &NodeAttachment, pods: &[PodRef], pvs: &[PvFacts]) -> Option<String> {
+    match (a.pv.as_deref(), &a.inline) {
+        (Some(pv), _) => staying_pod(pv, pods, pvs),
+        (None, Some(volume)) => inline_of_staying_pod(volume, pods),
+        (None, None) => None,
+    }
 }
 
 /// How many attachments of each driver, by driver name: `driver n, ...`.
@@ -565,12 +588,14 @@ mod tests {
             stays: true,
             leaves_now: false,
             claims: vec!["claim-pv-d".into()],
+            inline: vec![],
         };
         let leaving = PodRef {
             name: "db-0".into(),
             stays: false,
             leaves_now: true,
             claims: vec!["claim-pv-c".into()],
+            inline: vec![],
             ..daemon.clone()
         };
         let plan = plan_attachments(&on_node, &[daemon, leaving], &pvs);
@@ -632,6 +657,7 @@ mod tests {
             stays,
             leaves_now: !stays,
             claims: claims.iter().map(|c| (*c).to_owned()).collect(),
+            inline: vec![],
         };
         let pods = [
             pod("storage-daemon", true, &["claim-pv-a"]),

@@ -264,6 +264,25 @@ impl FakeCluster {
         });
     }
 
+    /// Adds a VolumeAttachment of `volume` named inline, without a PV (an
+    /// in-tree inline volume migrated to CSI), and a pod that stays on
+    /// `node` naming it.
+    pub fn inline_attachment_of_staying_pod(&self, node: &str, volume: &VolumeId, pod: &str) {
+        self.pod_with_claim(node, pod, true, None);
+        let mut state = self.lock();
+        state.attachments.push(AttachmentFacts {
+            name: format!("csi-inline-{volume}"),
+            uid: format!("uid-csi-inline-{volume}"),
+            attacher: crate::core::volumes::EBS_CSI_DRIVER.into(),
+            node_name: node.into(),
+            pv_name: None,
+            inline_volume: Some(volume.clone()),
+        });
+        if let Some(p) = state.pods.get_mut(node).and_then(|pods| pods.last_mut()) {
+            p.inline.push(volume.as_str().into());
+        }
+    }
+
     /// Binds a pod to `node`.
     pub fn pod(&self, node: &str, name: &str) {
         self.staying_pod(node, name, false, None);
@@ -305,6 +324,7 @@ impl FakeCluster {
                 stays,
                 leaves_now: !stays,
                 claims: claim.map(str::to_owned).into_iter().collect(),
+                inline: vec![],
             });
     }
 
@@ -557,7 +577,11 @@ impl ClusterReads for FakeCluster {
         Ok(self.lock().version)
     }
 
-    async fn pods_on_node(&self, node: &str) -> Result<Vec<PodRef>, ClusterError> {
+    async fn pods_on_node(
+        &self,
+        node: &str,
+        _out_of_service: &[String],
+    ) -> Result<Vec<PodRef>, ClusterError> {
         if self.calls.call(format!("ListPods {node}")) {
             return Err(ClusterError::Version("injected fault".into()));
         }

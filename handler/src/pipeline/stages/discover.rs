@@ -191,11 +191,13 @@ fn attachment_names(runs: &[NodeRun], mode: FenceMode) -> Option<Vec<String>> {
 async fn pods_of_nodes(ctx: &Ctx<'_>, runs: &[NodeRun]) -> Vec<Result<Vec<PodRef>, ClusterError>> {
     futures::stream::iter(runs)
         .map(|run| async move {
-            match run.node().filter(|_| run.fencing().is_some()) {
-                Some(node) => ctx.reads.pods_on_node(node).await.inspect_err(|_| {
-                    ctx.meter.error(Dependency::Kubernetes);
-                }),
-                None => Ok(Vec::new()),
+            match (run.node(), run.fencing()) {
+                (Some(node), Some(plan)) => ctx
+                    .reads
+                    .pods_on_node(node, &plan.out_of_service)
+                    .await
+                    .inspect_err(|_| ctx.meter.error(Dependency::Kubernetes)),
+                _ => Ok(Vec::new()),
             }
         })
         .buffered(PARALLEL_NODES)

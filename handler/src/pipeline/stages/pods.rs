@@ -22,7 +22,11 @@ pub(crate) async fn force_delete(
     run: &mut NodeRun,
     goes: impl Fn(&PodRef) -> bool,
 ) {
-    let pods = match ctx.reads.pods_on_node(node).await {
+    let values = run
+        .plan()
+        .map(|p| p.out_of_service.clone())
+        .unwrap_or_default();
+    let pods = match ctx.reads.pods_on_node(node, &values).await {
         Ok(pods) => pods,
         Err(e) => {
             tally(ctx, run, vec![Err(e)]);

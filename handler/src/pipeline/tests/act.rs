@@ -312,3 +312,50 @@ async fn a_machine_started_after_the_pods_went_keeps_its_volumes() {
     );
     assert_eq!(w.cloud.volume_state(&volume(1)), Some(VolumeState::InUse));
 }
+
+/// Issue 33, item 14: a pod that stays on the node names a volume inline,
+/// without a PersistentVolume: its volume stays attached in taint mode, and
+/// its VolumeAttachment stays in legacy mode.
+#[tokio::test]
+async fn the_inline_volume_of_a_pod_that_stays_stays_attached() {
+    for mode in [ModeSetting::Taint, ModeSetting::Legacy] {
+        let w = World::stopped();
+        w.cloud
+            .attached_volume(&volume(2), &instance(1), "/dev/xvdbb");
+        w.cluster
+            .inline_attachment_of_staying_pod(NODE, &volume(2), "legacy-daemon");
+        let p = Policy {
+            mode,
+            ..policy()
+        };
+        let report = w.fence(&p).await.unwrap();
+        let r = &report.results[0];
+        assert!(!report.incomplete(), "{mode:?}: {report:#?}");
+        assert_eq!(
+            w.cloud.volume_state(&volume(2)),
+            Some(VolumeState::InUse),
+            "{mode:?}"
+        );
+        assert!(
+            !w.calls
+                .log()
+                .iter()
+                .any(|c| *c == format!("DetachVolume {}", volume(2))
+                    || c.starts_with("DeleteVolumeAttachment csi-inline")),
+            "{mode:?}: {:?}",
+            w.calls.log()
+        );
+        let kept = r
+            .volumes
+            .iter()
+            .chain(std::iter::empty())
+            .any(|v| v.volume == volume(2) && v.outcome == VolumeOutcome::Kept);
+        let kept_attachment = r
+            .attachments
+            .iter()
+            .any(|a| a.outcome == AttachmentOutcome::Kept);
+        assert!(kept || kept_attachment, "{mode:?}: {r:#?}");
+        // The other volume, of no staying pod, is freed.
+        assert_eq!(w.cloud.volume_state(&volume(1)), Some(VolumeState::Available));
+    }
+}

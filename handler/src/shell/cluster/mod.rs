@@ -190,7 +190,11 @@ pub trait ClusterReads: Send + Sync {
     /// The API server's version.
     async fn server_version(&self) -> Result<ServerVersion, ClusterError>;
     /// The pods bound to a Node (legacy mode).
-    async fn pods_on_node(&self, node: &str) -> Result<Vec<PodRef>, ClusterError>;
+    async fn pods_on_node(
+        &self,
+        node: &str,
+        out_of_service: &[String],
+    ) -> Result<Vec<PodRef>, ClusterError>;
 }
 
 /// What fencing and recovery write: the taint and its end, the marks, the

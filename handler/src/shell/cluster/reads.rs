@@ -107,7 +107,11 @@ impl ClusterReads for Kube {
         self.version.get_or_try_init(ask).await.copied()
     }
 
-    async fn pods_on_node(&self, node: &str) -> Result<Vec<PodRef>, ClusterError> {
+    async fn pods_on_node(
+        &self,
+        node: &str,
+        out_of_service: &[String],
+    ) -> Result<Vec<PodRef>, ClusterError> {
         let api: Api<Pod> = Api::all(self.client.clone());
         let params = ListParams::default().fields(&format!("spec.nodeName={node}"));
         let list = retrying("list pods", || api.list(&params))
@@ -116,6 +120,10 @@ impl ClusterReads for Kube {
                 what: format!("listing the pods of node {node}"),
                 source,
             })?;
-        Ok(list.items.iter().filter_map(kube_model::pod_ref).collect())
+        Ok(list
+            .items
+            .iter()
+            .filter_map(|p| kube_model::pod_ref(p, out_of_service))
+            .collect())
     }
 }
