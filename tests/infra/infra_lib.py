@@ -19,6 +19,8 @@ REPO = Path(__file__).resolve().parents[2]
 INFRA = REPO / "infra"
 MODULE = INFRA / "modules" / "node-fencer"
 GCP_MODULE = INFRA / "modules" / "node-fencer-gcp"
+# The fencing policy both modules pass through (validations, environment).
+SETTINGS_MODULE = INFRA / "modules" / "settings"
 GKE_EXAMPLE = INFRA / "examples" / "gke"
 RBAC_MODULE = INFRA / "modules" / "kubernetes-rbac"
 RBAC_YAML = INFRA / "kubernetes" / "rbac.yaml"

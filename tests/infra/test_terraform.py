@@ -362,6 +362,30 @@ def test_scoped_statements():
     assert for_each["DecryptParametersAndSecrets"] == "var.kms_key_arn != None ? [True] : []"
 
 
+def settings_call(mod: dict) -> dict:
+    """The module's call of the shared settings module: every argument the
+    module's own variable of that name, every variable of the settings module given."""
+    calls = {name: body for entry in mod.get("module", []) for name, body in entry.items()}
+    call = calls["settings"]
+    assert L.value(call["source"]) == "../settings"
+    arguments = {k: v for k, v in call.items() if not k.startswith("__") and k != "source"}
+    for name, v in arguments.items():
+        assert L.value(v) == f"${{var.{name}}}", f"module.settings.{name} must be passed var.{name}, not {L.value(v)}"
+    wanted = set(L.variables_of(L.SETTINGS_MODULE / "variables.tf"))
+    assert set(arguments) == wanted, f"module.settings: not given {sorted(wanted - set(arguments))}, unknown {sorted(set(arguments) - wanted)}"
+    return call
+
+
+def environment_text(mod: dict) -> str:
+    """The module's environment expression, with the shared settings' own
+    (module.settings.environment, the first thing it merges) written out."""
+    settings_call(mod)
+    environment = L.expr(L.locals_of(mod)["environment"])
+    assert environment.startswith("merge(module.settings.environment,"), f"the environment must start from the shared settings': {environment}"
+    shared = L.expr(L.locals_of(L.parse_dir(L.SETTINGS_MODULE))["environment"])
+    return shared + "\n" + environment
+
+
 # Environment variables of the function and the module variables they come from.
 INTEGER_VARIABLES = {
     "MAX_OUT_OF_SERVICE": "max_out_of_service",
@@ -422,7 +446,7 @@ def test_env_names_are_the_contract():
     mod = module()
     function = L.blocks(mod, "resource", "aws_lambda_function")["this"]
     assert L.expr(function["environment"][0]["variables"]) == "local.environment"
-    environment = L.expr(L.locals_of(mod)["environment"])
+    environment = environment_text(mod)
     names = set(re.findall(r"'([A-Z][A-Z0-9_]*)':", environment))
     assert names == contract, f"unexpected {sorted(names - contract)}, missing {sorted(contract - names)}"
     assert "'WEBHOOK_TOKEN':" not in environment
@@ -476,15 +500,26 @@ def test_configuration_tables_list_every_variable_once(page: str):
     )
 
 
+def validated(variable: str, module_dir: Path) -> dict:
+    """The declaration of a module's variable that carries its validation: the
+    module's own, or for a setting it passes through, the shared settings
+    module's (never both)."""
+    own = L.variables_of(module_dir / "variables.tf")[variable]
+    shared = L.variables_of(L.SETTINGS_MODULE / "variables.tf").get(variable, {})
+    assert not (own.get("validation") and shared.get("validation")), f"var.{variable} is validated both in {L.rel(module_dir)} and in the settings module"
+    return own if own.get("validation") else shared
+
+
 def _bounds(variable: str, module_dir: Path = L.MODULE) -> tuple[int, int, object]:
     """Lower and upper bound of a whole-number module variable's validation, and its default."""
-    body = L.variables_of(module_dir / "variables.tf")[variable]
+    body = validated(variable, module_dir)
     condition = L.expr(body["validation"][0]["condition"])
     lower = re.search(rf"var\.{variable}\s*>=\s*(\d+)", condition)
     upper = re.search(rf"var\.{variable}\s*<=\s*(\d+)", condition)
     assert lower and upper, f"var.{variable} must be validated with >= and <= bounds: {condition}"
     assert f"floor(var.{variable}) == var.{variable}" in condition, f"var.{variable} must be validated as a whole number"
-    return int(lower.group(1)), int(upper.group(1)), L.value(body.get("default"))
+    default = L.value(L.variables_of(module_dir / "variables.tf")[variable].get("default"))
+    return int(lower.group(1)), int(upper.group(1)), default
 
 
 def test_variables_validate_what_the_code_accepts():
@@ -504,7 +539,7 @@ def test_variables_validate_what_the_code_accepts():
         assert L.value(variables[variable]["type"]) == "${number}", variable
         if code_default == "unset":
             assert default is None, f"var.{variable} must default to null (unset), not {default!r}"
-            condition = L.expr(variables[variable]["validation"][0]["condition"])
+            condition = L.expr(validated(variable, L.MODULE)["validation"][0]["condition"])
             assert condition.startswith(f"var.{variable} == None ? True :"), f"var.{variable} must accept null: {condition}"
         else:
             assert default == int(code_default), f"var.{variable} defaults to {default}, the code to {code_default}"
@@ -519,17 +554,17 @@ def test_variables_validate_what_the_code_accepts():
 
     m = re.match(r"([a-z|]+) \(default (\w+)\)", code["FENCING_MODE"])
     assert m, f"FENCING_MODE: cannot read its values from {code['FENCING_MODE']!r}"
-    mode = variables["fencing_mode"]
+    mode = validated("fencing_mode", L.MODULE)
     condition = L.expr(mode["validation"][0]["condition"])
     allowed = re.fullmatch(r"contains\(\[(.*)\],\s*var\.fencing_mode\)", condition)
     assert allowed, f"var.fencing_mode must be validated with contains([...], var.fencing_mode): {condition}"
     assert sorted(ast.literal_eval(f"[{allowed.group(1)}]")) == sorted(m.group(1).split("|"))
-    assert L.value(mode["default"]) == m.group(2)
+    assert L.value(variables["fencing_mode"]["default"]) == m.group(2)
 
     m = re.search(r"\(default ([a-z0-9-]+)\)", code["CONTROL_NAMESPACE"])
     assert m, f"CONTROL_NAMESPACE: cannot read its default from {code['CONTROL_NAMESPACE']!r}"
-    namespace = variables["control_namespace"]
-    assert L.value(namespace["default"]) == m.group(1)
+    assert L.value(variables["control_namespace"]["default"]) == m.group(1)
+    namespace = validated("control_namespace", L.MODULE)
     pattern = re.fullmatch(r'can\(regex\("(.*)",\s*var\.control_namespace\)\)', L.expr(namespace["validation"][0]["condition"]))
     assert pattern, "var.control_namespace must be validated with can(regex(...))"
     # The code accepts RFC 1123 labels: lowercase letters, digits, '-' inside, up to 63.
@@ -1390,7 +1425,7 @@ def test_gcp_env_names_are_the_contract():
     """The service reads these on Google Cloud, each a variable of the
     manifest; none of the AWS ones; the webhook token from Secret Manager."""
     mod = gcp_module()
-    environment = L.expr(L.locals_of(mod)["environment"])
+    environment = environment_text(mod)
     names = set(re.findall(r"'([A-Z][A-Z0-9_]*)':", environment))
     contract = {
         "GKE_CLUSTER",
@@ -1458,10 +1493,17 @@ def test_gcp_variables_validate_what_the_code_accepts():
             assert default is None, f"var.{variable} must default to null (unset), not {default!r}"
         else:
             assert default == int(code_default), f"var.{variable} defaults to {default}, the code to {code_default}"
+    # The settings both modules pass through: validated once, in the settings
+    # module, never again in either module; the same defaults on both.
     aws = L.variables_of(L.MODULE / "variables.tf")
-    for variable in ("fencing_mode", "control_namespace", "recovery", "log_format"):
-        assert variables[variable]["validation"] == aws[variable]["validation"], f"var.{variable} is validated otherwise than on AWS"
-        assert L.value(variables[variable]["default"]) == L.value(aws[variable]["default"]), variable
+    shared = L.variables_of(L.SETTINGS_MODULE / "variables.tf")
+    for variable, body in shared.items():
+        assert "default" not in body, f"the settings module's var.{variable} must be required: the modules hold the defaults"
+        for name, declared in (("AWS", aws), ("Google Cloud", variables)):
+            assert L.value(declared[variable]["type"]) == L.value(body["type"]), f"var.{variable} has another type on {name}"
+        assert L.value(variables[variable].get("default")) == L.value(aws[variable].get("default")), f"var.{variable} defaults otherwise on AWS and Google Cloud"
+        if body.get("validation"):
+            assert "validation" not in variables[variable] and "validation" not in aws[variable], f"var.{variable} is validated in the settings module and again in a module"
 
 
 # Pub/Sub's longest acknowledgement deadline: the push subscription waits

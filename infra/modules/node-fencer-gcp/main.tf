@@ -4,6 +4,26 @@
 # push subscription (/pubsub), optionally through Eventarc (/eventarc), and
 # Alertmanager's webhook reaches it with a bearer token (/alertmanager).
 
+# The fencing policy both platforms share: validated once there, rendered as
+# the environment the binary reads (infra/modules/settings).
+module "settings" {
+  source = "../settings"
+
+  dry_run                       = var.dry_run
+  out_of_service_no_schedule    = var.out_of_service_no_schedule
+  max_out_of_service            = var.max_out_of_service
+  max_out_of_service_percent    = var.max_out_of_service_percent
+  fencing_mode                  = var.fencing_mode
+  control_namespace             = var.control_namespace
+  confirm_again_after_seconds   = var.confirm_again_after_seconds
+  volume_detach_timeout_seconds = var.volume_detach_timeout_seconds
+  not_ready_wait_seconds        = var.not_ready_wait_seconds
+  recovery_settle_seconds       = var.recovery_settle_seconds
+  recovery                      = var.recovery
+  log_format                    = var.log_format
+  log_level                     = var.log_level
+}
+
 data "google_project" "this" {
   project_id = var.project_id
 }
@@ -91,26 +111,14 @@ locals {
   webhook_token_version = var.webhook_token_secret_id != null ? "latest" : google_secret_manager_secret_version.webhook_token[0].version
 
   environment = merge(
+    module.settings.environment,
     {
-      GKE_CLUSTER                   = local.cluster_id
-      CLUSTER_ENDPOINT              = local.cluster_endpoint
-      CLUSTER_CA_DATA               = var.cluster_ca_data
-      PUSH_AUDIENCE                 = var.push_audience
-      PUSH_SERVICE_ACCOUNT          = local.push_service_account_email
-      DRY_RUN                       = tostring(var.dry_run)
-      OUT_OF_SERVICE_NO_SCHEDULE    = tostring(var.out_of_service_no_schedule)
-      MAX_OUT_OF_SERVICE            = tostring(var.max_out_of_service)
-      FENCING_MODE                  = var.fencing_mode
-      CONFIRM_AGAIN_AFTER_SECONDS   = tostring(var.confirm_again_after_seconds)
-      VOLUME_DETACH_TIMEOUT_SECONDS = tostring(var.volume_detach_timeout_seconds)
-      RECOVERY_SETTLE_SECONDS       = tostring(var.recovery_settle_seconds)
-      RECOVERY                      = var.recovery
-      NOT_READY_WAIT_SECONDS        = tostring(var.not_ready_wait_seconds)
-      CONTROL_NAMESPACE             = var.control_namespace
-      LOG_FORMAT                    = var.log_format
-      RUST_LOG                      = var.log_level
+      GKE_CLUSTER          = local.cluster_id
+      CLUSTER_ENDPOINT     = local.cluster_endpoint
+      CLUSTER_CA_DATA      = var.cluster_ca_data
+      PUSH_AUDIENCE        = var.push_audience
+      PUSH_SERVICE_ACCOUNT = local.push_service_account_email
     },
-    var.max_out_of_service_percent != null ? { MAX_OUT_OF_SERVICE_PERCENT = tostring(var.max_out_of_service_percent) } : {},
   )
 
   alertmanager_url = "${google_cloud_run_v2_service.this.uri}/alertmanager"

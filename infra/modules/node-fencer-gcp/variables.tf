@@ -144,6 +144,10 @@ variable "cluster_ca_data" {
 # Behaviour (environment of the service)
 ################################################################################
 
+# Passed unchanged to the settings module both platforms share
+# (infra/modules/settings), which validates them and renders the environment;
+# only the waits are validated here, bounded to fit this platform's time limit.
+
 variable "dry_run" {
   description = "DRY_RUN: when true the service decides and reports, but never taints a node or detaches a disk."
   type        = bool
@@ -160,44 +164,24 @@ variable "max_out_of_service" {
   description = "MAX_OUT_OF_SERVICE: how many nodes of the cluster may carry the out-of-service taint at once; past it the service refuses to fence more."
   type        = number
   default     = 3
-
-  validation {
-    condition     = var.max_out_of_service >= 1 && var.max_out_of_service <= 1000 && floor(var.max_out_of_service) == var.max_out_of_service
-    error_message = "max_out_of_service must be a whole number from 1 to 1000."
-  }
 }
 
 variable "max_out_of_service_percent" {
   description = "MAX_OUT_OF_SERVICE_PERCENT: also cap the nodes carrying the out-of-service taint at this share of all the cluster's nodes (at least one node); the stricter of the two caps applies. Null sets no percentage cap."
   type        = number
   default     = null
-
-  validation {
-    condition     = var.max_out_of_service_percent == null ? true : (var.max_out_of_service_percent >= 1 && var.max_out_of_service_percent <= 100 && floor(var.max_out_of_service_percent) == var.max_out_of_service_percent)
-    error_message = "max_out_of_service_percent must be null or a whole number from 1 to 100."
-  }
 }
 
 variable "fencing_mode" {
   description = "FENCING_MODE: taint (the out-of-service taint, Kubernetes 1.26 and later), legacy (force-delete the node's pods and VolumeAttachments, for older clusters), or auto (pick by the API server's version)."
   type        = string
   default     = "auto"
-
-  validation {
-    condition     = contains(["auto", "taint", "legacy"], var.fencing_mode)
-    error_message = "fencing_mode must be \"auto\", \"taint\" or \"legacy\"."
-  }
 }
 
 variable "control_namespace" {
   description = "CONTROL_NAMESPACE: namespace of the service's Lease and kill-switch ConfigMap, both named node-fencer. The Role and RoleBinding of infra/kubernetes/rbac.yaml live in kube-system: for another namespace, apply them there (the kubernetes-rbac module's control_namespace)."
   type        = string
   default     = "kube-system"
-
-  validation {
-    condition     = can(regex("^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$", var.control_namespace))
-    error_message = "control_namespace must be a namespace name: up to 63 lowercase letters, digits and '-', starting and ending with a letter or digit."
-  }
 }
 
 # The request timeout is the sum of the waits one request may make (see
@@ -253,22 +237,12 @@ variable "recovery" {
   description = "RECOVERY: auto ends a fencing once the VM runs, the node is Ready and settled and no attachment of ours remains; manual also waits for an operator to confirm the node healthy (node-fencer recover --confirm NODE)."
   type        = string
   default     = "auto"
-
-  validation {
-    condition     = contains(["auto", "manual"], var.recovery)
-    error_message = "recovery must be \"auto\" or \"manual\"."
-  }
 }
 
 variable "log_format" {
   description = "LOG_FORMAT of the service's log lines: json (one JSON object a line, which Cloud Logging reads as a structured entry) or text."
   type        = string
   default     = "json"
-
-  validation {
-    condition     = contains(["json", "text"], var.log_format)
-    error_message = "log_format must be \"json\" or \"text\"."
-  }
 }
 
 variable "log_level" {

@@ -1,3 +1,23 @@
+# The fencing policy both platforms share: validated once there, rendered as
+# the environment the binary reads (infra/modules/settings).
+module "settings" {
+  source = "../settings"
+
+  dry_run                       = var.dry_run
+  out_of_service_no_schedule    = var.out_of_service_no_schedule
+  max_out_of_service            = var.max_out_of_service
+  max_out_of_service_percent    = var.max_out_of_service_percent
+  fencing_mode                  = var.fencing_mode
+  control_namespace             = var.control_namespace
+  confirm_again_after_seconds   = var.confirm_again_after_seconds
+  volume_detach_timeout_seconds = var.volume_detach_timeout_seconds
+  not_ready_wait_seconds        = var.not_ready_wait_seconds
+  recovery_settle_seconds       = var.recovery_settle_seconds
+  recovery                      = var.recovery
+  log_format                    = var.log_format
+  log_level                     = var.log_level
+}
+
 data "aws_caller_identity" "current" {}
 
 data "aws_partition" "current" {}
@@ -69,22 +89,8 @@ locals {
   )
 
   environment = merge(
-    {
-      DRY_RUN                       = tostring(var.dry_run)
-      FENCE_HIBERNATED              = tostring(var.fence_hibernated)
-      OUT_OF_SERVICE_NO_SCHEDULE    = tostring(var.out_of_service_no_schedule)
-      MAX_OUT_OF_SERVICE            = tostring(var.max_out_of_service)
-      FENCING_MODE                  = var.fencing_mode
-      CONFIRM_AGAIN_AFTER_SECONDS   = tostring(var.confirm_again_after_seconds)
-      VOLUME_DETACH_TIMEOUT_SECONDS = tostring(var.volume_detach_timeout_seconds)
-      RECOVERY_SETTLE_SECONDS       = tostring(var.recovery_settle_seconds)
-      RECOVERY                      = var.recovery
-      NOT_READY_WAIT_SECONDS        = tostring(var.not_ready_wait_seconds)
-      CONTROL_NAMESPACE             = var.control_namespace
-      LOG_FORMAT                    = var.log_format
-      RUST_LOG                      = var.log_level
-    },
-    var.max_out_of_service_percent != null ? { MAX_OUT_OF_SERVICE_PERCENT = tostring(var.max_out_of_service_percent) } : {},
+    module.settings.environment,
+    { FENCE_HIBERNATED = tostring(var.fence_hibernated) },
     var.cluster_vpc_id != null ? { CLUSTER_VPC_ID = var.cluster_vpc_id } : {},
     var.cluster_vpc_id != null && var.cluster_tag != null ? { CLUSTER_TAG = var.cluster_tag } : {},
     local.eks_mode ? { CLUSTER_NAME = var.cluster_name } : {},

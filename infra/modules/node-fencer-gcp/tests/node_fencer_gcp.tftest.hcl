@@ -183,12 +183,6 @@ run "out_of_range_values_are_refused" {
     cluster_location                 = "europe"
     cluster_endpoint                 = "http://203.0.113.10"
     cluster_ca_data                  = "not base64!"
-    max_out_of_service               = 0
-    max_out_of_service_percent       = 101
-    fencing_mode                     = "drain"
-    control_namespace                = "Kube_System"
-    recovery                         = "never"
-    log_format                       = "xml"
     confirm_again_after_seconds      = 121
     volume_detach_timeout_seconds    = 121
     not_ready_wait_seconds           = 121
@@ -209,12 +203,6 @@ run "out_of_range_values_are_refused" {
     var.cluster_location,
     var.cluster_endpoint,
     var.cluster_ca_data,
-    var.max_out_of_service,
-    var.max_out_of_service_percent,
-    var.fencing_mode,
-    var.control_namespace,
-    var.recovery,
-    var.log_format,
     var.confirm_again_after_seconds,
     var.volume_detach_timeout_seconds,
     var.not_ready_wait_seconds,

@@ -340,38 +340,6 @@ run "zero_webhook_reserved_concurrency" {
   expect_failures = [var.webhook_reserved_concurrent_executions]
 }
 
-run "cap_above_1000" {
-  command = plan
-  variables {
-    max_out_of_service = 1001
-  }
-  expect_failures = [var.max_out_of_service]
-}
-
-run "percentage_above_100" {
-  command = plan
-  variables {
-    max_out_of_service_percent = 101
-  }
-  expect_failures = [var.max_out_of_service_percent]
-}
-
-run "fencing_mode_unknown" {
-  command = plan
-  variables {
-    fencing_mode = "force"
-  }
-  expect_failures = [var.fencing_mode]
-}
-
-run "control_namespace_not_a_name" {
-  command = plan
-  variables {
-    control_namespace = "Kube_System"
-  }
-  expect_failures = [var.control_namespace]
-}
-
 run "confirm_again_above_120" {
   command = plan
   variables {
@@ -466,22 +434,6 @@ run "power_off_tag_without_a_key" {
     power_off_instance_tag = { key = "", value = "owned" }
   }
   expect_failures = [var.power_off_instance_tag]
-}
-
-run "recovery_unknown" {
-  command = plan
-  variables {
-    recovery = "never"
-  }
-  expect_failures = [var.recovery]
-}
-
-run "log_format_unknown" {
-  command = plan
-  variables {
-    log_format = "logfmt"
-  }
-  expect_failures = [var.log_format]
 }
 
 run "vpc_id_malformed" {
