@@ -57,6 +57,18 @@ locals {
     local.eks_mode ? { key = "kubernetes.io/cluster/${var.cluster_name}", value = "owned" } : null
   )
 
+  # Active fencing without power_off_control_plane: the role may not stop an
+  # instance tagged as control plane (see the api policy's Deny statements).
+  deny_control_plane_stop = var.active_fencing && !var.power_off_control_plane
+
+  # The tag a volume must carry for the role to detach it: this cluster's
+  # own, as the EBS CSI driver writes it with --k8s-tag-cluster-id, or the
+  # one given (by default the driver's tag of every cluster's volumes).
+  detach_volume_tag = var.detach_volume_cluster_id != null ? { key = "kubernetes.io/cluster/${var.detach_volume_cluster_id}", value = "owned" } : {
+    key   = var.detach_volume_tag_key
+    value = var.detach_volume_tag_value
+  }
+
   # EC2 states the function acts on: stopped and terminated to fence; running to
   # end a fencing, once the node is Ready again and has settled.
   instance_states = ["stopped", "terminated", "running"]
@@ -107,6 +119,8 @@ locals {
       POWER_OFF_WAIT_SECONDS  = tostring(var.power_off_wait_seconds)
       PARTITION_PERCENT       = tostring(var.partition_percent)
     } : {},
+    # Unset is false: passed only to allow it.
+    var.active_fencing && var.power_off_control_plane ? { POWER_OFF_CONTROL_PLANE = "true" } : {},
   )
 
   alarm_actions = var.alarm_sns_topic_arn != null ? [var.alarm_sns_topic_arn] : []
@@ -558,12 +572,12 @@ data "aws_iam_policy_document" "api" {
     resources = ["arn:${local.partition}:ec2:${local.region}:${local.account_id}:volume/*"]
 
     dynamic "condition" {
-      for_each = var.detach_volume_require_tag ? [true] : []
+      for_each = var.detach_volume_require_tag ? [local.detach_volume_tag] : []
 
       content {
         test     = "StringEquals"
-        variable = "aws:ResourceTag/${var.detach_volume_tag_key}"
-        values   = [var.detach_volume_tag_value]
+        variable = "aws:ResourceTag/${condition.value.key}"
+        values   = [condition.value.value]
       }
     }
   }
@@ -610,6 +624,27 @@ data "aws_iam_policy_document" "api" {
 
       condition {
         test     = "StringEquals"
+        variable = "aws:ResourceTag/${statement.value.key}"
+        values   = [statement.value.value]
+      }
+    }
+  }
+
+  # Active fencing: never a control-plane machine unless power_off_control_plane
+  # allows it. The code makes that decision; this Deny, which no Allow
+  # overrides, holds should a decision ever be wrong. One statement per tag,
+  # as every condition of one statement must hold for it to apply.
+  dynamic "statement" {
+    for_each = local.deny_control_plane_stop ? var.control_plane_instance_tags : []
+
+    content {
+      sid       = "DenyStopControlPlane${statement.key}"
+      effect    = "Deny"
+      actions   = ["ec2:StopInstances"]
+      resources = ["arn:${local.partition}:ec2:${local.region}:${local.account_id}:instance/*"]
+
+      condition {
+        test     = "StringLike"
         variable = "aws:ResourceTag/${statement.value.key}"
         values   = [statement.value.value]
       }

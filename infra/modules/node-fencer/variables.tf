@@ -272,6 +272,30 @@ variable "power_off_instance_tag" {
   }
 }
 
+variable "power_off_control_plane" {
+  description = "POWER_OFF_CONTROL_PLANE, with active_fencing: allow the power-off of a Node with the control-plane role (self-managed clusters: kOps, kubeadm, Cluster API). False (the default) leaves POWER_OFF_CONTROL_PLANE unset, which the code takes as false, and adds to the role a Deny of ec2:StopInstances on every instance carrying one of control_plane_instance_tags, so that not even a mistaken decision can stop one; true sets POWER_OFF_CONTROL_PLANE=true and drops that Deny. Needs a node-fencer release that reads POWER_OFF_CONTROL_PLANE."
+  type        = bool
+  default     = false
+}
+
+variable "control_plane_instance_tags" {
+  description = "With active_fencing and not power_off_control_plane: the tags that mark a control-plane instance, each {key, value} where value may hold IAM's * and ? wildcards (\"*\": any value); ec2:StopInstances is denied on an instance carrying any of them. The default covers kOps (k8s.io/role/control-plane = 1, and the earlier k8s.io/role/master = 1, which kOps still writes beside it) and Cluster API's AWS provider (sigs.k8s.io/cluster-api-provider-aws/role = control-plane). kubeadm tags nothing: add the tag your own provisioning puts on control-plane instances. EKS runs its control plane outside the account: nothing to add."
+  type = list(object({
+    key   = string
+    value = string
+  }))
+  default = [
+    { key = "k8s.io/role/control-plane", value = "*" },
+    { key = "k8s.io/role/master", value = "*" },
+    { key = "sigs.k8s.io/cluster-api-provider-aws/role", value = "control-plane" },
+  ]
+
+  validation {
+    condition     = alltrue([for tag in var.control_plane_instance_tags : length(tag.key) >= 1 && length(tag.key) <= 128 && length(tag.value) >= 1 && length(tag.value) <= 256])
+    error_message = "control_plane_instance_tags must be tags {key, value}: key of 1-128 characters, value of 1-256 (\"*\" for any value)."
+  }
+}
+
 ################################################################################
 # Cluster access: exactly one of cluster_name, kubeconfig_ssm_parameter_name,
 # kubeconfig_secret_arn
@@ -357,7 +381,7 @@ variable "detach_volume_require_tag" {
 }
 
 variable "detach_volume_tag_key" {
-  description = "Tag key a volume must carry to be detachable (see detach_volume_require_tag). The EBS CSI driver sets ebs.csi.aws.com/cluster = true on every volume it creates."
+  description = "Tag key a volume must carry to be detachable (see detach_volume_require_tag). The EBS CSI driver sets ebs.csi.aws.com/cluster = true on every volume it creates, in every cluster of the account: for a condition of this cluster's own, see detach_volume_cluster_id."
   type        = string
   default     = "ebs.csi.aws.com/cluster"
 }
@@ -366,6 +390,17 @@ variable "detach_volume_tag_value" {
   description = "Value of detach_volume_tag_key a volume must carry to be detachable."
   type        = string
   default     = "true"
+}
+
+variable "detach_volume_cluster_id" {
+  description = "The cluster id the EBS CSI driver tags its volumes with, to allow ec2:DetachVolume only on this cluster's volumes: the driver's --k8s-tag-cluster-id=<id> (Helm controller.k8sTagClusterId) tags every volume it creates kubernetes.io/cluster/<id> = owned (and KubernetesCluster = <id>), as the in-tree plugin tagged its own. When set, the condition keys on kubernetes.io/cluster/<id> = owned instead of detach_volume_tag_key and detach_volume_tag_value. Null keeps those (by default the driver's ebs.csi.aws.com/cluster = true, which every cluster's volumes carry)."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.detach_volume_cluster_id == null ? true : (length(var.detach_volume_cluster_id) >= 1 && length(var.detach_volume_cluster_id) <= 107)
+    error_message = "detach_volume_cluster_id must be null or the driver's cluster id: 1-107 characters (kubernetes.io/cluster/ and it make a tag key of at most 128)."
+  }
 }
 
 ################################################################################
