@@ -35,6 +35,7 @@ RECEIVER_TEST_VALUES = {
 PERMISSIONS_RS = REPO / "handler" / "src" / "core" / "permissions.rs"
 CONFIG_RS = REPO / "handler" / "src" / "core" / "config.rs"
 CONTROL_RS = REPO / "handler" / "src" / "core" / "control.rs"
+GCE_RS = REPO / "handler" / "src" / "shell" / "cloud" / "gce.rs"
 MANIFEST = INFRA / "manifest.json"
 # Compute Engine audit log entries as the trigger routes receive them.
 GCE_FIXTURES = REPO / "handler" / "tests" / "fixtures" / "gce"

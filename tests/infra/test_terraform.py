@@ -420,6 +420,7 @@ def test_control_plane_instances_are_never_stopped_unless_allowed():
 # manifest may not list them yet. Each with its switch, off by default.
 AWAITING_CODE = {
     "POWER_OFF_CONTROL_PLANE": (L.MODULE, "power_off_control_plane"),
+    "SERVE_ROUTES": (L.GCP_MODULE, "serve_routes"),
 }
 
 
@@ -427,6 +428,8 @@ def test_variables_awaiting_code_are_behind_switches_that_default_off():
     for name, (directory, switch) in AWAITING_CODE.items():
         variable = L.variables_of(directory / "variables.tf")[switch]
         assert L.value(variable["default"]) is False, f"var.{switch} of {L.rel(directory)}, which passes {name}, must default to false"
+    # PUSH_AUDIENCE as a list, likewise.
+    assert L.value(L.variables_of(L.GCP_MODULE / "variables.tf")["push_audience_list"]["default"]) is False
 
 
 def settings_call(mod: dict) -> dict:
@@ -1418,7 +1421,6 @@ GCP_ENV_VARIABLES = {
     "FENCING_MODE": "fencing_mode",
     "CONTROL_NAMESPACE": "control_namespace",
     "RECOVERY": "recovery",
-    "PUSH_AUDIENCE": "push_audience",
     "CLUSTER_CA_DATA": "cluster_ca_data",
 }
 # What the code reads only on AWS.
@@ -1451,12 +1453,18 @@ def code_gcp_permissions() -> set[str]:
 
 
 def test_gcp_custom_role_equals_the_code_permissions():
-    """The custom role grants exactly gcp_permissions of the manifest: none
-    the code does not use, none it uses missing; no wildcard."""
+    """The two custom roles grant exactly gcp_permissions of the manifest
+    between them: none the code does not use, none it uses missing; no
+    wildcard. The node VMs' role holds the detach, the other the reads."""
     mod = gcp_module()
-    role = L.blocks(mod, "resource", "google_project_iam_custom_role")["this"]
-    assert L.expr(role["permissions"]) == "local.gcp_permissions", "the role's permissions must be the tested list"
-    granted = L.locals_of(mod)["gcp_permissions"]
+    roles = L.blocks(mod, "resource", "google_project_iam_custom_role")
+    assert set(roles) == {"this", "node_vms"}, sorted(roles)
+    assert L.expr(roles["this"]["permissions"]) == "local.read_permissions"
+    assert L.expr(roles["node_vms"]["permissions"]) == "local.node_vm_permissions"
+    local_values = L.locals_of(mod)
+    assert L.expr(local_values["read_permissions"]) == "sort(setsubtract(local.gcp_permissions,local.node_vm_permissions))"
+    assert local_values["node_vm_permissions"] == ["compute.instances.detachDisk"], "the one call that changes a VM"
+    granted = local_values["gcp_permissions"]
     assert all(isinstance(p, str) and GCP_PERMISSION_RE.fullmatch(p) for p in granted), f"wildcard or malformed permissions: {granted}"
     assert len(granted) == len(set(granted)), f"a permission is listed twice: {granted}"
     expected = code_gcp_permissions()
@@ -1473,9 +1481,12 @@ def test_gcp_service_account_holds_only_the_custom_role_and_its_secret():
     for kind in ("google_project_iam_binding", "google_project_iam_policy", "google_secret_manager_secret_iam_binding", "google_secret_manager_secret_iam_policy"):
         assert not L.blocks(mod, "resource", kind), f"the module must not use {kind}: it replaces others' grants"
     members = L.blocks(mod, "resource", "google_project_iam_member")
-    assert set(members) == {"this", "push_event_receiver"}, f"project-level grants: {sorted(members)}"
+    assert set(members) == {"this", "node_vms", "push_event_receiver"}, f"project-level grants: {sorted(members)}"
     assert L.expr(members["this"]["role"]) == "google_project_iam_custom_role.this.name"
     assert L.expr(members["this"]["member"]) == "google_service_account.this.member"
+    assert "condition" not in members["this"] and "dynamic" not in members["this"], "the reads are project-wide"
+    assert L.expr(members["node_vms"]["role"]) == "google_project_iam_custom_role.node_vms.name"
+    assert L.expr(members["node_vms"]["member"]) == "google_service_account.this.member"
     # Eventarc only: the push account receives events, nothing else.
     assert L.value(members["push_event_receiver"]["role"]) == "roles/eventarc.eventReceiver"
     assert L.expr(members["push_event_receiver"]["member"]) == "google_service_account.push.member"
@@ -1484,9 +1495,32 @@ def test_gcp_service_account_holds_only_the_custom_role_and_its_secret():
     assert L.value(secret["role"]) == "roles/secretmanager.secretAccessor"
     assert L.expr(secret["secret_id"]) == "local.webhook_token_secret"
     assert L.expr(secret["member"]) == "google_service_account.this.member"
+    # The webhook service is anyone's to invoke, the events service the push account's alone.
     invokers = L.blocks(mod, "resource", "google_cloud_run_v2_service_iam_member")
-    assert {L.value(b["member"]) for b in invokers.values()} == {"allUsers", "${google_service_account.push.member}"}
+    assert {
+        (L.expr(b["name"]), L.value(b["member"])) for b in invokers.values()
+    } == {
+        ('google_cloud_run_v2_service.this["webhook"].name', "allUsers"),
+        ('google_cloud_run_v2_service.this["events"].name', "${google_service_account.push.member}"),
+    }, {name: (L.value(b["name"]), L.value(b["member"])) for name, b in invokers.items()}
     assert {L.value(b["role"]) for b in invokers.values()} == {"roles/run.invoker"}
+
+
+def test_gcp_detach_only_on_the_clusters_node_vms():
+    """The detach is granted on the VMs whose name starts with the cluster's
+    node prefix (the sink's), through an IAM condition on the resource name,
+    which Compute Engine supports; an empty prefix drops the condition."""
+    mod = gcp_module()
+    member = L.blocks(mod, "resource", "google_project_iam_member")["node_vms"]
+    (dynamic,) = [d["condition"] for d in member["dynamic"] if "condition" in d]
+    assert L.expr(dynamic["for_each"]) == "local.node_vm_condition != None ? ['${local.node_vm_condition}'] : []"
+    assert L.value(dynamic["content"][0]["expression"]) == "${condition.value}"
+    condition = L.expr(L.locals_of(mod)["node_vm_condition"])
+    assert condition == (
+        'local.instance_name_prefix != "" ? '
+        '"resource.type == \\"compute.googleapis.com/Instance\\" && '
+        'resource.name.extract(\\"/instances/{name}\\").startsWith(\\"${local.instance_name_prefix}\\")" : None'
+    ), condition
 
 
 def test_gcp_env_names_are_the_contract():
@@ -1494,8 +1528,14 @@ def test_gcp_env_names_are_the_contract():
     manifest; none of the AWS ones; the webhook token from Secret Manager."""
     mod = gcp_module()
     environment = environment_text(mod)
-    names = set(re.findall(r"'([A-Z][A-Z0-9_]*)':", environment))
+    service = L.blocks(mod, "resource", "google_cloud_run_v2_service")["this"]
+    (container,) = service["template"][0]["containers"]
+    (dynamic_env,) = [d["env"] for d in container["dynamic"] if "env" in d]
+    for_each = L.expr(dynamic_env["for_each"])
+    assert for_each == "merge(local.environment,var.serve_routes ? {'SERVE_ROUTES': '${each.value.routes}'} : {})", for_each
+    names = set(re.findall(r"'([A-Z][A-Z0-9_]*)':", environment + for_each))
     contract = {
+        "SERVE_ROUTES",
         "GKE_CLUSTER",
         "CLUSTER_ENDPOINT",
         "CLUSTER_CA_DATA",
@@ -1518,12 +1558,17 @@ def test_gcp_env_names_are_the_contract():
     assert names == contract, f"unexpected {sorted(names - contract)}, missing {sorted(contract - names)}"
     assert not names & AWS_ONLY_VARIABLES
     code = set(code_variables())
-    unknown = (names | {"WEBHOOK_TOKEN"}) - code
+    unknown = (names | {"WEBHOOK_TOKEN"}) - code - set(AWAITING_CODE)
     assert not unknown, f"the module passes {sorted(unknown)}, which the manifest's variables do not list"
     for name, variable in GCP_ENV_VARIABLES.items():
         passed = f"tostring(var.{variable})" if variable in INTEGER_VARIABLES.values() else f"var.{variable}"
         assert f"'{name}': '${{{passed}}}'" in environment, f"{name} must be passed from var.{variable}"
+    # Each service its own routes, with serve_routes.
+    services = L.locals_of(mod)["services"]
+    assert {key: L.value(v["routes"]) for key, v in services.items()} == {"events": "events", "webhook": "alertmanager"}
     assert "'PUSH_SERVICE_ACCOUNT': '${local.push_service_account_email}'" in environment
+    # Every audience of the module's own requests, as a list once the code reads one.
+    assert "'PUSH_AUDIENCE': '${var.push_audience_list ? join(\",\",local.push_audiences) : var.push_audience}'" in environment, environment
     assert "'GKE_CLUSTER': '${local.cluster_id}'" in environment
     assert "'CLUSTER_ENDPOINT': '${local.cluster_endpoint}'" in environment
     assert (
@@ -1531,10 +1576,6 @@ def test_gcp_env_names_are_the_contract():
         "{'MAX_OUT_OF_SERVICE_PERCENT': '${tostring(var.max_out_of_service_percent)}'} : {}"
     ) in environment
 
-    service = L.blocks(mod, "resource", "google_cloud_run_v2_service")["this"]
-    (container,) = service["template"][0]["containers"]
-    (dynamic_env,) = [d["env"] for d in container["dynamic"] if "env" in d]
-    assert L.expr(dynamic_env["for_each"]) == "local.environment"
     (token,) = container["env"]
     assert L.value(token["name"]) == "WEBHOOK_TOKEN" and "value" not in token, "the token comes from Secret Manager, never as a value"
     ref = token["value_source"][0]["secret_key_ref"][0]
@@ -1575,45 +1616,80 @@ def test_gcp_variables_validate_what_the_code_accepts():
 
 
 # Pub/Sub's longest acknowledgement deadline: the push subscription waits
-# this long at most for an answer before it delivers the entry again.
+# this long at most for an answer before it delivers the entry again. Cloud
+# Run's own limit, 3600 s, is the looser.
 PUBSUB_MAX_ACK_DEADLINE = 600
-GCP_WAIT_VARIABLES = WAIT_VARIABLES[:4]
+CLOUD_RUN_MAX_TIMEOUT = 3600
+GCP_WAIT_VARIABLES = (*WAIT_VARIABLES[:4], "detach_disks_per_node")
 
 
-def test_gcp_timeout_covers_every_wait():
-    """Worst case of one request, as on Lambda (without active fencing); the
-    request timeout is the push subscription's acknowledgement deadline too,
-    within Pub/Sub's 600 s at every bound."""
+def code_detach_wait() -> int:
+    """How long the service follows one Compute Engine detach operation
+    (DETACH_WAIT of handler/src/shell/cloud/gce.rs)."""
+    m = re.search(r"const DETACH_WAIT: Duration = Duration::from_secs\((\d+)\);", L.GCE_RS.read_text(encoding="utf-8"))
+    assert m, f"no DETACH_WAIT in {L.rel(L.GCE_RS)}: find how long a detach operation is followed now"
+    return int(m.group(1))
+
+
+def test_gcp_timeout_covers_one_nodes_worst_case():
+    """Worst case of one node in one request: the NotReady wait, the Lease,
+    the second confirmation, each of detach_disks_per_node detach operations
+    followed to its end, the wait for the disks, a requested recovery's
+    settle delay, and room for the calls around them. The request timeout is
+    the push subscription's acknowledgement deadline too: a plan past Pub/Sub's
+    600 s fails (a precondition of the services), never a timeout cut short."""
     mod = gcp_module()
     local_values = L.locals_of(mod)
     expression = L.expr(local_values["request_timeout_seconds"])
     for variable in GCP_WAIT_VARIABLES:
         assert f"var.{variable}" in expression, f"timeout {expression!r} is not derived from var.{variable}"
+    assert "var.detach_disks_per_node * local.detach_operation_wait_seconds" in expression, expression
     assert "power_off" not in expression
     lease = code_lease_wait()
     assert L.value(local_values["lease_wait_seconds"]) == lease, f"local.lease_wait_seconds must equal LEASE_WAIT ({lease} s)"
+    detach_wait = code_detach_wait()
+    assert L.value(local_values["detach_operation_wait_seconds"]) == detach_wait, f"local.detach_operation_wait_seconds must equal DETACH_WAIT ({detach_wait} s)"
+    ceiling = L.value(local_values["max_request_timeout_seconds"])
+    assert ceiling == PUBSUB_MAX_ACK_DEADLINE <= CLOUD_RUN_MAX_TIMEOUT
     service = L.blocks(mod, "resource", "google_cloud_run_v2_service")["this"]
     assert L.value(service["template"][0]["timeout"]) == "${local.request_timeout_seconds}s"
+    conditions = [L.expr(p["condition"]) for p in service["lifecycle"][0]["precondition"]]
+    assert "local.request_timeout_seconds <= local.max_request_timeout_seconds" in conditions, conditions
     subscription = L.blocks(mod, "resource", "google_pubsub_subscription")["push"]
     assert L.expr(subscription["ack_deadline_seconds"]) == "local.request_timeout_seconds"
+    sweep = L.blocks(mod, "resource", "google_cloud_scheduler_job")["sweep"]
+    assert L.value(sweep["attempt_deadline"]) == "${local.request_timeout_seconds}s"
 
     points = {}
     for variable in GCP_WAIT_VARIABLES:
         lower, upper, default = _bounds(variable, L.GCP_MODULE)
         assert lower <= default <= upper, variable
         points[variable] = sorted({lower, default, upper})
-    for detach, confirm, settle, not_ready in itertools.product(*(points[v] for v in GCP_WAIT_VARIABLES)):
+    fits_at_defaults = None
+    for detach, confirm, settle, not_ready, disks in itertools.product(*(points[v] for v in GCP_WAIT_VARIABLES)):
         values = {
             "var.volume_detach_timeout_seconds": detach,
             "var.confirm_again_after_seconds": confirm,
             "var.recovery_settle_seconds": settle,
             "var.not_ready_wait_seconds": not_ready,
+            "var.detach_disks_per_node": disks,
             "local.lease_wait_seconds": lease,
+            "local.detach_operation_wait_seconds": detach_wait,
         }
         seconds = _evaluate(expression, values)
-        needed = not_ready + lease + confirm + 2 * detach + settle + 30
-        assert seconds >= needed, f"timeout {seconds}s below the {needed}s the waits need at {values}"
-        assert seconds <= PUBSUB_MAX_ACK_DEADLINE, f"timeout {seconds}s exceeds Pub/Sub's {PUBSUB_MAX_ACK_DEADLINE}s at {values}"
+        needed = not_ready + lease + confirm + disks * detach_wait + detach + settle + 30
+        assert seconds >= needed, f"timeout {seconds}s below the {needed}s one node needs at {values}"
+        defaults = {v: _bounds(v, L.GCP_MODULE)[2] for v in GCP_WAIT_VARIABLES}
+        if (detach, confirm, settle, not_ready, disks) == tuple(defaults[v] for v in GCP_WAIT_VARIABLES):
+            fits_at_defaults = seconds <= ceiling
+    assert fits_at_defaults, "the defaults must fit Pub/Sub's 600 s"
+    # The bound of detach_disks_per_node: its largest value fits with the
+    # other waits at their least, one more would not.
+    lower = {v: _bounds(v, L.GCP_MODULE)[0] for v in GCP_WAIT_VARIABLES}
+    most = _bounds("detach_disks_per_node", L.GCP_MODULE)[1]
+    least = {f"var.{v}": n for v, n in lower.items()} | {"local.lease_wait_seconds": lease, "local.detach_operation_wait_seconds": detach_wait}
+    assert _evaluate(expression, least | {"var.detach_disks_per_node": most}) <= ceiling
+    assert _evaluate(expression, least | {"var.detach_disks_per_node": most + 1}) > ceiling
 
 
 def test_gcp_routes_and_the_token_the_push_presents():
@@ -1625,9 +1701,9 @@ def test_gcp_routes_and_the_token_the_push_presents():
     local_values = L.locals_of(mod)
     subscription = L.blocks(mod, "resource", "google_pubsub_subscription")["push"]
     push = subscription["push_config"][0]
-    assert L.value(push["push_endpoint"]) == "${google_cloud_run_v2_service.this.uri}/pubsub"
+    assert L.value(push["push_endpoint"]) == '${"${google_cloud_run_v2_service.this["events"].uri}/pubsub"}'
     sweep = L.blocks(mod, "resource", "google_cloud_scheduler_job")["sweep"]["http_target"][0]
-    assert L.value(sweep["uri"]) == "${google_cloud_run_v2_service.this.uri}/sweep"
+    assert L.value(sweep["uri"]) == '${"${google_cloud_run_v2_service.this["events"].uri}/sweep"}'
     assert L.expr(sweep["oidc_token"][0]["audience"]) == "var.push_audience"
     assert L.expr(sweep["oidc_token"][0]["service_account_email"]) == "local.push_service_account_email"
     oidc = push["oidc_token"][0]
@@ -1651,15 +1727,31 @@ def test_gcp_routes_and_the_token_the_push_presents():
     trigger = L.blocks(mod, "resource", "google_eventarc_trigger")["stop"]
     destination = trigger["destination"][0]["cloud_run_service"][0]
     assert L.value(destination["path"]) == "/eventarc"
-    assert L.expr(destination["service"]) == "google_cloud_run_v2_service.this.name"
+    assert L.expr(destination["service"]) == 'google_cloud_run_v2_service.this["events"].name'
     assert L.expr(trigger["service_account"]) == "local.push_service_account_email"
     assert L.value(L.variables_of(L.GCP_MODULE / "variables.tf")["eventarc"]["default"]) is False
 
-    assert L.value(local_values["alertmanager_url"]) == "${google_cloud_run_v2_service.this.uri}/alertmanager"
+    assert L.value(local_values["alertmanager_url"]) == '${"${google_cloud_run_v2_service.this["webhook"].uri}/alertmanager"}'
+    # Every audience of the module's own requests: the push subscription's and
+    # the sweep's, and Eventarc's, which name the events service's URL, known
+    # before it exists (Cloud Run's deterministic URL).
+    assert L.value(local_values["events_service_url"]) == "https://${var.name}-${data.google_project.this.number}.${var.region}.run.app"
+    assert L.expr(local_values["push_audiences"]) == (
+        "concat(['${var.push_audience}'],var.eventarc ? ['${local.events_service_url}', '${local.events_service_url}/eventarc'] : [])"
+    ), L.expr(local_values["push_audiences"])
     outputs = {}
     for entry in L.parse(L.GCP_MODULE / "outputs.tf")["output"]:
         outputs.update(entry)
-    for name in ("service_url", "alertmanager_url", "service_account_email", "webhook_token_secret_id", "audit_topic", "dead_letter_topic", "alertmanager_receiver"):
+    for name in (
+        "service_url",
+        "webhook_service_url",
+        "alertmanager_url",
+        "service_account_email",
+        "webhook_token_secret_id",
+        "audit_topic",
+        "dead_letter_topic",
+        "alertmanager_receiver",
+    ):
         assert name in outputs, f"module output {name} missing"
     assert L.value(outputs["webhook_token"].get("sensitive")) is True
 
