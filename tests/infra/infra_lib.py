@@ -19,6 +19,8 @@ REPO = Path(__file__).resolve().parents[2]
 INFRA = REPO / "infra"
 MODULE = INFRA / "modules" / "node-fencer"
 GCP_MODULE = INFRA / "modules" / "node-fencer-gcp"
+# The fencing policy both modules pass through (validations, environment).
+SETTINGS_MODULE = INFRA / "modules" / "settings"
 GKE_EXAMPLE = INFRA / "examples" / "gke"
 RBAC_MODULE = INFRA / "modules" / "kubernetes-rbac"
 RBAC_YAML = INFRA / "kubernetes" / "rbac.yaml"
@@ -33,6 +35,7 @@ RECEIVER_TEST_VALUES = {
 PERMISSIONS_RS = REPO / "handler" / "src" / "core" / "permissions.rs"
 CONFIG_RS = REPO / "handler" / "src" / "core" / "config.rs"
 CONTROL_RS = REPO / "handler" / "src" / "core" / "control.rs"
+GCE_RS = REPO / "handler" / "src" / "shell" / "cloud" / "gce.rs"
 MANIFEST = INFRA / "manifest.json"
 # Compute Engine audit log entries as the trigger routes receive them.
 GCE_FIXTURES = REPO / "handler" / "tests" / "fixtures" / "gce"

@@ -49,6 +49,7 @@ CASES: dict[str, dict[str, Any]] = {
         "confirm_again_after_seconds": 120,
         "volume_detach_timeout_seconds": 120,
         "recovery_settle_seconds": 60,
+        "detach_disks_per_node": 2,
         "max_out_of_service_percent": 20,
         "push_audience": "fencer-b-push",
         "max_delivery_attempts": 20,
@@ -59,9 +60,22 @@ CASES: dict[str, dict[str, Any]] = {
         "dry_run": True,
         "out_of_service_no_schedule": True,
         "sweep_schedule": None,
+        "webhook_max_instances": 2,
+        "webhook_max_instance_request_concurrency": 4,
+        "max_instances": 5,
+    },
+    # The switches for the code that reads SERVE_ROUTES and PUSH_AUDIENCE as a list.
+    "gcp_serve_routes_and_every_audience": {
+        "eventarc": True,
+        "serve_routes": True,
+        "push_audience_list": True,
+        "instance_name_prefix": "",
     },
 }
 LONG_NAMES = "gcp_eventarc_own_secret_zonal_vpc_longest_waits"
+# Variables the module passes, behind a switch, to a release of the code that
+# reads them (the manifest may not list them yet).
+AWAITING_CODE = {"SERVE_ROUTES"}
 
 # What the code reads only on AWS: the module must not pass them.
 AWS_ONLY = {
@@ -81,6 +95,10 @@ AWS_ONLY = {
 }
 # What the service cannot run without on Google Cloud.
 REQUIRED = {"GKE_CLUSTER", "CLUSTER_ENDPOINT", "CLUSTER_CA_DATA", "PUSH_AUDIENCE", "PUSH_SERVICE_ACCOUNT", "WEBHOOK_TOKEN"}
+# The two services, by their key in the module, and the routes each answers.
+SERVICES = {"events": "events", "webhook": "alertmanager"}
+EVENTS = 'google_cloud_run_v2_service.this["events"]'
+WEBHOOK = 'google_cloud_run_v2_service.this["webhook"]'
 
 
 def setting(case: dict[str, Any], name: str) -> Any:
@@ -117,8 +135,11 @@ def expected_resources(case: dict[str, Any]) -> set[str]:
         "google_service_account.push",
         "google_project_iam_custom_role.this",
         "google_project_iam_member.this",
+        "google_project_iam_custom_role.node_vms",
+        "google_project_iam_member.node_vms",
         "google_secret_manager_secret_iam_member.webhook_token",
-        "google_cloud_run_v2_service.this",
+        EVENTS,
+        WEBHOOK,
         "google_cloud_run_v2_service_iam_member.public",
         "google_cloud_run_v2_service_iam_member.push",
         "google_service_account_iam_member.push_token_creator",
@@ -146,26 +167,26 @@ def expected_resources(case: dict[str, Any]) -> set[str]:
     return found
 
 
-def service(plan: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    return created(plan, prefix)["google_cloud_run_v2_service.this"]
+def service(plan: dict[str, Any], prefix: str = "", key: str = "events") -> dict[str, Any]:
+    return created(plan, prefix)[f'google_cloud_run_v2_service.this["{key}"]']
 
 
-def container(plan: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    (found,) = service(plan, prefix)["template"][0]["containers"]
+def container(plan: dict[str, Any], prefix: str = "", key: str = "events") -> dict[str, Any]:
+    (found,) = service(plan, prefix, key)["template"][0]["containers"]
     return found
 
 
-def environment(plan: dict[str, Any], prefix: str = "") -> dict[str, dict[str, Any]]:
+def environment(plan: dict[str, Any], prefix: str = "", key: str = "events") -> dict[str, dict[str, Any]]:
     """The container's env blocks by name."""
     found: dict[str, dict[str, Any]] = {}
-    for env in container(plan, prefix)["env"]:
+    for env in container(plan, prefix, key)["env"]:
         assert env["name"] not in found, f"{env['name']} is set twice"
         found[env["name"]] = env
     return found
 
 
-def values(plan: dict[str, Any], prefix: str = "") -> dict[str, str]:
-    return {name: env["value"] for name, env in environment(plan, prefix).items() if env["value"] is not None}
+def values(plan: dict[str, Any], prefix: str = "", key: str = "events") -> dict[str, str]:
+    return {name: env["value"] for name, env in environment(plan, prefix, key).items() if env["value"] is not None}
 
 
 def seconds(duration: str) -> int:
@@ -192,13 +213,48 @@ def test_the_plan_creates_what_the_switches_call_for(workspace: T.Workspace, cas
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_the_custom_role_grants_exactly_the_permissions_the_code_needs(workspace: T.Workspace, case: str):
-    role = created(module_plan(workspace, case))["google_project_iam_custom_role.this"]
-    granted = set(role["permissions"])
+def test_the_custom_roles_grant_exactly_the_permissions_the_code_needs(workspace: T.Workspace, case: str):
+    resources = created(module_plan(workspace, case))
+    role = resources["google_project_iam_custom_role.this"]
+    node_vms = resources["google_project_iam_custom_role.node_vms"]
+    granted = set(role["permissions"]) | set(node_vms["permissions"])
     needed = set(manifest()["gcp_permissions"])
     assert granted == needed, f"case {case}: granted but not needed {sorted(granted - needed)}, needed but not granted {sorted(needed - granted)}"
+    assert set(node_vms["permissions"]) == {"compute.instances.detachDisk"} and not set(role["permissions"]) & set(node_vms["permissions"])
     assert role["role_id"] == setting(CASES[case], "name").replace("-", "_")
-    assert role["project"] == T.GCP_PROJECT
+    assert node_vms["role_id"] == setting(CASES[case], "name").replace("-", "_") + "_node_vms"
+    assert role["project"] == node_vms["project"] == T.GCP_PROJECT
+
+
+def node_vm_prefix(case: dict[str, Any]) -> str:
+    """The node VMs' name prefix: the one given, or GKE's for the cluster."""
+    given = setting(case, "instance_name_prefix")
+    if given is not None:
+        return given
+    cluster = setting(case, "cluster_name")
+    return f"gke-{cluster}-" if len(cluster) <= 16 else f"gke-{cluster[:16]}"
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_detach_is_granted_on_the_clusters_node_vms_only(workspace: T.Workspace, case: str):
+    """An IAM condition on the VM's resource name (Compute Engine supports
+    resource names in conditions, not labels): the detach only on VMs named
+    like the cluster's nodes; with the prefix "", on every VM."""
+    plan = module_plan(workspace, case)
+    resources = created(plan)
+    binding = resources["google_project_iam_member.node_vms"]
+    assert "google_service_account.this.member" in configuration(plan, "google_project_iam_member.node_vms")["member"]["references"]
+    assert "google_project_iam_custom_role.node_vms.name" in configuration(plan, "google_project_iam_member.node_vms")["role"]["references"]
+    prefix = node_vm_prefix(CASES[case])
+    if prefix == "":
+        assert binding["condition"] == [], f"case {case}: {binding['condition']}"
+        return
+    (condition,) = binding["condition"]
+    assert condition["expression"] == (
+        'resource.type == "compute.googleapis.com/Instance" && '
+        f'resource.name.extract("/instances/{{name}}").startsWith("{prefix}")'
+    ), f"case {case}: {condition['expression']}"
+    assert resources["google_project_iam_member.this"]["condition"] == [], "the reads are project-wide"
 
 
 def configuration(plan: dict[str, Any], address: str) -> dict[str, Any]:
@@ -215,6 +271,7 @@ def test_the_service_account_holds_the_custom_role_and_reads_one_secret(workspac
     resources = created(plan)
     project_members = {a: r for a, r in resources.items() if a.startswith("google_project_iam_member.")}
     binding = project_members.pop("google_project_iam_member.this")
+    project_members.pop("google_project_iam_member.node_vms")
     assert "google_project_iam_custom_role.this.name" in configuration(plan, "google_project_iam_member.this")["role"]["references"]
     assert "google_service_account.this.member" in configuration(plan, "google_project_iam_member.this")["member"]["references"]
     assert binding["project"] == T.GCP_PROJECT
@@ -228,8 +285,9 @@ def test_the_service_account_holds_the_custom_role_and_reads_one_secret(workspac
         # The generated secret's id: known once it is created.
         change = T.resources(plan)["google_secret_manager_secret_iam_member.webhook_token"]["change"]
         assert change["after_unknown"].get("secret_id") is True and "google_secret_manager_secret.webhook_token[0]" in resources
-    # Everything Cloud Run runs as is the one account.
-    assert service(plan)["template"][0]["service_account"] == email(resources["google_service_account.this"])
+    # Everything Cloud Run runs, both services, runs as the one account.
+    for key in SERVICES:
+        assert service(plan, key=key)["template"][0]["service_account"] == email(resources["google_service_account.this"])
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -246,29 +304,46 @@ def test_pubsubs_service_agent_signs_the_push_tokens_and_moves_dead_letters(work
         agent,
         resources["google_pubsub_subscription.push"]["name"],
     )
-    public = resources["google_cloud_run_v2_service_iam_member.public"]
-    assert (public["role"], public["member"]) == ("roles/run.invoker", "allUsers")
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_anyone_may_invoke_the_webhook_service_and_only_the_push_account_the_events_service(workspace: T.Workspace, case: str):
+    """The public webhook is a service of its own; the events service (the
+    push subscription, the sweep, Eventarc) takes no caller without the push
+    account's identity, whatever the service itself checks."""
+    plan = module_plan(workspace, case)
+    resources = created(plan)
+    invokers = {a: r for a, r in resources.items() if a.startswith("google_cloud_run_v2_service_iam_member.")}
+    assert set(invokers) == {"google_cloud_run_v2_service_iam_member.public", "google_cloud_run_v2_service_iam_member.push"}
+    public, push = invokers["google_cloud_run_v2_service_iam_member.public"], invokers["google_cloud_run_v2_service_iam_member.push"]
+    assert (public["name"], public["member"]) == (service(plan, key="webhook")["name"], "allUsers"), f"case {case}: {public}"
+    # The push account's member is known once the account exists.
+    assert push["name"] == service(plan)["name"], f"case {case}: {push}"
+    assert configuration(plan, "google_cloud_run_v2_service_iam_member.push")["member"]["references"][0] == "google_service_account.push.member"
+    assert {r["role"] for r in invokers.values()} == {"roles/run.invoker"}
+    assert {r["location"] for r in invokers.values()} == {BASE["region"]}
 
 
 # --- the service's settings ----------------------------------------------------------
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_the_service_gets_exactly_the_settings_the_code_reads(workspace: T.Workspace, case: str):
+@pytest.mark.parametrize("key", sorted(SERVICES))
+def test_the_services_get_exactly_the_settings_the_code_reads(workspace: T.Workspace, case: str, key: str):
     c = CASES[case]
     plan = module_plan(workspace, case)
-    env = environment(plan)
-    known = {v["name"] for v in manifest()["variables"]}
+    env = environment(plan, key=key)
+    known = {v["name"] for v in manifest()["variables"]} | AWAITING_CODE
     assert set(env) <= known, f"case {case}: variables the code does not read: {sorted(set(env) - known)}"
     assert REQUIRED <= set(env), f"case {case}: missing {sorted(REQUIRED - set(env))}"
     assert not set(env) & AWS_ONLY, f"case {case}: AWS-only variables {sorted(set(env) & AWS_ONLY)}"
-    got = values(plan)
+    got = values(plan, key=key)
     endpoint = setting(c, "cluster_endpoint")
     want = {
         "GKE_CLUSTER": f"projects/{T.GCP_PROJECT}/locations/{setting(c, 'cluster_location')}/clusters/{setting(c, 'cluster_name')}",
         "CLUSTER_ENDPOINT": endpoint if endpoint.startswith("https://") else f"https://{endpoint}",
         "CLUSTER_CA_DATA": setting(c, "cluster_ca_data"),
-        "PUSH_AUDIENCE": setting(c, "push_audience"),
+        "PUSH_AUDIENCE": ",".join(audiences(plan, c)) if setting(c, "push_audience_list") else setting(c, "push_audience"),
         "PUSH_SERVICE_ACCOUNT": email(created(plan)["google_service_account.push"]),
         "DRY_RUN": str(setting(c, "dry_run")).lower(),
         "OUT_OF_SERVICE_NO_SCHEDULE": str(setting(c, "out_of_service_no_schedule")).lower(),
@@ -285,7 +360,38 @@ def test_the_service_gets_exactly_the_settings_the_code_reads(workspace: T.Works
     }
     if setting(c, "max_out_of_service_percent") is not None:
         want["MAX_OUT_OF_SERVICE_PERCENT"] = str(c["max_out_of_service_percent"])
-    assert got == want, f"case {case}: {sorted(set(got.items()) ^ set(want.items()))}"
+    if setting(c, "serve_routes"):
+        want["SERVE_ROUTES"] = SERVICES[key]
+    assert got == want, f"case {case}, {key}: {sorted(set(got.items()) ^ set(want.items()))}"
+
+
+def audiences(plan: dict[str, Any], case: dict[str, Any]) -> list[str]:
+    """Every audience the module's requests carry: the push subscription's
+    and the sweep's, and Eventarc's, which name the events service's
+    deterministic URL (https://SERVICE-PROJECT_NUMBER.REGION.run.app)."""
+    found = [setting(case, "push_audience")]
+    if setting(case, "eventarc"):
+        url = f"https://{service(plan)['name']}-{T.GCP_PROJECT_NUMBER}.{BASE['region']}.run.app"
+        found += [url, f"{url}/eventarc"]
+    return found
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_push_audience_names_every_audience_of_the_modules_requests(workspace: T.Workspace, case: str):
+    """With push_audience_list, PUSH_AUDIENCE lists the audience of the push
+    subscription, of the sweep and of Eventarc's tokens; without it, the first
+    alone (earlier code takes one audience)."""
+    plan = module_plan(workspace, case)
+    resources = created(plan)
+    env = values(plan)["PUSH_AUDIENCE"].split(",")
+    subscription = resources["google_pubsub_subscription.push"]["push_config"][0]["oidc_token"][0]["audience"]
+    assert subscription in env
+    if "google_cloud_scheduler_job.sweep[0]" in resources:
+        assert resources["google_cloud_scheduler_job.sweep[0]"]["http_target"][0]["oidc_token"][0]["audience"] in env
+    if setting(CASES[case], "push_audience_list"):
+        assert env == audiences(plan, CASES[case]), f"case {case}: {env}"
+    else:
+        assert env == [setting(CASES[case], "push_audience")]
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -302,18 +408,27 @@ def test_the_webhook_token_comes_from_secret_manager(workspace: T.Workspace, cas
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_the_service_runs_serve_publicly_with_few_instances(workspace: T.Workspace, case: str):
+@pytest.mark.parametrize("key", sorted(SERVICES))
+def test_each_service_runs_serve_with_instances_of_its_own(workspace: T.Workspace, case: str, key: str):
+    c = CASES[case]
     plan = module_plan(workspace, case)
-    svc = service(plan)
+    svc = service(plan, key=key)
+    name = setting(c, "name")
+    assert svc["name"] == (name if key == "events" else f"{name}-webhook")
+    # Pub/Sub push and Cloud Scheduler come from outside any VPC: the events
+    # service is kept to the push account by its invoker binding instead.
     assert svc["ingress"] == "INGRESS_TRAFFIC_ALL"
     assert svc["location"] == BASE["region"]
     (template,) = svc["template"]
+    prefix = "" if key == "events" else "webhook_"
     assert template["scaling"][0]["min_instance_count"] == 0
-    assert template["scaling"][0]["max_instance_count"] == setting(CASES[case], "max_instances")
-    (resources,) = container(plan)["resources"]
+    assert template["scaling"][0]["max_instance_count"] == setting(c, f"{prefix}max_instances")
+    assert template["max_instance_request_concurrency"] == setting(c, f"{prefix}max_instance_request_concurrency")
+    (resources,) = container(plan, key=key)["resources"]
     assert resources["cpu_idle"] is True, "CPU only while a request runs: every step is done before the answer"
-    assert container(plan)["args"] == ["serve"] and container(plan)["image"] == BASE["image"]
-    assert (len(template["vpc_access"]) == 1) == (setting(CASES[case], "vpc_network") is not None)
+    assert container(plan, key=key)["args"] == ["serve"] and container(plan, key=key)["image"] == BASE["image"]
+    assert (len(template["vpc_access"]) == 1) == (setting(c, "vpc_network") is not None)
+    assert template["timeout"] == service(plan)["template"][0]["timeout"]
 
 
 # --- timeouts ----------------------------------------------------------------------
@@ -323,11 +438,15 @@ def test_the_service_runs_serve_publicly_with_few_instances(workspace: T.Workspa
 def test_the_timeout_is_the_sum_of_the_waits_and_the_acknowledgement_deadline(workspace: T.Workspace, case: str):
     c = CASES[case]
     plan = module_plan(workspace, case)
+    # One node's worst case: each of its disks' detach operations followed
+    # for up to 60 s (DETACH_WAIT of the Compute Engine client), one after
+    # the other.
     want = (
         setting(c, "not_ready_wait_seconds")
         + manifest()["lease_wait_seconds"]
         + setting(c, "confirm_again_after_seconds")
-        + 2 * setting(c, "volume_detach_timeout_seconds")
+        + setting(c, "detach_disks_per_node") * 60
+        + setting(c, "volume_detach_timeout_seconds")
         + setting(c, "recovery_settle_seconds")
         + 30
     )
@@ -352,7 +471,7 @@ def test_the_push_subscription_carries_the_token_the_service_checks(workspace: T
     env = values(plan)
     (push,) = subscription["push_config"]
     (oidc,) = push["oidc_token"]
-    assert oidc["audience"] == env["PUSH_AUDIENCE"] == setting(CASES[case], "push_audience")
+    assert oidc["audience"] == setting(CASES[case], "push_audience") and oidc["audience"] in env["PUSH_AUDIENCE"].split(",")
     assert oidc["service_account_email"] == env["PUSH_SERVICE_ACCOUNT"] == email(resources["google_service_account.push"])
     assert push["no_wrapper"] == [], "the service reads the push request's message wrapper"
     assert subscription["retry_policy"] == [{"minimum_backoff": "10s", "maximum_backoff": "600s"}]
@@ -390,6 +509,7 @@ def test_the_eventarc_trigger_sends_stop_to_the_eventarc_route(workspace: T.Work
     assert criteria == {"type": "google.cloud.audit.log.v1.written", "serviceName": "compute.googleapis.com", "methodName": "v1.compute.instances.stop"}
     (run,) = trigger["destination"][0]["cloud_run_service"]
     assert run["path"] == "/eventarc" and run["region"] == BASE["region"]
+    assert run["service"] == service(module_plan(workspace, case))["name"], "Eventarc calls the events service"
     assert trigger["service_account"] == email(resources["google_service_account.push"])
     # The zonal cluster's region: a regional trigger sees that region's VMs.
     assert trigger["location"] == re.sub(r"-[a-z]$", "", setting(CASES[case], "cluster_location"))
@@ -522,7 +642,7 @@ def test_the_gke_example_plans_the_module_and_binds_the_service_account_as_a_use
     }
     assert got == want, f"planned but not expected {sorted(got - want)}, expected but not planned {sorted(want - got)}"
     resources = {a: c["change"]["after"] for a, c in T.resources(plan).items()}
-    runs_as = resources[f"{PREFIX}google_cloud_run_v2_service.this"]["template"][0]["service_account"]
+    runs_as = resources[f"{PREFIX}{EVENTS}"]["template"][0]["service_account"]
     user = [f"{s['kind']}/{s['name']}" for s in resources["module.rbac.kubernetes_cluster_role_binding_v1.users[0]"]["subject"]]
     assert user == [f"User/{runs_as}"], f"the ClusterRole binds {user}, the service runs as {runs_as}"
     role_user = [f"{s['kind']}/{s['name']}" for s in resources['module.rbac.kubernetes_role_binding_v1.users["kube-system/node-fencer"]']["subject"]]
@@ -532,7 +652,7 @@ def test_the_gke_example_plans_the_module_and_binds_the_service_account_as_a_use
 def test_the_gke_example_passes_the_clusters_endpoint_and_ca(workspace: T.Workspace):
     plan = example_plan(workspace)
     got = {a.removeprefix(PREFIX): c for a, c in T.resources(plan).items()}
-    env = {e["name"]: e["value"] for e in got["google_cloud_run_v2_service.this"]["change"]["after"]["template"][0]["containers"][0]["env"]}
+    env = {e["name"]: e["value"] for e in got[EVENTS]["change"]["after"]["template"][0]["containers"][0]["env"]}
     cluster = json.loads(T.DATA_SOURCES.read_text(encoding="utf-8"))["google_container_cluster"]
     assert env["GKE_CLUSTER"] == f"projects/{T.GCP_PROJECT}/locations/europe-west1/clusters/prod"
     assert env["CLUSTER_ENDPOINT"] == f"https://{cluster['endpoint']}"

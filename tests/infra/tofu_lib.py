@@ -26,7 +26,7 @@ DATA_SOURCES = Path(__file__).resolve().parent / "fixtures" / "data-sources.json
 ACCOUNT = "123456789012"
 REGION = "eu-west-1"
 
-MODULES = ["modules/node-fencer", "modules/kubernetes-rbac", "modules/node-fencer-gcp"]
+MODULES = ["modules/node-fencer", "modules/kubernetes-rbac", "modules/node-fencer-gcp", "modules/settings"]
 EXAMPLES = ["examples/eks", "examples/self-managed", "examples/gke"]
 # The fixture's Google project and GKE cluster.
 GCP_PROJECT = "my-project"
@@ -109,7 +109,8 @@ def mirror_versions() -> dict[str, list[str]]:
 
 
 def required_providers(directory: Path) -> list[str]:
-    """The providers a module's versions.tf requires, by local name."""
+    """The providers a module's versions.tf requires, by local name (none for
+    the settings module)."""
     names = []
     for block in L.parse(directory / "versions.tf").get("terraform", []):
         for entry in block.get("required_providers", []):
@@ -120,6 +121,8 @@ def required_providers(directory: Path) -> list[str]:
 def pin(directory: Path, versions: dict[str, str]) -> None:
     """Pins the providers a module requires to `versions`, with an override
     file, so that init takes those releases instead of the newest."""
+    if not required_providers(directory):
+        return
     lines = ["terraform {", "  required_providers {"]
     for name in required_providers(directory):
         lines.append(f'    {name} = {{ source = "hashicorp/{name}", version = "{versions[name]}" }}')

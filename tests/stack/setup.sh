@@ -24,10 +24,16 @@
 #                                   schema of the types infra/ uses
 #   $CACHE/env.sh                   `source` it: NODE_FENCER_* variables, venv bin on PATH
 #
-# Usage: tests/stack/setup.sh [--only-python] [--skip-controllers] [--only-terraform]
+# Usage: tests/stack/setup.sh [--for-run] [--only-python] [--skip-controllers] [--only-terraform]
+#   --for-run           only what `make run` runs: the stack venv, etcd, the Kubernetes
+#                       binaries and kwok (no test-only tools: the infra and GCE venvs,
+#                       hclfmt, cargo-fuzz, Alertmanager, promtool, OpenTofu, tflint)
 #   --only-python       only the Python venvs (and env.sh)
 #   --skip-controllers  skip kube-controller-manager, kube-scheduler and kwok
 #   --only-terraform    of the binaries, only tofu, tflint, the schema-only provider and its mirror
+#
+# Whatever the options, env.sh names every tool's cache path (built or not), so that
+# a partial run leaves it as a full one wrote it.
 set -euo pipefail
 
 # The whole script is one function, read completely before it runs, so editing
@@ -40,8 +46,10 @@ main() {
 	ONLY_PYTHON=0
 	SKIP_CONTROLLERS=0
 	ONLY_TERRAFORM=0
+	FOR_RUN=0
 	for arg in "$@"; do
 		case "$arg" in
+		--for-run) FOR_RUN=1 ;;
 		--only-python) ONLY_PYTHON=1 ;;
 		--skip-controllers) SKIP_CONTROLLERS=1 ;;
 		--only-terraform) ONLY_TERRAFORM=1 ;;
@@ -148,8 +156,10 @@ main() {
 	fi
 	have python3 || die "python3 (>= 3.9, with the venv module) is required"
 	have flock || die "flock (util-linux) is required"
-	if [ "$ONLY_PYTHON" = 0 ]; then
+	if [ "$ONLY_PYTHON" = 0 ] && [ "$FOR_RUN" = 0 ]; then
 		have npm || die "npm is required to download the provider schema packages (${CDK_PACKAGES[*]#*=})"
+	fi
+	if [ "$ONLY_PYTHON" = 0 ]; then
 		have go || die "go is required to build the control plane binaries (k8s.io/kubernetes $KUBE_VERSION needs the Go version named in tests/stack/gomod/kubernetes/go.mod); install Go, or use --only-python"
 	fi
 
@@ -176,13 +186,18 @@ main() {
 
 	# --- Python venvs --------------------------------------------------------------
 
+	# venv_path NAME REQUIREMENTS: $CACHE/venv-NAME-<sha of REQUIREMENTS>.
+	venv_path() {
+		printf '%s/venv-%s-%s' "$CACHE" "$1" "$(sha256sum "$2" | cut -c1-16)"
+	}
+	venv_ready() { [ -f "$1/.complete" ] && [ -x "$1/bin/python" ]; }
+
 	# ensure_venv NAME REQUIREMENTS: sets VENV_DIR to $CACHE/venv-NAME-<sha>.
 	ensure_venv() {
-		local name=$1 req=$2 sha t0
-		sha="$(sha256sum "$req" | cut -c1-16)"
-		VENV_DIR="$CACHE/venv-$name-$sha"
+		local name=$1 req=$2 t0
+		VENV_DIR="$(venv_path "$name" "$req")"
 		# A venv is not relocatable, so it is built in place; .complete marks it usable.
-		if [ -f "$VENV_DIR/.complete" ] && [ -x "$VENV_DIR/bin/python" ]; then
+		if venv_ready "$VENV_DIR"; then
 			return 0
 		fi
 		log "creating Python venv $name from ${req#"$REPO"/} (first time only, ~1-2 min)"
@@ -197,19 +212,18 @@ main() {
 		log "    venv $name ready in $(elapsed $((SECONDS - t0))): $VENV_DIR"
 	}
 
-	ensure_venv stack "$HERE/requirements.txt"
-	STACK_VENV="$VENV_DIR"
-	[ -x "$STACK_VENV/bin/moto_server" ] || die "moto_server missing from $STACK_VENV (delete it and rerun)"
-	[ -x "$STACK_VENV/bin/cargo-lambda" ] || die "cargo-lambda missing from $STACK_VENV (delete it and rerun)"
-
+	STACK_VENV="$(venv_path stack "$HERE/requirements.txt")"
 	INFRA_VENV=""
 	if [ -f "$REPO/tests/infra/requirements.txt" ]; then
-		ensure_venv infra "$REPO/tests/infra/requirements.txt"
-		INFRA_VENV="$VENV_DIR"
+		INFRA_VENV="$(venv_path infra "$REPO/tests/infra/requirements.txt")"
 	fi
+	GCE_VENV="$(venv_path gce "$REPO/tests/gce/requirements.txt")"
 
-	ensure_venv gce "$REPO/tests/gce/requirements.txt"
-	GCE_VENV="$VENV_DIR"
+	# What a run builds. want_* say which groups this run's options ask for.
+	want_test_tools() { [ "$FOR_RUN" = 0 ]; }
+	want_kubernetes() { [ "$ONLY_PYTHON" = 0 ] && [ "$ONLY_TERRAFORM" = 0 ]; }
+	want_controllers() { want_kubernetes && [ "$SKIP_CONTROLLERS" = 0 ]; }
+	want_terraform() { [ "$ONLY_PYTHON" = 0 ] && want_test_tools; }
 
 	# --- Go binaries -----------------------------------------------------------------
 
@@ -393,31 +407,75 @@ main() {
 		log "    mirror ready in $(elapsed $((SECONDS - t0))): $TF_MIRROR"
 	}
 
-	if [ "$ONLY_PYTHON" = 0 ] && [ "$ONLY_TERRAFORM" = 0 ]; then
-		install_bin etcd "$ETCD_VERSION" "$ETCD_BIN" "~1 min" -- build_etcd
-		install_bin kube-apiserver "$KUBE_VERSION" "$KUBE_BIN/kube-apiserver" "~4 min" -- build_kube kube-apiserver
-		if [ "$SKIP_CONTROLLERS" = 0 ]; then
-			install_bin kube-controller-manager "$KUBE_VERSION" "$KUBE_BIN/kube-controller-manager" "~1 min" -- build_kube kube-controller-manager
-			install_bin kube-scheduler "$KUBE_VERSION" "$KUBE_BIN/kube-scheduler" "<1 min" -- build_kube kube-scheduler
-			install_bin kwok "$KWOK_VERSION" "$KWOK_BIN" "~1-2 min" -- \
-				go_install "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION" kwok "-X sigs.k8s.io/kwok/pkg/consts.Version=${KWOK_VERSION#v}"
+	# Every build this run's options ask for, in order: with STEP=plan, lists
+	# what is missing with a rough time each (2 cores, Go's module cache warm)
+	# and adds up the minutes; with STEP=build, builds it.
+	venv_step() { # venv_step NAME DIR REQUIREMENTS
+		if [ "$STEP" = plan ]; then
+			venv_ready "$2" || plan_add "Python venv $1" "~1-2 min" 2
+		else
+			ensure_venv "$1" "$3"
 		fi
-		install_bin hclfmt "$HCLFMT_VERSION" "$HCLFMT_BIN" "<1 min" -- \
-			go_install "github.com/hashicorp/hcl/v2/cmd/hclfmt@$HCLFMT_VERSION" hclfmt
-		install_bin cargo-fuzz "$CARGO_FUZZ_VERSION" "$CARGO_FUZZ_BIN" "<1 min" -- build_cargo_fuzz
-		install_bin alertmanager "$ALERTMANAGER_VERSION" "$ALERTMANAGER_BIN/alertmanager" "~2 min" -- build_alertmanager alertmanager
-		install_bin amtool "$ALERTMANAGER_VERSION" "$ALERTMANAGER_BIN/amtool" "<1 min" -- build_alertmanager amtool
-		install_bin promtool "$PROMETHEUS_VERSION" "$PROMTOOL_BIN" "~5 min" -- build_promtool
-		# kubectl: a test's NodeCleanup deletes its Nodes with it on drop (a drop
-		# cannot await); also handy for looking at a running stack.
-		install_bin kubectl "$KUBE_VERSION" "$KUBE_BIN/kubectl" "~1 min" -- build_kube kubectl
+	}
+	bin_step() { # bin_step NAME VERSION DEST ESTIMATE MINUTES -- COMMAND...
+		if [ "$STEP" = plan ]; then
+			[ -x "$3" ] || plan_add "$1 $2" "$4" "$5"
+		else
+			install_bin "$1" "$2" "$3" "$4" -- "${@:7}"
+		fi
+	}
+	steps() {
+		venv_step stack "$STACK_VENV" "$HERE/requirements.txt"
+		if want_test_tools; then
+			[ -z "$INFRA_VENV" ] || venv_step infra "$INFRA_VENV" "$REPO/tests/infra/requirements.txt"
+			venv_step gce "$GCE_VENV" "$REPO/tests/gce/requirements.txt"
+		fi
+		if want_kubernetes; then
+			bin_step etcd "$ETCD_VERSION" "$ETCD_BIN" "~1 min" 1 -- build_etcd
+			bin_step kube-apiserver "$KUBE_VERSION" "$KUBE_BIN/kube-apiserver" "~4 min" 4 -- build_kube kube-apiserver
+			if want_controllers; then
+				bin_step kube-controller-manager "$KUBE_VERSION" "$KUBE_BIN/kube-controller-manager" "~1 min" 1 -- build_kube kube-controller-manager
+				bin_step kube-scheduler "$KUBE_VERSION" "$KUBE_BIN/kube-scheduler" "<1 min" 1 -- build_kube kube-scheduler
+				bin_step kwok "$KWOK_VERSION" "$KWOK_BIN" "~1-2 min" 2 -- \
+					go_install "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION" kwok "-X sigs.k8s.io/kwok/pkg/consts.Version=${KWOK_VERSION#v}"
+			fi
+			# kubectl: a test's NodeCleanup deletes its Nodes with it on drop (a drop
+			# cannot await); `make run --keep` names it to look at the stack.
+			bin_step kubectl "$KUBE_VERSION" "$KUBE_BIN/kubectl" "~1 min" 1 -- build_kube kubectl
+			if want_test_tools; then
+				bin_step hclfmt "$HCLFMT_VERSION" "$HCLFMT_BIN" "<1 min" 1 -- \
+					go_install "github.com/hashicorp/hcl/v2/cmd/hclfmt@$HCLFMT_VERSION" hclfmt
+				bin_step cargo-fuzz "$CARGO_FUZZ_VERSION" "$CARGO_FUZZ_BIN" "<1 min" 1 -- build_cargo_fuzz
+				bin_step alertmanager "$ALERTMANAGER_VERSION" "$ALERTMANAGER_BIN/alertmanager" "~2 min" 2 -- build_alertmanager alertmanager
+				bin_step amtool "$ALERTMANAGER_VERSION" "$ALERTMANAGER_BIN/amtool" "<1 min" 1 -- build_alertmanager amtool
+				bin_step promtool "$PROMETHEUS_VERSION" "$PROMTOOL_BIN" "~5-8 min" 8 -- build_promtool
+			fi
+		fi
+		if want_terraform; then
+			bin_step tofu "$OPENTOFU_VERSION" "$TOFU_BIN" "~4 min" 4 -- build_tofu
+			bin_step tflint "$TFLINT_VERSION" "$TFLINT_BIN" "~2 min" 2 -- build_tflint
+			bin_step schema-provider "$SCHEMA_PROVIDER_SHA" "$SCHEMA_PROVIDER_BIN" "<1 min" 1 -- build_schema_provider
+			if [ "$STEP" = plan ]; then
+				[ -d "$TF_MIRROR" ] || plan_add "the provider schemas' mirror" "<1 min" 1
+			else
+				build_mirror
+			fi
+		fi
+	}
+	PLAN=()
+	PLAN_MINUTES=0
+	plan_add() { # plan_add WHAT ESTIMATE MINUTES
+		PLAN+=("$1 ($2)")
+		PLAN_MINUTES=$((PLAN_MINUTES + $3))
+	}
+	STEP=plan steps
+	if [ ${#PLAN[@]} -gt 0 ]; then
+		log "to build, first time only (about $PLAN_MINUTES min on 2 idle cores in all, more on a busy machine; each is cached by version):"
+		printf '      %s\n' "${PLAN[@]}"
 	fi
-	if [ "$ONLY_PYTHON" = 0 ]; then
-		install_bin tofu "$OPENTOFU_VERSION" "$TOFU_BIN" "~5 min" -- build_tofu
-		install_bin tflint "$TFLINT_VERSION" "$TFLINT_BIN" "~3 min" -- build_tflint
-		install_bin schema-provider "$SCHEMA_PROVIDER_SHA" "$SCHEMA_PROVIDER_BIN" "~1 min" -- build_schema_provider
-		build_mirror
-	fi
+	STEP=build steps
+	[ -x "$STACK_VENV/bin/moto_server" ] || die "moto_server missing from $STACK_VENV (delete it and rerun)"
+	[ -x "$STACK_VENV/bin/cargo-lambda" ] || die "cargo-lambda missing from $STACK_VENV (delete it and rerun)"
 
 	# --- env.sh ------------------------------------------------------------------------
 
@@ -459,7 +517,7 @@ main() {
 	if [ ${#missing[@]} -gt 0 ]; then
 		log "not built (by option): ${missing[*]}"
 	fi
-	log "ready: source $CACHE/env.sh"
+	log "ready in $(elapsed "$SECONDS"): source $CACHE/env.sh"
 }
 
 main "$@"

@@ -2,7 +2,29 @@
 # an HTTP server (`node-fencer serve`). Compute Engine's audit log entries of
 # the cluster's node VMs reach it through a Logging sink, a Pub/Sub topic and a
 # push subscription (/pubsub), optionally through Eventarc (/eventarc), and
-# Alertmanager's webhook reaches it with a bearer token (/alertmanager).
+# Alertmanager's webhook reaches it with a bearer token (/alertmanager) on a
+# second service of its own, <name>-webhook: the only public one, whose
+# callers cannot take the instances the event routes need.
+
+# The fencing policy both platforms share: validated once there, rendered as
+# the environment the binary reads (infra/modules/settings).
+module "settings" {
+  source = "../settings"
+
+  dry_run                       = var.dry_run
+  out_of_service_no_schedule    = var.out_of_service_no_schedule
+  max_out_of_service            = var.max_out_of_service
+  max_out_of_service_percent    = var.max_out_of_service_percent
+  fencing_mode                  = var.fencing_mode
+  control_namespace             = var.control_namespace
+  confirm_again_after_seconds   = var.confirm_again_after_seconds
+  volume_detach_timeout_seconds = var.volume_detach_timeout_seconds
+  not_ready_wait_seconds        = var.not_ready_wait_seconds
+  recovery_settle_seconds       = var.recovery_settle_seconds
+  recovery                      = var.recovery
+  log_format                    = var.log_format
+  log_level                     = var.log_level
+}
 
 data "google_project" "this" {
   project_id = var.project_id
@@ -30,17 +52,29 @@ locals {
   # before it gives up (LEASE_WAIT in handler/src/core/control.rs).
   lease_wait_seconds = 30
 
-  # The worst case of one request, wait by wait: a Node still Ready although
-  # its VM is off, the Lease, the second Compute Engine confirmation, the
-  # detach wait of several nodes (twice it), a requested recovery's settle
-  # delay, plus 30 s for the calls around them. The variables' upper bounds
-  # (120, 120, 120, 60) keep it within the 600 s Pub/Sub allows as the push
-  # subscription's acknowledgement deadline, which must cover the request.
-  request_timeout_seconds = var.not_ready_wait_seconds + local.lease_wait_seconds + var.confirm_again_after_seconds + var.volume_detach_timeout_seconds * 2 + var.recovery_settle_seconds + 30
+  # How long the service follows one Compute Engine detach operation before
+  # it counts as failed (DETACH_WAIT in handler/src/shell/cloud/gce.rs); one
+  # node's disks are detached one after the other.
+  detach_operation_wait_seconds = 60
+
+  # The worst case of one node in one request, wait by wait: a Node still
+  # Ready although its VM is off, the Lease, the second Compute Engine
+  # confirmation, each of detach_disks_per_node detach operations followed
+  # to its end, the wait for the disks to be free, a requested recovery's
+  # settle delay, plus 30 s for the calls around them. The service bounds
+  # its own work by the request's remaining time: a node with more disks, or
+  # a second node, is finished by a later delivery. The request timeout is
+  # also the push subscription's acknowledgement deadline, which Pub/Sub caps
+  # at 600 s (Cloud Run would allow 3600 s): a plan whose settings add up to
+  # more fails (a precondition of the services).
+  request_timeout_seconds     = var.not_ready_wait_seconds + local.lease_wait_seconds + var.confirm_again_after_seconds + var.detach_disks_per_node * local.detach_operation_wait_seconds + var.volume_detach_timeout_seconds + var.recovery_settle_seconds + 30
+  max_request_timeout_seconds = 600
 
   # The Compute Engine and GKE permissions the code needs, and nothing else.
   # The list must equal gcp_permissions of infra/manifest.json;
-  # tests/infra checks it.
+  # tests/infra checks it. The one that changes a VM is granted apart, on the
+  # cluster's node VMs alone (google_project_iam_member.detach); the reads,
+  # project-wide.
   gcp_permissions = [
     "compute.disks.get",
     "compute.instances.detachDisk",
@@ -48,6 +82,8 @@ locals {
     "compute.zoneOperations.get",
     "container.clusters.get",
   ]
+  node_vm_permissions = ["compute.instances.detachDisk"]
+  read_permissions    = sort(setsubtract(local.gcp_permissions, local.node_vm_permissions))
 
   # The audit log methods the service acts on. API calls write two entries,
   # the first when the call is accepted and the last (operation.last) once
@@ -87,33 +123,64 @@ locals {
     ["(${local.api_calls_filter} OR ${local.system_events_filter})"],
   ))
 
+  # IAM Conditions see a VM by its resource name,
+  # projects/P/zones/Z/instances/NAME; Compute Engine supports conditions on
+  # resource names (not on labels). Null: no condition, every VM of the
+  # project (instance_name_prefix "").
+  node_vm_condition = local.instance_name_prefix != "" ? "resource.type == \"compute.googleapis.com/Instance\" && resource.name.extract(\"/instances/{name}\").startsWith(\"${local.instance_name_prefix}\")" : null
+
   webhook_token_secret  = var.webhook_token_secret_id != null ? var.webhook_token_secret_id : google_secret_manager_secret.webhook_token[0].id
   webhook_token_version = var.webhook_token_secret_id != null ? "latest" : google_secret_manager_secret_version.webhook_token[0].version
 
-  environment = merge(
-    {
-      GKE_CLUSTER                   = local.cluster_id
-      CLUSTER_ENDPOINT              = local.cluster_endpoint
-      CLUSTER_CA_DATA               = var.cluster_ca_data
-      PUSH_AUDIENCE                 = var.push_audience
-      PUSH_SERVICE_ACCOUNT          = local.push_service_account_email
-      DRY_RUN                       = tostring(var.dry_run)
-      OUT_OF_SERVICE_NO_SCHEDULE    = tostring(var.out_of_service_no_schedule)
-      MAX_OUT_OF_SERVICE            = tostring(var.max_out_of_service)
-      FENCING_MODE                  = var.fencing_mode
-      CONFIRM_AGAIN_AFTER_SECONDS   = tostring(var.confirm_again_after_seconds)
-      VOLUME_DETACH_TIMEOUT_SECONDS = tostring(var.volume_detach_timeout_seconds)
-      RECOVERY_SETTLE_SECONDS       = tostring(var.recovery_settle_seconds)
-      RECOVERY                      = var.recovery
-      NOT_READY_WAIT_SECONDS        = tostring(var.not_ready_wait_seconds)
-      CONTROL_NAMESPACE             = var.control_namespace
-      LOG_FORMAT                    = var.log_format
-      RUST_LOG                      = var.log_level
-    },
-    var.max_out_of_service_percent != null ? { MAX_OUT_OF_SERVICE_PERCENT = tostring(var.max_out_of_service_percent) } : {},
+  # A Cloud Run service's deterministic URL, known before the service exists:
+  # https://SERVICE-PROJECT_NUMBER.REGION.run.app (given to names short
+  # enough, as these are). An Eventarc trigger's tokens name the URL of its
+  # destination, which it sets to the service's, with the route's path.
+  events_service_url = "https://${var.name}-${data.google_project.this.number}.${var.region}.run.app"
+
+  # Every audience the module's own requests carry: the push subscription's
+  # and the sweep's, and with Eventarc its trigger's.
+  push_audiences = concat(
+    [var.push_audience],
+    var.eventarc ? [local.events_service_url, "${local.events_service_url}/eventarc"] : [],
   )
 
-  alertmanager_url = "${google_cloud_run_v2_service.this.uri}/alertmanager"
+  environment = merge(
+    module.settings.environment,
+    {
+      GKE_CLUSTER          = local.cluster_id
+      CLUSTER_ENDPOINT     = local.cluster_endpoint
+      CLUSTER_CA_DATA      = var.cluster_ca_data
+      PUSH_AUDIENCE        = var.push_audience_list ? join(",", local.push_audiences) : var.push_audience
+      PUSH_SERVICE_ACCOUNT = local.push_service_account_email
+    },
+  )
+
+  # The two services: one image, one account, one environment, so both fence
+  # alike. "events" takes the push subscription, the sweep and Eventarc, and
+  # only the push account may invoke it. "webhook" answers Alertmanager, who
+  # cannot present a Google identity, so anyone may invoke it: its callers,
+  # with the token or refused, use up its own instances, never those of the
+  # event routes. SERVE_ROUTES (with serve_routes) tells each which routes to
+  # answer.
+  services = {
+    events = {
+      name                             = var.name
+      description                      = "Fences dead Kubernetes nodes of ${var.cluster_name} (out-of-service taint, disk detach) only when Compute Engine confirms the VM is off, and ends the fencing once the node is back: the audit log entries, the sweep and Eventarc."
+      routes                           = "events"
+      max_instances                    = var.max_instances
+      max_instance_request_concurrency = var.max_instance_request_concurrency
+    }
+    webhook = {
+      name                             = "${var.name}-webhook"
+      description                      = "node-fencer for Alertmanager's webhook of ${var.cluster_name}: same image and settings as ${var.name}, with instances of its own so that its public callers never hold up ${var.name}."
+      routes                           = "alertmanager"
+      max_instances                    = var.webhook_max_instances
+      max_instance_request_concurrency = var.webhook_max_instance_request_concurrency
+    }
+  }
+
+  alertmanager_url = "${google_cloud_run_v2_service.this["webhook"].uri}/alertmanager"
 }
 
 ################################################################################
@@ -138,14 +205,41 @@ resource "google_project_iam_custom_role" "this" {
   project     = var.project_id
   role_id     = replace(var.name, "-", "_")
   title       = "node-fencer (${var.name})"
-  description = "Exactly the Compute Engine and GKE calls node-fencer makes: read a VM and its disks, detach a disk from a VM that is off, follow the zone operation, read the cluster."
-  permissions = local.gcp_permissions
+  description = "The Compute Engine and GKE reads node-fencer makes: a VM and its disks, the zone operation of a detach, the cluster."
+  permissions = local.read_permissions
 }
 
 resource "google_project_iam_member" "this" {
   project = var.project_id
   role    = google_project_iam_custom_role.this.name
   member  = google_service_account.this.member
+}
+
+# The one write, on the cluster's node VMs only: a condition on the VM's
+# name, which GKE starts with gke-<cluster>- (instance_name_prefix). A role of
+# its own, so that the condition does not also hold back the reads.
+resource "google_project_iam_custom_role" "node_vms" {
+  project     = var.project_id
+  role_id     = "${replace(var.name, "-", "_")}_node_vms"
+  title       = "node-fencer node VMs (${var.name})"
+  description = "What node-fencer changes, granted on the cluster's node VMs only: detach a disk from a VM that is off."
+  permissions = local.node_vm_permissions
+}
+
+resource "google_project_iam_member" "node_vms" {
+  project = var.project_id
+  role    = google_project_iam_custom_role.node_vms.name
+  member  = google_service_account.this.member
+
+  dynamic "condition" {
+    for_each = local.node_vm_condition != null ? [local.node_vm_condition] : []
+
+    content {
+      title       = "${var.name}: node VMs of ${var.cluster_name}"
+      description = "VMs whose name starts with ${local.instance_name_prefix}."
+      expression  = condition.value
+    }
+  }
 }
 
 ################################################################################
@@ -195,27 +289,32 @@ resource "google_secret_manager_secret_iam_member" "webhook_token" {
 ################################################################################
 
 resource "google_cloud_run_v2_service" "this" {
+  for_each = local.services
+
   project     = var.project_id
-  name        = var.name
+  name        = each.value.name
   location    = var.region
-  description = "Fences dead Kubernetes nodes of ${var.cluster_name} (out-of-service taint, disk detach) only when Compute Engine confirms the VM is off, and ends the fencing once the node is back."
+  description = each.value.description
   labels      = var.labels
 
-  # Alertmanager calls from wherever it runs, and cannot mint Google tokens:
-  # the service itself authenticates every route (OIDC tokens of the push
-  # service account on /pubsub and /eventarc, the bearer token on
-  # /alertmanager).
+  # Both from everywhere: Pub/Sub push and Cloud Scheduler reach the events
+  # service from outside any VPC (internal-only ingress would refuse them),
+  # and Alertmanager calls the webhook service from wherever it runs. What
+  # keeps the events service to the push account is its invoker binding;
+  # the service itself authenticates every route as well (OIDC tokens of
+  # the push service account on /pubsub, /eventarc and /sweep, the bearer
+  # token on /alertmanager).
   ingress             = "INGRESS_TRAFFIC_ALL"
   deletion_protection = var.deletion_protection
 
   template {
     service_account                  = local.service_account_email
     timeout                          = "${local.request_timeout_seconds}s"
-    max_instance_request_concurrency = var.max_instance_request_concurrency
+    max_instance_request_concurrency = each.value.max_instance_request_concurrency
 
     scaling {
       min_instance_count = 0
-      max_instance_count = var.max_instances
+      max_instance_count = each.value.max_instances
     }
 
     containers {
@@ -232,7 +331,7 @@ resource "google_cloud_run_v2_service" "this" {
       }
 
       dynamic "env" {
-        for_each = local.environment
+        for_each = merge(local.environment, var.serve_routes ? { SERVE_ROUTES = each.value.routes } : {})
 
         content {
           name  = env.key
@@ -268,8 +367,8 @@ resource "google_cloud_run_v2_service" "this" {
 
   lifecycle {
     precondition {
-      condition     = local.request_timeout_seconds <= 600
-      error_message = "The waits of one request add up to more than the 600 s Pub/Sub allows for an acknowledgement."
+      condition     = local.request_timeout_seconds <= local.max_request_timeout_seconds
+      error_message = "The waits of one request add up to ${local.request_timeout_seconds} s (not_ready_wait_seconds ${var.not_ready_wait_seconds} + the Lease ${local.lease_wait_seconds} + confirm_again_after_seconds ${var.confirm_again_after_seconds} + detach_disks_per_node ${var.detach_disks_per_node} x ${local.detach_operation_wait_seconds} + volume_detach_timeout_seconds ${var.volume_detach_timeout_seconds} + recovery_settle_seconds ${var.recovery_settle_seconds} + 30), more than the ${local.max_request_timeout_seconds} s Pub/Sub allows for an acknowledgement, which the request timeout is: lower some of them."
     }
     precondition {
       condition     = (var.vpc_network == null) == (var.vpc_subnetwork == null)
@@ -278,32 +377,39 @@ resource "google_cloud_run_v2_service" "this" {
   }
 
   # Cloud Run checks at deployment that the service account exists and may
-  # read the secret (both bindings name the account); the role must be in
+  # read the secret (both bindings name the account); the roles must be in
   # place before the first request.
-  depends_on = [google_secret_manager_secret_iam_member.webhook_token, google_project_iam_member.this]
+  depends_on = [google_secret_manager_secret_iam_member.webhook_token, google_project_iam_member.this, google_project_iam_member.node_vms]
 }
 
-# Public: Alertmanager cannot present a Google identity token, and Cloud Run's
-# IAM check would refuse it before the service's own. The service refuses every
-# request on /pubsub and /eventarc without an OIDC token of the push service
-# account for PUSH_AUDIENCE, and on /alertmanager without the bearer token, and
-# answers nothing else. (checkov's check of public Cloud Run services,
+# The service was a single resource before the webhook service joined it.
+moved {
+  from = google_cloud_run_v2_service.this
+  to   = google_cloud_run_v2_service.this["events"]
+}
+
+# Public, the webhook service alone: Alertmanager cannot present a Google
+# identity token, and Cloud Run's IAM check would refuse it before the
+# service's own. The service refuses every request on /alertmanager without
+# the bearer token (and on the event routes without an OIDC token of the push
+# service account). (checkov's check of public Cloud Run services,
 # CKV_GCP_102, knows only the v1 IAM resources; should it learn this one, its
 # skip belongs here with that reason.)
 resource "google_cloud_run_v2_service_iam_member" "public" {
   project  = var.project_id
-  location = google_cloud_run_v2_service.this.location
-  name     = google_cloud_run_v2_service.this.name
+  location = google_cloud_run_v2_service.this["webhook"].location
+  name     = google_cloud_run_v2_service.this["webhook"].name
   role     = "roles/run.invoker"
   member   = "allUsers"
 }
 
-# The push service account may invoke the service in its own right, so the
-# triggers keep working should the public binding be removed.
+# The events service: only the push service account may invoke it, the
+# identity of the push subscription, the sweep and Eventarc. Cloud Run refuses
+# every other caller before the service sees the request.
 resource "google_cloud_run_v2_service_iam_member" "push" {
   project  = var.project_id
-  location = google_cloud_run_v2_service.this.location
-  name     = google_cloud_run_v2_service.this.name
+  location = google_cloud_run_v2_service.this["events"].location
+  name     = google_cloud_run_v2_service.this["events"].name
   role     = "roles/run.invoker"
   member   = google_service_account.push.member
 }
@@ -371,7 +477,7 @@ resource "google_pubsub_subscription" "push" {
   ack_deadline_seconds = local.request_timeout_seconds
 
   push_config {
-    push_endpoint = "${google_cloud_run_v2_service.this.uri}/pubsub"
+    push_endpoint = "${google_cloud_run_v2_service.this["events"].uri}/pubsub"
 
     oidc_token {
       service_account_email = local.push_service_account_email
@@ -417,7 +523,7 @@ resource "google_cloud_scheduler_job" "sweep" {
 
   http_target {
     http_method = "POST"
-    uri         = "${google_cloud_run_v2_service.this.uri}/sweep"
+    uri         = "${google_cloud_run_v2_service.this["events"].uri}/sweep"
 
     oidc_token {
       audience              = var.push_audience
@@ -488,8 +594,9 @@ resource "google_project_iam_member" "push_event_receiver" {
 # An audit-log trigger matches one method; the sink above carries them all.
 # Its location is the cluster's region: a regional trigger receives the
 # entries of the resources in that region.
-# A trigger cannot be given an OIDC audience: its tokens name the service's
-# own URL, which the service accepts beside PUSH_AUDIENCE.
+# A trigger cannot be given an OIDC audience: its tokens name the URL of its
+# destination (local.events_service_url, with or without the path), which
+# PUSH_AUDIENCE lists with push_audience_list.
 resource "google_eventarc_trigger" "stop" {
   count = var.eventarc ? 1 : 0
 
@@ -516,8 +623,8 @@ resource "google_eventarc_trigger" "stop" {
 
   destination {
     cloud_run_service {
-      service = google_cloud_run_v2_service.this.name
-      region  = google_cloud_run_v2_service.this.location
+      service = google_cloud_run_v2_service.this["events"].name
+      region  = google_cloud_run_v2_service.this["events"].location
       path    = "/eventarc"
     }
   }
@@ -569,7 +676,7 @@ resource "google_monitoring_alert_policy" "errors" {
     display_name = "${var.name} answered 5xx"
 
     condition_threshold {
-      filter          = "resource.type = \"cloud_run_revision\" AND resource.labels.service_name = \"${google_cloud_run_v2_service.this.name}\" AND metric.type = \"run.googleapis.com/request_count\" AND metric.labels.response_code_class = \"5xx\""
+      filter          = "resource.type = \"cloud_run_revision\" AND resource.labels.service_name = one_of(${join(", ", [for svc in google_cloud_run_v2_service.this : "\"${svc.name}\""])}) AND metric.type = \"run.googleapis.com/request_count\" AND metric.labels.response_code_class = \"5xx\""
       comparison      = "COMPARISON_GT"
       threshold_value = 0
       duration        = "0s"

@@ -1,11 +1,21 @@
 output "service_name" {
-  description = "Name of the Cloud Run service."
-  value       = google_cloud_run_v2_service.this.name
+  description = "Name of the Cloud Run service of the event routes (the push subscription, the sweep, Eventarc)."
+  value       = google_cloud_run_v2_service.this["events"].name
 }
 
 output "service_url" {
-  description = "URL of the Cloud Run service."
-  value       = google_cloud_run_v2_service.this.uri
+  description = "URL of the Cloud Run service of the event routes."
+  value       = google_cloud_run_v2_service.this["events"].uri
+}
+
+output "webhook_service_name" {
+  description = "Name of the Cloud Run service of Alertmanager's webhook, <name>-webhook."
+  value       = google_cloud_run_v2_service.this["webhook"].name
+}
+
+output "webhook_service_url" {
+  description = "URL of the Cloud Run service of Alertmanager's webhook."
+  value       = google_cloud_run_v2_service.this["webhook"].uri
 }
 
 output "alertmanager_url" {
@@ -14,7 +24,7 @@ output "alertmanager_url" {
 }
 
 output "request_timeout_seconds" {
-  description = "Request timeout of the service and acknowledgement deadline of the push subscription, in seconds, derived from not_ready_wait_seconds, the Lease wait, confirm_again_after_seconds, volume_detach_timeout_seconds and recovery_settle_seconds."
+  description = "Request timeout of both services and acknowledgement deadline of the push subscription, in seconds, derived from not_ready_wait_seconds, the Lease wait, confirm_again_after_seconds, detach_disks_per_node detach operations, volume_detach_timeout_seconds and recovery_settle_seconds."
   value       = local.request_timeout_seconds
 }
 
@@ -29,13 +39,28 @@ output "push_service_account_email" {
 }
 
 output "push_audience" {
-  description = "Audience of the push requests' OIDC tokens (PUSH_AUDIENCE)."
+  description = "Audience of the OIDC tokens of the push subscription and the sweep."
   value       = var.push_audience
 }
 
+output "push_audiences" {
+  description = "Every audience the module's requests carry: push_audience, and with eventarc the events service's URL with and without /eventarc (PUSH_AUDIENCE, with push_audience_list)."
+  value       = local.push_audiences
+}
+
 output "custom_role_id" {
-  description = "The project's custom role of the service account (projects/P/roles/R)."
+  description = "The project's custom role of the service account's reads (projects/P/roles/R)."
   value       = google_project_iam_custom_role.this.name
+}
+
+output "node_vms_role_id" {
+  description = "The project's custom role of the service account's detach (projects/P/roles/R), granted on the cluster's node VMs only."
+  value       = google_project_iam_custom_role.node_vms.name
+}
+
+output "node_vms_condition" {
+  description = "The IAM condition of that grant: the VM's name starts with instance_name_prefix; null when instance_name_prefix is \"\" (every VM of the project)."
+  value       = local.node_vm_condition
 }
 
 output "gke_cluster" {

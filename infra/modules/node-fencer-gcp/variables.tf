@@ -51,7 +51,7 @@ variable "memory" {
 }
 
 variable "max_instances" {
-  description = "Most instances Cloud Run may start. Few are needed: the Lease in control_namespace serialises fencing across instances and requests, and an instance serves max_instance_request_concurrency requests at once."
+  description = "Most instances Cloud Run may start for the event routes' service. Few are needed: the Lease in control_namespace serialises fencing across instances and requests, and an instance serves max_instance_request_concurrency requests at once."
   type        = number
   default     = 3
 
@@ -62,7 +62,7 @@ variable "max_instances" {
 }
 
 variable "max_instance_request_concurrency" {
-  description = "Requests one instance serves at once."
+  description = "Requests one instance of the event routes' service serves at once."
   type        = number
   default     = 10
 
@@ -70,6 +70,34 @@ variable "max_instance_request_concurrency" {
     condition     = var.max_instance_request_concurrency >= 1 && var.max_instance_request_concurrency <= 1000 && floor(var.max_instance_request_concurrency) == var.max_instance_request_concurrency
     error_message = "max_instance_request_concurrency must be a whole number from 1 to 1000."
   }
+}
+
+variable "webhook_max_instances" {
+  description = "Most instances Cloud Run may start for <name>-webhook, the public service of Alertmanager's webhook. Its callers, with the token or refused, use up these alone, never the event routes' (max_instances); past them Cloud Run answers 429 and Alertmanager sends the alert again."
+  type        = number
+  default     = 1
+
+  validation {
+    condition     = var.webhook_max_instances >= 1 && var.webhook_max_instances <= 100 && floor(var.webhook_max_instances) == var.webhook_max_instances
+    error_message = "webhook_max_instances must be a whole number from 1 to 100."
+  }
+}
+
+variable "webhook_max_instance_request_concurrency" {
+  description = "Requests one instance of <name>-webhook serves at once."
+  type        = number
+  default     = 10
+
+  validation {
+    condition     = var.webhook_max_instance_request_concurrency >= 1 && var.webhook_max_instance_request_concurrency <= 1000 && floor(var.webhook_max_instance_request_concurrency) == var.webhook_max_instance_request_concurrency
+    error_message = "webhook_max_instance_request_concurrency must be a whole number from 1 to 1000."
+  }
+}
+
+variable "serve_routes" {
+  description = "Set SERVE_ROUTES on each service, so that it answers only its own routes: events (/pubsub, /eventarc, /sweep) on <name>, alertmanager on <name>-webhook. Needs a node-fencer release that reads SERVE_ROUTES. False leaves it unset: both services answer every route, each authenticating it, and Cloud Run lets only the push service account invoke <name>."
+  type        = bool
+  default     = false
 }
 
 variable "vpc_network" {
@@ -144,6 +172,10 @@ variable "cluster_ca_data" {
 # Behaviour (environment of the service)
 ################################################################################
 
+# Passed unchanged to the settings module both platforms share
+# (infra/modules/settings), which validates them and renders the environment;
+# only the waits are validated here, bounded to fit this platform's time limit.
+
 variable "dry_run" {
   description = "DRY_RUN: when true the service decides and reports, but never taints a node or detaches a disk."
   type        = bool
@@ -160,50 +192,42 @@ variable "max_out_of_service" {
   description = "MAX_OUT_OF_SERVICE: how many nodes of the cluster may carry the out-of-service taint at once; past it the service refuses to fence more."
   type        = number
   default     = 3
-
-  validation {
-    condition     = var.max_out_of_service >= 1 && var.max_out_of_service <= 1000 && floor(var.max_out_of_service) == var.max_out_of_service
-    error_message = "max_out_of_service must be a whole number from 1 to 1000."
-  }
 }
 
 variable "max_out_of_service_percent" {
   description = "MAX_OUT_OF_SERVICE_PERCENT: also cap the nodes carrying the out-of-service taint at this share of all the cluster's nodes (at least one node); the stricter of the two caps applies. Null sets no percentage cap."
   type        = number
   default     = null
-
-  validation {
-    condition     = var.max_out_of_service_percent == null ? true : (var.max_out_of_service_percent >= 1 && var.max_out_of_service_percent <= 100 && floor(var.max_out_of_service_percent) == var.max_out_of_service_percent)
-    error_message = "max_out_of_service_percent must be null or a whole number from 1 to 100."
-  }
 }
 
 variable "fencing_mode" {
   description = "FENCING_MODE: taint (the out-of-service taint, Kubernetes 1.26 and later), legacy (force-delete the node's pods and VolumeAttachments, for older clusters), or auto (pick by the API server's version)."
   type        = string
   default     = "auto"
-
-  validation {
-    condition     = contains(["auto", "taint", "legacy"], var.fencing_mode)
-    error_message = "fencing_mode must be \"auto\", \"taint\" or \"legacy\"."
-  }
 }
 
 variable "control_namespace" {
   description = "CONTROL_NAMESPACE: namespace of the service's Lease and kill-switch ConfigMap, both named node-fencer. The Role and RoleBinding of infra/kubernetes/rbac.yaml live in kube-system: for another namespace, apply them there (the kubernetes-rbac module's control_namespace)."
   type        = string
   default     = "kube-system"
-
-  validation {
-    condition     = can(regex("^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$", var.control_namespace))
-    error_message = "control_namespace must be a namespace name: up to 63 lowercase letters, digits and '-', starting and ending with a letter or digit."
-  }
 }
 
 # The request timeout is the sum of the waits one request may make (see
 # local.request_timeout_seconds in main.tf), and it is also the push
 # subscription's acknowledgement deadline, which Pub/Sub caps at 600 s: the
-# four bounds below split those 600 s between them.
+# bounds below keep each wait within reason, and a plan whose waits add up
+# to more than 600 s fails.
+
+variable "detach_disks_per_node" {
+  description = "How many Persistent Disks of one node the request timeout allows for: the service detaches a node's disks one after the other and follows each detach operation for up to 60 s. A node with more disks is finished by a later delivery (the service bounds its work by the request's remaining time). Counts toward Pub/Sub's 600 s with the waits."
+  type        = number
+  default     = 4
+
+  validation {
+    condition     = var.detach_disks_per_node >= 1 && var.detach_disks_per_node <= 8 && floor(var.detach_disks_per_node) == var.detach_disks_per_node
+    error_message = "detach_disks_per_node must be a whole number from 1 to 8 (nine detach operations with the Lease and the calls around them would pass Pub/Sub's 600 s)."
+  }
+}
 
 variable "confirm_again_after_seconds" {
   description = "CONFIRM_AGAIN_AFTER_SECONDS: ask Compute Engine a second time, after this delay, that the VM is still off before acting; 0 acts on the first answer. The code accepts up to 300; at most 120 here keeps the request within Pub/Sub's 600 s acknowledgement deadline."
@@ -253,22 +277,12 @@ variable "recovery" {
   description = "RECOVERY: auto ends a fencing once the VM runs, the node is Ready and settled and no attachment of ours remains; manual also waits for an operator to confirm the node healthy (node-fencer recover --confirm NODE)."
   type        = string
   default     = "auto"
-
-  validation {
-    condition     = contains(["auto", "manual"], var.recovery)
-    error_message = "recovery must be \"auto\" or \"manual\"."
-  }
 }
 
 variable "log_format" {
   description = "LOG_FORMAT of the service's log lines: json (one JSON object a line, which Cloud Logging reads as a structured entry) or text."
   type        = string
   default     = "json"
-
-  validation {
-    condition     = contains(["json", "text"], var.log_format)
-    error_message = "log_format must be \"json\" or \"text\"."
-  }
 }
 
 variable "log_level" {
@@ -282,7 +296,7 @@ variable "log_level" {
 ################################################################################
 
 variable "push_audience" {
-  description = "PUSH_AUDIENCE: the audience of the OIDC tokens the push subscription presents, which the service checks on /pubsub. A constant rather than the service's URL, which is known only once the service exists."
+  description = "PUSH_AUDIENCE: the audience of the OIDC tokens the push subscription and the sweep present, which the service checks on /pubsub and /sweep. A constant of the module's choosing."
   type        = string
   default     = "node-fencer"
 
@@ -293,7 +307,7 @@ variable "push_audience" {
 }
 
 variable "instance_name_prefix" {
-  description = "Only audit log entries of VMs whose name starts with this reach the service. Null: the GKE node prefix gke-<cluster_name>- (for a name longer than 16 characters, gke- and its first 16 characters, as GKE shortens long cluster names in its VM names). \"\" lets every VM of the project through (the service ignores VMs that are no node of its cluster, at the cost of a request each); set it for Autopilot nodes (gk3-) or nodes named otherwise."
+  description = "The cluster's node VMs: only audit log entries of VMs whose name starts with this reach the service, and the service account may detach disks only from such VMs (an IAM condition on the VM's name). Null: the GKE node prefix gke-<cluster_name>- (for a name longer than 16 characters, gke- and its first 16 characters, as GKE shortens long cluster names in its VM names). \"\" lets every VM of the project through and grants the detach on every VM (the service ignores VMs that are no node of its cluster, at the cost of a request each); set it for Autopilot nodes (gk3-) or nodes named otherwise."
   type        = string
   default     = null
 
@@ -312,6 +326,12 @@ variable "max_delivery_attempts" {
     condition     = var.max_delivery_attempts >= 5 && var.max_delivery_attempts <= 100 && floor(var.max_delivery_attempts) == var.max_delivery_attempts
     error_message = "max_delivery_attempts must be a whole number from 5 to 100 (Pub/Sub's range)."
   }
+}
+
+variable "push_audience_list" {
+  description = "Pass PUSH_AUDIENCE as the list of every audience the module's requests carry (comma-separated): push_audience, and with eventarc the URL of the events service with and without /eventarc, which Eventarc's tokens name. Needs a node-fencer release that reads PUSH_AUDIENCE as a list. False passes push_audience alone, which earlier versions need (they accept Eventarc's tokens by the request's Host header)."
+  type        = bool
+  default     = false
 }
 
 variable "eventarc" {

@@ -1,3 +1,23 @@
+# The fencing policy both platforms share: validated once there, rendered as
+# the environment the binary reads (infra/modules/settings).
+module "settings" {
+  source = "../settings"
+
+  dry_run                       = var.dry_run
+  out_of_service_no_schedule    = var.out_of_service_no_schedule
+  max_out_of_service            = var.max_out_of_service
+  max_out_of_service_percent    = var.max_out_of_service_percent
+  fencing_mode                  = var.fencing_mode
+  control_namespace             = var.control_namespace
+  confirm_again_after_seconds   = var.confirm_again_after_seconds
+  volume_detach_timeout_seconds = var.volume_detach_timeout_seconds
+  not_ready_wait_seconds        = var.not_ready_wait_seconds
+  recovery_settle_seconds       = var.recovery_settle_seconds
+  recovery                      = var.recovery
+  log_format                    = var.log_format
+  log_level                     = var.log_level
+}
+
 data "aws_caller_identity" "current" {}
 
 data "aws_partition" "current" {}
@@ -37,6 +57,18 @@ locals {
     local.eks_mode ? { key = "kubernetes.io/cluster/${var.cluster_name}", value = "owned" } : null
   )
 
+  # Active fencing without power_off_control_plane: the role may not stop an
+  # instance tagged as control plane (see the api policy's Deny statements).
+  deny_control_plane_stop = var.active_fencing && !var.power_off_control_plane
+
+  # The tag a volume must carry for the role to detach it: this cluster's
+  # own, as the EBS CSI driver writes it with --k8s-tag-cluster-id, or the
+  # one given (by default the driver's tag of every cluster's volumes).
+  detach_volume_tag = var.detach_volume_cluster_id != null ? { key = "kubernetes.io/cluster/${var.detach_volume_cluster_id}", value = "owned" } : {
+    key   = var.detach_volume_tag_key
+    value = var.detach_volume_tag_value
+  }
+
   # EC2 states the function acts on: stopped and terminated to fence; running to
   # end a fencing, once the node is Ready again and has settled.
   instance_states = ["stopped", "terminated", "running"]
@@ -69,22 +101,8 @@ locals {
   )
 
   environment = merge(
-    {
-      DRY_RUN                       = tostring(var.dry_run)
-      FENCE_HIBERNATED              = tostring(var.fence_hibernated)
-      OUT_OF_SERVICE_NO_SCHEDULE    = tostring(var.out_of_service_no_schedule)
-      MAX_OUT_OF_SERVICE            = tostring(var.max_out_of_service)
-      FENCING_MODE                  = var.fencing_mode
-      CONFIRM_AGAIN_AFTER_SECONDS   = tostring(var.confirm_again_after_seconds)
-      VOLUME_DETACH_TIMEOUT_SECONDS = tostring(var.volume_detach_timeout_seconds)
-      RECOVERY_SETTLE_SECONDS       = tostring(var.recovery_settle_seconds)
-      RECOVERY                      = var.recovery
-      NOT_READY_WAIT_SECONDS        = tostring(var.not_ready_wait_seconds)
-      CONTROL_NAMESPACE             = var.control_namespace
-      LOG_FORMAT                    = var.log_format
-      RUST_LOG                      = var.log_level
-    },
-    var.max_out_of_service_percent != null ? { MAX_OUT_OF_SERVICE_PERCENT = tostring(var.max_out_of_service_percent) } : {},
+    module.settings.environment,
+    { FENCE_HIBERNATED = tostring(var.fence_hibernated) },
     var.cluster_vpc_id != null ? { CLUSTER_VPC_ID = var.cluster_vpc_id } : {},
     var.cluster_vpc_id != null && var.cluster_tag != null ? { CLUSTER_TAG = var.cluster_tag } : {},
     local.eks_mode ? { CLUSTER_NAME = var.cluster_name } : {},
@@ -101,6 +119,8 @@ locals {
       POWER_OFF_WAIT_SECONDS  = tostring(var.power_off_wait_seconds)
       PARTITION_PERCENT       = tostring(var.partition_percent)
     } : {},
+    # Unset is false: passed only to allow it.
+    var.active_fencing && var.power_off_control_plane ? { POWER_OFF_CONTROL_PLANE = "true" } : {},
   )
 
   alarm_actions = var.alarm_sns_topic_arn != null ? [var.alarm_sns_topic_arn] : []
@@ -552,12 +572,12 @@ data "aws_iam_policy_document" "api" {
     resources = ["arn:${local.partition}:ec2:${local.region}:${local.account_id}:volume/*"]
 
     dynamic "condition" {
-      for_each = var.detach_volume_require_tag ? [true] : []
+      for_each = var.detach_volume_require_tag ? [local.detach_volume_tag] : []
 
       content {
         test     = "StringEquals"
-        variable = "aws:ResourceTag/${var.detach_volume_tag_key}"
-        values   = [var.detach_volume_tag_value]
+        variable = "aws:ResourceTag/${condition.value.key}"
+        values   = [condition.value.value]
       }
     }
   }
@@ -604,6 +624,27 @@ data "aws_iam_policy_document" "api" {
 
       condition {
         test     = "StringEquals"
+        variable = "aws:ResourceTag/${statement.value.key}"
+        values   = [statement.value.value]
+      }
+    }
+  }
+
+  # Active fencing: never a control-plane machine unless power_off_control_plane
+  # allows it. The code makes that decision; this Deny, which no Allow
+  # overrides, holds should a decision ever be wrong. One statement per tag,
+  # as every condition of one statement must hold for it to apply.
+  dynamic "statement" {
+    for_each = local.deny_control_plane_stop ? var.control_plane_instance_tags : []
+
+    content {
+      sid       = "DenyStopControlPlane${statement.key}"
+      effect    = "Deny"
+      actions   = ["ec2:StopInstances"]
+      resources = ["arn:${local.partition}:ec2:${local.region}:${local.account_id}:instance/*"]
+
+      condition {
+        test     = "StringLike"
         variable = "aws:ResourceTag/${statement.value.key}"
         values   = [statement.value.value]
       }

@@ -101,6 +101,10 @@ variable "tags" {
 # Behaviour (environment of the function)
 ################################################################################
 
+# Passed unchanged to the settings module both platforms share
+# (infra/modules/settings), which validates them and renders the environment;
+# only the waits are validated here, bounded to fit this platform's time limit.
+
 variable "dry_run" {
   description = "DRY_RUN: when true the function decides and reports, but never taints a node or detaches a volume."
   type        = bool
@@ -123,44 +127,24 @@ variable "max_out_of_service" {
   description = "MAX_OUT_OF_SERVICE: how many nodes of the cluster may carry the out-of-service taint at once; past it the function refuses to fence more."
   type        = number
   default     = 3
-
-  validation {
-    condition     = var.max_out_of_service >= 1 && var.max_out_of_service <= 1000 && floor(var.max_out_of_service) == var.max_out_of_service
-    error_message = "max_out_of_service must be a whole number from 1 to 1000."
-  }
 }
 
 variable "max_out_of_service_percent" {
   description = "MAX_OUT_OF_SERVICE_PERCENT: also cap the nodes carrying the out-of-service taint at this share of all the cluster's nodes (at least one node); the stricter of the two caps applies. Null sets no percentage cap."
   type        = number
   default     = null
-
-  validation {
-    condition     = var.max_out_of_service_percent == null ? true : (var.max_out_of_service_percent >= 1 && var.max_out_of_service_percent <= 100 && floor(var.max_out_of_service_percent) == var.max_out_of_service_percent)
-    error_message = "max_out_of_service_percent must be null or a whole number from 1 to 100."
-  }
 }
 
 variable "fencing_mode" {
   description = "FENCING_MODE: taint (the out-of-service taint, Kubernetes 1.26 and later), legacy (force-delete the node's pods and VolumeAttachments, for older clusters), or auto (pick by the API server's version)."
   type        = string
   default     = "auto"
-
-  validation {
-    condition     = contains(["auto", "taint", "legacy"], var.fencing_mode)
-    error_message = "fencing_mode must be \"auto\", \"taint\" or \"legacy\"."
-  }
 }
 
 variable "control_namespace" {
   description = "CONTROL_NAMESPACE: namespace of the function's Lease and kill-switch ConfigMap, both named node-fencer. The Role and RoleBinding of infra/kubernetes/rbac.yaml live in kube-system: for another namespace, apply them there (the kubernetes-rbac module's control_namespace), or the function cannot take the Lease."
   type        = string
   default     = "kube-system"
-
-  validation {
-    condition     = can(regex("^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$", var.control_namespace))
-    error_message = "control_namespace must be a namespace name: up to 63 lowercase letters, digits and '-', starting and ending with a letter or digit."
-  }
 }
 
 # The function timeout is the sum of the waits one invocation may make (see
@@ -217,22 +201,12 @@ variable "recovery" {
   description = "RECOVERY: auto ends a fencing once the instance runs, the node is Ready and settled and no attachment of ours remains; manual also waits for an operator to confirm the node healthy (node-fencer recover --confirm NODE, or the direct invocation {\"action\": \"recover\", \"node\": NODE, \"confirm\": true})."
   type        = string
   default     = "auto"
-
-  validation {
-    condition     = contains(["auto", "manual"], var.recovery)
-    error_message = "recovery must be \"auto\" or \"manual\"."
-  }
 }
 
 variable "log_format" {
   description = "LOG_FORMAT of the function's own log lines: json (one JSON object a line, for CloudWatch Logs Insights) or text. The Lambda platform log format follows it."
   type        = string
   default     = "json"
-
-  validation {
-    condition     = contains(["json", "text"], var.log_format)
-    error_message = "log_format must be \"json\" or \"text\"."
-  }
 }
 
 variable "log_level" {
@@ -295,6 +269,30 @@ variable "power_off_instance_tag" {
   validation {
     condition     = var.power_off_instance_tag == null ? true : (length(var.power_off_instance_tag.key) >= 1 && length(var.power_off_instance_tag.key) <= 128 && length(var.power_off_instance_tag.value) <= 256)
     error_message = "power_off_instance_tag must be null or a tag: key of 1-128 characters, value of up to 256."
+  }
+}
+
+variable "power_off_control_plane" {
+  description = "POWER_OFF_CONTROL_PLANE, with active_fencing: allow the power-off of a Node with the control-plane role (self-managed clusters: kOps, kubeadm, Cluster API). False (the default) leaves POWER_OFF_CONTROL_PLANE unset, which the code takes as false, and adds to the role a Deny of ec2:StopInstances on every instance carrying one of control_plane_instance_tags, so that not even a mistaken decision can stop one; true sets POWER_OFF_CONTROL_PLANE=true and drops that Deny. Needs a node-fencer release that reads POWER_OFF_CONTROL_PLANE."
+  type        = bool
+  default     = false
+}
+
+variable "control_plane_instance_tags" {
+  description = "With active_fencing and not power_off_control_plane: the tags that mark a control-plane instance, each {key, value} where value may hold IAM's * and ? wildcards (\"*\": any value); ec2:StopInstances is denied on an instance carrying any of them. The default covers kOps (k8s.io/role/control-plane = 1, and the earlier k8s.io/role/master = 1, which kOps still writes beside it) and Cluster API's AWS provider (sigs.k8s.io/cluster-api-provider-aws/role = control-plane). kubeadm tags nothing: add the tag your own provisioning puts on control-plane instances. EKS runs its control plane outside the account: nothing to add."
+  type = list(object({
+    key   = string
+    value = string
+  }))
+  default = [
+    { key = "k8s.io/role/control-plane", value = "*" },
+    { key = "k8s.io/role/master", value = "*" },
+    { key = "sigs.k8s.io/cluster-api-provider-aws/role", value = "control-plane" },
+  ]
+
+  validation {
+    condition     = alltrue([for tag in var.control_plane_instance_tags : length(tag.key) >= 1 && length(tag.key) <= 128 && length(tag.value) >= 1 && length(tag.value) <= 256])
+    error_message = "control_plane_instance_tags must be tags {key, value}: key of 1-128 characters, value of 1-256 (\"*\" for any value)."
   }
 }
 
@@ -383,7 +381,7 @@ variable "detach_volume_require_tag" {
 }
 
 variable "detach_volume_tag_key" {
-  description = "Tag key a volume must carry to be detachable (see detach_volume_require_tag). The EBS CSI driver sets ebs.csi.aws.com/cluster = true on every volume it creates."
+  description = "Tag key a volume must carry to be detachable (see detach_volume_require_tag). The EBS CSI driver sets ebs.csi.aws.com/cluster = true on every volume it creates, in every cluster of the account: for a condition of this cluster's own, see detach_volume_cluster_id."
   type        = string
   default     = "ebs.csi.aws.com/cluster"
 }
@@ -392,6 +390,17 @@ variable "detach_volume_tag_value" {
   description = "Value of detach_volume_tag_key a volume must carry to be detachable."
   type        = string
   default     = "true"
+}
+
+variable "detach_volume_cluster_id" {
+  description = "The cluster id the EBS CSI driver tags its volumes with, to allow ec2:DetachVolume only on this cluster's volumes: the driver's --k8s-tag-cluster-id=<id> (Helm controller.k8sTagClusterId) tags every volume it creates kubernetes.io/cluster/<id> = owned (and KubernetesCluster = <id>), as the in-tree plugin tagged its own. When set, the condition keys on kubernetes.io/cluster/<id> = owned instead of detach_volume_tag_key and detach_volume_tag_value. Null keeps those (by default the driver's ebs.csi.aws.com/cluster = true, which every cluster's volumes carry)."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.detach_volume_cluster_id == null ? true : (length(var.detach_volume_cluster_id) >= 1 && length(var.detach_volume_cluster_id) <= 107)
+    error_message = "detach_volume_cluster_id must be null or the driver's cluster id: 1-107 characters (kubernetes.io/cluster/ and it make a tag key of at most 128)."
+  }
 }
 
 ################################################################################

@@ -33,28 +33,60 @@ run "defaults" {
   command = plan
 
   assert {
-    condition     = google_cloud_run_v2_service.this.template[0].timeout == "270s" && google_pubsub_subscription.push.ack_deadline_seconds == 270
-    error_message = "the default waits sum to 270 s, the request timeout and the acknowledgement deadline"
+    condition     = google_cloud_run_v2_service.this["events"].template[0].timeout == "450s" && google_cloud_run_v2_service.this["webhook"].template[0].timeout == "450s" && google_pubsub_subscription.push.ack_deadline_seconds == 450
+    error_message = "one node's worst case with the defaults, 60 + 30 + 0 + 4 x 60 + 60 + 30 + 30 = 450 s, is both services' request timeout and the acknowledgement deadline"
   }
   assert {
-    condition     = one([for e in google_cloud_run_v2_service.this.template[0].containers[0].env : e.value if e.name == "GKE_CLUSTER"]) == "projects/my-project/locations/europe-west1/clusters/prod"
+    condition     = one([for e in google_cloud_run_v2_service.this["events"].template[0].containers[0].env : e.value if e.name == "GKE_CLUSTER"]) == "projects/my-project/locations/europe-west1/clusters/prod"
     error_message = "GKE_CLUSTER names the cluster"
   }
   assert {
-    condition     = one([for e in google_cloud_run_v2_service.this.template[0].containers[0].env : e.value if e.name == "CLUSTER_ENDPOINT"]) == "https://203.0.113.10"
+    condition     = one([for e in google_cloud_run_v2_service.this["events"].template[0].containers[0].env : e.value if e.name == "CLUSTER_ENDPOINT"]) == "https://203.0.113.10"
     error_message = "CLUSTER_ENDPOINT is the endpoint's https URL"
   }
   assert {
-    condition     = google_cloud_run_v2_service.this.ingress == "INGRESS_TRAFFIC_ALL" && google_cloud_run_v2_service_iam_member.public.member == "allUsers"
-    error_message = "Alertmanager reaches the service: ingress from everywhere, invoker allUsers"
+    condition     = google_cloud_run_v2_service.this["webhook"].ingress == "INGRESS_TRAFFIC_ALL" && google_cloud_run_v2_service_iam_member.public.name == "node-fencer-webhook" && google_cloud_run_v2_service_iam_member.public.member == "allUsers"
+    error_message = "Alertmanager reaches the webhook service: ingress from everywhere, invoker allUsers"
   }
   assert {
-    condition     = google_cloud_run_v2_service.this.template[0].scaling[0].min_instance_count == 0 && google_cloud_run_v2_service.this.template[0].scaling[0].max_instance_count == 3
+    condition     = google_cloud_run_v2_service.this["events"].template[0].scaling[0].min_instance_count == 0 && google_cloud_run_v2_service.this["events"].template[0].scaling[0].max_instance_count == 3
     error_message = "no idle instance, three at most"
   }
   assert {
-    condition     = google_cloud_run_v2_service.this.template[0].containers[0].resources[0].cpu_idle == true && google_cloud_run_v2_service.this.template[0].containers[0].args == tolist(["serve"])
+    condition     = google_cloud_run_v2_service.this["events"].template[0].containers[0].resources[0].cpu_idle == true && google_cloud_run_v2_service.this["events"].template[0].containers[0].args == tolist(["serve"])
     error_message = "CPU only during requests; the binary runs as an HTTP server"
+  }
+  assert {
+    condition     = google_cloud_run_v2_service_iam_member.push.name == "node-fencer" && google_cloud_run_v2_service_iam_member.push.role == "roles/run.invoker"
+    error_message = "the events service: only the push account (push subscription, sweep, Eventarc) may invoke it"
+  }
+  assert {
+    condition     = google_cloud_run_v2_service.this["webhook"].template[0].scaling[0].max_instance_count == 1 && google_cloud_run_v2_service.this["webhook"].template[0].max_instance_request_concurrency == 10 && google_cloud_run_v2_service.this["events"].template[0].max_instance_request_concurrency == 10
+    error_message = "the webhook service scales on its own: one instance by default"
+  }
+  assert {
+    condition     = google_cloud_run_v2_service.this["webhook"].template[0].containers[0].image == google_cloud_run_v2_service.this["events"].template[0].containers[0].image && google_cloud_run_v2_service.this["webhook"].template[0].containers[0].args == tolist(["serve"])
+    error_message = "one image, run as serve, for both"
+  }
+  assert {
+    condition     = alltrue([for svc in google_cloud_run_v2_service.this : !contains([for e in svc.template[0].containers[0].env : e.name], "SERVE_ROUTES")])
+    error_message = "SERVE_ROUTES only with serve_routes"
+  }
+  assert {
+    condition     = google_cloud_scheduler_job.sweep[0].http_target[0].oidc_token[0].service_account_email == "node-fencer-push@my-project.iam.gserviceaccount.com" && google_pubsub_subscription.push.push_config[0].oidc_token[0].service_account_email == "node-fencer-push@my-project.iam.gserviceaccount.com"
+    error_message = "the push subscription and the sweep call as the push account"
+  }
+  assert {
+    condition     = google_project_iam_custom_role.node_vms.permissions == toset(["compute.instances.detachDisk"]) && !contains(tolist(google_project_iam_custom_role.this.permissions), "compute.instances.detachDisk")
+    error_message = "the detach is granted apart from the reads"
+  }
+  assert {
+    condition     = google_project_iam_member.node_vms.condition[0].expression == "resource.type == \"compute.googleapis.com/Instance\" && resource.name.extract(\"/instances/{name}\").startsWith(\"gke-prod-\")" && length(google_project_iam_member.this.condition) == 0
+    error_message = "the detach on the cluster's node VMs only, by name; the reads project-wide"
+  }
+  assert {
+    condition     = one([for e in google_cloud_run_v2_service.this["events"].template[0].containers[0].env : e.value if e.name == "PUSH_AUDIENCE"]) == "node-fencer"
+    error_message = "PUSH_AUDIENCE is push_audience alone unless push_audience_list"
   }
   assert {
     condition     = length(google_eventarc_trigger.stop) == 0 && length(google_project_iam_member.push_event_receiver) == 0
@@ -93,16 +125,17 @@ run "eventarc_an_own_secret_a_zonal_cluster_vpc_egress_and_the_longest_waits" {
     confirm_again_after_seconds   = 120
     volume_detach_timeout_seconds = 120
     recovery_settle_seconds       = 60
+    detach_disks_per_node         = 2
     vpc_network                   = "projects/my-project/global/networks/prod"
     vpc_subnetwork                = "projects/my-project/regions/europe-west1/subnetworks/prod"
   }
 
   assert {
-    condition     = google_cloud_run_v2_service.this.template[0].timeout == "600s" && google_pubsub_subscription.push.ack_deadline_seconds == 600
-    error_message = "the longest waits sum to Pub/Sub's 600 s"
+    condition     = google_cloud_run_v2_service.this["events"].template[0].timeout == "600s" && google_pubsub_subscription.push.ack_deadline_seconds == 600
+    error_message = "120 + 30 + 120 + 2 x 60 + 120 + 60 + 30 fill Pub/Sub's 600 s"
   }
   assert {
-    condition     = google_cloud_run_v2_service.this.template[0].vpc_access[0].egress == "PRIVATE_RANGES_ONLY" && google_cloud_run_v2_service.this.template[0].vpc_access[0].network_interfaces[0].subnetwork == "projects/my-project/regions/europe-west1/subnetworks/prod"
+    condition     = google_cloud_run_v2_service.this["events"].template[0].vpc_access[0].egress == "PRIVATE_RANGES_ONLY" && google_cloud_run_v2_service.this["events"].template[0].vpc_access[0].network_interfaces[0].subnetwork == "projects/my-project/regions/europe-west1/subnetworks/prod"
     error_message = "private ranges through the VPC"
   }
 
@@ -119,11 +152,11 @@ run "eventarc_an_own_secret_a_zonal_cluster_vpc_egress_and_the_longest_waits" {
     error_message = "the given secret: nothing generated, read access to that one"
   }
   assert {
-    condition     = one([for e in google_cloud_run_v2_service.this.template[0].containers[0].env : e.value_source[0].secret_key_ref[0].version if e.name == "WEBHOOK_TOKEN"]) == "latest"
+    condition     = one([for e in google_cloud_run_v2_service.this["events"].template[0].containers[0].env : e.value_source[0].secret_key_ref[0].version if e.name == "WEBHOOK_TOKEN"]) == "latest"
     error_message = "a given secret is read at its latest version"
   }
   assert {
-    condition     = one([for e in google_cloud_run_v2_service.this.template[0].containers[0].env : e.value if e.name == "GKE_CLUSTER"]) == "projects/my-project/locations/europe-west1-b/clusters/prod"
+    condition     = one([for e in google_cloud_run_v2_service.this["events"].template[0].containers[0].env : e.value if e.name == "GKE_CLUSTER"]) == "projects/my-project/locations/europe-west1-b/clusters/prod"
     error_message = "GKE_CLUSTER names the zonal cluster by its zone"
   }
 }
@@ -154,7 +187,98 @@ run "an_empty_prefix_takes_every_vm" {
   }
 }
 
+run "the_new_code_switches_set_serve_routes_and_every_audience" {
+  command = plan
+
+  variables {
+    eventarc           = true
+    serve_routes       = true
+    push_audience_list = true
+  }
+
+  assert {
+    condition     = one([for e in google_cloud_run_v2_service.this["events"].template[0].containers[0].env : e.value if e.name == "SERVE_ROUTES"]) == "events" && one([for e in google_cloud_run_v2_service.this["webhook"].template[0].containers[0].env : e.value if e.name == "SERVE_ROUTES"]) == "alertmanager"
+    error_message = "each service answers its own routes"
+  }
+  assert {
+    condition     = one([for e in google_cloud_run_v2_service.this["events"].template[0].containers[0].env : e.value if e.name == "PUSH_AUDIENCE"]) == "node-fencer,https://node-fencer-987654321098.europe-west1.run.app,https://node-fencer-987654321098.europe-west1.run.app/eventarc"
+    error_message = "PUSH_AUDIENCE lists the push subscription's audience and the URLs Eventarc's tokens name"
+  }
+  assert {
+    condition     = google_pubsub_subscription.push.push_config[0].oidc_token[0].audience == "node-fencer" && output.push_audiences[0] == "node-fencer"
+    error_message = "the push subscription's own audience is among them"
+  }
+}
+
+run "serve_routes_without_eventarc_lists_one_audience" {
+  command = plan
+
+  variables {
+    push_audience_list = true
+  }
+
+  assert {
+    condition     = one([for e in google_cloud_run_v2_service.this["events"].template[0].containers[0].env : e.value if e.name == "PUSH_AUDIENCE"]) == "node-fencer"
+    error_message = "without Eventarc, only the push subscription's and the sweep's audience"
+  }
+}
+
+run "an_empty_prefix_grants_the_detach_on_every_vm" {
+  command = plan
+
+  variables {
+    instance_name_prefix = ""
+  }
+
+  assert {
+    condition     = length(google_project_iam_member.node_vms.condition) == 0
+    error_message = "no condition: every VM of the project"
+  }
+}
+
+run "a_long_cluster_name_scopes_the_detach_to_its_first_16_characters" {
+  command = plan
+
+  variables {
+    cluster_name = "payments-production-eu"
+  }
+
+  assert {
+    condition     = strcontains(google_project_iam_member.node_vms.condition[0].expression, ".startsWith(\"gke-payments-product\")")
+    error_message = "the same prefix as the sink's"
+  }
+}
+
+run "eight_disks_fit_with_short_waits" {
+  command = plan
+
+  variables {
+    detach_disks_per_node       = 8
+    not_ready_wait_seconds      = 0
+    confirm_again_after_seconds = 0
+    recovery_settle_seconds     = 0
+  }
+
+  assert {
+    condition     = google_cloud_run_v2_service.this["events"].template[0].timeout == "600s"
+    error_message = "0 + 30 + 0 + 8 x 60 + 60 + 0 + 30 = 600 s"
+  }
+}
+
 # --- preconditions ------------------------------------------------------------------
+
+run "waits_beyond_pubsubs_600_seconds_are_refused" {
+  command = plan
+
+  variables {
+    not_ready_wait_seconds        = 120
+    confirm_again_after_seconds   = 120
+    volume_detach_timeout_seconds = 120
+    recovery_settle_seconds       = 60
+  }
+
+  expect_failures = [google_cloud_run_v2_service.this]
+}
 
 run "a_network_without_a_subnetwork" {
   command = plan
@@ -174,29 +298,26 @@ run "out_of_range_values_are_refused" {
   command = plan
 
   variables {
-    name                             = "fence"
-    project_id                       = "My_Project"
-    image                            = " "
-    max_instances                    = 0
-    max_instance_request_concurrency = 0
-    cluster_name                     = "Prod"
-    cluster_location                 = "europe"
-    cluster_endpoint                 = "http://203.0.113.10"
-    cluster_ca_data                  = "not base64!"
-    max_out_of_service               = 0
-    max_out_of_service_percent       = 101
-    fencing_mode                     = "drain"
-    control_namespace                = "Kube_System"
-    recovery                         = "never"
-    log_format                       = "xml"
-    confirm_again_after_seconds      = 121
-    volume_detach_timeout_seconds    = 121
-    not_ready_wait_seconds           = 121
-    recovery_settle_seconds          = 61
-    push_audience                    = ""
-    instance_name_prefix             = "GKE-"
-    max_delivery_attempts            = 4
-    webhook_token_secret_id          = "alertmanager-token"
+    name                                     = "fence"
+    project_id                               = "My_Project"
+    image                                    = " "
+    max_instances                            = 0
+    max_instance_request_concurrency         = 0
+    cluster_name                             = "Prod"
+    cluster_location                         = "europe"
+    cluster_endpoint                         = "http://203.0.113.10"
+    cluster_ca_data                          = "not base64!"
+    confirm_again_after_seconds              = 121
+    volume_detach_timeout_seconds            = 121
+    not_ready_wait_seconds                   = 121
+    recovery_settle_seconds                  = 61
+    push_audience                            = ""
+    instance_name_prefix                     = "GKE-"
+    max_delivery_attempts                    = 4
+    webhook_token_secret_id                  = "alertmanager-token"
+    detach_disks_per_node                    = 9
+    webhook_max_instances                    = 0
+    webhook_max_instance_request_concurrency = 0
   }
 
   expect_failures = [
@@ -209,12 +330,6 @@ run "out_of_range_values_are_refused" {
     var.cluster_location,
     var.cluster_endpoint,
     var.cluster_ca_data,
-    var.max_out_of_service,
-    var.max_out_of_service_percent,
-    var.fencing_mode,
-    var.control_namespace,
-    var.recovery,
-    var.log_format,
     var.confirm_again_after_seconds,
     var.volume_detach_timeout_seconds,
     var.not_ready_wait_seconds,
@@ -223,6 +338,9 @@ run "out_of_range_values_are_refused" {
     var.instance_name_prefix,
     var.max_delivery_attempts,
     var.webhook_token_secret_id,
+    var.detach_disks_per_node,
+    var.webhook_max_instances,
+    var.webhook_max_instance_request_concurrency,
   ]
 }
 
@@ -233,11 +351,13 @@ run "the_other_bounds_are_refused" {
     name                          = "Node-Fencer"
     volume_detach_timeout_seconds = 0
     max_delivery_attempts         = 101
+    detach_disks_per_node         = 0
   }
 
   expect_failures = [
     var.name,
     var.volume_detach_timeout_seconds,
     var.max_delivery_attempts,
+    var.detach_disks_per_node,
   ]
 }

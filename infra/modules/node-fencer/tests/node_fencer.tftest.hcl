@@ -245,6 +245,105 @@ run "active_fencing_self_managed_with_a_tag" {
   }
 }
 
+run "active_fencing_denies_stopping_a_control_plane_instance" {
+  command = plan
+
+  variables {
+    active_fencing          = true
+    enable_alertmanager_url = false
+  }
+
+  assert {
+    condition     = length([for st in jsondecode(data.aws_iam_policy_document.api.json).Statement : st if st.Effect == "Deny" && st.Action == "ec2:StopInstances" && st.Resource == "arn:aws:ec2:eu-west-1:123456789012:instance/*"]) == 3
+    error_message = "one Deny of ec2:StopInstances for each control-plane tag"
+  }
+  assert {
+    condition     = strcontains(data.aws_iam_policy_document.api.json, "\"aws:ResourceTag/k8s.io/role/control-plane\": \"*\"") && strcontains(data.aws_iam_policy_document.api.json, "\"aws:ResourceTag/k8s.io/role/master\": \"*\"") && strcontains(data.aws_iam_policy_document.api.json, "\"aws:ResourceTag/sigs.k8s.io/cluster-api-provider-aws/role\": \"control-plane\"")
+    error_message = "kOps' tags, old and new, and Cluster API's, any value of kOps'"
+  }
+  assert {
+    condition     = !contains(keys(aws_lambda_function.this["main"].environment[0].variables), "POWER_OFF_CONTROL_PLANE")
+    error_message = "unset unless allowed: the code's default is false"
+  }
+}
+
+run "power_off_control_plane_drops_the_deny" {
+  command = plan
+
+  variables {
+    active_fencing          = true
+    power_off_control_plane = true
+    enable_alertmanager_url = false
+  }
+
+  assert {
+    condition     = length([for st in jsondecode(data.aws_iam_policy_document.api.json).Statement : st if st.Effect == "Deny"]) == 0
+    error_message = "allowed: no Deny"
+  }
+  assert {
+    condition     = aws_lambda_function.this["main"].environment[0].variables["POWER_OFF_CONTROL_PLANE"] == "true"
+    error_message = "allowed: POWER_OFF_CONTROL_PLANE=true"
+  }
+}
+
+run "an_operators_own_control_plane_tag" {
+  command = plan
+
+  variables {
+    active_fencing              = true
+    control_plane_instance_tags = [{ key = "node-role", value = "control-plane" }]
+    enable_alertmanager_url     = false
+  }
+
+  assert {
+    condition     = length([for st in jsondecode(data.aws_iam_policy_document.api.json).Statement : st if st.Effect == "Deny"]) == 1 && strcontains(data.aws_iam_policy_document.api.json, "\"aws:ResourceTag/node-role\": \"control-plane\"")
+    error_message = "the operator's tag alone"
+  }
+}
+
+run "power_off_control_plane_without_active_fencing_passes_nothing" {
+  command = plan
+
+  variables {
+    power_off_control_plane = true
+    enable_alertmanager_url = false
+  }
+
+  assert {
+    condition     = !contains(keys(aws_lambda_function.this["main"].environment[0].variables), "POWER_OFF_CONTROL_PLANE") && !strcontains(data.aws_iam_policy_document.api.json, "ec2:StopInstances")
+    error_message = "no power-off at all without active fencing"
+  }
+}
+
+# --- the detach scope ---------------------------------------------------------------
+
+run "the_detach_keys_on_the_drivers_tag_of_every_cluster_by_default" {
+  command = plan
+
+  variables {
+    enable_alertmanager_url = false
+  }
+
+  assert {
+    condition     = strcontains(data.aws_iam_policy_document.api.json, "\"aws:ResourceTag/ebs.csi.aws.com/cluster\": \"true\"")
+    error_message = "the EBS CSI driver's tag of every volume it creates"
+  }
+}
+
+run "the_detach_keys_on_this_clusters_tag_with_its_id" {
+  command = plan
+
+  variables {
+    detach_volume_cluster_id = "prod-eu"
+    enable_alertmanager_url  = false
+  }
+
+  assert {
+    condition     = strcontains(data.aws_iam_policy_document.api.json, "\"aws:ResourceTag/kubernetes.io/cluster/prod-eu\": \"owned\"") && !strcontains(data.aws_iam_policy_document.api.json, "ebs.csi.aws.com/cluster")
+    error_message = "the tag --k8s-tag-cluster-id writes, instead of the account-wide one"
+  }
+}
+
 run "active_fencing_self_managed_without_a_tag_is_refused" {
   command = plan
 
@@ -338,38 +437,6 @@ run "zero_webhook_reserved_concurrency" {
     webhook_reserved_concurrent_executions = 0
   }
   expect_failures = [var.webhook_reserved_concurrent_executions]
-}
-
-run "cap_above_1000" {
-  command = plan
-  variables {
-    max_out_of_service = 1001
-  }
-  expect_failures = [var.max_out_of_service]
-}
-
-run "percentage_above_100" {
-  command = plan
-  variables {
-    max_out_of_service_percent = 101
-  }
-  expect_failures = [var.max_out_of_service_percent]
-}
-
-run "fencing_mode_unknown" {
-  command = plan
-  variables {
-    fencing_mode = "force"
-  }
-  expect_failures = [var.fencing_mode]
-}
-
-run "control_namespace_not_a_name" {
-  command = plan
-  variables {
-    control_namespace = "Kube_System"
-  }
-  expect_failures = [var.control_namespace]
 }
 
 run "confirm_again_above_120" {
@@ -468,20 +535,20 @@ run "power_off_tag_without_a_key" {
   expect_failures = [var.power_off_instance_tag]
 }
 
-run "recovery_unknown" {
+run "control_plane_tag_without_a_key" {
   command = plan
   variables {
-    recovery = "never"
+    control_plane_instance_tags = [{ key = "", value = "*" }]
   }
-  expect_failures = [var.recovery]
+  expect_failures = [var.control_plane_instance_tags]
 }
 
-run "log_format_unknown" {
+run "detach_cluster_id_empty" {
   command = plan
   variables {
-    log_format = "logfmt"
+    detach_volume_cluster_id = ""
   }
-  expect_failures = [var.log_format]
+  expect_failures = [var.detach_volume_cluster_id]
 }
 
 run "vpc_id_malformed" {
