@@ -57,19 +57,19 @@ fuzz: setup ## every fuzz target for FUZZ_SECONDS each (default 20; a longer run
 
 # `make run` builds only what it runs: the stack's tools (`setup.sh --for-run`: no
 # test-only tools) and, side by side with them, the Rust binaries with cargo's
-# progress in view: local-run, and the function the emulator starts (node-fencer,
-# or node-fencer-gce with --cloud gce), so that its first invocation does not
-# compile in silence. Side by side because each leaves a core idle for long
+# progress in view: local-run, and the function the emulator starts (the
+# handler's main as the harness builds it, node-fencer-gce, on either cloud: one
+# feature set, so the dependency tree is built once), so that its first
+# invocation does not compile in silence. Side by side because each leaves a core idle for long
 # stretches (rustc on the AWS SDK's largest crates, the Go linker). local-run is
 # then started as built, not with `cargo run`: cargo would give it CARGO_MANIFEST_DIR
 # and CARGO_PKG_*, which the emulator's own cargo inherits, and ring's build script
 # reruns on a change of those, recompiling ring and what depends on it.
-RUN_FUNCTION = $(if $(findstring gce,$(ARGS)),-p node-fencer-tests --bin node-fencer-gce,-p node-fencer --bin node-fencer)
 run: ## the seed scenario on the local stack, node-fencer under the Lambda runtime emulator
 	@echo "==> make run: the stack's tools ([setup] lines) and the Rust binaries ([cargo] lines) build side by side, the first time only"
 	bash tests/stack/setup.sh --for-run 2>&1 | sed -u 's/^/[setup] /' & setup=$$!; \
-	{ echo "==> building local-run and the function (first time only: 15-20 min on 2 idle cores, most of it the AWS SDK, built for local-run and again with the function's features; later, seconds)"; \
-	  cargo build --locked -p node-fencer-tests --bin local-run && cargo build --locked $(RUN_FUNCTION); } 2>&1 | sed -u 's/^/[cargo] /' \
+	{ echo "==> building local-run and the function (first time only: about 10 min on 2 idle cores, most of it the AWS SDK; later, seconds)"; \
+	  cargo build --locked -p node-fencer-tests --bin local-run --bin node-fencer-gce; } 2>&1 | sed -u 's/^/[cargo] /' \
 	  || { wait $$setup || true; exit 1; }; \
 	wait $$setup
 	$(TOOLS) && "$$CARGO_TARGET_DIR/debug/local-run" $(ARGS)

@@ -87,6 +87,17 @@ pub fn start_gce_emulator(stack: &Stack, overrides: &[(&str, &str)]) -> anyhow::
     start_with(stack, &with, GCE)
 }
 
+/// [`start_emulator`] with the handler built as the harness builds it
+/// (`node-fencer-gce`, the same `main`): a run that builds the harness
+/// anyway (`make run`) builds the dependency tree once, not twice with two
+/// feature sets. The Lambda package itself is `make package`'s.
+pub fn start_harness_emulator(
+    stack: &Stack,
+    overrides: &[(&str, &str)],
+) -> anyhow::Result<Emulator> {
+    start_with(stack, overrides, GCE)
+}
+
 fn start(stack: &Stack) -> anyhow::Result<Emulator> {
     start_with(stack, &[], LAMBDA)
 }
@@ -149,7 +160,28 @@ fn start_with(
         bin = function.bin,
         pid = std::process::id()
     );
-    Command::new("setsid")
+    let mut emulator = Command::new("setsid");
+    // The variables cargo sets for this process (CARGO_MANIFEST_DIR,
+    // CARGO_PKG_*, ...) would reach the emulator's own cargo and its build
+    // scripts, which rebuild (ring's does) whenever they differ from the
+    // build before.
+    for (name, _) in std::env::vars_os() {
+        let name = name.to_string_lossy();
+        if [
+            "CARGO_MANIFEST_",
+            "CARGO_PKG_",
+            "CARGO_CRATE_",
+            "CARGO_BIN_",
+            "CARGO_PRIMARY_",
+            "CARGO_TARGET_TMPDIR",
+        ]
+        .iter()
+        .any(|p| name.starts_with(p))
+        {
+            emulator.env_remove(name.as_ref());
+        }
+    }
+    emulator
         .arg("bash")
         .arg("-c")
         .arg(script)

@@ -457,9 +457,9 @@ pub fn pod_ref(pod: &Pod, values: &[String]) -> Option<PodRef> {
         .iter()
         .filter_map(|v| {
             let ebs = v.aws_elastic_block_store.as_ref();
-            let named = ebs.map(|e| e.volume_id.as_str()).or_else(|| {
-                v.gce_persistent_disk.as_ref().map(|pd| pd.pd_name.as_str())
-            })?;
+            let named = ebs
+                .map(|e| e.volume_id.as_str())
+                .or_else(|| v.gce_persistent_disk.as_ref().map(|pd| pd.pd_name.as_str()))?;
             Some(named.rsplit('/').next().unwrap_or(named).to_owned())
         })
         .collect();

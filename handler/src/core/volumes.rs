@@ -299,22 +299,20 @@ pub fn plan_attachments(
 ) -> Vec<AttachmentAction> {
     attachments
         .iter()
-        .map(
-            |a| match kept_for(a, pods, pvs) {
-                Some(pod) => AttachmentAction::Keep {
-                    attachment: a.name.clone(),
-                    driver: a.driver.clone(),
-                    pv: a.pv.clone(),
-                    pod,
-                },
-                None => AttachmentAction::Delete {
-                    attachment: a.name.clone(),
-                    uid: a.uid.clone(),
-                    driver: a.driver.clone(),
-                    pv: a.pv.clone(),
-                },
+        .map(|a| match kept_for(a, pods, pvs) {
+            Some(pod) => AttachmentAction::Keep {
+                attachment: a.name.clone(),
+                driver: a.driver.clone(),
+                pv: a.pv.clone(),
+                pod,
             },
-        )
+            None => AttachmentAction::Delete {
+                attachment: a.name.clone(),
+                uid: a.uid.clone(),
+                driver: a.driver.clone(),
+                pv: a.pv.clone(),
+            },
+        })
         .collect()
 }
 

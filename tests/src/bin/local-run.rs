@@ -17,7 +17,7 @@ use node_fencer_tests::attacher::Driver;
 use node_fencer_tests::cluster::cluster_stack;
 use node_fencer_tests::fixtures::{event_time, fenced_at, node_events, volume};
 use node_fencer_tests::gce::fake_compute;
-use node_fencer_tests::lambda::{WEBHOOK_TOKEN, start_emulator, start_gce_emulator};
+use node_fencer_tests::lambda::{WEBHOOK_TOKEN, start_gce_emulator, start_harness_emulator};
 use node_fencer_tests::recovery_timeline::{self, Lane, Phase};
 use node_fencer_tests::scene::{
     eventbridge_event, kill_node2, kube_node_not_ready, node_taints, pods_left_on_node2,
@@ -92,7 +92,7 @@ async fn main() -> anyhow::Result<()> {
     let emu = if gce {
         start_gce_emulator(s, &[])?
     } else {
-        start_emulator(s, &[])?
+        start_harness_emulator(s, &[])?
     };
     // The emulator builds the function on its first invocation: a harmless
     // one (an instance EC2 does not know) gets that out of the way.

@@ -324,10 +324,7 @@ async fn the_inline_volume_of_a_pod_that_stays_stays_attached() {
             .attached_volume(&volume(2), &instance(1), "/dev/xvdbb");
         w.cluster
             .inline_attachment_of_staying_pod(NODE, &volume(2), "legacy-daemon");
-        let p = Policy {
-            mode,
-            ..policy()
-        };
+        let p = Policy { mode, ..policy() };
         let report = w.fence(&p).await.unwrap();
         let r = &report.results[0];
         assert!(!report.incomplete(), "{mode:?}: {report:#?}");
@@ -356,6 +353,9 @@ async fn the_inline_volume_of_a_pod_that_stays_stays_attached() {
             .any(|a| a.outcome == AttachmentOutcome::Kept);
         assert!(kept || kept_attachment, "{mode:?}: {r:#?}");
         // The other volume, of no staying pod, is freed.
-        assert_eq!(w.cloud.volume_state(&volume(1)), Some(VolumeState::Available));
+        assert_eq!(
+            w.cloud.volume_state(&volume(1)),
+            Some(VolumeState::Available)
+        );
     }
 }
