@@ -6,7 +6,7 @@ use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use node_fencer::core::facts::FenceMode;
-use node_fencer::core::facts::OUT_OF_SERVICE_KEY;
+use node_fencer::core::facts::{OUT_OF_SERVICE_KEY, OUT_OF_SERVICE_VALUE};
 use node_fencer::core::instance::{InstanceId, InstanceState};
 use node_fencer::core::kube_model::{
     self, ANNOTATION_INSTANCE, ANNOTATION_TAINT, Ending, Stamp, TaintPatch,
@@ -235,7 +235,8 @@ async fn a_retried_legacy_delete_never_hits_the_replacement() -> anyhow::Result<
     let name = unique("db");
     pods.create(&PostParams::default(), &pod_on(&dead, &name)?)
         .await?;
-    let listed = cluster.pods_on_node(&dead).await?;
+    let ours = [OUT_OF_SERVICE_VALUE.to_owned()];
+    let listed = cluster.pods_on_node(&dead, &ours).await?;
     let old = listed.iter().find(|p| p.name == name).cloned().unwrap();
     // The first delete went through; its answer was lost. The replacement
     // comes up on a healthy node under the same name.
