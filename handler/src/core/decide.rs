@@ -101,6 +101,15 @@ pub enum Skip {
     },
     /// The trigger asks for recovery, which the recovery check handles.
     RecoveryRequest,
+    /// Too little of the request's time is left to carry the step out (a
+    /// Cloud Run request, a Lambda invocation, ends at its deadline): left
+    /// for the retry the unfinished request brings.
+    OutOfTime {
+        /// Seconds left.
+        left_secs: u64,
+        /// Seconds the step may take.
+        needs_secs: u64,
+    },
 }
 
 impl Skip {
@@ -111,7 +120,10 @@ impl Skip {
             // NodeReady is only reached once EC2 confirmed the instance off:
             // Kubernetes has not noticed yet (node-monitor-grace-period), and
             // Lambda's retries after 1 and 2 minutes will find it NotReady.
-            Self::LookupFailed { .. } | Self::CapReached { .. } | Self::NodeReady => true,
+            Self::LookupFailed { .. }
+            | Self::CapReached { .. }
+            | Self::NodeReady
+            | Self::OutOfTime { .. } => true,
             // On its way off: EC2's state lags its own event by seconds, and
             // a retry after a minute finds it off.
             Self::InstanceNotOff { state } => state.is_stopping(),
@@ -141,6 +153,7 @@ impl Skip {
             Self::NodeReady => "node_ready",
             Self::CapReached { .. } => "cap_reached",
             Self::RecoveryRequest => "recovery_request",
+            Self::OutOfTime { .. } => "out_of_time",
         }
     }
 }
@@ -189,6 +202,13 @@ impl std::fmt::Display for Skip {
                 "refused: {out_of_service} node(s) already out of service, the limit is {limit}"
             ),
             Self::RecoveryRequest => f.write_str("asks for recovery, not fencing"),
+            Self::OutOfTime {
+                left_secs,
+                needs_secs,
+            } => write!(
+                f,
+                "{left_secs} s of the request's time are left, and the step may take {needs_secs} s: left for the retry"
+            ),
         }
     }
 }

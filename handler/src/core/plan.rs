@@ -565,6 +565,17 @@ impl NodeRun {
         }
     }
 
+    /// Too little of the request's time is left for this node's detaches:
+    /// nothing of the node's is freed now; the retry does it.
+    pub fn out_of_time(&mut self, left: Duration, needs: Duration) {
+        if self.stage == Stage::Tainted {
+            self.stage = Stage::DetachHeld(Skip::OutOfTime {
+                left_secs: left.as_secs(),
+                needs_secs: needs.as_secs(),
+            });
+        }
+    }
+
     /// The act stage starts: every volume to detach is pending until the
     /// detach is answered and the volume seen free.
     pub fn start_detaching(&mut self) {

@@ -3,6 +3,9 @@
 //! report is built from it once, at the end.
 
 use std::collections::HashMap;
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use crate::core::control::Switch;
 use crate::core::decide::Verdict;
@@ -39,10 +42,17 @@ pub(crate) struct Invocation<'p> {
     pub runs: Vec<NodeRun>,
     /// The recovery check's reports.
     pub recoveries: Vec<RecoveryReport>,
+    /// When the request that carries the run ends (a Cloud Run request's
+    /// timeout, a Lambda invocation's deadline); `None`: no bound but the
+    /// stages' own.
+    pub deadline: Option<Instant>,
     /// Reports settled before the decision (other clusters' machines).
     settled: Vec<NodeReport>,
     ignored: Vec<Ignored>,
 }
+
+/// What is kept of a request's time for the report and the answer.
+pub(crate) const ANSWER_RESERVE: Duration = Duration::from_secs(5);
 
 /// The decision over the suspects: one target per node, its verdict, and
 /// active fencing's report where it judged one.
@@ -71,8 +81,27 @@ impl<'p> Invocation<'p> {
             mode: None,
             runs: Vec::new(),
             recoveries: Vec::new(),
+            deadline: None,
             settled: Vec::new(),
             ignored: batch.ignored,
+        }
+    }
+
+    /// How much of the request's time is left for work (its answer's
+    /// reserve kept); `None` without a deadline.
+    pub(crate) fn left(&self) -> Option<Duration> {
+        self.deadline.map(|d| {
+            d.saturating_duration_since(Instant::now())
+                .saturating_sub(ANSWER_RESERVE)
+        })
+    }
+
+    /// `own`, or sooner when the request ends sooner: a wait never outlasts
+    /// the request.
+    pub(crate) fn until(&self, own: Instant) -> Instant {
+        match self.left() {
+            Some(left) => own.min(Instant::now() + left),
+            None => own,
         }
     }
 

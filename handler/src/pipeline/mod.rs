@@ -35,7 +35,20 @@ use stages::{act, admit, decide, discover, plan, power, screen, survey, verify};
 
 /// Runs the pipeline over one batch under `policy`.
 pub async fn run(ctx: &Ctx<'_>, policy: &Policy, batch: Batch) -> Result<Report, PipelineError> {
+    run_until(ctx, policy, batch, None).await
+}
+
+/// [`run`] within a request that ends at `deadline`: no wait outlasts it,
+/// and a step that may not finish in the time left is left for the retry
+/// the unfinished request brings.
+pub async fn run_until(
+    ctx: &Ctx<'_>,
+    policy: &Policy,
+    batch: Batch,
+    deadline: Option<tokio::time::Instant>,
+) -> Result<Report, PipelineError> {
     let mut inv = Invocation::new(policy, batch);
+    inv.deadline = deadline;
     // Another cluster's machine goes no further: nothing to ask Kubernetes.
     screen::run(ctx, &mut inv).await?;
     if inv.nothing_for_this_cluster() {

@@ -29,6 +29,7 @@ use view::{Candidate, Rules, View};
 
 /// Runs the recovery check over the fenced nodes and the requested ones.
 pub(crate) async fn run(ctx: &Ctx<'_>, inv: &mut Invocation<'_>) -> Result<(), PipelineError> {
+    let left = inv.left();
     let Invocation {
         policy,
         switch,
@@ -67,6 +68,8 @@ pub(crate) async fn run(ctx: &Ctx<'_>, inv: &mut Invocation<'_>) -> Result<(), P
         && !switch.is_on()
     {
         let pause = Duration::from_secs(u64::try_from(secs).unwrap_or(0)).min(rules.settle);
+        // Never past the request: a node not settled by then is the retry's.
+        let pause = left.map_or(pause, |left| pause.min(left));
         info!(
             wait_s = pause.as_secs(),
             "a requested node is Ready again; waiting out the settle delay"

@@ -22,6 +22,7 @@ use crate::core::metrics::{self, Dependency};
 use crate::core::plan::{DetachAnswer, NodeRun, Stage};
 use crate::pipeline::ctx::{Ctx, PARALLEL_NODES};
 use crate::pipeline::error::PipelineError;
+use crate::pipeline::invocation::ANSWER_RESERVE;
 use crate::pipeline::invocation::Invocation;
 use crate::pipeline::looks;
 use crate::pipeline::stages::{legacy, pods};
@@ -40,6 +41,9 @@ pub(crate) async fn run(ctx: &Ctx<'_>, inv: &mut Invocation<'_>) -> Result<(), P
         .collect();
     let again = inv.looks.again(ctx, &ids).await;
     let fence_hibernated = inv.policy.fence_hibernated;
+    let deadline = inv
+        .deadline
+        .map(|d| d.checked_sub(ANSWER_RESERVE).unwrap_or(d));
     for run in inv.runs.iter_mut().filter(|r| *r.stage() == Stage::Tainted) {
         let id = run.plan().map(|p| p.instance.id.clone());
         run.confirm_before_detach(id.and_then(|id| again.get(&id)), fence_hibernated);
@@ -54,7 +58,7 @@ pub(crate) async fn run(ctx: &Ctx<'_>, inv: &mut Invocation<'_>) -> Result<(), P
                 node = run.node().unwrap_or("-"),
                 instance = run.instance_id().map_or("-", |i| i.as_str())
             );
-            one(ctx, mode, fence_hibernated, run).instrument(span)
+            one(ctx, mode, (fence_hibernated, deadline), run).instrument(span)
         })
         .buffer_unordered(PARALLEL_NODES)
         .collect::<Vec<()>>()
@@ -62,7 +66,12 @@ pub(crate) async fn run(ctx: &Ctx<'_>, inv: &mut Invocation<'_>) -> Result<(), P
     Ok(())
 }
 
-async fn one(ctx: &Ctx<'_>, mode: FenceMode, fence_hibernated: bool, run: &mut NodeRun) {
+async fn one(
+    ctx: &Ctx<'_>,
+    mode: FenceMode,
+    (fence_hibernated, deadline): (bool, Option<tokio::time::Instant>),
+    run: &mut NodeRun,
+) {
     let Some(machine) = run.plan().map(|p| p.instance.clone()) else {
         return;
     };
@@ -85,10 +94,40 @@ async fn one(ctx: &Ctx<'_>, mode: FenceMode, fence_hibernated: bool, run: &mut N
             return;
         }
     }
+    if let Some(left) = deadline.map(|d| d.saturating_duration_since(tokio::time::Instant::now()))
+        && let needs = budget(run)
+        && left < needs
+    {
+        warn!(
+            left_s = left.as_secs(),
+            needs_s = needs.as_secs(),
+            "too little of the request's time left for the node's detaches"
+        );
+        run.out_of_time(left, needs);
+        return;
+    }
     if mode == FenceMode::Legacy {
         legacy::attachments(ctx, &node, run).await;
     }
     detach(ctx, &node, &machine, run).await;
+}
+
+/// What a node's detaches may take: a Compute Engine detach is an
+/// operation followed for up to a minute, an EC2 one answers at once; and a
+/// margin for the legacy recipe's deletions and the Event.
+fn budget(run: &NodeRun) -> std::time::Duration {
+    let secs: u64 = run
+        .plan()
+        .map(|p| {
+            p.detaches()
+                .map(|v| match v.provider() {
+                    crate::core::instance::Provider::Gce => 65,
+                    crate::core::instance::Provider::Aws => 10,
+                })
+                .sum()
+        })
+        .unwrap_or(0);
+    std::time::Duration::from_secs(10 + secs)
 }
 
 /// The force-detach of every volume the plan names, for this fencing.

@@ -10,6 +10,7 @@ use std::collections::HashMap;
 
 use tracing::{info, warn};
 
+use crate::core::decide::Skip;
 use crate::core::facts::{Confirmation, FenceMode};
 use crate::core::instance::InstanceId;
 use crate::core::plan::{self, NodePlan, NodeRun, Stage};
@@ -22,6 +23,10 @@ use crate::pipeline::lease::{self, Hold};
 use crate::pipeline::stages::{plan::refused, taint};
 use crate::pipeline::{nodes, wait};
 
+/// What the Lease, the recount, the second look and the taints may take
+/// after the delay.
+const TAINT_BUDGET: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// Admits the runs still decided for fencing and taints them; a run that is
 /// refused or not confirmed again is skipped with its reason.
 pub(crate) async fn run(ctx: &Ctx<'_>, inv: &mut Invocation<'_>) -> Result<(), PipelineError> {
@@ -33,6 +38,26 @@ pub(crate) async fn run(ctx: &Ctx<'_>, inv: &mut Invocation<'_>) -> Result<(), P
         .runs
         .iter()
         .any(|r| r.fencing().is_some_and(|p| !p.dry_run));
+    if live
+        && !delay.is_zero()
+        && let Some(left) = inv.left()
+        && left < delay + TAINT_BUDGET
+    {
+        // The delay may not be shortened: the second look waits it out or
+        // is not made; the retry makes it.
+        let needs = delay + TAINT_BUDGET;
+        for run in inv.runs.iter_mut().filter(|r| *r.stage() == Stage::Decided) {
+            run.skip(Skip::OutOfTime {
+                left_secs: left.as_secs(),
+                needs_secs: needs.as_secs(),
+            });
+        }
+        warn!(
+            left_s = left.as_secs(),
+            "too little of the request's time left for the delay before the second confirmation"
+        );
+        return Ok(());
+    }
     if live && !delay.is_zero() {
         info!(
             delay_s = delay.as_secs(),

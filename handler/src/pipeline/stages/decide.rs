@@ -33,7 +33,7 @@ pub(crate) async fn run(ctx: &Ctx<'_>, inv: &mut Invocation<'_>) -> Result<(), P
     }
     let policy = inv.policy;
     let dry_run = inv.switch.is_on();
-    let deadline = Instant::now() + policy.not_ready_wait;
+    let deadline = inv.until(Instant::now() + policy.not_ready_wait);
     let Invocation {
         switch,
         looks,

@@ -411,7 +411,7 @@ async fn wait_stopped(
     sent: &[(usize, InstanceId)],
 ) {
     let ids: Vec<InstanceId> = sent.iter().map(|(_, id)| id.clone()).collect();
-    let deadline = Instant::now() + settings.wait;
+    let deadline = inv.until(Instant::now() + settings.wait);
     let Invocation {
         switch,
         looks,

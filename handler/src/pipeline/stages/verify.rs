@@ -23,7 +23,7 @@ pub(crate) async fn run(ctx: &Ctx<'_>, inv: &mut Invocation<'_>) -> Result<(), P
         runs.iter().flat_map(|r| r.pending().cloned()).collect()
     };
     let started = Instant::now();
-    let deadline = tokio::time::Instant::now() + inv.policy.detach_wait;
+    let deadline = inv.until(tokio::time::Instant::now() + inv.policy.detach_wait);
     let Invocation {
         switch,
         runs,

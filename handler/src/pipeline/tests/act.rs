@@ -359,3 +359,32 @@ async fn the_inline_volume_of_a_pod_that_stays_stays_attached() {
         );
     }
 }
+
+/// Issue 33, item 13: a request ends at its deadline (a Cloud Run request's
+/// timeout, Pub/Sub's ack deadline): a node whose detaches may not finish
+/// in the time left keeps its volumes for the retry the unfinished request
+/// brings; with time enough, the same request frees them.
+#[tokio::test]
+async fn detaches_that_may_outlast_the_request_are_left_for_its_retry() {
+    let w = World::stopped();
+    let soon = tokio::time::Instant::now() + Duration::from_secs(12);
+    let report = w.fence_within(&policy(), soon).await.unwrap();
+    let r = &report.results[0];
+    assert_eq!(r.outcome, Outcome::Failed, "{report:#?}");
+    assert!(report.incomplete());
+    assert!(r.reason.contains("request's time"), "{}", r.reason);
+    assert_eq!(w.out_of_service_taints(NODE), 1, "the taint is on");
+    assert!(
+        !w.calls.log().iter().any(|c| c.starts_with("DetachVolume")),
+        "{:?}",
+        w.calls.log()
+    );
+    // The retry of the same request (its id kept) finishes its fencing.
+    let later = tokio::time::Instant::now() + Duration::from_secs(300);
+    let report = w.fence_within(&policy(), later).await.unwrap();
+    assert_eq!(report.results[0].outcome, Outcome::Fenced, "{report:#?}");
+    assert_eq!(
+        w.cloud.volume_state(&volume(1)),
+        Some(VolumeState::Available)
+    );
+}

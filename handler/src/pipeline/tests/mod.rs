@@ -137,6 +137,23 @@ impl World {
         run(&ctx, policy, batch).await
     }
 
+    /// The seed event within a request that ends at `deadline`.
+    async fn fence_within(
+        &self,
+        policy: &Policy,
+        deadline: tokio::time::Instant,
+    ) -> Result<Report, PipelineError> {
+        let meter = Meter::default();
+        let ctx = Ctx::new(
+            &self.cloud,
+            &self.cluster,
+            &meter,
+            "request-with-a-deadline",
+        );
+        let fence = batch(Intent::Fence, &[instance(1)]);
+        super::run_until(&ctx, policy, fence, Some(deadline)).await
+    }
+
     async fn fence(&self, policy: &Policy) -> Result<Report, PipelineError> {
         self.run(policy, batch(Intent::Fence, &[instance(1)])).await
     }
