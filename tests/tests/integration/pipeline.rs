@@ -1044,3 +1044,99 @@ async fn manual_recovery_ends_only_after_the_operators_confirmation() -> anyhow:
     );
     Ok(())
 }
+
+/// Issue 33, item 1, against moto and the apiserver: a second Node names
+/// the machine (re-registered under a new name). Running, the machine is
+/// not powered off; stopped, neither Node is tainted and no volume moves.
+#[tokio::test]
+async fn a_machine_two_nodes_name_is_left_to_a_person() -> anyhow::Result<()> {
+    use node_fencer::core::power::ActiveFencing;
+    let _g = serial().await;
+    let s = stack();
+    let (admin, ec2) = (s.admin().await?, s.ec2().await);
+    let t = target(s, true).await?;
+    let mut twin = NodeSpec::for_machine(&t.m);
+    twin.ready = "True";
+    create_node(&admin, &twin).await?;
+    let _twin = s.delete_on_drop(&[&twin.name]);
+    let active = Policy {
+        active_fencing: Some(ActiveFencing {
+            partition_percent: 100,
+            ..ActiveFencing::default()
+        }),
+        ..settings()
+    };
+    let report = fence(s, one(by_instance(&t.m.instance), Intent::PowerOff), active).await?;
+    let refusal = report.results[0]
+        .power_off
+        .as_ref()
+        .and_then(|p| p.refusal.as_ref())
+        .map(|r| r.code());
+    assert_eq!(refusal, Some("shared_machine"), "{report:#?}");
+    assert_eq!(machine_state(&ec2, &t.m).await?, "running");
+
+    stop(&ec2, &t.m).await?;
+    let report = fence(
+        s,
+        one(by_instance(&t.m.instance), Intent::Fence),
+        settings(),
+    )
+    .await?;
+    assert!(
+        report
+            .results
+            .iter()
+            .all(|r| r.skip.as_ref().map(Skip::code) == Some("shared_machine")),
+        "{report:#?}"
+    );
+    for node in [&t.node, &twin.name] {
+        assert!(!taints(&get_node(&admin, node).await?).contains(&OUT_OF_SERVICE.into()));
+    }
+    assert_eq!(attached_to(&t.volume).await?, vec![t.m.instance.clone()]);
+    Ok(())
+}
+
+/// Issue 33, item 7, against moto and the apiserver: a hung control-plane
+/// Node (kubeadm's role label) is not powered off; with
+/// POWER_OFF_CONTROL_PLANE it is.
+#[tokio::test]
+async fn a_control_plane_node_is_not_powered_off_unless_configured() -> anyhow::Result<()> {
+    use kube::api::{Patch, PatchParams};
+    use node_fencer::core::power::{ActiveFencing, PowerOutcome};
+    let _g = serial().await;
+    let s = stack();
+    let (admin, ec2) = (s.admin().await?, s.ec2().await);
+    let t = target(s, true).await?;
+    let label = json!({"metadata": {"labels": {"node-role.kubernetes.io/control-plane": ""}}});
+    Api::<Node>::all(admin.clone())
+        .patch(&t.node, &PatchParams::default(), &Patch::Merge(&label))
+        .await?;
+    let active = |control_plane| Policy {
+        active_fencing: Some(ActiveFencing {
+            partition_percent: 100,
+            control_plane,
+            wait: std::time::Duration::from_secs(20),
+            ..ActiveFencing::default()
+        }),
+        ..settings()
+    };
+    let power_off = || one(by_instance(&t.m.instance), Intent::PowerOff);
+    let report = fence(s, power_off(), active(false)).await?;
+    let power = report.results[0]
+        .power_off
+        .clone()
+        .expect("a power-off report");
+    assert_eq!(
+        power.refusal.as_ref().map(|r| r.code()),
+        Some("control_plane"),
+        "{report:#?}"
+    );
+    assert_eq!(machine_state(&ec2, &t.m).await?, "running");
+    let report = fence(s, power_off(), active(true)).await?;
+    let power = report.results[0]
+        .power_off
+        .clone()
+        .expect("a power-off report");
+    assert_eq!(power.outcome, PowerOutcome::Stopped, "{report:#?}");
+    Ok(())
+}
