@@ -326,9 +326,16 @@ impl FencingWrites for TimingCluster<'_> {
             .time("UntaintNode", self.inner.untaint_node(node, ending))
             .await
     }
-    async fn confirm_recovery(&self, node: &str) -> Result<ConfirmOutcome, ClusterError> {
+    async fn confirm_recovery(
+        &self,
+        node: &str,
+        fenced_at: Option<&str>,
+    ) -> Result<ConfirmOutcome, ClusterError> {
         self.timeline
-            .time("ConfirmRecovery", self.inner.confirm_recovery(node))
+            .time(
+                "ConfirmRecovery",
+                self.inner.confirm_recovery(node, fenced_at),
+            )
             .await
     }
     async fn mark_powered_off(&self, node: &str, stamp: &PowerStamp) -> Result<bool, ClusterError> {

@@ -687,6 +687,8 @@ pub enum ConfirmOutcome {
     Confirmed,
     /// node-fencer has not fenced this Node: nothing to confirm.
     NotFenced,
+    /// The Node's fencing is another one than the confirmation names.
+    AnotherFencing,
     /// The Node no longer exists.
     NodeGone,
 }
@@ -701,15 +703,23 @@ pub enum ConfirmPatch {
     Already,
     /// node-fencer has not fenced this Node.
     NotFenced,
+    /// The Node's fencing is another one than the confirmation names.
+    AnotherFencing,
     /// The Node has no resourceVersion to guard the write with.
     NoResourceVersion,
 }
 
-/// What confirming the end of the Node's fencing writes.
-pub fn confirm_patch(node: &Node) -> ConfirmPatch {
+/// What confirming the end of the Node's fencing writes; `fenced_at`, when
+/// given, names the fencing confirmed (an operator looked at that one).
+pub fn confirm_patch(node: &Node, fenced_at: Option<&str>) -> ConfirmPatch {
     let Some(mark) = fence_mark(node) else {
         return ConfirmPatch::NotFenced;
     };
+    if let Some(asked) = fenced_at
+        && !crate::core::values::same_time(asked, &mark.at)
+    {
+        return ConfirmPatch::AnotherFencing;
+    }
     if mark.confirmed {
         return ConfirmPatch::Already;
     }
@@ -1054,7 +1064,7 @@ mod tests {
             ..settled(at)
         };
         assert_eq!(untaint_patch(&n, &manual, NOW), UntaintPatch::NotConfirmed);
-        let ConfirmPatch::Apply(patch) = confirm_patch(&n) else {
+        let ConfirmPatch::Apply(patch) = confirm_patch(&n, None) else {
             panic!("a fenced node's end can be confirmed");
         };
         assert_eq!(patch["metadata"]["resourceVersion"], "5");
@@ -1063,7 +1073,7 @@ mod tests {
             at
         );
         assert_eq!(
-            confirm_patch(&node("True", json!([]), Some("5"))),
+            confirm_patch(&node("True", json!([]), Some("5")), None),
             ConfirmPatch::NotFenced
         );
         let confirm = |n: &mut Node, value: &str| {
@@ -1078,7 +1088,7 @@ mod tests {
         assert_eq!(untaint_patch(&n, &manual, NOW), UntaintPatch::NotConfirmed);
         confirm(&mut n, at);
         assert!(fence_mark(&n).unwrap().confirmed);
-        assert_eq!(confirm_patch(&n), ConfirmPatch::Already);
+        assert_eq!(confirm_patch(&n, None), ConfirmPatch::Already);
         let UntaintPatch::Apply {
             patch,
             removes_taint,

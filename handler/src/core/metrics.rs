@@ -255,6 +255,7 @@ mod tests {
             errors: Vec::new(),
             origins: vec![origin],
             power_off: None,
+            fenced_at: None,
         }
     }
 

@@ -641,6 +641,7 @@ impl NodeRun {
             errors: self.errors,
             origins: self.origins,
             power_off: self.power_off,
+            fenced_at: self.fencing,
         };
         let planned = |plan: &NodePlan| volume_reports(&plan.actions, &plan.node_volumes, true);
         let planned_attachments = |plan: &NodePlan| attachment_reports(&plan.attachments);

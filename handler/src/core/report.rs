@@ -151,6 +151,10 @@ pub struct NodeReport {
     /// Active fencing's decision, for a node whose machine still ran.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub power_off: Option<PowerReport>,
+    /// The fencing the Node carries, node-fencer's, by the time on its
+    /// mark: what `recover --confirm --fenced-at` names.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fenced_at: Option<String>,
 }
 
 impl NodeReport {
@@ -235,9 +239,14 @@ pub struct RecoveryReport {
 }
 
 impl RecoveryReport {
-    /// True when a retry could still have something to do: a failed write,
-    /// or a requested recovery that is on its way.
+    /// True when a retry could still have something to do: a failed write
+    /// (an operator's confirmation that could not be recorded, or named
+    /// another fencing, included), or a requested recovery that is on its
+    /// way.
     pub fn leaves_work(&self) -> bool {
+        if !self.errors.is_empty() {
+            return true;
+        }
         match self.outcome {
             RecoveryOutcome::Failed => true,
             RecoveryOutcome::Waiting => self.requested,
@@ -297,7 +306,12 @@ impl Report {
                 .ok()
                 .and_then(|v| v.as_str().map(str::to_owned))
                 .unwrap_or_default();
-            let _ = writeln!(out, "{who}{inst}: {outcome}: {}", r.reason);
+            let fenced = r
+                .fenced_at
+                .as_deref()
+                .map(|at| format!(" [fenced at {at}]"))
+                .unwrap_or_default();
+            let _ = writeln!(out, "{who}{inst}{fenced}: {outcome}: {}", r.reason);
             for v in &r.volumes {
                 let o = serde_json::to_value(v.outcome)
                     .ok()

@@ -135,4 +135,8 @@ pub struct Batch {
     /// Also look for NotReady Nodes to fence that no event named (the
     /// scheduled invocation, `{"action": "sweep"}`, `node-fencer sweep`).
     pub sweep: bool,
+    /// The fencing an operator's confirmation names (the time on the
+    /// Node's mark, as `check` shows it): another fencing is not confirmed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fenced_at: Option<String>,
 }

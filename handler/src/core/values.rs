@@ -17,3 +17,14 @@ pub fn unix_seconds(text: &str) -> Option<i64> {
         .ok()
         .map(|t| t.as_second())
 }
+
+/// True when both name the same instant (RFC 3339, whatever the spelling).
+pub fn same_time(a: &str, b: &str) -> bool {
+    match (
+        a.parse::<k8s_openapi::jiff::Timestamp>(),
+        b.parse::<k8s_openapi::jiff::Timestamp>(),
+    ) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    }
+}

@@ -72,6 +72,10 @@ enum Command {
         /// the other rules still apply.
         #[arg(long, requires = "target")]
         confirm: bool,
+        /// With --confirm: the fencing confirmed, as `check` shows its
+        /// `fenced at` time; a node fenced anew since is not confirmed.
+        #[arg(long, requires = "confirm", value_name = "RFC3339")]
+        fenced_at: Option<String>,
     },
     /// Look for NotReady nodes that no event named, fence those whose
     /// instance EC2 reports off, re-check every node node-fencer fenced, and
@@ -305,14 +309,21 @@ fn parse_input(command: &Command) -> Result<Input, String> {
         Command::Recover {
             target: Some(t),
             confirm,
-        } => target(
-            t,
-            if *confirm {
+            fenced_at,
+        } => {
+            let intent = if *confirm {
                 Intent::Confirm
             } else {
                 Intent::Recover
-            },
-        ),
+            };
+            let mut batch = direct::from_cli(t, intent).map_err(|e| e.to_string())?;
+            batch.fenced_at = fenced_at
+                .as_deref()
+                .map(direct::fencing_time)
+                .transpose()
+                .map_err(|e| e.to_string())?;
+            Ok(Input::Target(batch))
+        }
         Command::Recover { target: None, .. } => Ok(Input::Target(Batch::default())),
         Command::Sweep => Ok(Input::Target(direct::sweep())),
         Command::Handle { file } => {
@@ -418,6 +429,33 @@ mod tests {
             matches!(parse_input(&cli.command), Ok(Input::Target(b)) if b.suspects[0].intent == Intent::Confirm)
         );
         assert!(Cli::try_parse_from(["node-fencer", "recover", "--confirm"]).is_err());
+        // Issue 33, item 16: a confirmation may name the fencing it confirms.
+        let at = "2026-11-26T10:00:00.123456789Z";
+        let cli = Cli::try_parse_from([
+            "node-fencer",
+            "recover",
+            "--confirm",
+            "--fenced-at",
+            at,
+            "worker-1",
+        ])
+        .unwrap();
+        assert!(
+            matches!(parse_input(&cli.command), Ok(Input::Target(b)) if b.fenced_at.as_deref() == Some(at))
+        );
+        assert!(
+            Cli::try_parse_from(["node-fencer", "recover", "--fenced-at", at, "worker-1"]).is_err()
+        );
+        let cli = Cli::try_parse_from([
+            "node-fencer",
+            "recover",
+            "--confirm",
+            "--fenced-at",
+            "yesterday",
+            "worker-1",
+        ])
+        .unwrap();
+        assert!(parse_input(&cli.command).is_err(), "not a time");
         let cli = Cli::try_parse_from(["node-fencer", "recover", "worker-1"]).unwrap();
         assert!(
             matches!(parse_input(&cli.command), Ok(Input::Target(b)) if b.suspects[0].intent == Intent::Recover)

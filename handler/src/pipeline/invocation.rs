@@ -42,6 +42,8 @@ pub(crate) struct Invocation<'p> {
     pub runs: Vec<NodeRun>,
     /// The recovery check's reports.
     pub recoveries: Vec<RecoveryReport>,
+    /// The fencing an operator's confirmation names, when it names one.
+    pub confirming: Option<String>,
     /// When the request that carries the run ends (a Cloud Run request's
     /// timeout, a Lambda invocation's deadline); `None`: no bound but the
     /// stages' own.
@@ -81,6 +83,7 @@ impl<'p> Invocation<'p> {
             mode: None,
             runs: Vec::new(),
             recoveries: Vec::new(),
+            confirming: batch.fenced_at,
             deadline: None,
             settled: Vec::new(),
             ignored: batch.ignored,

@@ -57,6 +57,10 @@ pub struct Invocation {
     /// With `recover` of one node: an operator confirms it healthy.
     #[serde(default)]
     pub confirm: bool,
+    /// With `confirm`: the fencing confirmed (the `fenced-at` time `check`
+    /// shows); the Node's fencing must be that one.
+    #[serde(default)]
+    pub fenced_at: Option<String>,
     /// With `fence`: power the machine off first should EC2 still report it
     /// running, when active fencing's rules allow it.
     #[serde(default)]
@@ -77,6 +81,13 @@ pub fn parse(value: Value) -> Result<Request, InputError> {
             "`confirm` goes with `recover` of one `node` or `instanceId`",
         ));
     }
+    let fenced_at = match inv.fenced_at.as_deref() {
+        None => None,
+        Some(_) if !inv.confirm => {
+            return Err(InputError::invalid(SHAPE, "`fencedAt` goes with `confirm`"));
+        }
+        Some(at) => Some(fencing_time(at)?),
+    };
     if inv.power_off && inv.action != Action::Fence {
         return Err(InputError::invalid(SHAPE, "`powerOff` goes with `fence`"));
     }
@@ -121,8 +132,21 @@ pub fn parse(value: Value) -> Result<Request, InputError> {
             intent,
             origin: Origin::Direct,
         }],
+        fenced_at,
         ..Batch::default()
     }))
+}
+
+/// A fencing's time as an operator gives it: an RFC 3339 time, kept as
+/// written (the Node's mark is compared as a time, not as text).
+pub fn fencing_time(at: &str) -> Result<String, InputError> {
+    match crate::core::values::unix_seconds(at) {
+        Some(_) => Ok(at.to_owned()),
+        None => Err(InputError::invalid(
+            SHAPE,
+            format!("`fencedAt` must be an RFC 3339 time, as `check` shows it (got {at:?})"),
+        )),
+    }
 }
 
 /// The sweep: no named machine; the pipeline lists the candidates.
@@ -268,5 +292,22 @@ mod tests {
         let b = from_cli("ip-10-0-0-1.ec2.internal", Intent::Fence).unwrap();
         assert!(matches!(b.suspects[0].target, NodeRef::Name(_)));
         assert!(from_cli("bad name", Intent::Fence).is_err());
+    }
+
+    /// Issue 33, item 16: a confirmation may name the fencing it confirms.
+    #[test]
+    fn a_confirmation_may_name_its_fencing() {
+        let at = "2026-11-26T10:00:00.123456789Z";
+        let b = parse_batch(
+            json!({"action": "recover", "node": "worker-1", "confirm": true, "fencedAt": at}),
+        )
+        .unwrap();
+        assert_eq!(b.fenced_at.as_deref(), Some(at));
+        for bad in [
+            json!({"action": "recover", "node": "worker-1", "fencedAt": at}),
+            json!({"action": "recover", "node": "worker-1", "confirm": true, "fencedAt": "yesterday"}),
+        ] {
+            assert!(parse_batch(bad.clone()).is_err(), "{bad}");
+        }
     }
 }

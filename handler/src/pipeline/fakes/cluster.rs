@@ -671,7 +671,11 @@ impl FencingWrites for FakeCluster {
         }
     }
 
-    async fn confirm_recovery(&self, node: &str) -> Result<ConfirmOutcome, ClusterError> {
+    async fn confirm_recovery(
+        &self,
+        node: &str,
+        fenced_at: Option<&str>,
+    ) -> Result<ConfirmOutcome, ClusterError> {
         if self.calls.call(format!("ConfirmRecovery {node}")) {
             return Err(ClusterError::PatchConflict { node: node.into() });
         }
@@ -679,13 +683,14 @@ impl FencingWrites for FakeCluster {
         let Some(current) = current else {
             return Ok(ConfirmOutcome::NodeGone);
         };
-        match kube_model::confirm_patch(&current) {
+        match kube_model::confirm_patch(&current, fenced_at) {
             ConfirmPatch::Apply(patch) => {
                 self.patch(node, &patch)?;
                 Ok(ConfirmOutcome::Confirmed)
             }
             ConfirmPatch::Already => Ok(ConfirmOutcome::Confirmed),
             ConfirmPatch::NotFenced => Ok(ConfirmOutcome::NotFenced),
+            ConfirmPatch::AnotherFencing => Ok(ConfirmOutcome::AnotherFencing),
             ConfirmPatch::NoResourceVersion => Err(ClusterError::UnsafeWrite { node: node.into() }),
         }
     }

@@ -37,6 +37,7 @@ pub(crate) async fn run(ctx: &Ctx<'_>, inv: &mut Invocation<'_>) -> Result<(), P
         view,
         requested,
         recoveries,
+        confirming,
         ..
     } = inv;
     let nodes = view.as_ref().map_or(&[][..], |v| v.nodes.as_slice());
@@ -52,7 +53,8 @@ pub(crate) async fn run(ctx: &Ctx<'_>, inv: &mut Invocation<'_>) -> Result<(), P
     let started = tokio::time::Instant::now();
     // An operator's confirmations are written first; the decision reads them
     // back from the Nodes.
-    let (confirmed, confirm_errors) = confirm(ctx, switch.is_on(), &candidates).await;
+    let (confirmed, confirm_errors) =
+        confirm(ctx, switch.is_on(), &candidates, confirming.as_deref()).await;
     let reread;
     let nodes = if confirmed.is_empty() {
         nodes
@@ -166,12 +168,14 @@ fn settling(
         .max()
 }
 
-/// Records the confirmations operators asked for (nothing in a dry run):
-/// the Nodes confirmed, and the errors by Node.
+/// Records the confirmations operators asked for (nothing in a dry run),
+/// of the fencing `fenced_at` names when it names one: the Nodes confirmed,
+/// and the errors by Node.
 async fn confirm(
     ctx: &Ctx<'_>,
     dry_run: bool,
     candidates: &BTreeMap<String, Candidate>,
+    fenced_at: Option<&str>,
 ) -> (Vec<String>, HashMap<String, String>) {
     let mut confirmed = Vec::new();
     let mut errors = HashMap::new();
@@ -180,13 +184,23 @@ async fn confirm(
             info!(node = %name, "dry run: would record the operator's confirmation");
             continue;
         }
-        match ctx.writes.confirm_recovery(name).await {
+        match ctx.writes.confirm_recovery(name, fenced_at).await {
             Ok(ConfirmOutcome::Confirmed) => {
                 info!(node = %name, "an operator confirmed the node healthy");
                 confirmed.push(name.clone());
             }
             Ok(ConfirmOutcome::NotFenced | ConfirmOutcome::NodeGone) => {
                 info!(node = %name, "nothing of node-fencer's to confirm");
+            }
+            Ok(ConfirmOutcome::AnotherFencing) => {
+                let asked = fenced_at.unwrap_or_default();
+                warn!(node = %name, asked, "the confirmation names another fencing than the node's: nothing confirmed");
+                errors.insert(
+                    name.clone(),
+                    format!(
+                        "the confirmation names the fencing of {asked}, and the node carries another one (see `node-fencer check`): nothing confirmed"
+                    ),
+                );
             }
             Err(e) => {
                 ctx.meter.error(Dependency::Kubernetes);

@@ -76,3 +76,35 @@ async fn manual_recovery_waits_for_an_operators_confirmation() {
     w.back_up();
     w.assert_recovered(&w.recover(&manual, Intent::Recover).await);
 }
+
+/// Issue 33, item 16: `recover --confirm NODE` confirmed whatever fencing
+/// was current, not the one the operator looked at. A confirmation that
+/// names another fencing (an earlier one, the node fenced anew since)
+/// confirms nothing and says so; one that names the node's own ends it.
+#[tokio::test]
+async fn a_confirmation_of_another_fencing_confirms_nothing() {
+    let manual = Policy {
+        recovery: RecoveryPolicy::Manual,
+        ..policy()
+    };
+    let w = World::stopped();
+    let report = w.fence(&manual).await.unwrap();
+    let at = report.results[0]
+        .fenced_at
+        .clone()
+        .expect("check shows the fencing");
+    w.back_up();
+    let confirm = |fenced_at: &str| Batch {
+        fenced_at: Some(fenced_at.to_owned()),
+        ..batch(Intent::Confirm, &[instance(1)])
+    };
+    let earlier = "2020-01-01T00:00:00Z";
+    let report = w.run(&manual, confirm(earlier)).await.unwrap();
+    let r = &report.recoveries[0];
+    assert_eq!(r.outcome, RecoveryOutcome::Kept, "{report:#?}");
+    assert!(r.errors[0].contains("another one"), "{report:#?}");
+    assert!(report.incomplete());
+    assert!(!w.cluster.facts(NODE).unwrap().fenced.unwrap().confirmed);
+    assert_eq!(w.out_of_service_taints(NODE), 1);
+    w.assert_recovered(&w.run(&manual, confirm(&at)).await.unwrap());
+}

@@ -222,7 +222,11 @@ pub trait FencingWrites: Send + Sync {
     ) -> Result<UntaintOutcome, ClusterError>;
     /// Records an operator's confirmation that the Node, fenced by
     /// node-fencer, is healthy (manual recovery), guarded by resourceVersion.
-    async fn confirm_recovery(&self, node: &str) -> Result<ConfirmOutcome, ClusterError>;
+    async fn confirm_recovery(
+        &self,
+        node: &str,
+        fenced_at: Option<&str>,
+    ) -> Result<ConfirmOutcome, ClusterError>;
     /// Records on the Node that node-fencer powered its machine off (active
     /// fencing); `Ok(false)` when the Node is gone.
     async fn mark_powered_off(&self, node: &str, stamp: &PowerStamp) -> Result<bool, ClusterError>;

@@ -99,12 +99,17 @@ impl FencingWrites for Kube {
         .await
     }
 
-    async fn confirm_recovery(&self, node: &str) -> Result<ConfirmOutcome, ClusterError> {
+    async fn confirm_recovery(
+        &self,
+        node: &str,
+        fenced_at: Option<&str>,
+    ) -> Result<ConfirmOutcome, ClusterError> {
         self.guarded_patch(node, ConfirmOutcome::NodeGone, |current, _| {
-            match kube_model::confirm_patch(current) {
+            match kube_model::confirm_patch(current, fenced_at) {
                 ConfirmPatch::Apply(patch) => Write::Patch(patch, ConfirmOutcome::Confirmed),
                 ConfirmPatch::Already => Write::Answer(ConfirmOutcome::Confirmed),
                 ConfirmPatch::NotFenced => Write::Answer(ConfirmOutcome::NotFenced),
+                ConfirmPatch::AnotherFencing => Write::Answer(ConfirmOutcome::AnotherFencing),
                 ConfirmPatch::NoResourceVersion => Write::Refuse,
             }
         })
