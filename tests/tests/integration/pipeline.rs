@@ -171,10 +171,10 @@ async fn fences_a_stopped_node_and_detaches_only_its_pv_volumes() -> anyhow::Res
     )
     .await?;
 
-    // Confirm, re-confirm before the taint and again before the detaches:
-    // three batched EC2 lookups; one node list to resolve and one under the
-    // Lease to count.
-    assert_eq!(calls.count("DescribeInstances"), 3);
+    // Confirm, re-confirm before the taint, again before the pods (batched
+    // over the nodes) and once more before the node's first detach: four
+    // EC2 lookups; one node list to resolve and one under the Lease to count.
+    assert_eq!(calls.count("DescribeInstances"), 4);
     assert_eq!(calls.count("ListNodes"), 2);
     assert_eq!(calls.count("DetachVolume"), 2);
     Ok(())
@@ -643,8 +643,9 @@ async fn one_invocation_lists_nodes_once_per_phase_and_batches_ec2_lookups() -> 
     assert_eq!(calls.count("ListPersistentVolumes"), 1);
     assert_eq!(
         calls.count("DescribeInstances"),
-        3,
-        "confirm, re-confirm before the taint and before the detaches, each batched"
+        3 + 2,
+        "confirm, re-confirm before the taint and before the pods, each batched; \
+         then one look per fenced node before its first detach"
     );
     Ok(())
 }

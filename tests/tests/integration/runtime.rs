@@ -69,8 +69,9 @@ async fn eventbridge_stopped_event_fences_through_the_runtime() -> anyhow::Resul
     assert_eq!(total.len(), 1, "{metrics:#?}");
     assert_eq!(total[0]["VolumesDetached"], 1);
     for (stage, samples) in [
-        // confirm, re-confirm before the taint, and again before the detaches
-        ("ConfirmLatency", 3),
+        // confirm, re-confirm before the taint, before the pods, and once
+        // more before the node's first detach
+        ("ConfirmLatency", 4),
         ("TaintLatency", 1),
         ("DetachLatency", 1),
         ("VerifyLatency", 1),
