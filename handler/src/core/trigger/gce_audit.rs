@@ -19,7 +19,9 @@ use serde_json::Value;
 use super::InputError;
 use crate::core::gce::GceInstance;
 use crate::core::instance::InstanceId;
-use crate::core::suspect::{Batch, Ignored, Intent, NodeRef, Origin, Suspect};
+use crate::core::suspect::{
+    AuditOrigin, Batch, Delivery, Ignored, Intent, NodeRef, Origin, Suspect,
+};
 
 const PUSH: &str = "Pub/Sub push request";
 const ENTRY: &str = "Cloud Audit Log entry";
@@ -30,35 +32,6 @@ pub const AUDIT_LOG_WRITTEN: &str = "google.cloud.audit.log.v1.written";
 
 /// Pub/Sub refuses messages over 10 MB; anything larger is not one.
 const MAX_DATA: usize = 10 * 1024 * 1024;
-
-/// How the entry was delivered.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case", tag = "via")]
-pub enum Delivery {
-    /// A Pub/Sub push request.
-    PubSub {
-        /// The message id: a redelivery carries the same.
-        message_id: Option<String>,
-        /// The subscription that pushed it.
-        subscription: Option<String>,
-    },
-    /// An Eventarc CloudEvent.
-    Eventarc {
-        /// The CloudEvent's `ce-id`.
-        id: Option<String>,
-    },
-}
-
-/// Where a GCE suspect came from.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct AuditOrigin {
-    /// The audit log's `methodName`.
-    pub method: String,
-    /// The entry's `insertId`.
-    pub insert_id: Option<String>,
-    /// How it arrived.
-    pub delivery: Delivery,
-}
 
 /// What one entry asks for.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]

@@ -19,7 +19,7 @@ use crate::core::facts::{
 use crate::core::gce::{DiskLocation, GceInstance, GceStatus, PdDisk};
 use crate::core::instance::{AttachmentState, InstanceId, InstanceState, VolumeId, VolumeState};
 use crate::core::retry::{self, RetryPolicy};
-use crate::shell::connect::Timeouts;
+use crate::shell::timeouts::Timeouts;
 
 /// How long one detach may take, its operation waited on, before it counts
 /// as failed (and is retried). A detach from a stopped VM completes in
