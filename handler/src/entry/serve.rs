@@ -11,7 +11,6 @@ use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::rc::Rc;
 
-use aws_lambda_events::event::lambda_function_urls::LambdaFunctionUrlRequest;
 use http::{HeaderMap, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::{Bytes, Incoming};
@@ -25,7 +24,7 @@ use tracing::{Instrument, error, info, info_span, warn};
 use crate::core::config::{Config, LogFormat};
 use crate::core::oidc::Expected;
 use crate::core::suspect::Batch;
-use crate::core::trigger::{InputError, direct, gce_audit};
+use crate::core::trigger::{self, Auth, Body, InputError, Trigger, webhook};
 use crate::entry::app::{App, HandlerError};
 use crate::entry::telemetry;
 use crate::shell::connect::{Clients, sdk_config};
@@ -126,12 +125,9 @@ impl Server {
         if parts.method == Method::GET && path == "/healthz" {
             return reply(StatusCode::OK, &json!({"status": "ok"}));
         }
-        if !matches!(
-            path.as_str(),
-            "/pubsub" | "/eventarc" | "/sweep" | "/alertmanager"
-        ) {
+        let Some((source, route)) = trigger::routed(&path) else {
             return reply(StatusCode::NOT_FOUND, &json!({"error": "no such route"}));
-        }
+        };
         if parts.method != Method::POST {
             return reply(
                 StatusCode::METHOD_NOT_ALLOWED,
@@ -139,42 +135,40 @@ impl Server {
             );
         }
         // Authenticate before the body is read.
-        if path != "/alertmanager"
+        if route.auth == Auth::GoogleOidc
             && let Err(refused) = self.authenticate(&parts.headers, &path).await
         {
             return refused;
         }
-        let bytes = match Limited::new(body, MAX_BODY).collect().await {
-            Ok(collected) => collected.to_bytes(),
-            Err(e) => {
-                return reply(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    &json!({"error": format!("the body could not be read: {e}")}),
-                );
-            }
+        let bytes = match route.body {
+            Body::Ignored => Bytes::new(),
+            Body::Json { .. } => match Limited::new(body, MAX_BODY).collect().await {
+                Ok(collected) => collected.to_bytes(),
+                Err(e) => {
+                    return reply(
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        &json!({"error": format!("the body could not be read: {e}")}),
+                    );
+                }
+            },
         };
-        match path.as_str() {
-            "/alertmanager" => {
-                self.alertmanager(&parts.headers, &bytes, correlation_id)
-                    .await
+        if route.auth == Auth::WebhookToken {
+            if let Err(refused) = self.app.admit_webhook(&parts.headers, correlation_id).await {
+                return webhook_reply(&refused);
             }
-            "/sweep" => self.run_batch(Ok(direct::sweep()), correlation_id).await,
-            "/pubsub" => {
-                let event = json_body(&bytes).and_then(gce_audit::parse_push);
-                self.audit(event, correlation_id).await
-            }
-            _ => {
-                let header = |name: &str| parts.headers.get(name).and_then(|v| v.to_str().ok());
-                let event = json_body(&bytes).and_then(|body| {
-                    gce_audit::parse_eventarc(
-                        header("ce-type").unwrap_or(""),
-                        header("ce-id"),
-                        body,
-                    )
-                });
-                self.audit(event, correlation_id).await
-            }
+            return webhook_reply(&self.app.run_webhook(&bytes, correlation_id).await);
         }
+        let document = match route.body {
+            Body::Ignored => Ok(Value::Null),
+            Body::Json { .. } => json_body(&bytes),
+        };
+        let batch = document
+            .and_then(|d| (source.parse)(d, &parts.headers))
+            .and_then(|t| match t {
+                Trigger::Batch(batch) => Ok(batch),
+                _ => Err(InputError::invalid(source.name, "not a batch of suspects")),
+            });
+        self.run_batch(batch, correlation_id).await
     }
 
     /// Lets in a request bearing a Google-signed OIDC token for this
@@ -207,16 +201,6 @@ impl Server {
                 Err(reply(e.status(), &json!({"error": e.to_string()})))
             }
         }
-    }
-
-    /// An audit log entry, parsed or refused, run through the pipeline.
-    async fn audit(
-        &self,
-        event: Result<gce_audit::AuditEvent, InputError>,
-        correlation_id: &str,
-    ) -> Response<Full<Bytes>> {
-        self.run_batch(event.map(gce_audit::AuditEvent::into_batch), correlation_id)
-            .await
     }
 
     /// A batch, or why there is none, run through the pipeline.
@@ -254,39 +238,14 @@ impl Server {
             },
         }
     }
+}
 
-    /// An Alertmanager webhook: the bearer token and the payload are checked
-    /// as for the Lambda Function URL, by the same code.
-    async fn alertmanager(
-        &self,
-        headers: &HeaderMap,
-        bytes: &[u8],
-        correlation_id: &str,
-    ) -> Response<Full<Bytes>> {
-        let Ok(body) = std::str::from_utf8(bytes) else {
-            return reply(
-                StatusCode::BAD_REQUEST,
-                &json!({"error": "the body is not UTF-8"}),
-            );
-        };
-        let mut req = LambdaFunctionUrlRequest::default();
-        req.headers = headers.clone();
-        req.body = Some(body.to_owned());
-        req.request_context.http.method = Some("POST".into());
-        let answer = self.app.handle_http(&req, correlation_id).await;
-        let status = answer
-            .get("statusCode")
-            .and_then(Value::as_u64)
-            .and_then(|s| u16::try_from(s).ok())
-            .and_then(|s| StatusCode::from_u16(s).ok())
-            .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let body = answer
-            .get("body")
-            .and_then(Value::as_str)
-            .unwrap_or("{}")
-            .to_owned();
-        json_response(status, body)
-    }
+/// The neutral webhook entry's answer as an HTTP response.
+fn webhook_reply(answer: &webhook::Reply) -> Response<Full<Bytes>> {
+    reply(
+        StatusCode::from_u16(answer.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+        &answer.body,
+    )
 }
 
 fn json_body(bytes: &[u8]) -> Result<Value, InputError> {
@@ -298,11 +257,7 @@ fn to_value(report: &crate::core::report::Report) -> Value {
 }
 
 fn reply(status: StatusCode, body: &Value) -> Response<Full<Bytes>> {
-    json_response(status, body.to_string())
-}
-
-fn json_response(status: StatusCode, body: String) -> Response<Full<Bytes>> {
-    let mut response = Response::new(Full::new(Bytes::from(body)));
+    let mut response = Response::new(Full::new(Bytes::from(body.to_string())));
     *response.status_mut() = status;
     response.headers_mut().insert(
         http::header::CONTENT_TYPE,

@@ -31,7 +31,7 @@ const EVENTARC: &str = "Eventarc CloudEvent";
 pub const AUDIT_LOG_WRITTEN: &str = "google.cloud.audit.log.v1.written";
 
 /// Pub/Sub refuses messages over 10 MB; anything larger is not one.
-const MAX_DATA: usize = 10 * 1024 * 1024;
+pub const MAX_DATA: usize = 10 * 1024 * 1024;
 
 /// What one entry asks for.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
