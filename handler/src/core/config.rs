@@ -9,6 +9,7 @@ use crate::core::policy::Policy;
 use crate::core::power::ActiveFencing;
 use crate::core::recovery::RecoveryPolicy;
 use crate::core::resolve::ClusterScope;
+use crate::core::trigger::RouteGroup;
 
 /// Every variable read, with what it accepts (for `--help` and the README).
 pub const VARIABLES: &[(&str, &str)] = &[
@@ -125,6 +126,10 @@ pub const VARIABLES: &[(&str, &str)] = &[
         "where the push tokens' signing keys are read (default https://www.googleapis.com/oauth2/v3/certs; https, or http on a loopback address for a local key server)",
     ),
     (
+        "SERVE_ROUTES",
+        "comma-separated `events` (/pubsub, /eventarc, /sweep) and `alertmanager` (/alertmanager) (`serve`; default both): the routes this service answers, the others 404, so the public webhook can run as a service of its own",
+    ),
+    (
         "COMPUTE_ENDPOINT",
         "Compute Engine API base URL (default https://compute.googleapis.com); a plain http:// one is a local stand-in and gets no credentials",
     ),
@@ -189,6 +194,32 @@ pub struct PushAuth {
     pub certs_url: Option<String>,
 }
 
+/// Which of `serve`'s routes this service answers (`SERVE_ROUTES`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServeRoutes(Vec<RouteGroup>);
+
+impl Default for ServeRoutes {
+    fn default() -> Self {
+        Self(RouteGroup::ALL.iter().map(|(_, g)| *g).collect())
+    }
+}
+
+impl ServeRoutes {
+    /// Whether routes of `group` are answered.
+    pub fn serves(&self, group: RouteGroup) -> bool {
+        self.0.contains(&group)
+    }
+
+    /// The groups answered, as `SERVE_ROUTES` names them.
+    pub fn names(&self) -> Vec<&'static str> {
+        RouteGroup::ALL
+            .iter()
+            .filter(|(_, g)| self.serves(*g))
+            .map(|(name, _)| *name)
+            .collect()
+    }
+}
+
 /// Where the Alertmanager bearer token comes from.
 #[derive(Clone, PartialEq, Eq)]
 pub enum TokenSource {
@@ -234,6 +265,8 @@ pub struct Config {
     pub push_auth: Option<PushAuth>,
     /// Another Compute Engine API base URL than Google's.
     pub compute_endpoint: Option<String>,
+    /// The routes `serve` answers.
+    pub serve_routes: ServeRoutes,
 }
 
 /// A configuration error, naming the variable.
@@ -436,6 +469,7 @@ impl Config {
             log_format,
             push_auth: push_auth(&get)?,
             compute_endpoint: compute_endpoint(&get)?,
+            serve_routes: serve_routes(&get)?,
         })
     }
 }
@@ -714,6 +748,32 @@ fn push_auth(get: &impl Fn(&str) -> Option<String>) -> Result<Option<PushAuth>, 
     }
 }
 
+/// `SERVE_ROUTES`: the route groups named, each once at most; all unset.
+fn serve_routes(get: &impl Fn(&str) -> Option<String>) -> Result<ServeRoutes, ConfigError> {
+    let Some(raw) = get("SERVE_ROUTES") else {
+        return Ok(ServeRoutes::default());
+    };
+    let invalid = || ConfigError::Invalid {
+        var: "SERVE_ROUTES",
+        value: raw.clone(),
+        expected: "a comma-separated list of `events` (/pubsub, /eventarc, /sweep) and \
+                   `alertmanager` (/alertmanager), each at most once",
+    };
+    let mut groups = Vec::new();
+    for name in raw.split(',').map(str::trim) {
+        let group = RouteGroup::ALL
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, g)| *g)
+            .ok_or_else(invalid)?;
+        if groups.contains(&group) {
+            return Err(invalid());
+        }
+        groups.push(group);
+    }
+    Ok(ServeRoutes(groups))
+}
+
 /// A Compute Engine base URL, http:// or https://.
 fn compute_endpoint(get: &impl Fn(&str) -> Option<String>) -> Result<Option<String>, ConfigError> {
     match get("COMPUTE_ENDPOINT") {
@@ -883,6 +943,25 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    #[test]
+    fn serve_routes_name_the_groups_a_service_answers() {
+        let all = cfg(&[]).unwrap().serve_routes;
+        assert!(all.serves(RouteGroup::Events) && all.serves(RouteGroup::Alertmanager));
+        assert_eq!(all.names(), ["events", "alertmanager"]);
+        let events = cfg(&[("SERVE_ROUTES", "events")]).unwrap().serve_routes;
+        assert!(events.serves(RouteGroup::Events) && !events.serves(RouteGroup::Alertmanager));
+        let both = cfg(&[("SERVE_ROUTES", " alertmanager , events ")]).unwrap();
+        assert_eq!(both.serve_routes.names(), ["events", "alertmanager"]);
+        for bad in ["pubsub", "events,", "events,events", "Events", ","] {
+            let err = cfg(&[("SERVE_ROUTES", bad)]).unwrap_err();
+            assert!(
+                matches!(&err, ConfigError::Invalid { var: "SERVE_ROUTES", value, .. } if value == bad),
+                "{bad}: {err}"
+            );
+            assert!(err.to_string().contains("`alertmanager`"), "{err}");
+        }
     }
 
     #[test]

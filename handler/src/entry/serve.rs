@@ -2,17 +2,24 @@
 //! requests of Cloud Audit Log entries on `/pubsub`, Eventarc CloudEvents on
 //! `/eventarc`, the scheduled sweep on `/sweep` (Cloud Scheduler, with the
 //! same OIDC token), Alertmanager webhooks on `/alertmanager`, all into the
-//! same pipeline as the Lambda function. Every request is worked to its end
-//! before it is answered: Cloud Run gives a service CPU only while it
-//! answers. A request that leaves work undone gets a 5xx, so Pub/Sub
-//! delivers it again and its dead-letter topic keeps what never succeeds.
+//! same pipeline as the Lambda function; routed by the table of sources
+//! ([`trigger::SOURCES`]), and only the groups `SERVE_ROUTES` names, so the
+//! public webhook can run as a service of its own. Every request is worked
+//! to its end before it is answered: Cloud Run gives a service CPU only
+//! while it answers. A request that leaves work undone gets a 5xx, so
+//! Pub/Sub delivers it again and its dead-letter topic keeps what never
+//! succeeds.
+//!
+//! Who is calling is settled from the headers before any of the body is
+//! read, and a body is read no further than its route's bound: a caller
+//! without a token costs its headers, whatever it sends after them.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::rc::Rc;
 
 use http::{HeaderMap, Method, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use hyper::body::{Bytes, Incoming};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
@@ -21,22 +28,21 @@ use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tracing::{Instrument, error, info, info_span, warn};
 
-use crate::core::config::{Config, LogFormat};
+use crate::core::config::{Config, LogFormat, ServeRoutes};
 use crate::core::oidc::Expected;
 use crate::core::suspect::Batch;
-use crate::core::trigger::{self, Auth, Body, InputError, Trigger, webhook};
+use crate::core::trigger::{self, Auth, Body, InputError, RouteGroup, Trigger, webhook};
 use crate::entry::app::{App, HandlerError};
 use crate::entry::telemetry;
 use crate::shell::connect::{Clients, sdk_config};
 use crate::shell::oidc::PushVerifier;
 
-/// Pub/Sub pushes messages of up to 10 MB, base64 in JSON.
-const MAX_BODY: usize = 14 * 1024 * 1024;
-
-/// What every request needs: the application and the push token verifier.
+/// What every request needs: the application, the push token verifier
+/// and the routes this service answers.
 struct Server {
     app: App,
     push: Option<PushVerifier>,
+    routes: ServeRoutes,
 }
 
 /// Serves on `port` until the process is stopped.
@@ -49,11 +55,14 @@ pub async fn serve(port: u16) -> Result<(), String> {
     for warning in config.warnings() {
         warn!("{warning}");
     }
+    let routes = config.serve_routes.clone();
     let push = match &config.push_auth {
         None => {
-            warn!(
-                "PUSH_AUDIENCE and PUSH_SERVICE_ACCOUNT are not set: /pubsub and /eventarc refuse every request"
-            );
+            if routes.serves(RouteGroup::Events) {
+                warn!(
+                    "PUSH_AUDIENCE and PUSH_SERVICE_ACCOUNT are not set: /pubsub, /eventarc and /sweep refuse every request"
+                );
+            }
             None
         }
         Some(auth) => {
@@ -69,15 +78,22 @@ pub async fn serve(port: u16) -> Result<(), String> {
     let reporter = std::env::var("K_SERVICE").unwrap_or_else(|_| "node-fencer".into());
     let clients = Clients::new(sdk_config().await, &config);
     clients.prewarm().await;
+    let paths: Vec<&str> = trigger::SOURCES
+        .iter()
+        .filter_map(|s| s.route)
+        .filter(|r| routes.serves(r.group))
+        .map(|r| r.path)
+        .collect();
     let server = Rc::new(Server {
         app: App::new(clients, config, reporter),
         push,
+        routes,
     });
     let addr = SocketAddr::from(([0, 0, 0, 0], port));
     let listener = TcpListener::bind(addr)
         .await
         .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
-    info!(%addr, "serving /pubsub, /eventarc, /sweep, /alertmanager");
+    info!(%addr, routes = ?paths, "serving");
     // The pipeline's futures hold the clients across awaits and are not
     // Send: connections run as local tasks on this one thread, which is
     // all a Cloud Run instance with its few requests at a time needs.
@@ -125,7 +141,8 @@ impl Server {
         if parts.method == Method::GET && path == "/healthz" {
             return reply(StatusCode::OK, &json!({"status": "ok"}));
         }
-        let Some((source, route)) = trigger::routed(&path) else {
+        let routed = trigger::routed(&path).filter(|(_, r)| self.routes.serves(r.group));
+        let Some((source, route)) = routed else {
             return reply(StatusCode::NOT_FOUND, &json!({"error": "no such route"}));
         };
         if parts.method != Method::POST {
@@ -134,28 +151,27 @@ impl Server {
                 &json!({"error": "only POST is accepted"}),
             );
         }
-        // Authenticate before the body is read.
-        if route.auth == Auth::GoogleOidc
-            && let Err(refused) = self.authenticate(&parts.headers, &path).await
-        {
+        // Who is calling, from the headers alone: a refused caller's body
+        // is never read.
+        let admitted = match route.auth {
+            Auth::GoogleOidc => self.authenticate(&parts.headers, &path).await,
+            Auth::WebhookToken => self
+                .app
+                .admit_webhook(&parts.headers, correlation_id)
+                .await
+                .map_err(|refused| webhook_reply(&refused)),
+        };
+        if let Err(refused) = admitted {
             return refused;
         }
         let bytes = match route.body {
             Body::Ignored => Bytes::new(),
-            Body::Json { .. } => match Limited::new(body, MAX_BODY).collect().await {
-                Ok(collected) => collected.to_bytes(),
-                Err(e) => {
-                    return reply(
-                        StatusCode::PAYLOAD_TOO_LARGE,
-                        &json!({"error": format!("the body could not be read: {e}")}),
-                    );
-                }
+            Body::Json { max } => match bounded(&parts.headers, body, max).await {
+                Ok(bytes) => bytes,
+                Err(refused) => return refused,
             },
         };
         if route.auth == Auth::WebhookToken {
-            if let Err(refused) = self.app.admit_webhook(&parts.headers, correlation_id).await {
-                return webhook_reply(&refused);
-            }
             return webhook_reply(&self.app.run_webhook(&bytes, correlation_id).await);
         }
         let document = match route.body {
@@ -240,6 +256,42 @@ impl Server {
     }
 }
 
+/// The body, read no further than `max` bytes: one whose declared length
+/// is over it is refused before any of it is read, one that turns out
+/// longer as soon as it passes the bound (413 either way).
+async fn bounded(
+    headers: &HeaderMap,
+    body: Incoming,
+    max: usize,
+) -> Result<Bytes, Response<Full<Bytes>>> {
+    let too_large = || {
+        reply(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            &json!({"error": format!("the body exceeds {max} bytes")}),
+        )
+    };
+    if declared_over(headers, max) {
+        return Err(too_large());
+    }
+    match Limited::new(body, max).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.is::<LengthLimitError>() => Err(too_large()),
+        Err(e) => Err(reply(
+            StatusCode::BAD_REQUEST,
+            &json!({"error": format!("the body could not be read: {e}")}),
+        )),
+    }
+}
+
+/// Whether the `Content-Length` declared is over `max`.
+fn declared_over(headers: &HeaderMap, max: usize) -> bool {
+    headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .is_some_and(|len| usize::try_from(len).map_or(true, |len| len > max))
+}
+
 /// The neutral webhook entry's answer as an HTTP response.
 fn webhook_reply(answer: &webhook::Reply) -> Response<Full<Bytes>> {
     reply(
@@ -264,4 +316,30 @@ fn reply(status: StatusCode, body: &Value) -> Response<Full<Bytes>> {
         http::HeaderValue::from_static("application/json"),
     );
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_declared_length_over_the_bound_is_known_from_the_headers() {
+        let with = |len: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(
+                http::header::CONTENT_LENGTH,
+                http::HeaderValue::from_str(len).expect("a header value"),
+            );
+            h
+        };
+        assert!(declared_over(&with("1025"), 1024));
+        assert!(declared_over(&with("18446744073709551615"), 1024));
+        assert!(!declared_over(&with("1024"), 1024));
+        assert!(!declared_over(&HeaderMap::new(), 1024));
+        // Not a length hyper would take: left to the bounded read, which
+        // stops at the bound.
+        for odd in ["x", "99999999999999999999999"] {
+            assert!(!declared_over(&with(odd), 1024), "{odd}");
+        }
+    }
 }

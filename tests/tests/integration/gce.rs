@@ -20,6 +20,7 @@ use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use node_fencer::core::facts::CsiVolume;
 use node_fencer::core::kube_model::csi_unique_name;
+use node_fencer::core::trigger::webhook;
 use node_fencer::core::volumes::attachment_name;
 use node_fencer_tests::attacher::Driver;
 use node_fencer_tests::cluster::{cluster_serial, cluster_stack};
@@ -599,6 +600,11 @@ impl Drop for Served {
 
 impl Served {
     async fn start(certs_port: u16) -> anyhow::Result<Self> {
+        Self::start_with(certs_port, &[]).await
+    }
+
+    /// [`Self::start`] with these variables besides.
+    async fn start_with(certs_port: u16, env: &[(&str, &str)]) -> anyhow::Result<Self> {
         let stack = cluster_stack();
         let port = std::net::TcpListener::bind(("127.0.0.1", 0))?
             .local_addr()?
@@ -615,6 +621,7 @@ impl Served {
                 "PUSH_CERTS_URL",
                 format!("http://127.0.0.1:{certs_port}/certs"),
             )
+            .envs(env.iter().copied())
             .stdout(log.try_clone()?)
             .stderr(log);
         let served = Self {
@@ -630,6 +637,68 @@ impl Served {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         Ok(served)
+    }
+
+    /// The process's peak resident memory so far (`VmHWM`), in KiB.
+    fn peak_rss_kib(&self) -> anyhow::Result<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))?;
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .ok_or_else(|| anyhow::anyhow!("no VmHWM in /proc/{}/status", self.child.id()))
+    }
+
+    /// A POST to `path` whose headers declare a body of `declared` bytes,
+    /// of which `sent` (spaces) are written as fast as the server takes
+    /// them while its answer is read: the status, or `None` when the
+    /// connection closed unanswered (a server may refuse a request without
+    /// reading its body, and its reset can overtake the answer).
+    async fn post_declared(
+        &self,
+        path: &str,
+        token: Option<&str>,
+        declared: usize,
+        sent: usize,
+    ) -> Option<u16> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let stream = tokio::net::TcpStream::connect(("127.0.0.1", self.port))
+            .await
+            .ok()?;
+        let (mut rx, mut tx) = stream.into_split();
+        let auth = token.map_or_else(String::new, |t| format!("Authorization: Bearer {t}\r\n"));
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: {SERVED_HOST}\r\nContent-Type: application/json\r\n{auth}Content-Length: {declared}\r\nConnection: close\r\n\r\n"
+        );
+        let write = async move {
+            tx.write_all(head.as_bytes()).await?;
+            let chunk = vec![b' '; 1 << 20];
+            let mut left = sent;
+            while left > 0 {
+                let n = left.min(chunk.len());
+                tx.write_all(&chunk[..n]).await?;
+                left -= n;
+            }
+            tx.flush().await
+        };
+        let read = async move {
+            let mut raw = Vec::new();
+            let mut buf = [0u8; 4096];
+            loop {
+                match rx.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => raw.extend_from_slice(&buf[..n]),
+                }
+            }
+            raw
+        };
+        let (_, raw) = tokio::time::timeout(Duration::from_secs(120), async {
+            tokio::join!(write, read)
+        })
+        .await
+        .ok()?;
+        let text = String::from_utf8_lossy(&raw);
+        text.split_whitespace().nth(1)?.parse().ok()
     }
 
     /// One request: its status and body. `/healthz` is asked with GET.
@@ -787,5 +856,167 @@ async fn gce_a_pushed_stop_needs_a_valid_token_and_a_redelivery_changes_nothing(
         );
     }
     teardown_seed(&admin, &seed).await;
+    Ok(())
+}
+
+/// Unauthenticated `/alertmanager` requests sent at once, each again as
+/// soon as it is answered, for as long as the push takes.
+const FLOOD_CONNECTIONS: usize = 16;
+/// The body each of them declares and sends: under the 14 MiB `serve`
+/// once read of any route before looking at the webhook's token.
+const FLOOD_BODY: usize = 12 << 20;
+/// How much the flood and the push together may raise `serve`'s peak
+/// memory: a fence's own allocations, far below one flood body per
+/// connection.
+const FLOOD_PEAK_GROWTH_KIB: u64 = 64 << 10;
+
+/// Regression (issue 33, item 8): on the one public service, a flood of
+/// unauthenticated `/alertmanager` requests with large bodies neither
+/// fills the service's memory nor keeps a Pub/Sub push from being answered
+/// and fencing, as the Cloud Run scenario above does: the bearer token is
+/// checked from the headers before any of the body is read, and a request
+/// is refused unread past its route's bound. With the token, the webhook
+/// is served by the same entry as the Lambda Function URL.
+#[tokio::test]
+async fn gce_a_flood_of_unauthenticated_webhooks_neither_fills_memory_nor_holds_up_a_push()
+-> anyhow::Result<()> {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let _g = cluster_serial().await;
+    let compute = fake_compute().client();
+    let signer = Signer::new(PUSH_KEY, "push-key")?;
+    let certs = key_server(signer.jwks().to_string()).await?;
+    let served = Arc::new(Served::start(certs).await?);
+    let (admin, seed, node2) = gce_seed_with_node2_down(false).await?;
+    let vm = vm_of(&seed);
+    let before = served.peak_rss_kib()?;
+
+    let pushing = Arc::new(AtomicBool::new(true));
+    let flood: Vec<_> = (0..FLOOD_CONNECTIONS)
+        .map(|_| {
+            let (served, pushing) = (served.clone(), pushing.clone());
+            tokio::spawn(async move {
+                let mut answers = Vec::new();
+                while pushing.load(Ordering::SeqCst) {
+                    let answer = served
+                        .post_declared("/alertmanager", None, FLOOD_BODY, FLOOD_BODY)
+                        .await;
+                    answers.push(answer);
+                }
+                answers
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let token = signer.token(PUSH_AUDIENCE)?;
+    let pushed = served
+        .post("/pubsub", Some(&token), &stop_pushed(&vm))
+        .await;
+    pushing.store(false, Ordering::SeqCst);
+    let mut answers = Vec::new();
+    for worker in flood {
+        answers.extend(worker.await?);
+    }
+    let after = served.peak_rss_kib()?;
+    eprintln!(
+        "serve's peak RSS (VmHWM): {before} KiB before, {after} KiB after {} unauthenticated \
+         /alertmanager requests of {FLOOD_BODY} bytes on {FLOOD_CONNECTIONS} connections and \
+         the push",
+        answers.len()
+    );
+
+    let (status, text) = pushed?;
+    assert_eq!(status, 200, "the push, during the flood: {text}");
+    let report: Value = serde_json::from_str(&text)?;
+    assert_eq!(
+        only_result(&report, &node2)["outcome"],
+        "fenced",
+        "{report:#}"
+    );
+    assert!(is_fenced(&admin, &node2).await?, "the taint is on");
+    assert_eq!(compute.detach_requests(&vm).await?.len(), 2);
+    assert!(
+        answers.len() >= FLOOD_CONNECTIONS,
+        "{} requests",
+        answers.len()
+    );
+    let refused = answers.iter().filter(|a| **a == Some(401)).count();
+    assert!(
+        answers.iter().all(|a| matches!(a, None | Some(401))),
+        "every flood request refused: {answers:?}"
+    );
+    assert!(
+        after.saturating_sub(before) < FLOOD_PEAK_GROWTH_KIB,
+        "peak RSS grew by {} KiB ({refused} answered 401)",
+        after.saturating_sub(before)
+    );
+
+    // Refused by its headers alone: no token, or a body over the bound,
+    // whatever follows (none is sent here, and none is waited for).
+    let none = served.post_declared("/alertmanager", None, 0, 0).await;
+    assert_eq!(none, Some(401));
+    let over = webhook::MAX_BODY_BYTES + 1;
+    let too_large = served
+        .post_declared("/alertmanager", Some(WEBHOOK_TOKEN), over, 0)
+        .await;
+    assert_eq!(too_large, Some(413));
+    // And the webhook itself, through the same entry as on Lambda.
+    let alert = kube_node_not_ready(&[&node2]).to_string();
+    let (status, text) = served
+        .post("/alertmanager", Some(WEBHOOK_TOKEN), &alert)
+        .await?;
+    assert_eq!(status, 200, "{text}");
+    let again: Value = serde_json::from_str(&text)?;
+    assert_eq!(
+        only_result(&again, &node2)["outcome"],
+        "already_fenced",
+        "{again:#}"
+    );
+    teardown_seed(&admin, &seed).await;
+    Ok(())
+}
+
+/// `SERVE_ROUTES` splits `serve` in two services: the events Google
+/// delivers, and the public webhook, so that no caller of the webhook can
+/// take the events' slots. A route of the other service is not there
+/// (404); a value it does not know stops `serve` at start, naming it.
+#[tokio::test]
+async fn gce_serve_answers_only_the_routes_it_is_given() -> anyhow::Result<()> {
+    let _g = cluster_serial().await;
+    let signer = Signer::new(PUSH_KEY, "push-key")?;
+    let certs = key_server(signer.jwks().to_string()).await?;
+    for (routes, here, gone) in [
+        (
+            "events",
+            ["/pubsub", "/eventarc", "/sweep"].as_slice(),
+            ["/alertmanager"].as_slice(),
+        ),
+        (
+            "alertmanager",
+            &["/alertmanager"],
+            &["/pubsub", "/eventarc", "/sweep"],
+        ),
+    ] {
+        let served = Served::start_with(certs, &[("SERVE_ROUTES", routes)]).await?;
+        for path in here {
+            let (status, text) = served.post(path, None, "{}").await?;
+            assert_eq!(status, 401, "{routes}: {path} is served: {text}");
+        }
+        for path in gone {
+            let (status, text) = served.post(path, None, "{}").await?;
+            assert_eq!(status, 404, "{routes}: {path} is not: {text}");
+        }
+    }
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_node-fencer-gce"))
+        .args(["serve", "--port", "0"])
+        .envs(node_fencer_tests::lambda::function_env(cluster_stack()))
+        .env("SERVE_ROUTES", "events,webhook")
+        .output()?;
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{said}");
+    assert!(
+        said.contains("SERVE_ROUTES") && said.contains("`alertmanager`"),
+        "{said}"
+    );
     Ok(())
 }
