@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use crate::core::mode::ModeSetting;
+use crate::core::oidc::{Expected, ExpectedError};
 use crate::core::ownership::{self, ClusterIdentity};
 use crate::core::policy::Policy;
 use crate::core::power::ActiveFencing;
@@ -115,7 +116,7 @@ pub const VARIABLES: &[(&str, &str)] = &[
     ),
     (
         "PUSH_AUDIENCE",
-        "the audience the OIDC tokens of Pub/Sub push and Eventarc requests must carry (`serve`; with PUSH_SERVICE_ACCOUNT); unset, /pubsub and /eventarc refuse every request",
+        "comma-separated https:// URLs, the audiences the OIDC tokens of Pub/Sub push, Eventarc and Cloud Scheduler requests may carry (`serve`; with PUSH_SERVICE_ACCOUNT): the subscription's audience, the service's URL; a URL without a path also stands for itself followed by the request's path; unset, /pubsub, /eventarc and /sweep refuse every request",
     ),
     (
         "PUSH_SERVICE_ACCOUNT",
@@ -183,13 +184,11 @@ pub enum ClusterAccess {
 }
 
 /// What `serve` accepts from Pub/Sub push and Eventarc: OIDC tokens for
-/// this audience, issued for this service account.
+/// one of these audiences, issued for this service account.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PushAuth {
-    /// The `aud` claim required.
-    pub audience: String,
-    /// The `email` claim required.
-    pub service_account: String,
+    /// The `aud` claims accepted and the `email` claim required.
+    pub expected: Expected,
     /// Where the signing keys are read, when not Google's own.
     pub certs_url: Option<String>,
 }
@@ -732,21 +731,33 @@ fn push_auth(get: &impl Fn(&str) -> Option<String>) -> Result<Option<PushAuth>, 
             needs: "PUSH_AUDIENCE",
         }),
         (Some(audience), Some(service_account)) => {
-            if !service_account.contains('@') || service_account.contains(char::is_whitespace) {
-                return Err(ConfigError::Invalid {
+            let expected = Expected::new(&audience, &service_account).map_err(|e| match e {
+                ExpectedError::NotAnEmail(_) => ConfigError::Invalid {
                     var: "PUSH_SERVICE_ACCOUNT",
-                    value: service_account,
+                    value: service_account.clone(),
                     expected: "a service account e-mail",
-                });
-            }
+                },
+                ExpectedError::NotAUrl(url) => ConfigError::Invalid {
+                    var: "PUSH_AUDIENCE",
+                    value: url,
+                    expected: PUSH_AUDIENCE_ACCEPTS,
+                },
+                ExpectedError::EmptyAudience => ConfigError::Invalid {
+                    var: "PUSH_AUDIENCE",
+                    value: audience.clone(),
+                    expected: PUSH_AUDIENCE_ACCEPTS,
+                },
+            })?;
             Ok(Some(PushAuth {
-                audience,
-                service_account,
+                expected,
                 certs_url: get("PUSH_CERTS_URL"),
             }))
         }
     }
 }
+
+const PUSH_AUDIENCE_ACCEPTS: &str = "a comma-separated list of https://HOST[:PORT][/PATH] URLs \
+     (no query, fragment, user or empty entry): the subscription's audience, the service's URL";
 
 /// `SERVE_ROUTES`: the route groups named, each once at most; all unset.
 fn serve_routes(get: &impl Fn(&str) -> Option<String>) -> Result<ServeRoutes, ConfigError> {
@@ -923,7 +934,7 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(
-            both.push_auth.map(|p| p.service_account),
+            both.push_auth.map(|p| p.expected.email().to_owned()),
             Some("push@proj-fencer.iam.gserviceaccount.com".into())
         );
         assert!(cfg(&[("PUSH_AUDIENCE", "x")]).is_err());
@@ -943,6 +954,46 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    #[test]
+    fn push_audience_is_a_list_of_urls_each_checked() {
+        let account = (
+            "PUSH_SERVICE_ACCOUNT",
+            "push@proj-fencer.iam.gserviceaccount.com",
+        );
+        let two = "https://push.node-fencer.example, https://node-fencer-abc-uc.a.run.app";
+        let auth = cfg(&[("PUSH_AUDIENCE", two), account])
+            .unwrap()
+            .push_auth
+            .expect("push auth");
+        assert_eq!(
+            auth.expected.audiences(),
+            [
+                "https://push.node-fencer.example",
+                "https://node-fencer-abc-uc.a.run.app"
+            ]
+        );
+        for (value, named) in [
+            ("node-fencer-push", "node-fencer-push"),
+            ("https://a.example,http://b.example", "http://b.example"),
+            (
+                "https://a.example,,https://b.example",
+                "https://a.example,,https://b.example",
+            ),
+        ] {
+            let err = cfg(&[("PUSH_AUDIENCE", value), account]).unwrap_err();
+            assert_eq!(
+                err,
+                ConfigError::Invalid {
+                    var: "PUSH_AUDIENCE",
+                    value: named.into(),
+                    expected: PUSH_AUDIENCE_ACCEPTS
+                },
+                "{value}"
+            );
+            assert!(err.to_string().contains("https://HOST"), "{err}");
+        }
     }
 
     #[test]

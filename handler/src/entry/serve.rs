@@ -29,7 +29,6 @@ use tokio::net::TcpListener;
 use tracing::{Instrument, error, info, info_span, warn};
 
 use crate::core::config::{Config, LogFormat, ServeRoutes};
-use crate::core::oidc::Expected;
 use crate::core::suspect::Batch;
 use crate::core::trigger::{self, Auth, Body, InputError, RouteGroup, Trigger, webhook};
 use crate::entry::app::{App, HandlerError};
@@ -66,8 +65,7 @@ pub async fn serve(port: u16) -> Result<(), String> {
             None
         }
         Some(auth) => {
-            let expected = Expected::new(&auth.audience, &auth.service_account)
-                .map_err(|e| format!("configuration: {e}"))?;
+            let expected = auth.expected.clone();
             let verifier = match &auth.certs_url {
                 None => PushVerifier::new(expected),
                 Some(url) => PushVerifier::with_certs_url(expected, url),
@@ -187,9 +185,10 @@ impl Server {
         self.run_batch(batch, correlation_id).await
     }
 
-    /// Lets in a request bearing a Google-signed OIDC token for this
-    /// service (`PUSH_AUDIENCE`, or the URL the request came to); anything
-    /// else is answered here.
+    /// Lets in a request bearing a Google-signed OIDC token for one of the
+    /// configured audiences (`PUSH_AUDIENCE`, a URL without a path also
+    /// with this request's path), never for the host the request names;
+    /// anything else is answered here.
     async fn authenticate(
         &self,
         headers: &HeaderMap,
@@ -207,10 +206,7 @@ impl Server {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
-        let host = headers
-            .get(http::header::HOST)
-            .and_then(|v| v.to_str().ok());
-        match push.verify_at(authorization, host, path, now).await {
+        match push.verify_at(authorization, path, now).await {
             Ok(_) => Ok(()),
             Err(e) => {
                 warn!(error = %e, "push request refused");

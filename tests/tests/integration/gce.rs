@@ -477,7 +477,11 @@ struct Signer {
 
 static PUSH_KEY: &[u8] = include_bytes!("../../../handler/tests/fixtures/oidc/test-key-a.pk8.der");
 static OTHER_KEY: &[u8] = include_bytes!("../../../handler/tests/fixtures/oidc/test-key-b.pk8.der");
-const PUSH_AUDIENCE: &str = "node-fencer-push";
+/// The push subscription's audience (a URL, as the module sets it).
+const PUSH_AUDIENCE: &str = "https://push.node-fencer.example";
+/// The service's own URL, what an Eventarc trigger's tokens name; the
+/// module passes it beside the subscription's audience.
+const SERVICE_URL: &str = "https://node-fencer-test.a.run.app";
 const PUSH_ACCOUNT: &str = "node-fencer-push@proj-fencer.iam.gserviceaccount.com";
 
 impl Signer {
@@ -557,8 +561,8 @@ async fn key_server(body: String) -> anyhow::Result<u16> {
     Ok(port)
 }
 
-/// The host name the requests to `serve` name, as Cloud Run's front end
-/// passes the service's own.
+/// The host name the requests to `serve` name unless told otherwise, as
+/// Cloud Run's front end passes the service's own.
 const SERVED_HOST: &str = "node-fencer-test.a.run.app";
 
 /// The headers of an Eventarc CloudEvent in binary mode carrying an audit
@@ -615,7 +619,7 @@ impl Served {
             .envs(node_fencer_tests::lambda::function_env(stack))
             .env("COMPUTE_ENDPOINT", fake_compute().endpoint())
             .env("NOT_READY_WAIT_SECONDS", "30")
-            .env("PUSH_AUDIENCE", PUSH_AUDIENCE)
+            .env("PUSH_AUDIENCE", format!("{PUSH_AUDIENCE},{SERVICE_URL}"))
             .env("PUSH_SERVICE_ACCOUNT", PUSH_ACCOUNT)
             .env(
                 "PUSH_CERTS_URL",
@@ -711,7 +715,8 @@ impl Served {
         self.post_with(path, token, &[], body).await
     }
 
-    /// [`Self::post`] with these headers besides.
+    /// [`Self::post`] with these headers besides (a `host` one in place
+    /// of [`SERVED_HOST`]).
     async fn post_with(
         &self,
         path: &str,
@@ -723,11 +728,16 @@ impl Served {
         let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", self.port)).await?;
         let method = if path == "/healthz" { "GET" } else { "POST" };
         let mut auth = token.map_or_else(String::new, |t| format!("Authorization: Bearer {t}\r\n"));
+        let mut host = SERVED_HOST;
         for (name, value) in headers {
-            auth.push_str(&format!("{name}: {value}\r\n"));
+            if name.eq_ignore_ascii_case("host") {
+                host = value;
+            } else {
+                auth.push_str(&format!("{name}: {value}\r\n"));
+            }
         }
         let head = format!(
-            "{method} {path} HTTP/1.1\r\nHost: {SERVED_HOST}\r\nContent-Type: application/json\r\n{auth}Content-Length: {}\r\nConnection: close\r\n\r\n",
+            "{method} {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n{auth}Content-Length: {}\r\nConnection: close\r\n\r\n",
             body.len()
         );
         stream.write_all(head.as_bytes()).await?;
@@ -782,12 +792,14 @@ fn stop_pushed(vm: &Vm) -> String {
 
 /// The audit log path on Cloud Run: the VM's stop reaches `serve` twice,
 /// as it does with both the Logging sink and the Eventarc trigger. Without
-/// a token, with one signed by a key Google does not publish, or with one
-/// for another audience, either route answers 401 and nothing changes.
-/// The Eventarc CloudEvent, its token for the service's own URL (a trigger
+/// a token, with one signed by a key Google does not publish, with one for
+/// another audience, or (issue 33, item 11) for the URL of the host the
+/// request names, which a caller picks behind a load balancer, either
+/// route answers 401 and nothing changes. The Eventarc CloudEvent, its
+/// token for the service's URL as `PUSH_AUDIENCE` lists it (a trigger
 /// cannot be given an audience), fences the node; the Pub/Sub push of the
-/// same entry finds it fenced and detaches nothing more, and so does its
-/// redelivery.
+/// same entry, its token for the subscription's audience, finds it fenced
+/// and detaches nothing more, and so does its redelivery.
 #[tokio::test]
 async fn gce_a_pushed_stop_needs_a_valid_token_and_a_redelivery_changes_nothing()
 -> anyhow::Result<()> {
@@ -802,30 +814,41 @@ async fn gce_a_pushed_stop_needs_a_valid_token_and_a_redelivery_changes_nothing(
     let pushed = stop_pushed(&vm);
     let event = stop_entry(&vm).to_string();
     let headers = eventarc_headers(&vm);
-    let own_url = format!("https://{SERVED_HOST}");
+    let balancer = "lb.node-fencer-test.example";
 
-    for (how, token) in [
-        ("no token", None),
-        ("another key", Some(stranger.token(PUSH_AUDIENCE)?)),
+    for (how, token, host) in [
+        ("no token", None, None),
+        ("another key", Some(stranger.token(PUSH_AUDIENCE)?), None),
         (
             "another audience",
             Some(signer.token("https://elsewhere.example")?),
+            None,
         ),
         (
             "another path of this service",
-            Some(signer.token(&format!("{own_url}/sweep"))?),
+            Some(signer.token(&format!("{SERVICE_URL}/sweep"))?),
+            None,
+        ),
+        (
+            "the host the request names",
+            Some(signer.token(&format!("https://{balancer}"))?),
+            Some(balancer),
         ),
     ] {
-        let (status, text) = served.post("/pubsub", token.as_deref(), &pushed).await?;
-        assert_eq!(status, 401, "/pubsub, {how}: {text}");
+        let host: Vec<(&str, String)> = host.map(|h| ("host", h.to_owned())).into_iter().collect();
         let (status, text) = served
-            .post_with("/eventarc", token.as_deref(), &headers, &event)
+            .post_with("/pubsub", token.as_deref(), &host, &pushed)
+            .await?;
+        assert_eq!(status, 401, "/pubsub, {how}: {text}");
+        let with_host: Vec<(&str, String)> = headers.iter().cloned().chain(host).collect();
+        let (status, text) = served
+            .post_with("/eventarc", token.as_deref(), &with_host, &event)
             .await?;
         assert_eq!(status, 401, "/eventarc, {how}: {text}");
         assert_untouched(&admin, &compute, &seed, &vm, how).await?;
     }
 
-    let eventarc_token = signer.token(&own_url)?;
+    let eventarc_token = signer.token(SERVICE_URL)?;
     let (status, text) = served
         .post_with("/eventarc", Some(&eventarc_token), &headers, &event)
         .await?;
