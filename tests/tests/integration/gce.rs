@@ -74,6 +74,13 @@ fn only_result<'a>(report: &'a Value, node: &str) -> &'a Value {
     found[0]
 }
 
+/// The outcome for `node` in an answer of `serve`, which must be a 200.
+fn outcome_of((status, text): (u16, String), node: &str) -> anyhow::Result<Value> {
+    anyhow::ensure!(status == 200, "answered {status}: {text}");
+    let report: Value = serde_json::from_str(&text)?;
+    Ok(only_result(&report, node)["outcome"].clone())
+}
+
 /// A direct invocation `{"action": "fence", "node": NODE}`: its report.
 fn fence(emu: &Emulator, node: &str) -> anyhow::Result<Value> {
     let out = emu.invoke(&json!({"action": "fence", "node": node}))?;
@@ -778,8 +785,12 @@ fn stop_entry(vm: &Vm) -> Value {
 /// A Pub/Sub push request carrying [`stop_entry`], as the Logging sink
 /// writes it.
 fn stop_pushed(vm: &Vm) -> String {
+    pushed(&stop_entry(vm))
+}
+
+/// A Pub/Sub push request carrying `entry`, as the Logging sink writes it.
+fn pushed(entry: &Value) -> String {
     use base64::Engine;
-    let entry = stop_entry(vm);
     json!({
         "message": {
             "data": base64::engine::general_purpose::STANDARD.encode(entry.to_string()),
@@ -985,16 +996,10 @@ async fn gce_a_flood_of_unauthenticated_webhooks_neither_fills_memory_nor_holds_
     assert_eq!(too_large, Some(413));
     // And the webhook itself, through the same entry as on Lambda.
     let alert = kube_node_not_ready(&[&node2]).to_string();
-    let (status, text) = served
+    let answer = served
         .post("/alertmanager", Some(WEBHOOK_TOKEN), &alert)
         .await?;
-    assert_eq!(status, 200, "{text}");
-    let again: Value = serde_json::from_str(&text)?;
-    assert_eq!(
-        only_result(&again, &node2)["outcome"],
-        "already_fenced",
-        "{again:#}"
-    );
+    assert_eq!(outcome_of(answer, &node2)?, "already_fenced");
     teardown_seed(&admin, &seed).await;
     Ok(())
 }
@@ -1041,5 +1046,57 @@ async fn gce_serve_answers_only_the_routes_it_is_given() -> anyhow::Result<()> {
         said.contains("SERVE_ROUTES") && said.contains("`alertmanager`"),
         "{said}"
     );
+    Ok(())
+}
+
+/// Regression (issue 33, item 18): the audit entry of a stop an instance
+/// schedule made names the project by its number
+/// (`projects/NUMBER/zones/Z/instances/N`); `resource.labels.project_id`
+/// names it as the Node's provider id does. Through Eventarc it fences the
+/// node; the same entry pushed by Pub/Sub finds it fenced, where both were
+/// refused as no Cloud Audit Log entry (400, dead-lettered).
+#[tokio::test]
+async fn gce_a_stop_that_names_the_project_by_number_fences_through_both_routes()
+-> anyhow::Result<()> {
+    let _g = cluster_serial().await;
+    let compute = fake_compute().client();
+    let signer = Signer::new(PUSH_KEY, "push-key")?;
+    let certs = key_server(signer.jwks().to_string()).await?;
+    let served = Served::start(certs).await?;
+    let (admin, seed, node2) = gce_seed_with_node2_down(false).await?;
+    let vm = vm_of(&seed);
+    let by_number = format!(
+        "projects/123456789012/zones/{}/instances/{}",
+        vm.zone, vm.name
+    );
+    let mut entry = stop_entry(&vm);
+    entry["protoPayload"]["resourceName"] = json!(by_number);
+    entry["protoPayload"]["authenticationInfo"] =
+        json!({"principalEmail": "service-123456789012@compute-system.iam.gserviceaccount.com"});
+    let mut headers = eventarc_headers(&vm);
+    for (name, value) in &mut headers {
+        if *name == "ce-resourcename" {
+            value.clone_from(&by_number);
+        }
+    }
+
+    let token = signer.token(SERVICE_URL)?;
+    let (status, text) = served
+        .post_with("/eventarc", Some(&token), &headers, &entry.to_string())
+        .await?;
+    assert_eq!(status, 200, "{text}");
+    let report: Value = serde_json::from_str(&text)?;
+    let r = only_result(&report, &node2);
+    assert_eq!(r["outcome"], "fenced", "{report:#}");
+    assert_eq!(r["instance_id"], json!(vm.provider_id()), "{r:#}");
+    assert!(is_fenced(&admin, &node2).await?, "the taint is on");
+    assert_eq!(compute.detach_requests(&vm).await?.len(), 2);
+
+    let token = signer.token(PUSH_AUDIENCE)?;
+    let answer = served
+        .post("/pubsub", Some(&token), &pushed(&entry))
+        .await?;
+    assert_eq!(outcome_of(answer, &node2)?, "already_fenced");
+    teardown_seed(&admin, &seed).await;
     Ok(())
 }
