@@ -20,8 +20,12 @@ Served under /compute/v1 (the table ROUTES lists each route beside its discovery
     GET  projects/{project}/zones/{zone}/operations/{operation}
     POST projects/{project}/zones/{zone}/operations/{operation}/wait
 
-Behaviour kept from GCE: errors in Google's JSON error shape (404 notFound, 400 invalid,
-429 rateLimitExceeded, 503 backendError); detach and stop answer a zonal Operation that goes
+Behaviour kept from GCE: errors in Google's JSON error shape ({"error": {"code", "message",
+"errors": [{"message", "domain", "reason"}]}}, no "status" but on 429 and 5xx): 404 notFound
+naming the very resource asked for ("The resource 'projects/P/zones/Z/instances/N' was not
+found"), or the project when the fake holds nothing in it; 400 invalid for a zone or region it
+does not have ("Invalid value for field 'zone': 'Z'. Unknown zone."); 429 rateLimitExceeded,
+503 backendError; detach and stop answer a zonal Operation that goes
 PENDING, RUNNING, DONE after a configurable delay, and only then change the instance and
 the disk; the same requestId returns the same Operation; a boot disk can only be detached
 from a TERMINATED instance; an instance being stopped is STOPPING, then TERMINATED; a
@@ -150,6 +154,11 @@ class ApiError(Exception):
 
 def not_found(resource_path: str) -> ApiError:
     return ApiError(404, "notFound", f"The resource '{resource_path}' was not found")
+
+
+def unknown_location(field: str, value: str) -> ApiError:
+    """Compute Engine's answer for a zone or region it does not have: 400, not 404."""
+    return invalid(field, value, f"Unknown {field}.")
 
 
 def invalid(field: str, value: str, why: str) -> ApiError:
@@ -903,9 +912,21 @@ class FakeCompute:
             raise not_found(f"projects/{project}/zones/{zone}/instances/{name}")
         return instance
 
+    def _check_project(self, project: str) -> None:
+        # A project the fake holds nothing in stands for one that does not exist: Compute Engine
+        # names the project, not the resource asked for.
+        if project not in self._zones:
+            raise not_found(f"projects/{project}")
+
     def _check_zone(self, project: str, zone: str) -> None:
-        if zone not in self._zones.get(project, set()):
-            raise not_found(f"projects/{project}/zones/{zone}")
+        self._check_project(project)
+        if zone not in self._zones[project]:
+            raise unknown_location("zone", zone)
+
+    def _check_region(self, project: str, region: str) -> None:
+        self._check_project(project)
+        if not any(z.rsplit("-", 1)[0] == region for z in self._zones[project]):
+            raise unknown_location("region", region)
 
     def instances_get(self, p: dict[str, str], q: dict[str, str]) -> dict[str, Any]:
         return self._get_instance(p["project"], p["zone"], p["instance"])
@@ -964,6 +985,7 @@ class FakeCompute:
         return self._disk(p["project"], "zones", p["zone"], p["disk"])
 
     def region_disks_get(self, p: dict[str, str], q: dict[str, str]) -> dict[str, Any]:
+        self._check_region(p["project"], p["region"])
         return self._disk(p["project"], "regions", p["region"], p["disk"])
 
     def _disk(self, project: str, kind: str, location: str, name: str) -> dict[str, Any]:
@@ -1048,6 +1070,7 @@ class FakeCompute:
 
     def region_disks_test_iam_permissions(self, p: dict[str, str], q: dict[str, str],
                                           body: Any) -> dict[str, Any]:
+        self._check_region(p["project"], p["region"])
         self._disk(p["project"], "regions", p["region"], p["resource"])
         return self._granted(body)
 

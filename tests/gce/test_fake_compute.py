@@ -347,6 +347,30 @@ def test_a_missing_instance_is_googles_404(fake: F.FakeCompute, compute: Any) ->
     assert caught.value.error_details[0]["reason"] == "notFound"
 
 
+def test_another_project_or_zone_is_not_the_vms_own_404(fake: F.FakeCompute, compute: Any) -> None:
+    """A wrong project or zone never reads as "this VM was deleted": Google's answer then names the
+    project (404 notFound) or refuses the zone (400 invalid), never the VM asked for."""
+    fake.create_instance(PROJECT, ZONE, "node-1")
+    instances = compute.instances()
+    cases = [
+        (instances.get(project="proj-elsewhere", zone=ZONE, instance="node-1"), 404, "notFound",
+         "The resource 'projects/proj-elsewhere' was not found"),
+        (instances.get(project=PROJECT, zone="us-east1-q", instance="node-1"), 400, "invalid",
+         "Invalid value for field 'zone': 'us-east1-q'. Unknown zone."),
+        (compute.disks().get(project="proj-elsewhere", zone=ZONE, disk="node-1"), 404, "notFound",
+         "The resource 'projects/proj-elsewhere' was not found"),
+        (compute.regionDisks().get(project=PROJECT, region="europe-west9", disk="pd"), 400, "invalid",
+         "Invalid value for field 'region': 'europe-west9'. Unknown region."),
+    ]
+    for request, status, reason, message in cases:
+        with pytest.raises(HttpError) as caught:
+            request.execute()
+        assert caught.value.status_code == status, request.uri
+        body = json.loads(caught.value.content)
+        assert body == {"error": {"code": status, "message": message,
+                                  "errors": [{"message": message, "domain": "global", "reason": reason}]}}
+
+
 def test_list_filters_by_name_and_pages(fake: F.FakeCompute, compute: Any) -> None:
     for index, name in enumerate(("a-1", "a-2", "a-3", "b-1", "b-2")):
         fake.create_instance(PROJECT, ZONE, name, labels={"group": name[0]}, network_ip=f"10.1.0.{index}")
@@ -387,7 +411,7 @@ def test_list_refuses_what_gce_refuses(fake: F.FakeCompute, compute: Any) -> Non
         (instances.list(project=PROJECT, zone=ZONE, maxResults=501), 400, "maxResults"),
         (instances.list(project=PROJECT, zone=ZONE, filter='name = "a-1'), 400, "filter"),
         (instances.list(project=PROJECT, zone=ZONE, orderBy="creationTimestamp desc"), 501, "orderBy"),
-        (instances.list(project=PROJECT, zone="us-east1-q"), 404, "zones/us-east1-q"),
+        (instances.list(project=PROJECT, zone="us-east1-q"), 400, "'us-east1-q'. Unknown zone."),
     ]
     for request, status, mention in cases:
         with pytest.raises(HttpError) as caught:

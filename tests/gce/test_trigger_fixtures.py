@@ -18,7 +18,8 @@ push repeats messageId and publishTime as message_id and publish_time (equal val
 the AuditLog payload names its type in "@type", which google-events models as the message
 itself. Beyond the types, each entry must be a Compute Engine instance's audit entry whose
 names agree with each other: logName, resource labels, resourceName, the CloudEvent source
-and subject. An empty or missing fixture directory fails.
+and subject (resourceName may name the project by its number, as entries written for an instance
+schedule and some system events do). An empty or missing fixture directory fails.
 
 google-events' copy of the AuditLog types is older than what Cloud Logging writes today:
 it has no authorizationInfo[].permissionType and no authenticationInfo.oauthInfo, so an
@@ -95,7 +96,11 @@ def strict_log_entry(entry: Any, where: str) -> tuple[LogEntryData, dict[str, An
     labels = dict(parsed.resource.labels)
     assert set(labels) == {"instance_id", "project_id", "zone"}, f"{where}: resource.labels {sorted(labels)}"
     assert labels["instance_id"].isdigit(), f"{where}: instance_id {labels['instance_id']!r} is not numeric"
-    assert labels["project_id"] == target["project"] == log["project"], f"{where}: the project differs"
+    # resourceName names the project by id, or (instance schedules, some system events) by its
+    # number; the labels and the log name always by id.
+    by_number = target["project"].isdigit()
+    assert labels["project_id"] == log["project"], f"{where}: the project differs"
+    assert by_number or target["project"] == labels["project_id"], f"{where}: the project differs"
     assert labels["zone"] == target["zone"], f"{where}: the zone differs"
     op = parsed.operation
     assert op.id and op.producer, f"{where}: an instance's audit entry has an operation"
@@ -200,6 +205,9 @@ def first(paths: list[Path], kind: str) -> Path:
          "protoPayload.@type"),
         (lambda e: e.update(logName="projects/nf-project/logs/syslog"), "not a project's Cloud Audit Log"),
         (lambda e: e["resource"]["labels"].update(zone="europe-west1-b"), "the zone differs"),
+        (lambda e: e["resource"]["labels"].update(project_id="other-project-1"), "the project differs"),
+        (lambda e: e["protoPayload"].update(resourceName="projects/other-project-1/zones/us-east1-c/"
+                                                          "instances/gke-pool-1-abcd"), "the project differs"),
     ],
 )
 def test_a_planted_mistake_in_a_log_entry_fails(plant: Any, expected: str) -> None:

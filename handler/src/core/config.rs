@@ -4,11 +4,13 @@
 use std::time::Duration;
 
 use crate::core::mode::ModeSetting;
+use crate::core::oidc::{Expected, ExpectedError};
 use crate::core::ownership::{self, ClusterIdentity};
 use crate::core::policy::Policy;
 use crate::core::power::ActiveFencing;
 use crate::core::recovery::RecoveryPolicy;
 use crate::core::resolve::ClusterScope;
+use crate::core::trigger::RouteGroup;
 use crate::core::values::parse_bool;
 
 /// Every variable read, with what it accepts (for `--help` and the README).
@@ -119,7 +121,7 @@ pub const VARIABLES: &[(&str, &str)] = &[
     ),
     (
         "PUSH_AUDIENCE",
-        "the audience the OIDC tokens of Pub/Sub push and Eventarc requests must carry (`serve`; with PUSH_SERVICE_ACCOUNT); unset, /pubsub and /eventarc refuse every request",
+        "comma-separated https:// URLs, the audiences the OIDC tokens of Pub/Sub push, Eventarc and Cloud Scheduler requests may carry (`serve`; with PUSH_SERVICE_ACCOUNT): the subscription's audience, the service's URL; a URL without a path also stands for itself followed by the request's path; unset, /pubsub, /eventarc and /sweep refuse every request",
     ),
     (
         "PUSH_SERVICE_ACCOUNT",
@@ -128,6 +130,10 @@ pub const VARIABLES: &[(&str, &str)] = &[
     (
         "PUSH_CERTS_URL",
         "where the push tokens' signing keys are read (default https://www.googleapis.com/oauth2/v3/certs; https, or http on a loopback address for a local key server)",
+    ),
+    (
+        "SERVE_ROUTES",
+        "comma-separated `events` (/pubsub, /eventarc, /sweep) and `alertmanager` (/alertmanager) (`serve`; default both): the routes this service answers, the others 404, so the public webhook can run as a service of its own",
     ),
     (
         "COMPUTE_ENDPOINT",
@@ -183,15 +189,39 @@ pub enum ClusterAccess {
 }
 
 /// What `serve` accepts from Pub/Sub push and Eventarc: OIDC tokens for
-/// this audience, issued for this service account.
+/// one of these audiences, issued for this service account.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PushAuth {
-    /// The `aud` claim required.
-    pub audience: String,
-    /// The `email` claim required.
-    pub service_account: String,
+    /// The `aud` claims accepted and the `email` claim required.
+    pub expected: Expected,
     /// Where the signing keys are read, when not Google's own.
     pub certs_url: Option<String>,
+}
+
+/// Which of `serve`'s routes this service answers (`SERVE_ROUTES`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServeRoutes(Vec<RouteGroup>);
+
+impl Default for ServeRoutes {
+    fn default() -> Self {
+        Self(RouteGroup::ALL.iter().map(|(_, g)| *g).collect())
+    }
+}
+
+impl ServeRoutes {
+    /// Whether routes of `group` are answered.
+    pub fn serves(&self, group: RouteGroup) -> bool {
+        self.0.contains(&group)
+    }
+
+    /// The groups answered, as `SERVE_ROUTES` names them.
+    pub fn names(&self) -> Vec<&'static str> {
+        RouteGroup::ALL
+            .iter()
+            .filter(|(_, g)| self.serves(*g))
+            .map(|(name, _)| *name)
+            .collect()
+    }
 }
 
 /// Where the Alertmanager bearer token comes from.
@@ -239,6 +269,8 @@ pub struct Config {
     pub push_auth: Option<PushAuth>,
     /// Another Compute Engine API base URL than Google's.
     pub compute_endpoint: Option<String>,
+    /// The routes `serve` answers.
+    pub serve_routes: ServeRoutes,
 }
 
 /// A configuration error, naming the variable.
@@ -441,6 +473,7 @@ impl Config {
             log_format,
             push_auth: push_auth(&get)?,
             compute_endpoint: compute_endpoint(&get)?,
+            serve_routes: serve_routes(&get)?,
         })
     }
 }
@@ -705,20 +738,58 @@ fn push_auth(get: &impl Fn(&str) -> Option<String>) -> Result<Option<PushAuth>, 
             needs: "PUSH_AUDIENCE",
         }),
         (Some(audience), Some(service_account)) => {
-            if !service_account.contains('@') || service_account.contains(char::is_whitespace) {
-                return Err(ConfigError::Invalid {
+            let expected = Expected::new(&audience, &service_account).map_err(|e| match e {
+                ExpectedError::NotAnEmail(_) => ConfigError::Invalid {
                     var: "PUSH_SERVICE_ACCOUNT",
-                    value: service_account,
+                    value: service_account.clone(),
                     expected: "a service account e-mail",
-                });
-            }
+                },
+                ExpectedError::NotAUrl(url) => ConfigError::Invalid {
+                    var: "PUSH_AUDIENCE",
+                    value: url,
+                    expected: PUSH_AUDIENCE_ACCEPTS,
+                },
+                ExpectedError::EmptyAudience => ConfigError::Invalid {
+                    var: "PUSH_AUDIENCE",
+                    value: audience.clone(),
+                    expected: PUSH_AUDIENCE_ACCEPTS,
+                },
+            })?;
             Ok(Some(PushAuth {
-                audience,
-                service_account,
+                expected,
                 certs_url: get("PUSH_CERTS_URL"),
             }))
         }
     }
+}
+
+const PUSH_AUDIENCE_ACCEPTS: &str = "a comma-separated list of https://HOST[:PORT][/PATH] URLs \
+     (no query, fragment, user or empty entry): the subscription's audience, the service's URL";
+
+/// `SERVE_ROUTES`: the route groups named, each once at most; all unset.
+fn serve_routes(get: &impl Fn(&str) -> Option<String>) -> Result<ServeRoutes, ConfigError> {
+    let Some(raw) = get("SERVE_ROUTES") else {
+        return Ok(ServeRoutes::default());
+    };
+    let invalid = || ConfigError::Invalid {
+        var: "SERVE_ROUTES",
+        value: raw.clone(),
+        expected: "a comma-separated list of `events` (/pubsub, /eventarc, /sweep) and \
+                   `alertmanager` (/alertmanager), each at most once",
+    };
+    let mut groups = Vec::new();
+    for name in raw.split(',').map(str::trim) {
+        let group = RouteGroup::ALL
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, g)| *g)
+            .ok_or_else(invalid)?;
+        if groups.contains(&group) {
+            return Err(invalid());
+        }
+        groups.push(group);
+    }
+    Ok(ServeRoutes(groups))
 }
 
 /// A Compute Engine base URL, http:// or https://.
@@ -861,7 +932,7 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(
-            both.push_auth.map(|p| p.service_account),
+            both.push_auth.map(|p| p.expected.email().to_owned()),
             Some("push@proj-fencer.iam.gserviceaccount.com".into())
         );
         assert!(cfg(&[("PUSH_AUDIENCE", "x")]).is_err());
@@ -881,6 +952,65 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    #[test]
+    fn push_audience_is_a_list_of_urls_each_checked() {
+        let account = (
+            "PUSH_SERVICE_ACCOUNT",
+            "push@proj-fencer.iam.gserviceaccount.com",
+        );
+        let two = "https://push.node-fencer.example, https://node-fencer-abc-uc.a.run.app";
+        let auth = cfg(&[("PUSH_AUDIENCE", two), account])
+            .unwrap()
+            .push_auth
+            .expect("push auth");
+        assert_eq!(
+            auth.expected.audiences(),
+            [
+                "https://push.node-fencer.example",
+                "https://node-fencer-abc-uc.a.run.app"
+            ]
+        );
+        for (value, named) in [
+            ("node-fencer-push", "node-fencer-push"),
+            ("https://a.example,http://b.example", "http://b.example"),
+            (
+                "https://a.example,,https://b.example",
+                "https://a.example,,https://b.example",
+            ),
+        ] {
+            let err = cfg(&[("PUSH_AUDIENCE", value), account]).unwrap_err();
+            assert_eq!(
+                err,
+                ConfigError::Invalid {
+                    var: "PUSH_AUDIENCE",
+                    value: named.into(),
+                    expected: PUSH_AUDIENCE_ACCEPTS
+                },
+                "{value}"
+            );
+            assert!(err.to_string().contains("https://HOST"), "{err}");
+        }
+    }
+
+    #[test]
+    fn serve_routes_name_the_groups_a_service_answers() {
+        let all = cfg(&[]).unwrap().serve_routes;
+        assert!(all.serves(RouteGroup::Events) && all.serves(RouteGroup::Alertmanager));
+        assert_eq!(all.names(), ["events", "alertmanager"]);
+        let events = cfg(&[("SERVE_ROUTES", "events")]).unwrap().serve_routes;
+        assert!(events.serves(RouteGroup::Events) && !events.serves(RouteGroup::Alertmanager));
+        let both = cfg(&[("SERVE_ROUTES", " alertmanager , events ")]).unwrap();
+        assert_eq!(both.serve_routes.names(), ["events", "alertmanager"]);
+        for bad in ["pubsub", "events,", "events,events", "Events", ","] {
+            let err = cfg(&[("SERVE_ROUTES", bad)]).unwrap_err();
+            assert!(
+                matches!(&err, ConfigError::Invalid { var: "SERVE_ROUTES", value, .. } if value == bad),
+                "{bad}: {err}"
+            );
+            assert!(err.to_string().contains("`alertmanager`"), "{err}");
+        }
     }
 
     #[test]

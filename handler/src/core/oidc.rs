@@ -101,10 +101,10 @@ pub enum TokenError {
     /// `iss` is not Google's.
     #[error("the token's issuer is not https://accounts.google.com")]
     Issuer,
-    /// `aud` is not (or does not contain) this service's audience.
+    /// `aud` is not (or does not contain) one of this service's audiences.
     #[error("the token is not for this service (audience {expected} expected)")]
     Audience {
-        /// The configured audience.
+        /// The configured audiences, comma-separated.
         expected: String,
     },
     /// `exp` is not in the future.
@@ -145,30 +145,83 @@ pub enum TokenError {
 /// What a token must say to be for this service.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Expected {
-    audience: String,
+    /// The configured URLs (`PUSH_AUDIENCE`), without a trailing `/`.
+    audiences: Vec<String>,
     email: String,
-    /// This service's own URLs as a request reached it, also accepted.
-    own_urls: Vec<String>,
+    /// `URL + path` for each configured URL without a path, once the
+    /// request's path is known ([`Expected::at_path`]).
+    at_path: Vec<String>,
 }
 
 /// Why an [`Expected`] cannot be built.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ExpectedError {
-    /// An empty audience would let any token of that shape through.
+    /// An empty list would let no token through, or one entry empty
+    /// would be a typo: refused rather than guessed at.
     #[error("the OIDC audience is empty")]
     EmptyAudience,
+    /// An entry that is not an https URL of the accepted form.
+    #[error("the OIDC audience {0:?} is not an https:// URL without query, fragment or user")]
+    NotAUrl(String),
     /// Not `name@domain`.
     #[error("the push service account {0:?} is not an email address")]
     NotAnEmail(String),
 }
 
+/// What an audience URL may look like: `https://HOST[:PORT][/PATH]`, host
+/// and path of plain characters, no query, fragment, user or trailing `/`
+/// (one is taken off). Tokens name these URLs byte for byte, so anything
+/// looser would only hide a typo.
+fn audience_url(raw: &str) -> Option<String> {
+    let rest = raw.strip_prefix("https://")?;
+    let rest = rest.strip_suffix('/').unwrap_or(rest);
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let (host, port) = authority
+        .rsplit_once(':')
+        .map_or((authority, None), |(h, p)| (h, Some(p)));
+    let host_ok = !host.is_empty()
+        && host.len() <= 253
+        && !host.starts_with(['.', '-'])
+        && host
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-');
+    let port_ok = port.is_none_or(|p| p.parse::<u16>().is_ok_and(|p| p > 0));
+    (host_ok && port_ok && plain_path(path, true)).then(|| format!("https://{rest}"))
+}
+
+/// A path of plain characters: `/a/b-c_d.e~f` (or nothing, when `empty`
+/// is allowed). No `//`, query, fragment, percent-escape or dot segment.
+fn plain_path(path: &str, empty: bool) -> bool {
+    if path.is_empty() {
+        return empty;
+    }
+    path.starts_with('/')
+        && path[1..].split('/').all(|segment| {
+            !segment.is_empty()
+                && segment != "."
+                && segment != ".."
+                && segment
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~'))
+        })
+}
+
 impl Expected {
-    /// The audience the push subscription or Eventarc trigger was given
-    /// (usually the service's URL) and the service account it signs as.
-    pub fn new(audience: &str, email: &str) -> Result<Self, ExpectedError> {
-        if audience.trim().is_empty() {
+    /// The audiences tokens may name (`PUSH_AUDIENCE`: one URL or several,
+    /// comma-separated: the push subscription's and the Cloud Scheduler
+    /// job's audience, the service's own URL an Eventarc trigger's tokens
+    /// name) and the service account they are issued for.
+    pub fn new(audiences: &str, email: &str) -> Result<Self, ExpectedError> {
+        if audiences.trim().is_empty() {
             return Err(ExpectedError::EmptyAudience);
         }
+        let audiences = audiences
+            .split(',')
+            .map(|entry| match entry.trim() {
+                "" => Err(ExpectedError::EmptyAudience),
+                url => audience_url(url).ok_or_else(|| ExpectedError::NotAUrl(url.to_owned())),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         match email.split_once('@') {
             Some((name, domain))
                 if !name.is_empty()
@@ -177,49 +230,43 @@ impl Expected {
             _ => return Err(ExpectedError::NotAnEmail(email.to_owned())),
         }
         Ok(Self {
-            audience: audience.to_owned(),
+            audiences,
             email: email.to_owned(),
-            own_urls: Vec::new(),
+            at_path: Vec::new(),
         })
     }
 
-    /// The same, also accepting a token for this service's own URL as the
-    /// request reached it: `https://HOST` or `https://HOST/PATH`. An
-    /// Eventarc trigger cannot be given an audience; its tokens name the
-    /// Cloud Run service's URL, which is not known before the service
-    /// exists. On Cloud Run, a request only reaches the service through a
-    /// host name of its own. A `host` or `path` of any other shape adds
-    /// nothing.
-    pub fn or_own_url(&self, host: Option<&str>, path: &str) -> Self {
+    /// The same for a request to `path`: a configured URL without a path
+    /// also stands for itself followed by the request's path, the audience
+    /// Pub/Sub and Cloud Scheduler default to (the endpoint's full URL).
+    /// A URL configured with a path is taken as it is; the request's host
+    /// is never looked at, since behind a load balancer or a custom domain
+    /// the caller chooses it. A path of any other shape adds nothing.
+    pub fn at_path(&self, path: &str) -> Self {
         let mut with = self.clone();
-        let plain_host = |h: &str| {
-            !h.is_empty()
-                && h.len() <= 253
-                && h.chars()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | ':'))
-        };
-        let plain_path = path.starts_with('/')
-            && path[1..]
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '/'));
-        if let Some(host) = host.filter(|h| plain_host(h)) {
-            let origin = format!("https://{}", host.to_ascii_lowercase());
-            if plain_path && path != "/" {
-                with.own_urls.push(format!("{origin}{path}"));
-            }
-            with.own_urls.push(origin);
+        if plain_path(path, false) {
+            with.at_path = self
+                .audiences
+                .iter()
+                .filter(|url| !url["https://".len()..].contains('/'))
+                .map(|url| format!("{url}{path}"))
+                .collect();
         }
         with
     }
 
-    /// The audience.
-    pub fn audience(&self) -> &str {
-        &self.audience
+    /// The configured audiences.
+    pub fn audiences(&self) -> &[String] {
+        &self.audiences
     }
 
     /// The service account.
     pub fn email(&self) -> &str {
         &self.email
+    }
+
+    fn accepts(&self, aud: &str) -> bool {
+        self.audiences.iter().chain(&self.at_path).any(|a| a == aud)
     }
 }
 
@@ -356,14 +403,13 @@ fn check_claims(claims: Claims, expected: &Expected, now: i64) -> Result<PushIde
     if !GOOGLE_ISSUERS.contains(&iss.as_str()) {
         return Err(TokenError::Issuer);
     }
-    let accepted = |aud: &String| *aud == expected.audience || expected.own_urls.contains(aud);
     let for_us = match claims.aud.ok_or(TokenError::MissingClaim("aud"))? {
-        Audience::One(aud) => accepted(&aud),
-        Audience::Many(auds) => auds.iter().any(accepted),
+        Audience::One(aud) => expected.accepts(&aud),
+        Audience::Many(auds) => auds.iter().any(|aud| expected.accepts(aud)),
     };
     if !for_us {
         return Err(TokenError::Audience {
-            expected: expected.audience.clone(),
+            expected: expected.audiences.join(", "),
         });
     }
     let exp = claims.exp.ok_or(TokenError::MissingClaim("exp"))?;

@@ -89,7 +89,7 @@ pub enum Origin {
     Sweep,
     /// A Cloud Audit Log entry about a Compute Engine VM.
     #[serde(rename = "gce_audit_log")]
-    AuditLog(crate::core::trigger::gce_audit::AuditOrigin),
+    AuditLog(AuditOrigin),
 }
 
 impl Origin {
@@ -103,6 +103,36 @@ impl Origin {
             Self::AuditLog(_) => "gce_audit_log",
         }
     }
+}
+
+/// How the entry was delivered.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "via")]
+pub enum Delivery {
+    /// A Pub/Sub push request.
+    PubSub {
+        /// The message id: a redelivery carries the same.
+        message_id: Option<String>,
+        /// The subscription that pushed it.
+        subscription: Option<String>,
+    },
+    /// An Eventarc CloudEvent.
+    Eventarc {
+        /// The CloudEvent's `ce-id`.
+        id: Option<String>,
+    },
+}
+
+/// Where a suspect named by a Cloud Audit Log entry came from: the
+/// entry and its delivery, as the report shows them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct AuditOrigin {
+    /// The audit log's `methodName`.
+    pub method: String,
+    /// The entry's `insertId`.
+    pub insert_id: Option<String>,
+    /// How it arrived.
+    pub delivery: Delivery,
 }
 
 /// One machine suspected dead, in normal form.

@@ -15,7 +15,7 @@ use crate::core::mode::ServerVersion;
 use crate::core::policy::Policy;
 use crate::core::report::Report;
 use crate::core::suspect::Batch;
-use crate::core::trigger::{self, InputError, Trigger, function_url};
+use crate::core::trigger::{self, InputError, Trigger, function_url, webhook};
 use crate::entry::preflight::{self, Preflight};
 use crate::pipeline::{self, Ctx, PipelineError};
 use crate::shell::cloud::Clouds;
@@ -141,50 +141,84 @@ impl App {
         preflight::run(&self.clients, &self.config).await
     }
 
-    /// Answers a Function URL request (an Alertmanager webhook): the
-    /// bearer token, the payload, the run, the HTTP status.
+    /// Answers a Function URL request: the neutral webhook entry
+    /// ([`Self::admit_webhook`], [`Self::run_webhook`]) in the Lambda's
+    /// envelope, its method and headers checked before its body is decoded.
     pub(crate) async fn handle_http(
         &self,
         req: &aws_lambda_events::event::lambda_function_urls::LambdaFunctionUrlRequest,
         correlation_id: &str,
         dry_run: bool,
     ) -> Value {
-        let reply = |status: u16, body: Value| {
-            serde_json::to_value(function_url::response(status, &body)).unwrap_or(Value::Null)
+        let reply = match self.admitted(req, correlation_id).await {
+            Ok(body) => self.run_webhook(&body, dry_run, correlation_id).await,
+            Err(refused) => refused,
         };
-        let token = match self.clients.webhook_token().await {
-            Ok(token) => token,
-            Err(e) => {
-                error!(error = %e, "webhook token unavailable");
-                return reply(
-                    503,
-                    json!({"error": "the webhook token store is unavailable", "correlation_id": correlation_id}),
-                );
-            }
-        };
-        let batch = match function_url::parse(req, token.as_ref()) {
+        serde_json::to_value(function_url::reply(&reply)).unwrap_or(Value::Null)
+    }
+
+    async fn admitted<'r>(
+        &self,
+        req: &'r aws_lambda_events::event::lambda_function_urls::LambdaFunctionUrlRequest,
+        correlation_id: &str,
+    ) -> Result<std::borrow::Cow<'r, [u8]>, webhook::Reply> {
+        function_url::method(req).map_err(|r| refused(r, correlation_id))?;
+        self.admit_webhook(&req.headers, correlation_id).await?;
+        function_url::body(req).map_err(|r| refused(r, correlation_id))
+    }
+
+    /// Lets a webhook request in by its headers alone (the bearer token,
+    /// the content type), before any of its body is read; or the answer
+    /// that refuses it.
+    pub(crate) async fn admit_webhook(
+        &self,
+        headers: &http::HeaderMap,
+        correlation_id: &str,
+    ) -> Result<(), webhook::Reply> {
+        let token = self.webhook_token(correlation_id).await?;
+        webhook::admit(headers, token.as_ref()).map_err(|r| refused(r, correlation_id))
+    }
+
+    /// Runs the body of an admitted webhook request: the payload, the run,
+    /// the status (500 when work is left undone, so Alertmanager retries).
+    pub(crate) async fn run_webhook(
+        &self,
+        body: &[u8],
+        dry_run: bool,
+        correlation_id: &str,
+    ) -> webhook::Reply {
+        let batch = match webhook::parse(body) {
             Ok(batch) => batch,
-            Err(rejection) => {
-                warn!(status = rejection.status, reason = %rejection.message, "request refused");
-                return reply(
-                    rejection.status,
-                    json!({"error": rejection.message, "correlation_id": correlation_id}),
-                );
-            }
+            Err(rejection) => return refused(rejection, correlation_id),
         };
         match self.run(batch, dry_run, correlation_id).await {
-            Ok(report) => {
-                let status = if report.incomplete() { 500 } else { 200 };
-                reply(status, serde_json::to_value(&report).unwrap_or(Value::Null))
-            }
+            Ok(report) => webhook::Reply {
+                status: if report.incomplete() { 500 } else { 200 },
+                body: serde_json::to_value(&report).unwrap_or(Value::Null),
+            },
             Err(e) => {
                 error!(error = %e, "invocation failed");
-                reply(
-                    503,
-                    json!({"error": e.to_string(), "correlation_id": correlation_id}),
-                )
+                webhook::Reply {
+                    status: 503,
+                    body: json!({"error": e.to_string(), "correlation_id": correlation_id}),
+                }
             }
         }
+    }
+
+    /// The webhook token, read from its store once; 503 when the store
+    /// cannot be read.
+    async fn webhook_token(
+        &self,
+        correlation_id: &str,
+    ) -> Result<Option<webhook::WebhookToken>, webhook::Reply> {
+        self.clients.webhook_token().await.map_err(|e| {
+            error!(error = %e, "webhook token unavailable");
+            webhook::Reply {
+                status: 503,
+                body: json!({"error": "the webhook token store is unavailable", "correlation_id": correlation_id}),
+            }
+        })
     }
 
     /// Runs the pipeline over a parsed batch; `force_dry_run` turns every action into a plan.
@@ -269,6 +303,15 @@ impl Reply {
             Self::Http(value) => value,
             Self::Preflight(p) => serde_json::to_value(&p).unwrap_or(Value::Null),
         }
+    }
+}
+
+/// The answer to a refused webhook request, logged.
+fn refused(rejection: webhook::Rejection, correlation_id: &str) -> webhook::Reply {
+    warn!(status = rejection.status, reason = %rejection.message, "request refused");
+    webhook::Reply {
+        status: rejection.status,
+        body: json!({"error": rejection.message, "correlation_id": correlation_id}),
     }
 }
 

@@ -103,9 +103,9 @@ enum Command {
     /// /pubsub and Eventarc's on /eventarc (each with a Google-signed OIDC
     /// token, see PUSH_AUDIENCE), the scheduled sweep on /sweep (Cloud
     /// Scheduler, the same token), Alertmanager on /alertmanager (the bearer
-    /// token), /healthz. Every request is worked to its end before the
-    /// answer; one that leaves work undone gets a 5xx, so it is delivered
-    /// again.
+    /// token), /healthz; SERVE_ROUTES picks which of them this service
+    /// answers. Every request is worked to its end before the answer; one
+    /// that leaves work undone gets a 5xx, so it is delivered again.
     #[cfg(feature = "gce")]
     Serve {
         /// The port to listen on (Cloud Run sets PORT).

@@ -2,18 +2,24 @@
 //! requests of Cloud Audit Log entries on `/pubsub`, Eventarc CloudEvents on
 //! `/eventarc`, the scheduled sweep on `/sweep` (Cloud Scheduler, with the
 //! same OIDC token), Alertmanager webhooks on `/alertmanager`, all into the
-//! same pipeline as the Lambda function. Every request is worked to its end
-//! before it is answered: Cloud Run gives a service CPU only while it
-//! answers. A request that leaves work undone gets a 5xx, so Pub/Sub
-//! delivers it again and its dead-letter topic keeps what never succeeds.
+//! same pipeline as the Lambda function; routed by the table of sources
+//! ([`trigger::SOURCES`]), and only the groups `SERVE_ROUTES` names, so the
+//! public webhook can run as a service of its own. Every request is worked
+//! to its end before it is answered: Cloud Run gives a service CPU only
+//! while it answers. A request that leaves work undone gets a 5xx, so
+//! Pub/Sub delivers it again and its dead-letter topic keeps what never
+//! succeeds.
+//!
+//! Who is calling is settled from the headers before any of the body is
+//! read, and a body is read no further than its route's bound: a caller
+//! without a token costs its headers, whatever it sends after them.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::rc::Rc;
 
-use aws_lambda_events::event::lambda_function_urls::LambdaFunctionUrlRequest;
 use http::{HeaderMap, Method, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use hyper::body::{Bytes, Incoming};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
@@ -22,22 +28,20 @@ use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tracing::{Instrument, error, info, info_span, warn};
 
-use crate::core::config::{Config, LogFormat};
-use crate::core::oidc::Expected;
+use crate::core::config::{Config, LogFormat, ServeRoutes};
 use crate::core::suspect::Batch;
-use crate::core::trigger::{InputError, direct, gce_audit};
+use crate::core::trigger::{self, Auth, Body, InputError, RouteGroup, Trigger, webhook};
 use crate::entry::app::{App, HandlerError};
 use crate::entry::telemetry;
 use crate::shell::connect::{Clients, sdk_config};
 use crate::shell::oidc::PushVerifier;
 
-/// Pub/Sub pushes messages of up to 10 MB, base64 in JSON.
-const MAX_BODY: usize = 14 * 1024 * 1024;
-
-/// What every request needs: the application and the push token verifier.
+/// What every request needs: the application, the push token verifier
+/// and the routes this service answers.
 struct Server {
     app: App,
     push: Option<PushVerifier>,
+    routes: ServeRoutes,
 }
 
 /// Serves on `port` until the process is stopped.
@@ -50,16 +54,18 @@ pub async fn serve(port: u16) -> Result<(), String> {
     for warning in config.warnings() {
         warn!("{warning}");
     }
+    let routes = config.serve_routes.clone();
     let push = match &config.push_auth {
         None => {
-            warn!(
-                "PUSH_AUDIENCE and PUSH_SERVICE_ACCOUNT are not set: /pubsub and /eventarc refuse every request"
-            );
+            if routes.serves(RouteGroup::Events) {
+                warn!(
+                    "PUSH_AUDIENCE and PUSH_SERVICE_ACCOUNT are not set: /pubsub, /eventarc and /sweep refuse every request"
+                );
+            }
             None
         }
         Some(auth) => {
-            let expected = Expected::new(&auth.audience, &auth.service_account)
-                .map_err(|e| format!("configuration: {e}"))?;
+            let expected = auth.expected.clone();
             let verifier = match &auth.certs_url {
                 None => PushVerifier::new(expected),
                 Some(url) => PushVerifier::with_certs_url(expected, url),
@@ -70,15 +76,22 @@ pub async fn serve(port: u16) -> Result<(), String> {
     let reporter = std::env::var("K_SERVICE").unwrap_or_else(|_| "node-fencer".into());
     let clients = Clients::new(sdk_config().await, &config);
     clients.prewarm().await;
+    let paths: Vec<&str> = trigger::SOURCES
+        .iter()
+        .filter_map(|s| s.route)
+        .filter(|r| routes.serves(r.group))
+        .map(|r| r.path)
+        .collect();
     let server = Rc::new(Server {
         app: App::new(clients, config, reporter),
         push,
+        routes,
     });
     let addr = SocketAddr::from(([0, 0, 0, 0], port));
     let listener = TcpListener::bind(addr)
         .await
         .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
-    info!(%addr, "serving /pubsub, /eventarc, /sweep, /alertmanager");
+    info!(%addr, routes = ?paths, "serving");
     // The pipeline's futures hold the clients across awaits and are not
     // Send: connections run as local tasks on this one thread, which is
     // all a Cloud Run instance with its few requests at a time needs.
@@ -126,60 +139,56 @@ impl Server {
         if parts.method == Method::GET && path == "/healthz" {
             return reply(StatusCode::OK, &json!({"status": "ok"}));
         }
-        if !matches!(
-            path.as_str(),
-            "/pubsub" | "/eventarc" | "/sweep" | "/alertmanager"
-        ) {
+        let routed = trigger::routed(&path).filter(|(_, r)| self.routes.serves(r.group));
+        let Some((source, route)) = routed else {
             return reply(StatusCode::NOT_FOUND, &json!({"error": "no such route"}));
-        }
+        };
         if parts.method != Method::POST {
             return reply(
                 StatusCode::METHOD_NOT_ALLOWED,
                 &json!({"error": "only POST is accepted"}),
             );
         }
-        // Authenticate before the body is read.
-        if path != "/alertmanager"
-            && let Err(refused) = self.authenticate(&parts.headers, &path).await
-        {
+        // Who is calling, from the headers alone: a refused caller's body
+        // is never read.
+        let admitted = match route.auth {
+            Auth::GoogleOidc => self.authenticate(&parts.headers, &path).await,
+            Auth::WebhookToken => self
+                .app
+                .admit_webhook(&parts.headers, correlation_id)
+                .await
+                .map_err(|refused| webhook_reply(&refused)),
+        };
+        if let Err(refused) = admitted {
             return refused;
         }
-        let bytes = match Limited::new(body, MAX_BODY).collect().await {
-            Ok(collected) => collected.to_bytes(),
-            Err(e) => {
-                return reply(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    &json!({"error": format!("the body could not be read: {e}")}),
-                );
-            }
+        let bytes = match route.body {
+            Body::Ignored => Bytes::new(),
+            Body::Json { max } => match bounded(&parts.headers, body, max).await {
+                Ok(bytes) => bytes,
+                Err(refused) => return refused,
+            },
         };
-        match path.as_str() {
-            "/alertmanager" => {
-                self.alertmanager(&parts.headers, &bytes, correlation_id)
-                    .await
-            }
-            "/sweep" => self.run_batch(Ok(direct::sweep()), correlation_id).await,
-            "/pubsub" => {
-                let event = json_body(&bytes).and_then(gce_audit::parse_push);
-                self.audit(event, correlation_id).await
-            }
-            _ => {
-                let header = |name: &str| parts.headers.get(name).and_then(|v| v.to_str().ok());
-                let event = json_body(&bytes).and_then(|body| {
-                    gce_audit::parse_eventarc(
-                        header("ce-type").unwrap_or(""),
-                        header("ce-id"),
-                        body,
-                    )
-                });
-                self.audit(event, correlation_id).await
-            }
+        if route.auth == Auth::WebhookToken {
+            return webhook_reply(&self.app.run_webhook(&bytes, false, correlation_id).await);
         }
+        let document = match route.body {
+            Body::Ignored => Ok(Value::Null),
+            Body::Json { .. } => json_body(&bytes),
+        };
+        let batch = document
+            .and_then(|d| (source.parse)(d, &parts.headers))
+            .and_then(|t| match t {
+                Trigger::Batch(batch) => Ok(batch),
+                _ => Err(InputError::invalid(source.name, "not a batch of suspects")),
+            });
+        self.run_batch(batch, correlation_id).await
     }
 
-    /// Lets in a request bearing a Google-signed OIDC token for this
-    /// service (`PUSH_AUDIENCE`, or the URL the request came to); anything
-    /// else is answered here.
+    /// Lets in a request bearing a Google-signed OIDC token for one of the
+    /// configured audiences (`PUSH_AUDIENCE`, a URL without a path also
+    /// with this request's path), never for the host the request names;
+    /// anything else is answered here.
     async fn authenticate(
         &self,
         headers: &HeaderMap,
@@ -197,26 +206,13 @@ impl Server {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
-        let host = headers
-            .get(http::header::HOST)
-            .and_then(|v| v.to_str().ok());
-        match push.verify_at(authorization, host, path, now).await {
+        match push.verify_at(authorization, path, now).await {
             Ok(_) => Ok(()),
             Err(e) => {
                 warn!(error = %e, "push request refused");
                 Err(reply(e.status(), &json!({"error": e.to_string()})))
             }
         }
-    }
-
-    /// An audit log entry, parsed or refused, run through the pipeline.
-    async fn audit(
-        &self,
-        event: Result<gce_audit::AuditEvent, InputError>,
-        correlation_id: &str,
-    ) -> Response<Full<Bytes>> {
-        self.run_batch(event.map(gce_audit::AuditEvent::into_batch), correlation_id)
-            .await
     }
 
     /// A batch, or why there is none, run through the pipeline.
@@ -254,39 +250,50 @@ impl Server {
             },
         }
     }
+}
 
-    /// An Alertmanager webhook: the bearer token and the payload are checked
-    /// as for the Lambda Function URL, by the same code.
-    async fn alertmanager(
-        &self,
-        headers: &HeaderMap,
-        bytes: &[u8],
-        correlation_id: &str,
-    ) -> Response<Full<Bytes>> {
-        let Ok(body) = std::str::from_utf8(bytes) else {
-            return reply(
-                StatusCode::BAD_REQUEST,
-                &json!({"error": "the body is not UTF-8"}),
-            );
-        };
-        let mut req = LambdaFunctionUrlRequest::default();
-        req.headers = headers.clone();
-        req.body = Some(body.to_owned());
-        req.request_context.http.method = Some("POST".into());
-        let answer = self.app.handle_http(&req, correlation_id, false).await;
-        let status = answer
-            .get("statusCode")
-            .and_then(Value::as_u64)
-            .and_then(|s| u16::try_from(s).ok())
-            .and_then(|s| StatusCode::from_u16(s).ok())
-            .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let body = answer
-            .get("body")
-            .and_then(Value::as_str)
-            .unwrap_or("{}")
-            .to_owned();
-        json_response(status, body)
+/// The body, read no further than `max` bytes: one whose declared length
+/// is over it is refused before any of it is read, one that turns out
+/// longer as soon as it passes the bound (413 either way).
+async fn bounded(
+    headers: &HeaderMap,
+    body: Incoming,
+    max: usize,
+) -> Result<Bytes, Response<Full<Bytes>>> {
+    let too_large = || {
+        reply(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            &json!({"error": format!("the body exceeds {max} bytes")}),
+        )
+    };
+    if declared_over(headers, max) {
+        return Err(too_large());
     }
+    match Limited::new(body, max).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.is::<LengthLimitError>() => Err(too_large()),
+        Err(e) => Err(reply(
+            StatusCode::BAD_REQUEST,
+            &json!({"error": format!("the body could not be read: {e}")}),
+        )),
+    }
+}
+
+/// Whether the `Content-Length` declared is over `max`.
+fn declared_over(headers: &HeaderMap, max: usize) -> bool {
+    headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .is_some_and(|len| usize::try_from(len).map_or(true, |len| len > max))
+}
+
+/// The neutral webhook entry's answer as an HTTP response.
+fn webhook_reply(answer: &webhook::Reply) -> Response<Full<Bytes>> {
+    reply(
+        StatusCode::from_u16(answer.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+        &answer.body,
+    )
 }
 
 fn json_body(bytes: &[u8]) -> Result<Value, InputError> {
@@ -298,15 +305,37 @@ fn to_value(report: &crate::core::report::Report) -> Value {
 }
 
 fn reply(status: StatusCode, body: &Value) -> Response<Full<Bytes>> {
-    json_response(status, body.to_string())
-}
-
-fn json_response(status: StatusCode, body: String) -> Response<Full<Bytes>> {
-    let mut response = Response::new(Full::new(Bytes::from(body)));
+    let mut response = Response::new(Full::new(Bytes::from(body.to_string())));
     *response.status_mut() = status;
     response.headers_mut().insert(
         http::header::CONTENT_TYPE,
         http::HeaderValue::from_static("application/json"),
     );
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_declared_length_over_the_bound_is_known_from_the_headers() {
+        let with = |len: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(
+                http::header::CONTENT_LENGTH,
+                http::HeaderValue::from_str(len).expect("a header value"),
+            );
+            h
+        };
+        assert!(declared_over(&with("1025"), 1024));
+        assert!(declared_over(&with("18446744073709551615"), 1024));
+        assert!(!declared_over(&with("1024"), 1024));
+        assert!(!declared_over(&HeaderMap::new(), 1024));
+        // Not a length hyper would take: left to the bounded read, which
+        // stops at the bound.
+        for odd in ["x", "99999999999999999999999"] {
+            assert!(!declared_over(&with(odd), 1024), "{odd}");
+        }
+    }
 }

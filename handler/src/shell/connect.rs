@@ -3,7 +3,7 @@
 //! a cluster, and the webhook token. Secrets are fetched on first use, not at
 //! cold start, and kept for the life of the execution environment.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use aws_config::retry::RetryConfig;
 use aws_config::timeout::TimeoutConfig;
@@ -18,6 +18,7 @@ use crate::core::config::{ClusterAccess, Config, TokenSource};
 use crate::core::retry;
 use crate::core::trigger::function_url::WebhookToken;
 use crate::shell::eks_token;
+pub use crate::shell::timeouts::Timeouts;
 
 /// A failure to reach or authenticate to a dependency. All are retryable:
 /// the invocation fails and Lambda tries again.
@@ -73,29 +74,6 @@ pub enum ConnectError {
     /// Building the Kubernetes client failed.
     #[error("building the Kubernetes client failed: {0}")]
     Client(#[source] kube::Error),
-}
-
-/// How long to wait for an API's answers before an attempt counts as failed
-/// (and is retried).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Timeouts {
-    /// A TCP and TLS connection.
-    pub connect: Duration,
-    /// One attempt of one call, answer included; EC2 and Kubernetes answer
-    /// in milliseconds, so this only bounds a hung dependency.
-    pub attempt: Duration,
-    /// One EC2 or Compute Engine call, its retries included.
-    pub call: Duration,
-}
-
-impl Default for Timeouts {
-    fn default() -> Self {
-        Self {
-            connect: Duration::from_secs(3),
-            attempt: Duration::from_secs(10),
-            call: retry::EC2.budget,
-        }
-    }
 }
 
 /// Loads the shared AWS SDK configuration with the project's one TLS stack,

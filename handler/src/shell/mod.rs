@@ -8,3 +8,4 @@ pub mod eks_token;
 #[cfg(feature = "gce")]
 pub mod oidc;
 pub mod slim;
+pub mod timeouts;

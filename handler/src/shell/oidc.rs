@@ -170,16 +170,16 @@ impl PushVerifier {
             .await
     }
 
-    /// [`Self::verify`], a token for the service's own URL as `host` and
-    /// `path` name it also accepted ([`Expected::or_own_url`]).
+    /// [`Self::verify`] for a request to `path`: a token for a configured
+    /// URL without a path followed by `path` is also accepted
+    /// ([`Expected::at_path`]).
     pub async fn verify_at(
         &self,
         authorization: Option<&str>,
-        host: Option<&str>,
         path: &str,
         now_unix: i64,
     ) -> Result<PushIdentity, AuthError> {
-        let expected = self.expected.or_own_url(host, path);
+        let expected = self.expected.at_path(path);
         self.verify_with(authorization, &expected, now_unix).await
     }
 

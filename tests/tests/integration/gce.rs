@@ -20,6 +20,7 @@ use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use node_fencer::core::facts::CsiVolume;
 use node_fencer::core::kube_model::csi_unique_name;
+use node_fencer::core::trigger::webhook;
 use node_fencer::core::volumes::attachment_name;
 use node_fencer_tests::attacher::Driver;
 use node_fencer_tests::cluster::{cluster_serial, cluster_stack};
@@ -71,6 +72,13 @@ fn only_result<'a>(report: &'a Value, node: &str) -> &'a Value {
         .unwrap_or_default();
     assert_eq!(found.len(), 1, "one result for {node}: {report:#}");
     found[0]
+}
+
+/// The outcome for `node` in an answer of `serve`, which must be a 200.
+fn outcome_of((status, text): (u16, String), node: &str) -> anyhow::Result<Value> {
+    anyhow::ensure!(status == 200, "answered {status}: {text}");
+    let report: Value = serde_json::from_str(&text)?;
+    Ok(only_result(&report, node)["outcome"].clone())
 }
 
 /// A direct invocation `{"action": "fence", "node": NODE}`: its report.
@@ -476,7 +484,11 @@ struct Signer {
 
 static PUSH_KEY: &[u8] = include_bytes!("../../../handler/tests/fixtures/oidc/test-key-a.pk8.der");
 static OTHER_KEY: &[u8] = include_bytes!("../../../handler/tests/fixtures/oidc/test-key-b.pk8.der");
-const PUSH_AUDIENCE: &str = "node-fencer-push";
+/// The push subscription's audience (a URL, as the module sets it).
+const PUSH_AUDIENCE: &str = "https://push.node-fencer.example";
+/// The service's own URL, what an Eventarc trigger's tokens name; the
+/// module passes it beside the subscription's audience.
+const SERVICE_URL: &str = "https://node-fencer-test.a.run.app";
 const PUSH_ACCOUNT: &str = "node-fencer-push@proj-fencer.iam.gserviceaccount.com";
 
 impl Signer {
@@ -556,8 +568,8 @@ async fn key_server(body: String) -> anyhow::Result<u16> {
     Ok(port)
 }
 
-/// The host name the requests to `serve` name, as Cloud Run's front end
-/// passes the service's own.
+/// The host name the requests to `serve` name unless told otherwise, as
+/// Cloud Run's front end passes the service's own.
 const SERVED_HOST: &str = "node-fencer-test.a.run.app";
 
 /// The headers of an Eventarc CloudEvent in binary mode carrying an audit
@@ -599,6 +611,11 @@ impl Drop for Served {
 
 impl Served {
     async fn start(certs_port: u16) -> anyhow::Result<Self> {
+        Self::start_with(certs_port, &[]).await
+    }
+
+    /// [`Self::start`] with these variables besides.
+    async fn start_with(certs_port: u16, env: &[(&str, &str)]) -> anyhow::Result<Self> {
         let stack = cluster_stack();
         let port = std::net::TcpListener::bind(("127.0.0.1", 0))?
             .local_addr()?
@@ -609,12 +626,13 @@ impl Served {
             .envs(node_fencer_tests::lambda::function_env(stack))
             .env("COMPUTE_ENDPOINT", fake_compute().endpoint())
             .env("NOT_READY_WAIT_SECONDS", "30")
-            .env("PUSH_AUDIENCE", PUSH_AUDIENCE)
+            .env("PUSH_AUDIENCE", format!("{PUSH_AUDIENCE},{SERVICE_URL}"))
             .env("PUSH_SERVICE_ACCOUNT", PUSH_ACCOUNT)
             .env(
                 "PUSH_CERTS_URL",
                 format!("http://127.0.0.1:{certs_port}/certs"),
             )
+            .envs(env.iter().copied())
             .stdout(log.try_clone()?)
             .stderr(log);
         let served = Self {
@@ -632,6 +650,68 @@ impl Served {
         Ok(served)
     }
 
+    /// The process's peak resident memory so far (`VmHWM`), in KiB.
+    fn peak_rss_kib(&self) -> anyhow::Result<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))?;
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .ok_or_else(|| anyhow::anyhow!("no VmHWM in /proc/{}/status", self.child.id()))
+    }
+
+    /// A POST to `path` whose headers declare a body of `declared` bytes,
+    /// of which `sent` (spaces) are written as fast as the server takes
+    /// them while its answer is read: the status, or `None` when the
+    /// connection closed unanswered (a server may refuse a request without
+    /// reading its body, and its reset can overtake the answer).
+    async fn post_declared(
+        &self,
+        path: &str,
+        token: Option<&str>,
+        declared: usize,
+        sent: usize,
+    ) -> Option<u16> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let stream = tokio::net::TcpStream::connect(("127.0.0.1", self.port))
+            .await
+            .ok()?;
+        let (mut rx, mut tx) = stream.into_split();
+        let auth = token.map_or_else(String::new, |t| format!("Authorization: Bearer {t}\r\n"));
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: {SERVED_HOST}\r\nContent-Type: application/json\r\n{auth}Content-Length: {declared}\r\nConnection: close\r\n\r\n"
+        );
+        let write = async move {
+            tx.write_all(head.as_bytes()).await?;
+            let chunk = vec![b' '; 1 << 20];
+            let mut left = sent;
+            while left > 0 {
+                let n = left.min(chunk.len());
+                tx.write_all(&chunk[..n]).await?;
+                left -= n;
+            }
+            tx.flush().await
+        };
+        let read = async move {
+            let mut raw = Vec::new();
+            let mut buf = [0u8; 4096];
+            loop {
+                match rx.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => raw.extend_from_slice(&buf[..n]),
+                }
+            }
+            raw
+        };
+        let (_, raw) = tokio::time::timeout(Duration::from_secs(120), async {
+            tokio::join!(write, read)
+        })
+        .await
+        .ok()?;
+        let text = String::from_utf8_lossy(&raw);
+        text.split_whitespace().nth(1)?.parse().ok()
+    }
+
     /// One request: its status and body. `/healthz` is asked with GET.
     async fn post(
         &self,
@@ -642,7 +722,8 @@ impl Served {
         self.post_with(path, token, &[], body).await
     }
 
-    /// [`Self::post`] with these headers besides.
+    /// [`Self::post`] with these headers besides (a `host` one in place
+    /// of [`SERVED_HOST`]).
     async fn post_with(
         &self,
         path: &str,
@@ -654,11 +735,16 @@ impl Served {
         let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", self.port)).await?;
         let method = if path == "/healthz" { "GET" } else { "POST" };
         let mut auth = token.map_or_else(String::new, |t| format!("Authorization: Bearer {t}\r\n"));
+        let mut host = SERVED_HOST;
         for (name, value) in headers {
-            auth.push_str(&format!("{name}: {value}\r\n"));
+            if name.eq_ignore_ascii_case("host") {
+                host = value;
+            } else {
+                auth.push_str(&format!("{name}: {value}\r\n"));
+            }
         }
         let head = format!(
-            "{method} {path} HTTP/1.1\r\nHost: {SERVED_HOST}\r\nContent-Type: application/json\r\n{auth}Content-Length: {}\r\nConnection: close\r\n\r\n",
+            "{method} {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n{auth}Content-Length: {}\r\nConnection: close\r\n\r\n",
             body.len()
         );
         stream.write_all(head.as_bytes()).await?;
@@ -699,8 +785,12 @@ fn stop_entry(vm: &Vm) -> Value {
 /// A Pub/Sub push request carrying [`stop_entry`], as the Logging sink
 /// writes it.
 fn stop_pushed(vm: &Vm) -> String {
+    pushed(&stop_entry(vm))
+}
+
+/// A Pub/Sub push request carrying `entry`, as the Logging sink writes it.
+fn pushed(entry: &Value) -> String {
     use base64::Engine;
-    let entry = stop_entry(vm);
     json!({
         "message": {
             "data": base64::engine::general_purpose::STANDARD.encode(entry.to_string()),
@@ -713,12 +803,14 @@ fn stop_pushed(vm: &Vm) -> String {
 
 /// The audit log path on Cloud Run: the VM's stop reaches `serve` twice,
 /// as it does with both the Logging sink and the Eventarc trigger. Without
-/// a token, with one signed by a key Google does not publish, or with one
-/// for another audience, either route answers 401 and nothing changes.
-/// The Eventarc CloudEvent, its token for the service's own URL (a trigger
+/// a token, with one signed by a key Google does not publish, with one for
+/// another audience, or (issue 33, item 11) for the URL of the host the
+/// request names, which a caller picks behind a load balancer, either
+/// route answers 401 and nothing changes. The Eventarc CloudEvent, its
+/// token for the service's URL as `PUSH_AUDIENCE` lists it (a trigger
 /// cannot be given an audience), fences the node; the Pub/Sub push of the
-/// same entry finds it fenced and detaches nothing more, and so does its
-/// redelivery.
+/// same entry, its token for the subscription's audience, finds it fenced
+/// and detaches nothing more, and so does its redelivery.
 #[tokio::test]
 async fn gce_a_pushed_stop_needs_a_valid_token_and_a_redelivery_changes_nothing()
 -> anyhow::Result<()> {
@@ -733,30 +825,41 @@ async fn gce_a_pushed_stop_needs_a_valid_token_and_a_redelivery_changes_nothing(
     let pushed = stop_pushed(&vm);
     let event = stop_entry(&vm).to_string();
     let headers = eventarc_headers(&vm);
-    let own_url = format!("https://{SERVED_HOST}");
+    let balancer = "lb.node-fencer-test.example";
 
-    for (how, token) in [
-        ("no token", None),
-        ("another key", Some(stranger.token(PUSH_AUDIENCE)?)),
+    for (how, token, host) in [
+        ("no token", None, None),
+        ("another key", Some(stranger.token(PUSH_AUDIENCE)?), None),
         (
             "another audience",
             Some(signer.token("https://elsewhere.example")?),
+            None,
         ),
         (
             "another path of this service",
-            Some(signer.token(&format!("{own_url}/sweep"))?),
+            Some(signer.token(&format!("{SERVICE_URL}/sweep"))?),
+            None,
+        ),
+        (
+            "the host the request names",
+            Some(signer.token(&format!("https://{balancer}"))?),
+            Some(balancer),
         ),
     ] {
-        let (status, text) = served.post("/pubsub", token.as_deref(), &pushed).await?;
-        assert_eq!(status, 401, "/pubsub, {how}: {text}");
+        let host: Vec<(&str, String)> = host.map(|h| ("host", h.to_owned())).into_iter().collect();
         let (status, text) = served
-            .post_with("/eventarc", token.as_deref(), &headers, &event)
+            .post_with("/pubsub", token.as_deref(), &host, &pushed)
+            .await?;
+        assert_eq!(status, 401, "/pubsub, {how}: {text}");
+        let with_host: Vec<(&str, String)> = headers.iter().cloned().chain(host).collect();
+        let (status, text) = served
+            .post_with("/eventarc", token.as_deref(), &with_host, &event)
             .await?;
         assert_eq!(status, 401, "/eventarc, {how}: {text}");
         assert_untouched(&admin, &compute, &seed, &vm, how).await?;
     }
 
-    let eventarc_token = signer.token(&own_url)?;
+    let eventarc_token = signer.token(SERVICE_URL)?;
     let (status, text) = served
         .post_with("/eventarc", Some(&eventarc_token), &headers, &event)
         .await?;
@@ -786,6 +889,214 @@ async fn gce_a_pushed_stop_needs_a_valid_token_and_a_redelivery_changes_nothing(
             "{delivery}: no detachDisk more"
         );
     }
+    teardown_seed(&admin, &seed).await;
+    Ok(())
+}
+
+/// Unauthenticated `/alertmanager` requests sent at once, each again as
+/// soon as it is answered, for as long as the push takes.
+const FLOOD_CONNECTIONS: usize = 16;
+/// The body each of them declares and sends: under the 14 MiB `serve`
+/// once read of any route before looking at the webhook's token.
+const FLOOD_BODY: usize = 12 << 20;
+/// How much the flood and the push together may raise `serve`'s peak
+/// memory: a fence's own allocations, far below one flood body per
+/// connection.
+const FLOOD_PEAK_GROWTH_KIB: u64 = 64 << 10;
+
+/// Regression (issue 33, item 8): on the one public service, a flood of
+/// unauthenticated `/alertmanager` requests with large bodies neither
+/// fills the service's memory nor keeps a Pub/Sub push from being answered
+/// and fencing, as the Cloud Run scenario above does: the bearer token is
+/// checked from the headers before any of the body is read, and a request
+/// is refused unread past its route's bound. With the token, the webhook
+/// is served by the same entry as the Lambda Function URL.
+#[tokio::test]
+async fn gce_a_flood_of_unauthenticated_webhooks_neither_fills_memory_nor_holds_up_a_push()
+-> anyhow::Result<()> {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let _g = cluster_serial().await;
+    let compute = fake_compute().client();
+    let signer = Signer::new(PUSH_KEY, "push-key")?;
+    let certs = key_server(signer.jwks().to_string()).await?;
+    let served = Arc::new(Served::start(certs).await?);
+    let (admin, seed, node2) = gce_seed_with_node2_down(false).await?;
+    let vm = vm_of(&seed);
+    let before = served.peak_rss_kib()?;
+
+    let pushing = Arc::new(AtomicBool::new(true));
+    let flood: Vec<_> = (0..FLOOD_CONNECTIONS)
+        .map(|_| {
+            let (served, pushing) = (served.clone(), pushing.clone());
+            tokio::spawn(async move {
+                let mut answers = Vec::new();
+                while pushing.load(Ordering::SeqCst) {
+                    let answer = served
+                        .post_declared("/alertmanager", None, FLOOD_BODY, FLOOD_BODY)
+                        .await;
+                    answers.push(answer);
+                }
+                answers
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let token = signer.token(PUSH_AUDIENCE)?;
+    let pushed = served
+        .post("/pubsub", Some(&token), &stop_pushed(&vm))
+        .await;
+    pushing.store(false, Ordering::SeqCst);
+    let mut answers = Vec::new();
+    for worker in flood {
+        answers.extend(worker.await?);
+    }
+    let after = served.peak_rss_kib()?;
+    eprintln!(
+        "serve's peak RSS (VmHWM): {before} KiB before, {after} KiB after {} unauthenticated \
+         /alertmanager requests of {FLOOD_BODY} bytes on {FLOOD_CONNECTIONS} connections and \
+         the push",
+        answers.len()
+    );
+
+    let (status, text) = pushed?;
+    assert_eq!(status, 200, "the push, during the flood: {text}");
+    let report: Value = serde_json::from_str(&text)?;
+    assert_eq!(
+        only_result(&report, &node2)["outcome"],
+        "fenced",
+        "{report:#}"
+    );
+    assert!(is_fenced(&admin, &node2).await?, "the taint is on");
+    assert_eq!(compute.detach_requests(&vm).await?.len(), 2);
+    assert!(
+        answers.len() >= FLOOD_CONNECTIONS,
+        "{} requests",
+        answers.len()
+    );
+    let refused = answers.iter().filter(|a| **a == Some(401)).count();
+    assert!(
+        answers.iter().all(|a| matches!(a, None | Some(401))),
+        "every flood request refused: {answers:?}"
+    );
+    assert!(
+        after.saturating_sub(before) < FLOOD_PEAK_GROWTH_KIB,
+        "peak RSS grew by {} KiB ({refused} answered 401)",
+        after.saturating_sub(before)
+    );
+
+    // Refused by its headers alone: no token, or a body over the bound,
+    // whatever follows (none is sent here, and none is waited for).
+    let none = served.post_declared("/alertmanager", None, 0, 0).await;
+    assert_eq!(none, Some(401));
+    let over = webhook::MAX_BODY_BYTES + 1;
+    let too_large = served
+        .post_declared("/alertmanager", Some(WEBHOOK_TOKEN), over, 0)
+        .await;
+    assert_eq!(too_large, Some(413));
+    // And the webhook itself, through the same entry as on Lambda.
+    let alert = kube_node_not_ready(&[&node2]).to_string();
+    let answer = served
+        .post("/alertmanager", Some(WEBHOOK_TOKEN), &alert)
+        .await?;
+    assert_eq!(outcome_of(answer, &node2)?, "already_fenced");
+    teardown_seed(&admin, &seed).await;
+    Ok(())
+}
+
+/// `SERVE_ROUTES` splits `serve` in two services: the events Google
+/// delivers, and the public webhook, so that no caller of the webhook can
+/// take the events' slots. A route of the other service is not there
+/// (404); a value it does not know stops `serve` at start, naming it.
+#[tokio::test]
+async fn gce_serve_answers_only_the_routes_it_is_given() -> anyhow::Result<()> {
+    let _g = cluster_serial().await;
+    let signer = Signer::new(PUSH_KEY, "push-key")?;
+    let certs = key_server(signer.jwks().to_string()).await?;
+    for (routes, here, gone) in [
+        (
+            "events",
+            ["/pubsub", "/eventarc", "/sweep"].as_slice(),
+            ["/alertmanager"].as_slice(),
+        ),
+        (
+            "alertmanager",
+            &["/alertmanager"],
+            &["/pubsub", "/eventarc", "/sweep"],
+        ),
+    ] {
+        let served = Served::start_with(certs, &[("SERVE_ROUTES", routes)]).await?;
+        for path in here {
+            let (status, text) = served.post(path, None, "{}").await?;
+            assert_eq!(status, 401, "{routes}: {path} is served: {text}");
+        }
+        for path in gone {
+            let (status, text) = served.post(path, None, "{}").await?;
+            assert_eq!(status, 404, "{routes}: {path} is not: {text}");
+        }
+    }
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_node-fencer-gce"))
+        .args(["serve", "--port", "0"])
+        .envs(node_fencer_tests::lambda::function_env(cluster_stack()))
+        .env("SERVE_ROUTES", "events,webhook")
+        .output()?;
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{said}");
+    assert!(
+        said.contains("SERVE_ROUTES") && said.contains("`alertmanager`"),
+        "{said}"
+    );
+    Ok(())
+}
+
+/// Regression (issue 33, item 18): the audit entry of a stop an instance
+/// schedule made names the project by its number
+/// (`projects/NUMBER/zones/Z/instances/N`); `resource.labels.project_id`
+/// names it as the Node's provider id does. Through Eventarc it fences the
+/// node; the same entry pushed by Pub/Sub finds it fenced, where both were
+/// refused as no Cloud Audit Log entry (400, dead-lettered).
+#[tokio::test]
+async fn gce_a_stop_that_names_the_project_by_number_fences_through_both_routes()
+-> anyhow::Result<()> {
+    let _g = cluster_serial().await;
+    let compute = fake_compute().client();
+    let signer = Signer::new(PUSH_KEY, "push-key")?;
+    let certs = key_server(signer.jwks().to_string()).await?;
+    let served = Served::start(certs).await?;
+    let (admin, seed, node2) = gce_seed_with_node2_down(false).await?;
+    let vm = vm_of(&seed);
+    let by_number = format!(
+        "projects/123456789012/zones/{}/instances/{}",
+        vm.zone, vm.name
+    );
+    let mut entry = stop_entry(&vm);
+    entry["protoPayload"]["resourceName"] = json!(by_number);
+    entry["protoPayload"]["authenticationInfo"] =
+        json!({"principalEmail": "service-123456789012@compute-system.iam.gserviceaccount.com"});
+    let mut headers = eventarc_headers(&vm);
+    for (name, value) in &mut headers {
+        if *name == "ce-resourcename" {
+            value.clone_from(&by_number);
+        }
+    }
+
+    let token = signer.token(SERVICE_URL)?;
+    let (status, text) = served
+        .post_with("/eventarc", Some(&token), &headers, &entry.to_string())
+        .await?;
+    assert_eq!(status, 200, "{text}");
+    let report: Value = serde_json::from_str(&text)?;
+    let r = only_result(&report, &node2);
+    assert_eq!(r["outcome"], "fenced", "{report:#}");
+    assert_eq!(r["instance_id"], json!(vm.provider_id()), "{r:#}");
+    assert!(is_fenced(&admin, &node2).await?, "the taint is on");
+    assert_eq!(compute.detach_requests(&vm).await?.len(), 2);
+
+    let token = signer.token(PUSH_AUDIENCE)?;
+    let answer = served
+        .post("/pubsub", Some(&token), &pushed(&entry))
+        .await?;
+    assert_eq!(outcome_of(answer, &node2)?, "already_fenced");
     teardown_seed(&admin, &seed).await;
     Ok(())
 }

@@ -1,7 +1,9 @@
 //! node-fencer against a Compute Engine that misbehaves: a fault proxy sits
 //! between its Compute Engine client and the fake (`tests/gce/fake_compute.py`)
 //! and answers chosen calls with 503 `backendError`, 429
-//! `rateLimitExceeded`, held answers, dropped connections and lost answers.
+//! `rateLimitExceeded`, 404s that are not Compute Engine's own `notFound`
+//! for the resource asked about, held answers, dropped connections and
+//! lost answers.
 //! The Kubernetes side is the plain stack of [`super::faults`], unproxied;
 //! EC2 machines of other tests go to moto directly. What must hold whatever
 //! fails: bounded retries, no taint or `detachDisk` for a VM not confirmed
@@ -333,5 +335,93 @@ async fn gce_an_operation_that_cannot_be_followed_fails_and_the_retry_converges(
     let looks = f.proxy.calls(&operations(vm));
     assert_eq!(looks, COMPUTE.max_attempts as usize, "bounded retries");
     assert_eq!(f.fake.detach_requests(vm).await?.len(), 1);
+    retried_after_healing(&f, &t, Outcome::AlreadyFenced, 1).await
+}
+
+/// A 404 that is not Compute Engine's: a proxy's bare answer, a load
+/// balancer's page.
+fn foreign_404(content_type: &'static str, body: &str) -> Fault {
+    Fault::Respond {
+        status: 404,
+        content_type,
+        body: body.to_owned(),
+    }
+}
+
+/// Only Compute Engine's own `notFound` for that very VM means it was
+/// deleted. A 404 of any other kind (a proxy's bare answer, a load
+/// balancer's HTML page, Google's error naming another resource, as for a
+/// wrong project) is a failed lookup: the running VM behind it is never
+/// fenced, and the event is left for a retry.
+#[tokio::test]
+async fn gce_a_404_that_is_not_the_vms_own_not_found_never_fences() -> anyhow::Result<()> {
+    let (_g, f, t) = setup(true, FAST).await?;
+    let vm = vm_of(&t)?;
+    let html = "<!DOCTYPE html><html><head><title>404 Not Found</title></head>\
+                <body><h1>Not Found</h1></body></html>";
+    for (how, fault) in [
+        ("a bare 404", foreign_404("text/plain", "")),
+        ("an HTML 404", foreign_404("text/html; charset=UTF-8", html)),
+        (
+            "another resource's notFound",
+            Fault::gce_error(
+                404,
+                "notFound",
+                &format!("The resource 'projects/{}' was not found", vm.project),
+            ),
+        ),
+    ] {
+        f.proxy.heal();
+        f.proxy.inject(get(vm), fault, usize::MAX);
+        let report = fence(&f, &t).await?;
+        assert!(report.incomplete(), "{how}: left for a retry: {report:#?}");
+        assert_lookup_failed(&report);
+        assert!(!report.results[0].taint_applied, "{how}: {report:#?}");
+        assert_untouched(&f, &t, how).await?;
+    }
+    Ok(())
+}
+
+/// Compute Engine's own `notFound` for the VM, through the same client and
+/// proxy: the VM was deleted, so it is off and its node is fenced.
+#[tokio::test]
+async fn gce_a_vm_compute_engine_itself_no_longer_has_is_fenced() -> anyhow::Result<()> {
+    let (_g, f, t) = setup(true, FAST).await?;
+    let vm = vm_of(&t)?;
+    f.fake.delete_instance(vm).await?;
+    let report = fence(&f, &t).await?;
+    assert!(!report.incomplete(), "{report:#?}");
+    assert_eq!(report.results[0].outcome, Outcome::Fenced, "{report:#?}");
+    assert_eq!(out_of_service(&t).await?, 1);
+    let looked = f.proxy.seen();
+    assert!(
+        looked
+            .iter()
+            .any(|s| s.method == Method::GET && s.path.contains(&vm.path())),
+        "the VM was asked about: {looked:?}"
+    );
+    Ok(())
+}
+
+/// The same for a disk: a 404 that is not Compute Engine's own for that
+/// disk is a failed lookup, so the fencing is retried rather than the disk
+/// taken for gone and left attached; the retry detaches it.
+#[tokio::test]
+async fn gce_a_disk_lookup_answered_by_a_foreign_404_is_retried() -> anyhow::Result<()> {
+    let (_g, f, t) = setup(false, FAST).await?;
+    let vm = vm_of(&t)?;
+    f.proxy.inject(
+        Match::compute(Method::GET, &t.volume),
+        foreign_404("text/plain", ""),
+        usize::MAX,
+    );
+    let first = fence(&f, &t).await?;
+    assert!(first.incomplete(), "left for a retry: {first:#?}");
+    assert!(f.fake.detach_requests(vm).await?.is_empty());
+    assert_eq!(
+        f.fake.disk_users(&t.volume).await?,
+        Some(vec![vm.path()]),
+        "the disk stays on its VM until the retry"
+    );
     retried_after_healing(&f, &t, Outcome::AlreadyFenced, 1).await
 }

@@ -406,7 +406,10 @@ fn the_expectation_is_checked_when_built() {
         );
     }
     let e = expected();
-    assert_eq!((e.audience(), e.email()), (AUDIENCE, EMAIL));
+    assert_eq!(
+        (e.audiences(), e.email()),
+        (&[AUDIENCE.to_owned()][..], EMAIL)
+    );
 }
 
 #[test]
@@ -475,40 +478,137 @@ proptest::proptest! {
     }
 }
 
+/// The service's URL and the subscription's audience, as `PUSH_AUDIENCE`
+/// lists them.
+const SERVICE: &str = "https://node-fencer-abc123-ew.a.run.app";
+const PUSHED_TO: &str = "https://push.node-fencer.example/gce";
+
+fn listed() -> Expected {
+    Expected::new(&format!(" {SERVICE}/ , {PUSHED_TO}"), EMAIL).expect("two audiences")
+}
+
+fn for_audience(aud: &str) -> String {
+    with_claim("aud", json!(aud))
+}
+
 #[test]
-fn a_token_for_the_url_the_request_came_to_is_accepted_too() {
-    let host = "node-fencer-abc123-ew.a.run.app";
-    let own = expected().or_own_url(Some(host), "/eventarc");
-    for aud in [
-        format!("https://{host}"),
-        format!("https://{host}/eventarc"),
-    ] {
-        let token = with_claim("aud", json!(aud));
-        assert!(check(&token).is_err(), "{aud}: not without the host");
-        assert!(check_token(&token, &own, NOW).is_ok(), "{aud}");
-    }
-    assert!(check_token(&token_of(&header(), &claims()), &own, NOW).is_ok());
-    for (aud, why) in [
-        (format!("http://{host}"), "Cloud Run is reached over https"),
-        (format!("https://{host}/sweep"), "another path"),
-        ("https://elsewhere.example".to_owned(), "another host"),
-    ] {
-        let token = with_claim("aud", json!(aud));
+fn only_a_configured_audience_is_accepted() {
+    let at = listed().at_path("/eventarc");
+    for aud in [SERVICE, PUSHED_TO] {
         assert!(
-            matches!(
-                check_token(&token, &own, NOW),
-                Err(TokenError::Audience { .. })
-            ),
-            "{why}"
+            check_token(&for_audience(aud), &listed(), NOW).is_ok(),
+            "{aud}"
+        );
+        assert!(check_token(&for_audience(aud), &at, NOW).is_ok(), "{aud}");
+    }
+    // A list in `aud` passes when one of it is ours.
+    let both = with_claim("aud", json!(["https://elsewhere.example", PUSHED_TO]));
+    assert!(check_token(&both, &listed(), NOW).is_ok());
+    let elsewhere = for_audience("https://elsewhere.example");
+    assert_eq!(
+        check_token(&elsewhere, &at, NOW).err(),
+        Some(TokenError::Audience {
+            expected: format!("{SERVICE}, {PUSHED_TO}")
+        })
+    );
+}
+
+/// Pub/Sub and Cloud Scheduler default a token's audience to the full URL
+/// they push to: a configured URL without a path stands for itself with
+/// the request's path too, and for no other path.
+#[test]
+fn a_url_without_a_path_also_stands_for_the_request_path() {
+    let at = listed().at_path("/eventarc");
+    let own = format!("{SERVICE}/eventarc");
+    assert!(check_token(&for_audience(&own), &at, NOW).is_ok());
+    assert!(
+        check_token(&for_audience(&own), &listed(), NOW).is_err(),
+        "no path known"
+    );
+    for (aud, why) in [
+        (format!("{SERVICE}/sweep"), "another path"),
+        (format!("{SERVICE}/eventarc/"), "another path"),
+        (
+            format!("{PUSHED_TO}/eventarc"),
+            "a configured URL with a path is taken as it is",
+        ),
+        (
+            format!("http://{}/eventarc", &SERVICE[8..]),
+            "another scheme",
+        ),
+        (SERVICE.to_uppercase(), "another spelling"),
+    ] {
+        assert!(
+            check_token(&for_audience(&aud), &at, NOW).is_err(),
+            "{why}: {aud}"
         );
     }
-    // A Host header of another shape names no URL of this service.
-    for odd in ["", "a b", "evil.example/x", "h\u{e9}st"] {
-        let token = with_claim("aud", json!(format!("https://{odd}")));
-        let with = expected().or_own_url(Some(odd), "/eventarc");
-        assert!(check_token(&token, &with, NOW).is_err(), "{odd:?}");
+    // A path of another shape adds nothing.
+    for odd in ["/", "//x", "/x?y", "/x#y", "/../x", "/x%2F", "x"] {
+        let token = for_audience(&format!("{SERVICE}{odd}"));
+        assert!(
+            check_token(&token, &listed().at_path(odd), NOW).is_err(),
+            "{odd:?}"
+        );
     }
-    let odd_path = expected().or_own_url(Some(host), "/x?y");
-    let token = with_claim("aud", json!(format!("https://{host}/x?y")));
-    assert!(check_token(&token, &odd_path, NOW).is_err());
+}
+
+/// Regression (issue 33, item 11): the URL a request names in its `Host`
+/// header is the caller's to choose behind a load balancer or a custom
+/// domain, so a token for it is refused unless that URL is configured.
+#[test]
+fn a_token_for_the_host_the_request_names_is_refused() {
+    let at = listed().at_path("/eventarc");
+    for aud in [
+        "https://lb.attacker.example",
+        "https://lb.attacker.example/eventarc",
+        "https://node-fencer-abc123-ew.a.run.app.attacker.example",
+    ] {
+        assert!(
+            matches!(
+                check_token(&for_audience(aud), &at, NOW),
+                Err(TokenError::Audience { .. })
+            ),
+            "{aud}"
+        );
+    }
+}
+
+#[test]
+fn every_audience_is_checked_when_built() {
+    for (raw, bad) in [
+        ("node-fencer-push", "node-fencer-push"),
+        ("http://svc.example", "http://svc.example"),
+        ("https://", "https://"),
+        ("https://svc.example?x=1", "https://svc.example?x=1"),
+        ("https://svc.example/a#b", "https://svc.example/a#b"),
+        ("https://user@svc.example", "https://user@svc.example"),
+        ("https://Svc.example", "https://Svc.example"),
+        ("https://svc.example:0", "https://svc.example:0"),
+        ("https://svc.example//x", "https://svc.example//x"),
+        ("https://svc.example/a b", "https://svc.example/a b"),
+        (&format!("{SERVICE}, ftp://x"), "ftp://x"),
+    ] {
+        assert_eq!(
+            Expected::new(raw, EMAIL),
+            Err(ExpectedError::NotAUrl(bad.into())),
+            "{raw:?}"
+        );
+    }
+    for raw in [
+        " ",
+        ",",
+        &format!("{SERVICE},"),
+        &format!("{SERVICE},,{PUSHED_TO}"),
+    ] {
+        assert_eq!(
+            Expected::new(raw, EMAIL),
+            Err(ExpectedError::EmptyAudience),
+            "{raw:?}"
+        );
+    }
+    let e =
+        Expected::new("https://svc.example:8443/push/", EMAIL).expect("a URL with port and path");
+    assert_eq!(e.audiences(), ["https://svc.example:8443/push"]);
+    assert_eq!(listed().audiences(), [SERVICE, PUSHED_TO]);
 }

@@ -1,5 +1,9 @@
-//! Function URL requests: the Alertmanager entry. Authenticated by a bearer
-//! token before the body is looked at.
+//! Function URL requests: the Alertmanager webhook ([`super::webhook`]) in
+//! the Lambda's envelope. The method and the headers are checked before the
+//! body is decoded (base64 when Lambda says so), then the neutral webhook
+//! entry takes the bytes.
+
+use std::borrow::Cow;
 
 use aws_lambda_events::event::lambda_function_urls::{
     LambdaFunctionUrlRequest, LambdaFunctionUrlResponse,
@@ -7,123 +11,47 @@ use aws_lambda_events::event::lambda_function_urls::{
 use base64::Engine;
 use http::{HeaderMap, HeaderValue};
 use serde_json::Value;
-use sha2::{Digest, Sha256};
-use subtle::ConstantTimeEq;
 
-use super::alertmanager;
+use super::webhook::{self, Reply};
+pub use super::webhook::{MAX_BODY_BYTES, Rejection, WebhookToken};
 use crate::core::suspect::Batch;
-
-/// The largest body accepted, decoded. Alertmanager groups with hundreds of
-/// alerts stay far below it; anything larger is not from Alertmanager.
-pub const MAX_BODY_BYTES: usize = 1024 * 1024;
-
-/// The shared secret Alertmanager presents. Only its digest is kept, so the
-/// token itself cannot end up in a log line or a debug dump.
-#[derive(Clone)]
-pub struct WebhookToken {
-    digest: [u8; 32],
-}
-
-impl WebhookToken {
-    /// Wraps a token; refuses tokens too short to resist guessing.
-    pub fn new(token: &str) -> Result<Self, &'static str> {
-        let token = token.trim();
-        if token.len() < 16 {
-            return Err("the webhook token must be at least 16 characters");
-        }
-        Ok(Self {
-            digest: Sha256::digest(token.as_bytes()).into(),
-        })
-    }
-
-    /// Compares in constant time: digests have a fixed length, so neither the
-    /// position of the first difference nor the token's length leaks.
-    fn matches(&self, presented: &str) -> bool {
-        let digest: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
-        self.digest.ct_eq(&digest).into()
-    }
-}
-
-impl std::fmt::Debug for WebhookToken {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("WebhookToken(<redacted>)")
-    }
-}
-
-/// An HTTP request refused before anything was done.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Rejection {
-    /// The HTTP status to answer with.
-    pub status: u16,
-    /// What to tell the caller (never the token).
-    pub message: String,
-}
-
-impl Rejection {
-    fn new(status: u16, message: impl Into<String>) -> Self {
-        Self {
-            status,
-            message: message.into(),
-        }
-    }
-}
 
 /// Authenticates and parses a Function URL request carrying an Alertmanager payload.
 pub fn parse(
     req: &LambdaFunctionUrlRequest,
     token: Option<&WebhookToken>,
 ) -> Result<Batch, Rejection> {
+    method(req)?;
+    webhook::admit(&req.headers, token)?;
+    webhook::parse(&body(req)?)
+}
+
+/// Only a POST is a webhook.
+pub fn method(req: &LambdaFunctionUrlRequest) -> Result<(), Rejection> {
     let method = req.request_context.http.method.as_deref().unwrap_or("");
     if !method.eq_ignore_ascii_case("POST") {
         return Err(Rejection::new(405, "only POST is accepted"));
     }
-    authenticate(&req.headers, token)?;
-    if let Some(ct) = header(&req.headers, "content-type") {
-        let mime = ct.split(';').next().unwrap_or("").trim();
-        if !mime.eq_ignore_ascii_case("application/json") {
-            return Err(Rejection::new(415, "the body must be application/json"));
-        }
-    }
+    Ok(())
+}
+
+/// The body's bytes, decoded from base64 when Lambda encoded them; one
+/// too long to decode within the bound is refused undecoded.
+pub fn body(req: &LambdaFunctionUrlRequest) -> Result<Cow<'_, [u8]>, Rejection> {
     let body = req
         .body
         .as_deref()
         .ok_or_else(|| Rejection::new(400, "the request has no body"))?;
-    let bytes = if req.is_base64_encoded {
-        if body.len() > MAX_BODY_BYTES.div_ceil(3) * 4 {
-            return Err(too_large());
-        }
-        base64::engine::general_purpose::STANDARD
-            .decode(body)
-            .map_err(|_| Rejection::new(400, "the body is not valid base64"))?
-    } else {
-        body.as_bytes().to_vec()
-    };
-    if bytes.len() > MAX_BODY_BYTES {
-        return Err(too_large());
+    if !req.is_base64_encoded {
+        return Ok(Cow::Borrowed(body.as_bytes()));
     }
-    let value: Value = serde_json::from_slice(&bytes)
-        .map_err(|e| Rejection::new(400, format!("the body is not valid JSON: {e}")))?;
-    alertmanager::parse(value).map_err(|e| Rejection::new(400, e.to_string()))
-}
-
-fn too_large() -> Rejection {
-    Rejection::new(413, format!("the body exceeds {MAX_BODY_BYTES} bytes"))
-}
-
-fn authenticate(headers: &HeaderMap, token: Option<&WebhookToken>) -> Result<(), Rejection> {
-    let unauthorized = || Rejection::new(401, "missing or invalid bearer token");
-    // Fail closed: without a configured token no request is authentic.
-    let token = token.ok_or_else(unauthorized)?;
-    let value = header(headers, "authorization").ok_or_else(unauthorized)?;
-    let (scheme, presented) = value.split_once(' ').ok_or_else(unauthorized)?;
-    if !scheme.eq_ignore_ascii_case("bearer") || !token.matches(presented.trim()) {
-        return Err(unauthorized());
+    if body.len() > MAX_BODY_BYTES.div_ceil(3) * 4 {
+        return Err(Rejection::too_large());
     }
-    Ok(())
-}
-
-fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
-    headers.get(name).and_then(|v| v.to_str().ok())
+    base64::engine::general_purpose::STANDARD
+        .decode(body)
+        .map(Cow::Owned)
+        .map_err(|_| Rejection::new(400, "the body is not valid base64"))
 }
 
 /// Builds the Function URL response for a JSON body.
@@ -135,6 +63,11 @@ pub fn response(status: u16, body: &Value) -> LambdaFunctionUrlResponse {
     resp.headers = headers;
     resp.body = Some(body.to_string());
     resp
+}
+
+/// A webhook's reply as a Function URL response.
+pub fn reply(reply: &Reply) -> LambdaFunctionUrlResponse {
+    response(reply.status, &reply.body)
 }
 
 #[cfg(test)]

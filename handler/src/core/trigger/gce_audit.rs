@@ -19,7 +19,9 @@ use serde_json::Value;
 use super::InputError;
 use crate::core::gce::GceInstance;
 use crate::core::instance::InstanceId;
-use crate::core::suspect::{Batch, Ignored, Intent, NodeRef, Origin, Suspect};
+use crate::core::suspect::{
+    AuditOrigin, Batch, Delivery, Ignored, Intent, NodeRef, Origin, Suspect,
+};
 
 const PUSH: &str = "Pub/Sub push request";
 const ENTRY: &str = "Cloud Audit Log entry";
@@ -29,36 +31,7 @@ const EVENTARC: &str = "Eventarc CloudEvent";
 pub const AUDIT_LOG_WRITTEN: &str = "google.cloud.audit.log.v1.written";
 
 /// Pub/Sub refuses messages over 10 MB; anything larger is not one.
-const MAX_DATA: usize = 10 * 1024 * 1024;
-
-/// How the entry was delivered.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case", tag = "via")]
-pub enum Delivery {
-    /// A Pub/Sub push request.
-    PubSub {
-        /// The message id: a redelivery carries the same.
-        message_id: Option<String>,
-        /// The subscription that pushed it.
-        subscription: Option<String>,
-    },
-    /// An Eventarc CloudEvent.
-    Eventarc {
-        /// The CloudEvent's `ce-id`.
-        id: Option<String>,
-    },
-}
-
-/// Where a GCE suspect came from.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct AuditOrigin {
-    /// The audit log's `methodName`.
-    pub method: String,
-    /// The entry's `insertId`.
-    pub insert_id: Option<String>,
-    /// How it arrived.
-    pub delivery: Delivery,
-}
+pub const MAX_DATA: usize = 10 * 1024 * 1024;
 
 /// What one entry asks for.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -196,17 +169,27 @@ fn parse_entry(entry: &Value, delivery: Delivery) -> Result<AuditEvent, InputErr
         .get("resourceName")
         .and_then(Value::as_str)
         .ok_or_else(|| InputError::invalid(ENTRY, "missing `protoPayload.resourceName`"))?;
-    let instance = GceInstance::from_resource_name(resource_name).ok_or_else(|| {
-        InputError::invalid(
-            ENTRY,
-            format!("`{resource_name}` is not projects/P/zones/Z/instances/NAME"),
-        )
-    })?;
-    let instance_id = entry
-        .pointer("/resource/labels/instance_id")
-        .and_then(Value::as_str)
-        .filter(|id| !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()))
+    let label = |key: &str| {
+        entry
+            .pointer(&format!("/resource/labels/{key}"))
+            .and_then(Value::as_str)
+            .filter(|v| !v.is_empty())
+    };
+    let instance_id = label("instance_id")
+        .filter(|id| is_number(id))
         .map(str::to_owned);
+    let instance = match vm_named(resource_name, label("project_id"), label("zone"))? {
+        Named::Vm(instance) => instance,
+        Named::IdOnly(id) => {
+            return Ok(AuditEvent::Ignored {
+                origin,
+                reason: format!(
+                    "`{method}` names its VM by id {id} only, not by name: no Node's provider \
+                     id can be matched to it; the sweep finds the Node if it is NotReady"
+                ),
+            });
+        }
+    };
     let last = entry
         .pointer("/operation/last")
         .and_then(Value::as_bool)
@@ -236,6 +219,76 @@ fn parse_entry(entry: &Value, delivery: Delivery) -> Result<AuditEvent, InputErr
         intent,
         origin,
     })
+}
+
+/// How an entry names its VM.
+enum Named {
+    /// By project id, zone and name: the Node's provider id.
+    Vm(GceInstance),
+    /// By its numeric id alone, in place of the name.
+    IdOnly(String),
+}
+
+fn is_number(s: &str) -> bool {
+    !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// The VM of `protoPayload.resourceName` (`projects/P/zones/Z/instances/N`,
+/// a full API URL too), read with the entry's `resource.labels`. Entries
+/// written for an instance schedule, and some system events, name the
+/// project by its number: then `project_id` names it, as a provider id
+/// does. Where both name the project or the zone they must agree: an entry
+/// whose two halves disagree names no VM for sure.
+fn vm_named(
+    resource_name: &str,
+    project_id: Option<&str>,
+    zone_label: Option<&str>,
+) -> Result<Named, InputError> {
+    let not_a_vm = || {
+        InputError::invalid(
+            ENTRY,
+            format!("`{resource_name}` is not projects/P/zones/Z/instances/NAME"),
+        )
+    };
+    let path = resource_name
+        .split_once("/compute/v1/")
+        .map_or(resource_name, |(_, path)| path)
+        .trim_start_matches('/');
+    let ["projects", project, "zones", zone, "instances", name] =
+        path.split('/').collect::<Vec<_>>()[..]
+    else {
+        return Err(not_a_vm());
+    };
+    // A VM's name starts with a letter: digits alone are its id.
+    if is_number(name) {
+        return Ok(Named::IdOnly(name.to_owned()));
+    }
+    let by_id = match (is_number(project), project_id) {
+        (false, _) => project,
+        (true, Some(id)) => id,
+        (true, None) => {
+            return Err(InputError::invalid(
+                ENTRY,
+                format!(
+                    "`{resource_name}` names its project by number and resource.labels.project_id is missing"
+                ),
+            ));
+        }
+    };
+    let instance = GceInstance::new(by_id, zone, name).ok_or_else(not_a_vm)?;
+    if zone_label.is_some_and(|z| z != zone) {
+        return Err(InputError::invalid(
+            ENTRY,
+            format!("`{resource_name}` is in another zone than resource.labels.zone"),
+        ));
+    }
+    if project_id.is_some_and(|id| id != by_id) {
+        return Err(InputError::invalid(
+            ENTRY,
+            format!("`{resource_name}` is in another project than resource.labels.project_id"),
+        ));
+    }
+    Ok(Named::Vm(instance))
 }
 
 impl AuditEvent {
@@ -489,6 +542,117 @@ mod tests {
         )
         .unwrap();
         assert_eq!(intent(&event), Some(Intent::Fence));
+    }
+
+    /// Regression (issue 33, item 18): entries written for an instance
+    /// schedule (and some system events) name the project by its number;
+    /// `resource.labels.project_id` names it as the Node's provider id
+    /// does, so the VM is found, through Pub/Sub and Eventarc alike.
+    #[test]
+    fn a_vm_named_by_project_number_is_found_by_its_project_id() {
+        let vm = GceInstance::from_provider_id("gce://my-project-1/us-east1-c/gke-pool-1-abcd");
+        let by_number = |e: &mut Value| {
+            e["protoPayload"]["resourceName"] =
+                json!("projects/123456789012/zones/us-east1-c/instances/gke-pool-1-abcd");
+        };
+        let mut e = entry("v1.compute.instances.stop", json!({"last": true}));
+        by_number(&mut e);
+        for event in [
+            parse_push(push(&e)).unwrap(),
+            parse_eventarc(AUDIT_LOG_WRITTEN, Some("ce-1"), e.clone()).unwrap(),
+        ] {
+            let AuditEvent::Suspect {
+                instance, intent, ..
+            } = event
+            else {
+                panic!("a suspect: {event:?}");
+            };
+            assert_eq!(Some(instance), vm.clone());
+            assert_eq!(intent, Intent::Fence);
+        }
+        let fixture = |text: &str| -> Value { serde_json::from_str(text).expect("fixture JSON") };
+        let pushed = fixture(include_str!(
+            "../../../tests/fixtures/gce/schedule-stop-by-number.pubsub.json"
+        ));
+        let cloud_event = fixture(include_str!(
+            "../../../tests/fixtures/gce/host-error-by-number.eventarc.json"
+        ));
+        let header = |name: &str| cloud_event["headers"][name].as_str();
+        for event in [
+            parse_push(pushed).unwrap(),
+            parse_eventarc(
+                header("ce-type").unwrap_or_default(),
+                header("ce-id"),
+                cloud_event["body"].clone(),
+            )
+            .unwrap(),
+        ] {
+            let AuditEvent::Suspect { instance, .. } = event else {
+                panic!("a suspect: {event:?}");
+            };
+            assert_eq!(Some(instance), vm.clone());
+        }
+    }
+
+    #[test]
+    fn the_two_halves_of_an_entry_must_agree_on_the_vm() {
+        for (name, project_id, zone, says) in [
+            (
+                "projects/123456789012/zones/us-east1-c/instances/vm-1",
+                None,
+                Some("us-east1-c"),
+                "by number",
+            ),
+            (
+                "projects/my-project-1/zones/us-east1-c/instances/vm-1",
+                Some("other-project-1"),
+                Some("us-east1-c"),
+                "another project",
+            ),
+            (
+                "projects/123456789012/zones/us-east1-c/instances/vm-1",
+                Some("my-project-1"),
+                Some("us-east1-b"),
+                "another zone",
+            ),
+            (
+                "projects/123456789012/zones/us-east1-c/instances/vm-1",
+                Some("Not A Project"),
+                None,
+                "is not projects",
+            ),
+        ] {
+            let mut e = entry("v1.compute.instances.stop", json!({"last": true}));
+            e["protoPayload"]["resourceName"] = json!(name);
+            e["resource"]["labels"] = json!({"instance_id": "1"});
+            if let Some(p) = project_id {
+                e["resource"]["labels"]["project_id"] = json!(p);
+            }
+            if let Some(z) = zone {
+                e["resource"]["labels"]["zone"] = json!(z);
+            }
+            let err = parse_push(push(&e)).unwrap_err();
+            assert!(err.to_string().contains(says), "{says}: {err}");
+        }
+    }
+
+    /// A VM named by its numeric id alone matches no Node's provider id (a
+    /// name): reported and left to the sweep, never a guess.
+    #[test]
+    fn a_vm_named_by_id_alone_is_ignored_with_the_reason() {
+        let mut e = entry("compute.instances.hostError", json!({"last": true}));
+        e["protoPayload"]["resourceName"] =
+            json!("projects/123456789012/zones/us-east1-c/instances/1234567890123456789");
+        let batch = parse_push(push(&e)).unwrap().into_batch();
+        assert!(batch.suspects.is_empty());
+        assert_eq!(batch.ignored.len(), 1);
+        assert!(
+            batch.ignored[0]
+                .reason
+                .contains("by id 1234567890123456789"),
+            "{}",
+            batch.ignored[0].reason
+        );
     }
 
     #[test]

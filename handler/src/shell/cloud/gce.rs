@@ -7,6 +7,7 @@ use async_trait::async_trait;
 use futures::future::try_join_all;
 use google_cloud_compute_v1::client::{Disks, Instances, RegionDisks, ZoneOperations};
 use google_cloud_compute_v1::model::{Instance, Operation, TestPermissionsRequest};
+use google_cloud_gax::error::rpc::{Code, StatusDetails};
 use google_cloud_gax::exponential_backoff::{ExponentialBackoff, ExponentialBackoffBuilder};
 use google_cloud_gax::options::RequestOptionsBuilder;
 use google_cloud_gax::retry_policy::{Aip194Strict, RetryPolicy as GaxRetryPolicy, RetryPolicyExt};
@@ -19,7 +20,7 @@ use crate::core::facts::{
 use crate::core::gce::{self, DiskLocation, GceInstance, GceStatus, PdDisk};
 use crate::core::instance::{AttachmentState, InstanceId, InstanceState, VolumeId, VolumeState};
 use crate::core::retry::{self, RetryPolicy};
-use crate::shell::connect::Timeouts;
+use crate::shell::timeouts::Timeouts;
 
 /// How long one detach may take, its operation waited on, before it counts
 /// as failed (and is retried). A detach from a stopped VM completes in
@@ -159,7 +160,7 @@ impl Gce {
             .await;
         match got {
             Ok(instance) => Ok(Some(instance)),
-            Err(e) if e.http_status_code() == Some(404) => Ok(None),
+            Err(e) if is_not_found(&e, &vm.to_string()) => Ok(None),
             Err(e) => Err(e),
         }
     }
@@ -248,6 +249,14 @@ impl Gce {
         let Some(project) = pd.project.as_deref() else {
             return Ok(None);
         };
+        let path = match &pd.location {
+            DiskLocation::Zone(zone) => {
+                format!("projects/{project}/zones/{zone}/disks/{}", pd.name)
+            }
+            DiskLocation::Region(region) => {
+                format!("projects/{project}/regions/{region}/disks/{}", pd.name)
+            }
+        };
         let got = match &pd.location {
             DiskLocation::Zone(zone) => self
                 .disks
@@ -270,7 +279,7 @@ impl Gce {
         };
         let (status, users) = match got {
             Ok(found) => found,
-            Err(e) if e.http_status_code() == Some(404) => return Ok(None),
+            Err(e) if is_not_found(&e, &path) => return Ok(None),
             Err(e) => return Err(e),
         };
         let attachments: Vec<VolumeAttachmentState> = users
@@ -340,6 +349,28 @@ impl Gce {
     }
 }
 
+/// Whether `e` is Compute Engine's own word that `resource` (its path,
+/// `projects/P/zones/Z/instances/N`) does not exist: a 404 whose body is
+/// Google's JSON error with the reason `notFound` and a message naming
+/// that very resource ("The resource 'projects/…' was not found"). Any
+/// other 404 is a failed lookup, never "deleted": a proxy's or a load
+/// balancer's bare or HTML answer, a wrong `COMPUTE_ENDPOINT` path
+/// (Google's front end names no resource), or another project or zone
+/// (the message names the project, or the reason is `invalid`).
+fn is_not_found(e: &google_cloud_compute_v1::Error, resource: &str) -> bool {
+    let Some(status) = e.status().filter(|_| e.http_status_code() == Some(404)) else {
+        return false;
+    };
+    // Compute Engine leaves the body's `status` out (then `Unknown`); one
+    // it sends must say the same.
+    let code = matches!(status.code, Code::NotFound | Code::Unknown);
+    let reason = status
+        .details
+        .iter()
+        .any(|d| matches!(d, StatusDetails::ErrorInfo(info) if info.reason == "notFound"));
+    code && reason && status.message.contains(&format!("'{resource}'"))
+}
+
 fn is_done(op: &Operation) -> bool {
     op.status
         .as_ref()
@@ -348,7 +379,8 @@ fn is_done(op: &Operation) -> bool {
 }
 
 /// Compute Engine's answer for a VM in plain facts. A VM Compute Engine
-/// does not know is deleted: off, with nothing attached.
+/// itself says it does not have ([`is_not_found`]) is deleted: off, with
+/// nothing attached.
 fn instance_facts(id: &InstanceId, found: Option<Instance>) -> InstanceFacts {
     let Some(vm) = found else {
         return InstanceFacts {
@@ -656,6 +688,99 @@ mod tests {
             [ms(200), ms(400), ms(800), ms(1600), ms(2000), ms(2000)]
         );
         assert_eq!(poll_pause(u32::MAX), POLL_MAX);
+    }
+
+    mod not_found {
+        use google_cloud_gax::error::Error;
+        use google_cloud_gax::error::rpc::Status;
+        use hyper::body::Bytes;
+        use serde_json::json;
+
+        use super::super::is_not_found;
+
+        const VM: &str = "projects/proj-fencer/zones/us-central1-a/instances/node-1";
+
+        /// An error as the client makes it of an answer with this status
+        /// and body: Google's JSON error is read into a status, anything
+        /// else is kept as the bytes it was.
+        fn answered(http: u16, body: &str) -> Error {
+            let bytes = Bytes::from(body.to_owned());
+            match Status::try_from(&bytes) {
+                Ok(status) => Error::service_with_http_metadata(status, Some(http), None),
+                Err(_) => Error::http(http, http::HeaderMap::new(), bytes),
+            }
+        }
+
+        /// Compute Engine's error body (`error.errors[]`, no `status`).
+        fn google(code: u16, reason: &str, message: &str) -> String {
+            json!({"error": {"code": code, "message": message,
+                "errors": [{"message": message, "domain": "global", "reason": reason}]}})
+            .to_string()
+        }
+
+        fn gone(resource: &str) -> String {
+            google(
+                404,
+                "notFound",
+                &format!("The resource '{resource}' was not found"),
+            )
+        }
+
+        #[test]
+        fn compute_engines_own_not_found_for_that_vm_means_deleted() {
+            assert!(is_not_found(&answered(404, &gone(VM)), VM));
+            // With the `status` field some Google APIs add, the same.
+            let with_status = json!({"error": {"code": 404, "status": "NOT_FOUND",
+                "message": format!("The resource '{VM}' was not found"),
+                "errors": [{"message": "x", "domain": "global", "reason": "notFound"}]}});
+            assert!(is_not_found(&answered(404, &with_status.to_string()), VM));
+        }
+
+        #[test]
+        fn any_other_404_is_a_failed_lookup() {
+            for (why, body) in [
+                ("a bare 404 of a proxy", String::new()),
+                (
+                    "an HTML page of a load balancer",
+                    "<html><body><h1>404 Not Found</h1></body></html>".to_owned(),
+                ),
+                (
+                    "Google's front end, a wrong endpoint path",
+                    google(404, "notFound", "The requested URL /v1/projects was not found on this server."),
+                ),
+                ("another project", gone("projects/proj-fencer")),
+                ("another zone", gone("projects/proj-fencer/zones/us-central1-b/instances/node-1")),
+                ("another VM of a longer name", gone(&format!("{VM}0"))),
+                ("a VM of a shorter name", gone(&VM[..VM.len() - 1])),
+                (
+                    "another reason",
+                    google(404, "invalid", &format!("The resource '{VM}' was not found")),
+                ),
+                (
+                    "no reason",
+                    json!({"error": {"code": 404, "message": format!("The resource '{VM}' was not found")}})
+                        .to_string(),
+                ),
+                (
+                    "another status",
+                    json!({"error": {"code": 404, "status": "PERMISSION_DENIED",
+                        "message": format!("The resource '{VM}' was not found"),
+                        "errors": [{"message": "x", "domain": "global", "reason": "notFound"}]}})
+                    .to_string(),
+                ),
+                ("JSON that is no Google error", json!({"error": "not found"}).to_string()),
+            ] {
+                assert!(!is_not_found(&answered(404, &body), VM), "{why}");
+            }
+        }
+
+        #[test]
+        fn the_same_words_under_another_status_are_not_deleted() {
+            for http in [200, 400, 403, 410, 500, 503] {
+                assert!(!is_not_found(&answered(http, &gone(VM)), VM), "{http}");
+            }
+            assert!(!is_not_found(&Error::timeout("held"), VM));
+        }
     }
 
     #[test]

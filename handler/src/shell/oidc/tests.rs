@@ -569,5 +569,5 @@ async fn the_keys_are_taken_from_a_trusted_transport_only() {
     }
     let google = PushVerifier::new(expected).expect("Google's keys");
     assert_eq!(google.certs_url.as_str(), GOOGLE_CERTS_URL);
-    assert_eq!(google.expected().audience(), AUDIENCE);
+    assert_eq!(google.expected().audiences(), [AUDIENCE]);
 }
