@@ -275,6 +275,11 @@ pub struct InstanceFacts {
     pub tags: Vec<(String, String)>,
     /// The root device name (e.g. `/dev/xvda`), never detached.
     pub root_device_name: Option<String>,
+    /// The volume the machine boots from, never detached nor listed among
+    /// the fencing's volumes: where the cloud's description of a disk does
+    /// not name the device it is attached as (Compute Engine's), the device
+    /// alone cannot tell it.
+    pub root_volume: Option<VolumeId>,
     /// Its numeric id and creation time, where the name alone is not
     /// enough (Compute Engine).
     pub identity: MachineIdentity,
@@ -339,6 +344,7 @@ impl InstanceFacts {
             private_ips: vec![],
             tags: vec![],
             root_device_name: Some("/dev/xvda".into()),
+            root_volume: None,
             identity: Default::default(),
         }
     }

@@ -126,6 +126,16 @@ impl VolumeId {
         }
     }
 
+    /// The Persistent Disk an attached disk's `source` URL names
+    /// (`https://…/compute/v1/projects/P/zones/Z/disks/D`), as its PD CSI
+    /// handle.
+    pub fn from_pd_source(source: &str) -> Option<Self> {
+        let path = source
+            .split_once("/compute/v1/")
+            .map_or(source, |(_, path)| path);
+        Self::pd(path)
+    }
+
     /// The Persistent Disk, when it is one.
     pub fn as_pd(&self) -> Option<PdDisk> {
         PdDisk::from_handle(&self.0)

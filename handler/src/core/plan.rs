@@ -434,13 +434,7 @@ impl NodeRun {
         kept: &[(VolumeId, String)],
     ) {
         if let Some(plan) = &mut self.plan {
-            plan.actions = volumes::plan_detach(
-                &plan.instance.id,
-                plan.instance.root_device_name.as_deref(),
-                &node_volumes,
-                described,
-                kept,
-            );
+            plan.actions = volumes::plan_detach(&plan.instance, &node_volumes, described, kept);
             plan.node_volumes = node_volumes;
         }
     }

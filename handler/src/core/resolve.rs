@@ -189,6 +189,7 @@ mod tests {
             private_ips: vec![ip.parse().unwrap()],
             tags: vec![("kubernetes.io/cluster/prod".into(), "owned".into())],
             root_device_name: None,
+            root_volume: None,
             identity: Default::default(),
         }
     }

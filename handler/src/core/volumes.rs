@@ -7,7 +7,9 @@ use std::fmt::Write as _;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use crate::core::facts::{AttachmentFacts, CsiVolume, FenceMode, PodRef, PvFacts, VolumeFacts};
+use crate::core::facts::{
+    AttachmentFacts, CsiVolume, FenceMode, InstanceFacts, PodRef, PvFacts, VolumeFacts,
+};
 use crate::core::gce::PD_CSI_DRIVER;
 use crate::core::instance::{InstanceId, VolumeId, VolumeState};
 
@@ -339,11 +341,11 @@ pub fn per_driver<'a>(drivers: impl IntoIterator<Item = &'a str>) -> String {
         .join(", ")
 }
 
-/// Cross-checks the node's volumes against EC2: a volume is detached only if
-/// EC2 says it is attached to this very instance, and never the root device.
+/// Cross-checks the node's volumes against the cloud: a volume is detached
+/// only if the cloud says it is attached to this very machine, and never
+/// the machine's root device or boot disk.
 pub fn plan_detach(
-    instance: &InstanceId,
-    root_device: Option<&str>,
+    machine: &InstanceFacts,
     volumes: &[NodeVolume],
     described: &[VolumeFacts],
     kept: &[(VolumeId, String)],
@@ -357,6 +359,16 @@ pub fn plan_detach(
                     pod: pod.clone(),
                 };
             }
+            if machine
+                .root_volume
+                .as_ref()
+                .is_some_and(|root| *root == nv.volume.clone().on_machine(Some(&machine.id)))
+            {
+                return VolumeAction::Refuse {
+                    volume: nv.volume.clone(),
+                    reason: "it is the machine's boot disk".into(),
+                };
+            }
             let Some(facts) = described.iter().find(|f| f.id == nv.volume) else {
                 return VolumeAction::Refuse {
                     volume: nv.volume.clone(),
@@ -366,7 +378,8 @@ pub fn plan_detach(
             let on_instance = facts
                 .attachments
                 .iter()
-                .find(|a| &a.instance == instance && a.state.holds());
+                .find(|a| a.instance == machine.id && a.state.holds());
+            let root_device = machine.root_device_name.as_deref();
             match on_instance {
                 None => VolumeAction::NotAttached {
                     volume: nv.volume.clone(),
@@ -391,7 +404,7 @@ pub fn plan_detach(
 mod tests {
     use super::*;
     use crate::core::facts::VolumeAttachmentState;
-    use crate::core::instance::AttachmentState;
+    use crate::core::instance::{AttachmentState, InstanceState};
 
     #[test]
     fn an_attachment_is_named_as_kubernetes_names_it() {
@@ -536,7 +549,8 @@ mod tests {
         .map(nv);
         let kept = [(vol("vol-00000001"), "db/store-0".to_owned())];
         for (kept, first) in [(&[][..], "detach"), (&kept[..], "keep")] {
-            let plan = plan_detach(&me, Some("/dev/xvda"), &wanted, &described, kept);
+            let machine = InstanceFacts::bare(me.clone(), InstanceState::Stopped);
+            let plan = plan_detach(&machine, &wanted, &described, kept);
             let kinds: Vec<&str> = plan
                 .iter()
                 .map(|a| match a {
@@ -551,6 +565,54 @@ mod tests {
                 [first, "refuse", "not_attached", "not_attached", "refuse"]
             );
         }
+    }
+
+    /// Compute Engine names no device on a disk's users: the boot disk is
+    /// told by the volume the VM boots from, and refused before the taint,
+    /// so the fencing never lists it among its volumes.
+    #[test]
+    fn a_boot_disk_is_refused_by_its_volume_where_no_device_is_named() {
+        let vm = InstanceId::parse("gce://proj-fencer/us-central1-a/node-2").unwrap();
+        let boot = vol("projects/proj-fencer/zones/us-central1-a/disks/node-2");
+        let data = vol("projects/proj-fencer/zones/us-central1-a/disks/pv-1");
+        let mut machine = InstanceFacts::bare(vm.clone(), InstanceState::Terminated);
+        machine.root_device_name = Some("persistent-disk-0".into());
+        machine.root_volume = VolumeId::from_pd_source(
+            "https://compute.googleapis.com/compute/v1/projects/proj-fencer/zones/us-central1-a/disks/node-2",
+        );
+        let attached = |id: &VolumeId| VolumeFacts {
+            id: id.clone(),
+            state: VolumeState::InUse,
+            attachments: vec![VolumeAttachmentState {
+                instance: vm.clone(),
+                device: None,
+                state: AttachmentState::Attached,
+            }],
+        };
+        let nv = |v: &VolumeId| NodeVolume {
+            volume: v.clone(),
+            pv: None,
+            attachment: "va".into(),
+            attachment_uid: "uid-va".into(),
+        };
+        let plan = plan_detach(
+            &machine,
+            &[nv(&boot), nv(&data)],
+            &[attached(&boot), attached(&data)],
+            &[],
+        );
+        assert!(
+            matches!(&plan[0], VolumeAction::Refuse { volume, .. } if *volume == boot),
+            "{plan:?}"
+        );
+        assert!(
+            matches!(&plan[1], VolumeAction::Detach { volume, .. } if *volume == data),
+            "{plan:?}"
+        );
+        // Without the boot volume known, the same disk would be detached.
+        machine.root_volume = None;
+        let plan = plan_detach(&machine, &[nv(&boot)], &[attached(&boot)], &[]);
+        assert!(matches!(&plan[0], VolumeAction::Detach { .. }), "{plan:?}");
     }
 
     #[test]

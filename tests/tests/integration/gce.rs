@@ -19,7 +19,7 @@ use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use node_fencer::core::facts::CsiVolume;
-use node_fencer::core::kube_model::csi_unique_name;
+use node_fencer::core::kube_model::{ANNOTATION_VOLUMES, csi_unique_name};
 use node_fencer::core::trigger::webhook;
 use node_fencer::core::volumes::attachment_name;
 use node_fencer_tests::attacher::Driver;
@@ -278,6 +278,18 @@ async fn gce_seed_scenario_recovered_once_boot_disk_kept() -> anyhow::Result<()>
         "the boot disk: {r:#}"
     );
     assert!(is_fenced(&admin, &node2).await?, "node 2 carries the taint");
+    // The fencing's record lists the disks it frees, never the boot disk.
+    let fenced = Api::<Node>::all(admin.clone()).get(&node2).await?;
+    let listed = fenced
+        .metadata
+        .annotations
+        .and_then(|a| a.get(ANNOTATION_VOLUMES).cloned())
+        .unwrap_or_default();
+    let mut listed: Vec<&str> = listed.split(',').collect();
+    listed.sort_unstable();
+    let mut data = [seed.db.volume.as_str(), seed.app.volume.as_str()];
+    data.sort_unstable();
+    assert_eq!(listed, data, "{ANNOTATION_VOLUMES}");
 
     // One detachDisk per data disk, by its device name, with a requestId;
     // none for the boot device.

@@ -86,6 +86,7 @@ impl Cloud for Ec2 {
                             .filter_map(|t| Some((t.key()?.to_owned(), t.value()?.to_owned())))
                             .collect(),
                         root_device_name: instance.root_device_name().map(str::to_owned),
+                        root_volume: root_volume(instance),
                         identity: Default::default(),
                     });
                 }
@@ -273,6 +274,17 @@ pub async fn status_probe(ec2: &aws_sdk_ec2::Client) -> (&'static str, Result<()
 
 /// Every private address of the instance: the primary one and those of each
 /// network interface.
+/// The EBS volume mapped at the instance's root device.
+fn root_volume(instance: &aws_sdk_ec2::types::Instance) -> Option<VolumeId> {
+    let root = instance.root_device_name()?;
+    instance
+        .block_device_mappings()
+        .iter()
+        .find(|m| m.device_name() == Some(root))
+        .and_then(|m| m.ebs()?.volume_id())
+        .and_then(VolumeId::parse)
+}
+
 fn private_ips(instance: &aws_sdk_ec2::types::Instance) -> Vec<std::net::IpAddr> {
     let interfaces = instance.network_interfaces().iter().flat_map(|n| {
         n.private_ip_addresses()

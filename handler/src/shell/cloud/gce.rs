@@ -391,6 +391,7 @@ fn instance_facts(id: &InstanceId, found: Option<Instance>) -> InstanceFacts {
             private_ips: vec![],
             tags: vec![],
             root_device_name: None,
+            root_volume: None,
             identity: MachineIdentity::default(),
         };
     };
@@ -399,6 +400,7 @@ fn instance_facts(id: &InstanceId, found: Option<Instance>) -> InstanceFacts {
         .as_ref()
         .and_then(|s| s.name())
         .map_or(GceStatus::Unknown, GceStatus::from_name);
+    let boot = vm.disks.iter().find(|d| d.boot == Some(true));
     InstanceFacts {
         id: id.clone(),
         state: InstanceState::from_gce(status),
@@ -414,11 +416,10 @@ fn instance_facts(id: &InstanceId, found: Option<Instance>) -> InstanceFacts {
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect(),
-        root_device_name: vm
-            .disks
-            .iter()
-            .find(|d| d.boot == Some(true))
-            .and_then(|d| d.device_name.clone()),
+        root_device_name: boot.and_then(|d| d.device_name.clone()),
+        root_volume: boot
+            .and_then(|d| d.source.as_deref())
+            .and_then(VolumeId::from_pd_source),
         identity: MachineIdentity {
             uid: vm.id,
             created_at: vm
