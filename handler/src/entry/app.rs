@@ -23,6 +23,41 @@ use crate::shell::cloud::aws::Ec2;
 use crate::shell::cluster::Kube;
 use crate::shell::connect::{Clients, ConnectError};
 
+/// One call as it is run: its id (the logs', the report's, the Lease
+/// holder's), whether as a plan only (the command line's `--dry-run`),
+/// and when its caller stops waiting for the answer (Lambda's deadline).
+#[derive(Clone, Copy, Debug)]
+pub struct Call<'a> {
+    /// The correlation id.
+    pub id: &'a str,
+    /// Every action a plan only, whatever `DRY_RUN` says.
+    pub dry_run: bool,
+    /// The caller's deadline: no wait outlasts it, and the detaches that
+    /// would not finish before it are left to the retry.
+    pub deadline: Option<tokio::time::Instant>,
+}
+
+impl<'a> Call<'a> {
+    /// A call with this id, acting, with no deadline of its own.
+    pub fn new(id: &'a str) -> Self {
+        Self {
+            id,
+            dry_run: false,
+            deadline: None,
+        }
+    }
+
+    /// The same call as a plan only when `dry_run`.
+    pub fn plan_only(self, dry_run: bool) -> Self {
+        Self { dry_run, ..self }
+    }
+
+    /// The same call, its caller waiting until `deadline`.
+    pub fn until(self, deadline: Option<tokio::time::Instant>) -> Self {
+        Self { deadline, ..self }
+    }
+}
+
 /// Why an invocation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum HandlerError {
@@ -111,27 +146,15 @@ impl App {
     /// Function URL requests always get an HTTP response (401/4xx for refused
     /// requests, 500 when work is left undone so Alertmanager retries); every
     /// other shape gets the report, or an error when work is left undone.
-    pub async fn handle(&self, event: Value, correlation_id: &str) -> Result<Reply, HandlerError> {
-        self.handle_as(event, correlation_id, false).await
-    }
-
-    /// Handles any inbound document, as a plan only when `dry_run` (the
-    /// command line's `--dry-run handle`): whatever its shape, nothing is
-    /// written.
-    pub async fn handle_as(
-        &self,
-        event: Value,
-        correlation_id: &str,
-        dry_run: bool,
-    ) -> Result<Reply, HandlerError> {
+    /// A call that is a plan only (the command line's `--dry-run
+    /// handle`) writes nothing, whatever the document's shape.
+    pub async fn handle(&self, event: Value, call: Call<'_>) -> Result<Reply, HandlerError> {
         match trigger::classify(event)? {
             Trigger::Batch(batch) => {
-                let report = self.run(batch, dry_run, correlation_id).await?;
+                let report = self.run(batch, call).await?;
                 finish(report).map(Reply::Report)
             }
-            Trigger::Http(req) => Ok(Reply::Http(
-                self.handle_http(&req, correlation_id, dry_run).await,
-            )),
+            Trigger::Http(req) => Ok(Reply::Http(self.handle_http(&req, call).await)),
             Trigger::Preflight => Ok(Reply::Preflight(self.preflight().await)),
         }
     }
@@ -147,11 +170,10 @@ impl App {
     pub(crate) async fn handle_http(
         &self,
         req: &aws_lambda_events::event::lambda_function_urls::LambdaFunctionUrlRequest,
-        correlation_id: &str,
-        dry_run: bool,
+        call: Call<'_>,
     ) -> Value {
-        let reply = match self.admitted(req, correlation_id).await {
-            Ok(body) => self.run_webhook(&body, dry_run, correlation_id).await,
+        let reply = match self.admitted(req, call.id).await {
+            Ok(body) => self.run_webhook(&body, call).await,
             Err(refused) => refused,
         };
         serde_json::to_value(function_url::reply(&reply)).unwrap_or(Value::Null)
@@ -181,17 +203,13 @@ impl App {
 
     /// Runs the body of an admitted webhook request: the payload, the run,
     /// the status (500 when work is left undone, so Alertmanager retries).
-    pub(crate) async fn run_webhook(
-        &self,
-        body: &[u8],
-        dry_run: bool,
-        correlation_id: &str,
-    ) -> webhook::Reply {
+    pub(crate) async fn run_webhook(&self, body: &[u8], call: Call<'_>) -> webhook::Reply {
+        let correlation_id = call.id;
         let batch = match webhook::parse(body) {
             Ok(batch) => batch,
             Err(rejection) => return refused(rejection, correlation_id),
         };
-        match self.run(batch, dry_run, correlation_id).await {
+        match self.run(batch, call).await {
             Ok(report) => webhook::Reply {
                 status: if report.incomplete() { 500 } else { 200 },
                 body: serde_json::to_value(&report).unwrap_or(Value::Null),
@@ -221,17 +239,11 @@ impl App {
         })
     }
 
-    /// Runs the pipeline over a parsed batch; `force_dry_run` turns every action into a plan.
-    pub async fn run(
-        &self,
-        batch: Batch,
-        force_dry_run: bool,
-        correlation_id: &str,
-    ) -> Result<Report, HandlerError> {
+    /// Runs the pipeline over a parsed batch.
+    pub async fn run(&self, batch: Batch, call: Call<'_>) -> Result<Report, HandlerError> {
+        let correlation_id = call.id;
         let meter = Meter::default();
-        let result = self
-            .run_metered(batch, force_dry_run, correlation_id, &meter)
-            .await;
+        let result = self.run_metered(batch, call, &meter).await;
         if self.emf {
             let now_ms = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
@@ -254,8 +266,7 @@ impl App {
     async fn run_metered(
         &self,
         batch: Batch,
-        force_dry_run: bool,
-        correlation_id: &str,
+        call: Call<'_>,
         meter: &Meter,
     ) -> Result<Report, HandlerError> {
         let client = self
@@ -275,12 +286,12 @@ impl App {
         #[cfg(not(feature = "gce"))]
         let gce = None;
         let cloud = Clouds { aws: &ec2, gce };
-        let ctx = Ctx::new(&cloud, &cluster, meter, correlation_id);
+        let ctx = Ctx::new(&cloud, &cluster, meter, call.id);
         let policy = Policy {
-            dry_run: self.config.policy.dry_run || force_dry_run,
+            dry_run: self.config.policy.dry_run || call.dry_run,
             ..self.config.policy.clone()
         };
-        Ok(pipeline::run(&ctx, &policy, batch).await?)
+        Ok(pipeline::run_until(&ctx, &policy, batch, call.deadline).await?)
     }
 }
 

@@ -13,7 +13,7 @@ use aws_config::SdkConfig;
 use crate::core::config::{ClusterAccess, Config, LogFormat, VARIABLES};
 use crate::core::suspect::{Batch, Intent};
 use crate::core::trigger::{self, direct};
-use crate::entry::app::{App, HandlerError, Reply, finish};
+use crate::entry::app::{App, Call, HandlerError, Reply, finish};
 use crate::entry::telemetry;
 use crate::shell::connect::{Clients, sdk_config};
 
@@ -223,11 +223,12 @@ pub async fn main() -> ExitCode {
     let app = App::new(Clients::new(sdk, &config), config, hostname());
     let correlation_id = uuid::Uuid::new_v4().to_string();
     let span = tracing::info_span!("invocation", correlation_id = %correlation_id);
+    let call = Call::new(&correlation_id).plan_only(flags.dry_run);
     let result = async {
         match input {
-            Input::Event(event) => app.handle_as(event, &correlation_id, flags.dry_run).await,
+            Input::Event(event) => app.handle(event, call).await,
             Input::Target(batch) => {
-                let report = app.run(batch, flags.dry_run, &correlation_id).await?;
+                let report = app.run(batch, call).await?;
                 finish(report).map(Reply::Report)
             }
         }

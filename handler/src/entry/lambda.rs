@@ -6,7 +6,7 @@ use serde_json::Value;
 use tracing::{Instrument, info_span};
 
 use crate::core::config::{Config, LogFormat};
-use crate::entry::app::{App, HandlerError, Reply};
+use crate::entry::app::{App, Call, HandlerError, Reply};
 use crate::entry::telemetry;
 use crate::shell::connect::{Clients, sdk_config};
 
@@ -30,8 +30,9 @@ pub async fn serve() -> Result<(), lambda_runtime::Error> {
             event.context.request_id.clone()
         };
         let span = info_span!("invocation", correlation_id = %correlation_id);
+        let call = Call::new(&correlation_id).until(deadline(&event.context));
         let result: Result<Value, HandlerError> = app
-            .handle(event.payload, &correlation_id)
+            .handle(event.payload, call)
             .instrument(span.clone())
             .await
             .map(Reply::into_value);
@@ -41,4 +42,48 @@ pub async fn serve() -> Result<(), lambda_runtime::Error> {
         result
     }))
     .await
+}
+
+/// The invocation's deadline as the runtime gives it (milliseconds since the
+/// epoch), on the clock the pipeline's waits use; none when the runtime
+/// names none.
+fn deadline(context: &lambda_runtime::Context) -> Option<tokio::time::Instant> {
+    (context.deadline > 0).then(|| {
+        let left = context
+            .deadline()
+            .duration_since(std::time::SystemTime::now())
+            .unwrap_or_default();
+        tokio::time::Instant::now() + left
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+    use super::deadline;
+
+    #[test]
+    fn the_runtimes_deadline_bounds_the_run_and_none_is_none() {
+        let mut context = lambda_runtime::Context::default();
+        assert_eq!(deadline(&context), None, "no deadline named");
+        let in_a_minute = SystemTime::now() + Duration::from_secs(60);
+        context.deadline = u64::try_from(
+            in_a_minute
+                .duration_since(UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_millis(),
+        )
+        .unwrap_or(u64::MAX);
+        let left = deadline(&context).map(|d| d - tokio::time::Instant::now());
+        assert!(
+            left.is_some_and(|l| l > Duration::from_secs(55) && l <= Duration::from_secs(60)),
+            "{left:?}"
+        );
+        // A deadline already past leaves no time, not a panic.
+        context.deadline = 1;
+        let left =
+            deadline(&context).map(|d| d.saturating_duration_since(tokio::time::Instant::now()));
+        assert_eq!(left, Some(Duration::ZERO));
+    }
 }

@@ -31,7 +31,7 @@ use tracing::{Instrument, error, info, info_span, warn};
 use crate::core::config::{Config, LogFormat, ServeRoutes};
 use crate::core::suspect::Batch;
 use crate::core::trigger::{self, Auth, Body, InputError, RouteGroup, Trigger, webhook};
-use crate::entry::app::{App, HandlerError};
+use crate::entry::app::{App, Call, HandlerError};
 use crate::entry::telemetry;
 use crate::shell::connect::{Clients, sdk_config};
 use crate::shell::oidc::PushVerifier;
@@ -170,7 +170,12 @@ impl Server {
             },
         };
         if route.auth == Auth::WebhookToken {
-            return webhook_reply(&self.app.run_webhook(&bytes, false, correlation_id).await);
+            return webhook_reply(
+                &self
+                    .app
+                    .run_webhook(&bytes, Call::new(correlation_id))
+                    .await,
+            );
         }
         let document = match route.body {
             Body::Ignored => Ok(Value::Null),
@@ -231,7 +236,7 @@ impl Server {
                     &json!({"error": e.to_string(), "correlation_id": correlation_id}),
                 )
             }
-            Ok(batch) => match self.app.run(batch, false, correlation_id).await {
+            Ok(batch) => match self.app.run(batch, Call::new(correlation_id)).await {
                 Ok(report) if report.incomplete() => {
                     reply(StatusCode::INTERNAL_SERVER_ERROR, &to_value(&report))
                 }
