@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 
+use crate::core::instance::Provider;
 use crate::core::recovery::Hold;
 use crate::core::report::{Outcome, Report, VolumeOutcome};
 
@@ -52,6 +53,8 @@ impl Stage {
 pub enum Dependency {
     /// The EC2 API.
     Ec2,
+    /// The Compute Engine API.
+    ComputeEngine,
     /// The Kubernetes API server.
     Kubernetes,
 }
@@ -61,7 +64,16 @@ impl Dependency {
     pub fn name(self) -> &'static str {
         match self {
             Self::Ec2 => "EC2",
+            Self::ComputeEngine => "ComputeEngine",
             Self::Kubernetes => "Kubernetes",
+        }
+    }
+
+    /// The API of a cloud.
+    pub fn cloud(provider: Provider) -> Self {
+        match provider {
+            Provider::Aws => Self::Ec2,
+            Provider::Gce => Self::ComputeEngine,
         }
     }
 }

@@ -14,7 +14,7 @@ use tracing::warn;
 
 use crate::core::facts::{Confirmation, NodeFacts};
 use crate::core::instance::InstanceId;
-use crate::core::metrics::{Dependency, Stage};
+use crate::core::metrics::Stage;
 use crate::core::plan;
 use crate::pipeline::ctx::Ctx;
 
@@ -98,7 +98,7 @@ pub(crate) async fn ask(ctx: &Ctx<'_>, ids: &[InstanceId]) -> HashMap<InstanceId
             map
         }
         Err(e) => {
-            ctx.meter.error(Dependency::Ec2);
+            ctx.meter.error(e.dependency());
             warn!(error = %e, "could not confirm instance states; nothing will be fenced");
             ids.iter()
                 .map(|id| {

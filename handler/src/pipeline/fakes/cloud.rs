@@ -7,8 +7,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::core::facts::{InstanceFacts, StatusChecks, VolumeAttachmentState, VolumeFacts};
-use crate::core::instance::{AttachmentState, InstanceId, InstanceState, VolumeId, VolumeState};
-use crate::shell::cloud::{Cloud, CloudError, Detach};
+use crate::core::instance::{
+    AttachmentState, InstanceId, InstanceState, Provider, VolumeId, VolumeState,
+};
+use crate::shell::cloud::{Cloud, CloudCall, CloudError, Detach};
 
 use super::Recorder;
 
@@ -153,7 +155,7 @@ impl Cloud for FakeCloud {
             }
         }
         if fail {
-            return Err(CloudError::DescribeInstances("RequestLimitExceeded".into()));
+            return Err(failed(CloudCall::DescribeMachines, "RequestLimitExceeded"));
         }
         Ok(ids
             .iter()
@@ -163,7 +165,7 @@ impl Cloud for FakeCloud {
 
     async fn describe_volumes(&self, ids: &[VolumeId]) -> Result<Vec<VolumeFacts>, CloudError> {
         if self.calls.call("DescribeVolumes".into()) {
-            return Err(CloudError::DescribeVolumes("InternalError".into()));
+            return Err(failed(CloudCall::DescribeVolumes, "InternalError"));
         }
         let state = self.lock();
         Ok(ids
@@ -174,11 +176,8 @@ impl Cloud for FakeCloud {
 
     async fn detach_volume(&self, volume: &VolumeId, order: &Detach<'_>) -> Result<(), CloudError> {
         let instance = &order.machine.id;
-        let error = |code: &str| CloudError::DetachVolume {
-            volume_id: volume.to_string(),
-            code: Some(code.into()),
-            message: code.into(),
-        };
+        let error =
+            |code: &str| failed(CloudCall::Detach(volume.to_string()), code).with_code(Some(code));
         if self.calls.call(format!("DetachVolume {volume}")) {
             return Err(error("InternalError"));
         }
@@ -205,7 +204,7 @@ impl Cloud for FakeCloud {
         ids: &[InstanceId],
     ) -> Result<Vec<(InstanceId, StatusChecks)>, CloudError> {
         if self.calls.call("DescribeInstanceStatus".into()) {
-            return Err(CloudError::DescribeInstanceStatus("InternalError".into()));
+            return Err(failed(CloudCall::StatusChecks, "InternalError"));
         }
         let state = self.lock();
         Ok(ids
@@ -217,18 +216,18 @@ impl Cloud for FakeCloud {
     async fn power_off(&self, instance: &InstanceId) -> Result<(), CloudError> {
         let fail = self.calls.call(format!("StopInstances {instance}"));
         if fail {
-            return Err(CloudError::StopInstances {
-                instance_id: instance.to_string(),
-                message: "InternalError".into(),
-            });
+            return Err(failed(
+                CloudCall::PowerOff(instance.to_string()),
+                "InternalError",
+            ));
         }
         let mut state = self.lock();
         let hangs = state.stop_hangs.contains(instance);
         let Some(facts) = state.instances.get_mut(instance) else {
-            return Err(CloudError::StopInstances {
-                instance_id: instance.to_string(),
-                message: "InvalidInstanceID.NotFound".into(),
-            });
+            return Err(failed(
+                CloudCall::PowerOff(instance.to_string()),
+                "InvalidInstanceID.NotFound",
+            ));
         };
         facts.state = if hangs {
             InstanceState::Stopping
@@ -237,4 +236,9 @@ impl Cloud for FakeCloud {
         };
         Ok(())
     }
+}
+
+/// A failure of the fake, as EC2's would be.
+fn failed(call: CloudCall, message: &str) -> CloudError {
+    CloudError::new(Provider::Aws, call, message)
 }

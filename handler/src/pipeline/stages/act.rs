@@ -18,7 +18,7 @@ use tracing::{Instrument, info, info_span, warn};
 use crate::core::events::NodeEvent;
 use crate::core::facts::{FenceMode, InstanceFacts};
 use crate::core::instance::InstanceId;
-use crate::core::metrics::{self, Dependency};
+use crate::core::metrics;
 use crate::core::plan::{DetachAnswer, NodeRun, Stage};
 use crate::pipeline::ctx::{Ctx, PARALLEL_NODES};
 use crate::pipeline::error::PipelineError;
@@ -160,7 +160,7 @@ async fn detach(ctx: &Ctx<'_>, node: &str, machine: &InstanceFacts, run: &mut No
                 DetachAnswer::Refused(e.to_string())
             }
             Err(e) => {
-                ctx.meter.error(Dependency::Ec2);
+                ctx.meter.error(e.dependency());
                 warn!(volume = %volume, error = %e, "force-detach failed");
                 DetachAnswer::Failed(e.to_string())
             }

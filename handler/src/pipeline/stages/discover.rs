@@ -72,7 +72,7 @@ async fn volumes(ctx: &Ctx<'_>, mode: FenceMode, runs: &mut [NodeRun]) {
         Vec::new()
     } else {
         ctx.cloud.describe_volumes(&ids).await.unwrap_or_else(|e| {
-            ctx.meter.error(Dependency::Ec2);
+            ctx.meter.error(e.dependency());
             errors.push(e.to_string());
             Vec::new()
         })

@@ -328,7 +328,7 @@ async fn stop(
             acted(PowerOutcome::StopPending, format!("powered off; {why}"))
         }
         Err(e) => {
-            ctx.meter.error(Dependency::Ec2);
+            ctx.meter.error(e.dependency());
             warn!(node = a.node, error = %e, "could not power off");
             acted(
                 PowerOutcome::Failed,
@@ -454,7 +454,7 @@ async fn status_checks(ctx: &Ctx<'_>, ids: &[InstanceId]) -> HashMap<InstanceId,
     match ctx.cloud.status_checks(ids).await {
         Ok(found) => found.into_iter().collect(),
         Err(e) => {
-            ctx.meter.error(Dependency::Ec2);
+            ctx.meter.error(e.dependency());
             warn!(error = %e, "could not read the status checks; powering off without them");
             HashMap::new()
         }

@@ -9,7 +9,7 @@ use std::time::Instant;
 use tracing::warn;
 
 use crate::core::instance::VolumeId;
-use crate::core::metrics::{self, Dependency};
+use crate::core::metrics;
 use crate::core::plan::NodeRun;
 use crate::pipeline::ctx::Ctx;
 use crate::pipeline::error::PipelineError;
@@ -41,7 +41,7 @@ pub(crate) async fn run(ctx: &Ctx<'_>, inv: &mut Invocation<'_>) -> Result<(), P
         match ctx.cloud.describe_volumes(&waiting).await {
             Ok(described) => runs.iter_mut().for_each(|r| r.observe(&described)),
             Err(e) => {
-                ctx.meter.error(Dependency::Ec2);
+                ctx.meter.error(e.dependency());
                 warn!(error = %e, "could not check detached volumes");
             }
         }

@@ -4,9 +4,11 @@ use async_trait::async_trait;
 use aws_sdk_ec2::error::ProvideErrorMetadata;
 use aws_sdk_ec2::types::Filter;
 
-use super::{Cloud, CloudError, Detach};
+use super::{Cloud, CloudCall, CloudError, Detach};
 use crate::core::facts::{InstanceFacts, StatusChecks, VolumeAttachmentState, VolumeFacts};
-use crate::core::instance::{AttachmentState, InstanceId, InstanceState, VolumeId, VolumeState};
+use crate::core::instance::{
+    AttachmentState, InstanceId, InstanceState, Provider, VolumeId, VolumeState,
+};
 
 /// EC2 filters accept at most 200 values each.
 const FILTER_CHUNK: usize = 200;
@@ -35,6 +37,20 @@ where
     }
 }
 
+/// A failed EC2 call as a [`CloudError`]: EC2's operation named in the
+/// message, its error code kept.
+fn ec2<E>(call: CloudCall, operation: &str, err: &aws_sdk_ec2::error::SdkError<E>) -> CloudError
+where
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+{
+    CloudError::new(
+        Provider::Aws,
+        call,
+        format!("{operation}: {}", describe_error(err)),
+    )
+    .with_code(err.code())
+}
+
 #[async_trait]
 impl Cloud for Ec2 {
     async fn describe_instances(
@@ -56,7 +72,8 @@ impl Cloud for Ec2 {
                 .into_paginator()
                 .send();
             while let Some(page) = pages.next().await {
-                let page = page.map_err(|e| CloudError::DescribeInstances(describe_error(&e)))?;
+                let page =
+                    page.map_err(|e| ec2(CloudCall::DescribeMachines, "DescribeInstances", &e))?;
                 for instance in page.reservations().iter().flat_map(|r| r.instances()) {
                     let Some(id) = instance.instance_id().and_then(InstanceId::parse) else {
                         continue;
@@ -109,7 +126,8 @@ impl Cloud for Ec2 {
                 .into_paginator()
                 .send();
             while let Some(page) = pages.next().await {
-                let page = page.map_err(|e| CloudError::DescribeVolumes(describe_error(&e)))?;
+                let page =
+                    page.map_err(|e| ec2(CloudCall::DescribeVolumes, "DescribeVolumes", &e))?;
                 for volume in page.volumes() {
                     let Some(id) = volume.volume_id().and_then(VolumeId::parse) else {
                         continue;
@@ -151,11 +169,7 @@ impl Cloud for Ec2 {
             .send()
             .await
             .map(|_| ())
-            .map_err(|e| CloudError::DetachVolume {
-                volume_id: volume.to_string(),
-                code: e.code().map(str::to_owned),
-                message: describe_error(&e),
-            })
+            .map_err(|e| ec2(CloudCall::Detach(volume.to_string()), "DetachVolume", &e))
     }
 
     async fn status_checks(
@@ -172,7 +186,7 @@ impl Cloud for Ec2 {
                 .send();
             while let Some(page) = pages.next().await {
                 let page =
-                    page.map_err(|e| CloudError::DescribeInstanceStatus(describe_error(&e)))?;
+                    page.map_err(|e| ec2(CloudCall::StatusChecks, "DescribeInstanceStatus", &e))?;
                 for status in page.instance_statuses() {
                     let Some(id) = status.instance_id().and_then(InstanceId::parse) else {
                         continue;
@@ -204,9 +218,12 @@ impl Cloud for Ec2 {
             .send()
             .await
             .map(|_| ())
-            .map_err(|e| CloudError::StopInstances {
-                instance_id: instance.to_string(),
-                message: describe_error(&e),
+            .map_err(|e| {
+                ec2(
+                    CloudCall::PowerOff(instance.to_string()),
+                    "StopInstances",
+                    &e,
+                )
             })
     }
 }

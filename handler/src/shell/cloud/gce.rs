@@ -13,12 +13,14 @@ use google_cloud_gax::options::RequestOptionsBuilder;
 use google_cloud_gax::retry_policy::{Aip194Strict, RetryPolicy as GaxRetryPolicy, RetryPolicyExt};
 use google_cloud_gax::retry_throttler::CircuitBreaker;
 
-use super::{Cloud, CloudError, Detach};
+use super::{Cloud, CloudCall, CloudError, Detach};
 use crate::core::facts::{
     InstanceFacts, MachineIdentity, StatusChecks, VolumeAttachmentState, VolumeFacts,
 };
 use crate::core::gce::{self, DiskLocation, GceInstance, GceStatus, PdDisk};
-use crate::core::instance::{AttachmentState, InstanceId, InstanceState, VolumeId, VolumeState};
+use crate::core::instance::{
+    AttachmentState, InstanceId, InstanceState, Provider, VolumeId, VolumeState,
+};
 use crate::core::retry::{self, RetryPolicy};
 use crate::shell::timeouts::Timeouts;
 
@@ -431,6 +433,10 @@ fn instance_facts(id: &InstanceId, found: Option<Instance>) -> InstanceFacts {
     }
 }
 
+fn compute(call: CloudCall, message: impl Into<String>) -> CloudError {
+    CloudError::new(Provider::Gce, call, message)
+}
+
 fn not_gce(what: &str, id: &str) -> String {
     format!("{what} {id} is not a Compute Engine one")
 }
@@ -442,13 +448,18 @@ impl Cloud for Gce {
         ids: &[InstanceId],
     ) -> Result<Vec<InstanceFacts>, CloudError> {
         let lookups = ids.iter().map(|id| async move {
-            let vm = id
-                .as_gce()
-                .ok_or_else(|| CloudError::DescribeInstances(not_gce("instance", id.as_str())))?;
-            let found = self
-                .get(&vm)
-                .await
-                .map_err(|e| CloudError::DescribeInstances(format!("instances.get {vm}: {e}")))?;
+            let vm = id.as_gce().ok_or_else(|| {
+                compute(
+                    CloudCall::DescribeMachines,
+                    not_gce("instance", id.as_str()),
+                )
+            })?;
+            let found = self.get(&vm).await.map_err(|e| {
+                compute(
+                    CloudCall::DescribeMachines,
+                    format!("instances.get {vm}: {e}"),
+                )
+            })?;
             Ok::<_, CloudError>(instance_facts(id, found))
         });
         try_join_all(lookups).await
@@ -458,19 +469,17 @@ impl Cloud for Gce {
         let lookups = ids.iter().map(|id| async move {
             let pd = id
                 .as_pd()
-                .ok_or_else(|| CloudError::DescribeVolumes(not_gce("disk", id.as_str())))?;
+                .ok_or_else(|| compute(CloudCall::DescribeVolumes, not_gce("disk", id.as_str())))?;
             self.disk(id, &pd)
                 .await
-                .map_err(|e| CloudError::DescribeVolumes(format!("disks.get {id}: {e}")))
+                .map_err(|e| compute(CloudCall::DescribeVolumes, format!("disks.get {id}: {e}")))
         });
         Ok(try_join_all(lookups).await?.into_iter().flatten().collect())
     }
 
     async fn detach_volume(&self, volume: &VolumeId, order: &Detach<'_>) -> Result<(), CloudError> {
-        let fail = |code: Option<&str>, message: String| CloudError::DetachVolume {
-            volume_id: volume.to_string(),
-            code: code.map(str::to_owned),
-            message,
+        let fail = |code: Option<&str>, message: String| {
+            compute(CloudCall::Detach(volume.to_string()), message).with_code(code)
         };
         let instance = &order.machine.id;
         let (Some(pd), Some(vm)) = (volume.as_pd(), instance.as_gce()) else {
@@ -540,10 +549,10 @@ impl Cloud for Gce {
     }
 
     async fn power_off(&self, instance: &InstanceId) -> Result<(), CloudError> {
-        Err(CloudError::StopInstances {
-            instance_id: instance.to_string(),
-            message: "active fencing powers off EC2 instances only".into(),
-        })
+        Err(compute(
+            CloudCall::PowerOff(instance.to_string()),
+            "active fencing powers off EC2 instances only",
+        ))
     }
 }
 

@@ -11,37 +11,50 @@ use async_trait::async_trait;
 
 use crate::core::facts::{InstanceFacts, StatusChecks, VolumeFacts};
 use crate::core::instance::{InstanceId, Provider, VolumeId};
+use crate::core::metrics::Dependency;
 
-/// A failed EC2 call, named after the operation.
+/// A failed call to a cloud's API: which cloud (so metrics and alarms
+/// tell them apart), what was asked, and the cloud's own error code where
+/// it gave one.
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
-pub enum CloudError {
-    /// `DescribeInstances` failed (throttling, permissions, network).
-    #[error("DescribeInstances failed: {0}")]
-    DescribeInstances(String),
-    /// `DescribeVolumes` failed.
-    #[error("DescribeVolumes failed: {0}")]
-    DescribeVolumes(String),
-    /// `DetachVolume` failed for one volume.
-    #[error("DetachVolume {volume_id} failed: {message}")]
-    DetachVolume {
-        /// The volume.
-        volume_id: String,
-        /// EC2's error code, e.g. `IncorrectState`.
-        code: Option<String>,
-        /// The error.
-        message: String,
-    },
-    /// `StopInstances` failed for one instance.
-    #[error("StopInstances {instance_id} failed: {message}")]
-    StopInstances {
-        /// The instance.
-        instance_id: String,
-        /// The error.
-        message: String,
-    },
-    /// `DescribeInstanceStatus` failed.
-    #[error("DescribeInstanceStatus failed: {0}")]
-    DescribeInstanceStatus(String),
+#[error("{}: {call} failed: {message}", provider.api())]
+pub struct CloudError {
+    /// The cloud asked.
+    pub provider: Provider,
+    /// What it was asked.
+    pub call: CloudCall,
+    /// The cloud's error code (EC2's `IncorrectState`), or the shell's word
+    /// for what it saw (`NotAttached`, `BootDisk`, `MachineNotOff`).
+    pub code: Option<String>,
+    /// The error.
+    pub message: String,
+}
+
+/// What a cloud was asked, in the words of the [`Cloud`] trait.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CloudCall {
+    /// The machines' states.
+    DescribeMachines,
+    /// The volumes' states and attachments.
+    DescribeVolumes,
+    /// The force-detach of one volume.
+    Detach(String),
+    /// The power-off of one machine.
+    PowerOff(String),
+    /// The machines' status checks.
+    StatusChecks,
+}
+
+impl std::fmt::Display for CloudCall {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::DescribeMachines => f.write_str("describing machines"),
+            Self::DescribeVolumes => f.write_str("describing volumes"),
+            Self::Detach(volume) => write!(f, "detaching {volume}"),
+            Self::PowerOff(machine) => write!(f, "powering off {machine}"),
+            Self::StatusChecks => f.write_str("reading status checks"),
+        }
+    }
 }
 
 /// Why a cloud cannot be asked at all.
@@ -53,11 +66,42 @@ fn unavailable(provider: Provider) -> String {
 }
 
 impl CloudError {
+    /// A failed `call` to `provider`'s API.
+    pub fn new(provider: Provider, call: CloudCall, message: impl Into<String>) -> Self {
+        Self {
+            provider,
+            call,
+            code: None,
+            message: message.into(),
+        }
+    }
+
+    /// The same error, with the cloud's code for it.
+    pub fn with_code(self, code: Option<&str>) -> Self {
+        Self {
+            code: code.map(str::to_owned),
+            ..self
+        }
+    }
+
+    /// The dependency the metrics count the failure against.
+    pub fn dependency(&self) -> Dependency {
+        Dependency::cloud(self.provider)
+    }
+
+    fn detach_code(&self) -> Option<&str> {
+        matches!(self.call, CloudCall::Detach(_))
+            .then_some(self.code.as_deref())
+            .flatten()
+    }
+
     /// True when the volume was no longer attached (someone else detached it
     /// first): the end state holds, so it is not a failure.
     pub fn is_already_detached(&self) -> bool {
-        matches!(self, Self::DetachVolume { code: Some(code), .. }
-            if code == "IncorrectState" || code == "InvalidAttachment.NotFound" || code == "NotAttached")
+        matches!(
+            self.detach_code(),
+            Some("IncorrectState" | "InvalidAttachment.NotFound" | "NotAttached")
+        )
     }
 
     /// True when the cloud shell refused the detach for good: the disk is
@@ -65,7 +109,7 @@ impl CloudError {
     /// right before the detach, and never asks). The volume is refused, as
     /// an EC2 root device is by the plan; no retry would change that.
     pub fn is_never_detached(&self) -> bool {
-        matches!(self, Self::DetachVolume { code: Some(code), .. } if code == "BootDisk")
+        self.detach_code() == Some("BootDisk")
     }
 }
 
@@ -83,21 +127,21 @@ pub struct Detach<'a> {
     pub fencing: &'a str,
 }
 
-/// The EC2 calls node-fencer makes. Everything it returns is plain facts.
+/// The cloud calls node-fencer makes. Everything it returns is plain facts.
 #[async_trait]
 pub trait Cloud: Send + Sync {
-    /// Describes the instances; ids EC2 does not know are simply absent.
+    /// Describes the machines; ids the cloud does not know are simply absent.
     async fn describe_instances(
         &self,
         ids: &[InstanceId],
     ) -> Result<Vec<InstanceFacts>, CloudError>;
-    /// Describes the volumes; ids EC2 does not know are simply absent.
+    /// Describes the volumes; ids the cloud does not know are simply absent.
     async fn describe_volumes(&self, ids: &[VolumeId]) -> Result<Vec<VolumeFacts>, CloudError>;
     /// Force-detaches a volume from the machine `order` names, for the
     /// fencing it names.
     async fn detach_volume(&self, volume: &VolumeId, order: &Detach<'_>) -> Result<(), CloudError>;
-    /// The status checks of running instances (active fencing records
-    /// them); instances EC2 reports none for are absent.
+    /// The status checks of running machines (active fencing records
+    /// them); machines the cloud reports none for are absent.
     async fn status_checks(
         &self,
         ids: &[InstanceId],
@@ -153,9 +197,9 @@ impl Cloud for Clouds<'_> {
     ) -> Result<Vec<InstanceFacts>, CloudError> {
         let mut out = Vec::with_capacity(ids.len());
         for (provider, ids) in by_provider(ids, InstanceId::provider) {
-            let cloud = self
-                .of(provider)
-                .ok_or_else(|| CloudError::DescribeInstances(unavailable(provider)))?;
+            let cloud = self.of(provider).ok_or_else(|| {
+                CloudError::new(provider, CloudCall::DescribeMachines, unavailable(provider))
+            })?;
             out.extend(cloud.describe_instances(&ids).await?);
         }
         Ok(out)
@@ -164,9 +208,9 @@ impl Cloud for Clouds<'_> {
     async fn describe_volumes(&self, ids: &[VolumeId]) -> Result<Vec<VolumeFacts>, CloudError> {
         let mut out = Vec::with_capacity(ids.len());
         for (provider, ids) in by_provider(ids, VolumeId::provider) {
-            let cloud = self
-                .of(provider)
-                .ok_or_else(|| CloudError::DescribeVolumes(unavailable(provider)))?;
+            let cloud = self.of(provider).ok_or_else(|| {
+                CloudError::new(provider, CloudCall::DescribeVolumes, unavailable(provider))
+            })?;
             out.extend(cloud.describe_volumes(&ids).await?);
         }
         Ok(out)
@@ -179,16 +223,16 @@ impl Cloud for Clouds<'_> {
             Some(cloud) if instance.provider() == provider => {
                 cloud.detach_volume(volume, order).await
             }
-            Some(_) => Err(CloudError::DetachVolume {
-                volume_id: volume.to_string(),
-                code: None,
-                message: format!("{instance} is not a machine of {}", provider.api()),
-            }),
-            None => Err(CloudError::DetachVolume {
-                volume_id: volume.to_string(),
-                code: None,
-                message: unavailable(provider),
-            }),
+            Some(_) => Err(CloudError::new(
+                provider,
+                CloudCall::Detach(volume.to_string()),
+                format!("{instance} is not a machine of {}", provider.api()),
+            )),
+            None => Err(CloudError::new(
+                provider,
+                CloudCall::Detach(volume.to_string()),
+                unavailable(provider),
+            )),
         }
     }
 
@@ -209,10 +253,82 @@ impl Cloud for Clouds<'_> {
         let provider = instance.provider();
         match self.of(provider) {
             Some(cloud) => cloud.power_off(instance).await,
-            None => Err(CloudError::StopInstances {
-                instance_id: instance.to_string(),
-                message: unavailable(provider),
-            }),
+            None => Err(CloudError::new(
+                provider,
+                CloudCall::PowerOff(instance.to_string()),
+                unavailable(provider),
+            )),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::facts::InstanceFacts;
+    use crate::core::instance::InstanceState;
+
+    /// EC2, never asked here.
+    struct Idle;
+
+    #[async_trait]
+    impl Cloud for Idle {
+        async fn describe_instances(
+            &self,
+            _: &[InstanceId],
+        ) -> Result<Vec<InstanceFacts>, CloudError> {
+            Ok(Vec::new())
+        }
+        async fn describe_volumes(&self, _: &[VolumeId]) -> Result<Vec<VolumeFacts>, CloudError> {
+            Ok(Vec::new())
+        }
+        async fn detach_volume(&self, _: &VolumeId, _: &Detach<'_>) -> Result<(), CloudError> {
+            Ok(())
+        }
+        async fn status_checks(
+            &self,
+            _: &[InstanceId],
+        ) -> Result<Vec<(InstanceId, StatusChecks)>, CloudError> {
+            Ok(Vec::new())
+        }
+        async fn power_off(&self, _: &InstanceId) -> Result<(), CloudError> {
+            Ok(())
+        }
+    }
+
+    /// Dashboards and alarms tell the clouds apart: a failure of Compute
+    /// Engine is never counted as EC2's, nor named with EC2's words.
+    #[tokio::test]
+    async fn a_compute_engine_failure_is_counted_and_named_as_compute_engines() {
+        let clouds = Clouds {
+            aws: &Idle,
+            gce: None,
+        };
+        let vm = InstanceId::parse("gce://proj-fencer/us-central1-a/node-2").expect("a VM");
+        let failed = clouds
+            .describe_instances(std::slice::from_ref(&vm))
+            .await
+            .expect_err("no Compute Engine client");
+        assert_eq!(failed.dependency(), Dependency::ComputeEngine);
+        assert_eq!(failed.dependency().name(), "ComputeEngine");
+        assert!(
+            failed.to_string().starts_with("Compute Engine: "),
+            "{failed}"
+        );
+        assert!(!failed.to_string().contains("EC2"), "{failed}");
+
+        let disk =
+            VolumeId::parse("projects/proj-fencer/zones/us-central1-a/disks/pv-1").expect("a disk");
+        let machine = InstanceFacts::bare(vm, InstanceState::Terminated);
+        let order = Detach {
+            machine: &machine,
+            fencing: "2026-11-26T12:00:00Z",
+        };
+        let failed = clouds
+            .detach_volume(&disk, &order)
+            .await
+            .expect_err("no Compute Engine client");
+        assert_eq!(failed.dependency(), Dependency::ComputeEngine);
+        assert!(!failed.is_already_detached() && !failed.is_never_detached());
     }
 }
