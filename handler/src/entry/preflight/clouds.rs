@@ -112,8 +112,16 @@ mod compute {
     use super::{Check, Clients, GceInstance, Status, failed, row};
     use crate::core::permissions::{GcpProbe, gcp_permissions_on};
 
-    /// Where a denied Google Cloud permission is granted.
-    const GCP_FIX: &str = "grant the service account the custom role of infra/modules/node-fencer-gcp (the manifest's gcp_permissions)";
+    /// Where a denied Google Cloud permission is granted: the one write
+    /// by a role of its own, held to the cluster's node VMs by a condition
+    /// on their names; the reads by the module's main role.
+    fn gcp_fix(permission: &str) -> &'static str {
+        if permission == "compute.instances.detachDisk" {
+            "grant the service account the <name>_node_vms custom role of infra/modules/node-fencer-gcp; its condition holds it to VMs whose name starts with instance_name_prefix (gke-<cluster>-): check the VM's name matches"
+        } else {
+            "grant the service account the custom role of infra/modules/node-fencer-gcp (the manifest's gcp_permissions)"
+        }
+    }
 
     /// The rows of one `testIamPermissions` answer: each wanted permission
     /// granted or denied on `on`.
@@ -130,7 +138,7 @@ mod compute {
                     Ok(granted) if granted.iter().any(|g| g == permission) => {
                         row(check, Status::Pass, "allowed")
                     }
-                    Ok(_) => failed(check, "denied", GCP_FIX),
+                    Ok(_) => failed(check, "denied", gcp_fix(permission)),
                     Err(e) => failed(
                         check,
                         format!("could not check: {e}"),
@@ -306,9 +314,18 @@ mod tests {
             rows[0]
                 .fix
                 .as_deref()
-                .is_some_and(|f| f.contains("node-fencer-gcp"))
+                .is_some_and(|f| f.contains("_node_vms") && f.contains("instance_name_prefix")),
+            "the detach is granted by the node VMs' role: {rows:?}"
         );
         assert_eq!(rows[1].status, Status::Pass);
+        let reads = granted_rows(&["compute.instances.get"], "vm", Ok(vec![]));
+        assert!(
+            reads[0]
+                .fix
+                .as_deref()
+                .is_some_and(|f| f.contains("gcp_permissions") && !f.contains("_node_vms")),
+            "{reads:?}"
+        );
         let unknown = granted_rows(&wanted, "vm", Err("503".into()));
         assert!(unknown.iter().all(|r| r.status == Status::Fail));
         assert!(unknown[0].detail.contains("could not check: 503"));
