@@ -1566,7 +1566,7 @@ def test_gcp_env_names_are_the_contract():
     assert {key: L.value(v["routes"]) for key, v in services.items()} == {"events": "events", "webhook": "alertmanager"}
     assert "'PUSH_SERVICE_ACCOUNT': '${local.push_service_account_email}'" in environment
     # Every audience of the module's own requests, as a list once the code reads one.
-    assert "'PUSH_AUDIENCE': '${var.push_audience_list ? join(\",\",local.push_audiences) : var.push_audience}'" in environment, environment
+    assert "'PUSH_AUDIENCE': '${var.push_audience_list ? join(\",\",local.push_audiences) : local.push_audience}'" in environment, environment
     assert "'GKE_CLUSTER': '${local.cluster_id}'" in environment
     assert "'CLUSTER_ENDPOINT': '${local.cluster_endpoint}'" in environment
     assert (
@@ -1702,10 +1702,15 @@ def test_gcp_routes_and_the_token_the_push_presents():
     assert L.value(push["push_endpoint"]) == '${"${google_cloud_run_v2_service.this["events"].uri}/pubsub"}'
     sweep = L.blocks(mod, "resource", "google_cloud_scheduler_job")["sweep"]["http_target"][0]
     assert L.value(sweep["uri"]) == '${"${google_cloud_run_v2_service.this["events"].uri}/sweep"}'
-    assert L.expr(sweep["oidc_token"][0]["audience"]) == "var.push_audience"
+    assert L.expr(sweep["oidc_token"][0]["audience"]) == "local.push_audience"
     assert L.expr(sweep["oidc_token"][0]["service_account_email"]) == "local.push_service_account_email"
     oidc = push["oidc_token"][0]
-    assert L.expr(oidc["audience"]) == "var.push_audience"
+    assert L.expr(oidc["audience"]) == "local.push_audience"
+    # Null: the events service's own URL, which Cloud Run's invoker check
+    # accepts; one's own, a custom audience of that service.
+    assert L.expr(local_values["push_audience"]) == "var.push_audience != None ? var.push_audience : local.events_service_url"
+    service = L.blocks(mod, "resource", "google_cloud_run_v2_service")["this"]
+    assert L.expr(service["custom_audiences"]) == 'each.key == "events" && var.push_audience != None ? [\'${var.push_audience}\'] : None'
     assert L.expr(oidc["service_account_email"]) == "local.push_service_account_email"
     assert L.value(local_values["push_service_account_email"]) == "${var.name}-push@${var.project_id}.iam.gserviceaccount.com"
     account = L.blocks(mod, "resource", "google_service_account")["push"]
@@ -1735,7 +1740,7 @@ def test_gcp_routes_and_the_token_the_push_presents():
     # before it exists (Cloud Run's deterministic URL).
     assert L.value(local_values["events_service_url"]) == "https://${var.name}-${data.google_project.this.number}.${var.region}.run.app"
     assert L.expr(local_values["push_audiences"]) == (
-        "concat(['${var.push_audience}'],var.eventarc ? ['${local.events_service_url}', '${local.events_service_url}/eventarc'] : [])"
+        "distinct(concat(['${local.push_audience}'],var.eventarc ? ['${local.events_service_url}', '${local.events_service_url}/eventarc'] : []))"
     ), L.expr(local_values["push_audiences"])
     outputs = {}
     for entry in L.parse(L.GCP_MODULE / "outputs.tf")["output"]:

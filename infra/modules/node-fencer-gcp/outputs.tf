@@ -39,8 +39,8 @@ output "push_service_account_email" {
 }
 
 output "push_audience" {
-  description = "Audience of the OIDC tokens of the push subscription and the sweep."
-  value       = var.push_audience
+  description = "Audience of the OIDC tokens of the push subscription and the sweep: push_audience, or the events service's URL."
+  value       = local.push_audience
 }
 
 output "push_audiences" {

@@ -296,13 +296,17 @@ variable "log_level" {
 ################################################################################
 
 variable "push_audience" {
-  description = "PUSH_AUDIENCE: the audience of the OIDC tokens the push subscription and the sweep present, which the service checks on /pubsub and /sweep. A constant of the module's choosing."
+  description = "The audience of the OIDC tokens the push subscription and the sweep present, the first of PUSH_AUDIENCE, which the service checks on /pubsub and /sweep: an https URL, as the service accepts them. Null: the events service's own URL, https://<name>-<project number>.<region>.run.app, which Cloud Run's invoker check accepts as it is. Any other is added to the events service's custom audiences, as Cloud Run refuses a token for an audience it does not know before the service sees the request."
   type        = string
-  default     = "node-fencer"
+  default     = null
 
+  # The service's own check (audience_url of handler/src/core/oidc.rs), a
+  # little stricter: a lowercase host, no port, no trailing '/' (the service
+  # would drop it, and then no longer match the tokens' audience), path
+  # segments of plain characters that do not start with '.'.
   validation {
-    condition     = length(trimspace(var.push_audience)) > 0
-    error_message = "push_audience must not be empty."
+    condition     = var.push_audience == null ? true : can(regex("^https://[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?(/[A-Za-z0-9_~-][-A-Za-z0-9_.~]*)*$", var.push_audience))
+    error_message = "push_audience must be null or an https URL with a lowercase host, no port, query, fragment or trailing '/', and a path (if any) of letters, digits and '-', '_', '.', '~' (e.g. https://node-fencer.example.com/push)."
   }
 }
 
