@@ -64,18 +64,14 @@ CASES: dict[str, dict[str, Any]] = {
         "webhook_max_instance_request_concurrency": 4,
         "max_instances": 5,
     },
-    # The switches for the code that reads SERVE_ROUTES and PUSH_AUDIENCE as a list.
-    "gcp_serve_routes_and_every_audience": {
+    # Eventarc with the default audience (the events service's URL, which
+    # Eventarc's tokens name too), every VM of the project.
+    "gcp_eventarc_every_vm": {
         "eventarc": True,
-        "serve_routes": True,
-        "push_audience_list": True,
         "instance_name_prefix": "",
     },
 }
 LONG_NAMES = "gcp_eventarc_own_secret_zonal_vpc_longest_waits"
-# Variables the module passes, behind a switch, to a release of the code that
-# reads them (the manifest may not list them yet).
-AWAITING_CODE = {"SERVE_ROUTES"}
 
 # What the code reads only on AWS: the module must not pass them.
 AWS_ONLY = {
@@ -333,7 +329,7 @@ def test_the_services_get_exactly_the_settings_the_code_reads(workspace: T.Works
     c = CASES[case]
     plan = module_plan(workspace, case)
     env = environment(plan, key=key)
-    known = {v["name"] for v in manifest()["variables"]} | AWAITING_CODE
+    known = {v["name"] for v in manifest()["variables"]}
     assert set(env) <= known, f"case {case}: variables the code does not read: {sorted(set(env) - known)}"
     assert REQUIRED <= set(env), f"case {case}: missing {sorted(REQUIRED - set(env))}"
     assert not set(env) & AWS_ONLY, f"case {case}: AWS-only variables {sorted(set(env) & AWS_ONLY)}"
@@ -343,7 +339,7 @@ def test_the_services_get_exactly_the_settings_the_code_reads(workspace: T.Works
         "GKE_CLUSTER": f"projects/{T.GCP_PROJECT}/locations/{setting(c, 'cluster_location')}/clusters/{setting(c, 'cluster_name')}",
         "CLUSTER_ENDPOINT": endpoint if endpoint.startswith("https://") else f"https://{endpoint}",
         "CLUSTER_CA_DATA": setting(c, "cluster_ca_data"),
-        "PUSH_AUDIENCE": ",".join(audiences(plan, c)) if setting(c, "push_audience_list") else push_audience(plan, c),
+        "PUSH_AUDIENCE": ",".join(audiences(plan, c)),
         "PUSH_SERVICE_ACCOUNT": email(created(plan)["google_service_account.push"]),
         "DRY_RUN": str(setting(c, "dry_run")).lower(),
         "OUT_OF_SERVICE_NO_SCHEDULE": str(setting(c, "out_of_service_no_schedule")).lower(),
@@ -357,11 +353,10 @@ def test_the_services_get_exactly_the_settings_the_code_reads(workspace: T.Works
         "CONTROL_NAMESPACE": setting(c, "control_namespace"),
         "LOG_FORMAT": "json",
         "RUST_LOG": setting(c, "log_level"),
+        "SERVE_ROUTES": SERVICES[key],
     }
     if setting(c, "max_out_of_service_percent") is not None:
         want["MAX_OUT_OF_SERVICE_PERCENT"] = str(c["max_out_of_service_percent"])
-    if setting(c, "serve_routes"):
-        want["SERVE_ROUTES"] = SERVICES[key]
     assert got == want, f"case {case}, {key}: {sorted(set(got.items()) ^ set(want.items()))}"
 
 
@@ -439,9 +434,8 @@ def test_cloud_run_lets_the_push_tokens_through_to_the_service(workspace: T.Work
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_push_audience_names_every_audience_of_the_modules_requests(workspace: T.Workspace, case: str):
-    """With push_audience_list, PUSH_AUDIENCE lists the audience of the push
-    subscription, of the sweep and of Eventarc's tokens; without it, the first
-    alone (earlier code takes one audience)."""
+    """PUSH_AUDIENCE lists the audience of the push subscription and of the
+    sweep first, then those of Eventarc's tokens, each once."""
     plan = module_plan(workspace, case)
     resources = created(plan)
     env = values(plan)["PUSH_AUDIENCE"].split(",")
@@ -449,10 +443,7 @@ def test_push_audience_names_every_audience_of_the_modules_requests(workspace: T
     assert subscription in env
     if "google_cloud_scheduler_job.sweep[0]" in resources:
         assert resources["google_cloud_scheduler_job.sweep[0]"]["http_target"][0]["oidc_token"][0]["audience"] in env
-    if setting(CASES[case], "push_audience_list"):
-        assert env == audiences(plan, CASES[case]), f"case {case}: {env}"
-    else:
-        assert env == [push_audience(plan, CASES[case])]
+    assert env == audiences(plan, CASES[case]), f"case {case}: {env}"
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

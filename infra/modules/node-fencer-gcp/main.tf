@@ -155,18 +155,18 @@ locals {
       GKE_CLUSTER          = local.cluster_id
       CLUSTER_ENDPOINT     = local.cluster_endpoint
       CLUSTER_CA_DATA      = var.cluster_ca_data
-      PUSH_AUDIENCE        = var.push_audience_list ? join(",", local.push_audiences) : local.push_audience
+      PUSH_AUDIENCE        = join(",", local.push_audiences)
       PUSH_SERVICE_ACCOUNT = local.push_service_account_email
     },
   )
 
-  # The two services: one image, one account, one environment, so both fence
-  # alike. "events" takes the push subscription, the sweep and Eventarc, and
-  # only the push account may invoke it. "webhook" answers Alertmanager, who
-  # cannot present a Google identity, so anyone may invoke it: its callers,
-  # with the token or refused, use up its own instances, never those of the
-  # event routes. SERVE_ROUTES (with serve_routes) tells each which routes to
-  # answer.
+  # The two services: one image, one account, one environment but
+  # SERVE_ROUTES, so both fence alike. "events" takes the push subscription,
+  # the sweep and Eventarc, and only the push account may invoke it. "webhook"
+  # answers Alertmanager, who cannot present a Google identity, so anyone may
+  # invoke it: its callers, with the token or refused, use up its own
+  # instances, never those of the event routes. SERVE_ROUTES keeps each to
+  # its own routes: the other service's answer 404 there.
   services = {
     events = {
       name                             = var.name
@@ -339,7 +339,7 @@ resource "google_cloud_run_v2_service" "this" {
       }
 
       dynamic "env" {
-        for_each = merge(local.environment, var.serve_routes ? { SERVE_ROUTES = each.value.routes } : {})
+        for_each = merge(local.environment, { SERVE_ROUTES = each.value.routes })
 
         content {
           name  = env.key
@@ -604,7 +604,7 @@ resource "google_project_iam_member" "push_event_receiver" {
 # entries of the resources in that region.
 # A trigger cannot be given an OIDC audience: its tokens name the URL of its
 # destination (local.events_service_url, with or without the path), which
-# PUSH_AUDIENCE lists with push_audience_list.
+# PUSH_AUDIENCE lists.
 resource "google_eventarc_trigger" "stop" {
   count = var.eventarc ? 1 : 0
 

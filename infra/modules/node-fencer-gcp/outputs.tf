@@ -44,7 +44,7 @@ output "push_audience" {
 }
 
 output "push_audiences" {
-  description = "Every audience the module's requests carry: push_audience, and with eventarc the events service's URL with and without /eventarc (PUSH_AUDIENCE, with push_audience_list)."
+  description = "Every audience the module's requests carry: push_audience, and with eventarc the events service's URL with and without /eventarc (PUSH_AUDIENCE, comma-separated)."
   value       = local.push_audiences
 }
 

@@ -94,12 +94,6 @@ variable "webhook_max_instance_request_concurrency" {
   }
 }
 
-variable "serve_routes" {
-  description = "Set SERVE_ROUTES on each service, so that it answers only its own routes: events (/pubsub, /eventarc, /sweep) on <name>, alertmanager on <name>-webhook. Needs a node-fencer release that reads SERVE_ROUTES. False leaves it unset: both services answer every route, each authenticating it, and Cloud Run lets only the push service account invoke <name>."
-  type        = bool
-  default     = false
-}
-
 variable "vpc_network" {
   description = "Direct VPC egress, for a cluster whose API endpoint is private: the VPC network the service sends private-range traffic into (with vpc_subnetwork). Null sends everything to the internet directly."
   type        = string
@@ -330,12 +324,6 @@ variable "max_delivery_attempts" {
     condition     = var.max_delivery_attempts >= 5 && var.max_delivery_attempts <= 100 && floor(var.max_delivery_attempts) == var.max_delivery_attempts
     error_message = "max_delivery_attempts must be a whole number from 5 to 100 (Pub/Sub's range)."
   }
-}
-
-variable "push_audience_list" {
-  description = "Pass PUSH_AUDIENCE as the list of every audience the module's requests carry (comma-separated): push_audience, and with eventarc the URL of the events service with and without /eventarc, which Eventarc's tokens name. Needs a node-fencer release that reads PUSH_AUDIENCE as a list. False passes push_audience alone, which earlier versions need (they accept Eventarc's tokens by the request's Host header)."
-  type        = bool
-  default     = false
 }
 
 variable "eventarc" {

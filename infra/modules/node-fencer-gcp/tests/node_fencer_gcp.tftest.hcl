@@ -69,8 +69,8 @@ run "defaults" {
     error_message = "one image, run as serve, for both"
   }
   assert {
-    condition     = alltrue([for svc in google_cloud_run_v2_service.this : !contains([for e in svc.template[0].containers[0].env : e.name], "SERVE_ROUTES")])
-    error_message = "SERVE_ROUTES only with serve_routes"
+    condition     = one([for e in google_cloud_run_v2_service.this["events"].template[0].containers[0].env : e.value if e.name == "SERVE_ROUTES"]) == "events" && one([for e in google_cloud_run_v2_service.this["webhook"].template[0].containers[0].env : e.value if e.name == "SERVE_ROUTES"]) == "alertmanager"
+    error_message = "each service answers its own routes"
   }
   assert {
     condition     = google_cloud_scheduler_job.sweep[0].http_target[0].oidc_token[0].service_account_email == "node-fencer-push@my-project.iam.gserviceaccount.com" && google_pubsub_subscription.push.push_config[0].oidc_token[0].service_account_email == "node-fencer-push@my-project.iam.gserviceaccount.com"
@@ -86,7 +86,7 @@ run "defaults" {
   }
   assert {
     condition     = one([for e in google_cloud_run_v2_service.this["events"].template[0].containers[0].env : e.value if e.name == "PUSH_AUDIENCE"]) == "https://node-fencer-987654321098.europe-west1.run.app"
-    error_message = "PUSH_AUDIENCE is push_audience alone unless push_audience_list"
+    error_message = "without Eventarc, PUSH_AUDIENCE is the push subscription's and the sweep's audience alone"
   }
   assert {
     condition     = google_pubsub_subscription.push.push_config[0].oidc_token[0].audience == "https://node-fencer-987654321098.europe-west1.run.app" && google_cloud_scheduler_job.sweep[0].http_target[0].oidc_token[0].audience == "https://node-fencer-987654321098.europe-west1.run.app"
@@ -195,19 +195,13 @@ run "an_empty_prefix_takes_every_vm" {
   }
 }
 
-run "the_new_code_switches_set_serve_routes_and_every_audience" {
+run "eventarc_adds_the_audiences_its_tokens_name" {
   command = plan
 
   variables {
-    eventarc           = true
-    serve_routes       = true
-    push_audience_list = true
+    eventarc = true
   }
 
-  assert {
-    condition     = one([for e in google_cloud_run_v2_service.this["events"].template[0].containers[0].env : e.value if e.name == "SERVE_ROUTES"]) == "events" && one([for e in google_cloud_run_v2_service.this["webhook"].template[0].containers[0].env : e.value if e.name == "SERVE_ROUTES"]) == "alertmanager"
-    error_message = "each service answers its own routes"
-  }
   assert {
     condition     = one([for e in google_cloud_run_v2_service.this["events"].template[0].containers[0].env : e.value if e.name == "PUSH_AUDIENCE"]) == "https://node-fencer-987654321098.europe-west1.run.app,https://node-fencer-987654321098.europe-west1.run.app/eventarc"
     error_message = "PUSH_AUDIENCE lists the push subscription's audience and the URLs Eventarc's tokens name"
@@ -218,24 +212,12 @@ run "the_new_code_switches_set_serve_routes_and_every_audience" {
   }
 }
 
-run "serve_routes_without_eventarc_lists_one_audience" {
-  command = plan
-
-  variables {
-    push_audience_list = true
-  }
-
-  assert {
-    condition     = one([for e in google_cloud_run_v2_service.this["events"].template[0].containers[0].env : e.value if e.name == "PUSH_AUDIENCE"]) == "https://node-fencer-987654321098.europe-west1.run.app"
-    error_message = "without Eventarc, only the push subscription's and the sweep's audience"
-  }
-}
-
 run "an_audience_of_ones_own_is_a_custom_audience_of_the_events_service" {
   command = plan
 
   variables {
     push_audience = "https://node-fencer.example.com/push"
+    eventarc      = true
   }
 
   assert {
@@ -247,8 +229,8 @@ run "an_audience_of_ones_own_is_a_custom_audience_of_the_events_service" {
     error_message = "Cloud Run's invoker check of the events service accepts push_audience; the webhook service takes no token"
   }
   assert {
-    condition     = one([for e in google_cloud_run_v2_service.this["events"].template[0].containers[0].env : e.value if e.name == "PUSH_AUDIENCE"]) == "https://node-fencer.example.com/push"
-    error_message = "the service accepts push_audience"
+    condition     = one([for e in google_cloud_run_v2_service.this["events"].template[0].containers[0].env : e.value if e.name == "PUSH_AUDIENCE"]) == "https://node-fencer.example.com/push,https://node-fencer-987654321098.europe-west1.run.app,https://node-fencer-987654321098.europe-west1.run.app/eventarc"
+    error_message = "the service accepts push_audience first, then the URLs Eventarc's tokens name"
   }
 }
 
