@@ -415,22 +415,6 @@ def test_control_plane_instances_are_never_stopped_unless_allowed():
     assert "var.active_fencing && var.power_off_control_plane ? {'POWER_OFF_CONTROL_PLANE': 'true'} : {}" in environment
 
 
-# Environment variables the modules pass only behind a switch whose default
-# leaves them unset, for a release of the code that reads them: the code's
-# manifest may not list them yet. Each with its switch, off by default.
-AWAITING_CODE = {
-    "SERVE_ROUTES": (L.GCP_MODULE, "serve_routes"),
-}
-
-
-def test_variables_awaiting_code_are_behind_switches_that_default_off():
-    for name, (directory, switch) in AWAITING_CODE.items():
-        variable = L.variables_of(directory / "variables.tf")[switch]
-        assert L.value(variable["default"]) is False, f"var.{switch} of {L.rel(directory)}, which passes {name}, must default to false"
-    # PUSH_AUDIENCE as a list, likewise.
-    assert L.value(L.variables_of(L.GCP_MODULE / "variables.tf")["push_audience_list"]["default"]) is False
-
-
 def settings_call(mod: dict) -> dict:
     """The module's call of the shared settings module: every argument the
     module's own variable of that name, every variable of the settings module given."""
@@ -536,7 +520,7 @@ def test_env_names_are_the_contract():
     ) in environment
 
     code = code_variables()
-    unknown = names - set(code) - set(AWAITING_CODE)
+    unknown = names - set(code)
     assert not unknown, f"the module passes {sorted(unknown)}, which VARIABLES of {L.rel(L.CONFIG_RS)} does not list"
 
 
@@ -1530,7 +1514,7 @@ def test_gcp_env_names_are_the_contract():
     (container,) = service["template"][0]["containers"]
     (dynamic_env,) = [d["env"] for d in container["dynamic"] if "env" in d]
     for_each = L.expr(dynamic_env["for_each"])
-    assert for_each == "merge(local.environment,var.serve_routes ? {'SERVE_ROUTES': '${each.value.routes}'} : {})", for_each
+    assert for_each == "merge(local.environment,{'SERVE_ROUTES': '${each.value.routes}'})", for_each
     names = set(re.findall(r"'([A-Z][A-Z0-9_]*)':", environment + for_each))
     contract = {
         "SERVE_ROUTES",
@@ -1556,17 +1540,17 @@ def test_gcp_env_names_are_the_contract():
     assert names == contract, f"unexpected {sorted(names - contract)}, missing {sorted(contract - names)}"
     assert not names & AWS_ONLY_VARIABLES
     code = set(code_variables())
-    unknown = (names | {"WEBHOOK_TOKEN"}) - code - set(AWAITING_CODE)
+    unknown = (names | {"WEBHOOK_TOKEN"}) - code
     assert not unknown, f"the module passes {sorted(unknown)}, which the manifest's variables do not list"
     for name, variable in GCP_ENV_VARIABLES.items():
         passed = f"tostring(var.{variable})" if variable in INTEGER_VARIABLES.values() else f"var.{variable}"
         assert f"'{name}': '${{{passed}}}'" in environment, f"{name} must be passed from var.{variable}"
-    # Each service its own routes, with serve_routes.
+    # Each service its own routes.
     services = L.locals_of(mod)["services"]
     assert {key: L.value(v["routes"]) for key, v in services.items()} == {"events": "events", "webhook": "alertmanager"}
     assert "'PUSH_SERVICE_ACCOUNT': '${local.push_service_account_email}'" in environment
-    # Every audience of the module's own requests, as a list once the code reads one.
-    assert "'PUSH_AUDIENCE': '${var.push_audience_list ? join(\",\",local.push_audiences) : var.push_audience}'" in environment, environment
+    # Every audience of the module's own requests.
+    assert "'PUSH_AUDIENCE': '${join(\",\",local.push_audiences)}'" in environment, environment
     assert "'GKE_CLUSTER': '${local.cluster_id}'" in environment
     assert "'CLUSTER_ENDPOINT': '${local.cluster_endpoint}'" in environment
     assert (
@@ -1702,10 +1686,15 @@ def test_gcp_routes_and_the_token_the_push_presents():
     assert L.value(push["push_endpoint"]) == '${"${google_cloud_run_v2_service.this["events"].uri}/pubsub"}'
     sweep = L.blocks(mod, "resource", "google_cloud_scheduler_job")["sweep"]["http_target"][0]
     assert L.value(sweep["uri"]) == '${"${google_cloud_run_v2_service.this["events"].uri}/sweep"}'
-    assert L.expr(sweep["oidc_token"][0]["audience"]) == "var.push_audience"
+    assert L.expr(sweep["oidc_token"][0]["audience"]) == "local.push_audience"
     assert L.expr(sweep["oidc_token"][0]["service_account_email"]) == "local.push_service_account_email"
     oidc = push["oidc_token"][0]
-    assert L.expr(oidc["audience"]) == "var.push_audience"
+    assert L.expr(oidc["audience"]) == "local.push_audience"
+    # Null: the events service's own URL, which Cloud Run's invoker check
+    # accepts; one's own, a custom audience of that service.
+    assert L.expr(local_values["push_audience"]) == "var.push_audience != None ? var.push_audience : local.events_service_url"
+    service = L.blocks(mod, "resource", "google_cloud_run_v2_service")["this"]
+    assert L.expr(service["custom_audiences"]) == 'each.key == "events" && var.push_audience != None ? [\'${var.push_audience}\'] : None'
     assert L.expr(oidc["service_account_email"]) == "local.push_service_account_email"
     assert L.value(local_values["push_service_account_email"]) == "${var.name}-push@${var.project_id}.iam.gserviceaccount.com"
     account = L.blocks(mod, "resource", "google_service_account")["push"]
@@ -1735,7 +1724,7 @@ def test_gcp_routes_and_the_token_the_push_presents():
     # before it exists (Cloud Run's deterministic URL).
     assert L.value(local_values["events_service_url"]) == "https://${var.name}-${data.google_project.this.number}.${var.region}.run.app"
     assert L.expr(local_values["push_audiences"]) == (
-        "concat(['${var.push_audience}'],var.eventarc ? ['${local.events_service_url}', '${local.events_service_url}/eventarc'] : [])"
+        "distinct(concat(['${local.push_audience}'],var.eventarc ? ['${local.events_service_url}', '${local.events_service_url}/eventarc'] : []))"
     ), L.expr(local_values["push_audiences"])
     outputs = {}
     for entry in L.parse(L.GCP_MODULE / "outputs.tf")["output"]:

@@ -131,8 +131,8 @@ def test_a_planted_mistake_fails_validation(workspace: T.Workspace, tmp_path: Pa
 GCP_PLANTED = {
     "misspelt_argument": ('  ingress             = "INGRESS_TRAFFIC_ALL"\n', '  ingres              = "INGRESS_TRAFFIC_ALL"\n', "Unsupported argument", "ingres"),
     "missing_required_argument": (
-        "      service_account_email = local.push_service_account_email\n      audience              = var.push_audience\n",
-        "      audience              = var.push_audience\n",
+        "      service_account_email = local.push_service_account_email\n      audience              = local.push_audience\n",
+        "      audience              = local.push_audience\n",
         "Missing required argument",
         '"service_account_email"',
     ),

@@ -99,9 +99,6 @@ CASES: dict[str, dict[str, Any]] = {
         "enable_alertmanager_url": False,
     },
 }
-# Variables the module passes only behind a switch off by default, to a
-# release of the code that reads them: the manifest may not list them yet.
-AWAITING_CODE = {"POWER_OFF_CONTROL_PLANE"}
 # The tags of a control-plane instance by default: kOps' (both) and Cluster API's.
 CONTROL_PLANE_TAGS = {
     "aws:ResourceTag/k8s.io/role/control-plane": "*",
@@ -454,7 +451,7 @@ def test_the_active_fencing_variables_are_set_exactly_when_it_is_on(workspace: T
     """The code refuses POWER_OFF_*/PARTITION_PERCENT without ACTIVE_FENCING=on:
     all four with it, none without, in both functions; each a variable the code reads."""
     c = CASES[case]
-    known = {v["name"] for v in json.loads(L.MANIFEST.read_text(encoding="utf-8"))["variables"]} | AWAITING_CODE
+    known = {v["name"] for v in json.loads(L.MANIFEST.read_text(encoding="utf-8"))["variables"]}
     assert set(ACTIVE_FENCING_ENVIRONMENT) <= known, f"not in the manifest: {sorted(set(ACTIVE_FENCING_ENVIRONMENT) - known)}"
     if setting(c, "active_fencing"):
         want = {
@@ -484,7 +481,7 @@ def test_both_functions_share_every_setting_but_name_and_concurrency(workspace: 
     if main["vpc_config"]:
         assert set(main["vpc_config"][0]["subnet_ids"]) == set(c["vpc_subnet_ids"])
     environment = main["environment"][0]["variables"]
-    known = {v["name"] for v in json.loads(L.MANIFEST.read_text(encoding="utf-8"))["variables"]} | AWAITING_CODE
+    known = {v["name"] for v in json.loads(L.MANIFEST.read_text(encoding="utf-8"))["variables"]}
     assert set(environment) <= known, f"case {case}: variables the code does not read: {sorted(set(environment) - known)}"
     webhook = found.get('aws_lambda_function.this["webhook"]')
     assert (webhook is not None) == setting(c, "enable_alertmanager_url"), f"case {case}: functions {sorted(found)}"

@@ -51,7 +51,7 @@ CASES: dict[str, dict[str, Any]] = {
         "recovery_settle_seconds": 60,
         "detach_disks_per_node": 2,
         "max_out_of_service_percent": 20,
-        "push_audience": "fencer-b-push",
+        "push_audience": "https://fencer-b.example.com/push",
         "max_delivery_attempts": 20,
         "notification_channels": [f"projects/{T.GCP_PROJECT}/notificationChannels/1234567890"],
         # GKE shortens long cluster names in its VM names.
@@ -64,18 +64,14 @@ CASES: dict[str, dict[str, Any]] = {
         "webhook_max_instance_request_concurrency": 4,
         "max_instances": 5,
     },
-    # The switches for the code that reads SERVE_ROUTES and PUSH_AUDIENCE as a list.
-    "gcp_serve_routes_and_every_audience": {
+    # Eventarc with the default audience (the events service's URL, which
+    # Eventarc's tokens name too), every VM of the project.
+    "gcp_eventarc_every_vm": {
         "eventarc": True,
-        "serve_routes": True,
-        "push_audience_list": True,
         "instance_name_prefix": "",
     },
 }
 LONG_NAMES = "gcp_eventarc_own_secret_zonal_vpc_longest_waits"
-# Variables the module passes, behind a switch, to a release of the code that
-# reads them (the manifest may not list them yet).
-AWAITING_CODE = {"SERVE_ROUTES"}
 
 # What the code reads only on AWS: the module must not pass them.
 AWS_ONLY = {
@@ -333,7 +329,7 @@ def test_the_services_get_exactly_the_settings_the_code_reads(workspace: T.Works
     c = CASES[case]
     plan = module_plan(workspace, case)
     env = environment(plan, key=key)
-    known = {v["name"] for v in manifest()["variables"]} | AWAITING_CODE
+    known = {v["name"] for v in manifest()["variables"]}
     assert set(env) <= known, f"case {case}: variables the code does not read: {sorted(set(env) - known)}"
     assert REQUIRED <= set(env), f"case {case}: missing {sorted(REQUIRED - set(env))}"
     assert not set(env) & AWS_ONLY, f"case {case}: AWS-only variables {sorted(set(env) & AWS_ONLY)}"
@@ -343,7 +339,7 @@ def test_the_services_get_exactly_the_settings_the_code_reads(workspace: T.Works
         "GKE_CLUSTER": f"projects/{T.GCP_PROJECT}/locations/{setting(c, 'cluster_location')}/clusters/{setting(c, 'cluster_name')}",
         "CLUSTER_ENDPOINT": endpoint if endpoint.startswith("https://") else f"https://{endpoint}",
         "CLUSTER_CA_DATA": setting(c, "cluster_ca_data"),
-        "PUSH_AUDIENCE": ",".join(audiences(plan, c)) if setting(c, "push_audience_list") else setting(c, "push_audience"),
+        "PUSH_AUDIENCE": ",".join(audiences(plan, c)),
         "PUSH_SERVICE_ACCOUNT": email(created(plan)["google_service_account.push"]),
         "DRY_RUN": str(setting(c, "dry_run")).lower(),
         "OUT_OF_SERVICE_NO_SCHEDULE": str(setting(c, "out_of_service_no_schedule")).lower(),
@@ -357,30 +353,89 @@ def test_the_services_get_exactly_the_settings_the_code_reads(workspace: T.Works
         "CONTROL_NAMESPACE": setting(c, "control_namespace"),
         "LOG_FORMAT": "json",
         "RUST_LOG": setting(c, "log_level"),
+        "SERVE_ROUTES": SERVICES[key],
     }
     if setting(c, "max_out_of_service_percent") is not None:
         want["MAX_OUT_OF_SERVICE_PERCENT"] = str(c["max_out_of_service_percent"])
-    if setting(c, "serve_routes"):
-        want["SERVE_ROUTES"] = SERVICES[key]
     assert got == want, f"case {case}, {key}: {sorted(set(got.items()) ^ set(want.items()))}"
 
 
+def events_url(plan: dict[str, Any]) -> str:
+    """The events service's deterministic URL, https://SERVICE-PROJECT_NUMBER.REGION.run.app."""
+    return f"https://{service(plan)['name']}-{T.GCP_PROJECT_NUMBER}.{BASE['region']}.run.app"
+
+
+def push_audience(plan: dict[str, Any], case: dict[str, Any]) -> str:
+    """The push subscription's and the sweep's audience: the case's, or the events service's URL."""
+    given = setting(case, "push_audience")
+    return given if given is not None else events_url(plan)
+
+
 def audiences(plan: dict[str, Any], case: dict[str, Any]) -> list[str]:
-    """Every audience the module's requests carry: the push subscription's
-    and the sweep's, and Eventarc's, which name the events service's
-    deterministic URL (https://SERVICE-PROJECT_NUMBER.REGION.run.app)."""
-    found = [setting(case, "push_audience")]
+    """Every audience the module's requests carry, once each: the push
+    subscription's and the sweep's, and Eventarc's, which name the events
+    service's URL with or without the route's path."""
+    found = [push_audience(plan, case)]
     if setting(case, "eventarc"):
-        url = f"https://{service(plan)['name']}-{T.GCP_PROJECT_NUMBER}.{BASE['region']}.run.app"
-        found += [url, f"{url}/eventarc"]
+        found += [a for a in (events_url(plan), f"{events_url(plan)}/eventarc") if a not in found]
     return found
+
+
+def service_accepts_audience(url: str) -> bool:
+    """An entry of PUSH_AUDIENCE the service starts with, and matches a token
+    for exactly as written: audience_url of handler/src/core/oidc.rs (https,
+    a lowercase host, a port 1-65535, a path of plain segments), less the
+    trailing '/' it would drop."""
+    m = re.fullmatch(r"https://([^/:]+)(?::(\d{1,5}))?((?:/[^/]+)*)", url)
+    if not m:
+        return False
+    host, port, path = m.groups()
+    host_ok = len(host) <= 253 and not host.startswith((".", "-")) and re.fullmatch(r"[a-z0-9.-]+", host) is not None
+    port_ok = port is None or 0 < int(port) <= 65535
+    path_ok = all(s not in (".", "..") and re.fullmatch(r"[A-Za-z0-9._~-]+", s) for s in path.split("/")[1:])
+    return host_ok and port_ok and path_ok
+
+
+def test_the_audience_rule_is_the_services():
+    """The rule above refuses what the service refuses at start."""
+    for url in ("https://node-fencer-987654321098.europe-west1.run.app", "https://a.example:8443/push/v1", "https://x.example/a.b~c_d-e"):
+        assert service_accepts_audience(url), url
+    for url in ("node-fencer", "http://a.example", "https://A.example", "https://a.example/", "https://a.example:0", "https://a.example/x/../y", "https://a.example/x?y", "https://-a.example", "https://a.example//x"):
+        assert not service_accepts_audience(url), url
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_service_starts_with_the_audiences_it_is_given(workspace: T.Workspace, case: str):
+    """Each entry of PUSH_AUDIENCE is a URL the service accepts: it refuses to
+    start on any other (a plain name like the module's former "node-fencer")."""
+    for key in SERVICES:
+        entries = values(module_plan(workspace, case), key=key)["PUSH_AUDIENCE"].split(",")
+        refused = [e for e in entries if not service_accepts_audience(e)]
+        assert not refused, f"case {case}, {key}: the service refuses to start with PUSH_AUDIENCE entries {refused}"
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_cloud_run_lets_the_push_tokens_through_to_the_service(workspace: T.Workspace, case: str):
+    """Cloud Run's invoker check of the events service refuses, before the
+    service sees it, a token whose audience is neither the service's run.app
+    URL (with or without a path) nor one of its custom audiences."""
+    plan = module_plan(workspace, case)
+    resources = created(plan)
+    allowed = [events_url(plan), *(service(plan)["custom_audiences"] or [])]
+    sent = {"the push subscription": resources["google_pubsub_subscription.push"]["push_config"][0]["oidc_token"][0]["audience"]}
+    if "google_cloud_scheduler_job.sweep[0]" in resources:
+        sent["the sweep"] = resources["google_cloud_scheduler_job.sweep[0]"]["http_target"][0]["oidc_token"][0]["audience"]
+    for who, audience in sent.items():
+        assert audience in allowed or audience.startswith(f"{events_url(plan)}/"), f"case {case}: Cloud Run refuses {who}'s tokens for {audience!r} (accepts {allowed})"
+    # Only an audience of one's own is added; the webhook service takes no token.
+    assert service(plan)["custom_audiences"] == ([c] if (c := setting(CASES[case], "push_audience")) is not None else None)
+    assert service(plan, key="webhook")["custom_audiences"] is None
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_push_audience_names_every_audience_of_the_modules_requests(workspace: T.Workspace, case: str):
-    """With push_audience_list, PUSH_AUDIENCE lists the audience of the push
-    subscription, of the sweep and of Eventarc's tokens; without it, the first
-    alone (earlier code takes one audience)."""
+    """PUSH_AUDIENCE lists the audience of the push subscription and of the
+    sweep first, then those of Eventarc's tokens, each once."""
     plan = module_plan(workspace, case)
     resources = created(plan)
     env = values(plan)["PUSH_AUDIENCE"].split(",")
@@ -388,10 +443,7 @@ def test_push_audience_names_every_audience_of_the_modules_requests(workspace: T
     assert subscription in env
     if "google_cloud_scheduler_job.sweep[0]" in resources:
         assert resources["google_cloud_scheduler_job.sweep[0]"]["http_target"][0]["oidc_token"][0]["audience"] in env
-    if setting(CASES[case], "push_audience_list"):
-        assert env == audiences(plan, CASES[case]), f"case {case}: {env}"
-    else:
-        assert env == [setting(CASES[case], "push_audience")]
+    assert env == audiences(plan, CASES[case]), f"case {case}: {env}"
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -471,7 +523,7 @@ def test_the_push_subscription_carries_the_token_the_service_checks(workspace: T
     env = values(plan)
     (push,) = subscription["push_config"]
     (oidc,) = push["oidc_token"]
-    assert oidc["audience"] == setting(CASES[case], "push_audience") and oidc["audience"] in env["PUSH_AUDIENCE"].split(",")
+    assert oidc["audience"] == push_audience(plan, CASES[case]) and oidc["audience"] in env["PUSH_AUDIENCE"].split(",")
     assert oidc["service_account_email"] == env["PUSH_SERVICE_ACCOUNT"] == email(resources["google_service_account.push"])
     assert push["no_wrapper"] == [], "the service reads the push request's message wrapper"
     assert subscription["retry_policy"] == [{"minimum_backoff": "10s", "maximum_backoff": "600s"}]

@@ -138,12 +138,16 @@ locals {
   # destination, which it sets to the service's, with the route's path.
   events_service_url = "https://${var.name}-${data.google_project.this.number}.${var.region}.run.app"
 
+  # The push subscription's and the sweep's audience. The service's own URL
+  # needs no custom audience: Cloud Run's invoker check accepts it.
+  push_audience = var.push_audience != null ? var.push_audience : local.events_service_url
+
   # Every audience the module's own requests carry: the push subscription's
   # and the sweep's, and with Eventarc its trigger's.
-  push_audiences = concat(
-    [var.push_audience],
+  push_audiences = distinct(concat(
+    [local.push_audience],
     var.eventarc ? [local.events_service_url, "${local.events_service_url}/eventarc"] : [],
-  )
+  ))
 
   environment = merge(
     module.settings.environment,
@@ -151,18 +155,18 @@ locals {
       GKE_CLUSTER          = local.cluster_id
       CLUSTER_ENDPOINT     = local.cluster_endpoint
       CLUSTER_CA_DATA      = var.cluster_ca_data
-      PUSH_AUDIENCE        = var.push_audience_list ? join(",", local.push_audiences) : var.push_audience
+      PUSH_AUDIENCE        = join(",", local.push_audiences)
       PUSH_SERVICE_ACCOUNT = local.push_service_account_email
     },
   )
 
-  # The two services: one image, one account, one environment, so both fence
-  # alike. "events" takes the push subscription, the sweep and Eventarc, and
-  # only the push account may invoke it. "webhook" answers Alertmanager, who
-  # cannot present a Google identity, so anyone may invoke it: its callers,
-  # with the token or refused, use up its own instances, never those of the
-  # event routes. SERVE_ROUTES (with serve_routes) tells each which routes to
-  # answer.
+  # The two services: one image, one account, one environment but
+  # SERVE_ROUTES, so both fence alike. "events" takes the push subscription,
+  # the sweep and Eventarc, and only the push account may invoke it. "webhook"
+  # answers Alertmanager, who cannot present a Google identity, so anyone may
+  # invoke it: its callers, with the token or refused, use up its own
+  # instances, never those of the event routes. SERVE_ROUTES keeps each to
+  # its own routes: the other service's answer 404 there.
   services = {
     events = {
       name                             = var.name
@@ -307,6 +311,10 @@ resource "google_cloud_run_v2_service" "this" {
   ingress             = "INGRESS_TRAFFIC_ALL"
   deletion_protection = var.deletion_protection
 
+  # Cloud Run's invoker check refuses a token whose audience is neither the
+  # service's run.app URL nor one of these: a push_audience of one's own.
+  custom_audiences = each.key == "events" && var.push_audience != null ? [var.push_audience] : null
+
   template {
     service_account                  = local.service_account_email
     timeout                          = "${local.request_timeout_seconds}s"
@@ -331,7 +339,7 @@ resource "google_cloud_run_v2_service" "this" {
       }
 
       dynamic "env" {
-        for_each = merge(local.environment, var.serve_routes ? { SERVE_ROUTES = each.value.routes } : {})
+        for_each = merge(local.environment, { SERVE_ROUTES = each.value.routes })
 
         content {
           name  = env.key
@@ -481,7 +489,7 @@ resource "google_pubsub_subscription" "push" {
 
     oidc_token {
       service_account_email = local.push_service_account_email
-      audience              = var.push_audience
+      audience              = local.push_audience
     }
   }
 
@@ -526,7 +534,7 @@ resource "google_cloud_scheduler_job" "sweep" {
     uri         = "${google_cloud_run_v2_service.this["events"].uri}/sweep"
 
     oidc_token {
-      audience              = var.push_audience
+      audience              = local.push_audience
       service_account_email = local.push_service_account_email
     }
   }
@@ -596,7 +604,7 @@ resource "google_project_iam_member" "push_event_receiver" {
 # entries of the resources in that region.
 # A trigger cannot be given an OIDC audience: its tokens name the URL of its
 # destination (local.events_service_url, with or without the path), which
-# PUSH_AUDIENCE lists with push_audience_list.
+# PUSH_AUDIENCE lists.
 resource "google_eventarc_trigger" "stop" {
   count = var.eventarc ? 1 : 0
 

@@ -39,12 +39,12 @@ output "push_service_account_email" {
 }
 
 output "push_audience" {
-  description = "Audience of the OIDC tokens of the push subscription and the sweep."
-  value       = var.push_audience
+  description = "Audience of the OIDC tokens of the push subscription and the sweep: push_audience, or the events service's URL."
+  value       = local.push_audience
 }
 
 output "push_audiences" {
-  description = "Every audience the module's requests carry: push_audience, and with eventarc the events service's URL with and without /eventarc (PUSH_AUDIENCE, with push_audience_list)."
+  description = "Every audience the module's requests carry: push_audience, and with eventarc the events service's URL with and without /eventarc (PUSH_AUDIENCE, comma-separated)."
   value       = local.push_audiences
 }
 

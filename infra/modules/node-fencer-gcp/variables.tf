@@ -94,12 +94,6 @@ variable "webhook_max_instance_request_concurrency" {
   }
 }
 
-variable "serve_routes" {
-  description = "Set SERVE_ROUTES on each service, so that it answers only its own routes: events (/pubsub, /eventarc, /sweep) on <name>, alertmanager on <name>-webhook. Needs a node-fencer release that reads SERVE_ROUTES. False leaves it unset: both services answer every route, each authenticating it, and Cloud Run lets only the push service account invoke <name>."
-  type        = bool
-  default     = false
-}
-
 variable "vpc_network" {
   description = "Direct VPC egress, for a cluster whose API endpoint is private: the VPC network the service sends private-range traffic into (with vpc_subnetwork). Null sends everything to the internet directly."
   type        = string
@@ -296,13 +290,17 @@ variable "log_level" {
 ################################################################################
 
 variable "push_audience" {
-  description = "PUSH_AUDIENCE: the audience of the OIDC tokens the push subscription and the sweep present, which the service checks on /pubsub and /sweep. A constant of the module's choosing."
+  description = "The audience of the OIDC tokens the push subscription and the sweep present, the first of PUSH_AUDIENCE, which the service checks on /pubsub and /sweep: an https URL, as the service accepts them. Null: the events service's own URL, https://<name>-<project number>.<region>.run.app, which Cloud Run's invoker check accepts as it is. Any other is added to the events service's custom audiences, as Cloud Run refuses a token for an audience it does not know before the service sees the request."
   type        = string
-  default     = "node-fencer"
+  default     = null
 
+  # The service's own check (audience_url of handler/src/core/oidc.rs), a
+  # little stricter: a lowercase host, no port, no trailing '/' (the service
+  # would drop it, and then no longer match the tokens' audience), path
+  # segments of plain characters that do not start with '.'.
   validation {
-    condition     = length(trimspace(var.push_audience)) > 0
-    error_message = "push_audience must not be empty."
+    condition     = var.push_audience == null ? true : can(regex("^https://[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?(/[A-Za-z0-9_~-][-A-Za-z0-9_.~]*)*$", var.push_audience))
+    error_message = "push_audience must be null or an https URL with a lowercase host, no port, query, fragment or trailing '/', and a path (if any) of letters, digits and '-', '_', '.', '~' (e.g. https://node-fencer.example.com/push)."
   }
 }
 
@@ -326,12 +324,6 @@ variable "max_delivery_attempts" {
     condition     = var.max_delivery_attempts >= 5 && var.max_delivery_attempts <= 100 && floor(var.max_delivery_attempts) == var.max_delivery_attempts
     error_message = "max_delivery_attempts must be a whole number from 5 to 100 (Pub/Sub's range)."
   }
-}
-
-variable "push_audience_list" {
-  description = "Pass PUSH_AUDIENCE as the list of every audience the module's requests carry (comma-separated): push_audience, and with eventarc the URL of the events service with and without /eventarc, which Eventarc's tokens name. Needs a node-fencer release that reads PUSH_AUDIENCE as a list. False passes push_audience alone, which earlier versions need (they accept Eventarc's tokens by the request's Host header)."
-  type        = bool
-  default     = false
 }
 
 variable "eventarc" {

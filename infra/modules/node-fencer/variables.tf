@@ -273,7 +273,7 @@ variable "power_off_instance_tag" {
 }
 
 variable "power_off_control_plane" {
-  description = "POWER_OFF_CONTROL_PLANE, with active_fencing: allow the power-off of a Node with the control-plane role (self-managed clusters: kOps, kubeadm, Cluster API). False (the default) leaves POWER_OFF_CONTROL_PLANE unset, which the code takes as false, and adds to the role a Deny of ec2:StopInstances on every instance carrying one of control_plane_instance_tags, so that not even a mistaken decision can stop one; true sets POWER_OFF_CONTROL_PLANE=true and drops that Deny. Needs a node-fencer release that reads POWER_OFF_CONTROL_PLANE."
+  description = "POWER_OFF_CONTROL_PLANE, with active_fencing: allow the power-off of a Node with the control-plane role (self-managed clusters: kOps, kubeadm, Cluster API). False (the default) leaves POWER_OFF_CONTROL_PLANE unset, which the code takes as false, and adds to the role a Deny of ec2:StopInstances on every instance carrying one of control_plane_instance_tags, so that not even a mistaken decision can stop one; true sets POWER_OFF_CONTROL_PLANE=true and drops that Deny."
   type        = bool
   default     = false
 }

@@ -69,8 +69,8 @@ run "defaults" {
     error_message = "one image, run as serve, for both"
   }
   assert {
-    condition     = alltrue([for svc in google_cloud_run_v2_service.this : !contains([for e in svc.template[0].containers[0].env : e.name], "SERVE_ROUTES")])
-    error_message = "SERVE_ROUTES only with serve_routes"
+    condition     = one([for e in google_cloud_run_v2_service.this["events"].template[0].containers[0].env : e.value if e.name == "SERVE_ROUTES"]) == "events" && one([for e in google_cloud_run_v2_service.this["webhook"].template[0].containers[0].env : e.value if e.name == "SERVE_ROUTES"]) == "alertmanager"
+    error_message = "each service answers its own routes"
   }
   assert {
     condition     = google_cloud_scheduler_job.sweep[0].http_target[0].oidc_token[0].service_account_email == "node-fencer-push@my-project.iam.gserviceaccount.com" && google_pubsub_subscription.push.push_config[0].oidc_token[0].service_account_email == "node-fencer-push@my-project.iam.gserviceaccount.com"
@@ -85,8 +85,16 @@ run "defaults" {
     error_message = "the detach on the cluster's node VMs only, by name; the reads project-wide"
   }
   assert {
-    condition     = one([for e in google_cloud_run_v2_service.this["events"].template[0].containers[0].env : e.value if e.name == "PUSH_AUDIENCE"]) == "node-fencer"
-    error_message = "PUSH_AUDIENCE is push_audience alone unless push_audience_list"
+    condition     = one([for e in google_cloud_run_v2_service.this["events"].template[0].containers[0].env : e.value if e.name == "PUSH_AUDIENCE"]) == "https://node-fencer-987654321098.europe-west1.run.app"
+    error_message = "without Eventarc, PUSH_AUDIENCE is the push subscription's and the sweep's audience alone"
+  }
+  assert {
+    condition     = google_pubsub_subscription.push.push_config[0].oidc_token[0].audience == "https://node-fencer-987654321098.europe-west1.run.app" && google_cloud_scheduler_job.sweep[0].http_target[0].oidc_token[0].audience == "https://node-fencer-987654321098.europe-west1.run.app"
+    error_message = "the push subscription and the sweep ask for tokens for the events service's own URL, which Cloud Run's invoker check accepts"
+  }
+  assert {
+    condition     = alltrue([for svc in google_cloud_run_v2_service.this : svc.custom_audiences == null])
+    error_message = "the service's own URL needs no custom audience"
   }
   assert {
     condition     = length(google_eventarc_trigger.stop) == 0 && length(google_project_iam_member.push_event_receiver) == 0
@@ -187,39 +195,42 @@ run "an_empty_prefix_takes_every_vm" {
   }
 }
 
-run "the_new_code_switches_set_serve_routes_and_every_audience" {
+run "eventarc_adds_the_audiences_its_tokens_name" {
   command = plan
 
   variables {
-    eventarc           = true
-    serve_routes       = true
-    push_audience_list = true
+    eventarc = true
   }
 
   assert {
-    condition     = one([for e in google_cloud_run_v2_service.this["events"].template[0].containers[0].env : e.value if e.name == "SERVE_ROUTES"]) == "events" && one([for e in google_cloud_run_v2_service.this["webhook"].template[0].containers[0].env : e.value if e.name == "SERVE_ROUTES"]) == "alertmanager"
-    error_message = "each service answers its own routes"
-  }
-  assert {
-    condition     = one([for e in google_cloud_run_v2_service.this["events"].template[0].containers[0].env : e.value if e.name == "PUSH_AUDIENCE"]) == "node-fencer,https://node-fencer-987654321098.europe-west1.run.app,https://node-fencer-987654321098.europe-west1.run.app/eventarc"
+    condition     = one([for e in google_cloud_run_v2_service.this["events"].template[0].containers[0].env : e.value if e.name == "PUSH_AUDIENCE"]) == "https://node-fencer-987654321098.europe-west1.run.app,https://node-fencer-987654321098.europe-west1.run.app/eventarc"
     error_message = "PUSH_AUDIENCE lists the push subscription's audience and the URLs Eventarc's tokens name"
   }
   assert {
-    condition     = google_pubsub_subscription.push.push_config[0].oidc_token[0].audience == "node-fencer" && output.push_audiences[0] == "node-fencer"
+    condition     = google_pubsub_subscription.push.push_config[0].oidc_token[0].audience == "https://node-fencer-987654321098.europe-west1.run.app" && output.push_audiences[0] == "https://node-fencer-987654321098.europe-west1.run.app"
     error_message = "the push subscription's own audience is among them"
   }
 }
 
-run "serve_routes_without_eventarc_lists_one_audience" {
+run "an_audience_of_ones_own_is_a_custom_audience_of_the_events_service" {
   command = plan
 
   variables {
-    push_audience_list = true
+    push_audience = "https://node-fencer.example.com/push"
+    eventarc      = true
   }
 
   assert {
-    condition     = one([for e in google_cloud_run_v2_service.this["events"].template[0].containers[0].env : e.value if e.name == "PUSH_AUDIENCE"]) == "node-fencer"
-    error_message = "without Eventarc, only the push subscription's and the sweep's audience"
+    condition     = google_pubsub_subscription.push.push_config[0].oidc_token[0].audience == "https://node-fencer.example.com/push" && google_cloud_scheduler_job.sweep[0].http_target[0].oidc_token[0].audience == "https://node-fencer.example.com/push"
+    error_message = "the push subscription and the sweep ask for tokens for push_audience"
+  }
+  assert {
+    condition     = google_cloud_run_v2_service.this["events"].custom_audiences == tolist(["https://node-fencer.example.com/push"]) && google_cloud_run_v2_service.this["webhook"].custom_audiences == null
+    error_message = "Cloud Run's invoker check of the events service accepts push_audience; the webhook service takes no token"
+  }
+  assert {
+    condition     = one([for e in google_cloud_run_v2_service.this["events"].template[0].containers[0].env : e.value if e.name == "PUSH_AUDIENCE"]) == "https://node-fencer.example.com/push,https://node-fencer-987654321098.europe-west1.run.app,https://node-fencer-987654321098.europe-west1.run.app/eventarc"
+    error_message = "the service accepts push_audience first, then the URLs Eventarc's tokens name"
   }
 }
 
@@ -311,7 +322,7 @@ run "out_of_range_values_are_refused" {
     volume_detach_timeout_seconds            = 121
     not_ready_wait_seconds                   = 121
     recovery_settle_seconds                  = 61
-    push_audience                            = ""
+    push_audience                            = "node-fencer"
     instance_name_prefix                     = "GKE-"
     max_delivery_attempts                    = 4
     webhook_token_secret_id                  = "alertmanager-token"
@@ -352,6 +363,7 @@ run "the_other_bounds_are_refused" {
     volume_detach_timeout_seconds = 0
     max_delivery_attempts         = 101
     detach_disks_per_node         = 0
+    push_audience                 = "https://node-fencer.example.com/"
   }
 
   expect_failures = [
@@ -359,5 +371,6 @@ run "the_other_bounds_are_refused" {
     var.volume_detach_timeout_seconds,
     var.max_delivery_attempts,
     var.detach_disks_per_node,
+    var.push_audience,
   ]
 }
