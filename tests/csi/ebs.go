@@ -35,10 +35,13 @@ import (
 //     detached: success; else DescribeVolumes until no attachment to that
 //     instance is left (a volume gone counts as detached).
 //
-// One difference, for moto alone: EC2 refuses AttachVolume of a volume
-// attached to another instance (VolumeInUse), while moto moves the
-// attachment. So before AttachVolume the volume is described once and that
-// refusal is answered as EC2 would, with EC2's code and message.
+// Two differences, for moto alone, each answered as EC2 would, with EC2's
+// code and message, after one DescribeVolumes: EC2 refuses AttachVolume of a
+// volume attached to another instance (VolumeInUse), while moto moves the
+// attachment; and EC2 refuses DetachVolume naming an instance the volume is
+// not attached to (InvalidAttachment.NotFound), while moto detaches the
+// volume from whichever instance holds it (and drops the named instance's
+// mapping at that device name, another volume's).
 type ebs struct {
 	ec2 *ec2.Client
 	// How long to wait for an attachment's state, and how often to look.
@@ -165,6 +168,24 @@ func (e *ebs) refuseInUse(ctx context.Context, volume, node string) error {
 	return nil
 }
 
+// refuseNotAttached answers for moto what EC2 answers DetachVolume naming an
+// instance the volume is not attached to (see the type's notes).
+func (e *ebs) refuseNotAttached(ctx context.Context, volume, node string) error {
+	out, err := e.ec2.DescribeVolumes(ctx, &ec2.DescribeVolumesInput{VolumeIds: []string{volume}})
+	if err != nil || len(out.Volumes) == 0 {
+		return nil // DetachVolume answers for itself
+	}
+	for _, a := range out.Volumes[0].Attachments {
+		if aws.ToString(a.InstanceId) == node {
+			return nil
+		}
+	}
+	return &smithy.GenericAPIError{
+		Code:    "InvalidAttachment.NotFound",
+		Message: fmt.Sprintf("The volume '%s' is not attached to instance '%s'", volume, node),
+	}
+}
+
 func (e *ebs) unpublish(ctx context.Context, volume, node string) error {
 	err := e.detach(ctx, volume, node)
 	if errors.Is(err, errNotFound) {
@@ -180,6 +201,9 @@ func (e *ebs) unpublish(ctx context.Context, volume, node string) error {
 func (e *ebs) detach(ctx context.Context, volume, node string) error {
 	if _, err := e.instance(ctx, node); err != nil {
 		return err
+	}
+	if err := e.refuseNotAttached(ctx, volume, node); err != nil {
+		return errNotFound
 	}
 	_, err := e.ec2.DetachVolume(ctx, &ec2.DetachVolumeInput{
 		InstanceId: aws.String(node), VolumeId: aws.String(volume),

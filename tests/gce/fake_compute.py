@@ -1198,8 +1198,10 @@ class FakeCompute:
 
     # --- dispatch -----------------------------------------------------------------------
 
-    def handle(self, http_method: str, raw_path: str, request_body: bytes = b"") -> tuple[int, dict[str, Any]]:
-        """Answers one request: (status, JSON body)."""
+    def handle(self, http_method: str, raw_path: str, request_body: bytes = b"",
+               user_agent: str | None = None) -> tuple[int, dict[str, Any]]:
+        """Answers one request: (status, JSON body). The User-Agent is recorded beside it, so
+        that a test can tell node-fencer's requests from the PD CSI driver's."""
         parsed = urllib.parse.urlsplit(raw_path)
         query_pairs = urllib.parse.parse_qsl(parsed.query, keep_blank_values=True)
         query = dict(query_pairs)
@@ -1238,7 +1240,7 @@ class FakeCompute:
         with self._lock:
             self.exchanges.append({
                 "method": http_method, "path": path, "query": query, "method_id": method_id,
-                "status": status, "body": body,
+                "status": status, "body": body, "user_agent": user_agent,
             })
         return status, body
 
@@ -1349,7 +1351,8 @@ def control(fake: FakeCompute, http_method: str, raw_path: str, body: bytes) -> 
     if http_method == "GET" and path == "requests":
         with fake._lock:
             return 200, [
-                {k: e[k] for k in ("method", "path", "query", "method_id", "status")} for e in fake.exchanges
+                {k: e[k] for k in ("method", "path", "query", "method_id", "status", "user_agent")}
+                for e in fake.exchanges
             ]
     if http_method == "GET" and path == "state":
         return 200, fake.state()
@@ -1406,7 +1409,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         elif self.path.startswith(CONTROL_PREFIX):
             status, payload = control(self.fake, self.command, self.path, body)
         else:
-            status, payload = self.fake.handle(self.command, self.path, body)
+            status, payload = self.fake.handle(self.command, self.path, body, self.headers.get("User-Agent"))
         data = json.dumps(payload).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json; charset=UTF-8")

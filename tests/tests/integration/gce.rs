@@ -2,8 +2,9 @@
 //! [`super::scenario`] (kube-controller-manager, kube-scheduler, kwok nodes),
 //! nodes backed by VMs of the fake Compute Engine
 //! (`tests/gce/fake_compute.py`, `gce://proj-fencer/us-central1-a/NAME`),
-//! Persistent Disks of `pd.csi.storage.gke.io` attached by the CSI attacher
-//! stand-in, and the real binary under `cargo lambda watch` reaching the
+//! Persistent Disks of `pd.csi.storage.gke.io` attached and detached by the
+//! real external-attacher and the real PD CSI driver's controller (calling
+//! the fake through Google's Go client), and the real binary under `cargo lambda watch` reaching the
 //! fake through `COMPUTE_ENDPOINT`, as the node-fencer group under
 //! `infra/kubernetes/rbac.yaml`. The triggers: the Alertmanager webhook, the
 //! direct invocation and the sweep.
@@ -124,7 +125,7 @@ async fn gce_seed_with_node2_down(keep_vm: bool) -> anyhow::Result<(kube::Client
 
 /// Attaches the PersistentVolume `pv` (of PD volume handle `handle`) to
 /// `node` as the attach/detach controller does: the VolumeAttachment under
-/// the name Kubernetes gives it (the stand-in attaches it), the volume
+/// the name Kubernetes gives it (the external-attacher handles it), the volume
 /// recorded in the Node's `status.volumesAttached` beside the others.
 async fn attach_by_hand(
     admin: &kube::Client,
@@ -225,21 +226,28 @@ async fn gce_seed_scenario_recovered_once_boot_disk_kept() -> anyhow::Result<()>
     let (admin, seed, node2) = gce_seed_with_node2_down(false).await?;
     let vm = vm_of(&seed);
 
-    // A PV naming node 2's boot disk, attached to node 2 as the
-    // attach/detach controller attaches one: node-fencer finds it among the
-    // node's attachments and must leave it.
+    // A PV naming node 2's boot disk, given to node 2 as the attach/detach
+    // controller gives one: node-fencer finds it among the node's
+    // attachments and must leave it. The real PD CSI driver never attaches
+    // it: the VM holds the disk under another device name, so the driver
+    // asks attachDisk, and Compute Engine refuses a disk in use, even by
+    // the VM itself; the attachment keeps that error.
     let boot_pv = format!("{}-boot", seed.namespace);
     create_pd_pv(&admin, &boot_pv, &vm.boot_disk, &vm.zone, None).await?;
     attach_by_hand(&admin, &node2, &boot_pv, &vm.boot_disk).await?;
-    wait_until(
-        "the boot disk's VolumeAttachment to be attached",
+    let refused = wait_until(
+        "the driver's refusal of the boot disk",
         Duration::from_secs(30),
         || async {
             let a = attachments(&admin, &boot_pv).await?;
-            Ok(a.iter().any(|va| va.attached).then_some(()))
+            Ok(a.into_iter().find_map(|va| va.attach_error))
         },
     )
     .await?;
+    assert!(
+        refused.contains(&format!("is already being used by '{}'", vm.path())),
+        "{refused}"
+    );
 
     // Kubernetes evicted the pods; they are stuck, not gone, when the alert arrives.
     let st = wait_until("db Terminating on node 2", EVICTED, || async {
