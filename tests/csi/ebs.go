@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -41,9 +42,17 @@ import (
 // attachment; and EC2 refuses DetachVolume naming an instance the volume is
 // not attached to (InvalidAttachment.NotFound), while moto detaches the
 // volume from whichever instance holds it (and drops the named instance's
-// mapping at that device name, another volume's).
+// mapping at that device name, another volume's). EC2 also refuses a device
+// name in use on the instance, which moto takes; like the driver's device
+// manager, names handed out are held until the attachment shows.
 type ebs struct {
 	ec2 *ec2.Client
+	// Device names handed out and not yet seen in an instance's mappings, per
+	// instance, as the driver's device manager keeps them: two publishes to
+	// one instance at once must not pick the same free name (EC2 refuses the
+	// second; moto takes it and loses the first volume's mapping).
+	mu       sync.Mutex
+	inFlight map[string]map[string]string // instance -> device -> volume
 	// How long to wait for an attachment's state, and how often to look.
 	wait, every time.Duration
 }
@@ -53,7 +62,10 @@ func newEBS(ctx context.Context) (*ebs, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &ebs{ec2: ec2.NewFromConfig(cfg), wait: 2 * time.Minute, every: time.Second}, nil
+	return &ebs{
+		ec2: ec2.NewFromConfig(cfg), wait: 2 * time.Minute, every: time.Second,
+		inFlight: map[string]map[string]string{},
+	}, nil
 }
 
 func (e *ebs) name() string { return "ebs.csi.aws.com" }
@@ -88,8 +100,12 @@ func (e *ebs) instance(ctx context.Context, id string) (*types.Instance, error) 
 }
 
 // device: the name the instance already has the volume under, or the first
-// name free on it, from the driver's list (xvdaa .. xvdzz).
-func device(inst *types.Instance, volume string) (path string, assigned bool) {
+// name free on it and not handed out to another volume, from the driver's
+// list (xvdaa .. xvdzz), held until release.
+func (e *ebs) device(inst *types.Instance, volume string) (path string, assigned bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	id := aws.ToString(inst.InstanceId)
 	used := map[string]bool{}
 	for _, m := range inst.BlockDeviceMappings {
 		name := aws.ToString(m.DeviceName)
@@ -98,6 +114,20 @@ func device(inst *types.Instance, volume string) (path string, assigned bool) {
 		}
 		used[name] = true
 	}
+	for name, v := range e.inFlight[id] {
+		if v == volume {
+			return name, false
+		}
+		used[name] = true
+	}
+	if e.inFlight[id] == nil {
+		e.inFlight[id] = map[string]string{}
+	}
+	defer func() {
+		if path != "" {
+			e.inFlight[id][path] = volume
+		}
+	}()
 	for a := 'a'; a <= 'z'; a++ {
 		for b := 'a'; b <= 'z'; b++ {
 			name := fmt.Sprintf("/dev/xvd%c%c", a, b)
@@ -125,10 +155,11 @@ func (e *ebs) attach(ctx context.Context, volume, node string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	path, assigned := device(inst, volume)
+	path, assigned := e.device(inst, volume)
 	if path == "" {
 		return "", errors.New("there are no device names left")
 	}
+	defer e.release(node, path)
 	if !assigned {
 		if err := e.refuseInUse(ctx, volume, node); err != nil {
 			return "", fmt.Errorf("could not attach volume %q to node %q: %w", volume, node, err)
@@ -144,6 +175,14 @@ func (e *ebs) attach(ctx context.Context, volume, node string) (string, error) {
 		return "", err
 	}
 	return path, nil
+}
+
+// release forgets a device name handed out: once attached, the instance's
+// mappings hold it; after a failure it is free again.
+func (e *ebs) release(instance, path string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	delete(e.inFlight[instance], path)
 }
 
 // refuseInUse answers for moto what EC2 answers AttachVolume of a volume
