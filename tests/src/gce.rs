@@ -370,6 +370,28 @@ impl Compute {
         Ok(())
     }
 
+    /// How long the fake's operations take from now on (its default: 0.5 s).
+    pub async fn set_operation_delay(&self, seconds: f64) -> anyhow::Result<()> {
+        self.control("configure", json!({ "operation_delay": seconds }))
+            .await?;
+        Ok(())
+    }
+
+    /// Asks `instances.detachDisk` of the device on the VM through the
+    /// fake's API, as another client would (the PD CSI driver's
+    /// `ControllerUnpublishVolume`); returns the operation's name.
+    pub async fn detach_disk(&self, vm: &Vm, device: &str) -> anyhow::Result<String> {
+        let path = format!("/compute/v1/{}/detachDisk?deviceName={device}", vm.path());
+        let (status, body) = self.call("POST", &path, None).await?;
+        if status != 200 {
+            bail!("POST {path}: {status} {body}");
+        }
+        body["name"]
+            .as_str()
+            .map(str::to_owned)
+            .with_context(|| format!("POST {path}: no operation in {body}"))
+    }
+
     /// From now on `testIamPermissions` denies these permissions to every
     /// caller; an empty list grants everything again.
     pub async fn deny_permissions(&self, permissions: &[&str]) -> anyhow::Result<()> {
