@@ -235,7 +235,8 @@ pub struct Served {
     pub user_agent: Option<String>,
 }
 
-/// How the PD CSI driver names itself to Compute Engine (its User-Agent).
+/// How the PD CSI driver names itself in its User-Agent (after Google's Go
+/// client's own name).
 pub const PD_DRIVER_AGENT: &str = "GCE CSI Driver/";
 
 impl Served {
@@ -244,7 +245,7 @@ impl Served {
     pub fn by_pd_driver(&self) -> bool {
         self.user_agent
             .as_deref()
-            .is_some_and(|a| a.starts_with(PD_DRIVER_AGENT))
+            .is_some_and(|a| a.contains(PD_DRIVER_AGENT))
     }
 
     /// Whether it was a call of `method` (e.g. `instances.detachDisk`) on `vm`.

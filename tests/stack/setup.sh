@@ -190,6 +190,10 @@ main() {
 	VENV_IN_PROGRESS=""
 	cleanup() {
 		local p
+		# A background build still running when this run fails is stopped.
+		for p in "${BG_PIDS[@]+"${BG_PIDS[@]}"}"; do
+			kill "$p" 2>/dev/null || true
+		done
 		for p in "${TMP_PATHS[@]+"${TMP_PATHS[@]}"}" "$VENV_IN_PROGRESS"; do
 			[ -z "$p" ] || rm -rf "$p"
 		done
@@ -453,7 +457,42 @@ main() {
 			install_bin "$1" "$2" "$3" "$4" -- "${@:7}"
 		fi
 	}
+	# The CSI attach chain: three Go builds of several minutes that need nothing
+	# else built, run one after the other in the background beside the steps
+	# after them (whose downloads and links leave a core idle), their output
+	# prefixed with [csi]; wait_bg waits for them before env.sh is written.
+	BG_PIDS=()
+	csi_steps() {
+		bin_step csi-attacher "$EXTERNAL_ATTACHER_VERSION" "$CSI_ATTACHER_BIN" "~3-5 min" 4 -- build_csi_attacher
+		bin_step gce-pd-csi-driver "$PD_CSI_VERSION" "$PD_CSI_BIN" "~3-5 min" 4 -- build_pd_csi
+		bin_step csi-controller "$CSI_CONTROLLER_SHA" "$CSI_CONTROLLER_BIN" "~1-2 min" 2 -- build_csi_controller
+	}
+	in_background() { # in_background FUNCTION: runs it now when planning
+		if [ "$STEP" = plan ]; then
+			"$1"
+			return 0
+		fi
+		(
+			TMP_PATHS=()
+			BG_PIDS=()
+			trap cleanup EXIT
+			trap 'exit 143' TERM
+			"$1"
+		) > >(sed -u 's/^/[csi] /') 2>&1 &
+		BG_PIDS+=("$!")
+	}
+	wait_bg() {
+		local pid failed=0
+		for pid in "${BG_PIDS[@]+"${BG_PIDS[@]}"}"; do
+			wait "$pid" || failed=1
+		done
+		BG_PIDS=()
+		[ "$failed" = 0 ] || die "the CSI attach chain's build failed (its lines above start with [csi])"
+	}
 	steps() {
+		if want_controllers; then
+			in_background csi_steps
+		fi
 		venv_step stack "$STACK_VENV" "$HERE/requirements.txt"
 		if want_test_tools; then
 			[ -z "$INFRA_VENV" ] || venv_step infra "$INFRA_VENV" "$REPO/tests/infra/requirements.txt"
@@ -467,9 +506,6 @@ main() {
 				bin_step kube-scheduler "$KUBE_VERSION" "$KUBE_BIN/kube-scheduler" "<1 min" 1 -- build_kube kube-scheduler
 				bin_step kwok "$KWOK_VERSION" "$KWOK_BIN" "~1-2 min" 2 -- \
 					go_install "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION" kwok "-X sigs.k8s.io/kwok/pkg/consts.Version=${KWOK_VERSION#v}"
-				bin_step csi-attacher "$EXTERNAL_ATTACHER_VERSION" "$CSI_ATTACHER_BIN" "~3-5 min" 4 -- build_csi_attacher
-				bin_step gce-pd-csi-driver "$PD_CSI_VERSION" "$PD_CSI_BIN" "~3-5 min" 4 -- build_pd_csi
-				bin_step csi-controller "$CSI_CONTROLLER_SHA" "$CSI_CONTROLLER_BIN" "~1-2 min" 2 -- build_csi_controller
 			fi
 			# kubectl: a test's NodeCleanup deletes its Nodes with it on drop (a drop
 			# cannot await); `make run --keep` names it to look at the stack.
@@ -506,6 +542,7 @@ main() {
 		printf '      %s\n' "${PLAN[@]}"
 	fi
 	STEP=build steps
+	wait_bg
 	[ -x "$STACK_VENV/bin/moto_server" ] || die "moto_server missing from $STACK_VENV (delete it and rerun)"
 	[ -x "$STACK_VENV/bin/cargo-lambda" ] || die "cargo-lambda missing from $STACK_VENV (delete it and rerun)"
 
