@@ -40,7 +40,8 @@
 set -euo pipefail
 
 # The whole script is one function, read completely before it runs, so editing
-# or updating this file during a long build does not disturb the running copy.
+# or updating this file during a long build does not disturb the running copy;
+# the `exit` on its call's line keeps bash from reading the edited file on.
 main() {
 	usage() {
 		sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//'
@@ -592,4 +593,4 @@ main() {
 	log "ready in $(elapsed "$SECONDS"): source $CACHE/env.sh"
 }
 
-main "$@"
+main "$@"; exit
