@@ -236,19 +236,21 @@ async fn gce_seed_scenario_recovered_once_boot_disk_kept() -> anyhow::Result<()>
     let boot_pv = format!("{}-boot", seed.namespace);
     create_pd_pv(&admin, &boot_pv, &vm.boot_disk, &vm.zone, None).await?;
     attach_by_hand(&admin, &node2, &boot_pv, &vm.boot_disk).await?;
-    let refused = wait_until(
+    // The sidecar retries, and the driver answers some retries with its own
+    // backoff ("not permitted ... due to backoff condition"): Compute
+    // Engine's refusal is waited for among them.
+    let refusal = format!("is already being used by '{}'", vm.path());
+    wait_until(
         "the driver's refusal of the boot disk",
         Duration::from_secs(30),
         || async {
             let a = attachments(&admin, &boot_pv).await?;
-            Ok(a.into_iter().find_map(|va| va.attach_error))
+            Ok(a.into_iter()
+                .filter_map(|va| va.attach_error)
+                .find(|e| e.contains(&refusal)))
         },
     )
     .await?;
-    assert!(
-        refused.contains(&format!("is already being used by '{}'", vm.path())),
-        "{refused}"
-    );
 
     // Kubernetes evicted the pods; they are stuck, not gone, when the alert arrives.
     let st = wait_until("db Terminating on node 2", EVICTED, || async {
@@ -954,8 +956,26 @@ async fn gce_a_pushed_stop_needs_a_valid_token_and_a_redelivery_changes_nothing(
     assert_eq!(r["outcome"], "fenced", "{report:#}");
     assert_eq!(r["origins"][0]["kind"], "gce_audit_log", "{r:#}");
     assert!(is_fenced(&admin, &node2).await?, "the taint is on");
+    // Both Persistent Disks detached, by node-fencer or by the PD CSI
+    // driver (once the attach/detach controller deleted the attachments),
+    // never the boot disk.
     let detached = compute.detach_requests(&vm).await?.len();
-    assert_eq!(detached, 2, "both Persistent Disks, never the boot disk");
+    let by_driver = compute.driver_detach_requests(&vm).await?;
+    for w in [&seed.db, &seed.app] {
+        assert_eq!(
+            compute.disk_users(&w.volume).await?,
+            Some(Vec::new()),
+            "{} detached",
+            w.name
+        );
+    }
+    assert!(
+        detached <= 2
+            && by_driver
+                .iter()
+                .all(|d| d.query.get("deviceName") != Some(&vm.boot_device)),
+        "never the boot disk: {detached} {by_driver:?}"
+    );
 
     // The sink's copy, then Pub/Sub's redelivery of it (at least once).
     let token = signer.token(PUSH_AUDIENCE)?;
