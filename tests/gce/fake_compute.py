@@ -13,6 +13,7 @@ Served under /compute/v1 (the table ROUTES lists each route beside its discovery
     GET  projects/{project}/zones/{zone}/disks/{disk}
     GET  projects/{project}/regions/{region}/disks/{disk}
     POST projects/{project}/zones/{zone}/instances/{instance}/detachDisk   deviceName, requestId
+    POST projects/{project}/zones/{zone}/instances/{instance}/attachDisk   forceAttach, requestId
     POST projects/{project}/zones/{zone}/instances/{instance}/stop         requestId, ...
     POST projects/{project}/zones/{zone}/instances/{resource}/testIamPermissions
     POST projects/{project}/zones/{zone}/disks/{resource}/testIamPermissions
@@ -20,12 +21,16 @@ Served under /compute/v1 (the table ROUTES lists each route beside its discovery
     GET  projects/{project}/zones/{zone}/operations/{operation}
     POST projects/{project}/zones/{zone}/operations/{operation}/wait
 
+Under /compute/beta, disks.get and regionDisks.get alone (the PD CSI driver reads disks
+through the beta API), answering the v1 shape. POST /_fake/token and the metadata server's
+token path stand in for Google's token services (see TOKEN_PATH).
+
 Behaviour kept from GCE: errors in Google's JSON error shape ({"error": {"code", "message",
 "errors": [{"message", "domain", "reason"}]}}, no "status" but on 429 and 5xx): 404 notFound
 naming the very resource asked for ("The resource 'projects/P/zones/Z/instances/N' was not
 found"), or the project when the fake holds nothing in it; 400 invalid for a zone or region it
 does not have ("Invalid value for field 'zone': 'Z'. Unknown zone."); 429 rateLimitExceeded,
-503 backendError; detach and stop answer a zonal Operation that goes
+503 backendError; attach, detach and stop answer a zonal Operation that goes
 PENDING, RUNNING, DONE after a configurable delay, and only then change the instance and
 the disk; the same requestId returns the same Operation; a boot disk can only be detached
 from a TERMINATED instance; an instance being stopped is STOPPING, then TERMINATED; a
@@ -72,6 +77,16 @@ from typing import Any, Callable
 
 API_PREFIX = "/compute/v1/"
 CONTROL_PREFIX = "/_fake/"
+# The PD CSI driver reads disks through the beta API (its betaService). The beta Disk is the v1
+# Disk with more optional fields, so these routes answer the v1 shape, held to compute.v1.json.
+BETA_PREFIX = "/compute/beta/"
+BETA_METHODS = frozenset({"compute.disks.get", "compute.regionDisks.get"})
+# What the PD CSI driver authenticates with when its cloud config names a token-url: it POSTs
+# there with a token of the metadata server's (GCE_METADATA_HOST), and sends the token it gets
+# back to Compute Engine. Neither is Compute Engine's, neither is checked: they stand in for
+# Google's token services so that Google's own client runs unchanged.
+TOKEN_PATH = "/_fake/token"
+METADATA_TOKEN_PATH = "/computeMetadata/v1/instance/service-accounts/default/token"
 # Compute Engine still names its resources with www.googleapis.com links.
 LINK_BASE = "https://www.googleapis.com/compute/v1/"
 
@@ -80,6 +95,12 @@ INSTANCE_STATUSES = (
     "SUSPENDING", "SUSPENDED", "REPAIRING", "TERMINATED",
 )
 MAX_RESULTS_LIMIT = 500
+# The properties of an AttachedDisk (compute.v1.json) instances.attachDisk accepts in its body.
+ATTACHED_DISK_FIELDS = frozenset({
+    "architecture", "autoDelete", "boot", "deviceName", "diskEncryptionKey", "diskSizeGb",
+    "forceAttach", "guestOsFeatures", "index", "initializeParams", "interface", "kind", "licenses",
+    "mode", "savedState", "shieldedInstanceInitialState", "source", "type",
+})
 DEFAULT_WAIT_TIMEOUT = 120.0  # zoneOperations.wait returns after at most about 2 minutes
 # Query parameters every Google API method accepts (compute.v1.json "parameters").
 STANDARD_PARAMS = frozenset({
@@ -216,6 +237,9 @@ ROUTES: tuple[Route, ...] = (
     Route("compute.instances.detachDisk", "POST",
           "projects/{project}/zones/{zone}/instances/{instance}/detachDisk",
           frozenset({"deviceName", "requestId"}), "instances_detach_disk"),
+    Route("compute.instances.attachDisk", "POST",
+          "projects/{project}/zones/{zone}/instances/{instance}/attachDisk",
+          frozenset({"forceAttach", "requestId"}), "instances_attach_disk", takes_body=True),
     Route("compute.instances.stop", "POST", "projects/{project}/zones/{zone}/instances/{instance}/stop",
           frozenset({"requestId", "discardLocalSsd", "noGracefulShutdown"}), "instances_stop"),
     Route("compute.instances.testIamPermissions", "POST",
@@ -246,6 +270,7 @@ DECLARED_PARAMS: dict[str, frozenset[str]] = {
     "compute.disks.get": frozenset(),
     "compute.regionDisks.get": frozenset(),
     "compute.instances.detachDisk": frozenset({"deviceName", "requestId"}),
+    "compute.instances.attachDisk": frozenset({"forceAttach", "requestId"}),
     "compute.instances.stop": frozenset({"discardLocalSsd", "noGracefulShutdown", "requestId"}),
     "compute.instances.testIamPermissions": frozenset(),
     "compute.disks.testIamPermissions": frozenset(),
@@ -430,6 +455,8 @@ class Operation:
     effect: Callable[[], None] | None
     request_id: str | None
     device_name: str | None = None  # detachDisk's target device
+    disk_link: str | None = None  # attachDisk's disk
+    attach_mode: str | None = None  # attachDisk's mode
     done: bool = False
     end_time: float | None = None
 
@@ -748,48 +775,66 @@ class FakeCompute:
 
     def attach_disk(self, project: str, zone: str, name: str, disk: str, *, device_name: str | None = None,
                     mode: str = "READ_WRITE") -> dict[str, Any]:
-        """Attaches an existing disk to an instance, as a DONE instances.attachDisk leaves them: the
-        PD CSI driver's ControllerPublishVolume, for a stand-in that plays it. `disk` is the disk's
-        path as a PD CSI volume handle names it (projects/P/zones/Z/disks/D or
-        projects/P/regions/R/disks/D); `device_name` defaults to the disk's name, as the driver
-        attaches it. Refused as GCE refuses: a disk outside the instance's zone (a regional one
-        outside its replica zones), a disk already in use read-write (by any instance, this one
-        too) or in use at all for a read-write attachment, a device name the instance already has.
+        """Attaches an existing disk to an instance at once, as a DONE instances.attachDisk leaves
+        them, for a scene that starts with a disk already attached. `disk` is the disk's path as a
+        PD CSI volume handle names it (projects/P/zones/Z/disks/D or projects/P/regions/R/disks/D);
+        `device_name` defaults to the disk's name, as the PD CSI driver attaches it. Refused as
+        GCE refuses instances.attachDisk (see _check_attach), with GCE's message in a ValueError.
         Returns the instance."""
+        with self._lock:
+            self._tick()
+            try:
+                instance, key, device = self._check_attach(project, zone, name, disk, device_name, mode)
+            except ApiError as e:
+                raise ValueError(e.message) from None
+            self._attach_now(instance, key, device, mode)
+            return json.loads(json.dumps(instance))
+
+    def _check_attach(self, project: str, zone: str, name: str, disk: str, device_name: str | None,
+                      mode: str) -> tuple[dict[str, Any], tuple[str, str, str, str], str]:
+        """What GCE refuses in instances.attachDisk, as it answers (called under the lock): a
+        missing instance or disk (404); a disk outside the instance's zone, a regional one
+        outside its replica zones; a disk in use read-write (by any instance, this one too) or in
+        use at all for a read-write attachment (400 resourceInUseByAnotherResource), counting
+        attachments still in flight; a device name the instance already has. Returns the
+        instance, the disk's key and the device name."""
         if mode not in ("READ_WRITE", "READ_ONLY"):
-            raise ValueError(f"mode is READ_WRITE or READ_ONLY, not {mode}")
+            raise invalid("resource.mode", mode, "Expected READ_WRITE or READ_ONLY.")
         parts = disk.split("/")
         if len(parts) != 6 or parts[0] != "projects" or parts[2] not in ("zones", "regions") \
                 or parts[4] != "disks":
-            raise ValueError(f"{disk!r} is not projects/P/zones/Z/disks/D nor projects/P/regions/R/disks/D")
-        with self._lock:
-            self._tick()
-            instance = self._instances.get((project, zone, name))
-            if instance is None:
-                raise ValueError(f"The resource 'projects/{project}/zones/{zone}/instances/{name}' was not found")
-            entry = self._disks.get((parts[1], parts[2], parts[3], parts[5]))
-            if entry is None:
-                raise ValueError(f"The resource '{disk}' was not found")
-            link = entry["selfLink"]
-            in_zone = entry.get("zone") == instance["zone"] or instance["zone"] in entry.get("replicaZones", [])
-            if not in_zone:
-                raise ValueError(f"Invalid value for field 'resource.source': '{link}'. "
-                                 "Disk must be in the same zone as the instance.")
-            users = [i for i in self._instances.values() if i["selfLink"] in entry["users"]]
-            read_write = any(d["source"] == link and d["mode"] == "READ_WRITE" for i in users for d in i["disks"])
-            if users and (mode == "READ_WRITE" or read_write):
-                holder = users[0]["selfLink"][len(LINK_BASE):]
-                raise ValueError(f"The disk resource '{disk}' is already being used by '{holder}'")
-            device = device_name or parts[5]
-            if any(d["deviceName"] == device for d in instance["disks"]):
-                raise ValueError(f"Invalid value for field 'resource.deviceName': '{device}'. "
-                                 "The device name is already in use on the instance.")
-            index = 1 + max((d["index"] for d in instance["disks"]), default=-1)
-            instance["disks"].append(self._attached(
-                (parts[1], parts[2], parts[3], parts[5]), device, index, mode=mode))
-            entry["users"].append(instance["selfLink"])
-            entry["lastAttachTimestamp"] = rfc3339(self.clock.now())
-            return json.loads(json.dumps(instance))
+            raise invalid("resource.source", disk, "Expected projects/P/zones/Z/disks/D or projects/P/regions/R/disks/D.")
+        instance = self._instances.get((project, zone, name))
+        if instance is None:
+            raise not_found(f"projects/{project}/zones/{zone}/instances/{name}")
+        key = (parts[1], parts[2], parts[3], parts[5])
+        entry = self._disks.get(key)
+        if entry is None:
+            raise not_found(disk)
+        link = entry["selfLink"]
+        if entry.get("zone") != instance["zone"] and instance["zone"] not in entry.get("replicaZones", []):
+            raise ApiError(400, "invalid", f"Invalid value for field 'resource.source': '{link}'. "
+                                           "Disk must be in the same zone as the instance.")
+        users = [(i["selfLink"], d["mode"]) for i in self._instances.values() if i["selfLink"] in entry["users"]
+                 for d in i["disks"] if d["source"] == link]
+        users += [(op.target_link, op.attach_mode) for op in self._operations.values()
+                  if not op.done and op.operation_type == "attachDisk" and op.disk_link == link]
+        if users and (mode == "READ_WRITE" or any(m == "READ_WRITE" for _, m in users)):
+            holder = users[0][0][len(LINK_BASE):]
+            raise ApiError(400, "resourceInUseByAnotherResource",
+                           f"The disk resource '{disk}' is already being used by '{holder}'")
+        device = device_name or parts[5]
+        if any(d["deviceName"] == device for d in instance["disks"]):
+            raise invalid("resource.deviceName", device, "The device name is already in use on the instance.")
+        return instance, key, device
+
+    def _attach_now(self, instance: dict[str, Any], key: tuple[str, str, str, str], device: str,
+                    mode: str) -> None:
+        entry = self._disks[key]
+        index = 1 + max((d["index"] for d in instance["disks"]), default=-1)
+        instance["disks"].append(self._attached(key, device, index, mode=mode))
+        entry["users"].append(instance["selfLink"])
+        entry["lastAttachTimestamp"] = rfc3339(self.clock.now())
 
     def delete_instance(self, project: str, zone: str, name: str) -> None:
         """Deletes an instance; its boot disk (autoDelete) goes with it, its data disks stay."""
@@ -1034,6 +1079,45 @@ class FakeCompute:
         op.device_name = device_name
         return op.to_json(self.clock.now())
 
+    def instances_attach_disk(self, p: dict[str, str], q: dict[str, str], body: Any) -> dict[str, Any]:
+        """Checked at once as GCE checks it (_check_attach); the operation attaches when DONE.
+        `source` may be a full link (any host, as a client's base path makes it) or a partial
+        path. forceAttach=true (regional disks only, on GCE) is not implemented: 501."""
+        project, zone, name = p["project"], p["zone"], p["instance"]
+        instance = self._get_instance(project, zone, name)
+        request_id = q.get("requestId")
+        if (existing := self._existing_request(project, zone, request_id)) is not None:
+            return existing.to_json(self.clock.now())
+        force = q.get("forceAttach", "false")
+        if force not in ("true", "false"):
+            raise invalid("forceAttach", force, "Expected a boolean.")
+        if force == "true" or (isinstance(body, dict) and body.get("forceAttach") is True):
+            raise ApiError(501, "notImplemented", "forceAttach is not implemented by this fake.")
+        if not isinstance(body, dict) or not isinstance(body.get("source"), str):
+            raise ApiError(400, "required", "Required field 'resource.source' not specified")
+        unknown = set(body) - ATTACHED_DISK_FIELDS
+        if unknown:
+            raise ApiError(400, "invalid", f"Invalid JSON payload received. Unknown name \"{sorted(unknown)[0]}\".")
+        source = re.search(r"(?:^|/)(projects/[^/]+/(?:zones|regions)/[^/]+/disks/[^/]+)$", body["source"])
+        if source is None:
+            raise invalid("resource.source", body["source"], "Expected a disk's link.")
+        if body.get("type", "PERSISTENT") != "PERSISTENT":
+            raise ApiError(501, "notImplemented", "Only PERSISTENT disks are implemented by this fake.")
+        mode = body.get("mode", "READ_WRITE")
+        _, key, device = self._check_attach(project, zone, name, source.group(1), body.get("deviceName"), mode)
+        instance_id = instance["id"]
+
+        def attach() -> None:
+            current = self._instances.get((project, zone, name))
+            if current is not None and current["id"] == instance_id and key in self._disks \
+                    and not any(d["deviceName"] == device for d in current["disks"]):
+                self._attach_now(current, key, device, mode)
+
+        op = self._new_operation(project, zone, "attachDisk", instance, attach, request_id)
+        op.disk_link = self._disks[key]["selfLink"]
+        op.attach_mode = mode
+        return op.to_json(self.clock.now())
+
     def instances_stop(self, p: dict[str, str], q: dict[str, str]) -> dict[str, Any]:
         project, zone, name = p["project"], p["zone"], p["instance"]
         instance = self._get_instance(project, zone, name)
@@ -1114,19 +1198,24 @@ class FakeCompute:
 
     # --- dispatch -----------------------------------------------------------------------
 
-    def handle(self, http_method: str, raw_path: str, request_body: bytes = b"") -> tuple[int, dict[str, Any]]:
-        """Answers one request: (status, JSON body)."""
+    def handle(self, http_method: str, raw_path: str, request_body: bytes = b"",
+               user_agent: str | None = None) -> tuple[int, dict[str, Any]]:
+        """Answers one request: (status, JSON body). The User-Agent is recorded beside it, so
+        that a test can tell node-fencer's requests from the PD CSI driver's."""
         parsed = urllib.parse.urlsplit(raw_path)
         query_pairs = urllib.parse.parse_qsl(parsed.query, keep_blank_values=True)
         query = dict(query_pairs)
         path = parsed.path
         method_id = None
         try:
-            if not path.startswith(API_PREFIX):
+            prefix = next((p for p in (API_PREFIX, BETA_PREFIX) if path.startswith(p)), None)
+            if prefix is None:
                 raise ApiError(404, "notFound", f"The requested URL {path} was not found on this server.")
-            matched = match_route(http_method, path[len(API_PREFIX):])
+            matched = match_route(http_method, path[len(prefix):])
+            if matched is not None and prefix == BETA_PREFIX and matched[0].method_id not in BETA_METHODS:
+                matched = None
             if matched is None:
-                if path_matches_other_method(path[len(API_PREFIX):]):
+                if prefix == API_PREFIX and path_matches_other_method(path[len(prefix):]):
                     raise ApiError(405, "httpMethodNotAllowed",
                                    f"HTTP method {http_method} is not supported by this URL")
                 raise ApiError(404, "notFound", f"The requested URL {path} was not found on this server.")
@@ -1151,7 +1240,7 @@ class FakeCompute:
         with self._lock:
             self.exchanges.append({
                 "method": http_method, "path": path, "query": query, "method_id": method_id,
-                "status": status, "body": body,
+                "status": status, "body": body, "user_agent": user_agent,
             })
         return status, body
 
@@ -1262,7 +1351,8 @@ def control(fake: FakeCompute, http_method: str, raw_path: str, body: bytes) -> 
     if http_method == "GET" and path == "requests":
         with fake._lock:
             return 200, [
-                {k: e[k] for k in ("method", "path", "query", "method_id", "status")} for e in fake.exchanges
+                {k: e[k] for k in ("method", "path", "query", "method_id", "status", "user_agent")}
+                for e in fake.exchanges
             ]
     if http_method == "GET" and path == "state":
         return 200, fake.state()
@@ -1303,13 +1393,28 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def _serve(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b""
-        if self.path.startswith(CONTROL_PREFIX):
+        extra: dict[str, str] = {}
+        path = urllib.parse.urlsplit(self.path).path
+        if path == METADATA_TOKEN_PATH:
+            extra["Metadata-Flavor"] = "Google"
+            if self.headers.get("Metadata-Flavor") != "Google":
+                status, payload = 403, {"error": "Missing Metadata-Flavor: Google header"}
+            else:
+                status, payload = 200, {"access_token": "fake-metadata-token", "expires_in": 3600,
+                                        "token_type": "Bearer"}
+        elif path == TOKEN_PATH and self.command == "POST":
+            expiry = dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=1)
+            status, payload = 200, {"accessToken": "fake-access-token",
+                                    "expireTime": expiry.strftime("%Y-%m-%dT%H:%M:%SZ")}
+        elif self.path.startswith(CONTROL_PREFIX):
             status, payload = control(self.fake, self.command, self.path, body)
         else:
-            status, payload = self.fake.handle(self.command, self.path, body)
+            status, payload = self.fake.handle(self.command, self.path, body, self.headers.get("User-Agent"))
         data = json.dumps(payload).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json; charset=UTF-8")
+        for name, value in extra.items():
+            self.send_header(name, value)
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)

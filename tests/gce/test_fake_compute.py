@@ -23,6 +23,7 @@ import re
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 import uuid
 from pathlib import Path
@@ -215,6 +216,14 @@ def exercise_every_route(server: F.FakeCompute, clock: F.FakeClock, compute: Any
     ops.wait(project=PROJECT, zone=ZONE, operation=op["name"]).execute()
     instances.detachDisk(project=PROJECT, zone=ZONE, instance="node-2", deviceName="pvc-2",
                          requestId=request_id).execute()
+    # attachDisk of the disk just detached: checked at once, attached when DONE
+    op = instances.attachDisk(project=PROJECT, zone=ZONE, instance="node-2", forceAttach=False,
+                              body={"source": f"projects/{PROJECT}/zones/{ZONE}/disks/pvc-2",
+                                    "deviceName": "pvc-2", "mode": "READ_WRITE", "type": "PERSISTENT"}).execute()
+    clock.advance(3.0)
+    ops.wait(project=PROJECT, zone=ZONE, operation=op["name"]).execute()
+    # the PD CSI driver reads disks through the beta API: the same v1 shape
+    assert server.handle("GET", f"/compute/beta/projects/{PROJECT}/zones/{ZONE}/disks/pvc-2")[0] == 200
     instances.stop(project=PROJECT, zone=ZONE, instance="node-2").execute()
     clock.advance(3.0)
     # testIamPermissions on each kind of resource preflight tests
@@ -655,6 +664,63 @@ def test_attach_disk_seeds_what_a_done_attach_leaves_and_refuses_what_gce_refuse
     fake.create_disk(PROJECT, "pvc-2", zone=ZONE)
     with pytest.raises(ValueError, match="device name"):
         fake.attach_disk(PROJECT, ZONE, "node-2", f"projects/{PROJECT}/zones/{ZONE}/disks/pvc-2", device_name="pvc-1")
+
+
+def test_attach_disk_through_the_api_refuses_what_gce_refuses(fake: F.FakeCompute, compute: Any) -> None:
+    """instances.attachDisk, as the PD CSI driver calls it through Google's Go client: a disk in
+    use elsewhere is refused at once with resourceInUseByAnotherResource, counting an attach
+    still in flight; the attachment shows on the instance and in the disk's users once DONE."""
+    fake.configure(operation_delay=0.3)
+    node = fake.create_instance(PROJECT, ZONE, "node-1")
+    fake.create_instance(PROJECT, ZONE, "node-2")
+    fake.create_disk(PROJECT, "pvc-1", zone=ZONE)
+    instances = compute.instances()
+    source = f"{fake.endpoint}projects/{PROJECT}/zones/{ZONE}/disks/pvc-1"  # a full link, as the driver sends
+    body = {"source": source, "deviceName": "pvc-1", "mode": "READ_WRITE", "type": "PERSISTENT",
+            "kind": "compute#attachedDisk"}
+    op = instances.attachDisk(project=PROJECT, zone=ZONE, instance="node-1", body=body, forceAttach=False).execute()
+    assert op["operationType"] == "attachDisk" and op["status"] != "DONE"
+    assert fake.disk(PROJECT, "pvc-1", zone=ZONE).get("users", []) == []
+    with pytest.raises(HttpError) as in_flight:
+        instances.attachDisk(project=PROJECT, zone=ZONE, instance="node-2", body=body).execute()
+    assert in_flight.value.resp.status == 400 and b"resourceInUseByAnotherResource" in in_flight.value.content
+    compute.zoneOperations().wait(project=PROJECT, zone=ZONE, operation=op["name"]).execute()
+    assert fake.disk(PROJECT, "pvc-1", zone=ZONE)["users"] == [node["selfLink"]]
+    got = instances.get(project=PROJECT, zone=ZONE, instance="node-1").execute()
+    assert [(d["deviceName"], d["mode"]) for d in got["disks"][1:]] == [("pvc-1", "READ_WRITE")]
+    with pytest.raises(HttpError) as in_use:
+        instances.attachDisk(project=PROJECT, zone=ZONE, instance="node-2", body=body).execute()
+    assert in_use.value.resp.status == 400 and b"is already being used by" in in_use.value.content
+    for bad, status in (({"deviceName": "x"}, 400), ({**body, "sourse": "x"}, 400),
+                        ({**body, "source": f"projects/{PROJECT}/zones/{ZONE}/disks/nope"}, 404)):
+        with pytest.raises(HttpError) as refused:
+            instances.attachDisk(project=PROJECT, zone=ZONE, instance="node-2", body=bad).execute()
+        assert refused.value.resp.status == status
+    with pytest.raises(HttpError) as forced:
+        instances.attachDisk(project=PROJECT, zone=ZONE, instance="node-2", body=body, forceAttach=True).execute()
+    assert forced.value.resp.status == 501
+    # Of the beta API, the disks alone are served.
+    assert fake.handle("GET", f"/compute/beta/projects/{PROJECT}/zones/{ZONE}/disks/pvc-1")[0] == 200
+    assert fake.handle("GET", f"/compute/beta/projects/{PROJECT}/zones/{ZONE}/instances/node-1")[0] == 404
+
+
+def test_the_attached_disk_fields_are_the_documents(compute_doc: dict[str, Any]) -> None:
+    assert F.ATTACHED_DISK_FIELDS == set(compute_doc["schemas"]["AttachedDisk"]["properties"])
+
+
+def test_the_token_stand_ins_answer_as_googles_clients_read_them() -> None:
+    with F.FakeCompute() as server:
+        base = f"http://127.0.0.1:{server.port}"
+        request = urllib.request.Request(base + F.METADATA_TOKEN_PATH, headers={"Metadata-Flavor": "Google"})
+        with urllib.request.urlopen(request) as answer:
+            assert answer.headers["Metadata-Flavor"] == "Google"
+            assert set(json.load(answer)) == {"access_token", "expires_in", "token_type"}
+        with pytest.raises(urllib.error.HTTPError) as no_flavor:
+            urllib.request.urlopen(base + F.METADATA_TOKEN_PATH)
+        assert no_flavor.value.code == 403
+        with urllib.request.urlopen(urllib.request.Request(base + F.TOKEN_PATH, data=b"", method="POST")) as answer:
+            assert set(json.load(answer)) == {"accessToken", "expireTime"}
+        assert server.exchanges == []
 
 
 def test_stop_goes_stopping_then_terminated(fake_clocked: F.FakeCompute, clock: F.FakeClock,

@@ -1,6 +1,7 @@
 //! The second stack: a control plane with its controllers
 //! (`tests/stack/up.sh --controllers`: kube-controller-manager,
-//! kube-scheduler, kwok) plus the CSI attacher stand-in of [`crate::attacher`]
+//! kube-scheduler, kwok) plus the CSI attach chain of [`crate::attacher`]
+//! (the real external-attacher sidecar in front of each driver's controller)
 //! and the fake Compute Engine of [`crate::gce`], for the end-to-end scenarios
 //! where real controllers move pods and volumes.
 //!
@@ -36,7 +37,7 @@ static CLUSTER: OnceLock<Result<Stack, String>> = OnceLock::new();
 /// The controller stack of this process, started on first use, with
 /// `infra/kubernetes/rbac.yaml` applied, the CSIDriver objects
 /// (`ebs.csi.aws.com`, `cstor.csi.openebs.io`, `pd.csi.storage.gke.io`)
-/// registered, the fake Compute Engine and the CSI attacher stand-in running.
+/// registered, the fake Compute Engine and the CSI attach chain running.
 ///
 /// # Panics
 /// When the stack cannot be started: the message says what to install.
@@ -82,11 +83,12 @@ fn start() -> anyhow::Result<Stack> {
     bail!("kwok ignored lost node Leases in {KWOK_ATTEMPTS} starts of the stack")
 }
 
-/// Starts the fake Compute Engine (once per process) and the CSI attacher
-/// stand-ins, the PD one against that fake.
+/// Starts the fake Compute Engine (once per process) and the CSI attach
+/// chain of every driver: the real external-attacher sidecar in front of
+/// each controller, the real PD CSI driver's against that fake.
 fn spawn_attacher(stack: &Stack) -> anyhow::Result<()> {
     let fake = crate::gce::started_fake(&stack.dir)?;
-    attacher::spawn(stack, fake.client())
+    attacher::spawn(stack, fake, &attacher::Driver::ALL)
 }
 
 fn open(dir: PathBuf) -> anyhow::Result<Stack> {

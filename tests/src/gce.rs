@@ -4,14 +4,15 @@
 //! No Compute Engine emulator exists; the fake serves the REST subset
 //! node-fencer calls and is held to Google's description of the API by its
 //! own checks (`make gce-test`). It needs only Python's standard library. It
-//! is started once per test process, beside the controller stack (the PD CSI
-//! attacher stand-in of [`crate::attacher`] needs it), and stopped when the
+//! is started once per test process, beside the controller stack (the real
+//! PD CSI driver of [`crate::attacher`] calls it), and stopped when the
 //! process exits. Its log is `STATE_DIR/logs/fake-compute-<pid>.log`.
 //!
 //! The scenes seed it through the control API; node-fencer reaches its API
-//! through `COMPUTE_ENDPOINT` (plain http: anonymous credentials). The
-//! attacher stand-in reads and attaches through the control API too, so
-//! `/_fake/requests` lists node-fencer's calls alone.
+//! through `COMPUTE_ENDPOINT` (plain http: anonymous credentials). The PD CSI
+//! driver calls the same API (attachDisk, detachDisk, instances and disks);
+//! `/_fake/requests` records each request's User-Agent, which tells the two
+//! apart ([`Served::by_pd_driver`]).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -229,9 +230,24 @@ pub struct Served {
     pub method_id: Option<String>,
     /// The HTTP status answered.
     pub status: u16,
+    /// The request's User-Agent.
+    #[serde(default)]
+    pub user_agent: Option<String>,
 }
 
+/// How the PD CSI driver names itself in its User-Agent (after Google's Go
+/// client's own name).
+pub const PD_DRIVER_AGENT: &str = "GCE CSI Driver/";
+
 impl Served {
+    /// Whether the PD CSI driver sent it (through the external-attacher),
+    /// not node-fencer.
+    pub fn by_pd_driver(&self) -> bool {
+        self.user_agent
+            .as_deref()
+            .is_some_and(|a| a.contains(PD_DRIVER_AGENT))
+    }
+
     /// Whether it was a call of `method` (e.g. `instances.detachDisk`) on `vm`.
     pub fn is(&self, method: &str, vm: &Vm) -> bool {
         self.method_id.as_deref() == Some(&format!("compute.{method}"))
@@ -355,6 +371,28 @@ impl Compute {
         Ok(())
     }
 
+    /// How long the fake's operations take from now on (its default: 0.5 s).
+    pub async fn set_operation_delay(&self, seconds: f64) -> anyhow::Result<()> {
+        self.control("configure", json!({ "operation_delay": seconds }))
+            .await?;
+        Ok(())
+    }
+
+    /// Asks `instances.detachDisk` of the device on the VM through the
+    /// fake's API, as another client would (the PD CSI driver's
+    /// `ControllerUnpublishVolume`); returns the operation's name.
+    pub async fn detach_disk(&self, vm: &Vm, device: &str) -> anyhow::Result<String> {
+        let path = format!("/compute/v1/{}/detachDisk?deviceName={device}", vm.path());
+        let (status, body) = self.call("POST", &path, None).await?;
+        if status != 200 {
+            bail!("POST {path}: {status} {body}");
+        }
+        body["name"]
+            .as_str()
+            .map(str::to_owned)
+            .with_context(|| format!("POST {path}: no operation in {body}"))
+    }
+
     /// From now on `testIamPermissions` denies these permissions to every
     /// caller; an empty list grants everything again.
     pub async fn deny_permissions(&self, permissions: &[&str]) -> anyhow::Result<()> {
@@ -435,14 +473,25 @@ impl Compute {
         }))
     }
 
-    /// The `instances.detachDisk` requests the fake served for the VM (every
-    /// one is node-fencer's: the attacher stand-in never detaches).
+    /// node-fencer's `instances.detachDisk` requests for the VM: the PD CSI
+    /// driver's own (its `ControllerUnpublishVolume` of a disk the VM still
+    /// lists) are left out, told apart by their User-Agent.
     pub async fn detach_requests(&self, vm: &Vm) -> anyhow::Result<Vec<Served>> {
         Ok(self
             .requests()
             .await?
             .into_iter()
-            .filter(|r| r.is("instances.detachDisk", vm))
+            .filter(|r| r.is("instances.detachDisk", vm) && !r.by_pd_driver())
+            .collect())
+    }
+
+    /// The PD CSI driver's `instances.detachDisk` requests for the VM.
+    pub async fn driver_detach_requests(&self, vm: &Vm) -> anyhow::Result<Vec<Served>> {
+        Ok(self
+            .requests()
+            .await?
+            .into_iter()
+            .filter(|r| r.is("instances.detachDisk", vm) && r.by_pd_driver())
             .collect())
     }
 }

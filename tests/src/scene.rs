@@ -156,7 +156,7 @@ pub async fn add_workers_on(
             "spec": {"providerID": machine.provider_id(), "unschedulable": cordoned(i)}
         });
         // What the kubelet registers for the drivers; the external-attacher
-        // reads the node id from here (the stand-in uses the providerID).
+        // reads the node id from here and hands it to the driver.
         let drivers = match &machine.vm {
             Some(vm) => {
                 node["metadata"]["annotations"][INSTANCE_ID_ANNOTATION] = json!(vm.id);
@@ -956,8 +956,8 @@ pub async fn teardown(admin: &Client, namespace: Option<&str>, nodes: &[String])
 
 /// [`teardown`] of a seed, whose VMs are then deleted from the fake Compute
 /// Engine (an EC2 seed's instances are left to moto): that frees their
-/// disks, so the attacher stand-in lets the VolumeAttachments of the deleted
-/// nodes go.
+/// disks (the PD CSI driver takes a VM gone as its disks detached), so the
+/// external-attacher lets the VolumeAttachments of the deleted nodes go.
 pub async fn teardown_seed(admin: &Client, seed: &Seed) {
     teardown(admin, Some(&seed.namespace), &seed.node_names()).await;
     let compute = fake_compute().client();
@@ -966,7 +966,8 @@ pub async fn teardown_seed(admin: &Client, seed: &Seed) {
     }
 }
 
-/// Removes a fleet: its VolumeAttachments (the stand-in detaches them) and
+/// Removes a fleet: its VolumeAttachments (the external-attacher has them
+/// detached) and
 /// its nodes (best effort, without waiting).
 pub async fn teardown_fleet(admin: &Client, fleet: &Fleet) {
     let vas: Api<VolumeAttachment> = Api::all(admin.clone());
@@ -996,7 +997,7 @@ pub struct Fleet {
 }
 
 /// Creates `count` workers; those with `with_volume(i)` get an EBS volume
-/// behind a PV and a VolumeAttachment, attached by the stand-in.
+/// behind a PV and a VolumeAttachment, attached through the external-attacher.
 pub async fn fleet(
     stack: &Stack,
     count: usize,

@@ -10,6 +10,9 @@
 #   $CACHE/bin/kubernetes-<ver>/    kube-apiserver, kube-controller-manager, kube-scheduler, kubectl
 #   $CACHE/bin/etcd-<ver>/etcd
 #   $CACHE/bin/kwok-<ver>/kwok
+#   $CACHE/bin/external-attacher-<ver>/csi-attacher   the real CSI external-attacher sidecar
+#   $CACHE/bin/pd-csi-driver-<ver>/gce-pd-csi-driver   the real PD CSI driver (its controller runs here)
+#   $CACHE/bin/csi-controller-<sha>/csi-controller     tests/csi: our EBS (moto) and cStor-like controllers
 #   $CACHE/bin/hclfmt-<ver>/hclfmt
 #   $CACHE/bin/alertmanager-<ver>/      alertmanager, amtool
 #   $CACHE/bin/prometheus-<ver>/promtool
@@ -26,10 +29,10 @@
 #
 # Usage: tests/stack/setup.sh [--for-run] [--only-python] [--skip-controllers] [--only-terraform]
 #   --for-run           only what `make run` runs: the stack venv, etcd, the Kubernetes
-#                       binaries and kwok (no test-only tools: the infra and GCE venvs,
+#                       binaries, kwok and the CSI attach chain (no test-only tools: the infra and GCE venvs,
 #                       hclfmt, cargo-fuzz, Alertmanager, promtool, OpenTofu, tflint)
 #   --only-python       only the Python venvs (and env.sh)
-#   --skip-controllers  skip kube-controller-manager, kube-scheduler and kwok
+#   --skip-controllers  skip kube-controller-manager, kube-scheduler, kwok and the CSI attach chain
 #   --only-terraform    of the binaries, only tofu, tflint, the schema-only provider and its mirror
 #
 # Whatever the options, env.sh names every tool's cache path (built or not), so that
@@ -37,7 +40,8 @@
 set -euo pipefail
 
 # The whole script is one function, read completely before it runs, so editing
-# or updating this file during a long build does not disturb the running copy.
+# or updating this file during a long build does not disturb the running copy;
+# the `exit` on its call's line keeps bash from reading the edited file on.
 main() {
 	usage() {
 		sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//'
@@ -78,6 +82,11 @@ main() {
 	PROMETHEUS_VERSION=v0.316.0  # github.com/prometheus/prometheus (promtool): v0.3XX.Y is Prometheus 3.XX.Y
 	OPENTOFU_VERSION=v1.10.10    # github.com/opentofu/opentofu (tofu)
 	TFLINT_VERSION=v0.61.0       # github.com/terraform-linters/tflint (its terraform ruleset is bundled)
+	# The CSI attach chain of the scenarios: the real external-attacher sidecar and
+	# the real PD CSI driver (its controller service, against the fake Compute
+	# Engine), built from their released modules as the project releases them.
+	EXTERNAL_ATTACHER_VERSION=v4.13.0 # github.com/kubernetes-csi/external-attacher/v4 (csi-attacher)
+	PD_CSI_VERSION=v1.28.1            # sigs.k8s.io/gcp-compute-persistent-disk-csi-driver (gce-pd-csi-driver)
 	# The providers' schemas, from the CDK for Terraform bindings on npm: each
 	# package is generated from one provider release (named in the comment).
 	# The newest release of each, and the oldest one at the floor infra/ claims
@@ -129,6 +138,12 @@ main() {
 	PROMTOOL_BIN="$CACHE/bin/prometheus-$PROMETHEUS_VERSION/promtool"
 	TOFU_BIN="$CACHE/bin/opentofu-$OPENTOFU_VERSION/tofu"
 	TFLINT_BIN="$CACHE/bin/tflint-$TFLINT_VERSION/tflint"
+	CSI_ATTACHER_BIN="$CACHE/bin/external-attacher-$EXTERNAL_ATTACHER_VERSION/csi-attacher"
+	PD_CSI_BIN="$CACHE/bin/pd-csi-driver-$PD_CSI_VERSION/gce-pd-csi-driver"
+	CSI_CONTROLLER_SRC="$REPO/tests/csi"
+	# Keyed by its source, so an edit rebuilds it.
+	CSI_CONTROLLER_SHA="$(cd "$CSI_CONTROLLER_SRC" && cat go.mod go.sum ./*.go | sha256sum | cut -c1-16)"
+	CSI_CONTROLLER_BIN="$CACHE/bin/csi-controller-$CSI_CONTROLLER_SHA/csi-controller"
 	SCHEMA_PROVIDER_SRC="$REPO/tests/infra/schema-provider"
 	SCHEMA_CONVERTER="$REPO/tests/infra/cdk_schema.py"
 	# Keyed by the provider's source, so an edit rebuilds it.
@@ -176,6 +191,10 @@ main() {
 	VENV_IN_PROGRESS=""
 	cleanup() {
 		local p
+		# A background build still running when this run fails is stopped.
+		for p in "${BG_PIDS[@]+"${BG_PIDS[@]}"}"; do
+			kill "$p" 2>/dev/null || true
+		done
 		for p in "${TMP_PATHS[@]+"${TMP_PATHS[@]}"}" "$VENV_IN_PROGRESS"; do
 			[ -z "$p" ] || rm -rf "$p"
 		done
@@ -332,6 +351,21 @@ main() {
 	build_tofu() {
 		build_in_module "github.com/opentofu/opentofu@$OPENTOFU_VERSION" ./cmd/tofu
 	}
+	# The external-attacher's go.mod has replace directives, so `go install`
+	# refuses it: it is built inside a copy of its module. Both stamp the version
+	# their release builds set (the PD driver refuses to start without one).
+	build_csi_attacher() {
+		build_in_module "github.com/kubernetes-csi/external-attacher/v4@$EXTERNAL_ATTACHER_VERSION" ./cmd/csi-attacher \
+			"-X main.version=$EXTERNAL_ATTACHER_VERSION"
+	}
+	build_pd_csi() {
+		GOCACHE="$GOCACHE_TMP" go_install "sigs.k8s.io/gcp-compute-persistent-disk-csi-driver/cmd/gce-pd-csi-driver@$PD_CSI_VERSION" \
+			gce-pd-csi-driver "-X main.version=$PD_CSI_VERSION"
+	}
+	build_csi_controller() {
+		(cd "$CSI_CONTROLLER_SRC" && GOCACHE="$GOCACHE_TMP" GOFLAGS="$GOFLAGS -mod=readonly" \
+			go build -ldflags "-s -w -X main.version=$CSI_CONTROLLER_SHA" -o "$OUT" .)
+	}
 	build_tflint() {
 		GOCACHE="$GOCACHE_TMP" go_install "github.com/terraform-linters/tflint@$TFLINT_VERSION" tflint
 	}
@@ -424,7 +458,42 @@ main() {
 			install_bin "$1" "$2" "$3" "$4" -- "${@:7}"
 		fi
 	}
+	# The CSI attach chain: three Go builds of several minutes that need nothing
+	# else built, run one after the other in the background beside the steps
+	# after them (whose downloads and links leave a core idle), their output
+	# prefixed with [csi]; wait_bg waits for them before env.sh is written.
+	BG_PIDS=()
+	csi_steps() {
+		bin_step csi-attacher "$EXTERNAL_ATTACHER_VERSION" "$CSI_ATTACHER_BIN" "~3-5 min" 4 -- build_csi_attacher
+		bin_step gce-pd-csi-driver "$PD_CSI_VERSION" "$PD_CSI_BIN" "~3-5 min" 4 -- build_pd_csi
+		bin_step csi-controller "$CSI_CONTROLLER_SHA" "$CSI_CONTROLLER_BIN" "~1-2 min" 2 -- build_csi_controller
+	}
+	in_background() { # in_background FUNCTION: runs it now when planning
+		if [ "$STEP" = plan ]; then
+			"$1"
+			return 0
+		fi
+		(
+			TMP_PATHS=()
+			BG_PIDS=()
+			trap cleanup EXIT
+			trap 'exit 143' TERM
+			"$1"
+		) > >(sed -u 's/^/[csi] /') 2>&1 &
+		BG_PIDS+=("$!")
+	}
+	wait_bg() {
+		local pid failed=0
+		for pid in "${BG_PIDS[@]+"${BG_PIDS[@]}"}"; do
+			wait "$pid" || failed=1
+		done
+		BG_PIDS=()
+		[ "$failed" = 0 ] || die "the CSI attach chain's build failed (its lines above start with [csi])"
+	}
 	steps() {
+		if want_controllers; then
+			in_background csi_steps
+		fi
 		venv_step stack "$STACK_VENV" "$HERE/requirements.txt"
 		if want_test_tools; then
 			[ -z "$INFRA_VENV" ] || venv_step infra "$INFRA_VENV" "$REPO/tests/infra/requirements.txt"
@@ -474,6 +543,7 @@ main() {
 		printf '      %s\n' "${PLAN[@]}"
 	fi
 	STEP=build steps
+	wait_bg
 	[ -x "$STACK_VENV/bin/moto_server" ] || die "moto_server missing from $STACK_VENV (delete it and rerun)"
 	[ -x "$STACK_VENV/bin/cargo-lambda" ] || die "cargo-lambda missing from $STACK_VENV (delete it and rerun)"
 
@@ -486,6 +556,9 @@ main() {
 		echo "export NODE_FENCER_KUBE_BIN=$(q "$KUBE_BIN")"
 		echo "export NODE_FENCER_ETCD=$(q "$ETCD_BIN")"
 		echo "export NODE_FENCER_KWOK=$(q "$KWOK_BIN")"
+		echo "export NODE_FENCER_CSI_ATTACHER=$(q "$CSI_ATTACHER_BIN")"
+		echo "export NODE_FENCER_PD_CSI_DRIVER=$(q "$PD_CSI_BIN")"
+		echo "export NODE_FENCER_CSI_CONTROLLER=$(q "$CSI_CONTROLLER_BIN")"
 		echo "export NODE_FENCER_HCLFMT=$(q "$HCLFMT_BIN")"
 		echo "export NODE_FENCER_CARGO_FUZZ=$(q "$CARGO_FUZZ_BIN")"
 		echo "export NODE_FENCER_ALERTMANAGER=$(q "$ALERTMANAGER_BIN/alertmanager")"
@@ -509,7 +582,7 @@ main() {
 
 	missing=()
 	for b in "$ETCD_BIN" "$KUBE_BIN/kube-apiserver" "$KUBE_BIN/kube-controller-manager" \
-		"$KUBE_BIN/kube-scheduler" "$KWOK_BIN" "$HCLFMT_BIN" "$CARGO_FUZZ_BIN" "$KUBE_BIN/kubectl" \
+		"$KUBE_BIN/kube-scheduler" "$KWOK_BIN" "$CSI_ATTACHER_BIN" "$PD_CSI_BIN" "$CSI_CONTROLLER_BIN" "$HCLFMT_BIN" "$CARGO_FUZZ_BIN" "$KUBE_BIN/kubectl" \
 		"$ALERTMANAGER_BIN/alertmanager" "$ALERTMANAGER_BIN/amtool" "$PROMTOOL_BIN" \
 		"$TOFU_BIN" "$TFLINT_BIN" "$SCHEMA_PROVIDER_BIN" "$TF_MIRROR"; do
 		[ -x "$b" ] || missing+=("${b#"$CACHE"/}")
@@ -520,4 +593,4 @@ main() {
 	log "ready in $(elapsed "$SECONDS"): source $CACHE/env.sh"
 }
 
-main "$@"
+main "$@"; exit

@@ -1,6 +1,6 @@
 //! The recovery-time benchmark: the seed scenario, several times, on the
 //! controller stack (kube-controller-manager, kube-scheduler, kwok, moto, the
-//! CSI attacher stand-in), with node-fencer through the real binary under
+//! real CSI external-attacher in front of each driver's controller), with node-fencer through the real binary under
 //! `cargo lambda watch` and in-process with every API call timed; optionally
 //! the same scenario without node-fencer; and a storm of many nodes at once.
 //! With `--hung`, node 2 hangs instead (its instance keeps running) and

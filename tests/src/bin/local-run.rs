@@ -1,7 +1,8 @@
 //! `make run`: node-fencer's main job on the local stack, step by step.
 //!
 //! Brings up the controller stack (etcd, kube-apiserver, controller-manager,
-//! scheduler, kwok nodes, moto, the CSI attacher stand-in), sets up the seed
+//! scheduler, kwok nodes, moto, the real CSI external-attacher in front of each
+//! driver's controller), sets up the seed
 //! scenario (a StatefulSet and a Deployment with ReadWriteOnce EBS volumes on
 //! node 2), stops node 2's instance and heartbeats, shows Kubernetes stuck,
 //! then sends the EventBridge `stopped` event to the real binary under
@@ -30,8 +31,9 @@ usage: local-run [--cloud aws|gce] [--keep]
 
 Runs node-fencer's main job on the local stack: etcd, kube-apiserver,
 kube-controller-manager, kube-scheduler, kwok nodes, moto (EC2), the fake
-Compute Engine and a CSI attacher stand-in, with node-fencer under cargo
-lambda watch. Replays the seed scenario: a StatefulSet and a Deployment with
+Compute Engine and the real CSI external-attacher sidecars (in front of the
+real PD CSI driver and our EBS and cStor controllers), with node-fencer under
+cargo lambda watch. Replays the seed scenario: a StatefulSet and a Deployment with
 ReadWriteOnce volumes on a node whose machine stops; Kubernetes alone leaves
 them stuck; node-fencer lets them move, volumes included.
 
@@ -79,7 +81,7 @@ async fn main() -> anyhow::Result<()> {
     let t0 = Instant::now();
     step(
         t0,
-        "starting the local stack (etcd, kube-apiserver, controllers, kwok, moto, fake Compute Engine, CSI attacher)",
+        "starting the local stack (etcd, kube-apiserver, controllers, kwok, moto, fake Compute Engine, CSI external-attachers and drivers)",
     );
     let s = cluster_stack();
     let admin = s.admin().await?;
@@ -309,7 +311,7 @@ async fn main() -> anyhow::Result<()> {
              {kubectl} get nodes,pods,volumeattachments -A -o wide\n  \
              {kubectl} get events -n default --field-selector involvedObject.name={node2}\n  \
              cargo lambda invoke node-fencer --invoke-port {port} --data-ascii '{{\"action\": \"check\", \"node\": \"{node2}\"}}'\n  \
-             tail {dir}/logs/csi-attacher.log",
+             tail {dir}/logs/csi-attacher-*.log {dir}/logs/csi-*.log",
             dir = s.dir.display(),
             port = emu.port,
         );

@@ -373,6 +373,16 @@ fn is_not_found(e: &google_cloud_compute_v1::Error, resource: &str) -> bool {
     code && reason && status.message.contains(&format!("'{resource}'"))
 }
 
+/// Whether `e` is Compute Engine's 400 `resourceNotReady`: an operation
+/// on the resource (here another detach of the disk) is still running.
+fn is_not_ready(e: &google_cloud_compute_v1::Error) -> bool {
+    e.http_status_code() == Some(400) && e.status().is_some_and(|status| {
+        status.details.iter().any(
+            |d| matches!(d, StatusDetails::ErrorInfo(info) if info.reason == "resourceNotReady"),
+        )
+    })
+}
+
 fn is_done(op: &Operation) -> bool {
     op.status
         .as_ref()
@@ -536,7 +546,22 @@ impl Cloud for Gce {
             .with_idempotency(true)
             .send()
             .await
-            .map_err(|e| fail(None, format!("instances.detachDisk {vm} {device}: {e}")))?;
+            .map_err(|e| {
+                // The PD CSI driver's own detach of this disk is running (the
+                // attach/detach controller deleted its VolumeAttachment once
+                // the pods went): the end wanted is under way, left to the
+                // verification as EC2's IncorrectState is.
+                if is_not_ready(&e) {
+                    fail(
+                        Some("NotAttached"),
+                        format!(
+                            "instances.detachDisk {vm} {device}: another detach is under way: {e}"
+                        ),
+                    )
+                } else {
+                    fail(None, format!("instances.detachDisk {vm} {device}: {e}"))
+                }
+            })?;
         self.wait(&vm, op).await.map_err(|e| fail(None, e))
     }
 
@@ -706,7 +731,7 @@ mod tests {
         use hyper::body::Bytes;
         use serde_json::json;
 
-        use super::super::is_not_found;
+        use super::super::{is_not_found, is_not_ready};
 
         const VM: &str = "projects/proj-fencer/zones/us-central1-a/instances/node-1";
 
@@ -781,6 +806,33 @@ mod tests {
                 ("JSON that is no Google error", json!({"error": "not found"}).to_string()),
             ] {
                 assert!(!is_not_found(&answered(404, &body), VM), "{why}");
+            }
+        }
+
+        #[test]
+        fn only_resource_not_ready_is_a_detach_under_way() {
+            let disk = "projects/proj-fencer/zones/us-central1-a/disks/pv-1";
+            let busy = google(
+                400,
+                "resourceNotReady",
+                &format!("The resource '{disk}' is not ready"),
+            );
+            assert!(is_not_ready(&answered(400, &busy)));
+            for (why, e) in [
+                (
+                    "another reason",
+                    answered(400, &google(400, "invalid", "is not ready")),
+                ),
+                (
+                    "another status",
+                    answered(409, &google(409, "resourceNotReady", "is not ready")),
+                ),
+                (
+                    "no Google error",
+                    answered(400, "The resource is not ready"),
+                ),
+            ] {
+                assert!(!is_not_ready(&e), "{why}");
             }
         }
 
