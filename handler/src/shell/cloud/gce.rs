@@ -376,11 +376,12 @@ fn is_not_found(e: &google_cloud_compute_v1::Error, resource: &str) -> bool {
 /// Whether `e` is Compute Engine's 400 `resourceNotReady`: an operation
 /// on the resource (here another detach of the disk) is still running.
 fn is_not_ready(e: &google_cloud_compute_v1::Error) -> bool {
-    e.http_status_code() == Some(400) && e.status().is_some_and(|status| {
-        status.details.iter().any(
+    e.http_status_code() == Some(400)
+        && e.status().is_some_and(|status| {
+            status.details.iter().any(
             |d| matches!(d, StatusDetails::ErrorInfo(info) if info.reason == "resourceNotReady"),
         )
-    })
+        })
 }
 
 fn is_done(op: &Operation) -> bool {
