@@ -8,7 +8,6 @@ use std::collections::HashMap;
 
 use crate::core::facts::{Confirmation, NodeFacts, Readiness};
 use crate::core::instance::{InstanceId, InstanceState};
-use crate::core::power;
 
 /// The machine an out-of-service Node stands for: the one node-fencer
 /// fenced, else the Node's own.
@@ -48,7 +47,7 @@ fn dead(node: &NodeFacts, known: &HashMap<InstanceId, Confirmation>) -> bool {
 /// powered off by node-fencer and not fenced yet (a power-off in flight),
 /// and not known dead. A lookup that failed proves nothing: the Node counts.
 pub fn counts(node: &NodeFacts, known: &HashMap<InstanceId, Confirmation>) -> bool {
-    (node.is_out_of_service() || power::in_flight(node)) && !dead(node, known)
+    (node.is_out_of_service() || node.power_off_in_flight()) && !dead(node, known)
 }
 
 /// How many Nodes take room under the cap.

@@ -173,6 +173,21 @@ pub struct CsiVolume {
 }
 
 impl NodeFacts {
+    /// When node-fencer powered the Node's machine off, if it did and the
+    /// Node has not booted and reported since: the kubelet reports a new
+    /// boot id after every boot, so an unchanged (or unknown) one proves no
+    /// recovery.
+    pub fn powered_off_before(&self) -> Option<&str> {
+        let mark = self.power.powered_off.as_ref()?;
+        (!self.power.booted_since(mark.boot_id.as_deref())).then_some(mark.at.as_str())
+    }
+
+    /// True for a Node powered off by node-fencer and not fenced yet: it
+    /// takes room under the cap before its taint does.
+    pub fn power_off_in_flight(&self) -> bool {
+        !self.is_out_of_service() && self.powered_off_before().is_some()
+    }
+
     /// True when the node carries an out-of-service taint that evicts (any
     /// value), or node-fencer fenced it the legacy way: either counts
     /// against the cap.

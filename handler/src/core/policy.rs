@@ -1,5 +1,5 @@
 //! The fencing policy: every setting the pipeline acts on, validated once
-//! (by [`crate::core::config::Config`]) and passed to every stage as it is.
+//! (by the configuration, which holds a `Policy`) and passed to every stage as it is.
 
 use std::time::Duration;
 

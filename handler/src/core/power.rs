@@ -273,14 +273,6 @@ pub fn not_ready_for(node: &NodeFacts, now: i64) -> Option<u64> {
     u64::try_from(now.saturating_sub(since)).ok()
 }
 
-/// True for a Node node-fencer powered off that has not booted and
-/// reported since: the kubelet reports a new boot id after every boot, so
-/// an unchanged (or unknown) one proves no recovery.
-pub fn powered_off_before(node: &NodeFacts) -> Option<&str> {
-    let mark = node.power.powered_off.as_ref()?;
-    (!node.power.booted_since(mark.boot_id.as_deref())).then_some(mark.at.as_str())
-}
-
 /// How long after node-fencer fenced or powered off a Node it still counts
 /// as dark for the partition guards: a zone that goes dark node by node, one
 /// sweep at a time, is one outage, not several.
@@ -331,12 +323,6 @@ pub fn partition(
         zone: zone.to_owned(),
         nodes: in_zone.len(),
     })
-}
-
-/// Nodes powered off by node-fencer that are not fenced yet: they take room
-/// under the cap before their taint does.
-pub fn in_flight(node: &NodeFacts) -> bool {
-    !node.is_out_of_service() && powered_off_before(node).is_some()
 }
 
 /// The other Nodes that name `node`'s machine (a re-registration under a
@@ -413,7 +399,7 @@ fn judge_one(
             needed,
         });
     };
-    if let Some(at) = powered_off_before(node) {
+    if let Some(at) = node.powered_off_before() {
         return refuse(Refusal::PoweredOffBefore { at: at.to_owned() });
     }
     let zone = node.power.zone.as_deref();
@@ -769,7 +755,7 @@ mod tests {
         };
         // One fenced Node, and the power-off in flight, which the cap's own
         // count takes in (issue 33, item 10: the taint's count too).
-        assert!(in_flight(&nodes[2]));
+        assert!(nodes[2].power_off_in_flight());
         assert!(crate::core::cap::counts(&nodes[2], &Default::default()));
         let around = Surroundings {
             nodes: &nodes,

@@ -1,8 +1,8 @@
 //! The handles one invocation works with, as in controller-rs: the cloud,
 //! the cluster (its reads, its fencing writes and its coordination objects
 //! apart), where failures and latencies are counted, and the id that names
-//! the invocation. No state of the run lives here: that is the
-//! [`crate::pipeline::invocation::Invocation`]'s.
+//! the invocation. No state of the run lives here: that is the invocation's,
+//! which each stage receives beside these handles.
 
 use tracing::warn;
 

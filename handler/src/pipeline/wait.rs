@@ -2,7 +2,7 @@
 //! kill switch is read again before the first write after it. A stage never
 //! sleeps on its own (the architecture test holds the pipeline to it): it
 //! pauses or polls here, so a new wait cannot forget the switch. The Lease's
-//! own wait ends in [`after`] too ([`crate::pipeline::lease`]).
+//! own wait, a renewal on a timer, ends in [`after`] too.
 
 use std::time::Duration;
 
