@@ -6,8 +6,8 @@
 
 use tracing::warn;
 
-use crate::core::events::{self, NodeEvent};
-use crate::core::metrics::Meter;
+use crate::core::outbound::events::{self, NodeEvent};
+use crate::core::outbound::metrics::Meter;
 use crate::shell::cloud::Cloud;
 use crate::shell::cluster::{Cluster, ClusterReads, Coordination, FencingWrites};
 
@@ -57,7 +57,7 @@ impl<'a> Ctx<'a> {
         let name = events::event_name(node, event.reason, occasion);
         if let Err(e) = self.writes.node_event(node, &event, &name).await {
             self.meter
-                .error(crate::core::metrics::Dependency::Kubernetes);
+                .error(crate::core::outbound::metrics::Dependency::Kubernetes);
             warn!(error = %e, reason = event.reason.as_str(), "could not record the event");
         }
     }

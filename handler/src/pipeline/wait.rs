@@ -9,8 +9,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::warn;
 
-use crate::core::control::Switch;
-use crate::core::metrics::Dependency;
+use crate::core::outbound::metrics::Dependency;
+use crate::core::rules::control::Switch;
 use crate::pipeline::ctx::Ctx;
 
 /// Reads the kill switch again after the wait `what`: on, or unreadable,

@@ -6,8 +6,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::core::facts::{InstanceFacts, StatusChecks, VolumeAttachmentState, VolumeFacts};
-use crate::core::instance::{AttachmentState, InstanceId, InstanceState, VolumeId, VolumeState};
+use crate::core::model::facts::{InstanceFacts, StatusChecks, VolumeAttachmentState, VolumeFacts};
+use crate::core::model::instance::{
+    AttachmentState, InstanceId, InstanceState, VolumeId, VolumeState,
+};
 use crate::shell::cloud::{Cloud, CloudError, Detach};
 
 use super::Recorder;

@@ -5,8 +5,10 @@ use aws_sdk_ec2::error::ProvideErrorMetadata;
 use aws_sdk_ec2::types::Filter;
 
 use super::{Cloud, CloudError, Detach};
-use crate::core::facts::{InstanceFacts, StatusChecks, VolumeAttachmentState, VolumeFacts};
-use crate::core::instance::{AttachmentState, InstanceId, InstanceState, VolumeId, VolumeState};
+use crate::core::model::facts::{InstanceFacts, StatusChecks, VolumeAttachmentState, VolumeFacts};
+use crate::core::model::instance::{
+    AttachmentState, InstanceId, InstanceState, VolumeId, VolumeState,
+};
 
 /// EC2 filters accept at most 200 values each.
 const FILTER_CHUNK: usize = 200;

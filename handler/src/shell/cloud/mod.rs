@@ -9,8 +9,8 @@ pub mod gce;
 
 use async_trait::async_trait;
 
-use crate::core::facts::{InstanceFacts, StatusChecks, VolumeFacts};
-use crate::core::instance::{InstanceId, Provider, VolumeId};
+use crate::core::model::facts::{InstanceFacts, StatusChecks, VolumeFacts};
+use crate::core::model::instance::{InstanceId, Provider, VolumeId};
 
 /// A failed EC2 call, named after the operation.
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
