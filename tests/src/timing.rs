@@ -12,8 +12,8 @@ use node_fencer::core::model::facts::{
     AttachmentFacts, InstanceFacts, NodeFacts, PvFacts, StatusChecks, VolumeFacts,
 };
 use node_fencer::core::model::instance::{InstanceId, VolumeId};
-use node_fencer::core::model::kube_read::{Ending, PowerStamp, Stamp};
 use node_fencer::core::outbound::events::NodeEvent;
+use node_fencer::core::outbound::kube_patch::{Ending, PowerStamp, Stamp};
 use node_fencer::core::rules::control::KillSwitch;
 use node_fencer::core::rules::mode::ServerVersion;
 use node_fencer::core::rules::view::Census;

@@ -8,9 +8,8 @@ use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use node_fencer::core::model::facts::FenceMode;
 use node_fencer::core::model::facts::{OUT_OF_SERVICE_KEY, OUT_OF_SERVICE_VALUE};
 use node_fencer::core::model::instance::{InstanceId, InstanceState};
-use node_fencer::core::model::kube_read::{
-    self, ANNOTATION_INSTANCE, ANNOTATION_TAINT, Ending, Stamp, TaintPatch,
-};
+use node_fencer::core::model::kube_read::{self, ANNOTATION_INSTANCE, ANNOTATION_TAINT};
+use node_fencer::core::outbound::kube_patch::{self, Ending, Stamp, TaintPatch};
 use node_fencer::shell::cluster::{
     ClusterReads, FencingWrites, Kube, TaintOutcome, UntaintOutcome,
 };
@@ -67,7 +66,7 @@ async fn a_stale_patch_is_refused_by_the_api_server() -> anyhow::Result<()> {
     Api::<Node>::all(admin.clone())
         .patch(&spec.name, &PatchParams::default(), &Patch::Merge(&other))
         .await?;
-    let TaintPatch::Apply(patch) = kube_read::taint_patch(&stale, &stamp()) else {
+    let TaintPatch::Apply(patch) = kube_patch::taint_patch(&stale, &stamp()) else {
         panic!("expected a patch");
     };
     let err = Api::<Node>::all(s.fencer().await?)

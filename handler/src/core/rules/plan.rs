@@ -10,7 +10,7 @@ use crate::core::inbound::suspect::{Intent, NodeRef, Origin, Suspect};
 use crate::core::model::facts::{Confirmation, FenceMode, InstanceFacts, NodeFacts, VolumeFacts};
 use crate::core::model::facts::{CsiVolume, PodRef, PvFacts};
 use crate::core::model::instance::{InstanceId, InstanceState, VolumeId};
-use crate::core::model::kube_read::{Stamp, TaintOutcome};
+use crate::core::outbound::kube_patch::{Stamp, TaintOutcome};
 use crate::core::outbound::report::{
     AttachmentOutcome, AttachmentReport, NodeReport, Outcome, VolumeOutcome, VolumeReport,
 };

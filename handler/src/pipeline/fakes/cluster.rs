@@ -16,11 +16,12 @@ use crate::core::model::facts::{
     AttachmentFacts, CsiVolume, NodeFacts, OUT_OF_SERVICE_KEY, PvFacts,
 };
 use crate::core::model::instance::{InstanceId, VolumeId};
-use crate::core::model::kube_read::{
+use crate::core::model::kube_read;
+use crate::core::outbound::events::NodeEvent;
+use crate::core::outbound::kube_patch::{
     self, ConfirmOutcome, ConfirmPatch, Ending, PowerStamp, Stamp, TaintOutcome, TaintPatch,
     UntaintOutcome, UntaintPatch,
 };
-use crate::core::outbound::events::NodeEvent;
 use crate::core::rules::control::KillSwitch;
 use crate::core::rules::mode::ServerVersion;
 use crate::core::rules::view::Census;
@@ -605,7 +606,7 @@ impl FencingWrites for FakeCluster {
         let Some(current) = current else {
             return Ok(TaintOutcome::NodeGone);
         };
-        match kube_read::taint_patch(&current, stamp) {
+        match kube_patch::taint_patch(&current, stamp) {
             TaintPatch::Apply(patch) => {
                 self.patch(node, &patch)?;
                 Ok(TaintOutcome::Applied)
@@ -651,7 +652,7 @@ impl FencingWrites for FakeCluster {
             return Ok(UntaintOutcome::NodeGone);
         };
         let now = k8s_openapi::jiff::Timestamp::now().as_second();
-        match kube_read::untaint_patch(&current, ending, now) {
+        match kube_patch::untaint_patch(&current, ending, now) {
             UntaintPatch::Apply {
                 patch,
                 removes_taint,
@@ -685,7 +686,7 @@ impl FencingWrites for FakeCluster {
         let Some(current) = current else {
             return Ok(ConfirmOutcome::NodeGone);
         };
-        match kube_read::confirm_patch(&current, fenced_at) {
+        match kube_patch::confirm_patch(&current, fenced_at) {
             ConfirmPatch::Apply(patch) => {
                 self.patch(node, &patch)?;
                 Ok(ConfirmOutcome::Confirmed)
@@ -704,7 +705,7 @@ impl FencingWrites for FakeCluster {
         if !self.lock().nodes.contains_key(node) {
             return Ok(false);
         }
-        self.patch(node, &kube_read::power_mark_patch(stamp))?;
+        self.patch(node, &kube_patch::power_mark_patch(stamp))?;
         Ok(true)
     }
 
@@ -713,7 +714,7 @@ impl FencingWrites for FakeCluster {
             return Err(ClusterError::PatchConflict { node: node.into() });
         }
         if self.lock().nodes.contains_key(node) {
-            self.patch(node, &kube_read::power_unmark_patch())?;
+            self.patch(node, &kube_patch::power_unmark_patch())?;
         }
         Ok(())
     }

@@ -8,8 +8,8 @@ use futures::StreamExt;
 use tracing::{Instrument, info, info_span, warn};
 
 use crate::core::model::facts::FenceMode;
-use crate::core::model::kube_read::TaintOutcome;
 use crate::core::outbound::events::NodeEvent;
+use crate::core::outbound::kube_patch::TaintOutcome;
 use crate::core::outbound::metrics::{self, Dependency};
 use crate::core::rules::plan::{NodeRun, Stage};
 use crate::pipeline::ctx::{Ctx, PARALLEL_NODES};

@@ -68,7 +68,7 @@ async fn tainted<'p>(w: &World, policy: &'p Policy) -> Invocation<'p> {
     let run: &mut NodeRun = &mut inv.runs[0];
     run.confirm_again(Some(&stopped(1)), false);
     run.tainted(Ok(Some(
-        crate::core::model::kube_read::TaintOutcome::Applied,
+        crate::core::outbound::kube_patch::TaintOutcome::Applied,
     )));
     inv
 }

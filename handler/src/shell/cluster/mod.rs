@@ -22,11 +22,12 @@ use tokio::sync::OnceCell;
 
 pub use crate::core::model::facts::PodRef;
 use crate::core::model::facts::{AttachmentFacts, NodeFacts, PvFacts};
-use crate::core::model::kube_read::{
+use crate::core::model::kube_read;
+use crate::core::outbound::events::NodeEvent;
+use crate::core::outbound::kube_patch::{
     self, ConfirmPatch, Ending, PowerStamp, Stamp, TaintPatch, UntaintPatch,
 };
-pub use crate::core::model::kube_read::{ConfirmOutcome, TaintOutcome, UntaintOutcome};
-use crate::core::outbound::events::NodeEvent;
+pub use crate::core::outbound::kube_patch::{ConfirmOutcome, TaintOutcome, UntaintOutcome};
 use crate::core::rules::control::{self, KillSwitch, LeaseFacts, LeaseStep};
 use crate::core::rules::mode::ServerVersion;
 use crate::core::rules::retry::{self, KUBERNETES};
