@@ -12,7 +12,9 @@ use aws_config::SdkConfig;
 
 use crate::core::inbound::suspect::{Batch, Intent};
 use crate::core::inbound::trigger::{self, direct};
-use crate::core::settings::config::{ClusterAccess, Config, LogFormat, VARIABLES};
+use crate::core::settings::access::ClusterAccess;
+use crate::core::settings::config::{Config, LogFormat};
+use crate::core::settings::variables::VARIABLES;
 use crate::entry::app::{App, HandlerError, Reply, finish};
 use crate::entry::telemetry;
 use crate::shell::connect::{Clients, sdk_config};

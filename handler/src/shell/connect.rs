@@ -16,7 +16,8 @@ use tokio::sync::{Mutex, OnceCell};
 
 use crate::core::inbound::trigger::function_url::WebhookToken;
 use crate::core::rules::retry;
-use crate::core::settings::config::{ClusterAccess, Config, TokenSource};
+use crate::core::settings::access::ClusterAccess;
+use crate::core::settings::config::{Config, TokenSource};
 use crate::shell::eks_token;
 pub use crate::shell::timeouts::Timeouts;
 

@@ -5,188 +5,14 @@ use std::time::Duration;
 
 use crate::core::inbound::oidc::{Expected, ExpectedError};
 use crate::core::inbound::trigger::RouteGroup;
-use crate::core::model::values::parse_bool;
 use crate::core::rules::mode::ModeSetting;
 use crate::core::rules::ownership::{self, ClusterIdentity};
 use crate::core::rules::power::ActiveFencing;
 use crate::core::rules::recovery::RecoveryPolicy;
 use crate::core::rules::resolve::ClusterScope;
+use crate::core::settings::access::{ClusterAccess, cluster_access};
 use crate::core::settings::policy::Policy;
-
-/// Every variable read, with what it accepts (for `--help` and the README).
-pub const VARIABLES: &[(&str, &str)] = &[
-    (
-        "DRY_RUN",
-        "true|false (default false): plan only, change nothing",
-    ),
-    (
-        "MAX_OUT_OF_SERVICE",
-        "integer 1..=1000 (default 3): nodes allowed to carry the out-of-service taint at once",
-    ),
-    (
-        "MAX_OUT_OF_SERVICE_PERCENT",
-        "integer 1..=100 (default unset): also cap out-of-service nodes at this share of all nodes (at least one)",
-    ),
-    (
-        "FENCING_MODE",
-        "auto|taint|legacy (default auto): the out-of-service taint, or force-deleting pods and VolumeAttachments; auto picks by server version (taint from 1.26)",
-    ),
-    (
-        "CONFIRM_AGAIN_AFTER_SECONDS",
-        "integer 0..=300 (default 0): ask EC2 a second time after this delay before acting",
-    ),
-    (
-        "NOT_READY_WAIT_SECONDS",
-        "integer 0..=300 (default 60): when the instance is confirmed off but its Node is still Ready, wait this long within the invocation for Kubernetes to notice (set it above --node-monitor-grace-period, 50 s by default); 0 fails at once for a retry",
-    ),
-    (
-        "RECOVERY_SETTLE_SECONDS",
-        "integer 0..=300 (default 30): how long a fenced node must be Ready again before its taint is removed",
-    ),
-    (
-        "RECOVERY",
-        "auto|manual (default auto): manual also waits, before a fencing ends, for an operator to confirm the node healthy (`node-fencer recover --confirm NODE`, or the Node annotation node-fencer.io/recovery-confirmed set to its node-fencer.io/fenced-at)",
-    ),
-    (
-        "OUT_OF_SERVICE_NO_SCHEDULE",
-        "true|false (default false): also apply node.kubernetes.io/out-of-service=nodeshutdown:NoSchedule beside the NoExecute taint, the pair Rook/Ceph documents for a fenced node; such a fencing ends only with proof of a power cycle",
-    ),
-    (
-        "ACTIVE_FENCING",
-        "off|on (default off): power off, out of band, a node NotReady for POWER_OFF_AFTER_SECONDS whose instance EC2 still reports running (found by the sweep, a firing KubeNodeNotReady alert, or `fence --power-off`), then fence it as a stopped one; needs ec2:StopInstances and ec2:DescribeInstanceStatus",
-    ),
-    (
-        "POWER_OFF_AFTER_SECONDS",
-        "integer 60..=3600 (default 120; with ACTIVE_FENCING=on): how long a node must have been NotReady before its instance may be powered off",
-    ),
-    (
-        "POWER_OFF_WAIT_SECONDS",
-        "integer 10..=600 (default 120; with ACTIVE_FENCING=on): how long, within the invocation, to wait for a powered-off instance to reach stopped; one not stopped by then fails the invocation for a retry, untainted",
-    ),
-    (
-        "PARTITION_PERCENT",
-        "integer 1..=100 (default 30; with ACTIVE_FENCING=on): refuse every power-off while more than this share of the nodes are dark (NotReady and not fenced, or fenced or powered off by node-fencer in the last 30 minutes), or while every node of the candidate's zone is",
-    ),
-    (
-        "POWER_OFF_CONTROL_PLANE",
-        "true/false (default false; with ACTIVE_FENCING=on): also power off Nodes with the control-plane role label (their machines may hold etcd members)",
-    ),
-    (
-        "CONTROL_NAMESPACE",
-        "namespace of the fencing Lease and the kill-switch ConfigMap `node-fencer` (default kube-system)",
-    ),
-    (
-        "FENCE_HIBERNATED",
-        "true|false (default false): take an instance stopped by hibernation for off (it resumes from RAM when started)",
-    ),
-    (
-        "VOLUME_DETACH_TIMEOUT_SECONDS",
-        "integer 1..=600 (default 60): wait for the fenced instance to let go of its detached volumes (0 would report every fence failed)",
-    ),
-    (
-        "CLUSTER_VPC_ID",
-        "vpc-… (default unset): the cluster's VPC; an EC2 event's instance in another VPC is let go without a Kubernetes request, and Nodes without an AWS provider id are fenced only when the instance is in this VPC and holds the Node's InternalIP",
-    ),
-    (
-        "CLUSTER_TAG",
-        "KEY or KEY=VALUE (default unset; with CLUSTER_VPC_ID): a tag the cluster's instances carry, also required of such an instance; kubernetes.io/cluster/NAME also names the cluster (see CLUSTER_NAME)",
-    ),
-    (
-        "CLUSTER_NAME",
-        "EKS cluster name: authenticate with an EKS token (eks:DescribeCluster unless CLUSTER_ENDPOINT and CLUSTER_CA_DATA are set); an EC2 event's instance whose cluster tags name only other clusters is let go without a Kubernetes request",
-    ),
-    (
-        "CLUSTER_ENDPOINT",
-        "EKS or GKE API server URL, https:// (with CLUSTER_NAME or GKE_CLUSTER, and CLUSTER_CA_DATA)",
-    ),
-    (
-        "CLUSTER_CA_DATA",
-        "base64 PEM CA of the API server (with CLUSTER_ENDPOINT)",
-    ),
-    (
-        "KUBECONFIG_SSM_PARAMETER",
-        "SSM SecureString parameter holding a kubeconfig (self-managed clusters)",
-    ),
-    (
-        "KUBECONFIG_SECRET_ID",
-        "Secrets Manager secret holding a kubeconfig (self-managed clusters)",
-    ),
-    (
-        "KUBECONFIG",
-        "kubeconfig path when none of the above is set (local use)",
-    ),
-    (
-        "GKE_CLUSTER",
-        "projects/P/locations/L/clusters/C (with CLUSTER_ENDPOINT and CLUSTER_CA_DATA): authenticate to GKE with the service account's Google access token (Application Default Credentials: on Cloud Run, the metadata server)",
-    ),
-    (
-        "PUSH_AUDIENCE",
-        "comma-separated https:// URLs, the audiences the OIDC tokens of Pub/Sub push, Eventarc and Cloud Scheduler requests may carry (`serve`; with PUSH_SERVICE_ACCOUNT): the subscription's audience, the service's URL; a URL without a path also stands for itself followed by the request's path; unset, /pubsub, /eventarc and /sweep refuse every request",
-    ),
-    (
-        "PUSH_SERVICE_ACCOUNT",
-        "the service account e-mail those tokens must be issued for (`serve`; with PUSH_AUDIENCE)",
-    ),
-    (
-        "PUSH_CERTS_URL",
-        "where the push tokens' signing keys are read (default https://www.googleapis.com/oauth2/v3/certs; https, or http on a loopback address for a local key server)",
-    ),
-    (
-        "SERVE_ROUTES",
-        "comma-separated `events` (/pubsub, /eventarc, /sweep) and `alertmanager` (/alertmanager) (`serve`; default both): the routes this service answers, the others 404, so the public webhook can run as a service of its own",
-    ),
-    (
-        "COMPUTE_ENDPOINT",
-        "Compute Engine API base URL (default https://compute.googleapis.com); a plain http:// one is a local stand-in and gets no credentials",
-    ),
-    (
-        "WEBHOOK_TOKEN_SECRET_ID",
-        "Secrets Manager secret holding the Alertmanager bearer token",
-    ),
-    (
-        "WEBHOOK_TOKEN_SSM_PARAMETER",
-        "SSM SecureString parameter holding the Alertmanager bearer token",
-    ),
-    (
-        "WEBHOOK_TOKEN",
-        "the Alertmanager bearer token itself (local use, or on Cloud Run from Secret Manager)",
-    ),
-    (
-        "LOG_FORMAT",
-        "json|text (default json in Lambda, text on a terminal)",
-    ),
-    (
-        "RUST_LOG",
-        "log filter (default info, with the SDK's instance-metadata lookups at error)",
-    ),
-];
-
-/// How node-fencer reaches the Kubernetes API.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ClusterAccess {
-    /// `KUBECONFIG`, `~/.kube/config`, or in-cluster service account.
-    Ambient,
-    /// EKS with an IAM-derived bearer token.
-    Eks {
-        /// The cluster name (also signed into the token).
-        name: String,
-        /// Endpoint and CA, when given; otherwise `eks:DescribeCluster`.
-        endpoint: Option<(String, String)>,
-    },
-    /// A kubeconfig kept in an SSM SecureString parameter.
-    KubeconfigParameter(String),
-    /// A kubeconfig kept in a Secrets Manager secret.
-    KubeconfigSecret(String),
-    /// GKE with a Google access token.
-    Gke {
-        /// `projects/P/locations/L/clusters/C`.
-        cluster: String,
-        /// The API server URL.
-        endpoint: String,
-        /// Its base64 PEM CA.
-        ca: String,
-    },
-}
+use crate::core::settings::variables::{ConfigError, exclusive, flag, int};
 
 /// What `serve` accepts from Pub/Sub push and Eventarc: OIDC tokens for
 /// one of these audiences, issued for this service account.
@@ -273,32 +99,6 @@ pub struct Config {
     pub serve_routes: ServeRoutes,
 }
 
-/// A configuration error, naming the variable.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum ConfigError {
-    /// A variable holds a value it does not accept.
-    #[error("{var}={value:?} is invalid: expected {expected}")]
-    Invalid {
-        /// The variable.
-        var: &'static str,
-        /// Its value.
-        value: String,
-        /// What it accepts.
-        expected: &'static str,
-    },
-    /// Variables that exclude each other are both set.
-    #[error("{0} are mutually exclusive: set at most one")]
-    Exclusive(String),
-    /// A variable needs another one.
-    #[error("{var} requires {needs}")]
-    Requires {
-        /// The variable set.
-        var: &'static str,
-        /// What else it needs.
-        needs: &'static str,
-    },
-}
-
 impl Config {
     /// Settings that are valid but weaken a protection: logged at start and
     /// shown by preflight, each naming the variable.
@@ -344,133 +144,14 @@ impl Config {
                 .map(|v| v.trim().to_owned())
                 .filter(|v| !v.is_empty())
         };
-        let dry_run = flag(&get, "DRY_RUN")?;
-        let no_schedule_too = flag(&get, "OUT_OF_SERVICE_NO_SCHEDULE")?;
-        let fence_hibernated = flag(&get, "FENCE_HIBERNATED")?;
-        let max_out_of_service = int(
-            &get,
-            "MAX_OUT_OF_SERVICE",
-            3,
-            1,
-            1000,
-            "an integer from 1 to 1000",
-        )?;
-        let detach_wait = Duration::from_secs(int(
-            &get,
-            "VOLUME_DETACH_TIMEOUT_SECONDS",
-            60,
-            1,
-            600,
-            "an integer from 1 to 600 (0 would report every fence failed)",
-        )? as u64);
-
-        let max_out_of_service_percent = match get("MAX_OUT_OF_SERVICE_PERCENT") {
-            None => None,
-            Some(_) => Some(int(
-                &get,
-                "MAX_OUT_OF_SERVICE_PERCENT",
-                100,
-                1,
-                100,
-                "an integer from 1 to 100",
-            )? as u8),
-        };
-        let mode = match get("FENCING_MODE") {
-            None => ModeSetting::Auto,
-            Some(v) => ModeSetting::parse(&v).ok_or(ConfigError::Invalid {
-                var: "FENCING_MODE",
-                value: v,
-                expected: "auto, taint or legacy",
-            })?,
-        };
-        let seconds = |var, default| -> Result<Duration, ConfigError> {
-            Ok(Duration::from_secs(
-                int(&get, var, default, 0, 300, "an integer from 0 to 300")? as u64,
-            ))
-        };
-        let confirm_again_after = seconds("CONFIRM_AGAIN_AFTER_SECONDS", 0)?;
-        let recovery_settle = seconds("RECOVERY_SETTLE_SECONDS", 30)?;
-        let not_ready_wait = seconds("NOT_READY_WAIT_SECONDS", 60)?;
-        let recovery = match get("RECOVERY") {
-            None => RecoveryPolicy::Auto,
-            Some(v) => RecoveryPolicy::parse(&v).ok_or(ConfigError::Invalid {
-                var: "RECOVERY",
-                value: v,
-                expected: "auto or manual",
-            })?,
-        };
-        let active_fencing = active_fencing(&get)?;
-        let control_namespace = match get("CONTROL_NAMESPACE") {
-            None => "kube-system".to_owned(),
-            Some(ns) if is_dns_label(&ns) => ns,
-            Some(ns) => {
-                return Err(ConfigError::Invalid {
-                    var: "CONTROL_NAMESPACE",
-                    value: ns,
-                    expected: "a namespace name (lowercase letters, digits, hyphens, up to 63)",
-                });
-            }
-        };
-        let scope = cluster_scope(&get)?;
+        let mut policy = policy(&get)?;
         let cluster = cluster_access(&get)?;
-        let identity = cluster_identity(scope.as_ref(), &cluster);
-        let token_vars = [
-            ("WEBHOOK_TOKEN", get("WEBHOOK_TOKEN")),
-            (
-                "WEBHOOK_TOKEN_SSM_PARAMETER",
-                get("WEBHOOK_TOKEN_SSM_PARAMETER"),
-            ),
-            ("WEBHOOK_TOKEN_SECRET_ID", get("WEBHOOK_TOKEN_SECRET_ID")),
-        ];
-        let webhook_token = match exclusive(&token_vars)? {
-            None => None,
-            Some(("WEBHOOK_TOKEN", v)) => {
-                crate::core::inbound::trigger::function_url::WebhookToken::new(&v).map_err(
-                    |_| ConfigError::Invalid {
-                        var: "WEBHOOK_TOKEN",
-                        value: "<redacted>".into(),
-                        expected: "a token of at least 16 characters",
-                    },
-                )?;
-                Some(TokenSource::Inline(v))
-            }
-            Some(("WEBHOOK_TOKEN_SSM_PARAMETER", v)) => Some(TokenSource::Parameter(v)),
-            Some((_, v)) => Some(TokenSource::Secret(v)),
-        };
-        let log_format = match get("LOG_FORMAT").as_deref() {
-            None => None,
-            Some("json") => Some(LogFormat::Json),
-            Some("text") => Some(LogFormat::Text),
-            Some(v) => {
-                return Err(ConfigError::Invalid {
-                    var: "LOG_FORMAT",
-                    value: v.into(),
-                    expected: "json or text",
-                });
-            }
-        };
+        policy.identity = cluster_identity(policy.scope.as_ref(), &cluster);
         Ok(Self {
-            policy: Policy {
-                dry_run,
-                max_out_of_service,
-                max_out_of_service_percent,
-                mode,
-                confirm_again_after,
-                recovery_settle,
-                recovery,
-                active_fencing,
-                no_schedule_too,
-                not_ready_wait,
-                control_namespace,
-                detach_wait,
-                fence_hibernated,
-                scope,
-                identity,
-                ..Policy::default()
-            },
+            policy,
             cluster,
-            webhook_token,
-            log_format,
+            webhook_token: webhook_token(&get)?,
+            log_format: log_format(&get)?,
             push_auth: push_auth(&get)?,
             compute_endpoint: compute_endpoint(&get)?,
             serve_routes: serve_routes(&get)?,
@@ -478,14 +159,147 @@ impl Config {
     }
 }
 
-/// A `true`/`false` variable, `false` when unset.
-fn flag(get: &impl Fn(&str) -> Option<String>, var: &'static str) -> Result<bool, ConfigError> {
-    match get(var) {
-        None => Ok(false),
-        Some(v) => parse_bool(&v).ok_or(ConfigError::Invalid {
-            var,
+/// The settings the pipeline acts on, but the cluster's identity, which
+/// also needs the cluster access.
+fn policy(get: &impl Fn(&str) -> Option<String>) -> Result<Policy, ConfigError> {
+    let dry_run = flag(get, "DRY_RUN")?;
+    let no_schedule_too = flag(get, "OUT_OF_SERVICE_NO_SCHEDULE")?;
+    let fence_hibernated = flag(get, "FENCE_HIBERNATED")?;
+    let max_out_of_service = int(
+        get,
+        "MAX_OUT_OF_SERVICE",
+        3,
+        1,
+        1000,
+        "an integer from 1 to 1000",
+    )?;
+    let detach_wait = Duration::from_secs(int(
+        get,
+        "VOLUME_DETACH_TIMEOUT_SECONDS",
+        60,
+        1,
+        600,
+        "an integer from 1 to 600 (0 would report every fence failed)",
+    )? as u64);
+    let max_out_of_service_percent = match get("MAX_OUT_OF_SERVICE_PERCENT") {
+        None => None,
+        Some(_) => Some(int(
+            get,
+            "MAX_OUT_OF_SERVICE_PERCENT",
+            100,
+            1,
+            100,
+            "an integer from 1 to 100",
+        )? as u8),
+    };
+    let mode = fencing_mode(get)?;
+    let seconds = |var, default| -> Result<Duration, ConfigError> {
+        Ok(Duration::from_secs(
+            int(get, var, default, 0, 300, "an integer from 0 to 300")? as u64,
+        ))
+    };
+    let confirm_again_after = seconds("CONFIRM_AGAIN_AFTER_SECONDS", 0)?;
+    let recovery_settle = seconds("RECOVERY_SETTLE_SECONDS", 30)?;
+    let not_ready_wait = seconds("NOT_READY_WAIT_SECONDS", 60)?;
+    let recovery = recovery(get)?;
+    let active_fencing = active_fencing(get)?;
+    let control_namespace = control_namespace(get)?;
+    Ok(Policy {
+        dry_run,
+        max_out_of_service,
+        max_out_of_service_percent,
+        mode,
+        confirm_again_after,
+        recovery_settle,
+        recovery,
+        active_fencing,
+        no_schedule_too,
+        not_ready_wait,
+        control_namespace,
+        detach_wait,
+        fence_hibernated,
+        scope: cluster_scope(get)?,
+        ..Policy::default()
+    })
+}
+
+/// `FENCING_MODE`, `auto` when unset.
+fn fencing_mode(get: &impl Fn(&str) -> Option<String>) -> Result<ModeSetting, ConfigError> {
+    match get("FENCING_MODE") {
+        None => Ok(ModeSetting::Auto),
+        Some(v) => ModeSetting::parse(&v).ok_or(ConfigError::Invalid {
+            var: "FENCING_MODE",
             value: v,
-            expected: "true or false",
+            expected: "auto, taint or legacy",
+        }),
+    }
+}
+
+/// `RECOVERY`, `auto` when unset.
+fn recovery(get: &impl Fn(&str) -> Option<String>) -> Result<RecoveryPolicy, ConfigError> {
+    match get("RECOVERY") {
+        None => Ok(RecoveryPolicy::Auto),
+        Some(v) => RecoveryPolicy::parse(&v).ok_or(ConfigError::Invalid {
+            var: "RECOVERY",
+            value: v,
+            expected: "auto or manual",
+        }),
+    }
+}
+
+/// `CONTROL_NAMESPACE`, `kube-system` when unset.
+fn control_namespace(get: &impl Fn(&str) -> Option<String>) -> Result<String, ConfigError> {
+    match get("CONTROL_NAMESPACE") {
+        None => Ok("kube-system".to_owned()),
+        Some(ns) if is_dns_label(&ns) => Ok(ns),
+        Some(ns) => Err(ConfigError::Invalid {
+            var: "CONTROL_NAMESPACE",
+            value: ns,
+            expected: "a namespace name (lowercase letters, digits, hyphens, up to 63)",
+        }),
+    }
+}
+
+/// The webhook token's source: inline, an SSM parameter or a secret, at
+/// most one.
+fn webhook_token(
+    get: &impl Fn(&str) -> Option<String>,
+) -> Result<Option<TokenSource>, ConfigError> {
+    let token_vars = [
+        ("WEBHOOK_TOKEN", get("WEBHOOK_TOKEN")),
+        (
+            "WEBHOOK_TOKEN_SSM_PARAMETER",
+            get("WEBHOOK_TOKEN_SSM_PARAMETER"),
+        ),
+        ("WEBHOOK_TOKEN_SECRET_ID", get("WEBHOOK_TOKEN_SECRET_ID")),
+    ];
+    Ok(match exclusive(&token_vars)? {
+        None => None,
+        Some(("WEBHOOK_TOKEN", v)) => {
+            crate::core::inbound::trigger::function_url::WebhookToken::new(&v).map_err(|_| {
+                ConfigError::Invalid {
+                    var: "WEBHOOK_TOKEN",
+                    value: "<redacted>".into(),
+                    expected: "a token of at least 16 characters",
+                }
+            })?;
+            Some(TokenSource::Inline(v))
+        }
+        Some(("WEBHOOK_TOKEN_SSM_PARAMETER", v)) => Some(TokenSource::Parameter(v)),
+        Some((_, v)) => Some(TokenSource::Secret(v)),
+    })
+}
+
+/// `LOG_FORMAT`, if set.
+fn log_format(get: &impl Fn(&str) -> Option<String>) -> Result<Option<LogFormat>, ConfigError> {
+    match get("LOG_FORMAT").as_deref() {
+        None => Ok(None),
+        Some("json") => Ok(Some(LogFormat::Json)),
+        Some("text") => Ok(Some(LogFormat::Text)),
+        Some(v) => Err(ConfigError::Invalid {
+            var: "LOG_FORMAT",
+            value: v.into(),
+            expected: "json or text",
         }),
     }
 }
@@ -614,118 +428,6 @@ fn cluster_identity(scope: Option<&ClusterScope>, access: &ClusterAccess) -> Clu
     }
 }
 
-fn cluster_access(get: &impl Fn(&str) -> Option<String>) -> Result<ClusterAccess, ConfigError> {
-    let sources = [
-        ("CLUSTER_NAME", get("CLUSTER_NAME")),
-        ("KUBECONFIG_SSM_PARAMETER", get("KUBECONFIG_SSM_PARAMETER")),
-        ("KUBECONFIG_SECRET_ID", get("KUBECONFIG_SECRET_ID")),
-        ("GKE_CLUSTER", get("GKE_CLUSTER")),
-    ];
-    let endpoint = get("CLUSTER_ENDPOINT");
-    let ca = get("CLUSTER_CA_DATA");
-    let access = match exclusive(&sources)? {
-        None => ClusterAccess::Ambient,
-        Some(("GKE_CLUSTER", cluster)) => {
-            if !is_gke_cluster(&cluster) {
-                return Err(ConfigError::Invalid {
-                    var: "GKE_CLUSTER",
-                    value: cluster,
-                    expected: "projects/PROJECT/locations/LOCATION/clusters/NAME",
-                });
-            }
-            let endpoint = endpoint.clone().ok_or(ConfigError::Requires {
-                var: "GKE_CLUSTER",
-                needs: "CLUSTER_ENDPOINT",
-            })?;
-            if !endpoint.starts_with("https://") {
-                return Err(ConfigError::Invalid {
-                    var: "CLUSTER_ENDPOINT",
-                    value: endpoint,
-                    expected: "an https:// URL",
-                });
-            }
-            let ca = ca.clone().ok_or(ConfigError::Requires {
-                var: "GKE_CLUSTER",
-                needs: "CLUSTER_CA_DATA",
-            })?;
-            ClusterAccess::Gke {
-                cluster,
-                endpoint,
-                ca,
-            }
-        }
-        Some(("CLUSTER_NAME", name)) => {
-            if !crate::core::model::names::is_dns_subdomain(&name.to_ascii_lowercase())
-                || name.len() > 100
-            {
-                return Err(ConfigError::Invalid {
-                    var: "CLUSTER_NAME",
-                    value: name,
-                    expected: "an EKS cluster name (letters, digits, hyphens, up to 100)",
-                });
-            }
-            let endpoint = match (endpoint.clone(), ca.clone()) {
-                (Some(e), Some(c)) => {
-                    if !e.starts_with("https://") {
-                        return Err(ConfigError::Invalid {
-                            var: "CLUSTER_ENDPOINT",
-                            value: e,
-                            expected: "an https:// URL",
-                        });
-                    }
-                    Some((e, c))
-                }
-                (None, None) => None,
-                (Some(_), None) => {
-                    return Err(ConfigError::Requires {
-                        var: "CLUSTER_ENDPOINT",
-                        needs: "CLUSTER_CA_DATA",
-                    });
-                }
-                (None, Some(_)) => {
-                    return Err(ConfigError::Requires {
-                        var: "CLUSTER_CA_DATA",
-                        needs: "CLUSTER_ENDPOINT",
-                    });
-                }
-            };
-            ClusterAccess::Eks { name, endpoint }
-        }
-        Some(("KUBECONFIG_SSM_PARAMETER", p)) => ClusterAccess::KubeconfigParameter(p),
-        Some((_, s)) => ClusterAccess::KubeconfigSecret(s),
-    };
-    if !matches!(
-        access,
-        ClusterAccess::Eks { .. } | ClusterAccess::Gke { .. }
-    ) && (endpoint.is_some() || ca.is_some())
-    {
-        return Err(ConfigError::Requires {
-            var: if endpoint.is_some() {
-                "CLUSTER_ENDPOINT"
-            } else {
-                "CLUSTER_CA_DATA"
-            },
-            needs: "CLUSTER_NAME or GKE_CLUSTER",
-        });
-    }
-    Ok(access)
-}
-
-/// `projects/P/locations/L/clusters/C`, each part a plain name.
-fn is_gke_cluster(s: &str) -> bool {
-    let part = |p: &str| {
-        !p.is_empty()
-            && p.len() <= 100
-            && p.bytes().all(|b| {
-                b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b':' || b == b'.'
-            })
-    };
-    matches!(
-        s.split('/').collect::<Vec<_>>()[..],
-        ["projects", p, "locations", l, "clusters", c] if part(p) && part(l) && part(c)
-    )
-}
-
 /// What `serve` requires of push requests: both variables or neither.
 fn push_auth(get: &impl Fn(&str) -> Option<String>) -> Result<Option<PushAuth>, ConfigError> {
     match (get("PUSH_AUDIENCE"), get("PUSH_SERVICE_ACCOUNT")) {
@@ -803,41 +505,6 @@ fn compute_endpoint(get: &impl Fn(&str) -> Option<String>) -> Result<Option<Stri
             value: url,
             expected: "an http:// or https:// URL",
         }),
-    }
-}
-
-fn exclusive(
-    vars: &[(&'static str, Option<String>)],
-) -> Result<Option<(&'static str, String)>, ConfigError> {
-    let set: Vec<_> = vars.iter().filter(|(_, v)| v.is_some()).collect();
-    match set.as_slice() {
-        [] => Ok(None),
-        [(k, Some(v))] => Ok(Some((k, v.clone()))),
-        _ => Err(ConfigError::Exclusive(
-            set.iter().map(|(k, _)| *k).collect::<Vec<_>>().join(", "),
-        )),
-    }
-}
-
-fn int(
-    get: &impl Fn(&str) -> Option<String>,
-    var: &'static str,
-    default: usize,
-    min: usize,
-    max: usize,
-    expected: &'static str,
-) -> Result<usize, ConfigError> {
-    match get(var) {
-        None => Ok(default),
-        Some(v) => v
-            .parse::<usize>()
-            .ok()
-            .filter(|n| (min..=max).contains(n))
-            .ok_or(ConfigError::Invalid {
-                var,
-                value: v,
-                expected,
-            }),
     }
 }
 

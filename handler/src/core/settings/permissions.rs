@@ -109,7 +109,7 @@ pub fn manifest() -> serde_json::Value {
             })
             .collect()
     };
-    let variables: Vec<serde_json::Value> = crate::core::settings::config::VARIABLES
+    let variables: Vec<serde_json::Value> = crate::core::settings::variables::VARIABLES
         .iter()
         .map(|(name, accepts)| serde_json::json!({"name": name, "accepts": accepts}))
         .collect();

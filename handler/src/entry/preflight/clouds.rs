@@ -7,7 +7,8 @@ use super::{Check, Status, failed, row};
 use crate::core::model::facts::{NodeFacts, Readiness};
 use crate::core::model::gce::GceInstance;
 use crate::core::model::instance::{InstanceId, Provider};
-use crate::core::settings::config::{ClusterAccess, Config};
+use crate::core::settings::access::ClusterAccess;
+use crate::core::settings::config::Config;
 use crate::shell::cloud::aws;
 use crate::shell::connect::Clients;
 
