@@ -194,31 +194,31 @@ fn parse_entry(entry: &Value, delivery: Delivery) -> Result<AuditEvent, InputErr
         .pointer("/operation/last")
         .and_then(Value::as_bool)
         .unwrap_or(false);
-    let intent = match verb(method) {
-        Verb::Event => Intent::Fence,
-        Verb::Down if last => Intent::Fence,
-        Verb::Up if last => Intent::Recover,
-        Verb::Down | Verb::Up => {
-            return Ok(AuditEvent::Ignored {
-                origin,
-                reason: format!(
-                    "{instance}: `{method}` has not finished; its last entry (operation.last) will follow"
-                ),
-            });
-        }
-        Verb::Other => {
-            return Ok(AuditEvent::Ignored {
-                origin,
-                reason: format!("{instance}: `{method}` neither stops nor starts a VM"),
-            });
-        }
-    };
-    Ok(AuditEvent::Suspect {
-        instance,
-        instance_id,
-        intent,
-        origin,
-    })
+    match intent(method, last, &instance) {
+        Ok(intent) => Ok(AuditEvent::Suspect {
+            instance,
+            instance_id,
+            intent,
+            origin,
+        }),
+        Err(reason) => Ok(AuditEvent::Ignored { origin, reason }),
+    }
+}
+
+/// What an entry of `method` about `instance` asks for, or why it is
+/// ignored: a stop or start counts once its operation is over (`last`).
+fn intent(method: &str, last: bool, instance: &GceInstance) -> Result<Intent, String> {
+    match verb(method) {
+        Verb::Event => Ok(Intent::Fence),
+        Verb::Down if last => Ok(Intent::Fence),
+        Verb::Up if last => Ok(Intent::Recover),
+        Verb::Down | Verb::Up => Err(format!(
+            "{instance}: `{method}` has not finished; its last entry (operation.last) will follow"
+        )),
+        Verb::Other => Err(format!(
+            "{instance}: `{method}` neither stops nor starts a VM"
+        )),
+    }
 }
 
 /// How an entry names its VM.
