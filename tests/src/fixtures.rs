@@ -14,10 +14,11 @@ use serde_json::{Value, json};
 
 use node_fencer::core::inbound::suspect::Batch;
 use node_fencer::core::model::facts::CsiVolume;
+use node_fencer::core::model::instance::EBS_CSI_DRIVER;
 use node_fencer::core::model::kube_read::{ANNOTATION_CONTROLLER_MANAGED, csi_unique_name};
 use node_fencer::core::outbound::metrics::{Measured, Meter};
 use node_fencer::core::outbound::report::Report;
-use node_fencer::core::rules::volumes::{EBS_CSI_DRIVER, attachment_name};
+use node_fencer::core::rules::volumes::attachment_name;
 use node_fencer::core::settings::policy::Policy;
 use node_fencer::pipeline::{self, Ctx};
 use node_fencer::shell::cloud::Cloud;

@@ -8,7 +8,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::core::model::gce::{GceInstance, GceStatus, PdDisk};
+use crate::core::model::gce::{GceInstance, GceStatus, PD_CSI_DRIVER, PdDisk};
 
 /// The cloud a machine or a disk belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -96,6 +96,24 @@ impl<'de> Deserialize<'de> for InstanceId {
                 "`{raw}` is not an EC2 instance id (i- followed by 8 or 17 hex digits) nor a GCE provider id (gce://PROJECT/ZONE/NAME)"
             ))
         })
+    }
+}
+
+/// The CSI driver name of the EBS CSI driver.
+pub const EBS_CSI_DRIVER: &str = "ebs.csi.aws.com";
+
+/// True for the CSI drivers of the clouds' own disks, which node-fencer
+/// detaches: EBS and Persistent Disk. Other drivers' volumes are theirs.
+pub fn is_cloud_disk_driver(driver: &str) -> bool {
+    driver == EBS_CSI_DRIVER || driver == PD_CSI_DRIVER
+}
+
+/// The disk a CSI volume handle of a cloud disk driver names.
+pub fn cloud_disk(driver: &str, handle: &str) -> Option<VolumeId> {
+    match driver {
+        EBS_CSI_DRIVER => VolumeId::ebs(handle),
+        PD_CSI_DRIVER => VolumeId::pd(handle),
+        _ => None,
     }
 }
 

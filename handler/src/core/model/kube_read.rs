@@ -10,10 +10,10 @@ use crate::core::model::facts::{
     NodeFacts, OUT_OF_SERVICE_EFFECT, OUT_OF_SERVICE_KEY, PodRef, PowerFacts, PowerMark, PvFacts,
     Readiness, TaintFacts,
 };
+use crate::core::model::instance::cloud_disk;
 use crate::core::model::instance::{
     InstanceId, InstanceState, VolumeId, instance_from_provider_id,
 };
-use crate::core::rules::volumes::cloud_disk;
 
 /// Annotation prefix for what node-fencer records on a Node it fenced.
 pub const ANNOTATION_PREFIX: &str = "node-fencer.io/";

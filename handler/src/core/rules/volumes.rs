@@ -10,26 +10,7 @@ use sha2::{Digest, Sha256};
 use crate::core::model::facts::{
     AttachmentFacts, CsiVolume, FenceMode, PodRef, PvFacts, VolumeFacts,
 };
-use crate::core::model::gce::PD_CSI_DRIVER;
-use crate::core::model::instance::{InstanceId, VolumeId, VolumeState};
-
-/// The CSI driver name of the EBS CSI driver.
-pub const EBS_CSI_DRIVER: &str = "ebs.csi.aws.com";
-
-/// True for the CSI drivers of the clouds' own disks, which node-fencer
-/// detaches: EBS and Persistent Disk. Other drivers' volumes are theirs.
-pub fn is_cloud_disk_driver(driver: &str) -> bool {
-    driver == EBS_CSI_DRIVER || driver == PD_CSI_DRIVER
-}
-
-/// The disk a CSI volume handle of a cloud disk driver names.
-pub fn cloud_disk(driver: &str, handle: &str) -> Option<VolumeId> {
-    match driver {
-        EBS_CSI_DRIVER => VolumeId::ebs(handle),
-        PD_CSI_DRIVER => VolumeId::pd(handle),
-        _ => None,
-    }
-}
+use crate::core::model::instance::{InstanceId, VolumeId, VolumeState, is_cloud_disk_driver};
 
 /// A volume that backs one of the node's VolumeAttachments.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -393,7 +374,7 @@ pub fn plan_detach(
 mod tests {
     use super::*;
     use crate::core::model::facts::VolumeAttachmentState;
-    use crate::core::model::instance::AttachmentState;
+    use crate::core::model::instance::{AttachmentState, EBS_CSI_DRIVER};
 
     #[test]
     fn an_attachment_is_named_as_kubernetes_names_it() {

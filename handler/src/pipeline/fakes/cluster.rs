@@ -202,7 +202,8 @@ impl FakeCluster {
     /// Kubernetes gives it, and records the volume on the Node, as the
     /// attach/detach controller does.
     pub fn recorded_attachment(&self, node: &str, volume: &VolumeId) {
-        use crate::core::rules::volumes::{EBS_CSI_DRIVER, attachment_name};
+        use crate::core::model::instance::EBS_CSI_DRIVER;
+        use crate::core::rules::volumes::attachment_name;
         self.attachment(node, volume);
         let csi = CsiVolume {
             driver: EBS_CSI_DRIVER.into(),
@@ -236,7 +237,7 @@ impl FakeCluster {
         state.attachments.push(AttachmentFacts {
             name: format!("csi-{volume}"),
             uid: format!("uid-csi-{volume}"),
-            attacher: crate::core::rules::volumes::EBS_CSI_DRIVER.into(),
+            attacher: crate::core::model::instance::EBS_CSI_DRIVER.into(),
             node_name: node.into(),
             pv_name: Some(pv.clone()),
             inline_volume: None,
@@ -276,7 +277,7 @@ impl FakeCluster {
         state.attachments.push(AttachmentFacts {
             name: format!("csi-inline-{volume}"),
             uid: format!("uid-csi-inline-{volume}"),
-            attacher: crate::core::rules::volumes::EBS_CSI_DRIVER.into(),
+            attacher: crate::core::model::instance::EBS_CSI_DRIVER.into(),
             node_name: node.into(),
             pv_name: None,
             inline_volume: Some(volume.clone()),

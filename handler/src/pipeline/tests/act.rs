@@ -261,7 +261,7 @@ async fn a_node_that_records_its_volumes_has_them_read_by_name() {
     assert!(lists.is_empty(), "{log:?}");
     let attachment = crate::core::rules::volumes::attachment_name(
         &crate::core::model::facts::CsiVolume {
-            driver: crate::core::rules::volumes::EBS_CSI_DRIVER.into(),
+            driver: crate::core::model::instance::EBS_CSI_DRIVER.into(),
             handle: volume(1).to_string(),
         },
         NODE,
