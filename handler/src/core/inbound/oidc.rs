@@ -29,7 +29,7 @@ pub const MAX_TOKEN_LEN: usize = 8 * 1024;
 pub const CLOCK_SKEW_SECS: i64 = 60;
 
 /// The issuers of Google's ID tokens: Google documents both forms.
-pub const GOOGLE_ISSUERS: [&str; 2] = ["https://accounts.google.com", "accounts.google.com"];
+const GOOGLE_ISSUERS: [&str; 2] = ["https://accounts.google.com", "accounts.google.com"];
 
 /// Algorithm names (RFC 7518) an error may name; any other `alg` is reported
 /// as unrecognised, so an attacker's bytes never reach a log line.
@@ -276,7 +276,7 @@ pub struct PushIdentity {
     /// The service account the push was signed as.
     pub email: String,
     /// Its unique id (`sub`), when the token carries one.
-    pub subject: Option<String>,
+    pub(crate) subject: Option<String>,
     /// When the token was issued (Unix seconds).
     pub issued_at: i64,
     /// When it expires (Unix seconds).

@@ -130,7 +130,7 @@ pub struct AuditOrigin {
     /// The audit log's `methodName`.
     pub method: String,
     /// The entry's `insertId`.
-    pub insert_id: Option<String>,
+    pub(crate) insert_id: Option<String>,
     /// How it arrived.
     pub delivery: Delivery,
 }

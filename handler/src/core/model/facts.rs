@@ -17,7 +17,7 @@ pub const OUT_OF_SERVICE_VALUE: &str = "nodeshutdown";
 pub const OUT_OF_SERVICE_EFFECT: &str = "NoExecute";
 /// The effect of the second taint of the pair Rook/Ceph documents for a
 /// fenced node (`OUT_OF_SERVICE_NO_SCHEDULE=true`).
-pub const NO_SCHEDULE_EFFECT: &str = "NoSchedule";
+pub(crate) const NO_SCHEDULE_EFFECT: &str = "NoSchedule";
 
 /// The node's `Ready` condition.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -50,15 +50,15 @@ pub struct NodeFacts {
     /// The instance from `spec.providerID`, when it is an AWS one.
     pub instance: Option<InstanceId>,
     /// The `Ready` condition.
-    pub readiness: Readiness,
+    pub(crate) readiness: Readiness,
     /// `InternalIP` addresses.
-    pub internal_ips: Vec<IpAddr>,
+    pub(crate) internal_ips: Vec<IpAddr>,
     /// `InternalDNS` and `Hostname` addresses.
-    pub host_names: Vec<String>,
+    pub(crate) host_names: Vec<String>,
     /// The taints.
     pub taints: Vec<TaintFacts>,
     /// When the `Ready` condition last turned `True` (Unix seconds), if it is `True`.
-    pub ready_since: Option<i64>,
+    pub(crate) ready_since: Option<i64>,
     /// What node-fencer recorded when it fenced this Node, if it did.
     pub fenced: Option<FenceMark>,
     /// The CSI volumes attached to the Node as Kubernetes records them, when
@@ -83,7 +83,7 @@ pub struct MachineIdentity {
     pub uid: Option<u64>,
     /// When it was created (Unix seconds): for a VM, its
     /// `creationTimestamp`; for a Node, its own.
-    pub created_at: Option<i64>,
+    pub(crate) created_at: Option<i64>,
 }
 
 impl MachineIdentity {
@@ -116,9 +116,9 @@ impl MachineIdentity {
 pub struct PowerFacts {
     /// When the `Ready` condition last turned away from `True` (Unix
     /// seconds), while it is not `True`.
-    pub not_ready_since: Option<i64>,
+    pub(crate) not_ready_since: Option<i64>,
     /// `status.nodeInfo.bootID`: the kubelet reports a new one after every boot.
-    pub boot_id: Option<String>,
+    pub(crate) boot_id: Option<String>,
     /// The `topology.kubernetes.io/zone` label.
     pub zone: Option<String>,
     /// node-fencer's record of powering the machine off, if it did.
@@ -133,7 +133,7 @@ impl PowerFacts {
     /// True when the kubelet reports another boot than `recorded`: the
     /// machine booted and its kubelet reported since. An unknown boot id,
     /// then or now, proves nothing.
-    pub fn booted_since(&self, recorded: Option<&str>) -> bool {
+    pub(crate) fn booted_since(&self, recorded: Option<&str>) -> bool {
         matches!((recorded, self.boot_id.as_deref()), (Some(then), Some(now)) if then != now)
     }
 }
@@ -145,7 +145,7 @@ pub struct PowerMark {
     pub at: String,
     /// The boot id the Node reported then; a different one now proves the
     /// machine booted and its kubelet reported since.
-    pub boot_id: Option<String>,
+    pub(crate) boot_id: Option<String>,
 }
 
 /// EC2's status checks of a running instance, as it reports them (`ok`,
@@ -179,21 +179,21 @@ impl NodeFacts {
     /// Node has not booted and reported since: the kubelet reports a new
     /// boot id after every boot, so an unchanged (or unknown) one proves no
     /// recovery.
-    pub fn powered_off_before(&self) -> Option<&str> {
+    pub(crate) fn powered_off_before(&self) -> Option<&str> {
         let mark = self.power.powered_off.as_ref()?;
         (!self.power.booted_since(mark.boot_id.as_deref())).then_some(mark.at.as_str())
     }
 
     /// True for a Node powered off by node-fencer and not fenced yet: it
     /// takes room under the cap before its taint does.
-    pub fn power_off_in_flight(&self) -> bool {
+    pub(crate) fn power_off_in_flight(&self) -> bool {
         !self.is_out_of_service() && self.powered_off_before().is_some()
     }
 
     /// True when the node carries an out-of-service taint that evicts (any
     /// value), or node-fencer fenced it the legacy way: either counts
     /// against the cap.
-    pub fn is_out_of_service(&self) -> bool {
+    pub(crate) fn is_out_of_service(&self) -> bool {
         self.has_out_of_service_taint()
             || self
                 .fenced
@@ -219,7 +219,7 @@ impl NodeFacts {
     }
 
     /// True when the node carries an out-of-service taint that evicts.
-    pub fn has_out_of_service_taint(&self) -> bool {
+    pub(crate) fn has_out_of_service_taint(&self) -> bool {
         self.taints
             .iter()
             .any(|t| t.key == OUT_OF_SERVICE_KEY && t.effect == OUT_OF_SERVICE_EFFECT)
@@ -271,7 +271,7 @@ pub struct FenceMark {
     /// proof of a power cycle.
     pub no_schedule: bool,
     /// The boot id the Node reported when it was fenced.
-    pub boot_id: Option<String>,
+    pub(crate) boot_id: Option<String>,
 }
 
 /// What EC2 says about one instance.
@@ -287,7 +287,7 @@ pub struct InstanceFacts {
     /// The VPC it runs in.
     pub vpc_id: Option<String>,
     /// Its private addresses (every network interface).
-    pub private_ips: Vec<IpAddr>,
+    pub(crate) private_ips: Vec<IpAddr>,
     /// Its tags, key and value.
     pub tags: Vec<(String, String)>,
     /// The root device name (e.g. `/dev/xvda`), never detached.
@@ -396,9 +396,9 @@ pub struct AttachmentFacts {
     /// `spec.nodeName`.
     pub node_name: String,
     /// `spec.source.persistentVolumeName`.
-    pub pv_name: Option<String>,
+    pub(crate) pv_name: Option<String>,
     /// The EBS volume of an inline (migrated in-tree) volume spec.
-    pub inline_volume: Option<VolumeId>,
+    pub(crate) inline_volume: Option<VolumeId>,
 }
 
 /// A PersistentVolume, as the volume mapping needs it.
@@ -432,14 +432,14 @@ pub struct PodRef {
     /// collector force-deletes it), or it is being deleted already (the
     /// garbage collector force-deletes it). A pod tolerating them for a
     /// while is neither: it goes when its time is up.
-    pub leaves_now: bool,
+    pub(crate) leaves_now: bool,
     /// The PersistentVolumeClaims it mounts (generic ephemeral volumes
     /// included, by the name Kubernetes gives their claims).
     pub claims: Vec<String>,
     /// The disks its spec names inline, without a PersistentVolume (in-tree
     /// `awsElasticBlockStore.volumeID`, `gcePersistentDisk.pdName`), by the
     /// name a pod spec gives them ([`VolumeId::disk_name`]).
-    pub inline: Vec<String>,
+    pub(crate) inline: Vec<String>,
 }
 
 impl PodRef {

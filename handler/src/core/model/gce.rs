@@ -144,7 +144,7 @@ impl GceStatus {
 /// Where a Persistent Disk lives.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case", tag = "kind", content = "name")]
-pub enum DiskLocation {
+pub(crate) enum DiskLocation {
     /// A zonal disk.
     Zone(String),
     /// A regional disk, replicated across two zones.
@@ -160,7 +160,7 @@ pub struct PdDisk {
     /// The project, `None` for `UNSPECIFIED`.
     pub project: Option<String>,
     /// Its zone or region.
-    pub location: DiskLocation,
+    pub(crate) location: DiskLocation,
     /// The disk's name.
     pub name: String,
 }
@@ -170,7 +170,7 @@ pub const PD_CSI_DRIVER: &str = "pd.csi.storage.gke.io";
 
 impl PdDisk {
     /// Parses a PD CSI volume handle; `None` for anything else.
-    pub fn from_handle(handle: &str) -> Option<Self> {
+    pub(crate) fn from_handle(handle: &str) -> Option<Self> {
         let parts: Vec<&str> = handle.split('/').collect();
         let ["projects", project, kind, location, "disks", name] = parts[..] else {
             return None;

@@ -195,7 +195,7 @@ impl fmt::Display for VolumeId {
 /// The machine a Node's `spec.providerID` names: an AWS one
 /// (`aws:///us-east-1a/i-0123456789abcdef0`, or the older `aws:///i-…`) or
 /// a GCE one (`gce://PROJECT/ZONE/NAME`).
-pub fn instance_from_provider_id(provider_id: &str) -> Option<InstanceId> {
+pub(crate) fn instance_from_provider_id(provider_id: &str) -> Option<InstanceId> {
     if provider_id.starts_with("gce://") {
         return GceInstance::from_provider_id(provider_id).map(|vm| InstanceId::gce(&vm));
     }
@@ -232,7 +232,7 @@ pub enum InstanceState {
 
 impl InstanceState {
     /// Maps EC2's state name; unknown names become [`InstanceState::Unknown`].
-    pub fn from_name(name: &str) -> Self {
+    pub(crate) fn from_name(name: &str) -> Self {
         match name {
             "pending" => Self::Pending,
             "running" => Self::Running,
@@ -246,7 +246,7 @@ impl InstanceState {
     }
 
     /// True only for the states in which the instance cannot write to a disk.
-    pub fn is_off(&self) -> bool {
+    pub(crate) fn is_off(&self) -> bool {
         match self {
             Self::Stopped | Self::Terminated => true,
             Self::Pending
@@ -261,7 +261,7 @@ impl InstanceState {
 
     /// True for the states on the way to off (`stopping`, `shutting-down`):
     /// not off yet, soon.
-    pub fn is_stopping(&self) -> bool {
+    pub(crate) fn is_stopping(&self) -> bool {
         matches!(self, Self::Stopping | Self::ShuttingDown)
     }
 

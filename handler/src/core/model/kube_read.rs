@@ -24,9 +24,9 @@ pub const ANNOTATION_FENCED_AT: &str = "node-fencer.io/fenced-at";
 /// The instance and the state EC2 reported at decision time.
 pub const ANNOTATION_INSTANCE: &str = "node-fencer.io/instance";
 /// The correlation id of the invocation that applied it.
-pub const ANNOTATION_CORRELATION: &str = "node-fencer.io/correlation-id";
+pub(crate) const ANNOTATION_CORRELATION: &str = "node-fencer.io/correlation-id";
 /// How the node was fenced: `taint` or `legacy`.
-pub const ANNOTATION_MODE: &str = "node-fencer.io/mode";
+pub(crate) const ANNOTATION_MODE: &str = "node-fencer.io/mode";
 /// The EBS volumes it planned to force-detach, comma-separated.
 pub const ANNOTATION_VOLUMES: &str = "node-fencer.io/volumes";
 /// The label on every Node node-fencer fenced (value `true`): the Nodes
@@ -45,7 +45,7 @@ pub const ANNOTATION_POWERED_OFF_BOOT_ID: &str = "node-fencer.io/powered-off-boo
 pub const ANNOTATION_POWER_OFF_REASON: &str = "node-fencer.io/power-off-reason";
 /// The boot id the Node reported when it was fenced: a later one proves a
 /// power cycle.
-pub const ANNOTATION_BOOT_ID: &str = "node-fencer.io/boot-id";
+pub(crate) const ANNOTATION_BOOT_ID: &str = "node-fencer.io/boot-id";
 /// The labels that mark a control-plane Node (kubeadm, kOps and most
 /// installers set the first; clusters older than 1.24 the second).
 pub const LABELS_CONTROL_PLANE: [&str; 2] = [
@@ -160,7 +160,7 @@ pub fn power_facts(node: &Node) -> PowerFacts {
 }
 
 /// `status.nodeInfo.bootID`, when the kubelet reported one.
-pub fn boot_id(node: &Node) -> Option<String> {
+pub(crate) fn boot_id(node: &Node) -> Option<String> {
     node.status
         .as_ref()?
         .node_info
@@ -306,7 +306,7 @@ pub fn fence_mark(node: &Node) -> Option<FenceMark> {
 }
 
 /// The node's `Ready` condition; a missing condition counts as `Unknown`.
-pub fn readiness(node: &Node) -> Readiness {
+pub(crate) fn readiness(node: &Node) -> Readiness {
     let ready = node
         .status
         .as_ref()

@@ -31,7 +31,7 @@ impl std::fmt::Display for NodeName {
 
 /// Kubernetes' rule for object names (RFC 1123 subdomain). Anything else in a
 /// label is refused before it reaches an API call or a log line.
-pub fn is_dns_subdomain(name: &str) -> bool {
+pub(crate) fn is_dns_subdomain(name: &str) -> bool {
     name.len() <= 253
         && !name.is_empty()
         && name.split('.').all(|part| {

@@ -2,7 +2,7 @@
 //! the same way wherever one is read (the configuration, the kill switch).
 
 /// Parses a boolean the way people write them in environment variables.
-pub fn parse_bool(v: &str) -> Option<bool> {
+pub(crate) fn parse_bool(v: &str) -> Option<bool> {
     match v.to_ascii_lowercase().as_str() {
         "true" | "1" | "yes" | "on" => Some(true),
         "false" | "0" | "no" | "off" => Some(false),
@@ -12,7 +12,7 @@ pub fn parse_bool(v: &str) -> Option<bool> {
 
 /// An RFC 3339 time (as node-fencer's annotations write them), in Unix
 /// seconds; `None` for anything else.
-pub fn unix_seconds(text: &str) -> Option<i64> {
+pub(crate) fn unix_seconds(text: &str) -> Option<i64> {
     text.parse::<k8s_openapi::jiff::Timestamp>()
         .ok()
         .map(|t| t.as_second())

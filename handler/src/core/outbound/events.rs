@@ -88,7 +88,7 @@ pub struct NodeEvent {
     /// What the Event is about, when that outlives the invocation: a
     /// fencing's `fenced-at`. Otherwise the invocation's correlation id
     /// names the occasion (see [`event_name`]).
-    pub occasion: Option<String>,
+    pub(crate) occasion: Option<String>,
 }
 
 impl NodeEvent {

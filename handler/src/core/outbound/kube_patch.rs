@@ -24,7 +24,7 @@ pub struct PowerStamp {
     /// RFC 3339 time of the power-off.
     pub at: String,
     /// The boot id the Node reported when it was judged.
-    pub boot_id: Option<String>,
+    pub(crate) boot_id: Option<String>,
     /// Why, in words.
     pub reason: String,
 }

@@ -159,7 +159,7 @@ pub struct NodeReport {
 
 impl NodeReport {
     /// True when a retry could still have something to do.
-    pub fn leaves_work(&self) -> bool {
+    pub(crate) fn leaves_work(&self) -> bool {
         if self
             .power_off
             .as_ref()
@@ -243,7 +243,7 @@ impl RecoveryReport {
     /// (an operator's confirmation that could not be recorded, or named
     /// another fencing, included), or a requested recovery that is on its
     /// way.
-    pub fn leaves_work(&self) -> bool {
+    pub(crate) fn leaves_work(&self) -> bool {
         if !self.errors.is_empty() {
             return true;
         }

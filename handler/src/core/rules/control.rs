@@ -37,9 +37,9 @@ pub const LEASE_WAIT: Duration = Duration::from_secs(30);
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LeaseTiming {
     /// How often the holder renews.
-    pub renew_every: Duration,
+    pub(crate) renew_every: Duration,
     /// How long one renewal lets the holder write.
-    pub valid_for: Duration,
+    pub(crate) valid_for: Duration,
 }
 
 impl Default for LeaseTiming {
@@ -59,7 +59,7 @@ pub struct LeaseFacts {
     /// `spec.renewTime` (or `acquireTime`), Unix seconds.
     pub renewed: Option<i64>,
     /// `spec.leaseDurationSeconds`.
-    pub duration_secs: Option<i32>,
+    pub(crate) duration_secs: Option<i32>,
 }
 
 /// What to do about the Lease.

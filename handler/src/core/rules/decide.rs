@@ -28,7 +28,7 @@ pub struct Case<'a> {
     /// EC2's answer about its instance, if it has one.
     pub confirmation: Option<&'a Confirmation>,
     /// The other Nodes that name the same machine, as far as the view shows.
-    pub shared_with: &'a [String],
+    pub(crate) shared_with: &'a [String],
 }
 
 /// What to do with one node.
@@ -115,7 +115,7 @@ pub enum Skip {
 impl Skip {
     /// True when the skip leaves work that a retry may complete, so the
     /// invocation must fail and let Lambda retry (and the DLQ catch it).
-    pub fn leaves_work(&self) -> bool {
+    pub(crate) fn leaves_work(&self) -> bool {
         match self {
             // NodeReady is only reached once EC2 confirmed the instance off:
             // Kubernetes has not noticed yet (node-monitor-grace-period), and
@@ -215,7 +215,7 @@ impl std::fmt::Display for Skip {
 
 /// The cap in force: the configured count, and the configured share of
 /// `nodes` (rounded down, at least one) when a percentage is set.
-pub fn effective_cap(count: usize, percent: Option<u8>, nodes: usize) -> usize {
+pub(crate) fn effective_cap(count: usize, percent: Option<u8>, nodes: usize) -> usize {
     match percent {
         None => count,
         Some(p) => count.min((nodes * usize::from(p) / 100).max(1)),

@@ -48,9 +48,9 @@ pub const TAINT_SINCE_MINOR: u32 = 26;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 pub struct ServerVersion {
     /// Major.
-    pub major: u32,
+    pub(crate) major: u32,
     /// Minor.
-    pub minor: u32,
+    pub(crate) minor: u32,
 }
 
 impl ServerVersion {

@@ -91,7 +91,7 @@ pub fn foreign(instance: &InstanceFacts, identity: &ClusterIdentity) -> Option<F
 }
 
 /// The cluster name in a `kubernetes.io/cluster/NAME` tag key.
-pub fn name_in_tag_key(key: &str) -> Option<&str> {
+pub(crate) fn name_in_tag_key(key: &str) -> Option<&str> {
     key.strip_prefix(CLUSTER_TAG_PREFIX)
         .filter(|n| !n.is_empty())
 }

@@ -27,7 +27,7 @@ use crate::core::rules::volumes::{
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Target {
     /// How the first trigger named it.
-    pub reference: NodeRef,
+    pub(crate) reference: NodeRef,
     /// The Node (index into the node list), if one matched.
     pub node: Option<usize>,
     /// The instance to confirm: the Node's, or the one the trigger named.
@@ -175,15 +175,15 @@ pub struct NodePlan {
     /// What the cloud said at decision time.
     pub instance: InstanceFacts,
     /// False when the Node carries the taint already: only the volumes are left.
-    pub add_taint: bool,
+    pub(crate) add_taint: bool,
     /// The invocation whose fencing the Node carries, if any.
-    pub marked_by: Option<String>,
+    pub(crate) marked_by: Option<String>,
     /// Plan only.
     pub dry_run: bool,
     /// The node's volumes, from its VolumeAttachments.
-    pub node_volumes: Vec<NodeVolume>,
+    pub(crate) node_volumes: Vec<NodeVolume>,
     /// What to do with each, once the cloud has described them.
-    pub actions: Vec<VolumeAction>,
+    pub(crate) actions: Vec<VolumeAction>,
     /// Legacy mode: what to do with each of the node's VolumeAttachments,
     /// every driver's.
     pub attachments: Vec<AttachmentAction>,
@@ -208,7 +208,7 @@ impl NodePlan {
     }
 
     /// A new taint written for real: what makes an invocation take the Lease.
-    pub fn writes_new_taint(&self) -> bool {
+    pub(crate) fn writes_new_taint(&self) -> bool {
         self.add_taint && !self.dry_run
     }
 }
@@ -476,7 +476,7 @@ impl NodeRun {
 
     /// Under the Lease, the recount found another invocation had fenced the
     /// node meanwhile: no new taint, the volumes are still ours to free.
-    pub fn already_out(&mut self) {
+    pub(crate) fn already_out(&mut self) {
         if let Some(plan) = &mut self.plan {
             plan.add_taint = false;
         }

@@ -21,7 +21,7 @@ use crate::core::model::instance::{InstanceState, Provider};
 
 /// The alert whose firing makes its node a candidate (kube-prometheus'
 /// name for a Node NotReady for 15 minutes).
-pub const NOT_READY_ALERT: &str = "KubeNodeNotReady";
+const NOT_READY_ALERT: &str = "KubeNodeNotReady";
 
 /// The active fencing settings, present only when it is switched on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -53,7 +53,7 @@ impl Default for ActiveFencing {
 /// it: the sweep's, a firing `KubeNodeNotReady`, and an operator's
 /// `fence --power-off`. An EC2 event never is: it reports a machine that
 /// stops on its own, and a stale one may describe a machine started again.
-pub fn is_candidate(suspect: &Suspect) -> bool {
+pub(crate) fn is_candidate(suspect: &Suspect) -> bool {
     suspect.intent == Intent::PowerOff
         || (suspect.intent == Intent::Fence
             && match &suspect.origin {
@@ -276,7 +276,7 @@ pub fn not_ready_for(node: &NodeFacts, now: i64) -> Option<u64> {
 /// How long after node-fencer fenced or powered off a Node it still counts
 /// as dark for the partition guards: a zone that goes dark node by node, one
 /// sweep at a time, is one outage, not several.
-pub const RECENTLY_SECS: i64 = 30 * 60;
+const RECENTLY_SECS: i64 = 30 * 60;
 
 /// Whether a Node counts as dark for the partition guards (`Some(true)`),
 /// as lit (`Some(false)`), or not at all (`None`: fenced long ago, it is
@@ -459,7 +459,7 @@ pub struct PowerReport {
     pub refusal: Option<Refusal>,
     /// Seconds NotReady when decided, when known.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub not_ready_for: Option<u64>,
+    pub(crate) not_ready_for: Option<u64>,
     /// EC2's status checks when decided: recorded, not required.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub status_checks: Option<StatusChecks>,
@@ -501,7 +501,7 @@ impl PowerReport {
 
     /// True when a retry could still have something to do: a stop that
     /// failed or has not completed, or EC2 not answering.
-    pub fn leaves_work(&self) -> bool {
+    pub(crate) fn leaves_work(&self) -> bool {
         matches!(
             self.outcome,
             PowerOutcome::StopPending | PowerOutcome::Failed

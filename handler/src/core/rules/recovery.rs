@@ -291,7 +291,7 @@ pub fn decide(case: &RecoveryCase<'_>) -> RecoveryVerdict {
 /// Proof that the machine went through a power cycle since it was fenced:
 /// EC2 reported it off when it was fenced (and it runs now, which the
 /// decision requires first), or its kubelet reports another boot than then.
-pub fn power_cycled(mark: &FenceMark, node: &NodeFacts) -> bool {
+fn power_cycled(mark: &FenceMark, node: &NodeFacts) -> bool {
     let seen_off = mark.state.as_ref().is_some_and(InstanceState::is_off);
     seen_off || node.power.booted_since(mark.boot_id.as_deref())
 }

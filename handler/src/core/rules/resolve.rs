@@ -65,7 +65,7 @@ impl ClusterScope {
 
 /// Who an instance is when no Node claims it by provider id.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Unclaimed {
+pub(crate) enum Unclaimed {
     /// This Node's own machine: in the cluster's scope, and the only Node
     /// without a provider id whose InternalIP is one of the instance's.
     Node(usize),
@@ -81,7 +81,7 @@ pub enum Unclaimed {
 /// proof: another VPC of the account reusing the CIDR has instances with the
 /// same private DNS names and addresses. Only the cluster's scope (its VPC and
 /// tag) plus the Node's InternalIP name the Node's own machine.
-pub fn resolve_unclaimed(
+pub(crate) fn resolve_unclaimed(
     instance: &InstanceFacts,
     nodes: &[NodeFacts],
     scope: Option<&ClusterScope>,

@@ -20,7 +20,7 @@ use crate::core::rules::cap;
 
 /// How old a census may be and still vouch for the rest of the cluster:
 /// two sweeps at the default interval of 10 minutes.
-pub const CENSUS_MAX_AGE_SECS: i64 = 20 * 60;
+const CENSUS_MAX_AGE_SECS: i64 = 20 * 60;
 
 /// What a sweep counted, for the invocations until the next one.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -130,7 +130,7 @@ impl Read {
 /// The most Nodes read by name in one invocation: each is read again under
 /// the Lease, so beyond a few a list of every Node is fewer requests (an
 /// Alertmanager batch in a zone outage names many).
-pub const MAX_READS_BY_NAME: usize = 8;
+const MAX_READS_BY_NAME: usize = 8;
 
 /// The Nodes to read by name for these suspects, once each; `None` when some
 /// suspect cannot be found that way (an address, or an instance EC2 did not

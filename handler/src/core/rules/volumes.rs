@@ -22,7 +22,7 @@ pub struct NodeVolume {
     /// The VolumeAttachment that ties it to the node.
     pub attachment: String,
     /// That VolumeAttachment's `metadata.uid`.
-    pub attachment_uid: String,
+    pub(crate) attachment_uid: String,
 }
 
 /// The EBS volumes behind the VolumeAttachments of `node`, through their
@@ -204,7 +204,7 @@ pub struct NodeAttachment {
     /// The PersistentVolume (none for inline volumes).
     pub pv: Option<String>,
     /// The disk of an inline volume (an in-tree one migrated to CSI).
-    pub inline: Option<VolumeId>,
+    pub(crate) inline: Option<VolumeId>,
 }
 
 /// Every VolumeAttachment of `node`, of every driver, by name. Without the

@@ -21,7 +21,7 @@ pub struct PushAuth {
     /// The `aud` claims accepted and the `email` claim required.
     pub expected: Expected,
     /// Where the signing keys are read, when not Google's own.
-    pub certs_url: Option<String>,
+    pub(crate) certs_url: Option<String>,
 }
 
 /// Which of `serve`'s routes this service answers (`SERVE_ROUTES`).
@@ -90,11 +90,11 @@ pub struct Config {
     /// The webhook token's source; `None` refuses every Function URL request.
     pub webhook_token: Option<TokenSource>,
     /// Log format, if set.
-    pub log_format: Option<LogFormat>,
+    pub(crate) log_format: Option<LogFormat>,
     /// What `serve` accepts from Pub/Sub and Eventarc; `None` refuses all.
     pub push_auth: Option<PushAuth>,
     /// Another Compute Engine API base URL than Google's.
-    pub compute_endpoint: Option<String>,
+    pub(crate) compute_endpoint: Option<String>,
     /// The routes `serve` answers.
     pub serve_routes: ServeRoutes,
 }

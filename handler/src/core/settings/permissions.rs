@@ -4,7 +4,7 @@
 //! lists, and these lists against the code.
 
 /// Every AWS action the function calls, as IAM spells it.
-pub const AWS_ACTIONS: &[&str] = &[
+const AWS_ACTIONS: &[&str] = &[
     "ec2:DescribeInstances",
     "ec2:DescribeVolumes",
     "ec2:DetachVolume",
@@ -16,13 +16,13 @@ pub const AWS_ACTIONS: &[&str] = &[
 /// The AWS actions active fencing adds (`ACTIVE_FENCING=on`): granted only
 /// then, and `ec2:StopInstances` only on the cluster's own instances (a tag
 /// condition in `infra/`).
-pub const POWER_OFF_AWS_ACTIONS: &[&str] = &["ec2:DescribeInstanceStatus", "ec2:StopInstances"];
+const POWER_OFF_AWS_ACTIONS: &[&str] = &["ec2:DescribeInstanceStatus", "ec2:StopInstances"];
 
 /// Every Google Cloud permission the service uses, as IAM spells it:
 /// Compute Engine's reads and the detach, and `container.clusters.get`,
 /// which GKE requires of any Google identity it lets in (RBAC then
 /// decides what it may do).
-pub const GCP_PERMISSIONS: &[&str] = &[
+const GCP_PERMISSIONS: &[&str] = &[
     "compute.disks.get",
     "compute.instances.detachDisk",
     "compute.instances.get",
@@ -69,7 +69,7 @@ pub fn gcp_permissions_on(probe: GcpProbe) -> Vec<&'static str> {
 /// only; pods `list` and `delete` serve both (taint mode: the volumes of
 /// pods that tolerate the taint stay attached, the pods it evicts are
 /// force-deleted right after it).
-pub const KUBERNETES_RULES: &[(&str, &str, &[&str])] = &[
+pub(crate) const KUBERNETES_RULES: &[(&str, &str, &[&str])] = &[
     ("", "nodes", &["get", "list", "patch"]),
     ("", "persistentvolumes", &["get", "list"]),
     ("", "pods", &["list", "delete"]),
@@ -83,7 +83,7 @@ pub const KUBERNETES_RULES: &[(&str, &str, &[&str])] = &[
 
 /// Every permission the function uses in `CONTROL_NAMESPACE` (the fencing
 /// Lease and the kill-switch ConfigMap, both named `node-fencer`).
-pub const CONTROL_RULES: &[(&str, &str, &[&str])] = &[
+pub(crate) const CONTROL_RULES: &[(&str, &str, &[&str])] = &[
     (
         "coordination.k8s.io",
         "leases",

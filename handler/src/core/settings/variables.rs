@@ -5,7 +5,7 @@
 use crate::core::model::values::parse_bool;
 
 /// Every variable read, with what it accepts (for `--help` and the README).
-pub const VARIABLES: &[(&str, &str)] = &[
+pub(crate) const VARIABLES: &[(&str, &str)] = &[
     (
         "DRY_RUN",
         "true|false (default false): plan only, change nothing",

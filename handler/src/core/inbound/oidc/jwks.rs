@@ -12,10 +12,10 @@ use serde_json::Value;
 pub const GOOGLE_CERTS_URL: &str = "https://www.googleapis.com/oauth2/v3/certs";
 
 /// Google's key set is about 2 KiB; a response over this is not one.
-pub const MAX_JWKS_LEN: usize = 64 * 1024;
+pub(crate) const MAX_JWKS_LEN: usize = 64 * 1024;
 
 /// Kept this long when the response gives no `max-age`.
-pub const DEFAULT_MAX_AGE_SECS: i64 = 300;
+const DEFAULT_MAX_AGE_SECS: i64 = 300;
 
 /// Never kept for less: a server that says `no-cache` or `max-age=0` would
 /// otherwise have every request fetch the keys again.

@@ -21,7 +21,7 @@ pub struct Webhook {
     pub version: String,
     /// How many alerts Alertmanager left out because of `max_alerts`.
     #[serde(default)]
-    pub truncated_alerts: u64,
+    truncated_alerts: u64,
     /// The receiver that sent it.
     #[serde(default)]
     pub receiver: Option<String>,
@@ -106,7 +106,7 @@ pub fn parse(value: Value) -> Result<Batch, InputError> {
 
 /// Finds the node an alert is about, by label, in order of precision:
 /// `node`, `provider_id`, `instance_id`, then `instance`.
-pub fn node_from_labels(labels: &BTreeMap<String, String>) -> Result<NodeRef, String> {
+fn node_from_labels(labels: &BTreeMap<String, String>) -> Result<NodeRef, String> {
     if let Some(node) = labels.get("node") {
         return NodeName::parse(node)
             .map(NodeRef::Name)

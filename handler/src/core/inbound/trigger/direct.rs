@@ -139,7 +139,7 @@ pub fn parse(value: Value) -> Result<Request, InputError> {
 
 /// A fencing's time as an operator gives it: an RFC 3339 time, kept as
 /// written (the Node's mark is compared as a time, not as text).
-pub fn fencing_time(at: &str) -> Result<String, InputError> {
+pub(crate) fn fencing_time(at: &str) -> Result<String, InputError> {
     match crate::core::model::values::unix_seconds(at) {
         Some(_) => Ok(at.to_owned()),
         None => Err(InputError::invalid(

@@ -31,7 +31,7 @@ const EVENTARC: &str = "Eventarc CloudEvent";
 pub const AUDIT_LOG_WRITTEN: &str = "google.cloud.audit.log.v1.written";
 
 /// Pub/Sub refuses messages over 10 MB; anything larger is not one.
-pub const MAX_DATA: usize = 10 * 1024 * 1024;
+pub(crate) const MAX_DATA: usize = 10 * 1024 * 1024;
 
 /// What one entry asks for.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -294,7 +294,7 @@ fn vm_named(
 impl AuditEvent {
     /// The batch this entry asks for: its VM by provider id, which names
     /// its Node, or nothing.
-    pub fn into_batch(self) -> Batch {
+    pub(crate) fn into_batch(self) -> Batch {
         match self {
             Self::Suspect {
                 instance,

@@ -139,7 +139,7 @@ pub struct Route {
 /// A source's parser: the document (a Lambda event, or a request's body;
 /// `null` for a route whose body is ignored) and the request's headers
 /// (none for a Lambda event).
-pub type Parse = fn(Value, &HeaderMap) -> Result<Trigger, InputError>;
+type Parse = fn(Value, &HeaderMap) -> Result<Trigger, InputError>;
 
 /// Where triggers come from.
 #[derive(Clone, Copy, Debug)]
@@ -258,7 +258,7 @@ pub fn routed(path: &str) -> Option<(&'static Source, Route)> {
 
 /// Classifies a document by its shape and parses it: the first source of
 /// [`SOURCES`] whose key it carries.
-pub fn classify(value: Value) -> Result<Trigger, InputError> {
+pub(crate) fn classify(value: Value) -> Result<Trigger, InputError> {
     let Value::Object(map) = &value else {
         return Err(InputError::NotAnObject(json_kind(&value)));
     };
