@@ -453,13 +453,14 @@ fn tolerates_out_of_service(t: &Toleration, taint_value: &str) -> bool {
     key && value && effect
 }
 
+/// A Node as the tests of the read and the write side start from.
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::core::model::facts::OUT_OF_SERVICE_VALUE;
+pub(crate) mod fixtures {
+    use k8s_openapi::api::core::v1::Node;
     use serde_json::{Value, json};
 
-    fn node(ready: &str, taints: Value, rv: Option<&str>) -> Node {
+    /// A Node with this `Ready` status, these taints and resourceVersion.
+    pub(crate) fn node(ready: &str, taints: Value, rv: Option<&str>) -> Node {
         serde_json::from_value(json!({
             "metadata": {"name": "worker-2", "resourceVersion": rv},
             "spec": {"providerID": "aws:///us-east-1a/i-0123456789abcdef0", "taints": taints},
@@ -474,6 +475,14 @@ mod tests {
         }))
         .unwrap()
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fixtures::node;
+    use super::*;
+    use crate::core::model::facts::OUT_OF_SERVICE_VALUE;
+    use serde_json::{Value, json};
 
     #[test]
     fn a_pod_stays_only_if_it_tolerates_the_taint_for_good() {

@@ -408,23 +408,8 @@ pub fn untaint_patch(node: &Node, ending: &Ending<'_>, now: i64) -> UntaintPatch
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::model::kube_read::fixtures::node;
     use crate::core::model::kube_read::node_facts;
-
-    fn node(ready: &str, taints: Value, rv: Option<&str>) -> Node {
-        serde_json::from_value(json!({
-            "metadata": {"name": "worker-2", "resourceVersion": rv},
-            "spec": {"providerID": "aws:///us-east-1a/i-0123456789abcdef0", "taints": taints},
-            "status": {
-                "conditions": [{"type": "Ready", "status": ready}],
-                "addresses": [
-                    {"type": "InternalIP", "address": "10.0.1.17"},
-                    {"type": "InternalDNS", "address": "ip-10-0-1-17.ec2.internal"},
-                    {"type": "Hostname", "address": "ip-10-0-1-17.ec2.internal"}
-                ]
-            }
-        }))
-        .unwrap()
-    }
 
     const NOW: i64 = 1_795_000_000;
 
