@@ -12,13 +12,14 @@ use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
-use node_fencer::core::facts::CsiVolume;
-use node_fencer::core::kube_model::{ANNOTATION_CONTROLLER_MANAGED, csi_unique_name};
-use node_fencer::core::metrics::{Measured, Meter};
-use node_fencer::core::policy::Policy;
-use node_fencer::core::report::Report;
-use node_fencer::core::suspect::Batch;
-use node_fencer::core::volumes::{EBS_CSI_DRIVER, attachment_name};
+use node_fencer::core::inbound::suspect::Batch;
+use node_fencer::core::model::facts::CsiVolume;
+use node_fencer::core::model::instance::EBS_CSI_DRIVER;
+use node_fencer::core::model::kube_read::{ANNOTATION_CONTROLLER_MANAGED, csi_unique_name};
+use node_fencer::core::outbound::metrics::{Measured, Meter};
+use node_fencer::core::outbound::report::Report;
+use node_fencer::core::rules::volumes::attachment_name;
+use node_fencer::core::settings::policy::Policy;
 use node_fencer::pipeline::{self, Ctx};
 use node_fencer::shell::cloud::Cloud;
 use node_fencer::shell::cloud::aws::Ec2;
@@ -420,11 +421,11 @@ pub async fn fence(stack: &Stack, batch: Batch, settings: Policy) -> anyhow::Res
 /// counts them (a Node whose machine is dead for good takes none): the
 /// baseline for a test that sets the cap just above it.
 pub async fn room_taken(stack: &Stack) -> anyhow::Result<usize> {
-    use node_fencer::core::facts::Confirmation;
+    use node_fencer::core::model::facts::Confirmation;
     let nodes = Kube::new(stack.fencer().await?, "tests")
         .list_nodes()
         .await?;
-    let ids = node_fencer::core::cap::worth_asking(&nodes, &Default::default());
+    let ids = node_fencer::core::rules::cap::worth_asking(&nodes, &Default::default());
     let seen = if ids.is_empty() {
         Vec::new()
     } else {
@@ -440,7 +441,7 @@ pub async fn room_taken(stack: &Stack) -> anyhow::Result<usize> {
             (id, c)
         })
         .collect();
-    Ok(node_fencer::core::cap::taken(&nodes, &known))
+    Ok(node_fencer::core::rules::cap::taken(&nodes, &known))
 }
 
 /// Runs the pipeline with the given handles.
@@ -524,7 +525,7 @@ pub async fn fenced_at(admin: &Client, node: &str) -> anyhow::Result<Option<Syst
         .metadata
         .annotations
         .and_then(|a| {
-            a.get(node_fencer::core::kube_model::ANNOTATION_FENCED_AT)
+            a.get(node_fencer::core::model::kube_read::ANNOTATION_FENCED_AT)
                 .cloned()
         })
         .and_then(|at| at.parse::<k8s_openapi::jiff::Timestamp>().ok())
@@ -717,7 +718,7 @@ pub async fn machine_state(ec2: &aws_sdk_ec2::Client, m: &Machine) -> anyhow::Re
 
 #[cfg(test)]
 mod tests {
-    use node_fencer::core::facts::{OUT_OF_SERVICE_EFFECT, OUT_OF_SERVICE_KEY};
+    use node_fencer::core::model::facts::{OUT_OF_SERVICE_EFFECT, OUT_OF_SERVICE_KEY};
 
     #[test]
     fn the_harness_names_the_taint_the_code_applies() {

@@ -8,15 +8,15 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use node_fencer::core::control::KillSwitch;
-use node_fencer::core::events::NodeEvent;
-use node_fencer::core::facts::{
+use node_fencer::core::model::facts::{
     AttachmentFacts, InstanceFacts, NodeFacts, PvFacts, StatusChecks, VolumeFacts,
 };
-use node_fencer::core::instance::{InstanceId, VolumeId};
-use node_fencer::core::kube_model::{Ending, PowerStamp, Stamp};
-use node_fencer::core::mode::ServerVersion;
-use node_fencer::core::view::Census;
+use node_fencer::core::model::instance::{InstanceId, VolumeId};
+use node_fencer::core::outbound::events::NodeEvent;
+use node_fencer::core::outbound::kube_patch::{Ending, PowerStamp, Stamp};
+use node_fencer::core::rules::control::KillSwitch;
+use node_fencer::core::rules::mode::ServerVersion;
+use node_fencer::core::rules::view::Census;
 use node_fencer::shell::cloud::{Cloud, CloudError, Detach};
 use node_fencer::shell::cluster::{
     Cluster, ClusterError, ClusterReads, ConfirmOutcome, Coordination, FencingWrites, LeaseTaken,

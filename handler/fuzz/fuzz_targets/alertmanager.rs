@@ -5,5 +5,8 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    node_fencer_fuzz::parse_json_with(data, node_fencer::core::trigger::alertmanager::parse);
+    node_fencer_fuzz::parse_json_with(
+        data,
+        node_fencer::core::inbound::trigger::alertmanager::parse,
+    );
 });

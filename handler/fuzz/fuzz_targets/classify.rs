@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use node_fencer::core::trigger::{self, Trigger};
+use node_fencer::core::inbound::trigger::{self, Trigger};
 use node_fencer_fuzz::assert_well_formed;
 
 fuzz_target!(|data: &[u8]| {

@@ -7,7 +7,7 @@
 use aws_lambda_events::event::lambda_function_urls::LambdaFunctionUrlRequest;
 use http::HeaderValue;
 use libfuzzer_sys::fuzz_target;
-use node_fencer::core::trigger::function_url::{self, WebhookToken};
+use node_fencer::core::inbound::trigger::function_url::{self, WebhookToken};
 use node_fencer_fuzz::assert_well_formed;
 
 const TOKEN: &str = "fuzz-token-0123456789abcdef";

@@ -4,8 +4,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use node_fencer::core::gce::GceInstance;
-use node_fencer::core::trigger::gce_audit::{self, AUDIT_LOG_WRITTEN, AuditEvent};
+use node_fencer::core::inbound::trigger::gce_audit::{self, AUDIT_LOG_WRITTEN, AuditEvent};
+use node_fencer::core::model::gce::GceInstance;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(value) = serde_json::from_slice::<serde_json::Value>(data) else {

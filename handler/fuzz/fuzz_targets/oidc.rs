@@ -5,7 +5,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use node_fencer::core::oidc::{self, CLOCK_SKEW_SECS, Expected, MAX_TOKEN_LEN, jwks};
+use node_fencer::core::inbound::oidc::{self, CLOCK_SKEW_SECS, Expected, MAX_TOKEN_LEN, jwks};
 
 const NOW: i64 = 1_700_000_000;
 const AUDIENCE: &str = "https://node-fencer-abc123-ew.a.run.app/pubsub";

@@ -10,9 +10,11 @@ use tracing::Instrument;
 
 use aws_config::SdkConfig;
 
-use crate::core::config::{ClusterAccess, Config, LogFormat, VARIABLES};
-use crate::core::suspect::{Batch, Intent};
-use crate::core::trigger::{self, direct};
+use crate::core::inbound::suspect::{Batch, Intent};
+use crate::core::inbound::trigger::{self, direct};
+use crate::core::settings::access::ClusterAccess;
+use crate::core::settings::config::{Config, LogFormat};
+use crate::core::settings::variables::VARIABLES;
 use crate::entry::app::{App, Call, HandlerError, Reply, finish};
 use crate::entry::telemetry;
 use crate::shell::connect::{Clients, sdk_config};
@@ -251,7 +253,7 @@ async fn without_configuration(command: &Command) -> Option<ExitCode> {
             }
         }),
         Command::Manifest => {
-            let manifest = crate::core::permissions::manifest();
+            let manifest = crate::core::settings::permissions::manifest();
             println!(
                 "{}",
                 serde_json::to_string_pretty(&manifest).unwrap_or_default()

@@ -5,7 +5,7 @@ use lambda_runtime::{LambdaEvent, service_fn};
 use serde_json::Value;
 use tracing::{Instrument, info_span};
 
-use crate::core::config::{Config, LogFormat};
+use crate::core::settings::config::{Config, LogFormat};
 use crate::entry::app::{App, Call, HandlerError, Reply};
 use crate::entry::telemetry;
 use crate::shell::connect::{Clients, sdk_config};

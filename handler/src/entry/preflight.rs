@@ -13,11 +13,11 @@ use std::fmt::Write as _;
 use kube::Client;
 use serde::Serialize;
 
-use crate::core::config::Config;
-use crate::core::control::{self, KillSwitch};
-use crate::core::facts::FenceMode;
-use crate::core::mode::{self, ModeSetting, ServerVersion};
-use crate::core::permissions::{CONTROL_RULES, KUBERNETES_RULES};
+use crate::core::model::facts::FenceMode;
+use crate::core::rules::control::{self, KillSwitch};
+use crate::core::rules::mode::{self, ModeSetting, ServerVersion};
+use crate::core::settings::config::Config;
+use crate::core::settings::permissions::{CONTROL_RULES, KUBERNETES_RULES};
 use crate::shell::cluster::{ClusterReads, Coordination, Kube, can};
 use crate::shell::connect::Clients;
 

@@ -28,9 +28,9 @@ use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tracing::{Instrument, error, info, info_span, warn};
 
-use crate::core::config::{Config, LogFormat, ServeRoutes};
-use crate::core::suspect::Batch;
-use crate::core::trigger::{self, Auth, Body, InputError, RouteGroup, Trigger, webhook};
+use crate::core::inbound::suspect::Batch;
+use crate::core::inbound::trigger::{self, Auth, Body, InputError, RouteGroup, Trigger, webhook};
+use crate::core::settings::config::{Config, LogFormat, ServeRoutes};
 use crate::entry::app::{App, Call, HandlerError};
 use crate::entry::telemetry;
 use crate::shell::connect::{Clients, sdk_config};
@@ -305,7 +305,7 @@ fn json_body(bytes: &[u8]) -> Result<Value, InputError> {
     serde_json::from_slice(bytes).map_err(|e| InputError::NotJson(e.to_string()))
 }
 
-fn to_value(report: &crate::core::report::Report) -> Value {
+fn to_value(report: &crate::core::outbound::report::Report) -> Value {
     serde_json::to_value(report).unwrap_or(Value::Null)
 }
 

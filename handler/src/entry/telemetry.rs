@@ -5,7 +5,7 @@ use std::io::IsTerminal;
 
 use tracing_subscriber::EnvFilter;
 
-use crate::core::config::LogFormat;
+use crate::core::settings::config::LogFormat;
 
 /// Installs the global subscriber. Logs go to stderr on the command line
 /// (stdout is the report) and to stdout in Lambda (CloudWatch reads both).

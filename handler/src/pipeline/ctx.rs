@@ -1,13 +1,13 @@
 //! The handles one invocation works with, as in controller-rs: the cloud,
 //! the cluster (its reads, its fencing writes and its coordination objects
 //! apart), where failures and latencies are counted, and the id that names
-//! the invocation. No state of the run lives here: that is the
-//! [`crate::pipeline::invocation::Invocation`]'s.
+//! the invocation. No state of the run lives here: that is the invocation's,
+//! which each stage receives beside these handles.
 
 use tracing::warn;
 
-use crate::core::events::{self, NodeEvent};
-use crate::core::metrics::Meter;
+use crate::core::outbound::events::{self, NodeEvent};
+use crate::core::outbound::metrics::Meter;
 use crate::shell::cloud::Cloud;
 use crate::shell::cluster::{Cluster, ClusterReads, Coordination, FencingWrites};
 
@@ -57,7 +57,7 @@ impl<'a> Ctx<'a> {
         let name = events::event_name(node, event.reason, occasion);
         if let Err(e) = self.writes.node_event(node, &event, &name).await {
             self.meter
-                .error(crate::core::metrics::Dependency::Kubernetes);
+                .error(crate::core::outbound::metrics::Dependency::Kubernetes);
             warn!(error = %e, reason = event.reason.as_str(), "could not record the event");
         }
     }

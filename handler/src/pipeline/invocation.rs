@@ -7,15 +7,15 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::core::control::Switch;
-use crate::core::decide::Verdict;
-use crate::core::facts::FenceMode;
-use crate::core::plan::{NodeRun, Target};
-use crate::core::policy::Policy;
-use crate::core::power::PowerReport;
-use crate::core::report::{NodeReport, RecoveryReport, Report};
-use crate::core::suspect::{Batch, Ignored, Intent, Suspect};
-use crate::core::view::NodeView;
+use crate::core::inbound::suspect::{Batch, Ignored, Intent, Suspect};
+use crate::core::model::facts::FenceMode;
+use crate::core::outbound::report::{NodeReport, RecoveryReport, Report};
+use crate::core::rules::control::Switch;
+use crate::core::rules::decide::Verdict;
+use crate::core::rules::plan::{NodeRun, Target};
+use crate::core::rules::power::PowerReport;
+use crate::core::rules::view::NodeView;
+use crate::core::settings::policy::Policy;
 use crate::pipeline::looks::Looks;
 
 /// What one run learnt and decided, and how far each node got.

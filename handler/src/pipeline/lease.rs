@@ -14,8 +14,8 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-use crate::core::control::LeaseTiming;
-use crate::core::metrics::Dependency;
+use crate::core::outbound::metrics::Dependency;
+use crate::core::rules::control::LeaseTiming;
 use crate::pipeline::ctx::Ctx;
 use crate::pipeline::error::PipelineError;
 use crate::pipeline::invocation::Invocation;

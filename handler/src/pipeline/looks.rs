@@ -12,10 +12,10 @@ use std::time::Instant;
 
 use tracing::warn;
 
-use crate::core::facts::{Confirmation, NodeFacts};
-use crate::core::instance::InstanceId;
-use crate::core::metrics::Stage;
-use crate::core::plan;
+use crate::core::model::facts::{Confirmation, NodeFacts};
+use crate::core::model::instance::InstanceId;
+use crate::core::outbound::metrics::Stage;
+use crate::core::rules::plan;
 use crate::pipeline::ctx::Ctx;
 
 /// The answers of one invocation, by machine.

@@ -27,9 +27,9 @@ mod tests;
 pub use ctx::Ctx;
 pub use error::PipelineError;
 
-use crate::core::policy::Policy;
-use crate::core::report::Report;
-use crate::core::suspect::Batch;
+use crate::core::inbound::suspect::Batch;
+use crate::core::outbound::report::Report;
+use crate::core::settings::policy::Policy;
 use invocation::Invocation;
 use stages::{act, admit, decide, discover, plan, power, screen, survey, verify};
 

@@ -1,5 +1,5 @@
 //! Reading the Nodes an invocation decides over: by name when a fresh
-//! census vouches for the rest of the cluster ([`crate::core::view`]), the
+//! census vouches for the rest of the cluster ([`crate::core::rules::view`]), the
 //! whole cluster otherwise. Anything short of every Node found by name, and
 //! its own (a Node whose provider id names another instance is not
 //! trusted), reads the whole cluster instead; so does a failed call, whose
@@ -11,12 +11,12 @@ use std::collections::{BTreeSet, HashMap};
 use futures::StreamExt;
 use tracing::{info, warn};
 
-use crate::core::facts::{Confirmation, NodeFacts};
-use crate::core::instance::InstanceId;
-use crate::core::metrics::Dependency;
-use crate::core::policy::Policy;
-use crate::core::suspect::Suspect;
-use crate::core::view::{self, Census, NodeView, Read};
+use crate::core::inbound::suspect::Suspect;
+use crate::core::model::facts::{Confirmation, NodeFacts};
+use crate::core::model::instance::InstanceId;
+use crate::core::outbound::metrics::Dependency;
+use crate::core::rules::view::{self, Census, NodeView, Read};
+use crate::core::settings::policy::Policy;
 use crate::pipeline::ctx::{Ctx, PARALLEL_NODES};
 use crate::pipeline::error::PipelineError;
 

@@ -2,15 +2,15 @@
 //! kill switch is read again before the first write after it. A stage never
 //! sleeps on its own (the architecture test holds the pipeline to it): it
 //! pauses or polls here, so a new wait cannot forget the switch. The Lease's
-//! own wait ends in [`after`] too ([`crate::pipeline::lease`]).
+//! own wait, a renewal on a timer, ends in [`after`] too.
 
 use std::time::Duration;
 
 use tokio::time::Instant;
 use tracing::warn;
 
-use crate::core::control::Switch;
-use crate::core::metrics::Dependency;
+use crate::core::outbound::metrics::Dependency;
+use crate::core::rules::control::Switch;
 use crate::pipeline::ctx::Ctx;
 
 /// Reads the kill switch again after the wait `what`: on, or unreadable,

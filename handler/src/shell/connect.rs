@@ -14,9 +14,10 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use serde_json::json;
 use tokio::sync::{Mutex, OnceCell};
 
-use crate::core::config::{ClusterAccess, Config, TokenSource};
-use crate::core::retry;
-use crate::core::trigger::function_url::WebhookToken;
+use crate::core::inbound::trigger::function_url::WebhookToken;
+use crate::core::rules::retry;
+use crate::core::settings::access::ClusterAccess;
+use crate::core::settings::config::{Config, TokenSource};
 use crate::shell::eks_token;
 pub use crate::shell::timeouts::Timeouts;
 

@@ -1,5 +1,5 @@
 //! Verifying the OIDC token of a Pub/Sub push or Eventarc request: its form
-//! and claims by the core ([`crate::core::oidc`]), its RS256 signature with
+//! and claims by the core ([`crate::core::inbound::oidc`]), its RS256 signature with
 //! Google's published keys, fetched over HTTPS and cached as the core's
 //! [`KeyCache`] decides.
 //!
@@ -14,9 +14,11 @@ use reqwest::{Url, header::CACHE_CONTROL, redirect};
 use ring::signature::{RSA_PKCS1_2048_8192_SHA256, RsaPublicKeyComponents};
 use tokio::sync::Mutex;
 
-use crate::core::oidc::cache::{KeyCache, Lookup};
-use crate::core::oidc::jwks::{self, GOOGLE_CERTS_URL, JwksError, KeySet, MAX_JWKS_LEN, RsaKey};
-use crate::core::oidc::{self, Expected, ExpectedError, PushIdentity, TokenError};
+use crate::core::inbound::oidc::cache::{KeyCache, Lookup};
+use crate::core::inbound::oidc::jwks::{
+    self, GOOGLE_CERTS_URL, JwksError, KeySet, MAX_JWKS_LEN, RsaKey,
+};
+use crate::core::inbound::oidc::{self, Expected, ExpectedError, PushIdentity, TokenError};
 
 /// Bounds one fetch of the keys: a push waits on it, and Pub/Sub gives a push
 /// 10 s by default before it counts as failed.

@@ -158,7 +158,7 @@ impl From<SlimVolumeAttachment> for VolumeAttachment {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::kube_model;
+    use crate::core::model::kube_read;
 
     /// A Node as a kubelet of v1.36 reports it, managed fields and all.
     const NODE: &str = r#"{
@@ -210,8 +210,8 @@ mod tests {
     fn a_slim_node_gives_the_facts_the_full_node_gives() {
         let full: Node = serde_json::from_str(NODE).unwrap();
         let slim: SlimNode = serde_json::from_str(NODE).unwrap();
-        let facts = kube_model::node_facts(&Node::from(slim));
-        assert_eq!(facts, kube_model::node_facts(&full));
+        let facts = kube_read::node_facts(&Node::from(slim));
+        assert_eq!(facts, kube_read::node_facts(&full));
         let facts = facts.unwrap();
         assert!(facts.is_out_of_service());
         assert!(facts.fenced.is_some());
@@ -227,8 +227,8 @@ mod tests {
     fn a_slim_volume_gives_the_facts_the_full_volume_gives() {
         let full: PersistentVolume = serde_json::from_str(PV).unwrap();
         let slim: SlimPersistentVolume = serde_json::from_str(PV).unwrap();
-        let facts = kube_model::pv_facts(&PersistentVolume::from(slim));
-        assert_eq!(facts, kube_model::pv_facts(&full));
+        let facts = kube_read::pv_facts(&PersistentVolume::from(slim));
+        assert_eq!(facts, kube_read::pv_facts(&full));
         assert!(facts.unwrap().volume.is_some());
     }
 
@@ -243,8 +243,8 @@ mod tests {
         }"#;
         let full: VolumeAttachment = serde_json::from_str(VA).unwrap();
         let slim: SlimVolumeAttachment = serde_json::from_str(VA).unwrap();
-        let facts = kube_model::attachment_facts(&VolumeAttachment::from(slim));
-        assert_eq!(facts, kube_model::attachment_facts(&full));
+        let facts = kube_read::attachment_facts(&VolumeAttachment::from(slim));
+        assert_eq!(facts, kube_read::attachment_facts(&full));
         assert_eq!(facts.unwrap().uid, "5e");
     }
 

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::core::retry;
+use crate::core::rules::retry;
 
 /// How long to wait for an API's answers before an attempt counts as failed
 /// (and is retried).

@@ -583,7 +583,7 @@ mod scale {
     use k8s_openapi::api::storage::v1::VolumeAttachment;
     use kube::Api;
     use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
-    use node_fencer::core::control::CENSUS_NAME;
+    use node_fencer::core::rules::control::CENSUS_NAME;
     use node_fencer_tests::Stack;
     use node_fencer_tests::bench::{Clock, median};
     use node_fencer_tests::faults::FaultProxy;

@@ -17,11 +17,11 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context, anyhow, bail};
-use node_fencer::core::instance::InstanceId;
-use node_fencer::core::mode::ModeSetting;
-use node_fencer::core::policy::Policy;
-use node_fencer::core::report::{Outcome, Report};
-use node_fencer::core::suspect::{Batch, Intent, NodeRef, Origin, Suspect};
+use node_fencer::core::inbound::suspect::{Batch, Intent, NodeRef, Origin, Suspect};
+use node_fencer::core::model::instance::InstanceId;
+use node_fencer::core::outbound::report::{Outcome, Report};
+use node_fencer::core::rules::mode::ModeSetting;
+use node_fencer::core::settings::policy::Policy;
 use node_fencer::pipeline::{self, Ctx};
 use node_fencer::shell::cloud::Cloud;
 use node_fencer::shell::cloud::aws::Ec2;
@@ -390,7 +390,7 @@ async fn fence_timed(
 ) -> anyhow::Result<(Report, Timeline, Duration)> {
     let timeline = Timeline::new();
     let (cloud, cluster) = timeline.wrap(&warm.cloud, &warm.cluster);
-    let meter = node_fencer::core::metrics::Meter::default();
+    let meter = node_fencer::core::outbound::metrics::Meter::default();
     let ctx = Ctx::new(&cloud, &cluster, &meter, unique("bench"));
     let policy = Policy {
         max_out_of_service,

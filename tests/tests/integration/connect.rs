@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use aws_sdk_ssm::types::ParameterType;
-use node_fencer::core::config::Config;
+use node_fencer::core::settings::config::Config;
 use node_fencer::shell::cluster::{ClusterReads, Kube};
 use node_fencer::shell::connect::{Clients, ConnectError};
 use node_fencer_tests::fixtures::unique;

@@ -1,6 +1,6 @@
 //! The EC2 shell against moto: confirmation, batching, volume discovery.
 
-use node_fencer::core::instance::{InstanceId, InstanceState, VolumeId};
+use node_fencer::core::model::instance::{InstanceId, InstanceState, VolumeId};
 use node_fencer::shell::cloud::aws::Ec2;
 use node_fencer::shell::cloud::{Cloud, Detach};
 use node_fencer_tests::fixtures::{attach_new_volume, launch, stop, volume};

@@ -10,12 +10,12 @@ use std::time::Duration;
 use tokio::sync::MutexGuard;
 
 use http::Method;
-use node_fencer::core::decide::Skip;
-use node_fencer::core::facts::OUT_OF_SERVICE_KEY;
-use node_fencer::core::policy::Policy;
-use node_fencer::core::report::{Outcome, RecoveryOutcome, Report, VolumeOutcome};
-use node_fencer::core::retry::KUBERNETES;
-use node_fencer::core::suspect::Intent;
+use node_fencer::core::inbound::suspect::Intent;
+use node_fencer::core::model::facts::OUT_OF_SERVICE_KEY;
+use node_fencer::core::outbound::report::{Outcome, RecoveryOutcome, Report, VolumeOutcome};
+use node_fencer::core::rules::decide::Skip;
+use node_fencer::core::rules::retry::KUBERNETES;
+use node_fencer::core::settings::policy::Policy;
 use node_fencer::shell::cloud::aws::Ec2;
 use node_fencer::shell::cluster::{ClusterReads, Kube};
 use node_fencer::shell::connect::Timeouts;
@@ -323,7 +323,7 @@ async fn a_lease_write_that_keeps_failing_is_bounded_like_every_call() -> anyhow
         .count();
     assert_eq!(writes, KUBERNETES.max_attempts as usize, "bounded retries");
     // At most a wait for another holder's Lease to expire, then one bounded call.
-    let bound = node_fencer::core::control::LEASE_WAIT + KUBERNETES.budget;
+    let bound = node_fencer::core::rules::control::LEASE_WAIT + KUBERNETES.budget;
     assert!(
         started.elapsed() < bound,
         "gave up after {:?}",
@@ -437,7 +437,7 @@ async fn partial_progress_converges_on_the_retried_event_without_duplicates() ->
     let attempts = f.ec2.ec2_calls("DetachVolume");
     assert_eq!(
         attempts,
-        node_fencer::core::retry::EC2.max_attempts as usize
+        node_fencer::core::rules::retry::EC2.max_attempts as usize
     );
     // The same event again, as Lambda retries it, once EC2 is healthy.
     f.ec2.heal();
@@ -732,7 +732,7 @@ async fn the_cap_holds_when_the_lease_holder_is_slowed_past_the_lease() -> anyho
         "slow holder: held the Lease {:.1} s (Lease duration {} s), {renewals} renewals; \
          the second invocation waited {:.1} s for it; out of service {before} -> {after}, cap {}",
         held.as_secs_f64(),
-        node_fencer::core::control::LEASE_SECONDS,
+        node_fencer::core::rules::control::LEASE_SECONDS,
         waited.unwrap_or_default().as_secs_f64(),
         before + 1
     );
@@ -754,7 +754,7 @@ async fn the_cap_holds_when_the_lease_holder_is_slowed_past_the_lease() -> anyho
         admin.clone(),
         &policy.control_namespace,
     )
-    .get(node_fencer::core::control::OBJECT_NAME)
+    .get(node_fencer::core::rules::control::OBJECT_NAME)
     .await?;
     let holder = lease.spec.and_then(|s| s.holder_identity);
     assert_eq!(holder, None, "the Lease is free after both invocations");
@@ -769,7 +769,7 @@ async fn the_cap_holds_when_the_lease_holder_is_slowed_past_the_lease() -> anyho
 /// without stopping it a second time.
 #[tokio::test]
 async fn a_power_off_that_never_completes_fails_for_retry_and_never_taints() -> anyhow::Result<()> {
-    use node_fencer::core::power::{ActiveFencing, PowerOutcome};
+    use node_fencer::core::rules::power::{ActiveFencing, PowerOutcome};
     let (_g, f, sc) = setup(true).await?;
     let accepted = format!(
         "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<StopInstancesResponse xmlns=\"http://ec2.amazonaws.com/doc/2016-11-15/\">\
@@ -833,7 +833,7 @@ async fn a_power_off_that_never_completes_fails_for_retry_and_never_taints() -> 
 /// refuses its own: one machine stopped, the cap held.
 #[tokio::test]
 async fn two_power_offs_with_room_for_one_stop_one_machine() -> anyhow::Result<()> {
-    use node_fencer::core::power::{ActiveFencing, PowerOutcome};
+    use node_fencer::core::rules::power::{ActiveFencing, PowerOutcome};
     let _g = serial().await;
     let s = stack();
     let f = faulty().await?;

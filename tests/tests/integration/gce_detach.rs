@@ -4,7 +4,7 @@
 //! so the same fencing's detach sent twice is one operation, a later
 //! fencing's another.
 
-use node_fencer::core::instance::{InstanceId, VolumeId};
+use node_fencer::core::model::instance::{InstanceId, VolumeId};
 use node_fencer::shell::cloud::gce::{Gce, GceEndpoint};
 use node_fencer::shell::cloud::{Cloud, Detach};
 use node_fencer_tests::gce::fake_compute_on;

@@ -12,10 +12,10 @@
 use std::time::{Duration, Instant};
 
 use http::Method;
-use node_fencer::core::decide::Skip;
-use node_fencer::core::report::{Outcome, Report, VolumeOutcome};
-use node_fencer::core::retry::COMPUTE;
-use node_fencer::core::suspect::Intent;
+use node_fencer::core::inbound::suspect::Intent;
+use node_fencer::core::outbound::report::{Outcome, Report, VolumeOutcome};
+use node_fencer::core::rules::decide::Skip;
+use node_fencer::core::rules::retry::COMPUTE;
 use node_fencer::shell::cloud::Clouds;
 use node_fencer::shell::cloud::aws::Ec2;
 use node_fencer::shell::cloud::gce::{Gce, GceEndpoint};

@@ -5,12 +5,11 @@ use k8s_openapi::api::core::v1::{Node, Pod, ServiceAccount};
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
-use node_fencer::core::facts::FenceMode;
-use node_fencer::core::facts::{OUT_OF_SERVICE_KEY, OUT_OF_SERVICE_VALUE};
-use node_fencer::core::instance::{InstanceId, InstanceState};
-use node_fencer::core::kube_model::{
-    self, ANNOTATION_INSTANCE, ANNOTATION_TAINT, Ending, Stamp, TaintPatch,
-};
+use node_fencer::core::model::facts::FenceMode;
+use node_fencer::core::model::facts::{OUT_OF_SERVICE_KEY, OUT_OF_SERVICE_VALUE};
+use node_fencer::core::model::instance::{InstanceId, InstanceState};
+use node_fencer::core::model::kube_read::{self, ANNOTATION_INSTANCE, ANNOTATION_TAINT};
+use node_fencer::core::outbound::kube_patch::{self, Ending, Stamp, TaintPatch};
 use node_fencer::shell::cluster::{
     ClusterReads, FencingWrites, Kube, TaintOutcome, UntaintOutcome,
 };
@@ -67,7 +66,7 @@ async fn a_stale_patch_is_refused_by_the_api_server() -> anyhow::Result<()> {
     Api::<Node>::all(admin.clone())
         .patch(&spec.name, &PatchParams::default(), &Patch::Merge(&other))
         .await?;
-    let TaintPatch::Apply(patch) = kube_model::taint_patch(&stale, &stamp()) else {
+    let TaintPatch::Apply(patch) = kube_patch::taint_patch(&stale, &stamp()) else {
         panic!("expected a patch");
     };
     let err = Api::<Node>::all(s.fencer().await?)
@@ -189,7 +188,7 @@ async fn the_role_allows_what_the_code_does_and_no_more() -> anyhow::Result<()> 
     assert!(!cluster.list_nodes().await?.is_empty());
     cluster.list_volume_attachments().await?;
     cluster.list_persistent_volumes().await?;
-    let event = node_fencer::core::events::NodeEvent::pods_deleted(0);
+    let event = node_fencer::core::outbound::events::NodeEvent::pods_deleted(0);
     cluster
         .node_event(&spec.name, &event, &unique("event"))
         .await?;
@@ -381,7 +380,7 @@ async fn recovery_leaves_a_taint_an_operator_put_back() -> anyhow::Result<()> {
             .annotations
             .unwrap_or_default()
             .keys()
-            .all(|k| !k.starts_with(kube_model::ANNOTATION_PREFIX)),
+            .all(|k| !k.starts_with(kube_read::ANNOTATION_PREFIX)),
         "node-fencer's mark is cleared"
     );
     Ok(())
@@ -416,6 +415,6 @@ async fn the_settle_delay_is_checked_on_the_node_read_at_patch_time() -> anyhow:
         taints(&node).contains(&OUT_OF_SERVICE.into()),
         "still fenced"
     );
-    assert!(kube_model::fence_mark(&node).is_some(), "mark kept");
+    assert!(kube_read::fence_mark(&node).is_some(), "mark kept");
     Ok(())
 }

@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, ServiceAccount};
 use k8s_openapi::api::rbac::v1::ClusterRole;
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use node_fencer::core::facts::{OUT_OF_SERVICE_EFFECT, OUT_OF_SERVICE_KEY};
+use node_fencer::core::model::facts::{OUT_OF_SERVICE_EFFECT, OUT_OF_SERVICE_KEY};
 use node_fencer_tests::cluster::{restore_rbac, wait_for_rbac};
 use node_fencer_tests::fixtures::*;
 use node_fencer_tests::lambda::{Emulator, Invocation, start_emulator};
@@ -371,11 +371,13 @@ async fn the_kill_switch_turns_every_action_into_a_dry_run_and_the_sweep_catches
     assert_eq!(volume(&ec2, &t.volume).await?.0, "available");
     // The sweep left its census, under the function's own RBAC (issue 19).
     let leases: Api<Lease> = Api::namespaced(admin.clone(), "kube-system");
-    let census = leases.get(node_fencer::core::control::CENSUS_NAME).await?;
+    let census = leases
+        .get(node_fencer::core::rules::control::CENSUS_NAME)
+        .await?;
     let counted = census.metadata.annotations.unwrap_or_default();
     assert!(
         counted
-            .get(node_fencer::core::control::CENSUS_OTHERS)
+            .get(node_fencer::core::rules::control::CENSUS_OTHERS)
             .is_some_and(|n| n.parse::<usize>().is_ok()),
         "{counted:?}"
     );

@@ -16,8 +16,8 @@ mod runtime;
 mod scale;
 mod scenario;
 
-use node_fencer::core::instance::InstanceId;
-use node_fencer::core::suspect::{Batch, Intent, NodeRef, Origin, Suspect};
+use node_fencer::core::inbound::suspect::{Batch, Intent, NodeRef, Origin, Suspect};
+use node_fencer::core::model::instance::InstanceId;
 
 /// A batch of one suspect.
 pub fn one(target: NodeRef, intent: Intent) -> Batch {

@@ -3,15 +3,17 @@
 
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
-use node_fencer::core::decide::Skip;
-use node_fencer::core::facts::{OUT_OF_SERVICE_EFFECT, OUT_OF_SERVICE_KEY, OUT_OF_SERVICE_VALUE};
-use node_fencer::core::kube_model::ANNOTATION_FENCED_AT;
-use node_fencer::core::metrics::{Dependency, Stage};
-use node_fencer::core::names::NodeName;
-use node_fencer::core::policy::Policy;
-use node_fencer::core::report::{Outcome, Report, VolumeOutcome};
-use node_fencer::core::resolve::ClusterScope;
-use node_fencer::core::suspect::{Batch, Intent, NodeRef, Origin, Suspect};
+use node_fencer::core::inbound::suspect::{Batch, Intent, NodeRef, Origin, Suspect};
+use node_fencer::core::model::facts::{
+    OUT_OF_SERVICE_EFFECT, OUT_OF_SERVICE_KEY, OUT_OF_SERVICE_VALUE,
+};
+use node_fencer::core::model::kube_read::ANNOTATION_FENCED_AT;
+use node_fencer::core::model::names::NodeName;
+use node_fencer::core::outbound::metrics::{Dependency, Stage};
+use node_fencer::core::outbound::report::{Outcome, Report, VolumeOutcome};
+use node_fencer::core::rules::decide::Skip;
+use node_fencer::core::rules::resolve::ClusterScope;
+use node_fencer::core::settings::policy::Policy;
 use node_fencer::shell::cloud::aws::Ec2;
 use node_fencer::shell::cluster::Kube;
 use node_fencer_tests::fixtures::*;
@@ -78,7 +80,7 @@ async fn scene(ready: &'static str, stopped: bool) -> anyhow::Result<Scene> {
     })
 }
 
-fn only(report: &Report) -> &node_fencer::core::report::NodeReport {
+fn only(report: &Report) -> &node_fencer::core::outbound::report::NodeReport {
     assert_eq!(report.results.len(), 1, "{report:#?}");
     &report.results[0]
 }
@@ -569,7 +571,7 @@ async fn the_volume_of_a_pod_that_tolerates_the_taint_stays_attached() -> anyhow
         .metadata
         .annotations
         .unwrap_or_default()
-        .get(node_fencer::core::kube_model::ANNOTATION_VOLUMES)
+        .get(node_fencer::core::model::kube_read::ANNOTATION_VOLUMES)
         .cloned()
         .unwrap_or_default();
     assert_eq!(
@@ -892,7 +894,7 @@ async fn no_trigger_removes_an_out_of_service_taint() -> anyhow::Result<()> {
 #[tokio::test]
 async fn power_offs_are_refused_for_a_ready_node_and_by_the_partition_guard() -> anyhow::Result<()>
 {
-    use node_fencer::core::power::ActiveFencing;
+    use node_fencer::core::rules::power::ActiveFencing;
     let _g = serial().await;
     let s = stack();
     let (admin, ec2) = (s.admin().await?, s.ec2().await);
@@ -976,7 +978,7 @@ async fn the_no_schedule_pair_goes_on_and_comes_off_together() -> anyhow::Result
     let report = run(Intent::Recover).await?;
     assert_eq!(
         report.recoveries[0].outcome,
-        node_fencer::core::report::RecoveryOutcome::Recovered,
+        node_fencer::core::outbound::report::RecoveryOutcome::Recovered,
         "{report:#?}"
     );
     let left = taints(&get_node(&admin, &t.node).await?);
@@ -994,9 +996,9 @@ async fn the_no_schedule_pair_goes_on_and_comes_off_together() -> anyhow::Result
 /// read back from the apiserver.
 #[tokio::test]
 async fn manual_recovery_ends_only_after_the_operators_confirmation() -> anyhow::Result<()> {
-    use node_fencer::core::kube_model::ANNOTATION_RECOVERY_CONFIRMED;
-    use node_fencer::core::recovery::RecoveryPolicy;
-    use node_fencer::core::report::RecoveryOutcome;
+    use node_fencer::core::model::kube_read::ANNOTATION_RECOVERY_CONFIRMED;
+    use node_fencer::core::outbound::report::RecoveryOutcome;
+    use node_fencer::core::rules::recovery::RecoveryPolicy;
 
     let _g = serial().await;
     let s = stack();
@@ -1051,7 +1053,7 @@ async fn manual_recovery_ends_only_after_the_operators_confirmation() -> anyhow:
 /// not powered off; stopped, neither Node is tainted and no volume moves.
 #[tokio::test]
 async fn a_machine_two_nodes_name_is_left_to_a_person() -> anyhow::Result<()> {
-    use node_fencer::core::power::ActiveFencing;
+    use node_fencer::core::rules::power::ActiveFencing;
     let _g = serial().await;
     let s = stack();
     let (admin, ec2) = (s.admin().await?, s.ec2().await);
@@ -1103,7 +1105,7 @@ async fn a_machine_two_nodes_name_is_left_to_a_person() -> anyhow::Result<()> {
 #[tokio::test]
 async fn a_control_plane_node_is_not_powered_off_unless_configured() -> anyhow::Result<()> {
     use kube::api::{Patch, PatchParams};
-    use node_fencer::core::power::{ActiveFencing, PowerOutcome};
+    use node_fencer::core::rules::power::{ActiveFencing, PowerOutcome};
     let _g = serial().await;
     let s = stack();
     let (admin, ec2) = (s.admin().await?, s.ec2().await);

@@ -7,13 +7,13 @@
 
 use aws_sdk_ec2::types::Tag;
 use http::Method;
-use node_fencer::core::decide::Skip;
-use node_fencer::core::kube_model::LABEL_FENCED;
-use node_fencer::core::ownership::ClusterIdentity;
-use node_fencer::core::policy::Policy;
-use node_fencer::core::report::Outcome;
-use node_fencer::core::suspect::Intent;
-use node_fencer::core::view::Census;
+use node_fencer::core::inbound::suspect::Intent;
+use node_fencer::core::model::kube_read::LABEL_FENCED;
+use node_fencer::core::outbound::report::Outcome;
+use node_fencer::core::rules::decide::Skip;
+use node_fencer::core::rules::ownership::ClusterIdentity;
+use node_fencer::core::rules::view::Census;
+use node_fencer::core::settings::policy::Policy;
 use node_fencer::shell::cluster::Coordination;
 use node_fencer_tests::faults::Seen;
 use node_fencer_tests::fixtures::*;

@@ -4,10 +4,11 @@
 //! boot disk).
 
 use super::{Check, Status, failed, row};
-use crate::core::config::{ClusterAccess, Config};
-use crate::core::facts::{NodeFacts, Readiness};
-use crate::core::gce::GceInstance;
-use crate::core::instance::{InstanceId, Provider};
+use crate::core::model::facts::{NodeFacts, Readiness};
+use crate::core::model::gce::GceInstance;
+use crate::core::model::instance::{InstanceId, Provider};
+use crate::core::settings::access::ClusterAccess;
+use crate::core::settings::config::Config;
 use crate::shell::cloud::aws;
 use crate::shell::connect::Clients;
 
@@ -110,7 +111,7 @@ async fn ec2(ec2: &aws_sdk_ec2::Client, config: &Config, checks: &mut Vec<Check>
 #[cfg(feature = "gce")]
 mod compute {
     use super::{Check, Clients, GceInstance, Status, failed, row};
-    use crate::core::permissions::{GcpProbe, gcp_permissions_on};
+    use crate::core::settings::permissions::{GcpProbe, gcp_permissions_on};
 
     /// Where a denied Google Cloud permission is granted: the one write
     /// by a role of its own, held to the cluster's node VMs by a condition

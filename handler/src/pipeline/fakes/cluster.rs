@@ -12,16 +12,19 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use serde_json::Value;
 
-use crate::core::control::KillSwitch;
-use crate::core::events::NodeEvent;
-use crate::core::facts::{AttachmentFacts, CsiVolume, NodeFacts, OUT_OF_SERVICE_KEY, PvFacts};
-use crate::core::instance::{InstanceId, VolumeId};
-use crate::core::kube_model::{
+use crate::core::model::facts::{
+    AttachmentFacts, CsiVolume, NodeFacts, OUT_OF_SERVICE_KEY, PvFacts,
+};
+use crate::core::model::instance::{InstanceId, VolumeId};
+use crate::core::model::kube_read;
+use crate::core::outbound::events::NodeEvent;
+use crate::core::outbound::kube_patch::{
     self, ConfirmOutcome, ConfirmPatch, Ending, PowerStamp, Stamp, TaintOutcome, TaintPatch,
     UntaintOutcome, UntaintPatch,
 };
-use crate::core::mode::ServerVersion;
-use crate::core::view::Census;
+use crate::core::rules::control::KillSwitch;
+use crate::core::rules::mode::ServerVersion;
+use crate::core::rules::view::Census;
 use crate::shell::cluster::{
     ClusterError, ClusterReads, Coordination, FencingWrites, LeaseTaken, PodRef,
 };
@@ -199,7 +202,8 @@ impl FakeCluster {
     /// Kubernetes gives it, and records the volume on the Node, as the
     /// attach/detach controller does.
     pub fn recorded_attachment(&self, node: &str, volume: &VolumeId) {
-        use crate::core::volumes::{EBS_CSI_DRIVER, attachment_name};
+        use crate::core::model::instance::EBS_CSI_DRIVER;
+        use crate::core::rules::volumes::attachment_name;
         self.attachment(node, volume);
         let csi = CsiVolume {
             driver: EBS_CSI_DRIVER.into(),
@@ -212,7 +216,7 @@ impl FakeCluster {
         }
         if let Some(n) = state.nodes.get_mut(node) {
             n.metadata.annotations.get_or_insert_default().insert(
-                kube_model::ANNOTATION_CONTROLLER_MANAGED.into(),
+                kube_read::ANNOTATION_CONTROLLER_MANAGED.into(),
                 "true".into(),
             );
             n.status
@@ -220,7 +224,7 @@ impl FakeCluster {
                 .volumes_attached
                 .get_or_insert_default()
                 .push(AttachedVolume {
-                    name: kube_model::csi_unique_name(&csi),
+                    name: kube_read::csi_unique_name(&csi),
                     device_path: String::new(),
                 });
         }
@@ -233,7 +237,7 @@ impl FakeCluster {
         state.attachments.push(AttachmentFacts {
             name: format!("csi-{volume}"),
             uid: format!("uid-csi-{volume}"),
-            attacher: crate::core::volumes::EBS_CSI_DRIVER.into(),
+            attacher: crate::core::model::instance::EBS_CSI_DRIVER.into(),
             node_name: node.into(),
             pv_name: Some(pv.clone()),
             inline_volume: None,
@@ -273,7 +277,7 @@ impl FakeCluster {
         state.attachments.push(AttachmentFacts {
             name: format!("csi-inline-{volume}"),
             uid: format!("uid-csi-inline-{volume}"),
-            attacher: crate::core::volumes::EBS_CSI_DRIVER.into(),
+            attacher: crate::core::model::instance::EBS_CSI_DRIVER.into(),
             node_name: node.into(),
             pv_name: None,
             inline_volume: Some(volume.clone()),
@@ -367,7 +371,7 @@ impl FakeCluster {
 
     /// The Node as the pipeline reads it.
     pub fn facts(&self, name: &str) -> Option<NodeFacts> {
-        self.lock().nodes.get(name).and_then(kube_model::node_facts)
+        self.lock().nodes.get(name).and_then(kube_read::node_facts)
     }
 
     /// The reasons of the Events recorded on `node`, in order.
@@ -484,7 +488,7 @@ impl ClusterReads for FakeCluster {
             .lock()
             .nodes
             .values()
-            .filter_map(kube_model::node_facts)
+            .filter_map(kube_read::node_facts)
             .collect())
     }
 
@@ -496,7 +500,7 @@ impl ClusterReads for FakeCluster {
             });
         }
         self.turn_on_read();
-        Ok(self.lock().nodes.get(name).and_then(kube_model::node_facts))
+        Ok(self.lock().nodes.get(name).and_then(kube_read::node_facts))
     }
 
     async fn list_fenced_nodes(&self) -> Result<Vec<NodeFacts>, ClusterError> {
@@ -507,7 +511,7 @@ impl ClusterReads for FakeCluster {
             n.metadata
                 .labels
                 .as_ref()
-                .and_then(|l| l.get(kube_model::LABEL_FENCED))
+                .and_then(|l| l.get(kube_read::LABEL_FENCED))
                 .is_some_and(|v| v == "true")
         };
         Ok(self
@@ -515,7 +519,7 @@ impl ClusterReads for FakeCluster {
             .nodes
             .values()
             .filter(labelled)
-            .filter_map(kube_model::node_facts)
+            .filter_map(kube_read::node_facts)
             .collect())
     }
 
@@ -603,7 +607,7 @@ impl FencingWrites for FakeCluster {
         let Some(current) = current else {
             return Ok(TaintOutcome::NodeGone);
         };
-        match kube_model::taint_patch(&current, stamp) {
+        match kube_patch::taint_patch(&current, stamp) {
             TaintPatch::Apply(patch) => {
                 self.patch(node, &patch)?;
                 Ok(TaintOutcome::Applied)
@@ -649,7 +653,7 @@ impl FencingWrites for FakeCluster {
             return Ok(UntaintOutcome::NodeGone);
         };
         let now = k8s_openapi::jiff::Timestamp::now().as_second();
-        match kube_model::untaint_patch(&current, ending, now) {
+        match kube_patch::untaint_patch(&current, ending, now) {
             UntaintPatch::Apply {
                 patch,
                 removes_taint,
@@ -683,7 +687,7 @@ impl FencingWrites for FakeCluster {
         let Some(current) = current else {
             return Ok(ConfirmOutcome::NodeGone);
         };
-        match kube_model::confirm_patch(&current, fenced_at) {
+        match kube_patch::confirm_patch(&current, fenced_at) {
             ConfirmPatch::Apply(patch) => {
                 self.patch(node, &patch)?;
                 Ok(ConfirmOutcome::Confirmed)
@@ -702,7 +706,7 @@ impl FencingWrites for FakeCluster {
         if !self.lock().nodes.contains_key(node) {
             return Ok(false);
         }
-        self.patch(node, &kube_model::power_mark_patch(stamp))?;
+        self.patch(node, &kube_patch::power_mark_patch(stamp))?;
         Ok(true)
     }
 
@@ -711,7 +715,7 @@ impl FencingWrites for FakeCluster {
             return Err(ClusterError::PatchConflict { node: node.into() });
         }
         if self.lock().nodes.contains_key(node) {
-            self.patch(node, &kube_model::power_unmark_patch())?;
+            self.patch(node, &kube_patch::power_unmark_patch())?;
         }
         Ok(())
     }

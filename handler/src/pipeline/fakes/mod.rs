@@ -1,6 +1,6 @@
 //! In-memory [`Cloud`] and [`Cluster`] for the pipeline's fast tests. The
 //! fake cluster keeps real `Node` objects and writes them through the same
-//! pure patch decisions ([`kube_model::taint_patch`], [`kube_model::untaint_patch`])
+//! pure patch decisions ([`kube_patch::taint_patch`], [`kube_patch::untaint_patch`])
 //! that [`crate::shell::cluster::Kube`] sends to an apiserver, so what the
 //! tests see on a Node is what the code would have written. Every call is
 //! logged, and any one call (counted across both fakes) can be made to fail.

@@ -7,13 +7,13 @@ use std::collections::HashMap;
 use tracing::{info, warn};
 
 use super::view::{Candidate, Rules, View};
-use crate::core::events::NodeEvent;
-use crate::core::facts::{Confirmation, FenceMode, NodeFacts};
-use crate::core::kube_model::Ending;
-use crate::core::metrics::Dependency;
-use crate::core::recovery::{Hold, RecoveryPolicy, RecoveryVerdict};
-use crate::core::report::{RecoveryOutcome, RecoveryReport};
-use crate::core::suspect::Origin;
+use crate::core::inbound::suspect::Origin;
+use crate::core::model::facts::{Confirmation, FenceMode, NodeFacts};
+use crate::core::outbound::events::NodeEvent;
+use crate::core::outbound::kube_patch::Ending;
+use crate::core::outbound::metrics::Dependency;
+use crate::core::outbound::report::{RecoveryOutcome, RecoveryReport};
+use crate::core::rules::recovery::{Hold, RecoveryPolicy, RecoveryVerdict};
 use crate::pipeline::ctx::Ctx;
 use crate::shell::cluster::UntaintOutcome;
 

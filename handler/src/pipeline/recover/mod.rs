@@ -3,7 +3,7 @@
 //! trigger asks to recover), records an operator's confirmation first,
 //! gathers what the decision needs ([`view`]), waits out the settle delay
 //! once for a requested node that only lacks it, and ends each fencing
-//! [`crate::core::recovery::decide`] says is safe to end ([`end`]).
+//! [`crate::core::rules::recovery::decide`] says is safe to end ([`end`]).
 
 mod end;
 mod view;
@@ -13,13 +13,13 @@ use std::time::Duration;
 
 use tracing::{info, warn};
 
-use crate::core::events::NodeEvent;
-use crate::core::facts::{NodeFacts, Readiness};
-use crate::core::metrics::Dependency;
-use crate::core::recovery::{Hold, RecoveryVerdict};
-use crate::core::report::RecoveryReport;
-use crate::core::resolve::{self, Resolution};
-use crate::core::suspect::{Intent, NodeRef, Suspect};
+use crate::core::inbound::suspect::{Intent, NodeRef, Suspect};
+use crate::core::model::facts::{NodeFacts, Readiness};
+use crate::core::outbound::events::NodeEvent;
+use crate::core::outbound::metrics::Dependency;
+use crate::core::outbound::report::RecoveryReport;
+use crate::core::rules::recovery::{Hold, RecoveryVerdict};
+use crate::core::rules::resolve::{self, Resolution};
 use crate::pipeline::ctx::Ctx;
 use crate::pipeline::error::PipelineError;
 use crate::pipeline::invocation::Invocation;

@@ -1,18 +1,18 @@
 //! What the recovery decisions look at: the candidates' Nodes, the cloud's
 //! answers about their machines, and their attachments when a verdict
-//! needs them; and the verdict on each, from [`crate::core::recovery`].
+//! needs them; and the verdict on each, from [`crate::core::rules::recovery`].
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use tracing::warn;
 
-use crate::core::facts::{AttachmentFacts, Confirmation, NodeFacts, PvFacts};
-use crate::core::instance::{InstanceId, VolumeId};
-use crate::core::metrics::Dependency;
-use crate::core::recovery::{self, Hold, RecoveryCase, RecoveryPolicy, RecoveryVerdict};
-use crate::core::suspect::Origin;
-use crate::core::volumes;
+use crate::core::inbound::suspect::Origin;
+use crate::core::model::facts::{AttachmentFacts, Confirmation, NodeFacts, PvFacts};
+use crate::core::model::instance::{InstanceId, VolumeId};
+use crate::core::outbound::metrics::Dependency;
+use crate::core::rules::recovery::{self, Hold, RecoveryCase, RecoveryPolicy, RecoveryVerdict};
+use crate::core::rules::volumes;
 use crate::pipeline::ctx::Ctx;
 use crate::pipeline::looks::Looks;
 

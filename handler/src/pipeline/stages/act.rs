@@ -15,11 +15,11 @@ use std::time::Instant;
 use futures::StreamExt;
 use tracing::{Instrument, info, info_span, warn};
 
-use crate::core::events::NodeEvent;
-use crate::core::facts::{FenceMode, InstanceFacts};
-use crate::core::instance::InstanceId;
-use crate::core::metrics;
-use crate::core::plan::{DetachAnswer, NodeRun, Stage};
+use crate::core::model::facts::{FenceMode, InstanceFacts};
+use crate::core::model::instance::InstanceId;
+use crate::core::outbound::events::NodeEvent;
+use crate::core::outbound::metrics;
+use crate::core::rules::plan::{DetachAnswer, NodeRun, Stage};
 use crate::pipeline::ctx::{Ctx, PARALLEL_NODES};
 use crate::pipeline::error::PipelineError;
 use crate::pipeline::invocation::ANSWER_RESERVE;
@@ -121,8 +121,8 @@ fn budget(run: &NodeRun) -> std::time::Duration {
         .map(|p| {
             p.detaches()
                 .map(|v| match v.provider() {
-                    crate::core::instance::Provider::Gce => 65,
-                    crate::core::instance::Provider::Aws => 10,
+                    crate::core::model::instance::Provider::Gce => 65,
+                    crate::core::model::instance::Provider::Aws => 10,
                 })
                 .sum()
         })

@@ -10,12 +10,12 @@ use std::collections::HashMap;
 
 use tracing::{info, warn};
 
-use crate::core::decide::Skip;
-use crate::core::facts::{Confirmation, FenceMode};
-use crate::core::instance::InstanceId;
-use crate::core::plan::{self, NodePlan, NodeRun, Stage};
-use crate::core::policy::Policy;
-use crate::core::view::NodeView;
+use crate::core::model::facts::{Confirmation, FenceMode};
+use crate::core::model::instance::InstanceId;
+use crate::core::rules::decide::Skip;
+use crate::core::rules::plan::{self, NodePlan, NodeRun, Stage};
+use crate::core::rules::view::NodeView;
+use crate::core::settings::policy::Policy;
 use crate::pipeline::ctx::Ctx;
 use crate::pipeline::error::PipelineError;
 use crate::pipeline::invocation::Invocation;

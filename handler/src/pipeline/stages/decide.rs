@@ -1,6 +1,6 @@
 //! The decision: every suspect resolved to its Node and machine, the cloud
 //! asked once about every machine of the invocation, and each node judged
-//! by [`crate::core::decide`] against the room the cap leaves. A cap that
+//! by [`crate::core::rules::decide`] against the room the cap leaves. A cap that
 //! would refuse asks first whether the Nodes filling it are dead for good,
 //! and over a partial view decides again over every Node. A machine the
 //! cloud reports off on a Node still Ready is waited for, within the
@@ -11,15 +11,15 @@ use std::collections::HashMap;
 use tokio::time::Instant;
 use tracing::info;
 
-use crate::core::cap;
-use crate::core::decide::{self, Case, Settings, Verdict};
-use crate::core::facts::Confirmation;
-use crate::core::instance::InstanceId;
-use crate::core::plan::{self, Target};
-use crate::core::policy::Policy;
-use crate::core::resolve::{self, Resolution};
-use crate::core::suspect::{Intent, Suspect};
-use crate::core::view::NodeView;
+use crate::core::inbound::suspect::{Intent, Suspect};
+use crate::core::model::facts::Confirmation;
+use crate::core::model::instance::InstanceId;
+use crate::core::rules::cap;
+use crate::core::rules::decide::{self, Case, Settings, Verdict};
+use crate::core::rules::plan::{self, Target};
+use crate::core::rules::resolve::{self, Resolution};
+use crate::core::rules::view::NodeView;
+use crate::core::settings::policy::Policy;
 use crate::pipeline::ctx::Ctx;
 use crate::pipeline::error::PipelineError;
 use crate::pipeline::invocation::Invocation;

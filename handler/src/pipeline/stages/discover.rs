@@ -11,11 +11,11 @@
 use futures::{StreamExt, join};
 use tracing::{info, warn};
 
-use crate::core::facts::{AttachmentFacts, FenceMode, PodRef, PvFacts};
-use crate::core::instance::VolumeId;
-use crate::core::metrics::Dependency;
-use crate::core::plan::NodeRun;
-use crate::core::volumes;
+use crate::core::model::facts::{AttachmentFacts, FenceMode, PodRef, PvFacts};
+use crate::core::model::instance::VolumeId;
+use crate::core::outbound::metrics::Dependency;
+use crate::core::rules::plan::NodeRun;
+use crate::core::rules::volumes;
 use crate::pipeline::ctx::{Ctx, PARALLEL_NODES};
 use crate::pipeline::error::PipelineError;
 use crate::pipeline::invocation::Invocation;

@@ -10,10 +10,10 @@
 
 use tracing::info;
 
-use crate::core::events::NodeEvent;
-use crate::core::plan::{NodeRun, attachment_reports};
-use crate::core::report::AttachmentOutcome;
-use crate::core::volumes::{AttachmentAction, per_driver};
+use crate::core::outbound::events::NodeEvent;
+use crate::core::outbound::report::AttachmentOutcome;
+use crate::core::rules::plan::{NodeRun, attachment_reports};
+use crate::core::rules::volumes::{AttachmentAction, per_driver};
 use crate::pipeline::ctx::Ctx;
 use crate::pipeline::stages::pods::{self, tally};
 

@@ -5,13 +5,13 @@
 
 use tracing::{info, warn};
 
-use crate::core::decide::{self, Verdict};
-use crate::core::events::NodeEvent;
-use crate::core::facts::FenceMode;
-use crate::core::metrics::Dependency;
-use crate::core::mode::{self, ModeSetting};
-use crate::core::plan::{self, NodeRun};
-use crate::core::suspect::Intent;
+use crate::core::inbound::suspect::Intent;
+use crate::core::model::facts::FenceMode;
+use crate::core::outbound::events::NodeEvent;
+use crate::core::outbound::metrics::Dependency;
+use crate::core::rules::decide::{self, Verdict};
+use crate::core::rules::mode::{self, ModeSetting};
+use crate::core::rules::plan::{self, NodeRun};
 use crate::pipeline::ctx::Ctx;
 use crate::pipeline::error::PipelineError;
 use crate::pipeline::invocation::Invocation;

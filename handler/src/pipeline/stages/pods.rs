@@ -6,10 +6,10 @@
 
 use tracing::{info, warn};
 
-use crate::core::events::NodeEvent;
-use crate::core::facts::PodRef;
-use crate::core::metrics::Dependency;
-use crate::core::plan::NodeRun;
+use crate::core::model::facts::PodRef;
+use crate::core::outbound::events::NodeEvent;
+use crate::core::outbound::metrics::Dependency;
+use crate::core::rules::plan::NodeRun;
 use crate::pipeline::ctx::Ctx;
 use crate::shell::cluster::ClusterError;
 

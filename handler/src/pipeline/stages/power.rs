@@ -1,6 +1,6 @@
 //! Active fencing, between the decision and the plan: a candidate whose
 //! machine the cloud still calls running is judged by
-//! [`crate::core::power::judge`]; one it allows is judged again under the
+//! [`crate::core::rules::power::judge`]; one it allows is judged again under the
 //! Lease (the Nodes listed and the cloud asked again first), marked on its
 //! Node, powered off, and waited for until the cloud reports it stopped;
 //! then every target is decided again, as if the cloud had reported the
@@ -13,19 +13,19 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-use crate::core::decide::{Skip, Verdict};
-use crate::core::events::NodeEvent;
-use crate::core::facts::{Confirmation, NodeFacts, StatusChecks};
-use crate::core::instance::{InstanceId, InstanceState};
-use crate::core::kube_model::PowerStamp;
-use crate::core::metrics::Dependency;
-use crate::core::plan::Target;
-use crate::core::policy::Policy;
-use crate::core::power::{
+use crate::core::inbound::suspect::Origin;
+use crate::core::model::facts::{Confirmation, NodeFacts, StatusChecks};
+use crate::core::model::instance::{InstanceId, InstanceState};
+use crate::core::outbound::events::NodeEvent;
+use crate::core::outbound::kube_patch::PowerStamp;
+use crate::core::outbound::metrics::Dependency;
+use crate::core::rules::decide::{Skip, Verdict};
+use crate::core::rules::plan::Target;
+use crate::core::rules::power::{
     self, ActiveFencing, Candidate, PowerOutcome, PowerReport, PowerVerdict, Refusal, Surroundings,
 };
-use crate::core::suspect::Origin;
-use crate::core::view::NodeView;
+use crate::core::rules::view::NodeView;
+use crate::core::settings::policy::Policy;
 use crate::pipeline::ctx::Ctx;
 use crate::pipeline::error::PipelineError;
 use crate::pipeline::invocation::Invocation;

@@ -8,12 +8,12 @@
 
 use tracing::info;
 
-use crate::core::decide::{Skip, Verdict};
-use crate::core::instance::InstanceId;
-use crate::core::ownership::{self, Foreign};
-use crate::core::plan;
-use crate::core::resolve::Resolution;
-use crate::core::suspect::{NodeRef, Suspect};
+use crate::core::inbound::suspect::{NodeRef, Suspect};
+use crate::core::model::instance::InstanceId;
+use crate::core::rules::decide::{Skip, Verdict};
+use crate::core::rules::ownership::{self, Foreign};
+use crate::core::rules::plan;
+use crate::core::rules::resolve::Resolution;
 use crate::pipeline::ctx::Ctx;
 use crate::pipeline::error::PipelineError;
 use crate::pipeline::invocation::Invocation;

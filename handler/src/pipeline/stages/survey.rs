@@ -5,9 +5,9 @@
 
 use tracing::{info, warn};
 
-use crate::core::control::KillSwitch;
-use crate::core::metrics::Dependency;
-use crate::core::sweep;
+use crate::core::inbound::sweep;
+use crate::core::outbound::metrics::Dependency;
+use crate::core::rules::control::KillSwitch;
 use crate::pipeline::ctx::Ctx;
 use crate::pipeline::error::PipelineError;
 use crate::pipeline::invocation::Invocation;

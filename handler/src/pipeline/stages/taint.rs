@@ -7,11 +7,11 @@ use std::time::Instant;
 use futures::StreamExt;
 use tracing::{Instrument, info, info_span, warn};
 
-use crate::core::events::NodeEvent;
-use crate::core::facts::FenceMode;
-use crate::core::kube_model::TaintOutcome;
-use crate::core::metrics::{self, Dependency};
-use crate::core::plan::{NodeRun, Stage};
+use crate::core::model::facts::FenceMode;
+use crate::core::outbound::events::NodeEvent;
+use crate::core::outbound::kube_patch::TaintOutcome;
+use crate::core::outbound::metrics::{self, Dependency};
+use crate::core::rules::plan::{NodeRun, Stage};
 use crate::pipeline::ctx::{Ctx, PARALLEL_NODES};
 use crate::pipeline::lease::Hold;
 

@@ -8,9 +8,9 @@ use std::time::Instant;
 
 use tracing::warn;
 
-use crate::core::instance::VolumeId;
-use crate::core::metrics;
-use crate::core::plan::NodeRun;
+use crate::core::model::instance::VolumeId;
+use crate::core::outbound::metrics;
+use crate::core::rules::plan::NodeRun;
 use crate::pipeline::ctx::Ctx;
 use crate::pipeline::error::PipelineError;
 use crate::pipeline::invocation::Invocation;

@@ -259,9 +259,9 @@ async fn a_node_that_records_its_volumes_has_them_read_by_name() {
         .filter(|c| *c == "ListVolumeAttachments" || *c == "ListPersistentVolumes")
         .collect();
     assert!(lists.is_empty(), "{log:?}");
-    let attachment = crate::core::volumes::attachment_name(
-        &crate::core::facts::CsiVolume {
-            driver: crate::core::volumes::EBS_CSI_DRIVER.into(),
+    let attachment = crate::core::rules::volumes::attachment_name(
+        &crate::core::model::facts::CsiVolume {
+            driver: crate::core::model::instance::EBS_CSI_DRIVER.into(),
             handle: volume(1).to_string(),
         },
         NODE,

@@ -137,7 +137,7 @@ async fn a_kill_switch_turned_on_during_a_wait_stops_what_comes_after_it() {
 #[tokio::test]
 async fn a_slow_holder_renews_its_lease_and_writes_nothing_once_it_is_lost() {
     let p = Policy {
-        lease: crate::core::control::LeaseTiming {
+        lease: crate::core::rules::control::LeaseTiming {
             renew_every: Duration::from_millis(10),
             valid_for: Duration::from_millis(40),
         },

@@ -168,7 +168,7 @@ async fn the_sweep_fences_what_no_event_named_with_one_lookup() {
         .with_node("stopping", 3, InstanceState::Stopping, "False")
         .with_node("healthy", 4, InstanceState::Running, "True");
     let report = w
-        .run(&policy(), crate::core::trigger::direct::sweep())
+        .run(&policy(), crate::core::inbound::trigger::direct::sweep())
         .await
         .unwrap();
     let seen: Vec<(&str, Outcome)> = report

@@ -18,19 +18,21 @@ use std::time::Duration;
 
 use super::fakes::{FakeCloud, FakeCluster, Recorder};
 use super::{Ctx, PipelineError, run};
-use crate::core::control::KillSwitch;
-use crate::core::decide::Skip;
-use crate::core::facts::OUT_OF_SERVICE_KEY;
-use crate::core::instance::{InstanceId, InstanceState, VolumeId, VolumeState};
-use crate::core::metrics::Meter;
-use crate::core::mode::ModeSetting;
-use crate::core::ownership::ClusterIdentity;
-use crate::core::policy::Policy;
-use crate::core::power::{ActiveFencing, PowerOutcome, Refusal};
-use crate::core::recovery::{Hold, RecoveryPolicy};
-use crate::core::report::{AttachmentOutcome, Outcome, RecoveryOutcome, Report, VolumeOutcome};
-use crate::core::suspect::{Batch, Intent, NodeRef, Origin, Suspect};
-use crate::core::view::Census;
+use crate::core::inbound::suspect::{Batch, Intent, NodeRef, Origin, Suspect};
+use crate::core::model::facts::OUT_OF_SERVICE_KEY;
+use crate::core::model::instance::{InstanceId, InstanceState, VolumeId, VolumeState};
+use crate::core::outbound::metrics::Meter;
+use crate::core::outbound::report::{
+    AttachmentOutcome, Outcome, RecoveryOutcome, Report, VolumeOutcome,
+};
+use crate::core::rules::control::KillSwitch;
+use crate::core::rules::decide::Skip;
+use crate::core::rules::mode::ModeSetting;
+use crate::core::rules::ownership::ClusterIdentity;
+use crate::core::rules::power::{ActiveFencing, PowerOutcome, Refusal};
+use crate::core::rules::recovery::{Hold, RecoveryPolicy};
+use crate::core::rules::view::Census;
+use crate::core::settings::policy::Policy;
 use crate::shell::cluster::ClusterReads;
 
 const NODE: &str = "ip-10-0-1-17.ec2.internal";
@@ -262,7 +264,7 @@ impl World {
             .count()
     }
 
-    fn power_report(report: &Report) -> crate::core::power::PowerReport {
+    fn power_report(report: &Report) -> crate::core::rules::power::PowerReport {
         report
             .results
             .iter()
@@ -296,7 +298,7 @@ fn active() -> Policy {
 fn power_off() -> Batch {
     Batch {
         suspects: vec![Suspect {
-            target: NodeRef::Name(crate::core::names::NodeName::parse(NODE).unwrap()),
+            target: NodeRef::Name(crate::core::model::names::NodeName::parse(NODE).unwrap()),
             intent: Intent::PowerOff,
             origin: Origin::Direct,
         }],

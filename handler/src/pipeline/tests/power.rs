@@ -10,7 +10,7 @@ async fn a_hung_node_is_powered_off_then_fenced_as_a_stopped_one() {
     let w = World::hung();
     w.cloud.checks(&instance(1), "impaired", "ok");
     let report = w
-        .run(&active(), crate::core::trigger::direct::sweep())
+        .run(&active(), crate::core::inbound::trigger::direct::sweep())
         .await
         .unwrap();
     let r = report
@@ -79,7 +79,7 @@ async fn a_hung_node_is_powered_off_then_fenced_as_a_stopped_one() {
 async fn with_active_fencing_off_a_hung_node_is_left_running() {
     let w = World::hung();
     let report = w
-        .run(&policy(), crate::core::trigger::direct::sweep())
+        .run(&policy(), crate::core::inbound::trigger::direct::sweep())
         .await
         .unwrap();
     assert_eq!(w.stops(), 0);
@@ -119,7 +119,7 @@ async fn the_partition_guard_refuses_when_many_nodes_go_dark_at_once() {
         .with_node("dark-4", 4, InstanceState::Running, "Unknown")
         .with_node("dark-5", 5, InstanceState::Running, "Unknown");
     let report = w
-        .run(&active(), crate::core::trigger::direct::sweep())
+        .run(&active(), crate::core::inbound::trigger::direct::sweep())
         .await
         .unwrap();
     assert_eq!(w.stops(), 0);
@@ -251,7 +251,7 @@ async fn a_machine_two_nodes_name_is_neither_powered_off_nor_fenced() {
     w.cluster
         .node("ip-10-0-1-17.reregistered", &instance(1), "True");
     let report = w
-        .run(&active(), crate::core::trigger::direct::sweep())
+        .run(&active(), crate::core::inbound::trigger::direct::sweep())
         .await
         .unwrap();
     assert_eq!(w.stops(), 0, "{report:#?}");
@@ -283,7 +283,7 @@ async fn a_control_plane_node_is_powered_off_only_when_configured() {
     w.cluster
         .label(NODE, "node-role.kubernetes.io/control-plane", "");
     let report = w
-        .run(&active(), crate::core::trigger::direct::sweep())
+        .run(&active(), crate::core::inbound::trigger::direct::sweep())
         .await
         .unwrap();
     assert_eq!(w.stops(), 0, "{report:#?}");
@@ -296,7 +296,7 @@ async fn a_control_plane_node_is_powered_off_only_when_configured() {
         a.control_plane = true;
     }
     let report = w
-        .run(&allowed, crate::core::trigger::direct::sweep())
+        .run(&allowed, crate::core::inbound::trigger::direct::sweep())
         .await
         .unwrap();
     assert_eq!(w.stops(), 1, "{report:#?}");

@@ -3,10 +3,10 @@
 //! The scenario tests beside these run the whole list.
 
 use super::*;
-use crate::core::decide::Verdict;
-use crate::core::facts::{Confirmation, InstanceFacts};
-use crate::core::plan::{self, NodeRun, Stage, Target};
-use crate::core::view::NodeView;
+use crate::core::model::facts::{Confirmation, InstanceFacts};
+use crate::core::rules::decide::Verdict;
+use crate::core::rules::plan::{self, NodeRun, Stage, Target};
+use crate::core::rules::view::NodeView;
 use crate::pipeline::invocation::Invocation;
 use crate::pipeline::recover;
 use crate::pipeline::stages::{
@@ -56,7 +56,7 @@ async fn planned<'p>(w: &World, policy: &'p Policy) -> Invocation<'p> {
     let view = inv.view.as_ref().unwrap();
     let d = std::mem::take(&mut inv.decision);
     inv.runs = plan::plan(&d.targets, &d.verdicts, &view.nodes, inv.looks.answers());
-    inv.mode = Some(crate::core::facts::FenceMode::Taint);
+    inv.mode = Some(crate::core::model::facts::FenceMode::Taint);
     let meter = Meter::default();
     discover::run(&w.ctx(&meter), &mut inv).await.unwrap();
     inv
@@ -67,7 +67,9 @@ async fn tainted<'p>(w: &World, policy: &'p Policy) -> Invocation<'p> {
     let mut inv = planned(w, policy).await;
     let run: &mut NodeRun = &mut inv.runs[0];
     run.confirm_again(Some(&stopped(1)), false);
-    run.tainted(Ok(Some(crate::core::kube_model::TaintOutcome::Applied)));
+    run.tainted(Ok(Some(
+        crate::core::outbound::kube_patch::TaintOutcome::Applied,
+    )));
     inv
 }
 
@@ -134,7 +136,7 @@ async fn the_power_stage_alone_powers_a_hung_node_off_and_decides_it_again() {
     let view = view_of(&w).await;
     let hung = view.nodes.iter().position(|n| n.name == NODE).unwrap();
     inv.decision.targets = vec![Target {
-        reference: NodeRef::Name(crate::core::names::NodeName::parse(NODE).unwrap()),
+        reference: NodeRef::Name(crate::core::model::names::NodeName::parse(NODE).unwrap()),
         node: Some(hung),
         instance: Some(instance(1)),
         intent: Intent::Fence,
@@ -184,7 +186,7 @@ async fn the_plan_alone_makes_one_run_per_target_and_chooses_the_mode() {
     assert_eq!(since(&w, from), ["GetVersion"]);
     assert_eq!(inv.runs.len(), 1);
     assert_eq!(*inv.runs[0].stage(), Stage::Decided);
-    assert_eq!(inv.mode, Some(crate::core::facts::FenceMode::Taint));
+    assert_eq!(inv.mode, Some(crate::core::model::facts::FenceMode::Taint));
 }
 
 #[tokio::test]
@@ -195,7 +197,7 @@ async fn discovery_alone_plans_the_detach_of_the_nodes_volume() {
     let view = inv.view.as_ref().unwrap();
     let d = std::mem::take(&mut inv.decision);
     inv.runs = plan::plan(&d.targets, &d.verdicts, &view.nodes, inv.looks.answers());
-    inv.mode = Some(crate::core::facts::FenceMode::Taint);
+    inv.mode = Some(crate::core::model::facts::FenceMode::Taint);
     let from = w.calls.log().len();
     let meter = Meter::default();
     discover::run(&w.ctx(&meter), &mut inv).await.unwrap();

@@ -14,14 +14,14 @@ use google_cloud_gax::retry_policy::{Aip194Strict, RetryPolicy as GaxRetryPolicy
 use google_cloud_gax::retry_throttler::CircuitBreaker;
 
 use super::{Cloud, CloudCall, CloudError, Detach};
-use crate::core::facts::{
+use crate::core::model::facts::{
     InstanceFacts, MachineIdentity, StatusChecks, VolumeAttachmentState, VolumeFacts,
 };
-use crate::core::gce::{self, DiskLocation, GceInstance, GceStatus, PdDisk};
-use crate::core::instance::{
+use crate::core::model::gce::{self, DiskLocation, GceInstance, GceStatus, PdDisk};
+use crate::core::model::instance::{
     AttachmentState, InstanceId, InstanceState, Provider, VolumeId, VolumeState,
 };
-use crate::core::retry::{self, RetryPolicy};
+use crate::core::rules::retry::{self, RetryPolicy};
 use crate::shell::timeouts::Timeouts;
 
 /// How long one detach may take, its operation waited on, before it counts

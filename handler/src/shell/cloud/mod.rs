@@ -9,9 +9,9 @@ pub mod gce;
 
 use async_trait::async_trait;
 
-use crate::core::facts::{InstanceFacts, StatusChecks, VolumeFacts};
-use crate::core::instance::{InstanceId, Provider, VolumeId};
-use crate::core::metrics::Dependency;
+use crate::core::model::facts::{InstanceFacts, StatusChecks, VolumeFacts};
+use crate::core::model::instance::{InstanceId, Provider, VolumeId};
+use crate::core::outbound::metrics::Dependency;
 
 /// A failed call to a cloud's API: which cloud (so metrics and alarms
 /// tell them apart), what was asked, and the cloud's own error code where
@@ -265,8 +265,8 @@ impl Cloud for Clouds<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::facts::InstanceFacts;
-    use crate::core::instance::InstanceState;
+    use crate::core::model::facts::InstanceFacts;
+    use crate::core::model::instance::InstanceState;
 
     /// EC2, never asked here.
     struct Idle;

@@ -20,17 +20,18 @@ use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Precon
 use kube::{Api, Client};
 use tokio::sync::OnceCell;
 
-use crate::core::control::{self, KillSwitch, LeaseFacts, LeaseStep};
-use crate::core::events::NodeEvent;
-pub use crate::core::facts::PodRef;
-use crate::core::facts::{AttachmentFacts, NodeFacts, PvFacts};
-use crate::core::kube_model::{
+pub use crate::core::model::facts::PodRef;
+use crate::core::model::facts::{AttachmentFacts, NodeFacts, PvFacts};
+use crate::core::model::kube_read;
+use crate::core::outbound::events::NodeEvent;
+use crate::core::outbound::kube_patch::{
     self, ConfirmPatch, Ending, PowerStamp, Stamp, TaintPatch, UntaintPatch,
 };
-pub use crate::core::kube_model::{ConfirmOutcome, TaintOutcome, UntaintOutcome};
-use crate::core::mode::ServerVersion;
-use crate::core::retry::{self, KUBERNETES};
-use crate::core::view::Census;
+pub use crate::core::outbound::kube_patch::{ConfirmOutcome, TaintOutcome, UntaintOutcome};
+use crate::core::rules::control::{self, KillSwitch, LeaseFacts, LeaseStep};
+use crate::core::rules::mode::ServerVersion;
+use crate::core::rules::retry::{self, KUBERNETES};
+use crate::core::rules::view::Census;
 use crate::shell::slim;
 
 mod coordination;
@@ -373,7 +374,7 @@ impl Kube {
             .map_err(ClusterError::ListNodes)?;
         Ok(nodes
             .into_iter()
-            .filter_map(|n| kube_model::node_facts(&Node::from(n)))
+            .filter_map(|n| kube_read::node_facts(&Node::from(n)))
             .collect())
     }
 }

@@ -16,11 +16,11 @@ impl ClusterReads for Kube {
                 node: name.into(),
                 source,
             })?;
-        Ok(node.and_then(|n| kube_model::node_facts(&Node::from(n))))
+        Ok(node.and_then(|n| kube_read::node_facts(&Node::from(n))))
     }
 
     async fn list_fenced_nodes(&self) -> Result<Vec<NodeFacts>, ClusterError> {
-        let selector = format!("{}=true", kube_model::LABEL_FENCED);
+        let selector = format!("{}=true", kube_read::LABEL_FENCED);
         self.node_facts(&ListParams::default().labels(&selector))
             .await
     }
@@ -46,7 +46,7 @@ impl ClusterReads for Kube {
             .map_err(ClusterError::ListVolumeAttachments)?;
         Ok(vas
             .into_iter()
-            .filter_map(|va| kube_model::attachment_facts(&VolumeAttachment::from(va)))
+            .filter_map(|va| kube_read::attachment_facts(&VolumeAttachment::from(va)))
             .collect())
     }
 
@@ -61,7 +61,7 @@ impl ClusterReads for Kube {
             .map_err(ClusterError::ListPersistentVolumes)?;
         Ok(pvs
             .into_iter()
-            .filter_map(|pv| kube_model::pv_facts(&PersistentVolume::from(pv)))
+            .filter_map(|pv| kube_read::pv_facts(&PersistentVolume::from(pv)))
             .collect())
     }
 
@@ -77,7 +77,7 @@ impl ClusterReads for Kube {
                 name: name.into(),
                 source,
             })?;
-        Ok(va.and_then(|va| kube_model::attachment_facts(&VolumeAttachment::from(va))))
+        Ok(va.and_then(|va| kube_read::attachment_facts(&VolumeAttachment::from(va))))
     }
 
     async fn get_persistent_volume(&self, name: &str) -> Result<Option<PvFacts>, ClusterError> {
@@ -89,7 +89,7 @@ impl ClusterReads for Kube {
                 name: name.into(),
                 source,
             })?;
-        Ok(pv.and_then(|pv| kube_model::pv_facts(&PersistentVolume::from(pv))))
+        Ok(pv.and_then(|pv| kube_read::pv_facts(&PersistentVolume::from(pv))))
     }
 
     async fn server_version(&self) -> Result<ServerVersion, ClusterError> {
@@ -123,7 +123,7 @@ impl ClusterReads for Kube {
         Ok(list
             .items
             .iter()
-            .filter_map(|p| kube_model::pod_ref(p, out_of_service))
+            .filter_map(|p| kube_read::pod_ref(p, out_of_service))
             .collect())
     }
 }

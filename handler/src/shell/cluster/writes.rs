@@ -9,7 +9,7 @@ impl FencingWrites for Kube {
             node,
             TaintOutcome::NodeGone,
             // A taint whose answer was lost shows as this run's own.
-            |current, _| match kube_model::taint_patch(current, stamp) {
+            |current, _| match kube_patch::taint_patch(current, stamp) {
                 TaintPatch::Apply(patch) => Write::Patch(patch, TaintOutcome::Applied),
                 TaintPatch::AlreadyPresent => Write::Answer(TaintOutcome::AlreadyPresent),
                 TaintPatch::AppliedByThisRun => Write::Answer(TaintOutcome::Applied),
@@ -75,7 +75,7 @@ impl FencingWrites for Kube {
     ) -> Result<UntaintOutcome, ClusterError> {
         self.guarded_patch(node, UntaintOutcome::NodeGone, |current, sent| {
             let now = k8s_openapi::jiff::Timestamp::now().as_second();
-            match kube_model::untaint_patch(current, ending, now) {
+            match kube_patch::untaint_patch(current, ending, now) {
                 UntaintPatch::Apply {
                     patch,
                     removes_taint,
@@ -105,7 +105,7 @@ impl FencingWrites for Kube {
         fenced_at: Option<&str>,
     ) -> Result<ConfirmOutcome, ClusterError> {
         self.guarded_patch(node, ConfirmOutcome::NodeGone, |current, _| {
-            match kube_model::confirm_patch(current, fenced_at) {
+            match kube_patch::confirm_patch(current, fenced_at) {
                 ConfirmPatch::Apply(patch) => Write::Patch(patch, ConfirmOutcome::Confirmed),
                 ConfirmPatch::Already => Write::Answer(ConfirmOutcome::Confirmed),
                 ConfirmPatch::NotFenced => Write::Answer(ConfirmOutcome::NotFenced),
@@ -118,7 +118,7 @@ impl FencingWrites for Kube {
 
     async fn mark_powered_off(&self, node: &str, stamp: &PowerStamp) -> Result<bool, ClusterError> {
         let nodes: Api<Node> = Api::all(self.client.clone());
-        let patch = kube_model::power_mark_patch(stamp);
+        let patch = kube_patch::power_mark_patch(stamp);
         let params = PatchParams::default();
         let merge = Patch::Merge(&patch);
         // Annotations only, merged: repeating it writes the same values.
@@ -134,7 +134,7 @@ impl FencingWrites for Kube {
 
     async fn clear_power_mark(&self, node: &str) -> Result<(), ClusterError> {
         let nodes: Api<Node> = Api::all(self.client.clone());
-        let patch = kube_model::power_unmark_patch();
+        let patch = kube_patch::power_unmark_patch();
         let params = PatchParams::default();
         let merge = Patch::Merge(&patch);
         // Annotations only: written under the Lease that wrote the mark.

@@ -14,7 +14,7 @@ use ring::signature::{RSA_PKCS1_SHA256, RsaKeyPair};
 use serde_json::{Value, json};
 
 use super::*;
-use crate::core::oidc::cache::{FAILURE_BACKOFF_SECS, UNKNOWN_KID_REFETCH_SECS};
+use crate::core::inbound::oidc::cache::{FAILURE_BACKOFF_SECS, UNKNOWN_KID_REFETCH_SECS};
 
 const NOW: i64 = 1_700_000_000;
 const AUDIENCE: &str = "https://node-fencer-abc123-ew.a.run.app/pubsub";

@@ -1,0 +1,324 @@
+//! The Kubernetes Events node-fencer records on a Node: one constructor per
+//! reason, so the reason, its action and its type are never typed twice.
+
+use crate::core::model::instance::{InstanceId, InstanceState, Provider};
+use crate::core::rules::decide::Skip;
+use crate::core::rules::power::Refusal;
+use crate::core::rules::recovery::Hold;
+
+/// Why an Event is recorded (its `reason`, CamelCase as Kubernetes spells them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reason {
+    /// The out-of-service taint was applied.
+    OutOfServiceTaintApplied,
+    /// Fenced the legacy way (no taint on this cluster).
+    FencedLegacy,
+    /// EBS volumes were force-detached.
+    VolumesForceDetached,
+    /// Legacy mode: the node's pods were force-deleted.
+    PodsForceDeleted,
+    /// Legacy mode: the node's VolumeAttachments were deleted.
+    VolumeAttachmentsDeleted,
+    /// Fencing was refused by the cap.
+    FencingRefused,
+    /// A requested recovery waits for something.
+    RecoveryWaiting,
+    /// An operator confirmed the node healthy (manual recovery).
+    RecoveryConfirmed,
+    /// Recovery removed the out-of-service taint.
+    OutOfServiceTaintRemoved,
+    /// Recovery ended a fencing that had no taint left to remove.
+    FencingEnded,
+    /// Active fencing powered the node's machine off.
+    PoweredOff,
+    /// Active fencing refused to power the node's machine off.
+    PowerOffRefused,
+}
+
+impl Reason {
+    /// The Event's `reason`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::OutOfServiceTaintApplied => "OutOfServiceTaintApplied",
+            Self::FencedLegacy => "FencedLegacy",
+            Self::VolumesForceDetached => "VolumesForceDetached",
+            Self::PodsForceDeleted => "PodsForceDeleted",
+            Self::VolumeAttachmentsDeleted => "VolumeAttachmentsDeleted",
+            Self::FencingRefused => "FencingRefused",
+            Self::RecoveryWaiting => "RecoveryWaiting",
+            Self::RecoveryConfirmed => "RecoveryConfirmed",
+            Self::OutOfServiceTaintRemoved => "OutOfServiceTaintRemoved",
+            Self::FencingEnded => "FencingEnded",
+            Self::PoweredOff => "PoweredOff",
+            Self::PowerOffRefused => "PowerOffRefused",
+        }
+    }
+
+    /// The Event's `action`: which part of the lifecycle it belongs to.
+    pub fn action(self) -> &'static str {
+        match self {
+            Self::OutOfServiceTaintApplied
+            | Self::FencedLegacy
+            | Self::PodsForceDeleted
+            | Self::VolumeAttachmentsDeleted
+            | Self::FencingRefused => "Fence",
+            Self::PoweredOff | Self::PowerOffRefused => "PowerOff",
+            Self::VolumesForceDetached => "Detach",
+            Self::RecoveryWaiting
+            | Self::RecoveryConfirmed
+            | Self::OutOfServiceTaintRemoved
+            | Self::FencingEnded => "Recover",
+        }
+    }
+
+    /// True for a `Warning` Event, false for `Normal`: only a refusal asks
+    /// a person to look.
+    pub fn warning(self) -> bool {
+        matches!(self, Self::FencingRefused | Self::PowerOffRefused)
+    }
+}
+
+/// An Event to record on a Node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeEvent {
+    /// Why.
+    pub reason: Reason,
+    /// What a person reads (`note`).
+    pub note: String,
+    /// What the Event is about, when that outlives the invocation: a
+    /// fencing's `fenced-at`. Otherwise the invocation's correlation id
+    /// names the occasion (see [`event_name`]).
+    pub(crate) occasion: Option<String>,
+}
+
+impl NodeEvent {
+    fn new(reason: Reason, note: String) -> Self {
+        Self {
+            reason,
+            note,
+            occasion: None,
+        }
+    }
+
+    /// The taint is on: the cloud confirmed the machine off.
+    pub fn taint_applied(instance: &InstanceId, state: &InstanceState) -> Self {
+        Self::new(
+            Reason::OutOfServiceTaintApplied,
+            format!(
+                "{} reports {instance} `{state}`: applied node.kubernetes.io/out-of-service=nodeshutdown:NoExecute",
+                instance.provider().api()
+            ),
+        )
+    }
+
+    /// Active fencing powered the machine off; `why` says what it saw.
+    pub fn powered_off(instance: &InstanceId, why: &str) -> Self {
+        Self::new(
+            Reason::PoweredOff,
+            format!(
+                "powered off {instance} (forced, no OS shutdown): {why}; fencing follows once EC2 reports it stopped"
+            ),
+        )
+    }
+
+    /// Active fencing refused a power-off by one of its guards.
+    pub fn power_off_refused(refusal: &Refusal) -> Self {
+        Self::new(
+            Reason::PowerOffRefused,
+            format!("power-off refused: {refusal}"),
+        )
+    }
+
+    /// The legacy mark is on: the pods and VolumeAttachments go next.
+    pub fn fenced_legacy(instance: &InstanceId, state: &InstanceState) -> Self {
+        Self::new(
+            Reason::FencedLegacy,
+            format!(
+                "{} reports {instance} `{state}`: force-deleting the node's pods and VolumeAttachments (no out-of-service taint on this cluster)",
+                instance.provider().api()
+            ),
+        )
+    }
+
+    /// Force-detaches were sent for these volumes.
+    pub fn volumes_detached(volumes: &[String], instance: &InstanceId) -> Self {
+        Self::new(
+            Reason::VolumesForceDetached,
+            format!(
+                "force-detached {} {} from {instance}",
+                match instance.provider() {
+                    Provider::Aws => "EBS volume(s)",
+                    Provider::Gce => "Persistent Disk(s)",
+                },
+                volumes.join(", ")
+            ),
+        )
+    }
+
+    /// Legacy mode: pods bound to the node were force-deleted.
+    pub fn pods_deleted(count: usize) -> Self {
+        Self::new(
+            Reason::PodsForceDeleted,
+            format!("force-deleted {count} pod(s) bound to the node (grace period 0)"),
+        )
+    }
+
+    /// Legacy mode: the node's VolumeAttachments were deleted;
+    /// `by_driver` counts them per CSI driver.
+    pub fn attachments_deleted(count: usize, by_driver: &str) -> Self {
+        Self::new(
+            Reason::VolumeAttachmentsDeleted,
+            format!(
+                "deleted {count} VolumeAttachment(s) of the node ({by_driver}): each driver unpublishes its volume"
+            ),
+        )
+    }
+
+    /// Fencing was refused (the cap).
+    pub fn refused(reason: &Skip) -> Self {
+        Self::new(Reason::FencingRefused, reason.to_string())
+    }
+
+    /// A requested recovery waits.
+    pub fn recovery_waiting(hold: &Hold) -> Self {
+        Self::new(Reason::RecoveryWaiting, hold.to_string())
+    }
+
+    /// An operator confirmed the node healthy after the fencing recorded
+    /// as `fenced_at`.
+    pub fn recovery_confirmed(fenced_at: &str) -> Self {
+        Self {
+            occasion: Some(fenced_at.to_owned()),
+            ..Self::new(
+                Reason::RecoveryConfirmed,
+                "an operator confirmed the node healthy: its fencing ends once the instance runs, \
+                 the node is Ready and settled, and no attachment of ours remains"
+                    .into(),
+            )
+        }
+    }
+
+    /// The fencing recorded as `fenced_at` ended; `taint_removed` and
+    /// `legacy` say how.
+    pub fn fencing_ended(fenced_at: &str, taint_removed: bool, legacy: bool) -> Self {
+        let (reason, note) = if taint_removed {
+            (
+                Reason::OutOfServiceTaintRemoved,
+                "the instance runs and the node is Ready again: removed node.kubernetes.io/out-of-service",
+            )
+        } else if legacy {
+            (
+                Reason::FencingEnded,
+                "the instance runs and the node is Ready again: cleared node-fencer's legacy fencing",
+            )
+        } else {
+            (
+                Reason::FencingEnded,
+                "the instance runs and the node is Ready again; the out-of-service taint was already gone",
+            )
+        };
+        Self {
+            occasion: Some(fenced_at.to_owned()),
+            ..Self::new(reason, note.into())
+        }
+    }
+}
+
+/// The Event's object name: `<node>.<16 hex digits>`, the kubelet's shape,
+/// where the digits hash the Node, the reason and the occasion. The same
+/// three always give the same name, so a write repeated after a lost answer,
+/// or by a Lambda retry (which keeps the request id), meets AlreadyExists
+/// instead of recording the Event twice.
+pub fn event_name(node: &str, reason: Reason, occasion: &str) -> String {
+    // FNV-1a: stable across builds and platforms, unlike std's hasher.
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for part in [node, reason.as_str(), occasion] {
+        for byte in part.bytes().chain([0]) {
+            hash ^= u64::from(byte);
+            hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    // 253 characters in all; node names are ASCII, cut on a char boundary anyway.
+    let mut end = node.len().min(253 - 1 - 16);
+    while !node.is_char_boundary(end) {
+        end -= 1;
+    }
+    // A cut may end a label on '.' or '-', which no name may hold before '.'.
+    let node = node[..end].trim_end_matches(['.', '-']);
+    format!("{node}.{hash:016x}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_refusals_are_warnings_and_each_reason_has_its_action() {
+        let all = [
+            Reason::OutOfServiceTaintApplied,
+            Reason::FencedLegacy,
+            Reason::VolumesForceDetached,
+            Reason::PodsForceDeleted,
+            Reason::VolumeAttachmentsDeleted,
+            Reason::FencingRefused,
+            Reason::RecoveryWaiting,
+            Reason::OutOfServiceTaintRemoved,
+            Reason::FencingEnded,
+            Reason::PoweredOff,
+            Reason::PowerOffRefused,
+        ];
+        let warnings: Vec<_> = all.iter().filter(|r| r.warning()).collect();
+        assert_eq!(
+            warnings,
+            [&Reason::FencingRefused, &Reason::PowerOffRefused]
+        );
+        for r in all {
+            assert!(
+                ["Fence", "Detach", "Recover", "PowerOff"].contains(&r.action()),
+                "{r:?}"
+            );
+            assert!(r.as_str().chars().all(|c| c.is_ascii_alphabetic()), "{r:?}");
+        }
+    }
+
+    #[test]
+    fn a_fencing_that_removed_the_taint_says_so() {
+        const AT: &str = "2026-11-23T10:00:00Z";
+        assert_eq!(
+            NodeEvent::fencing_ended(AT, true, false).reason,
+            Reason::OutOfServiceTaintRemoved
+        );
+        assert_eq!(
+            NodeEvent::fencing_ended(AT, false, true).reason,
+            Reason::FencingEnded
+        );
+        let legacy = NodeEvent::fencing_ended(AT, false, true);
+        assert!(legacy.note.contains("legacy"));
+        assert_eq!(legacy.occasion.as_deref(), Some(AT));
+    }
+
+    #[test]
+    fn an_event_name_is_fixed_by_node_reason_and_occasion() {
+        let name = event_name("worker-2", Reason::OutOfServiceTaintApplied, "req-1");
+        assert_eq!(
+            name,
+            event_name("worker-2", Reason::OutOfServiceTaintApplied, "req-1")
+        );
+        assert!(name.starts_with("worker-2."), "{name}");
+        assert_eq!(name.len(), "worker-2.".len() + 16);
+        for other in [
+            event_name("worker-3", Reason::OutOfServiceTaintApplied, "req-1"),
+            event_name("worker-2", Reason::VolumesForceDetached, "req-1"),
+            event_name("worker-2", Reason::OutOfServiceTaintApplied, "req-2"),
+        ] {
+            assert_ne!(name, other);
+        }
+        // Cut to 253 characters, never leaving a '.' or '-' before the suffix.
+        for label in ["n".repeat(58), format!("{}n", "n-".repeat(29))] {
+            let long = [label.as_str(); 5].join(".");
+            let cut = event_name(&long, Reason::FencingEnded, "x");
+            assert!(cut.len() <= 253, "{cut}");
+            assert!(crate::core::model::names::is_dns_subdomain(&cut), "{cut}");
+        }
+    }
+}

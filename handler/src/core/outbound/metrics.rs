@@ -1,0 +1,452 @@
+//! CloudWatch metrics as Embedded Metric Format (EMF) log lines: CloudWatch
+//! Logs turns each line into metrics, so counting costs no API call, no
+//! permission and no latency.
+//!
+//! One invocation writes one line per dimension set, because an EMF document
+//! carries one value per dimension: suspects per trigger, decisions per
+//! outcome and reason, errors per dependency, and one line with the volumes
+//! detached and the latency of each stage.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use serde_json::{Map, Value, json};
+
+use crate::core::model::instance::Provider;
+use crate::core::outbound::report::{Outcome, Report, VolumeOutcome};
+use crate::core::rules::recovery::Hold;
+
+/// The CloudWatch namespace of every metric.
+pub const NAMESPACE: &str = "NodeFencer";
+
+/// EMF accepts at most 100 values per metric in one document.
+const MAX_VALUES: usize = 100;
+
+/// A step of the pipeline whose latency is recorded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Stage {
+    /// `DescribeInstances`: the confirmation and the re-confirmation.
+    Confirm,
+    /// The taint on one node (read, patch, retries on conflict).
+    Taint,
+    /// The force-detach calls for one node.
+    Detach,
+    /// The bounded wait until the detached volumes are `available`.
+    Verify,
+}
+
+impl Stage {
+    /// The metric's name.
+    pub fn metric(self) -> &'static str {
+        match self {
+            Self::Confirm => "ConfirmLatency",
+            Self::Taint => "TaintLatency",
+            Self::Detach => "DetachLatency",
+            Self::Verify => "VerifyLatency",
+        }
+    }
+}
+
+/// A service node-fencer depends on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Dependency {
+    /// The EC2 API.
+    Ec2,
+    /// The Compute Engine API.
+    ComputeEngine,
+    /// The Kubernetes API server.
+    Kubernetes,
+}
+
+impl Dependency {
+    /// The dimension value.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Ec2 => "EC2",
+            Self::ComputeEngine => "ComputeEngine",
+            Self::Kubernetes => "Kubernetes",
+        }
+    }
+
+    /// The API of a cloud.
+    pub fn cloud(provider: Provider) -> Self {
+        match provider {
+            Provider::Aws => Self::Ec2,
+            Provider::Gce => Self::ComputeEngine,
+        }
+    }
+}
+
+/// What one invocation measured, beside its report.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Measured {
+    /// Each stage's latencies, in the order they were taken.
+    pub stages: Vec<(Stage, Duration)>,
+    /// Failed calls per dependency.
+    pub errors: BTreeMap<Dependency, u64>,
+}
+
+/// Collects measurements from the concurrent parts of one invocation.
+#[derive(Debug, Default)]
+pub struct Meter {
+    measured: Mutex<Measured>,
+}
+
+impl Meter {
+    /// Records one latency of `stage`.
+    pub fn stage(&self, stage: Stage, took: Duration) {
+        if let Ok(mut m) = self.measured.lock() {
+            m.stages.push((stage, took));
+        }
+    }
+
+    /// Records one failed call to `dependency`.
+    pub fn error(&self, dependency: Dependency) {
+        if let Ok(mut m) = self.measured.lock() {
+            *m.errors.entry(dependency).or_default() += 1;
+        }
+    }
+
+    /// Everything recorded so far.
+    pub fn measured(&self) -> Measured {
+        self.measured.lock().map(|m| m.clone()).unwrap_or_default()
+    }
+}
+
+/// The EMF documents of one invocation; `report` is `None` when the
+/// invocation failed before deciding anything. `timestamp_ms` is the Unix
+/// time in milliseconds. Each line also carries the correlation id (a plain
+/// property, not a dimension) to find the invocation's logs from a metric.
+pub fn emf_lines(
+    function: &str,
+    correlation_id: &str,
+    report: Option<&Report>,
+    measured: &Measured,
+    timestamp_ms: u64,
+) -> Vec<Value> {
+    let mut lines = Vec::new();
+    let mut doc = |dimensions: &[(&str, &str)], metrics: Vec<(&str, &str, Value)>| {
+        let mut line = document(function, timestamp_ms, dimensions, metrics);
+        line["CorrelationId"] = json!(correlation_id);
+        lines.push(line);
+    };
+    if let Some(report) = report {
+        let mut by_trigger: BTreeMap<&str, u64> = BTreeMap::new();
+        let origins = report.results.iter().flat_map(|r| &r.origins);
+        for origin in origins.chain(report.recoveries.iter().flat_map(|r| &r.origins)) {
+            *by_trigger.entry(origin.kind()).or_default() += 1;
+        }
+        for (trigger, n) in by_trigger {
+            doc(
+                &[("Trigger", trigger)],
+                vec![("Suspects", "Count", json!(n))],
+            );
+        }
+        let mut by_decision: BTreeMap<(&str, &str), u64> = BTreeMap::new();
+        for r in &report.results {
+            let reason = match (&r.skip, r.outcome) {
+                (Some(skip), _) => skip.code(),
+                (None, Outcome::Failed) => "failed",
+                (None, outcome) => outcome.code(),
+            };
+            *by_decision.entry((r.outcome.code(), reason)).or_default() += 1;
+        }
+        for ((outcome, reason), n) in by_decision {
+            doc(
+                &[("Outcome", outcome), ("Reason", reason)],
+                vec![("Decisions", "Count", json!(n))],
+            );
+        }
+        let mut by_recovery: BTreeMap<(&str, &str), u64> = BTreeMap::new();
+        for r in &report.recoveries {
+            let reason = r.hold.as_ref().map_or(r.outcome.code(), Hold::code);
+            *by_recovery.entry((r.outcome.code(), reason)).or_default() += 1;
+        }
+        for ((outcome, reason), n) in by_recovery {
+            doc(
+                &[("RecoveryOutcome", outcome), ("Reason", reason)],
+                vec![("Recoveries", "Count", json!(n))],
+            );
+        }
+    }
+    for (dependency, n) in &measured.errors {
+        doc(
+            &[("Dependency", dependency.name())],
+            vec![("Errors", "Count", json!(n))],
+        );
+    }
+    let detached = report.map_or(0, |r| {
+        r.results
+            .iter()
+            .flat_map(|n| &n.volumes)
+            .filter(|v| v.outcome == VolumeOutcome::Detached)
+            .count()
+    });
+    let mut metrics = vec![("VolumesDetached", "Count", json!(detached))];
+    let mut by_stage: BTreeMap<Stage, Vec<f64>> = BTreeMap::new();
+    for (stage, took) in &measured.stages {
+        by_stage
+            .entry(*stage)
+            .or_default()
+            .push(took.as_secs_f64() * 1000.0);
+    }
+    for (stage, mut values) in by_stage {
+        values.truncate(MAX_VALUES);
+        metrics.push((stage.metric(), "Milliseconds", json!(values)));
+    }
+    doc(&[], metrics);
+    lines
+}
+
+/// One EMF document: the metrics, their values and dimension values at the
+/// root, and their declaration under `_aws`.
+fn document(
+    function: &str,
+    timestamp_ms: u64,
+    dimensions: &[(&str, &str)],
+    metrics: Vec<(&str, &str, Value)>,
+) -> Value {
+    let mut keys = vec!["Function"];
+    keys.extend(dimensions.iter().map(|(k, _)| *k));
+    let declared: Vec<Value> = metrics
+        .iter()
+        .map(|(name, unit, _)| json!({"Name": name, "Unit": unit}))
+        .collect();
+    let mut root = Map::new();
+    root.insert(
+        "_aws".into(),
+        json!({
+            "Timestamp": timestamp_ms,
+            "CloudWatchMetrics": [{
+                "Namespace": NAMESPACE,
+                "Dimensions": [keys],
+                "Metrics": declared,
+            }]
+        }),
+    );
+    root.insert("Function".into(), json!(function));
+    for (k, v) in dimensions {
+        root.insert((*k).into(), json!(v));
+    }
+    for (name, _, value) in metrics {
+        root.insert(name.into(), value);
+    }
+    Value::Object(root)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::inbound::suspect::Origin;
+    use crate::core::model::instance::VolumeId;
+    use crate::core::outbound::report::{NodeReport, VolumeReport};
+    use crate::core::rules::decide::Skip;
+
+    fn node(outcome: Outcome, skip: Option<Skip>, origin: Origin, detached: usize) -> NodeReport {
+        NodeReport {
+            target: "node n".into(),
+            node: Some("n".into()),
+            instance_id: None,
+            instance_state: None,
+            outcome,
+            reason: String::new(),
+            skip,
+            taint_applied: outcome == Outcome::Fenced,
+            pods_deleted: 0,
+            attachments_deleted: 0,
+            attachments: Vec::new(),
+            volumes: (0..detached)
+                .map(|i| VolumeReport {
+                    volume: VolumeId::parse(&format!("vol-{i:017x}")).expect("a volume id"),
+                    pv: None,
+                    outcome: VolumeOutcome::Detached,
+                    detail: None,
+                })
+                .collect(),
+            errors: Vec::new(),
+            origins: vec![origin],
+            power_off: None,
+            fenced_at: None,
+        }
+    }
+
+    fn alert() -> Origin {
+        Origin::Alert {
+            alertname: Some("KubeNodeNotReady".into()),
+            fingerprint: None,
+        }
+    }
+
+    fn ec2() -> Origin {
+        Origin::Ec2StateChange {
+            event_id: None,
+            reported_state: "stopped".into(),
+        }
+    }
+
+    fn report(results: Vec<NodeReport>) -> Report {
+        Report {
+            correlation_id: "c".into(),
+            dry_run: false,
+            kill_switch: false,
+            mode: None,
+            results,
+            recoveries: Vec::new(),
+            ignored: Vec::new(),
+            errors: Vec::new(),
+        }
+    }
+
+    /// The line whose dimension `key` is `value`.
+    fn line<'a>(lines: &'a [Value], key: &str, value: &str) -> &'a Value {
+        let found: Vec<&Value> = lines.iter().filter(|l| l[key] == json!(value)).collect();
+        assert_eq!(found.len(), 1, "one line with {key}={value}: {lines:#?}");
+        found[0]
+    }
+
+    #[test]
+    fn every_line_declares_exactly_the_metrics_and_dimensions_it_carries() {
+        let meter = Meter::default();
+        meter.stage(Stage::Confirm, Duration::from_millis(12));
+        meter.error(Dependency::Ec2);
+        let r = report(vec![
+            node(Outcome::Fenced, None, ec2(), 2),
+            node(Outcome::Skipped, Some(Skip::NodeReady), alert(), 0),
+        ]);
+        let lines = emf_lines("fn", "c", Some(&r), &meter.measured(), 1_700_000_000_000);
+        for l in &lines {
+            let decl = &l["_aws"]["CloudWatchMetrics"][0];
+            assert_eq!(decl["Namespace"], json!(NAMESPACE));
+            assert_eq!(l["_aws"]["Timestamp"], json!(1_700_000_000_000_u64));
+            assert_eq!(l["CorrelationId"], json!("c"));
+            for key in decl["Dimensions"][0].as_array().expect("dimensions") {
+                let key = key.as_str().expect("a dimension name");
+                assert!(l[key].is_string(), "{key} has a value: {l}");
+            }
+            for m in decl["Metrics"].as_array().expect("metrics") {
+                let name = m["Name"].as_str().expect("a metric name");
+                assert!(
+                    l[name].is_number() || l[name].is_array(),
+                    "{name} has a value: {l}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn counts_suspects_by_trigger_decisions_by_reason_errors_and_volumes() {
+        let meter = Meter::default();
+        meter.error(Dependency::Kubernetes);
+        meter.error(Dependency::Kubernetes);
+        let r = report(vec![
+            node(Outcome::Fenced, None, ec2(), 2),
+            node(Outcome::Fenced, None, alert(), 1),
+            node(Outcome::Skipped, Some(Skip::NodeReady), alert(), 0),
+            node(Outcome::Failed, None, alert(), 0),
+        ]);
+        let lines = emf_lines("fn", "c", Some(&r), &meter.measured(), 0);
+        assert_eq!(line(&lines, "Trigger", "alert")["Suspects"], json!(3));
+        assert_eq!(
+            line(&lines, "Trigger", "ec2_state_change")["Suspects"],
+            json!(1)
+        );
+        assert_eq!(line(&lines, "Reason", "node_ready")["Decisions"], json!(1));
+        assert_eq!(
+            line(&lines, "Reason", "node_ready")["Outcome"],
+            json!("skipped")
+        );
+        assert_eq!(line(&lines, "Reason", "fenced")["Decisions"], json!(2));
+        assert_eq!(line(&lines, "Reason", "failed")["Outcome"], json!("failed"));
+        assert_eq!(line(&lines, "Dependency", "Kubernetes")["Errors"], json!(2));
+        assert!(lines.iter().all(|l| l["Dependency"] != json!("EC2")));
+        let totals: Vec<&Value> = lines
+            .iter()
+            .filter(|l| l.get("VolumesDetached").is_some())
+            .collect();
+        assert_eq!(totals.len(), 1);
+        assert_eq!(totals[0]["VolumesDetached"], json!(3));
+    }
+
+    #[test]
+    fn counts_recoveries_by_outcome_and_hold() {
+        use crate::core::outbound::report::{RecoveryOutcome, RecoveryReport};
+        let recovery = |outcome, hold| RecoveryReport {
+            node: "n".into(),
+            instance_id: None,
+            instance_state: None,
+            outcome,
+            reason: String::new(),
+            hold,
+            taint_removed: false,
+            requested: true,
+            errors: Vec::new(),
+            origins: vec![ec2()],
+        };
+        let mut r = report(vec![]);
+        r.recoveries = vec![
+            recovery(RecoveryOutcome::Recovered, None),
+            recovery(RecoveryOutcome::Waiting, Some(Hold::NodeNotReady)),
+            recovery(RecoveryOutcome::Waiting, Some(Hold::NodeNotReady)),
+        ];
+        let lines = emf_lines("fn", "c", Some(&r), &Meter::default().measured(), 0);
+        assert_eq!(line(&lines, "Reason", "recovered")["Recoveries"], json!(1));
+        assert_eq!(
+            line(&lines, "Reason", "node_not_ready")["Recoveries"],
+            json!(2)
+        );
+        assert_eq!(
+            line(&lines, "Reason", "node_not_ready")["RecoveryOutcome"],
+            json!("waiting")
+        );
+        assert_eq!(
+            line(&lines, "Trigger", "ec2_state_change")["Suspects"],
+            json!(3)
+        );
+    }
+
+    #[test]
+    fn stage_latencies_are_milliseconds_in_the_order_taken() {
+        let meter = Meter::default();
+        meter.stage(Stage::Confirm, Duration::from_micros(12_500));
+        meter.stage(Stage::Taint, Duration::from_millis(30));
+        meter.stage(Stage::Confirm, Duration::from_millis(8));
+        let lines = emf_lines("fn", "c", Some(&report(Vec::new())), &meter.measured(), 0);
+        let total = lines.last().expect("the invocation's line");
+        assert_eq!(total["ConfirmLatency"], json!([12.5, 8.0]));
+        assert_eq!(total["TaintLatency"], json!([30.0]));
+        assert!(total.get("DetachLatency").is_none());
+        let units: Vec<&Value> = total["_aws"]["CloudWatchMetrics"][0]["Metrics"]
+            .as_array()
+            .expect("metrics")
+            .iter()
+            .filter(|m| m["Name"] == json!("ConfirmLatency"))
+            .map(|m| &m["Unit"])
+            .collect();
+        assert_eq!(units, vec![&json!("Milliseconds")]);
+    }
+
+    #[test]
+    fn a_failed_invocation_still_reports_its_errors_and_no_decision() {
+        let meter = Meter::default();
+        meter.error(Dependency::Kubernetes);
+        let lines = emf_lines("fn", "c", None, &meter.measured(), 0);
+        assert_eq!(line(&lines, "Dependency", "Kubernetes")["Errors"], json!(1));
+        assert!(lines.iter().all(|l| l.get("Decisions").is_none()));
+        assert!(lines.iter().all(|l| l.get("Suspects").is_none()));
+    }
+
+    #[test]
+    fn no_metric_carries_more_values_than_emf_accepts() {
+        let meter = Meter::default();
+        for _ in 0..250 {
+            meter.stage(Stage::Detach, Duration::from_millis(1));
+        }
+        let lines = emf_lines("fn", "c", None, &meter.measured(), 0);
+        let total = lines.last().expect("the invocation's line");
+        assert_eq!(
+            total["DetachLatency"].as_array().map(Vec::len),
+            Some(MAX_VALUES)
+        );
+    }
+}

@@ -1,0 +1,723 @@
+//! The decision: from plain facts to a verdict per node. Pure, so every
+//! safety invariant can be checked over every combination of inputs.
+
+use serde::Serialize;
+
+use crate::core::inbound::suspect::Intent;
+use crate::core::model::facts::{Confirmation, NodeFacts, Readiness};
+use crate::core::model::instance::InstanceState;
+
+/// The settings the decision depends on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Settings {
+    /// Plan only, change nothing.
+    pub dry_run: bool,
+    /// How many Nodes may carry the out-of-service taint at once.
+    pub max_out_of_service: usize,
+    /// Take a hibernated instance for off (it resumes from RAM when started).
+    pub fence_hibernated: bool,
+}
+
+/// Everything known about one node when deciding.
+#[derive(Clone, Copy, Debug)]
+pub struct Case<'a> {
+    /// What the trigger asked.
+    pub intent: Intent,
+    /// The Node, if the suspect matched one.
+    pub node: Option<&'a NodeFacts>,
+    /// EC2's answer about its instance, if it has one.
+    pub confirmation: Option<&'a Confirmation>,
+    /// The other Nodes that name the same machine, as far as the view shows.
+    pub(crate) shared_with: &'a [String],
+}
+
+/// What to do with one node.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "verdict")]
+pub enum Verdict {
+    /// Fence it: taint (unless already tainted) and detach its volumes.
+    Fence {
+        /// False when the node already carries the taint: only the volumes are left.
+        add_taint: bool,
+        /// Plan only.
+        dry_run: bool,
+    },
+    /// Leave it alone.
+    Skip {
+        /// Why.
+        reason: Skip,
+    },
+}
+
+/// Why a node is left alone.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "reason")]
+pub enum Skip {
+    /// The suspect matches no Node of this cluster.
+    NotInCluster,
+    /// EC2 shows the instance tagged for other clusters only: not looked
+    /// up in Kubernetes at all.
+    OtherCluster {
+        /// The first cluster its tags name.
+        cluster: String,
+    },
+    /// EC2 shows the instance in another VPC than the cluster's: not looked
+    /// up in Kubernetes at all.
+    OtherVpc {
+        /// Its VPC.
+        vpc: String,
+    },
+    /// The Node has no AWS or GCE provider id, so no cloud can be asked about it.
+    NoInstance,
+    /// Other Nodes name the same machine: which of them runs on it is a
+    /// question for a person.
+    SharedMachine {
+        /// The other Nodes.
+        others: Vec<String>,
+    },
+    /// EC2 says the instance is in a state where it may still write.
+    InstanceNotOff {
+        /// The state EC2 reported.
+        state: InstanceState,
+    },
+    /// EC2 says `stopped`, but the stop was a hibernation: started again, the
+    /// instance resumes from RAM as if it had never stopped.
+    Hibernated,
+    /// The cloud does not know the Node's machine.
+    InstanceNotFound,
+    /// EC2 could not be asked; nothing is known, so nothing is done.
+    LookupFailed {
+        /// The error.
+        error: String,
+    },
+    /// The Node is Ready: its kubelet reports in.
+    NodeReady,
+    /// Fencing it would put more Nodes out of service than allowed.
+    CapReached {
+        /// The configured limit.
+        limit: usize,
+        /// Nodes out of service, including those fenced earlier in this batch.
+        out_of_service: usize,
+    },
+    /// The trigger asks for recovery, which the recovery check handles.
+    RecoveryRequest,
+    /// Too little of the request's time is left to carry the step out (a
+    /// Cloud Run request, a Lambda invocation, ends at its deadline): left
+    /// for the retry the unfinished request brings.
+    OutOfTime {
+        /// Seconds left.
+        left_secs: u64,
+        /// Seconds the step may take.
+        needs_secs: u64,
+    },
+}
+
+impl Skip {
+    /// True when the skip leaves work that a retry may complete, so the
+    /// invocation must fail and let Lambda retry (and the DLQ catch it).
+    pub(crate) fn leaves_work(&self) -> bool {
+        match self {
+            // NodeReady is only reached once EC2 confirmed the instance off:
+            // Kubernetes has not noticed yet (node-monitor-grace-period), and
+            // Lambda's retries after 1 and 2 minutes will find it NotReady.
+            Self::LookupFailed { .. }
+            | Self::CapReached { .. }
+            | Self::NodeReady
+            | Self::OutOfTime { .. } => true,
+            // On its way off: EC2's state lags its own event by seconds, and
+            // a retry after a minute finds it off.
+            Self::InstanceNotOff { state } => state.is_stopping(),
+            Self::NotInCluster
+            | Self::OtherCluster { .. }
+            | Self::OtherVpc { .. }
+            | Self::NoInstance
+            | Self::SharedMachine { .. }
+            | Self::Hibernated
+            | Self::InstanceNotFound
+            | Self::RecoveryRequest => false,
+        }
+    }
+
+    /// A short, stable name for logs, events and metrics.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::NotInCluster => "not_in_cluster",
+            Self::OtherCluster { .. } => "other_cluster",
+            Self::OtherVpc { .. } => "other_vpc",
+            Self::NoInstance => "no_instance",
+            Self::SharedMachine { .. } => "shared_machine",
+            Self::InstanceNotOff { .. } => "instance_not_off",
+            Self::Hibernated => "hibernated",
+            Self::InstanceNotFound => "instance_not_found",
+            Self::LookupFailed { .. } => "lookup_failed",
+            Self::NodeReady => "node_ready",
+            Self::CapReached { .. } => "cap_reached",
+            Self::RecoveryRequest => "recovery_request",
+            Self::OutOfTime { .. } => "out_of_time",
+        }
+    }
+}
+
+impl std::fmt::Display for Skip {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::NotInCluster => f.write_str("no node of this cluster matches"),
+            Self::OtherCluster { cluster } => write!(
+                f,
+                "EC2 shows the instance tagged for cluster {cluster}, not this one"
+            ),
+            Self::OtherVpc { vpc } => write!(
+                f,
+                "EC2 shows the instance in {vpc}, not in the cluster's VPC"
+            ),
+            Self::NoInstance => f.write_str(
+                "the node has no AWS or GCE provider id, so nothing names its machine; without a cloud provider, set CLUSTER_VPC_ID (and CLUSTER_TAG) so an EC2 event's instance is matched to it by InternalIP within the cluster's VPC",
+            ),
+            Self::SharedMachine { others } => write!(
+                f,
+                "other Nodes name the same machine ({}): which of them runs on it is a question for a person, so none is fenced",
+                others.join(", ")
+            ),
+            Self::InstanceNotOff { state } => {
+                write!(
+                    f,
+                    "the cloud reports the machine `{state}`, not off (stopped, terminated)"
+                )
+            }
+            Self::Hibernated => f.write_str(
+                "EC2 reports the instance stopped by hibernation: it resumes from RAM when started; FENCE_HIBERNATED=true fences it anyway",
+            ),
+            Self::InstanceNotFound => f.write_str(
+                "the cloud does not know the Node's machine (gone, or another machine now carries its name)",
+            ),
+            Self::LookupFailed { error } => write!(f, "the cloud lookup failed: {error}"),
+            Self::NodeReady => f.write_str(
+                "the node is still Ready although its instance is off; retrying once Kubernetes notices",
+            ),
+            Self::CapReached {
+                limit,
+                out_of_service,
+            } => write!(
+                f,
+                "refused: {out_of_service} node(s) already out of service, the limit is {limit}"
+            ),
+            Self::RecoveryRequest => f.write_str("asks for recovery, not fencing"),
+            Self::OutOfTime {
+                left_secs,
+                needs_secs,
+            } => write!(
+                f,
+                "{left_secs} s of the request's time are left, and the step may take {needs_secs} s: left for the retry"
+            ),
+        }
+    }
+}
+
+/// The cap in force: the configured count, and the configured share of
+/// `nodes` (rounded down, at least one) when a percentage is set.
+pub(crate) fn effective_cap(count: usize, percent: Option<u8>, nodes: usize) -> usize {
+    match percent {
+        None => count,
+        Some(p) => count.min((nodes * usize::from(p) / 100).max(1)),
+    }
+}
+
+/// A new taint, recounted under the Lease.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Recount {
+    /// Admitted: it counts against the cap.
+    New,
+    /// Another invocation fenced the node meanwhile: no new taint.
+    AlreadyOut,
+    /// The cap is reached now.
+    Refused(Skip),
+}
+
+/// Recounts the new taints of an invocation against the Nodes as they are
+/// under the Lease: `already_out[k]` tells whether the k-th node is out of
+/// service by now, `out_of_service` how many Nodes are.
+pub fn recount(already_out: &[bool], out_of_service: usize, limit: usize) -> Vec<Recount> {
+    let mut count = out_of_service;
+    already_out
+        .iter()
+        .map(|&out| {
+            if out {
+                Recount::AlreadyOut
+            } else if count >= limit {
+                Recount::Refused(Skip::CapReached {
+                    limit,
+                    out_of_service: count,
+                })
+            } else {
+                count += 1;
+                Recount::New
+            }
+        })
+        .collect()
+}
+
+/// Why EC2's answer does not confirm the instance off; `None` when it does.
+/// The same rule serves the decision and every confirmation after it; a
+/// hibernated instance counts as off only with `fence_hibernated`.
+pub fn not_confirmed(confirmation: &Confirmation, fence_hibernated: bool) -> Option<Skip> {
+    match confirmation {
+        Confirmation::Seen(facts) if facts.state == InstanceState::Hibernated => {
+            (!fence_hibernated).then_some(Skip::Hibernated)
+        }
+        Confirmation::NotFound => Some(Skip::InstanceNotFound),
+        Confirmation::LookupFailed { error } => Some(Skip::LookupFailed {
+            error: error.clone(),
+        }),
+        Confirmation::Seen(facts) if !facts.state.is_off() => Some(Skip::InstanceNotOff {
+            state: facts.state.clone(),
+        }),
+        Confirmation::Seen(_) => None,
+    }
+}
+
+/// Decides one node, without the cluster-wide cap.
+pub fn decide_one(case: &Case<'_>, settings: &Settings) -> Verdict {
+    let skip = |reason| Verdict::Skip { reason };
+    match case.intent {
+        Intent::Recover | Intent::Confirm => return skip(Skip::RecoveryRequest),
+        // Targets carry a power-off as a fence (plan::targets).
+        Intent::Fence | Intent::Check | Intent::PowerOff => {}
+    }
+    let Some(node) = case.node else {
+        return skip(Skip::NotInCluster);
+    };
+    let Some(confirmation) = case.confirmation else {
+        return skip(Skip::NoInstance);
+    };
+    if let Some(reason) = not_confirmed(confirmation, settings.fence_hibernated) {
+        return skip(reason);
+    }
+    // A machine that runs is left alone for that reason already (and active
+    // fencing, which looks at it next, refuses it for this one).
+    if !case.shared_with.is_empty() {
+        return skip(Skip::SharedMachine {
+            others: case.shared_with.to_vec(),
+        });
+    }
+    match node.readiness {
+        Readiness::Ready => return skip(Skip::NodeReady),
+        Readiness::NotReady | Readiness::Unknown => {}
+    }
+    Verdict::Fence {
+        add_taint: !node.is_out_of_service(),
+        dry_run: settings.dry_run || case.intent == Intent::Check,
+    }
+}
+
+/// Decides a batch of distinct nodes in order, enforcing the cap across the
+/// batch: `already_out_of_service` counts the Nodes of the cluster that carry
+/// the taint now, and each new taint planned here counts against the rest.
+pub fn decide_batch(
+    cases: &[Case<'_>],
+    settings: &Settings,
+    already_out_of_service: usize,
+) -> Vec<Verdict> {
+    let mut out_of_service = already_out_of_service;
+    cases
+        .iter()
+        .map(|case| match decide_one(case, settings) {
+            // A check reports whether the cap would refuse it, and takes no
+            // room from the fences beside it.
+            Verdict::Fence {
+                add_taint: true, ..
+            } if case.intent == Intent::Check && out_of_service >= settings.max_out_of_service => {
+                Verdict::Skip {
+                    reason: Skip::CapReached {
+                        limit: settings.max_out_of_service,
+                        out_of_service,
+                    },
+                }
+            }
+            verdict @ Verdict::Fence { .. } if case.intent == Intent::Check => verdict,
+            Verdict::Fence {
+                add_taint: true, ..
+            } if out_of_service >= settings.max_out_of_service => Verdict::Skip {
+                reason: Skip::CapReached {
+                    limit: settings.max_out_of_service,
+                    out_of_service,
+                },
+            },
+            verdict @ Verdict::Fence {
+                add_taint: true, ..
+            } => {
+                out_of_service += 1;
+                verdict
+            }
+            verdict => verdict,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::model::facts::{InstanceFacts, OUT_OF_SERVICE_KEY, TaintFacts};
+    use crate::core::model::instance::InstanceId;
+    use proptest::prelude::*;
+
+    fn node(readiness: Readiness, taints: Vec<TaintFacts>) -> NodeFacts {
+        NodeFacts {
+            attached: None,
+            machine: Default::default(),
+            power: Default::default(),
+            name: "worker-2".into(),
+            instance: InstanceId::parse("i-0123456789abcdef0"),
+            readiness,
+            internal_ips: vec![],
+            host_names: vec![],
+            taints,
+            ready_since: None,
+            fenced: None,
+        }
+    }
+
+    fn seen(state: InstanceState) -> Confirmation {
+        Confirmation::Seen(InstanceFacts::bare(
+            InstanceId::parse("i-0123456789abcdef0").unwrap(),
+            state,
+        ))
+    }
+
+    fn taint(key: &str, effect: &str) -> TaintFacts {
+        TaintFacts {
+            key: key.into(),
+            value: Some("nodeshutdown".into()),
+            effect: effect.into(),
+        }
+    }
+
+    fn confirmations() -> Vec<Confirmation> {
+        let mut all: Vec<_> = InstanceState::ALL.into_iter().map(seen).collect();
+        all.push(Confirmation::NotFound);
+        all.push(Confirmation::LookupFailed {
+            error: "RequestLimitExceeded".into(),
+        });
+        all
+    }
+
+    fn taint_sets() -> Vec<Vec<TaintFacts>> {
+        vec![
+            vec![],
+            vec![taint("node.kubernetes.io/unreachable", "NoExecute")],
+            vec![taint(OUT_OF_SERVICE_KEY, "NoExecute")],
+            vec![taint(OUT_OF_SERVICE_KEY, "NoSchedule")],
+        ]
+    }
+
+    /// The table over every combination of instance state × node condition ×
+    /// existing taints × intent × dry-run × cap room.
+    #[test]
+    fn every_combination() {
+        let intents = [Intent::Fence, Intent::Check, Intent::Recover];
+        let readinesses = [Readiness::Ready, Readiness::NotReady, Readiness::Unknown];
+        let mut fenced = 0;
+        for confirmation in confirmations() {
+            for readiness in readinesses {
+                for taints in taint_sets() {
+                    for intent in intents {
+                        for (dry_run, hibernated) in [(false, false), (true, false), (false, true)]
+                        {
+                            for (cap, already) in [(3, 0), (3, 3), (1, 2)] {
+                                let n = node(readiness, taints.clone());
+                                let settings = Settings {
+                                    dry_run,
+                                    max_out_of_service: cap,
+                                    fence_hibernated: hibernated,
+                                };
+                                let case = Case {
+                                    intent,
+                                    node: Some(&n),
+                                    confirmation: Some(&confirmation),
+                                    shared_with: &[],
+                                };
+                                let verdict =
+                                    decide_batch(&[case], &settings, already).pop().unwrap();
+                                let expected = expected(
+                                    &n,
+                                    &confirmation,
+                                    intent,
+                                    (dry_run, hibernated),
+                                    cap,
+                                    already,
+                                );
+                                assert_eq!(
+                                    verdict, expected,
+                                    "{confirmation:?} {readiness:?} {taints:?} {intent:?} dry_run={dry_run} fence_hibernated={hibernated} cap={cap}/{already}"
+                                );
+                                fenced += usize::from(matches!(verdict, Verdict::Fence { .. }));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert!(fenced > 0, "the table must exercise fencing too");
+    }
+
+    /// The expected verdict, written independently as a rule list.
+    fn expected(
+        n: &NodeFacts,
+        c: &Confirmation,
+        intent: Intent,
+        (dry_run, fence_hibernated): (bool, bool),
+        cap: usize,
+        already: usize,
+    ) -> Verdict {
+        let skip = |reason| Verdict::Skip { reason };
+        if intent == Intent::Recover {
+            return skip(Skip::RecoveryRequest);
+        }
+        let state = match c {
+            Confirmation::NotFound => return skip(Skip::InstanceNotFound),
+            Confirmation::LookupFailed { error } => {
+                return skip(Skip::LookupFailed {
+                    error: error.clone(),
+                });
+            }
+            Confirmation::Seen(f) => f.state.clone(),
+        };
+        if state == InstanceState::Hibernated && !fence_hibernated {
+            return skip(Skip::Hibernated);
+        }
+        let off = [
+            InstanceState::Stopped,
+            InstanceState::Terminated,
+            InstanceState::Hibernated,
+        ];
+        if !off.contains(&state) {
+            return skip(Skip::InstanceNotOff { state });
+        }
+        if n.readiness == Readiness::Ready {
+            return skip(Skip::NodeReady);
+        }
+        let tainted = n
+            .taints
+            .iter()
+            .any(|t| t.key == OUT_OF_SERVICE_KEY && t.effect == "NoExecute");
+        if !tainted && already >= cap {
+            return skip(Skip::CapReached {
+                limit: cap,
+                out_of_service: already,
+            });
+        }
+        Verdict::Fence {
+            add_taint: !tainted,
+            dry_run: dry_run || intent == Intent::Check,
+        }
+    }
+
+    #[test]
+    fn the_percentage_cap_rounds_down_but_allows_one() {
+        assert_eq!(effective_cap(3, None, 100), 3);
+        assert_eq!(effective_cap(10, Some(20), 30), 6);
+        assert_eq!(effective_cap(3, Some(20), 30), 3);
+        assert_eq!(effective_cap(10, Some(10), 5), 1);
+        assert_eq!(effective_cap(10, Some(100), 0), 1);
+    }
+
+    #[test]
+    fn the_recount_admits_only_up_to_the_cap() {
+        let r = recount(&[false, true, false, false], 1, 3);
+        assert_eq!(r[0], Recount::New);
+        assert_eq!(r[1], Recount::AlreadyOut);
+        assert_eq!(r[2], Recount::New);
+        assert!(matches!(
+            r[3],
+            Recount::Refused(Skip::CapReached {
+                limit: 3,
+                out_of_service: 3
+            })
+        ));
+        assert!(
+            recount(&[false], 5, 3)
+                .iter()
+                .all(|r| matches!(r, Recount::Refused(_)))
+        );
+    }
+
+    #[test]
+    fn missing_node_or_instance_is_skipped() {
+        let settings = Settings {
+            dry_run: false,
+            max_out_of_service: 3,
+            fence_hibernated: false,
+        };
+        let c = seen(InstanceState::Stopped);
+        let case = Case {
+            intent: Intent::Fence,
+            node: None,
+            confirmation: Some(&c),
+            shared_with: &[],
+        };
+        assert_eq!(
+            decide_one(&case, &settings),
+            Verdict::Skip {
+                reason: Skip::NotInCluster
+            }
+        );
+        let n = node(Readiness::Unknown, vec![]);
+        let case = Case {
+            intent: Intent::Fence,
+            node: Some(&n),
+            confirmation: None,
+            shared_with: &[],
+        };
+        assert_eq!(
+            decide_one(&case, &settings),
+            Verdict::Skip {
+                reason: Skip::NoInstance
+            }
+        );
+    }
+
+    /// Issue 12, item 15: a dry-run check beside a live fence used to take
+    /// the room the fence needed.
+    #[test]
+    fn a_check_takes_no_cap_room_from_a_fence_beside_it() {
+        let settings = Settings {
+            dry_run: false,
+            max_out_of_service: 1,
+            fence_hibernated: false,
+        };
+        let c = seen(InstanceState::Stopped);
+        let n = node(Readiness::Unknown, vec![]);
+        let case = |intent| Case {
+            intent,
+            node: Some(&n),
+            confirmation: Some(&c),
+            shared_with: &[],
+        };
+        let verdicts = decide_batch(&[case(Intent::Check), case(Intent::Fence)], &settings, 0);
+        assert_eq!(
+            verdicts,
+            [
+                Verdict::Fence {
+                    add_taint: true,
+                    dry_run: true
+                },
+                Verdict::Fence {
+                    add_taint: true,
+                    dry_run: false
+                }
+            ]
+        );
+        // At the cap, a check says the cap would refuse it.
+        let verdicts = decide_batch(&[case(Intent::Check)], &settings, 1);
+        assert!(matches!(
+            verdicts[0],
+            Verdict::Skip {
+                reason: Skip::CapReached { .. }
+            }
+        ));
+    }
+
+    #[test]
+    fn the_cap_counts_new_taints_across_the_batch() {
+        let settings = Settings {
+            dry_run: false,
+            max_out_of_service: 2,
+            fence_hibernated: false,
+        };
+        let c = seen(InstanceState::Stopped);
+        let fresh = node(Readiness::Unknown, vec![]);
+        let tainted = node(
+            Readiness::Unknown,
+            vec![taint(OUT_OF_SERVICE_KEY, "NoExecute")],
+        );
+        let case = |n| Case {
+            intent: Intent::Fence,
+            node: Some(n),
+            confirmation: Some(&c),
+            shared_with: &[],
+        };
+        let verdicts = decide_batch(
+            &[case(&fresh), case(&tainted), case(&fresh), case(&fresh)],
+            &settings,
+            1,
+        );
+        let fences: Vec<bool> = verdicts
+            .iter()
+            .map(|v| matches!(v, Verdict::Fence { .. }))
+            .collect();
+        assert_eq!(fences, [true, true, false, false]);
+        assert!(matches!(
+            &verdicts[2],
+            Verdict::Skip {
+                reason: Skip::CapReached {
+                    limit: 2,
+                    out_of_service: 2
+                }
+            }
+        ));
+    }
+
+    fn arb_state() -> impl Strategy<Value = InstanceState> {
+        prop::sample::select(InstanceState::ALL.to_vec())
+    }
+
+    fn arb_confirmation() -> impl Strategy<Value = Option<Confirmation>> {
+        prop_oneof![
+            Just(None),
+            Just(Some(Confirmation::NotFound)),
+            Just(Some(Confirmation::LookupFailed { error: "x".into() })),
+            arb_state().prop_map(|s| Some(seen(s))),
+        ]
+    }
+
+    fn arb_node() -> impl Strategy<Value = Option<NodeFacts>> {
+        let readiness = prop::sample::select(vec![
+            Readiness::Ready,
+            Readiness::NotReady,
+            Readiness::Unknown,
+        ]);
+        let taints = prop::sample::select(taint_sets());
+        prop::option::of((readiness, taints).prop_map(|(r, t)| node(r, t)))
+    }
+
+    fn arb_intent() -> impl Strategy<Value = Intent> {
+        prop::sample::select(vec![Intent::Fence, Intent::Check, Intent::Recover])
+    }
+
+    proptest! {
+        /// No plan holds a taint or a detach unless EC2 confirmed the instance
+        /// off and the node is not Ready; the cap is never exceeded; a dry run
+        /// never yields an action that is not marked dry.
+        #[test]
+        fn invariants_hold_for_any_batch(
+            cases in prop::collection::vec((arb_intent(), arb_node(), arb_confirmation()), 0..12),
+            dry_run in any::<bool>(),
+            cap in 0usize..6,
+            already in 0usize..6,
+        ) {
+            let settings = Settings { dry_run, max_out_of_service: cap, fence_hibernated: false };
+            let batch: Vec<Case<'_>> = cases
+                .iter()
+                .map(|(intent, node, c)| Case { intent: *intent, node: node.as_ref(), confirmation: c.as_ref() , shared_with: &[]})
+                .collect();
+            let verdicts = decide_batch(&batch, &settings, already);
+            prop_assert_eq!(verdicts.len(), batch.len());
+            let mut new_taints = 0;
+            for (case, verdict) in batch.iter().zip(&verdicts) {
+                if let Verdict::Fence { add_taint, dry_run: plan_dry } = verdict {
+                    prop_assert!(case.confirmation.is_some_and(Confirmation::confirms_off));
+                    let node = case.node.expect("fenced without a node");
+                    prop_assert_ne!(node.readiness, Readiness::Ready);
+                    prop_assert!(matches!(case.intent, Intent::Fence | Intent::Check));
+                    if dry_run || case.intent == Intent::Check {
+                        prop_assert!(*plan_dry);
+                    }
+                    // A check takes no room under the cap.
+                    if *add_taint && case.intent != Intent::Check {
+                        new_taints += 1;
+                    }
+                }
+            }
+            prop_assert!(new_taints == 0 || already + new_taints <= cap);
+        }
+    }
+}

@@ -1,0 +1,17 @@
+//! How the core decides: whose machine an instance is, which Node a suspect
+//! names, the verdict per node, the cap, active fencing's power-off, the
+//! fencing mode, the plan per node, the disks to free, recovery, the Lease
+//! and the kill switch, and when to retry.
+
+pub mod cap;
+pub mod control;
+pub mod decide;
+pub mod mode;
+pub mod ownership;
+pub mod plan;
+pub mod power;
+pub mod recovery;
+pub mod resolve;
+pub mod retry;
+pub mod view;
+pub mod volumes;
