@@ -147,7 +147,7 @@ def _manifest_actions(key: str) -> set[str]:
 
 
 def code_actions() -> set[str]:
-    """The AWS API actions the code calls (AWS_ACTIONS of handler/src/core/permissions.rs)."""
+    """The AWS API actions the code calls (AWS_ACTIONS of handler/src/core/settings/permissions.rs)."""
     return _manifest_actions("aws_actions")
 
 
@@ -218,7 +218,7 @@ def test_no_managed_or_extra_policies_on_the_role():
 
 
 def test_api_policy_equals_code_actions():
-    """The `api` document grants exactly AWS_ACTIONS of handler/src/core/permissions.rs,
+    """The `api` document grants exactly AWS_ACTIONS of handler/src/core/settings/permissions.rs,
     and with active fencing its power-off actions."""
     expected = code_actions() | power_off_actions()
     granted = actions_of(role_policy_documents(module())["api"])
@@ -664,7 +664,7 @@ WAIT_VARIABLES = (
 
 def code_lease_wait() -> int:
     """How long an invocation waits for the fencing Lease before it gives up
-    (LEASE_WAIT of handler/src/core/control.rs), from the manifest."""
+    (LEASE_WAIT of handler/src/core/rules/control.rs), from the manifest."""
     return int(manifest()["lease_wait_seconds"])
 
 
@@ -1066,7 +1066,7 @@ def test_both_functions_share_every_other_setting():
 # ---------------------------------------------------------------------------
 
 # The most the ClusterRole may ever grant (the agreed design). What it grants is
-# exactly KUBERNETES_RULES of handler/src/core/permissions.rs, which must fit in here.
+# exactly KUBERNETES_RULES of handler/src/core/settings/permissions.rs, which must fit in here.
 ALLOWED_RULES = {
     ("", "nodes", "get"),
     ("", "nodes", "list"),
@@ -1108,13 +1108,13 @@ def _code_rules(key: str) -> set[tuple[str, str, str]]:
 
 
 def code_kubernetes_rules() -> set[tuple[str, str, str]]:
-    """KUBERNETES_RULES of handler/src/core/permissions.rs: (API group, resource, verb)
+    """KUBERNETES_RULES of handler/src/core/settings/permissions.rs: (API group, resource, verb)
     for every cluster-wide Kubernetes call the code makes."""
     return _code_rules("kubernetes_rules")
 
 
 def code_control_rules() -> set[tuple[str, str, str]]:
-    """CONTROL_RULES of handler/src/core/permissions.rs: (API group, resource, verb)
+    """CONTROL_RULES of handler/src/core/settings/permissions.rs: (API group, resource, verb)
     for every call the code makes in its control namespace (the Lease and the
     kill-switch ConfigMap)."""
     return _code_rules("control_rules")

@@ -383,7 +383,7 @@ def audiences(plan: dict[str, Any], case: dict[str, Any]) -> list[str]:
 
 def service_accepts_audience(url: str) -> bool:
     """An entry of PUSH_AUDIENCE the service starts with, and matches a token
-    for exactly as written: audience_url of handler/src/core/oidc.rs (https,
+    for exactly as written: audience_url of handler/src/core/inbound/oidc.rs (https,
     a lowercase host, a port 1-65535, a path of plain segments), less the
     trailing '/' it would drop."""
     m = re.fullmatch(r"https://([^/:]+)(?::(\d{1,5}))?((?:/[^/]+)*)", url)

@@ -49,7 +49,7 @@ locals {
   push_service_account_email = "${var.name}-push@${var.project_id}.iam.gserviceaccount.com"
 
   # How long a request waits for another one to release the fencing Lease
-  # before it gives up (LEASE_WAIT in handler/src/core/control.rs).
+  # before it gives up (LEASE_WAIT in handler/src/core/rules/control.rs).
   lease_wait_seconds = 30
 
   # How long the service follows one Compute Engine detach operation before

@@ -294,7 +294,7 @@ variable "push_audience" {
   type        = string
   default     = null
 
-  # The service's own check (audience_url of handler/src/core/oidc.rs), a
+  # The service's own check (audience_url of handler/src/core/inbound/oidc.rs), a
   # little stricter: a lowercase host, no port, no trailing '/' (the service
   # would drop it, and then no longer match the tokens' audience), path
   # segments of plain characters that do not start with '.'.

@@ -34,7 +34,7 @@ locals {
   describe_cluster = local.eks_mode && (var.cluster_endpoint == null || var.cluster_ca_data == null)
 
   # How long an invocation waits for another one to release the fencing Lease
-  # before it gives up (LEASE_WAIT in handler/src/core/control.rs).
+  # before it gives up (LEASE_WAIT in handler/src/core/rules/control.rs).
   lease_wait_seconds = 30
 
   # The worst case of one invocation, wait by wait: a Node still Ready although
@@ -553,7 +553,7 @@ resource "aws_iam_role" "this" {
 }
 
 # The AWS calls the function's code makes, and nothing else. The list must
-# equal AWS_ACTIONS in handler/src/core/permissions.rs; tests/infra checks it.
+# equal AWS_ACTIONS in handler/src/core/settings/permissions.rs; tests/infra checks it.
 data "aws_iam_policy_document" "api" {
   # DescribeInstances and DescribeVolumes support no resource-level
   # permissions or resource conditions: "*" is the only resource IAM accepts.
