@@ -283,6 +283,10 @@ pub struct InstanceFacts {
     /// Its numeric id and creation time, where the name alone is not
     /// enough (Compute Engine).
     pub identity: MachineIdentity,
+    /// When the cloud recorded its last stop (Unix seconds), where it
+    /// records one: EC2's `StateTransitionReason`, Compute Engine's
+    /// `lastStopTimestamp` (see [`crate::core::silence`]).
+    pub stopped_at: Option<i64>,
 }
 
 impl InstanceFacts {
@@ -346,6 +350,7 @@ impl InstanceFacts {
             root_device_name: Some("/dev/xvda".into()),
             root_volume: None,
             identity: Default::default(),
+            stopped_at: None,
         }
     }
 }

@@ -24,6 +24,7 @@ pub mod recovery;
 pub mod report;
 pub mod resolve;
 pub mod retry;
+pub mod silence;
 pub mod suspect;
 pub mod sweep;
 pub mod trigger;
