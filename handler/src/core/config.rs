@@ -80,6 +80,10 @@ pub const VARIABLES: &[(&str, &str)] = &[
         "true|false (default false): take an instance stopped by hibernation for off (it resumes from RAM when started)",
     ),
     (
+        "FAST_NOT_READY",
+        "true|false (default false): when the cloud recorded when the machine stopped and the kubelet's Lease in kube-node-lease was last renewed at least 5 s before that, set the Node Ready=Unknown at once instead of waiting out the node controller's grace period",
+    ),
+    (
         "VOLUME_DETACH_TIMEOUT_SECONDS",
         "integer 1..=600 (default 60): wait for the fenced instance to let go of its detached volumes (0 would report every fence failed)",
     ),
@@ -347,6 +351,7 @@ impl Config {
         let dry_run = flag(&get, "DRY_RUN")?;
         let no_schedule_too = flag(&get, "OUT_OF_SERVICE_NO_SCHEDULE")?;
         let fence_hibernated = flag(&get, "FENCE_HIBERNATED")?;
+        let fast_not_ready = flag(&get, "FAST_NOT_READY")?;
         let max_out_of_service = int(
             &get,
             "MAX_OUT_OF_SERVICE",
@@ -464,6 +469,7 @@ impl Config {
                 control_namespace,
                 detach_wait,
                 fence_hibernated,
+                fast_not_ready,
                 scope,
                 identity,
                 ..Policy::default()
@@ -1034,6 +1040,14 @@ mod tests {
         );
         let c = cfg(&[("FENCE_HIBERNATED", "true")]).unwrap();
         assert!(c.policy.fence_hibernated);
+        assert!(
+            !c.policy.fast_not_ready,
+            "the node controller's grace period is waited out by default"
+        );
+        let c = cfg(&[("FAST_NOT_READY", "true")]).unwrap();
+        assert!(c.policy.fast_not_ready);
+        let err = cfg(&[("FAST_NOT_READY", "soon")]).unwrap_err();
+        assert!(err.to_string().contains("FAST_NOT_READY"), "{err}");
         assert!(!c.policy.no_schedule_too);
         let c = cfg(&[("OUT_OF_SERVICE_NO_SCHEDULE", "true")]).unwrap();
         assert!(c.policy.no_schedule_too);
