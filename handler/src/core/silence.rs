@@ -419,6 +419,22 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// Any text, however odd, gives a time or none, never a panic; a
+        /// time EC2 could write is read back to the second.
+        #[test]
+        fn any_transition_reason_is_read_without_panic(
+            text in "\\PC{0,64}",
+            secs in 0i64..4_000_000_000,
+        ) {
+            let _ = ec2_stop_time(&text);
+            let _ = gce_stop_time(&text);
+            let t = k8s_openapi::jiff::Timestamp::from_second(secs).unwrap();
+            let written = format!("User initiated ({} GMT)", t.strftime("%Y-%m-%d %H:%M:%S"));
+            proptest::prop_assert_eq!(ec2_stop_time(&written), Some(secs));
+        }
+    }
+
     #[test]
     fn gce_stop_times_keep_their_offset() {
         assert_eq!(
