@@ -15,6 +15,10 @@ run "the_manifests_roles_and_bindings" {
     error_message = "each Role in the manifest's namespace"
   }
   assert {
+    condition     = length(output.control_namespaces) == 1 && output.control_namespaces[0] == "kube-system"
+    error_message = "the control namespace only: the kubelets' Leases are not the function's control objects"
+  }
+  assert {
     condition     = output.kubernetes_groups == ["node-fencer"]
     error_message = "the group the function's identity is mapped to"
   }
