@@ -46,9 +46,12 @@ pub(crate) async fn mark(
             out.insert(node.clone(), Marking::Wait);
             continue;
         };
-        match prove(ctx, fence_hibernated, node, id, &answer).await {
-            Some(_) => proven.push((node, id)),
-            None => {
+        match (
+            &answer,
+            prove(ctx, fence_hibernated, node, id, &answer).await,
+        ) {
+            (Confirmation::Seen(first), Some(_)) => proven.push((node, id, first.clone())),
+            _ => {
                 out.insert(node.clone(), Marking::Wait);
             }
         }
@@ -58,10 +61,14 @@ pub(crate) async fn mark(
     }
     // The status write acts like the taint on what the controllers do with
     // the Node's pods: the machine is confirmed off again first.
-    let ids: Vec<InstanceId> = proven.iter().map(|(_, id)| (*id).clone()).collect();
+    let ids: Vec<InstanceId> = proven.iter().map(|(_, id, _)| (*id).clone()).collect();
     let again = looks.again(ctx, &ids).await;
-    for (node, id) in proven {
-        let answer = again.get(id).cloned().unwrap_or(Confirmation::NotFound);
+    for (node, id, first) in proven {
+        // Another machine under the name (a recreated VM) is not the one
+        // the first look judged: its stop proves nothing of this kubelet.
+        let answer = again
+            .get(id)
+            .map_or(Confirmation::NotFound, |a| first.same_machine(a));
         let marking = match prove(ctx, fence_hibernated, node, id, &answer).await {
             Some((stopped_at, renewed_at)) => write(ctx, node, id, (stopped_at, renewed_at)).await,
             None => Marking::Wait,

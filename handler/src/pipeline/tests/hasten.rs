@@ -144,6 +144,26 @@ async fn fast_not_ready_a_machine_started_since_the_first_look_is_not_marked() {
     assert!(w.writes().is_empty(), "{:?}", w.writes());
 }
 
+/// A machine recreated under the name between the two looks (Compute
+/// Engine's managed instance groups keep the name): the fresh look is of
+/// another machine, whose stop proves nothing of this kubelet.
+#[tokio::test]
+async fn fast_not_ready_a_machine_recreated_since_the_first_look_is_not_marked() {
+    let short = Policy {
+        not_ready_wait: Duration::from_millis(200),
+        ..fast()
+    };
+    let stop = now() - 20;
+    let w = ready_on_a_stopped_machine(Some(stop), KubeletLease::RenewedAt(stop - 30));
+    w.cloud
+        .describe_as(&instance(1), |f| f.identity.uid = Some(7));
+    w.cloud.recreated_on_describe(2, &instance(1), 8);
+    let report = w.fence(&short).await.unwrap();
+    assert!(report.results[0].skip.is_some(), "{report:#?}");
+    assert_eq!(count(&w, &format!("MarkNotReady {NODE}")), 0);
+    assert_eq!(w.cluster.ready_condition(NODE).unwrap().0, "True");
+}
+
 /// Without a recorded stop, without a Lease, with a Lease never renewed,
 /// or with the setting off: today's wait, unchanged, and the Node fenced
 /// once the node controller marks it.
