@@ -15,7 +15,7 @@ use tracing::info;
 
 use crate::core::cap;
 use crate::core::decide::{self, Case, Settings, Verdict};
-use crate::core::facts::Confirmation;
+use crate::core::facts::{Confirmation, Readiness};
 use crate::core::instance::InstanceId;
 use crate::core::plan::{self, Target};
 use crate::core::policy::Policy;
@@ -93,11 +93,16 @@ pub(crate) async fn run(ctx: &Ctx<'_>, inv: &mut Invocation<'_>) -> Result<(), P
                     return Ok(true);
                 }
                 if policy.fast_not_ready {
-                    to_mark = waiting
-                        .iter()
-                        .filter(|(n, _)| attempts.get(n).is_none_or(|a| *a < MARK_ATTEMPTS))
-                        .cloned()
-                        .collect();
+                    let settings = policy.decision(dry_run, current.cluster_size());
+                    to_mark = fenced_once_not_ready(
+                        &decision.targets,
+                        current,
+                        looks.answers(),
+                        &settings,
+                    )
+                    .into_iter()
+                    .filter(|(n, _)| attempts.get(n).is_none_or(|a| *a < MARK_ATTEMPTS))
+                    .collect();
                     if !to_mark.is_empty() {
                         return Ok(true);
                     }
@@ -146,6 +151,41 @@ fn ready_but_off(
                         reason: decide::Skip::NodeReady
                     }
                 )
+        })
+        .filter_map(|(t, _)| Some((view.nodes[t.node?].name.clone(), t.instance.clone()?)))
+        .collect()
+}
+
+/// The Nodes still Ready on machines off that the decision would fence
+/// once NotReady: only those are worth marking, so that a Node the cap
+/// would refuse is not written to at all.
+fn fenced_once_not_ready(
+    targets: &[Target],
+    view: &NodeView,
+    answers: &HashMap<InstanceId, Confirmation>,
+    settings: &Settings,
+) -> Vec<(String, InstanceId)> {
+    let ready = |v: &Verdict| {
+        matches!(
+            v,
+            Verdict::Skip {
+                reason: decide::Skip::NodeReady
+            }
+        )
+    };
+    let now = decide_all(targets, view, answers, settings);
+    let mut marked = view.clone();
+    for (t, _) in targets.iter().zip(&now).filter(|(_, v)| ready(v)) {
+        if let Some(i) = t.node {
+            marked.nodes[i].readiness = Readiness::Unknown;
+        }
+    }
+    let then = decide_all(targets, &marked, answers, settings);
+    targets
+        .iter()
+        .zip(now.iter().zip(&then))
+        .filter(|(t, (now, then))| {
+            t.intent == Intent::Fence && ready(now) && matches!(then, Verdict::Fence { .. })
         })
         .filter_map(|(t, _)| Some((view.nodes[t.node?].name.clone(), t.instance.clone()?)))
         .collect()

@@ -164,6 +164,39 @@ async fn fast_not_ready_a_machine_recreated_since_the_first_look_is_not_marked()
     assert_eq!(w.cluster.ready_condition(NODE).unwrap().0, "True");
 }
 
+/// A Node the cap would refuse once NotReady is not written to: no Lease
+/// read, no mark.
+#[tokio::test]
+async fn fast_not_ready_a_node_the_cap_would_refuse_is_not_marked() {
+    let full = Policy {
+        max_out_of_service: 1,
+        not_ready_wait: Duration::from_millis(200),
+        ..fast()
+    };
+    let stop = now() - 20;
+    let w = ready_on_a_stopped_machine(Some(stop), KubeletLease::RenewedAt(stop - 30)).with_node(
+        "other",
+        2,
+        InstanceState::Stopped,
+        "Unknown",
+    );
+    w.cluster.taint_by_hand("other");
+    let report = w.fence(&full).await.unwrap();
+    assert_eq!(report.results[0].skip, Some(Skip::NodeReady), "{report:#?}");
+    assert_eq!(count(&w, &format!("GetNodeLease {NODE}")), 0);
+    assert_eq!(count(&w, &format!("MarkNotReady {NODE}")), 0);
+    assert_eq!(w.cluster.ready_condition(NODE).unwrap().0, "True");
+
+    // With room, the same Node is marked.
+    let room = Policy {
+        max_out_of_service: 2,
+        ..full
+    };
+    let report = w.fence(&room).await.unwrap();
+    assert_eq!(report.results[0].outcome, Outcome::Fenced, "{report:#?}");
+    assert_eq!(count(&w, &format!("MarkNotReady {NODE}")), 1);
+}
+
 /// Without a recorded stop, without a Lease, with a Lease never renewed,
 /// or with the setting off: today's wait, unchanged, and the Node fenced
 /// once the node controller marks it.
