@@ -472,6 +472,7 @@ def test_env_names_are_the_contract():
     pass the plain WEBHOOK_TOKEN (local use only)."""
     contract = {
         "DRY_RUN",
+        "FAST_NOT_READY",
         "FENCE_HIBERNATED",
         "OUT_OF_SERVICE_NO_SCHEDULE",
         "CLUSTER_VPC_ID",
@@ -1071,6 +1072,8 @@ ALLOWED_RULES = {
     ("", "nodes", "get"),
     ("", "nodes", "list"),
     ("", "nodes", "patch"),
+    # FAST_NOT_READY=true: the Ready condition of a Node proven dead.
+    ("", "nodes/status", "patch"),
     ("storage.k8s.io", "volumeattachments", "get"),
     ("storage.k8s.io", "volumeattachments", "list"),
     ("", "persistentvolumes", "get"),
@@ -1091,9 +1094,14 @@ ALLOWED_CONTROL_RULES = {
     ("coordination.k8s.io", "leases", "update"),
     ("", "configmaps", "get"),
 }
+# FAST_NOT_READY=true: read a Node's kubelet Lease, nothing else.
+ALLOWED_NODE_LEASE_RULES = {
+    ("coordination.k8s.io", "leases", "get"),
+}
 CONTROL_OBJECT = "node-fencer"
 CENSUS_OBJECT = "node-fencer-census"
 CONTROL_NAMESPACE = "kube-system"
+NODE_LEASE_NAMESPACE = "kube-node-lease"
 
 
 def _code_rules(key: str) -> set[tuple[str, str, str]]:
@@ -1120,19 +1128,35 @@ def code_control_rules() -> set[tuple[str, str, str]]:
     return _code_rules("control_rules")
 
 
+def code_node_lease_rules() -> set[tuple[str, str, str]]:
+    """NODE_LEASE_RULES of handler/src/core/permissions.rs: (API group, resource,
+    verb) for every call the code makes in kube-node-lease."""
+    return _code_rules("node_lease_rules")
+
+
 def rbac_documents() -> list[dict]:
     with L.RBAC_YAML.open(encoding="utf-8") as f:
         return [d for d in yaml.safe_load_all(f) if d is not None]
 
 
-def _one(kind: str) -> dict:
-    (document,) = [d for d in rbac_documents() if d["kind"] == kind]
+def _one(kind: str, namespace: str = CONTROL_NAMESPACE) -> dict:
+    """The one object of `kind` (in `namespace`, for a namespaced kind)."""
+    (document,) = [
+        d for d in rbac_documents() if d["kind"] == kind and d["metadata"].get("namespace", namespace) == namespace
+    ]
     return document
 
 
-def test_rbac_manifest_holds_the_four_objects():
-    kinds = sorted(d["kind"] for d in rbac_documents())
-    assert kinds == ["ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"], f"{L.rel(L.RBAC_YAML)} holds {kinds}"
+def test_rbac_manifest_holds_the_six_objects():
+    kinds = sorted((d["kind"], d["metadata"].get("namespace", "")) for d in rbac_documents())
+    assert kinds == [
+        ("ClusterRole", ""),
+        ("ClusterRoleBinding", ""),
+        ("Role", NODE_LEASE_NAMESPACE),
+        ("Role", CONTROL_NAMESPACE),
+        ("RoleBinding", NODE_LEASE_NAMESPACE),
+        ("RoleBinding", CONTROL_NAMESPACE),
+    ], f"{L.rel(L.RBAC_YAML)} holds {kinds}"
     for document in rbac_documents():
         assert document["apiVersion"] == "rbac.authorization.k8s.io/v1", document["kind"]
         assert document["metadata"]["name"] == "node-fencer", document["kind"]
@@ -1197,9 +1221,35 @@ def test_role_is_exactly_what_the_code_needs_in_the_control_namespace():
     )
 
 
-def test_role_binding_binds_the_group_to_the_role():
-    binding = _one("RoleBinding")
-    assert binding["metadata"]["namespace"] == _one("Role")["metadata"]["namespace"]
+def test_node_lease_role_is_exactly_what_the_code_needs_in_kube_node_lease():
+    """The Role in kube-node-lease grants exactly NODE_LEASE_RULES: reading a
+    kubelet's Lease, whose name is its Node's and so cannot be listed."""
+    role = _one("Role", NODE_LEASE_NAMESPACE)
+    granted = set()
+    for rule in role["rules"]:
+        assert set(rule) <= {"apiGroups", "resources", "verbs"}, f"unexpected keys in {rule}"
+        for field in rule:
+            assert not any("*" in item for item in rule[field]), f"wildcard in {field} of {rule}"
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                for verb in rule["verbs"]:
+                    granted.add((group, resource, verb))
+    expected = code_node_lease_rules()
+    assert expected <= ALLOWED_NODE_LEASE_RULES, (
+        f"the code needs rules in {NODE_LEASE_NAMESPACE} beyond the agreed design: "
+        f"{sorted(expected - ALLOWED_NODE_LEASE_RULES)}"
+    )
+    assert granted == expected, (
+        f"the Role in {NODE_LEASE_NAMESPACE} of {L.rel(L.RBAC_YAML)} and NODE_LEASE_RULES of "
+        f"{L.rel(L.PERMISSIONS_RS)} disagree: granted but not called {sorted(granted - expected)}, "
+        f"called but not granted {sorted(expected - granted)}"
+    )
+
+
+@pytest.mark.parametrize("namespace", [CONTROL_NAMESPACE, NODE_LEASE_NAMESPACE])
+def test_role_binding_binds_the_group_to_the_role(namespace: str):
+    binding = _one("RoleBinding", namespace)
+    assert binding["metadata"]["namespace"] == _one("Role", namespace)["metadata"]["namespace"]
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "node-fencer"}
     assert binding["subjects"] == [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "node-fencer"}]
 
@@ -1524,6 +1574,7 @@ def test_gcp_env_names_are_the_contract():
         "PUSH_AUDIENCE",
         "PUSH_SERVICE_ACCOUNT",
         "DRY_RUN",
+        "FAST_NOT_READY",
         "OUT_OF_SERVICE_NO_SCHEDULE",
         "MAX_OUT_OF_SERVICE",
         "MAX_OUT_OF_SERVICE_PERCENT",

@@ -88,6 +88,7 @@ CASES: dict[str, dict[str, Any]] = {
         "power_off_wait_seconds": 10,
         "partition_percent": 1,
         "out_of_service_no_schedule": True,
+        "fast_not_ready": True,
     },
     # Control-plane Nodes may be powered off; the detach keyed on this
     # cluster's own volume tag. Rendered at plan time.
@@ -416,6 +417,13 @@ def test_the_no_schedule_pair_is_passed_as_set(workspace: T.Workspace, case: str
         assert got == want, f"case {case}: {address} OUT_OF_SERVICE_NO_SCHEDULE={got}"
 
 
+@pytest.mark.parametrize(("case", "want"), [("eks_active_fencing", "false"), ("self_managed_active_fencing", "true")])
+def test_fast_not_ready_is_off_unless_set(workspace: T.Workspace, case: str, want: str):
+    for address, after in functions(module_plan(workspace, case)).items():
+        got = after["environment"][0]["variables"]["FAST_NOT_READY"]
+        assert got == want, f"case {case}: {address} FAST_NOT_READY={got}"
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_the_timeout_is_the_sum_of_the_waits(workspace: T.Workspace, case: str):
     c = CASES[case]
@@ -540,6 +548,8 @@ def test_the_eks_example_plans_the_module_the_access_entry_and_the_rbac(workspac
         "module.rbac.kubernetes_cluster_role_binding_v1.this",
         'module.rbac.kubernetes_role_v1.this["kube-system/node-fencer"]',
         'module.rbac.kubernetes_role_binding_v1.this["kube-system/node-fencer"]',
+        'module.rbac.kubernetes_role_v1.this["kube-node-lease/node-fencer"]',
+        'module.rbac.kubernetes_role_binding_v1.this["kube-node-lease/node-fencer"]',
     }
     assert got == want, f"planned but not expected {sorted(got - want)}, expected but not planned {sorted(want - got)}"
     main = created(example_plan(workspace, "eks"))['module.node_fencer.aws_lambda_function.this["main"]']["after"]

@@ -58,6 +58,7 @@ CASES: dict[str, dict[str, Any]] = {
         "cluster_name": "payments-production-eu",
         "cluster_endpoint": "https://203.0.113.20",
         "dry_run": True,
+        "fast_not_ready": True,
         "out_of_service_no_schedule": True,
         "sweep_schedule": None,
         "webhook_max_instances": 2,
@@ -342,6 +343,7 @@ def test_the_services_get_exactly_the_settings_the_code_reads(workspace: T.Works
         "PUSH_AUDIENCE": ",".join(audiences(plan, c)),
         "PUSH_SERVICE_ACCOUNT": email(created(plan)["google_service_account.push"]),
         "DRY_RUN": str(setting(c, "dry_run")).lower(),
+        "FAST_NOT_READY": str(setting(c, "fast_not_ready")).lower(),
         "OUT_OF_SERVICE_NO_SCHEDULE": str(setting(c, "out_of_service_no_schedule")).lower(),
         "MAX_OUT_OF_SERVICE": str(setting(c, "max_out_of_service")),
         "FENCING_MODE": setting(c, "fencing_mode"),
@@ -691,6 +693,9 @@ def test_the_gke_example_plans_the_module_and_binds_the_service_account_as_a_use
         'module.rbac.kubernetes_role_v1.this["kube-system/node-fencer"]',
         'module.rbac.kubernetes_role_binding_v1.this["kube-system/node-fencer"]',
         'module.rbac.kubernetes_role_binding_v1.users["kube-system/node-fencer"]',
+        'module.rbac.kubernetes_role_v1.this["kube-node-lease/node-fencer"]',
+        'module.rbac.kubernetes_role_binding_v1.this["kube-node-lease/node-fencer"]',
+        'module.rbac.kubernetes_role_binding_v1.users["kube-node-lease/node-fencer"]',
     }
     assert got == want, f"planned but not expected {sorted(got - want)}, expected but not planned {sorted(want - got)}"
     resources = {a: c["change"]["after"] for a, c in T.resources(plan).items()}

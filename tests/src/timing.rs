@@ -16,11 +16,12 @@ use node_fencer::core::outbound::events::NodeEvent;
 use node_fencer::core::outbound::kube_patch::{Ending, PowerStamp, Stamp};
 use node_fencer::core::rules::control::KillSwitch;
 use node_fencer::core::rules::mode::ServerVersion;
+use node_fencer::core::rules::silence::KubeletLease;
 use node_fencer::core::rules::view::Census;
 use node_fencer::shell::cloud::{Cloud, CloudError, Detach};
 use node_fencer::shell::cluster::{
     Cluster, ClusterError, ClusterReads, ConfirmOutcome, Coordination, FencingWrites, LeaseTaken,
-    PodRef, TaintOutcome, UntaintOutcome,
+    MarkOutcome, PodRef, TaintOutcome, UntaintOutcome,
 };
 
 /// One call.
@@ -298,6 +299,11 @@ impl ClusterReads for TimingCluster<'_> {
             .time("ListPods", self.inner.pods_on_node(node, out_of_service))
             .await
     }
+    async fn node_lease(&self, node: &str) -> Result<KubeletLease, ClusterError> {
+        self.timeline
+            .time("GetNodeLease", self.inner.node_lease(node))
+            .await
+    }
 }
 
 #[async_trait]
@@ -305,6 +311,11 @@ impl FencingWrites for TimingCluster<'_> {
     async fn taint_node(&self, node: &str, stamp: &Stamp) -> Result<TaintOutcome, ClusterError> {
         self.timeline
             .time("TaintNode", self.inner.taint_node(node, stamp))
+            .await
+    }
+    async fn mark_not_ready(&self, node: &str, message: &str) -> Result<MarkOutcome, ClusterError> {
+        self.timeline
+            .time("MarkNotReady", self.inner.mark_not_ready(node, message))
             .await
     }
     async fn node_event(

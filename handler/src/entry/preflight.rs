@@ -17,7 +17,9 @@ use crate::core::model::facts::FenceMode;
 use crate::core::rules::control::{self, KillSwitch};
 use crate::core::rules::mode::{self, ModeSetting, ServerVersion};
 use crate::core::settings::config::Config;
-use crate::core::settings::permissions::{CONTROL_RULES, KUBERNETES_RULES};
+use crate::core::settings::permissions::{
+    CONTROL_RULES, KUBERNETES_RULES, NODE_LEASE_NAMESPACE, NODE_LEASE_RULES,
+};
 use crate::shell::cluster::{ClusterReads, Coordination, Kube, can};
 use crate::shell::connect::Clients;
 
@@ -128,6 +130,12 @@ fn failed(check: impl Into<String>, detail: impl Into<String>, fix: impl Into<St
 /// the pods the taint evicts are deleted right after it).
 fn legacy_only(resource: &str, verb: &str) -> bool {
     matches!((resource, verb), ("volumeattachments", "delete"))
+}
+
+/// True for a permission only `FAST_NOT_READY` needs: the Ready condition
+/// and the kubelets' Leases.
+fn fast_only(resource: &str, scope: Option<(&str, Option<&str>)>) -> bool {
+    resource == "nodes/status" || scope.is_some_and(|(ns, _)| ns == NODE_LEASE_NAMESPACE)
 }
 
 /// Runs every check. Never changes anything: the only writes are
@@ -389,7 +397,16 @@ async fn permissions(
             Some((ns, Some(control::CENSUS_NAME))),
         )
     });
-    for (group, resource, verb, scope) in cluster_wide.chain(namespaced).chain(census) {
+    let node_leases = NODE_LEASE_RULES.iter().flat_map(|(g, r, verbs)| {
+        verbs
+            .iter()
+            .map(move |v| (*g, *r, *v, Some((NODE_LEASE_NAMESPACE, None))))
+    });
+    let all = cluster_wide
+        .chain(namespaced)
+        .chain(census)
+        .chain(node_leases);
+    for (group, resource, verb, scope) in all {
         let what = match scope {
             None => format!("{verb} {resource}"),
             Some((ns, Some(control::CENSUS_NAME))) => {
@@ -408,6 +425,11 @@ async fn permissions(
             Ok(false) if legacy_only(resource, verb) && mode != Some(FenceMode::Legacy) => {
                 row(what, Status::Warn, "denied; only the legacy mode needs it")
             }
+            Ok(false) if fast_only(resource, scope) && !config.policy.fast_not_ready => row(
+                what,
+                Status::Warn,
+                "denied; only FAST_NOT_READY=true needs it",
+            ),
             Ok(false) => failed(
                 what,
                 "denied",

@@ -15,17 +15,20 @@ locals {
   cluster_role         = one([for d in local.documents : d if d.kind == "ClusterRole"])
   cluster_role_binding = one([for d in local.documents : d if d.kind == "ClusterRoleBinding"])
 
-  # The namespaced Roles (the control objects in CONTROL_NAMESPACE) and their
-  # RoleBindings, keyed by the manifest's namespace/name: for_each, so the
-  # manifest decides how many there are. control_namespace moves them all.
+  # The namespaced Roles (the control objects in CONTROL_NAMESPACE, the
+  # kubelets' Leases in kube-node-lease) and their RoleBindings, keyed by the
+  # manifest's namespace/name: for_each, so the manifest decides how many
+  # there are. control_namespace moves those of the control namespace; the
+  # kubelets' Leases stay where Kubernetes keeps them.
+  fixed_namespaces = ["kube-node-lease"]
   roles = {
     for d in local.documents : "${d.metadata.namespace}/${d.metadata.name}" => merge(d, {
-      namespace = coalesce(var.control_namespace, d.metadata.namespace)
+      namespace = contains(local.fixed_namespaces, d.metadata.namespace) ? d.metadata.namespace : coalesce(var.control_namespace, d.metadata.namespace)
     }) if d.kind == "Role"
   }
   role_bindings = {
     for d in local.documents : "${d.metadata.namespace}/${d.metadata.name}" => merge(d, {
-      namespace = coalesce(var.control_namespace, d.metadata.namespace)
+      namespace = contains(local.fixed_namespaces, d.metadata.namespace) ? d.metadata.namespace : coalesce(var.control_namespace, d.metadata.namespace)
       role_key  = "${d.metadata.namespace}/${d.roleRef.name}"
     }) if d.kind == "RoleBinding"
   }

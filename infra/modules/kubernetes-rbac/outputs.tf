@@ -4,8 +4,8 @@ output "cluster_role_name" {
 }
 
 output "control_namespaces" {
-  description = "Namespaces the manifest's Roles were applied in: the function's CONTROL_NAMESPACE must be one of them."
-  value       = distinct([for role in kubernetes_role_v1.this : role.metadata[0].namespace])
+  description = "Namespaces the manifest's control Roles were applied in (not kube-node-lease, where the kubelets' Leases are read): the function's CONTROL_NAMESPACE must be one of them."
+  value       = distinct([for role in kubernetes_role_v1.this : role.metadata[0].namespace if !contains(local.fixed_namespaces, role.metadata[0].namespace)])
 }
 
 output "kubernetes_groups" {

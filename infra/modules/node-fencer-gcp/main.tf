@@ -12,6 +12,7 @@ module "settings" {
   source = "../settings"
 
   dry_run                       = var.dry_run
+  fast_not_ready                = var.fast_not_ready
   out_of_service_no_schedule    = var.out_of_service_no_schedule
   max_out_of_service            = var.max_out_of_service
   max_out_of_service_percent    = var.max_out_of_service_percent

@@ -176,6 +176,12 @@ variable "dry_run" {
   default     = false
 }
 
+variable "fast_not_ready" {
+  description = "FAST_NOT_READY: when true, a Node still Ready whose machine the cloud confirms off is marked Ready=Unknown at once if the cloud recorded when the machine stopped and the kubelet's Lease in kube-node-lease was last renewed at least 5 s before that; otherwise (and by default) the node controller's grace period is waited out."
+  type        = bool
+  default     = false
+}
+
 variable "out_of_service_no_schedule" {
   description = "OUT_OF_SERVICE_NO_SCHEDULE: when true a fenced node also carries node.kubernetes.io/out-of-service=nodeshutdown:NoSchedule, the pair Rook/Ceph documents, and such a fencing ends only with proof of a power cycle."
   type        = bool

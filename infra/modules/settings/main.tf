@@ -12,6 +12,7 @@ locals {
   environment = merge(
     {
       DRY_RUN                       = tostring(var.dry_run)
+      FAST_NOT_READY                = tostring(var.fast_not_ready)
       OUT_OF_SERVICE_NO_SCHEDULE    = tostring(var.out_of_service_no_schedule)
       MAX_OUT_OF_SERVICE            = tostring(var.max_out_of_service)
       FENCING_MODE                  = var.fencing_mode

@@ -6,6 +6,11 @@ variable "dry_run" {
   type        = bool
 }
 
+variable "fast_not_ready" {
+  description = "FAST_NOT_READY: mark a Node Ready=Unknown at once when the cloud recorded its machine's stop and the kubelet's Lease was last renewed at least 5 s before it, instead of waiting out the node controller's grace period."
+  type        = bool
+}
+
 variable "out_of_service_no_schedule" {
   description = "OUT_OF_SERVICE_NO_SCHEDULE: also apply node.kubernetes.io/out-of-service=nodeshutdown:NoSchedule; such a fencing ends only with proof of a power cycle."
   type        = bool

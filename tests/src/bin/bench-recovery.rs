@@ -42,6 +42,7 @@ usage: bench-recovery [--runs N] [--mode both|lambda|in-process] [--baseline]
                       [--baseline-wait SECS] [--storm NODES:STOPPED] [--no-storm]
                       [--driver ebs|cstor] [--fencing taint|legacy] [--svg PATH]
                       [--event-at-stop] [--hung] [--cloud aws|gce]
+                      [--fast-not-ready] [--kubelet-silent-first]
 
 Runs the seed scenario (a StatefulSet and a Deployment with ReadWriteOnce
 volumes on node 2; node 2's instance stops) N times per mode and prints medians
@@ -75,6 +76,15 @@ with min/max:
   --event-at-stop      send the `stopped` event right at the stop, as EC2 does,
                        while the Node is still Ready (node-fencer waits for it
                        to turn NotReady); by default it is sent once NotReady
+  --fast-not-ready     node-fencer with FAST_NOT_READY=true: a Node still Ready
+                       whose kubelet has not renewed its Lease since the cloud's
+                       recorded stop (by 5 s) is marked Ready=Unknown at once
+  --kubelet-silent-first
+                       node 2's heartbeats stop 7 s before its instance does (a
+                       kubelet dead before its machine is stopped), so that the
+                       Lease proves it silent since the stop; times still run
+                       from the instance's stop. Run with and without
+                       --fast-not-ready for the side-by-side
   --cloud C            aws (default): EC2 instances in moto; gce: Compute Engine
                        VMs and Persistent Disks (pd.csi.storage.gke.io) in the
                        fake Compute Engine (tests/gce/fake_compute.py, detach
@@ -90,6 +100,10 @@ NODE_FENCER_NODE_MONITOR_GRACE_PERIOD=50s (Kubernetes' default) for another.
 Set NODE_FENCER_CLUSTER_STACK_DIR to use a stack started with
 `tests/stack/up.sh DIR --controllers`; otherwise one is started and stopped.";
 
+/// With `--kubelet-silent-first`, how long before its instance node 2's
+/// heartbeats stop: the 5 s margin, and kwok's 2 s renewal interval.
+const SILENT_FIRST_SECS: u64 = 7;
+
 struct Args {
     runs: usize,
     lambda: bool,
@@ -103,6 +117,8 @@ struct Args {
     event_at_stop: bool,
     hung: bool,
     gce: bool,
+    fast_not_ready: bool,
+    silent_first: bool,
 }
 
 impl Args {
@@ -146,6 +162,8 @@ fn parse_args() -> anyhow::Result<Option<Args>> {
         event_at_stop: false,
         hung: false,
         gce: false,
+        fast_not_ready: false,
+        silent_first: false,
     };
     let (mut storm_set, mut mode_set, mut driver_set) = (false, false, false);
     let mut it = std::env::args().skip(1);
@@ -200,6 +218,8 @@ fn parse_args() -> anyhow::Result<Option<Args>> {
             "--svg" => args.svg = Some(PathBuf::from(value("--svg")?)),
             "--event-at-stop" => args.event_at_stop = true,
             "--hung" => args.hung = true,
+            "--fast-not-ready" => args.fast_not_ready = true,
+            "--kubelet-silent-first" => args.silent_first = true,
             "--cloud" => {
                 args.gce = match value("--cloud")?.as_str() {
                     "aws" => false,
@@ -361,14 +381,21 @@ struct Warm {
     cluster: Kube,
     /// `NOT_READY_WAIT_SECONDS`, as the binary gets it.
     not_ready_wait: Duration,
+    /// `FAST_NOT_READY`, as the binary gets it.
+    fast_not_ready: bool,
 }
 
 impl Warm {
-    async fn new(stack: &Stack, not_ready_wait: Duration) -> anyhow::Result<Self> {
+    async fn new(
+        stack: &Stack,
+        not_ready_wait: Duration,
+        fast_not_ready: bool,
+    ) -> anyhow::Result<Self> {
         let warm = Self {
             cloud: Ec2::new(stack.ec2().await),
             cluster: Kube::new(stack.fencer().await?, "bench-recovery"),
             not_ready_wait,
+            fast_not_ready,
         };
         warm.cluster.list_nodes().await?;
         let unknown = InstanceId::parse("i-0ffffffffffffffff").context("an instance id")?;
@@ -399,6 +426,7 @@ async fn fence_timed(
         detach_wait: Duration::from_secs(60),
         poll_interval: Duration::from_millis(500),
         not_ready_wait: warm.not_ready_wait,
+        fast_not_ready: warm.fast_not_ready,
         ..Policy::default()
     };
     let report = pipeline::run(&ctx, &policy, batch).await?;
@@ -427,6 +455,8 @@ struct Bench<'a> {
     /// The stack's `--node-monitor-grace-period`, in seconds.
     grace: u64,
     event_at_stop: bool,
+    /// Node 2's heartbeats stop this long before its instance does.
+    silent_first: Option<Duration>,
 }
 
 impl Bench<'_> {
@@ -584,6 +614,10 @@ async fn seed_run(b: &Bench<'_>, mode: &Mode<'_>, t: Tables<'_>) -> anyhow::Resu
     let seed = seed_with(stack, b.driver).await?;
     let node2 = seed.node2().name.clone();
     gc_phase_pause().await;
+    if let Some(before) = b.silent_first {
+        stop_heartbeats(&admin, &node2).await?;
+        tokio::time::sleep(before).await;
+    }
     let stopped = Instant::now();
     let stopped_wall = SystemTime::now();
     kill_node2(stack, &seed, false).await?;
@@ -1258,17 +1292,20 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let grace = grace_seconds(stack)?;
     // Room for the grace period and the node controller's 5-second checks.
     let not_ready_wait = (grace + 30).min(300).to_string();
-    let env = [
+    let mut env = vec![
         ("FENCING_MODE", args.fencing.name()),
         ("NOT_READY_WAIT_SECONDS", not_ready_wait.as_str()),
     ];
+    if args.fast_not_ready {
+        env.push(("FAST_NOT_READY", "true"));
+    }
     let emu: Option<&'static Emulator> = if args.lambda || args.storm.is_some() {
         Some(start_function(stack, &clock, "", &env, args.gce).await?)
     } else {
         None
     };
 
-    let warm = Warm::new(stack, Duration::from_secs(grace + 30)).await?;
+    let warm = Warm::new(stack, Duration::from_secs(grace + 30), args.fast_not_ready).await?;
     if args.gce {
         clock.say(&format!(
             "Compute Engine: the fake at {}, detach operations DONE after 0.5 s",
@@ -1287,11 +1324,20 @@ async fn run(args: Args) -> anyhow::Result<()> {
         fencing: args.fencing,
         grace,
         event_at_stop: args.event_at_stop,
+        silent_first: args
+            .silent_first
+            .then_some(Duration::from_secs(SILENT_FIRST_SECS)),
     };
     clock.say(&format!(
-        "volumes of {}, FENCING_MODE={}",
+        "volumes of {}, FENCING_MODE={}, FAST_NOT_READY={}{}",
         args.driver.name(),
-        args.fencing.name()
+        args.fencing.name(),
+        args.fast_not_ready,
+        if args.silent_first {
+            format!(", node 2's heartbeats stop {SILENT_FIRST_SECS} s before its instance")
+        } else {
+            String::new()
+        }
     ));
     for i in 0..args.runs {
         if let (true, Some(emu)) = (args.lambda, emu) {

@@ -51,6 +51,45 @@ async fn describe_instances_reports_each_state_in_one_call() -> anyhow::Result<(
     Ok(())
 }
 
+/// Issue 39: a stopped instance carries the time EC2 recorded in its
+/// `StateTransitionReason` (`User initiated (… GMT)`; moto writes `UTC`);
+/// a running one that never stopped has none.
+#[tokio::test]
+async fn a_stopped_instance_carries_its_recorded_stop_time() -> anyhow::Result<()> {
+    let ec2 = stack().ec2().await;
+    let running = launch(&ec2).await?;
+    let stopped = launch(&ec2).await?;
+    let before = now() - 1;
+    stop(&ec2, &stopped).await?;
+    let after = now() + 1;
+    let ids: Vec<InstanceId> = [&running.instance, &stopped.instance]
+        .into_iter()
+        .filter_map(|s| InstanceId::parse(s))
+        .collect();
+    let facts = Ec2::new(ec2).describe_instances(&ids).await?;
+    let stopped_at = |id: &str| {
+        facts
+            .iter()
+            .find(|f| f.id.as_str() == id)
+            .map(|f| f.stopped_at)
+    };
+    assert_eq!(stopped_at(&running.instance), Some(None));
+    let at = stopped_at(&stopped.instance)
+        .flatten()
+        .expect("a recorded stop time");
+    assert!(
+        (before..=after).contains(&at),
+        "{before} <= {at} <= {after}"
+    );
+    Ok(())
+}
+
+fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}
+
 #[tokio::test]
 async fn describe_volumes_and_force_detach() -> anyhow::Result<()> {
     let ec2 = stack().ec2().await;

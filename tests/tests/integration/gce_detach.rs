@@ -76,3 +76,42 @@ async fn a_disk_is_detached_only_from_the_judged_vm_while_it_is_off() -> anyhow:
     assert_eq!(compute.detach_operations(&again).await?, 2);
     Ok(())
 }
+
+/// Issue 39: a VM stopped in the fake Compute Engine carries the
+/// `lastStopTimestamp` Google writes, read through Google's client as the
+/// machine's recorded stop; a VM that never stopped has none.
+#[tokio::test]
+async fn a_stopped_vm_carries_its_recorded_stop_time() -> anyhow::Result<()> {
+    let _g = serial().await;
+    let fake = fake_compute_on(stack());
+    let compute = fake.client();
+    let gce = Gce::new(&GceEndpoint {
+        url: Some(fake.endpoint()),
+        timeouts: Default::default(),
+    })
+    .await
+    .map_err(anyhow::Error::msg)?;
+    let running = compute
+        .create_instance(ZONE, &node_fencer_tests::fixtures::unique("vm"))
+        .await?;
+    let stopped = compute
+        .create_instance(ZONE, &node_fencer_tests::fixtures::unique("vm"))
+        .await?;
+    let now = || k8s_openapi::jiff::Timestamp::now().as_second();
+    let before = now() - 1;
+    compute.set_status(&stopped, "TERMINATED").await?;
+    let after = now() + 1;
+    let ids: Vec<InstanceId> = [&running, &stopped]
+        .iter()
+        .map(|vm| InstanceId::parse(&vm.provider_id()).expect("a VM"))
+        .collect();
+    let facts = gce.describe_instances(&ids).await?;
+    assert_eq!(facts.len(), 2);
+    assert_eq!(facts[0].stopped_at, None, "never stopped");
+    let at = facts[1].stopped_at.expect("a recorded stop");
+    assert!(
+        (before..=after).contains(&at),
+        "{before} <= {at} <= {after}"
+    );
+    Ok(())
+}

@@ -5,6 +5,7 @@
 mod cli;
 mod connect;
 mod ec2;
+mod fast;
 mod faults;
 mod gce;
 mod gce_detach;

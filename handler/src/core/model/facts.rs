@@ -300,6 +300,10 @@ pub struct InstanceFacts {
     /// Its numeric id and creation time, where the name alone is not
     /// enough (Compute Engine).
     pub identity: MachineIdentity,
+    /// When the cloud recorded its last stop (Unix seconds), where it
+    /// records one: EC2's `StateTransitionReason`, Compute Engine's
+    /// `lastStopTimestamp`; what the rules make of it is theirs to say.
+    pub stopped_at: Option<i64>,
 }
 
 impl InstanceFacts {
@@ -363,6 +367,7 @@ impl InstanceFacts {
             root_device_name: Some("/dev/xvda".into()),
             root_volume: None,
             identity: Default::default(),
+            stopped_at: None,
         }
     }
 }

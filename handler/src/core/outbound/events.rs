@@ -5,6 +5,7 @@ use crate::core::model::instance::{InstanceId, InstanceState, Provider};
 use crate::core::rules::decide::Skip;
 use crate::core::rules::power::Refusal;
 use crate::core::rules::recovery::Hold;
+use crate::core::rules::silence;
 
 /// Why an Event is recorded (its `reason`, CamelCase as Kubernetes spells them).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -33,6 +34,12 @@ pub enum Reason {
     PoweredOff,
     /// Active fencing refused to power the node's machine off.
     PowerOffRefused,
+    /// node-fencer set the Node's `Ready` condition to `Unknown` on the
+    /// proof that its kubelet has been silent since the machine stopped.
+    MarkedNotReady,
+    /// The kubelet renewed its Lease after the machine's recorded stop:
+    /// the Node is not marked, and the contradiction asks a person to look.
+    KubeletHeardAfterStop,
 }
 
 impl Reason {
@@ -51,6 +58,8 @@ impl Reason {
             Self::FencingEnded => "FencingEnded",
             Self::PoweredOff => "PoweredOff",
             Self::PowerOffRefused => "PowerOffRefused",
+            Self::MarkedNotReady => "MarkedNotReady",
+            Self::KubeletHeardAfterStop => "KubeletHeardAfterStop",
         }
     }
 
@@ -61,7 +70,9 @@ impl Reason {
             | Self::FencedLegacy
             | Self::PodsForceDeleted
             | Self::VolumeAttachmentsDeleted
-            | Self::FencingRefused => "Fence",
+            | Self::FencingRefused
+            | Self::MarkedNotReady
+            | Self::KubeletHeardAfterStop => "Fence",
             Self::PoweredOff | Self::PowerOffRefused => "PowerOff",
             Self::VolumesForceDetached => "Detach",
             Self::RecoveryWaiting
@@ -71,10 +82,14 @@ impl Reason {
         }
     }
 
-    /// True for a `Warning` Event, false for `Normal`: only a refusal asks
-    /// a person to look.
+    /// True for a `Warning` Event, false for `Normal`: only a refusal, or
+    /// a contradiction between the cloud and the kubelet, asks a person to
+    /// look.
     pub fn warning(self) -> bool {
-        matches!(self, Self::FencingRefused | Self::PowerOffRefused)
+        matches!(
+            self,
+            Self::FencingRefused | Self::PowerOffRefused | Self::KubeletHeardAfterStop
+        )
     }
 }
 
@@ -117,6 +132,34 @@ impl NodeEvent {
             Reason::PoweredOff,
             format!(
                 "powered off {instance} (forced, no OS shutdown): {why}; fencing follows once EC2 reports it stopped"
+            ),
+        )
+    }
+
+    /// The Node was marked `Ready=Unknown`: its kubelet proved silent
+    /// since the recorded stop.
+    pub fn marked_not_ready(instance: &InstanceId, stopped_at: i64, renewed_at: i64) -> Self {
+        Self::new(
+            Reason::MarkedNotReady,
+            format!(
+                "set Ready=Unknown without waiting for the node controller: {} reports {instance} off since {}, and the kubelet's Lease was last renewed at {}",
+                instance.provider().api(),
+                silence::rfc3339(stopped_at),
+                silence::rfc3339(renewed_at)
+            ),
+        )
+    }
+
+    /// The kubelet renewed its Lease after the machine's recorded stop.
+    pub fn heard_after_stop(instance: &InstanceId, stopped_at: i64, renewed_at: i64) -> Self {
+        Self::new(
+            Reason::KubeletHeardAfterStop,
+            format!(
+                "{} reports {instance} off since {}, but the kubelet renewed its Lease at {} (within {} s of the stop or after it): not marked NotReady; waiting for the node controller",
+                instance.provider().api(),
+                silence::rfc3339(stopped_at),
+                silence::rfc3339(renewed_at),
+                silence::SKEW_MARGIN_SECS
             ),
         )
     }
@@ -266,11 +309,17 @@ mod tests {
             Reason::FencingEnded,
             Reason::PoweredOff,
             Reason::PowerOffRefused,
+            Reason::MarkedNotReady,
+            Reason::KubeletHeardAfterStop,
         ];
         let warnings: Vec<_> = all.iter().filter(|r| r.warning()).collect();
         assert_eq!(
             warnings,
-            [&Reason::FencingRefused, &Reason::PowerOffRefused]
+            [
+                &Reason::FencingRefused,
+                &Reason::PowerOffRefused,
+                &Reason::KubeletHeardAfterStop
+            ]
         );
         for r in all {
             assert!(

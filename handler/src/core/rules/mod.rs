@@ -13,5 +13,6 @@ pub mod power;
 pub mod recovery;
 pub mod resolve;
 pub mod retry;
+pub mod silence;
 pub mod view;
 pub mod volumes;

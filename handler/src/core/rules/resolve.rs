@@ -191,6 +191,7 @@ mod tests {
             root_device_name: None,
             root_volume: None,
             identity: Default::default(),
+            stopped_at: None,
         }
     }
 

@@ -165,6 +165,7 @@ fn policy(get: &impl Fn(&str) -> Option<String>) -> Result<Policy, ConfigError> 
     let dry_run = flag(get, "DRY_RUN")?;
     let no_schedule_too = flag(get, "OUT_OF_SERVICE_NO_SCHEDULE")?;
     let fence_hibernated = flag(get, "FENCE_HIBERNATED")?;
+    let fast_not_ready = flag(get, "FAST_NOT_READY")?;
     let max_out_of_service = int(
         get,
         "MAX_OUT_OF_SERVICE",
@@ -218,6 +219,7 @@ fn policy(get: &impl Fn(&str) -> Option<String>) -> Result<Policy, ConfigError> 
         control_namespace,
         detach_wait,
         fence_hibernated,
+        fast_not_ready,
         scope: cluster_scope(get)?,
         ..Policy::default()
     })
@@ -702,6 +704,14 @@ mod tests {
         );
         let c = cfg(&[("FENCE_HIBERNATED", "true")]).unwrap();
         assert!(c.policy.fence_hibernated);
+        assert!(
+            !c.policy.fast_not_ready,
+            "the node controller's grace period is waited out by default"
+        );
+        let c = cfg(&[("FAST_NOT_READY", "true")]).unwrap();
+        assert!(c.policy.fast_not_ready);
+        let err = cfg(&[("FAST_NOT_READY", "soon")]).unwrap_err();
+        assert!(err.to_string().contains("FAST_NOT_READY"), "{err}");
         assert!(!c.policy.no_schedule_too);
         let c = cfg(&[("OUT_OF_SERVICE_NO_SCHEDULE", "true")]).unwrap();
         assert!(c.policy.no_schedule_too);

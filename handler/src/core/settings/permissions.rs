@@ -68,9 +68,12 @@ pub fn gcp_permissions_on(probe: GcpProbe) -> Vec<&'static str> {
 /// resource, verbs). VolumeAttachments `delete` serves the legacy mode
 /// only; pods `list` and `delete` serve both (taint mode: the volumes of
 /// pods that tolerate the taint stay attached, the pods it evicts are
-/// force-deleted right after it).
+/// force-deleted right after it). `nodes/status` `patch` serves
+/// `FAST_NOT_READY` only (the `Ready` condition of a Node whose kubelet is
+/// proven silent).
 pub(crate) const KUBERNETES_RULES: &[(&str, &str, &[&str])] = &[
     ("", "nodes", &["get", "list", "patch"]),
+    ("", "nodes/status", &["patch"]),
     ("", "persistentvolumes", &["get", "list"]),
     ("", "pods", &["list", "delete"]),
     (
@@ -91,6 +94,14 @@ pub(crate) const CONTROL_RULES: &[(&str, &str, &[&str])] = &[
     ),
     ("", "configmaps", &["get"]),
 ];
+
+/// Where the kubelets' Leases are, one per Node of its name.
+pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
+
+/// Every permission the function uses in [`NODE_LEASE_NAMESPACE`]: reading
+/// a Node's kubelet Lease (`FAST_NOT_READY` only).
+pub const NODE_LEASE_RULES: &[(&str, &str, &[&str])] =
+    &[("coordination.k8s.io", "leases", &["get"])];
 
 /// Where the manifest is kept, from the repository's root: Terraform's
 /// checks read it instead of this file's source.
@@ -119,6 +130,7 @@ pub fn manifest() -> serde_json::Value {
         "power_off_aws_actions": POWER_OFF_AWS_ACTIONS,
         "kubernetes_rules": rules(KUBERNETES_RULES),
         "control_rules": rules(CONTROL_RULES),
+        "node_lease_rules": rules(NODE_LEASE_RULES),
         "variables": variables,
         "lease_wait_seconds": crate::core::rules::control::LEASE_WAIT.as_secs(),
     })

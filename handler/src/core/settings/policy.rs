@@ -45,6 +45,10 @@ pub struct Policy {
     pub poll_interval: Duration,
     /// Take an instance stopped by hibernation for off.
     pub fence_hibernated: bool,
+    /// Mark a Node `Ready=Unknown` on the proof that its kubelet has been
+    /// silent since the machine's recorded stop, rather than wait for the
+    /// node controller ([`crate::core::rules::silence`]).
+    pub fast_not_ready: bool,
     /// For Nodes without a provider id: what proves an instance is one of
     /// the cluster's machines. Unset, such Nodes are never fenced.
     pub scope: Option<ClusterScope>,
@@ -72,6 +76,7 @@ impl Default for Policy {
             detach_wait: Duration::from_secs(60),
             poll_interval: Duration::from_millis(500),
             fence_hibernated: false,
+            fast_not_ready: false,
             scope: None,
             lease: LeaseTiming::default(),
             identity: ClusterIdentity::default(),

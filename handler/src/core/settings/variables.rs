@@ -71,6 +71,10 @@ pub(crate) const VARIABLES: &[(&str, &str)] = &[
         "true|false (default false): take an instance stopped by hibernation for off (it resumes from RAM when started)",
     ),
     (
+        "FAST_NOT_READY",
+        "true|false (default false): when the cloud recorded when the machine stopped and the kubelet's Lease in kube-node-lease was last renewed at least 5 s before that, set the Node Ready=Unknown at once instead of waiting out the node controller's grace period",
+    ),
+    (
         "VOLUME_DETACH_TIMEOUT_SECONDS",
         "integer 1..=600 (default 60): wait for the fenced instance to let go of its detached volumes (0 would report every fence failed)",
     ),

@@ -26,6 +26,9 @@ struct CloudState {
     volumes: BTreeMap<VolumeId, VolumeFacts>,
     /// On the n-th DescribeInstances (1-based), an instance changes state first.
     changes: Vec<(usize, InstanceId, InstanceState)>,
+    /// On the n-th DescribeInstances (1-based), another machine of the same
+    /// name, with this numeric id, stands in for the instance.
+    recreations: Vec<(usize, InstanceId, u64)>,
     describes: usize,
     /// Volumes whose detach is accepted but never completes.
     sticky: Vec<VolumeId>,
@@ -80,6 +83,13 @@ impl FakeCloud {
         if let Some(facts) = self.lock().instances.get_mut(id) {
             change(facts);
         }
+    }
+
+    /// Before the `nth` DescribeInstances (1-based), another machine of
+    /// the same name, with numeric id `uid`, stands in for `id` (a managed
+    /// instance group's recreation on Compute Engine).
+    pub fn recreated_on_describe(&self, nth: usize, id: &InstanceId, uid: u64) {
+        self.lock().recreations.push((nth, id.clone(), uid));
     }
 
     /// Before the `nth` DescribeInstances (1-based), `id` turns `state`.
@@ -152,6 +162,17 @@ impl Cloud for FakeCloud {
         for (id, s) in changes {
             if let Some(i) = state.instances.get_mut(&id) {
                 i.state = s;
+            }
+        }
+        let recreations: Vec<_> = state
+            .recreations
+            .iter()
+            .filter(|(at, _, _)| *at == n)
+            .map(|(_, id, uid)| (id.clone(), *uid))
+            .collect();
+        for (id, uid) in recreations {
+            if let Some(i) = state.instances.get_mut(&id) {
+                i.identity.uid = Some(uid);
             }
         }
         if fail {

@@ -24,9 +24,11 @@ use crate::core::outbound::kube_patch::{
 };
 use crate::core::rules::control::KillSwitch;
 use crate::core::rules::mode::ServerVersion;
+use crate::core::rules::silence::KubeletLease;
 use crate::core::rules::view::Census;
 use crate::shell::cluster::{
-    ClusterError, ClusterReads, Coordination, FencingWrites, LeaseTaken, PodRef,
+    ClusterError, ClusterReads, Coordination, FencingWrites, LeaseTaken, MarkOutcome, PodRef,
+    mark_patch_now,
 };
 
 use super::Recorder;
@@ -70,6 +72,14 @@ struct ClusterState {
     turns_at: Option<(String, usize, &'static str)>,
     /// The census Lease's count.
     census: Option<Census>,
+    /// The kubelets' Leases in `kube-node-lease`, by Node.
+    kubelet_leases: BTreeMap<String, KubeletLease>,
+    /// From the n-th read of a Node's kubelet Lease on (1-based), it reads
+    /// renewed at this time: a kubelet heard between two reads.
+    renews_at_read: Option<(String, usize, i64)>,
+    kubelet_lease_reads: usize,
+    /// The next status write of this Node meets a conflicting writer.
+    status_conflict: Option<String>,
 }
 
 impl FakeCluster {
@@ -100,6 +110,10 @@ impl FakeCluster {
                 lists: 0,
                 turns_at: None,
                 census: None,
+                kubelet_leases: BTreeMap::new(),
+                renews_at_read: None,
+                kubelet_lease_reads: 0,
+                status_conflict: None,
             }),
         }
     }
@@ -398,6 +412,33 @@ impl FakeCluster {
         self.lock().pods.get(node).map_or(0, Vec::len)
     }
 
+    /// Sets what the Node's kubelet Lease holds.
+    pub fn kubelet_lease(&self, node: &str, lease: KubeletLease) {
+        self.lock().kubelet_leases.insert(node.into(), lease);
+    }
+
+    /// From the `nth` read of `node`'s kubelet Lease on, it reads renewed
+    /// at `at`: the kubelet is heard between two reads.
+    pub fn kubelet_renews_at_read(&self, node: &str, nth: usize, at: i64) {
+        self.lock().renews_at_read = Some((node.into(), nth, at));
+    }
+
+    /// The next `nodes/status` write of `node` meets a conflicting writer.
+    pub fn status_conflict_once(&self, node: &str) {
+        self.lock().status_conflict = Some(node.into());
+    }
+
+    /// The Node's `Ready` condition: status, reason, message.
+    pub fn ready_condition(&self, name: &str) -> Option<(String, Option<String>, Option<String>)> {
+        self.lock()
+            .nodes
+            .get(name)
+            .and_then(|n| n.status.as_ref())
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+            .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+    }
+
     /// Whoever holds the Lease.
     pub fn lease(&self) -> Option<String> {
         self.lock().lease.clone()
@@ -581,6 +622,32 @@ impl ClusterReads for FakeCluster {
         Ok(self.lock().version)
     }
 
+    async fn node_lease(&self, node: &str) -> Result<KubeletLease, ClusterError> {
+        if self.calls.call(format!("GetNodeLease {node}")) {
+            return Err(ClusterError::GetNodeLease {
+                node: node.into(),
+                source: injected(),
+            });
+        }
+        let mut state = self.lock();
+        state.kubelet_lease_reads += 1;
+        let reads = state.kubelet_lease_reads;
+        if let Some((_, _, at)) = state
+            .renews_at_read
+            .clone()
+            .filter(|(n, nth, _)| n == node && reads >= *nth)
+        {
+            state
+                .kubelet_leases
+                .insert(node.into(), KubeletLease::RenewedAt(at));
+        }
+        Ok(state
+            .kubelet_leases
+            .get(node)
+            .copied()
+            .unwrap_or(KubeletLease::Missing))
+    }
+
     async fn pods_on_node(
         &self,
         node: &str,
@@ -619,6 +686,51 @@ impl FencingWrites for FakeCluster {
                 Err(ClusterError::UnsafeWrite { node: node.into() })
             }
         }
+    }
+
+    async fn mark_not_ready(&self, node: &str, message: &str) -> Result<MarkOutcome, ClusterError> {
+        if self.calls.call(format!("MarkNotReady {node}")) {
+            return Err(ClusterError::PatchNodeStatus {
+                node: node.into(),
+                source: injected(),
+            });
+        }
+        let current = self.lock().nodes.get(node).cloned();
+        let Some(current) = current else {
+            return Ok(MarkOutcome::NodeGone);
+        };
+        let Some(patch) = mark_patch_now(node, &current, message)? else {
+            return Ok(MarkOutcome::AlreadyNotReady);
+        };
+        let mut state = self.lock();
+        if state.status_conflict.as_deref() == Some(node) {
+            state.status_conflict = None;
+            return Ok(MarkOutcome::Conflict);
+        }
+        state.writes += 1;
+        let rv = (state.writes + 1).to_string();
+        let Some(node) = state.nodes.get_mut(node) else {
+            return Ok(MarkOutcome::NodeGone);
+        };
+        // The strategic merge the apiserver does: the Ready condition's
+        // fields given replace its own, the rest of it stays.
+        let given = &patch["status"]["conditions"][0];
+        let text = |key: &str| given[key].as_str().map(str::to_owned);
+        if let Some(c) = node
+            .status
+            .as_mut()
+            .and_then(|s| s.conditions.as_mut())
+            .and_then(|c| c.iter_mut().find(|c| c.type_ == "Ready"))
+        {
+            c.status = text("status").unwrap_or_default();
+            c.reason = text("reason");
+            c.message = text("message");
+            c.last_transition_time = text("lastTransitionTime")
+                .and_then(|t| t.parse().ok())
+                .map(Time);
+        }
+        node.metadata.resource_version = Some(rv);
+        Ok(MarkOutcome::Marked)
     }
 
     async fn node_event(

@@ -4,7 +4,9 @@
 //! would refuse asks first whether the Nodes filling it are dead for good,
 //! and over a partial view decides again over every Node. A machine the
 //! cloud reports off on a Node still Ready is waited for, within the
-//! invocation, until Kubernetes notices.
+//! invocation, until Kubernetes notices; with `FAST_NOT_READY`, one whose
+//! kubelet is proven silent since the stop is marked so at once
+//! ([`super::hasten`]).
 
 use std::collections::HashMap;
 
@@ -12,7 +14,7 @@ use tokio::time::Instant;
 use tracing::info;
 
 use crate::core::inbound::suspect::{Intent, Suspect};
-use crate::core::model::facts::Confirmation;
+use crate::core::model::facts::{Confirmation, Readiness};
 use crate::core::model::instance::InstanceId;
 use crate::core::rules::cap;
 use crate::core::rules::decide::{self, Case, Settings, Verdict};
@@ -26,7 +28,14 @@ use crate::pipeline::invocation::Invocation;
 use crate::pipeline::looks::Looks;
 use crate::pipeline::{nodes, wait};
 
-/// Decides every suspect; waits for Nodes still Ready on machines off.
+use super::hasten::{self, Marking};
+
+/// How often one Node's marking may meet a conflicting writer before the
+/// wait is left to the node controller.
+const MARK_ATTEMPTS: u8 = 3;
+
+/// Decides every suspect; waits for Nodes still Ready on machines off, or
+/// marks them when their kubelet is proven silent.
 pub(crate) async fn run(ctx: &Ctx<'_>, inv: &mut Invocation<'_>) -> Result<(), PipelineError> {
     if inv.suspects.is_empty() {
         return Ok(());
@@ -43,56 +52,92 @@ pub(crate) async fn run(ctx: &Ctx<'_>, inv: &mut Invocation<'_>) -> Result<(), P
         ..
     } = inv;
     let mut first = true;
+    // Attempts at marking each Node; a Node not proven is not tried again.
+    let mut attempts: HashMap<String, u8> = HashMap::new();
     // EC2's `stopped` comes before the node controller's grace period is
     // over: rather than fail and wait for Lambda's retries (1 and 2 minutes
     // later), look again until Kubernetes notices.
     let ns = &policy.control_namespace;
     let every = policy.poll_interval;
-    wait::poll(
-        ctx,
-        switch,
-        ns,
-        (deadline, every),
-        "the Node turning NotReady",
-        async || {
-            let Some(current) = view.as_mut() else {
-                return Ok::<_, PipelineError>(true);
-            };
-            if !std::mem::take(&mut first) {
-                *current = nodes::refresh(ctx, policy, current).await?;
-            }
-            let (targets, verdicts) = loop {
-                let (targets, verdicts) =
-                    decide(ctx, policy, dry_run, suspects, current, looks).await;
-                // A partial view only admits: a refusal by the cap is decided
-                // again over the whole cluster, as it always was.
-                if current.is_partial() && verdicts.iter().any(by_cap) {
-                    info!("the cap would refuse: deciding again over every Node");
-                    *current = nodes::full(ctx).await?;
-                    continue;
+    loop {
+        let mut to_mark: Vec<(String, InstanceId)> = Vec::new();
+        wait::poll(
+            ctx,
+            switch,
+            ns,
+            (deadline, every),
+            "the Node turning NotReady",
+            async || {
+                let Some(current) = view.as_mut() else {
+                    return Ok::<_, PipelineError>(true);
+                };
+                if !std::mem::take(&mut first) {
+                    *current = nodes::refresh(ctx, policy, current).await?;
                 }
-                break (targets, verdicts);
-            };
-            let waiting = ready_but_off(&targets, &verdicts, current);
-            decision.targets = targets;
-            decision.verdicts = verdicts;
-            if dry_run || waiting.is_empty() {
-                return Ok(true);
-            }
-            info!(
-                nodes = waiting.join(","),
-                "instance off, Node still Ready: waiting for Kubernetes to notice"
-            );
-            Ok(false)
-        },
-    )
-    .await?;
-    Ok(())
+                let (targets, verdicts) =
+                    decide_whole(ctx, policy, dry_run, suspects, current, looks).await?;
+                let waiting = ready_but_off(&targets, &verdicts, current);
+                decision.targets = targets;
+                decision.verdicts = verdicts;
+                if dry_run || waiting.is_empty() {
+                    return Ok(true);
+                }
+                if policy.fast_not_ready {
+                    let settings = policy.decision(dry_run, current.cluster_size());
+                    to_mark = fenced_once_not_ready(
+                        &decision.targets,
+                        current,
+                        looks.answers(),
+                        &settings,
+                    );
+                    to_mark.retain(|(n, _)| attempts.get(n).is_none_or(|a| *a < MARK_ATTEMPTS));
+                    if !to_mark.is_empty() {
+                        return Ok(true);
+                    }
+                }
+                let names: Vec<&str> = waiting.iter().map(|(n, _)| n.as_str()).collect();
+                info!(
+                    nodes = names.join(","),
+                    "instance off, Node still Ready: waiting for Kubernetes to notice"
+                );
+                Ok(false)
+            },
+        )
+        .await?;
+        // The switch is read again after every wait: on, nothing is marked.
+        if to_mark.is_empty() || switch.is_on() {
+            return Ok(());
+        }
+        let marked = hasten::mark(ctx, policy.fence_hibernated, looks, &to_mark).await;
+        count_attempts(&mut attempts, &to_mark, &marked);
+        // The next look reads the Nodes again and decides over them.
+        first = false;
+    }
 }
 
-/// The Nodes to fence whose machine is off but that Kubernetes still calls
-/// Ready.
-fn ready_but_off(targets: &[Target], verdicts: &[Verdict], view: &NodeView) -> Vec<String> {
+/// Counts one more attempt at each Node to be marked again; a Node marked,
+/// or not proven, is not tried again.
+fn count_attempts(
+    attempts: &mut HashMap<String, u8>,
+    tried: &[(String, InstanceId)],
+    marked: &HashMap<String, Marking>,
+) {
+    for (node, _) in tried {
+        let tries = attempts.entry(node.clone()).or_default();
+        *tries = match marked.get(node) {
+            Some(Marking::Again) => tries.saturating_add(1),
+            _ => MARK_ATTEMPTS,
+        };
+    }
+}
+
+/// The Nodes to fence, with their machines, whose machine is off but that
+/// Kubernetes still calls Ready.
+fn ready_but_off(
+    targets: &[Target],
+    verdicts: &[Verdict],
+    view: &NodeView,
+) -> Vec<(String, InstanceId)> {
     targets
         .iter()
         .zip(verdicts)
@@ -105,12 +150,68 @@ fn ready_but_off(targets: &[Target], verdicts: &[Verdict], view: &NodeView) -> V
                     }
                 )
         })
-        .filter_map(|(t, _)| t.node.map(|i| view.nodes[i].name.clone()))
+        .filter_map(|(t, _)| Some((view.nodes[t.node?].name.clone(), t.instance.clone()?)))
+        .collect()
+}
+
+/// The Nodes still Ready on machines off that the decision would fence
+/// once NotReady: only those are worth marking, so that a Node the cap
+/// would refuse is not written to at all.
+fn fenced_once_not_ready(
+    targets: &[Target],
+    view: &NodeView,
+    answers: &HashMap<InstanceId, Confirmation>,
+    settings: &Settings,
+) -> Vec<(String, InstanceId)> {
+    let ready = |v: &Verdict| {
+        matches!(
+            v,
+            Verdict::Skip {
+                reason: decide::Skip::NodeReady
+            }
+        )
+    };
+    let now = decide_all(targets, view, answers, settings);
+    let mut marked = view.clone();
+    for (t, _) in targets.iter().zip(&now).filter(|(_, v)| ready(v)) {
+        if let Some(i) = t.node {
+            marked.nodes[i].readiness = Readiness::Unknown;
+        }
+    }
+    let then = decide_all(targets, &marked, answers, settings);
+    targets
+        .iter()
+        .zip(now.iter().zip(&then))
+        .filter(|(t, (now, then))| {
+            t.intent == Intent::Fence && ready(now) && matches!(then, Verdict::Fence { .. })
+        })
+        .filter_map(|(t, _)| Some((view.nodes[t.node?].name.clone(), t.instance.clone()?)))
         .collect()
 }
 
 /// Resolves, confirms (asking the cloud only about machines not asked
 /// about yet) and decides every suspect against `view`.
+/// [`decide`] over `view`; a refusal by the cap over a partial view (which
+/// only admits) is decided again over the whole cluster, as it always was.
+async fn decide_whole(
+    ctx: &Ctx<'_>,
+    policy: &Policy,
+    dry_run: bool,
+    suspects: &[Suspect],
+    view: &mut NodeView,
+    looks: &mut Looks,
+) -> Result<(Vec<Target>, Vec<Verdict>), PipelineError> {
+    loop {
+        let (targets, verdicts) = decide(ctx, policy, dry_run, suspects, view, looks).await;
+        if view.is_partial() && verdicts.iter().any(by_cap) {
+            info!("the cap would refuse: deciding again over every Node");
+            *view = nodes::full(ctx).await?;
+            continue;
+        }
+        return Ok((targets, verdicts));
+    }
+}
+
 async fn decide(
     ctx: &Ctx<'_>,
     policy: &Policy,

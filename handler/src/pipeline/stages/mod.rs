@@ -6,6 +6,7 @@ pub(crate) mod act;
 pub(crate) mod admit;
 pub(crate) mod decide;
 pub(crate) mod discover;
+pub(crate) mod hasten;
 pub(crate) mod legacy;
 pub(crate) mod plan;
 pub(crate) mod pods;

@@ -7,6 +7,7 @@ mod act;
 mod admit;
 mod decide;
 mod faults;
+mod hasten;
 mod power;
 mod recover;
 mod scenario;
@@ -201,9 +202,10 @@ impl World {
     }
 
     fn writes(&self) -> Vec<String> {
-        const WRITES: [&str; 9] = [
+        const WRITES: [&str; 10] = [
             "StopInstances",
             "MarkPoweredOff",
+            "MarkNotReady",
             "TaintNode",
             "UntaintNode",
             "DetachVolume",

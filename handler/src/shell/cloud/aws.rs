@@ -9,6 +9,7 @@ use crate::core::model::facts::{InstanceFacts, StatusChecks, VolumeAttachmentSta
 use crate::core::model::instance::{
     AttachmentState, InstanceId, InstanceState, Provider, VolumeId, VolumeState,
 };
+use crate::core::rules::silence;
 
 /// EC2 filters accept at most 200 values each.
 const FILTER_CHUNK: usize = 200;
@@ -105,6 +106,9 @@ impl Cloud for Ec2 {
                         root_device_name: instance.root_device_name().map(str::to_owned),
                         root_volume: root_volume(instance),
                         identity: Default::default(),
+                        stopped_at: instance
+                            .state_transition_reason()
+                            .and_then(silence::ec2_stop_time),
                     });
                 }
             }

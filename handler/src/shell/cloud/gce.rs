@@ -22,6 +22,7 @@ use crate::core::model::instance::{
     AttachmentState, InstanceId, InstanceState, Provider, VolumeId, VolumeState,
 };
 use crate::core::rules::retry::{self, RetryPolicy};
+use crate::core::rules::silence;
 use crate::shell::timeouts::Timeouts;
 
 /// How long one detach may take, its operation waited on, before it counts
@@ -406,6 +407,7 @@ fn instance_facts(id: &InstanceId, found: Option<Instance>) -> InstanceFacts {
             root_device_name: None,
             root_volume: None,
             identity: MachineIdentity::default(),
+            stopped_at: None,
         };
     };
     let status = vm
@@ -441,6 +443,10 @@ fn instance_facts(id: &InstanceId, found: Option<Instance>) -> InstanceFacts {
                 .and_then(|t| t.parse::<jiff::Timestamp>().ok())
                 .map(|t| t.as_second()),
         },
+        stopped_at: vm
+            .last_stop_timestamp
+            .as_deref()
+            .and_then(silence::gce_stop_time),
     }
 }
 
@@ -852,5 +858,26 @@ mod tests {
         let facts = instance_facts(&id, None);
         assert_eq!(facts.state, InstanceState::Terminated);
         assert_eq!(facts.identity, MachineIdentity::default());
+        // Deleted: no stop time, so no proof of a silent kubelet either.
+        assert_eq!(facts.stopped_at, None);
+    }
+
+    /// Issue 39: Compute Engine's `lastStopTimestamp`, in the VM's zone's
+    /// offset as it writes it, is the machine's recorded stop.
+    #[test]
+    fn a_stopped_vm_carries_its_last_stop_time() {
+        let id = InstanceId::parse("gce://proj-fencer/us-central1-a/node-1").expect("an id");
+        let vm: Instance = serde_json::from_value(serde_json::json!({
+            "name": "node-1",
+            "status": "TERMINATED",
+            "lastStopTimestamp": "2026-11-26T04:00:05.123-08:00",
+        }))
+        .expect("an instance");
+        let facts = instance_facts(&id, Some(vm));
+        assert!(facts.state.is_off(), "{:?}", facts.state);
+        assert_eq!(
+            facts.stopped_at,
+            crate::core::model::values::unix_seconds("2026-11-26T12:00:05Z")
+        );
     }
 }

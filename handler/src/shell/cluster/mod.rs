@@ -31,6 +31,7 @@ pub use crate::core::outbound::kube_patch::{ConfirmOutcome, TaintOutcome, Untain
 use crate::core::rules::control::{self, KillSwitch, LeaseFacts, LeaseStep};
 use crate::core::rules::mode::ServerVersion;
 use crate::core::rules::retry::{self, KUBERNETES};
+use crate::core::rules::silence::{self, KubeletLease, MarkPatch};
 use crate::core::rules::view::Census;
 use crate::shell::slim;
 
@@ -42,6 +43,7 @@ mod writes;
 pub const CONFLICT_RETRIES: usize = 5;
 /// Namespace of Node events, as the kubelet and `kubectl describe node` use.
 const EVENT_NAMESPACE: &str = "default";
+pub use crate::core::settings::permissions::NODE_LEASE_NAMESPACE;
 /// Field manager and reporting controller name.
 pub const MANAGER: &str = "node-fencer";
 
@@ -144,6 +146,24 @@ pub enum ClusterError {
         /// The holder.
         holder: String,
     },
+    /// Reading a Node's kubelet Lease in `kube-node-lease` failed.
+    #[error("reading the kubelet lease kube-node-lease/{node} failed: {source}")]
+    GetNodeLease {
+        /// The node.
+        node: String,
+        /// The cause.
+        #[source]
+        source: kube::Error,
+    },
+    /// Writing a Node's `Ready` condition (`nodes/status`) failed.
+    #[error("marking node {node} Ready=Unknown failed: {source}")]
+    PatchNodeStatus {
+        /// The node.
+        node: String,
+        /// The cause.
+        #[source]
+        source: kube::Error,
+    },
     /// Creating an Event failed.
     #[error("creating an event on node {node} failed: {source}")]
     CreateEvent {
@@ -153,6 +173,19 @@ pub enum ClusterError {
         #[source]
         source: kube::Error,
     },
+}
+
+/// What marking a Node `Ready=Unknown` came to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MarkOutcome {
+    /// Written.
+    Marked,
+    /// The Node was not `Ready=True` at patch time: nothing written.
+    AlreadyNotReady,
+    /// Another writer changed the Node between the read and the write.
+    Conflict,
+    /// No such Node.
+    NodeGone,
 }
 
 /// The fencing Lease as taken.
@@ -190,6 +223,9 @@ pub trait ClusterReads: Send + Sync {
     async fn get_persistent_volume(&self, name: &str) -> Result<Option<PvFacts>, ClusterError>;
     /// The API server's version.
     async fn server_version(&self) -> Result<ServerVersion, ClusterError>;
+    /// The Node's kubelet Lease (`kube-node-lease/<node>`), as the proof
+    /// of a silent kubelet reads it.
+    async fn node_lease(&self, node: &str) -> Result<KubeletLease, ClusterError>;
     /// The pods bound to a Node (legacy mode).
     async fn pods_on_node(
         &self,
@@ -228,6 +264,11 @@ pub trait FencingWrites: Send + Sync {
         node: &str,
         fenced_at: Option<&str>,
     ) -> Result<ConfirmOutcome, ClusterError>;
+    /// Sets the Node's `Ready` condition to `Unknown` with `message`, if it
+    /// is `True` as read at patch time, guarded by that resourceVersion
+    /// (`nodes/status`). A conflict is answered, not retried: the caller
+    /// proves the kubelet silent again before another attempt.
+    async fn mark_not_ready(&self, node: &str, message: &str) -> Result<MarkOutcome, ClusterError>;
     /// Records on the Node that node-fencer powered its machine off (active
     /// fencing); `Ok(false)` when the Node is gone.
     async fn mark_powered_off(&self, node: &str, stamp: &PowerStamp) -> Result<bool, ClusterError>;
@@ -444,6 +485,21 @@ impl Kube {
     }
 }
 
+/// The `nodes/status` patch that marks `current` `Ready=Unknown` now with
+/// `message`; `None` when it is not `Ready=True`, nothing to write.
+pub(crate) fn mark_patch_now(
+    node: &str,
+    current: &Node,
+    message: &str,
+) -> Result<Option<serde_json::Value>, ClusterError> {
+    let now = k8s_openapi::jiff::Timestamp::now().as_second();
+    match silence::mark_patch(current, message, now) {
+        MarkPatch::Apply(patch) => Ok(Some(patch)),
+        MarkPatch::NotReady => Ok(None),
+        MarkPatch::NoResourceVersion => Err(ClusterError::UnsafeWrite { node: node.into() }),
+    }
+}
+
 /// Failures a later attempt can fix: throttling, an overloaded or restarting
 /// apiserver, a connection refused, dropped or timed out.
 fn is_transient(err: &kube::Error) -> bool {
@@ -506,9 +562,10 @@ fn truncate(s: &str, max: usize) -> String {
     s[..end].to_owned()
 }
 
-/// Whether `client` may do `verb` on `resource` of `group`: cluster-wide, or
-/// in a namespace (and on a named object) given by `scope`. A
-/// SelfSubjectAccessReview, which every authenticated user may create.
+/// Whether `client` may do `verb` on `resource` of `group` (a subresource
+/// after a slash, as in `nodes/status`): cluster-wide, or in a namespace
+/// (and on a named object) given by `scope`. A SelfSubjectAccessReview,
+/// which every authenticated user may create.
 pub async fn can(
     client: &Client,
     group: &str,
@@ -516,11 +573,16 @@ pub async fn can(
     verb: &str,
     scope: Option<(&str, Option<&str>)>,
 ) -> Result<bool, kube::Error> {
+    let (resource, subresource) = match resource.split_once('/') {
+        Some((resource, sub)) => (resource, Some(sub.to_owned())),
+        None => (resource, None),
+    };
     let review = SelfSubjectAccessReview {
         spec: SelfSubjectAccessReviewSpec {
             resource_attributes: Some(ResourceAttributes {
                 group: Some(group.into()),
                 resource: Some(resource.into()),
+                subresource,
                 verb: Some(verb.into()),
                 namespace: scope.map(|(ns, _)| ns.to_owned()),
                 name: scope.and_then(|(_, n)| n.map(str::to_owned)),

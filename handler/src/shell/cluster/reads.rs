@@ -107,6 +107,17 @@ impl ClusterReads for Kube {
         self.version.get_or_try_init(ask).await.copied()
     }
 
+    async fn node_lease(&self, node: &str) -> Result<KubeletLease, ClusterError> {
+        let api: Api<Lease> = Api::namespaced(self.client.clone(), NODE_LEASE_NAMESPACE);
+        let lease = retrying("get node lease", || api.get_opt(node))
+            .await
+            .map_err(|source| ClusterError::GetNodeLease {
+                node: node.into(),
+                source,
+            })?;
+        Ok(silence::kubelet_lease(lease.as_ref()))
+    }
+
     async fn pods_on_node(
         &self,
         node: &str,

@@ -68,6 +68,38 @@ impl FencingWrites for Kube {
         }
     }
 
+    async fn mark_not_ready(&self, node: &str, message: &str) -> Result<MarkOutcome, ClusterError> {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let current = match retrying("get node", || nodes.get_opt(node)).await {
+            Ok(Some(n)) => n,
+            Ok(None) => return Ok(MarkOutcome::NodeGone),
+            Err(source) => {
+                return Err(ClusterError::GetNode {
+                    node: node.into(),
+                    source,
+                });
+            }
+        };
+        let Some(patch) = mark_patch_now(node, &current, message)? else {
+            return Ok(MarkOutcome::AlreadyNotReady);
+        };
+        let params = PatchParams::default();
+        let strategic = Patch::Strategic(&patch);
+        match retrying("patch node status", || {
+            nodes.patch_status(node, &params, &strategic)
+        })
+        .await
+        {
+            Ok(_) => Ok(MarkOutcome::Marked),
+            Err(e) if is_conflict(&e) => Ok(MarkOutcome::Conflict),
+            Err(e) if is_not_found(&e) => Ok(MarkOutcome::NodeGone),
+            Err(source) => Err(ClusterError::PatchNodeStatus {
+                node: node.into(),
+                source,
+            }),
+        }
+    }
+
     async fn untaint_node(
         &self,
         node: &str,

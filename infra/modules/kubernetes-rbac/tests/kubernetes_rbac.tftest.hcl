@@ -11,8 +11,12 @@ run "the_manifests_roles_and_bindings" {
     error_message = "the ClusterRole and its binding, named as in rbac.yaml"
   }
   assert {
-    condition     = keys(kubernetes_role_v1.this) == ["kube-system/node-fencer"] && kubernetes_role_v1.this["kube-system/node-fencer"].metadata[0].namespace == "kube-system"
-    error_message = "the Role in the manifest's namespace"
+    condition     = keys(kubernetes_role_v1.this) == ["kube-node-lease/node-fencer", "kube-system/node-fencer"] && kubernetes_role_v1.this["kube-system/node-fencer"].metadata[0].namespace == "kube-system" && kubernetes_role_v1.this["kube-node-lease/node-fencer"].metadata[0].namespace == "kube-node-lease"
+    error_message = "each Role in the manifest's namespace"
+  }
+  assert {
+    condition     = length(output.control_namespaces) == 1 && output.control_namespaces[0] == "kube-system"
+    error_message = "the control namespace only: the kubelets' Leases are not the function's control objects"
   }
   assert {
     condition     = output.kubernetes_groups == ["node-fencer"]
@@ -39,6 +43,10 @@ run "another_control_namespace_moves_the_role_and_its_binding" {
     condition     = kubernetes_role_v1.this["kube-system/node-fencer"].metadata[0].namespace == "node-fencer" && kubernetes_role_binding_v1.this["kube-system/node-fencer"].metadata[0].namespace == "node-fencer"
     error_message = "the Role and RoleBinding in control_namespace"
   }
+  assert {
+    condition     = kubernetes_role_v1.this["kube-node-lease/node-fencer"].metadata[0].namespace == "kube-node-lease" && kubernetes_role_binding_v1.this["kube-node-lease/node-fencer"].metadata[0].namespace == "kube-node-lease"
+    error_message = "the kubelets' Leases stay where Kubernetes keeps them"
+  }
 }
 
 run "a_service_account_for_self_managed_clusters" {
@@ -58,7 +66,7 @@ run "a_service_account_for_self_managed_clusters" {
     error_message = "a long-lived token Secret for it"
   }
   assert {
-    condition     = length(kubernetes_cluster_role_binding_v1.service_account) == 1 && keys(kubernetes_role_binding_v1.service_account) == ["kube-system/node-fencer"]
+    condition     = length(kubernetes_cluster_role_binding_v1.service_account) == 1 && keys(kubernetes_role_binding_v1.service_account) == ["kube-node-lease/node-fencer", "kube-system/node-fencer"]
     error_message = "bound to the ClusterRole and the Role"
   }
 }
@@ -79,8 +87,8 @@ run "a_gke_service_account_bound_as_a_user" {
     error_message = "each user a subject of kind User, named by its email"
   }
   assert {
-    condition     = keys(kubernetes_role_binding_v1.users) == ["kube-system/node-fencer"] && kubernetes_role_binding_v1.users["kube-system/node-fencer"].role_ref[0].kind == "Role"
-    error_message = "and to the Role in the control namespace"
+    condition     = keys(kubernetes_role_binding_v1.users) == ["kube-node-lease/node-fencer", "kube-system/node-fencer"] && kubernetes_role_binding_v1.users["kube-system/node-fencer"].role_ref[0].kind == "Role"
+    error_message = "and to every Role of the manifest"
   }
   assert {
     condition     = [for s in kubernetes_role_binding_v1.users["kube-system/node-fencer"].subject : "${s.kind}/${s.name}"] == ["User/node-fencer@my-project.iam.gserviceaccount.com"]

@@ -1,0 +1,283 @@
+//! Issue 39, `FAST_NOT_READY`: a Node still Ready whose kubelet is proven
+//! silent since its machine's recorded stop is marked `Ready=Unknown` and
+//! fenced without waiting out the node controller's grace period; anything
+//! short of the proof waits as before.
+
+use super::*;
+use crate::core::outbound::report::Outcome;
+use crate::core::rules::silence::{KubeletLease, MARK_REASON, SKEW_MARGIN_SECS};
+
+fn now() -> i64 {
+    k8s_openapi::jiff::Timestamp::now().as_second()
+}
+
+/// The setting on, and a wait long enough that a test which waited it out
+/// would show it.
+fn fast() -> Policy {
+    Policy {
+        fast_not_ready: true,
+        not_ready_wait: Duration::from_secs(30),
+        poll_interval: Duration::from_millis(10),
+        ..policy()
+    }
+}
+
+/// The seed node still Ready; EC2 recorded its stop at `stopped_at`, and
+/// its kubelet last renewed at `renewed`.
+fn ready_on_a_stopped_machine(stopped_at: Option<i64>, renewed: KubeletLease) -> World {
+    let w = World::new().with_node(NODE, 1, InstanceState::Stopped, "True");
+    w.cloud
+        .describe_as(&instance(1), |f| f.stopped_at = stopped_at);
+    w.cluster.kubelet_lease(NODE, renewed);
+    w
+}
+
+fn count(w: &World, call: &str) -> usize {
+    w.calls.log().iter().filter(|c| *c == call).count()
+}
+
+#[tokio::test]
+async fn fast_not_ready_a_kubelet_silent_since_the_stop_is_marked_and_fenced_without_waiting() {
+    let stop = now() - 20;
+    let w = ready_on_a_stopped_machine(Some(stop), KubeletLease::RenewedAt(stop - 8));
+    let started = std::time::Instant::now();
+    let report = w.fence(&fast()).await.unwrap();
+    assert_eq!(report.results[0].outcome, Outcome::Fenced, "{report:#?}");
+    assert!(!report.incomplete());
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "no wait for the node controller: {:?}",
+        started.elapsed()
+    );
+    let (status, reason, message) = w.cluster.ready_condition(NODE).unwrap();
+    assert_eq!(status, "Unknown");
+    assert_eq!(reason.as_deref(), Some(MARK_REASON));
+    assert!(message.is_some_and(|m| m.starts_with("node-fencer:")));
+    assert_eq!(w.out_of_service_taints(NODE), 1);
+    let events = w.cluster.events(NODE);
+    assert_eq!(events[0], "MarkedNotReady", "{events:?}");
+    assert!(events.contains(&"OutOfServiceTaintApplied"), "{events:?}");
+    // The proof is made on the first look and again on a fresh one, the
+    // Lease read right before the status write; then the taint.
+    let log = w.calls.log();
+    let at = |call: &str| log.iter().position(|c| c == call).unwrap();
+    let order: Vec<&str> = log
+        .iter()
+        .map(String::as_str)
+        .filter(|c| {
+            c.starts_with("GetNodeLease")
+                || c.starts_with("MarkNotReady")
+                || c.starts_with("TaintNode")
+                || *c == "DescribeInstances"
+        })
+        .take(5)
+        .collect();
+    assert_eq!(
+        order,
+        [
+            "DescribeInstances",
+            &format!("GetNodeLease {NODE}"),
+            "DescribeInstances",
+            &format!("GetNodeLease {NODE}"),
+            &format!("MarkNotReady {NODE}"),
+        ],
+        "{log:#?}"
+    );
+    assert!(at(&format!("MarkNotReady {NODE}")) < at(&format!("TaintNode {NODE}")));
+}
+
+#[tokio::test]
+async fn fast_not_ready_a_kubelet_heard_after_the_stop_is_not_marked_and_reported() {
+    let short = Policy {
+        not_ready_wait: Duration::from_millis(200),
+        ..fast()
+    };
+    let stop = now() - 20;
+    for renewed in [stop + 3, stop - SKEW_MARGIN_SECS + 1] {
+        let w = ready_on_a_stopped_machine(Some(stop), KubeletLease::RenewedAt(renewed));
+        let report = w.fence(&short).await.unwrap();
+        assert_eq!(report.results[0].skip, Some(Skip::NodeReady), "{renewed}");
+        assert!(
+            report.incomplete(),
+            "left to the node controller and a retry"
+        );
+        assert_eq!(count(&w, &format!("MarkNotReady {NODE}")), 0);
+        assert_eq!(w.cluster.ready_condition(NODE).unwrap().0, "True");
+        assert_eq!(w.out_of_service_taints(NODE), 0);
+        assert_eq!(w.cluster.events(NODE), ["KubeletHeardAfterStop"]);
+        // Judged once: not asked again on every look of the wait.
+        assert_eq!(count(&w, &format!("GetNodeLease {NODE}")), 1);
+    }
+}
+
+/// The Lease is read again right before the write: a kubelet heard between
+/// the two reads stops the marking.
+#[tokio::test]
+async fn fast_not_ready_a_renewal_between_the_two_reads_stops_the_marking() {
+    let short = Policy {
+        not_ready_wait: Duration::from_millis(200),
+        ..fast()
+    };
+    let stop = now() - 20;
+    let w = ready_on_a_stopped_machine(Some(stop), KubeletLease::RenewedAt(stop - 30));
+    w.cluster.kubelet_renews_at_read(NODE, 2, now());
+    let report = w.fence(&short).await.unwrap();
+    assert_eq!(report.results[0].skip, Some(Skip::NodeReady));
+    assert_eq!(count(&w, &format!("MarkNotReady {NODE}")), 0);
+    assert_eq!(w.cluster.events(NODE), ["KubeletHeardAfterStop"]);
+}
+
+/// The second look at the cloud stops the marking of a machine started
+/// again since the first.
+#[tokio::test]
+async fn fast_not_ready_a_machine_started_since_the_first_look_is_not_marked() {
+    let short = Policy {
+        not_ready_wait: Duration::from_millis(200),
+        ..fast()
+    };
+    let stop = now() - 20;
+    let w = ready_on_a_stopped_machine(Some(stop), KubeletLease::RenewedAt(stop - 30));
+    w.cloud.on_describe(2, &instance(1), InstanceState::Running);
+    let report = w.fence(&short).await.unwrap();
+    assert!(report.results[0].skip.is_some(), "{report:#?}");
+    assert_eq!(count(&w, &format!("MarkNotReady {NODE}")), 0);
+    assert!(w.writes().is_empty(), "{:?}", w.writes());
+}
+
+/// A machine recreated under the name between the two looks (Compute
+/// Engine's managed instance groups keep the name): the fresh look is of
+/// another machine, whose stop proves nothing of this kubelet.
+#[tokio::test]
+async fn fast_not_ready_a_machine_recreated_since_the_first_look_is_not_marked() {
+    let short = Policy {
+        not_ready_wait: Duration::from_millis(200),
+        ..fast()
+    };
+    let stop = now() - 20;
+    let w = ready_on_a_stopped_machine(Some(stop), KubeletLease::RenewedAt(stop - 30));
+    w.cloud
+        .describe_as(&instance(1), |f| f.identity.uid = Some(7));
+    w.cloud.recreated_on_describe(2, &instance(1), 8);
+    let report = w.fence(&short).await.unwrap();
+    assert!(report.results[0].skip.is_some(), "{report:#?}");
+    assert_eq!(count(&w, &format!("MarkNotReady {NODE}")), 0);
+    assert_eq!(w.cluster.ready_condition(NODE).unwrap().0, "True");
+}
+
+/// A Node the cap would refuse once NotReady is not written to: no Lease
+/// read, no mark.
+#[tokio::test]
+async fn fast_not_ready_a_node_the_cap_would_refuse_is_not_marked() {
+    let full = Policy {
+        max_out_of_service: 1,
+        not_ready_wait: Duration::from_millis(200),
+        ..fast()
+    };
+    let stop = now() - 20;
+    let w = ready_on_a_stopped_machine(Some(stop), KubeletLease::RenewedAt(stop - 30)).with_node(
+        "other",
+        2,
+        InstanceState::Stopped,
+        "Unknown",
+    );
+    w.cluster.taint_by_hand("other");
+    let report = w.fence(&full).await.unwrap();
+    assert_eq!(report.results[0].skip, Some(Skip::NodeReady), "{report:#?}");
+    assert_eq!(count(&w, &format!("GetNodeLease {NODE}")), 0);
+    assert_eq!(count(&w, &format!("MarkNotReady {NODE}")), 0);
+    assert_eq!(w.cluster.ready_condition(NODE).unwrap().0, "True");
+
+    // With room, the same Node is marked.
+    let room = Policy {
+        max_out_of_service: 2,
+        ..full
+    };
+    let report = w.fence(&room).await.unwrap();
+    assert_eq!(report.results[0].outcome, Outcome::Fenced, "{report:#?}");
+    assert_eq!(count(&w, &format!("MarkNotReady {NODE}")), 1);
+}
+
+/// Without a recorded stop, without a Lease, with a Lease never renewed,
+/// or with the setting off: today's wait, unchanged, and the Node fenced
+/// once the node controller marks it.
+#[tokio::test]
+async fn fast_not_ready_without_the_proof_waits_for_the_node_controller_as_before() {
+    let stop = now() - 20;
+    let cases = [
+        (
+            "no stop time",
+            fast(),
+            None,
+            KubeletLease::RenewedAt(stop - 30),
+        ),
+        ("no lease", fast(), Some(stop), KubeletLease::Missing),
+        (
+            "never renewed",
+            fast(),
+            Some(stop),
+            KubeletLease::NeverRenewed,
+        ),
+        (
+            "the setting off",
+            Policy {
+                fast_not_ready: false,
+                ..fast()
+            },
+            Some(stop),
+            KubeletLease::RenewedAt(stop - 30),
+        ),
+    ];
+    for (name, policy, stopped_at, lease) in cases {
+        let w = ready_on_a_stopped_machine(stopped_at, lease);
+        w.cluster.not_ready_from_list(NODE, 4);
+        let report = w.fence(&policy).await.unwrap();
+        assert_eq!(report.results[0].outcome, Outcome::Fenced, "{name}");
+        assert_eq!(count(&w, &format!("MarkNotReady {NODE}")), 0, "{name}");
+        assert!(count(&w, "ListNodes") >= 4, "{name}: waited");
+        assert_eq!(
+            w.cluster.ready_condition(NODE).unwrap().1,
+            None,
+            "{name}: the node controller's mark, not ours"
+        );
+        assert!(
+            !w.cluster.events(NODE).contains(&"MarkedNotReady"),
+            "{name}"
+        );
+        if !policy.fast_not_ready {
+            assert_eq!(count(&w, &format!("GetNodeLease {NODE}")), 0, "{name}");
+        }
+    }
+}
+
+/// A writer between the read and the write: proven again and marked on
+/// the next attempt.
+#[tokio::test]
+async fn fast_not_ready_a_conflicting_write_is_proven_again_and_retried() {
+    let stop = now() - 20;
+    let w = ready_on_a_stopped_machine(Some(stop), KubeletLease::RenewedAt(stop - 30));
+    w.cluster.status_conflict_once(NODE);
+    let report = w.fence(&fast()).await.unwrap();
+    assert_eq!(report.results[0].outcome, Outcome::Fenced, "{report:#?}");
+    assert_eq!(count(&w, &format!("MarkNotReady {NODE}")), 2);
+    assert_eq!(count(&w, &format!("GetNodeLease {NODE}")), 4);
+}
+
+/// A dry run, and the kill switch, mark nothing.
+#[tokio::test]
+async fn fast_not_ready_a_dry_run_marks_nothing() {
+    let stop = now() - 20;
+    let w = ready_on_a_stopped_machine(Some(stop), KubeletLease::RenewedAt(stop - 30));
+    let dry = Policy {
+        dry_run: true,
+        ..fast()
+    };
+    let report = w.fence(&dry).await.unwrap();
+    assert_eq!(report.results[0].skip, Some(Skip::NodeReady));
+    assert!(w.writes().is_empty(), "{:?}", w.writes());
+
+    let w = ready_on_a_stopped_machine(Some(stop), KubeletLease::RenewedAt(stop - 30));
+    w.cluster.set_kill_switch(KillSwitch::On);
+    w.fence(&fast()).await.unwrap();
+    assert_eq!(count(&w, &format!("MarkNotReady {NODE}")), 0);
+    assert_eq!(w.cluster.ready_condition(NODE).unwrap().0, "True");
+}
