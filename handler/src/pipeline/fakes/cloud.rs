@@ -10,7 +10,7 @@ use crate::core::model::facts::{InstanceFacts, StatusChecks, VolumeAttachmentSta
 use crate::core::model::instance::{
     AttachmentState, InstanceId, InstanceState, Provider, VolumeId, VolumeState,
 };
-use crate::shell::cloud::{Cloud, CloudCall, CloudError, Detach};
+use crate::shell::cloud::{Cloud, CloudCall, CloudError, Detach, PowerOff};
 
 use super::Recorder;
 
@@ -213,7 +213,8 @@ impl Cloud for FakeCloud {
             .collect())
     }
 
-    async fn power_off(&self, instance: &InstanceId) -> Result<(), CloudError> {
+    async fn power_off(&self, order: &PowerOff<'_>) -> Result<(), CloudError> {
+        let instance = &order.machine.id;
         let fail = self.calls.call(format!("StopInstances {instance}"));
         if fail {
             return Err(failed(
