@@ -35,6 +35,8 @@ struct CloudState {
     checks: BTreeMap<InstanceId, StatusChecks>,
     /// Instances a stop leaves `stopping` for good.
     stop_hangs: Vec<InstanceId>,
+    /// Each power-off taken: the machine and the power-off it names.
+    power_offs: Vec<(InstanceId, String)>,
 }
 
 impl FakeCloud {
@@ -107,6 +109,12 @@ impl FakeCloud {
     /// A stop of `id` is accepted and never completes.
     pub fn stop_hangs(&self, id: &InstanceId) {
         self.lock().stop_hangs.push(id.clone());
+    }
+
+    /// Each power-off taken, in order: the machine and the power-off it
+    /// names (the time on the Node's mark).
+    pub fn power_offs(&self) -> Vec<(InstanceId, String)> {
+        self.lock().power_offs.clone()
     }
 
     /// The instance's state now.
@@ -235,6 +243,9 @@ impl Cloud for FakeCloud {
         } else {
             InstanceState::Stopped
         };
+        state
+            .power_offs
+            .push((instance.clone(), order.fencing.to_owned()));
         Ok(())
     }
 }
