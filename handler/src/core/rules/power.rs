@@ -51,8 +51,9 @@ impl Default for ActiveFencing {
 
 /// True for the suspects whose node may be powered off when the rules allow
 /// it: the sweep's, a firing `KubeNodeNotReady`, and an operator's
-/// `fence --power-off`. An EC2 event never is: it reports a machine that
-/// stops on its own, and a stale one may describe a machine started again.
+/// `fence --power-off`. An EC2 event or a Compute Engine audit log entry
+/// never is: it reports a machine that stops on its own, and a stale one
+/// may describe a machine started again.
 pub(crate) fn is_candidate(suspect: &Suspect) -> bool {
     suspect.intent == Intent::PowerOff
         || (suspect.intent == Intent::Fence
