@@ -519,7 +519,8 @@ fn active_emulator() -> &'static Emulator {
 }
 
 /// Issue 36: a hung GKE node, its heartbeats stopped while its VM stays
-/// RUNNING. Too early, an operator's power-off is refused and nothing is
+/// RUNNING. Preflight tests `compute.instances.stop` on a node's VM. Too
+/// early, an operator's power-off is refused and nothing is
 /// sent; once NotReady for POWER_OFF_AFTER_SECONDS, the KubeNodeNotReady
 /// alert has the VM stopped (one `instances.stop`, no graceful shutdown,
 /// with a request id), seen TERMINATED, and the node fenced in the same
@@ -532,6 +533,26 @@ async fn gce_active_fencing_powers_off_a_hung_node_then_fences_it() -> anyhow::R
     let (admin, seed, node2) = gce_seed_with_node2_down(true).await?;
     let not_ready = Instant::now();
     let vm = vm_of(&seed);
+
+    // Preflight tests the stop on a node's VM, with active fencing only.
+    let stop_row = || -> anyhow::Result<Option<String>> {
+        let out = emu.invoke(&json!({"action": "preflight"}))?;
+        anyhow::ensure!(!out.error, "preflight failed to run: {}", out.output);
+        let p: Value = serde_json::from_str(&out.output)?;
+        Ok(p["checks"].as_array().into_iter().flatten().find_map(|c| {
+            let check = c["check"].as_str().unwrap_or_default();
+            check
+                .starts_with("compute.instances.stop on gce://")
+                .then(|| c["status"].as_str().unwrap_or_default().to_owned())
+        }))
+    };
+    assert_eq!(stop_row()?.as_deref(), Some("pass"));
+    compute
+        .deny_permissions(&["compute.instances.stop"])
+        .await?;
+    let denied = stop_row();
+    compute.deny_permissions(&[]).await?;
+    assert_eq!(denied?.as_deref(), Some("fail"));
 
     let early = json!({"action": "fence", "node": node2, "powerOff": true});
     let out = emu.invoke(&early)?;

@@ -69,6 +69,12 @@ pub fn gcp_permissions_on(probe: GcpProbe) -> Vec<&'static str> {
         .collect()
 }
 
+/// The permissions active fencing adds on Compute Engine, all tested on a
+/// VM.
+pub fn gcp_power_off_permissions() -> &'static [&'static str] {
+    POWER_OFF_GCP_PERMISSIONS
+}
+
 /// Every cluster-wide Kubernetes permission the function uses: (API group,
 /// resource, verbs). VolumeAttachments `delete` serves the legacy mode
 /// only; pods `list` and `delete` serve both (taint mode: the volumes of
@@ -134,7 +140,7 @@ pub fn manifest() -> serde_json::Value {
 mod tests {
     use super::{
         AWS_ACTIONS, GCP_PERMISSIONS, GcpProbe, POWER_OFF_AWS_ACTIONS, POWER_OFF_GCP_PERMISSIONS,
-        gcp_permissions_on, manifest,
+        gcp_permissions_on, gcp_probe, manifest,
     };
     use std::collections::BTreeSet;
 
@@ -213,6 +219,11 @@ mod tests {
             ["compute.instances.detachDisk", "compute.instances.get"]
         );
         assert_eq!(gcp_permissions_on(GcpProbe::Disk), ["compute.disks.get"]);
+        assert!(
+            POWER_OFF_GCP_PERMISSIONS
+                .iter()
+                .all(|p| gcp_probe(p) == GcpProbe::Instance)
+        );
         assert_eq!(
             gcp_permissions_on(GcpProbe::NotTestable),
             ["compute.zoneOperations.get", "container.clusters.get"]
