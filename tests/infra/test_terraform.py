@@ -1466,7 +1466,8 @@ AWS_ONLY_VARIABLES = {
     "KUBECONFIG_SECRET_ID",
     "WEBHOOK_TOKEN_SECRET_ID",
     "WEBHOOK_TOKEN_SSM_PARAMETER",
-    *ACTIVE_FENCING_VARIABLES,
+    # GKE's control plane has no Nodes.
+    "POWER_OFF_CONTROL_PLANE",
 }
 
 
@@ -1495,7 +1496,10 @@ def test_gcp_custom_role_equals_the_code_permissions():
     assert L.expr(roles["node_vms"]["permissions"]) == "local.node_vm_permissions"
     local_values = L.locals_of(mod)
     assert L.expr(local_values["read_permissions"]) == "sort(setsubtract(local.gcp_permissions,local.node_vm_permissions))"
-    assert local_values["node_vm_permissions"] == ["compute.instances.detachDisk"], "the one call that changes a VM"
+    # The calls that change a VM: the detach, and with active fencing the
+    # stop, which is exactly power_off_gcp_permissions of the manifest.
+    assert L.expr(local_values["node_vm_permissions"]) == "concat(['compute.instances.detachDisk'],var.active_fencing ? local.power_off_permissions : [])", L.expr(local_values["node_vm_permissions"])
+    assert local_values["power_off_permissions"] == manifest()["power_off_gcp_permissions"] == ["compute.instances.stop"]
     granted = local_values["gcp_permissions"]
     assert all(isinstance(p, str) and GCP_PERMISSION_RE.fullmatch(p) for p in granted), f"wildcard or malformed permissions: {granted}"
     assert len(granted) == len(set(granted)), f"a permission is listed twice: {granted}"
@@ -1587,9 +1591,14 @@ def test_gcp_env_names_are_the_contract():
         "CONTROL_NAMESPACE",
         "LOG_FORMAT",
         "RUST_LOG",
+        *ACTIVE_FENCING_VARIABLES,
     }
     assert names == contract, f"unexpected {sorted(names - contract)}, missing {sorted(contract - names)}"
     assert not names & AWS_ONLY_VARIABLES
+    # Active fencing's four, all together and only with it on (issue 36).
+    for name, value in ACTIVE_FENCING_VARIABLES.items():
+        assert f"'{name}': '{value}'" in environment, f"{name} must be {value} with active fencing"
+    assert "var.active_fencing ? {'ACTIVE_FENCING': 'on'" in environment, environment
     code = set(code_variables())
     unknown = (names | {"WEBHOOK_TOKEN"}) - code
     assert not unknown, f"the module passes {sorted(unknown)}, which the manifest's variables do not list"
@@ -1623,9 +1632,6 @@ def test_gcp_variables_validate_what_the_code_accepts():
     code = code_variables()
     variables = L.variables_of(L.GCP_MODULE / "variables.tf")
     for name, variable in INTEGER_VARIABLES.items():
-        if name in ACTIVE_FENCING_VARIABLES:
-            assert variable not in variables, f"var.{variable} is an AWS active fencing setting"
-            continue
         m = re.match(r"integer (\d+)\.\.=(\d+) \(default (\w+)[;)]", code[name])
         assert m, f"{name}: cannot read its range from {code[name]!r}"
         code_lower, code_upper, code_default = int(m.group(1)), int(m.group(2)), m.group(3)
@@ -1677,7 +1683,10 @@ def test_gcp_timeout_covers_one_nodes_worst_case():
     for variable in GCP_WAIT_VARIABLES:
         assert f"var.{variable}" in expression, f"timeout {expression!r} is not derived from var.{variable}"
     assert "var.detach_disks_per_node * local.detach_operation_wait_seconds" in expression, expression
-    assert "power_off" not in expression
+    # With active fencing, the wait for a stopped VM (its stop's operation
+    # followed within it).
+    assert "local.power_off_wait_seconds" in expression, expression
+    assert L.expr(local_values["power_off_wait_seconds"]) == "var.active_fencing ? var.power_off_wait_seconds : 0"
     lease = code_lease_wait()
     assert L.value(local_values["lease_wait_seconds"]) == lease, f"local.lease_wait_seconds must equal LEASE_WAIT ({lease} s)"
     detach_wait = code_detach_wait()
@@ -1708,9 +1717,13 @@ def test_gcp_timeout_covers_one_nodes_worst_case():
             "var.detach_disks_per_node": disks,
             "local.lease_wait_seconds": lease,
             "local.detach_operation_wait_seconds": detach_wait,
+            "local.power_off_wait_seconds": 0,
         }
         seconds = _evaluate(expression, values)
         needed = not_ready + lease + confirm + disks * detach_wait + detach + settle + 30
+        # With active fencing, the wait for a stopped VM on top, every second of it.
+        power_off = _bounds("power_off_wait_seconds", L.GCP_MODULE)[1]
+        assert _evaluate(expression, values | {"local.power_off_wait_seconds": power_off}) == seconds + power_off
         assert seconds >= needed, f"timeout {seconds}s below the {needed}s one node needs at {values}"
         defaults = {v: _bounds(v, L.GCP_MODULE)[2] for v in GCP_WAIT_VARIABLES}
         if (detach, confirm, settle, not_ready, disks) == tuple(defaults[v] for v in GCP_WAIT_VARIABLES):
@@ -1720,7 +1733,11 @@ def test_gcp_timeout_covers_one_nodes_worst_case():
     # other waits at their least, one more would not.
     lower = {v: _bounds(v, L.GCP_MODULE)[0] for v in GCP_WAIT_VARIABLES}
     most = _bounds("detach_disks_per_node", L.GCP_MODULE)[1]
-    least = {f"var.{v}": n for v, n in lower.items()} | {"local.lease_wait_seconds": lease, "local.detach_operation_wait_seconds": detach_wait}
+    least = {f"var.{v}": n for v, n in lower.items()} | {
+        "local.lease_wait_seconds": lease,
+        "local.detach_operation_wait_seconds": detach_wait,
+        "local.power_off_wait_seconds": 0,
+    }
     assert _evaluate(expression, least | {"var.detach_disks_per_node": most}) <= ceiling
     assert _evaluate(expression, least | {"var.detach_disks_per_node": most + 1}) > ceiling
 

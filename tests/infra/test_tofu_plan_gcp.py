@@ -71,6 +71,13 @@ CASES: dict[str, dict[str, Any]] = {
         "eventarc": True,
         "instance_name_prefix": "",
     },
+    # Active fencing (issue 36): the stop on the node VMs, its settings, its wait.
+    "gcp_active_fencing": {
+        "active_fencing": True,
+        "power_off_after_seconds": 90,
+        "power_off_wait_seconds": 120,
+        "partition_percent": 40,
+    },
 }
 LONG_NAMES = "gcp_eventarc_own_secret_zonal_vpc_longest_waits"
 
@@ -79,10 +86,7 @@ AWS_ONLY = {
     "CLUSTER_VPC_ID",
     "CLUSTER_TAG",
     "CLUSTER_NAME",
-    "ACTIVE_FENCING",
-    "POWER_OFF_AFTER_SECONDS",
-    "POWER_OFF_WAIT_SECONDS",
-    "PARTITION_PERCENT",
+    "POWER_OFF_CONTROL_PLANE",
     "FENCE_HIBERNATED",
     "KUBECONFIG",
     "KUBECONFIG_SSM_PARAMETER",
@@ -215,9 +219,11 @@ def test_the_custom_roles_grant_exactly_the_permissions_the_code_needs(workspace
     role = resources["google_project_iam_custom_role.this"]
     node_vms = resources["google_project_iam_custom_role.node_vms"]
     granted = set(role["permissions"]) | set(node_vms["permissions"])
-    needed = set(manifest()["gcp_permissions"])
+    # The stop only with active fencing, and then on the node VMs alone.
+    power_off = set(manifest()["power_off_gcp_permissions"]) if setting(CASES[case], "active_fencing") else set()
+    needed = set(manifest()["gcp_permissions"]) | power_off
     assert granted == needed, f"case {case}: granted but not needed {sorted(granted - needed)}, needed but not granted {sorted(needed - granted)}"
-    assert set(node_vms["permissions"]) == {"compute.instances.detachDisk"} and not set(role["permissions"]) & set(node_vms["permissions"])
+    assert set(node_vms["permissions"]) == {"compute.instances.detachDisk"} | power_off and not set(role["permissions"]) & set(node_vms["permissions"])
     assert role["role_id"] == setting(CASES[case], "name").replace("-", "_")
     assert node_vms["role_id"] == setting(CASES[case], "name").replace("-", "_") + "_node_vms"
     assert role["project"] == node_vms["project"] == T.GCP_PROJECT
@@ -359,6 +365,13 @@ def test_the_services_get_exactly_the_settings_the_code_reads(workspace: T.Works
     }
     if setting(c, "max_out_of_service_percent") is not None:
         want["MAX_OUT_OF_SERVICE_PERCENT"] = str(c["max_out_of_service_percent"])
+    if setting(c, "active_fencing"):
+        want |= {
+            "ACTIVE_FENCING": "on",
+            "POWER_OFF_AFTER_SECONDS": str(setting(c, "power_off_after_seconds")),
+            "POWER_OFF_WAIT_SECONDS": str(setting(c, "power_off_wait_seconds")),
+            "PARTITION_PERCENT": str(setting(c, "partition_percent")),
+        }
     assert got == want, f"case {case}, {key}: {sorted(set(got.items()) ^ set(want.items()))}"
 
 
@@ -499,6 +512,7 @@ def test_the_timeout_is_the_sum_of_the_waits_and_the_acknowledgement_deadline(wo
         setting(c, "not_ready_wait_seconds")
         + manifest()["lease_wait_seconds"]
         + setting(c, "confirm_again_after_seconds")
+        + (setting(c, "power_off_wait_seconds") if setting(c, "active_fencing") else 0)
         + setting(c, "detach_disks_per_node") * 60
         + setting(c, "volume_detach_timeout_seconds")
         + setting(c, "recovery_settle_seconds")

@@ -60,6 +60,16 @@ impl FakeCompute {
     pub fn client(&self) -> Compute {
         Compute { port: self.port }
     }
+
+    /// node-fencer's Compute Engine shell, pointed at it.
+    pub async fn shell(&self) -> anyhow::Result<node_fencer::shell::cloud::gce::Gce> {
+        node_fencer::shell::cloud::gce::Gce::new(&node_fencer::shell::cloud::gce::GceEndpoint {
+            url: Some(self.endpoint()),
+            timeouts: Default::default(),
+        })
+        .await
+        .map_err(anyhow::Error::msg)
+    }
 }
 
 static FAKE: OnceLock<Result<FakeCompute, String>> = OnceLock::new();
@@ -471,6 +481,52 @@ impl Compute {
                 })
                 .count()
         }))
+    }
+
+    /// The `instances.stop` requests the fake served for the VM's name.
+    pub async fn stop_requests(&self, vm: &Vm) -> anyhow::Result<Vec<Served>> {
+        Ok(self
+            .requests()
+            .await?
+            .into_iter()
+            .filter(|r| r.is("instances.stop", vm))
+            .collect())
+    }
+
+    /// The stop operations the fake carried out, or is carrying out, on the
+    /// VM: one however often the same stop was asked (the same request id
+    /// is the same operation).
+    pub async fn stop_operations(&self, vm: &Vm) -> anyhow::Result<usize> {
+        let state = self.state().await?;
+        Ok(state["operations"].as_array().map_or(0, |ops| {
+            ops.iter()
+                .filter(|op| op["operationType"] == json!("stop") && op["targetId"] == json!(vm.id))
+                .count()
+        }))
+    }
+
+    /// The VM's status as the fake holds it now.
+    pub async fn status(&self, vm: &Vm) -> anyhow::Result<Option<String>> {
+        Ok(self
+            .instance(&vm.path())
+            .await?
+            .and_then(|i| i["status"].as_str().map(str::to_owned)))
+    }
+
+    /// The next `count` requests to the discovery method `method_id` are
+    /// answered `status` (429, 500 or 503), as Compute Engine does under load.
+    pub async fn inject_fault(
+        &self,
+        method_id: &str,
+        status: u16,
+        count: u32,
+    ) -> anyhow::Result<()> {
+        self.control(
+            "inject_fault",
+            json!({"method_id": method_id, "status": status, "count": count}),
+        )
+        .await?;
+        Ok(())
     }
 
     /// node-fencer's `instances.detachDisk` requests for the VM: the PD CSI

@@ -18,7 +18,7 @@ use node_fencer::core::rules::control::KillSwitch;
 use node_fencer::core::rules::mode::ServerVersion;
 use node_fencer::core::rules::silence::KubeletLease;
 use node_fencer::core::rules::view::Census;
-use node_fencer::shell::cloud::{Cloud, CloudError, Detach};
+use node_fencer::shell::cloud::{Cloud, CloudError, Detach, PowerOff};
 use node_fencer::shell::cluster::{
     Cluster, ClusterError, ClusterReads, ConfirmOutcome, Coordination, FencingWrites, LeaseTaken,
     MarkOutcome, PodRef, TaintOutcome, UntaintOutcome,
@@ -213,9 +213,9 @@ impl Cloud for TimingCloud<'_> {
             .time("DescribeInstanceStatus", self.inner.status_checks(ids))
             .await
     }
-    async fn power_off(&self, instance: &InstanceId) -> Result<(), CloudError> {
+    async fn power_off(&self, order: &PowerOff<'_>) -> Result<(), CloudError> {
         self.timeline
-            .time("StopInstances", self.inner.power_off(instance))
+            .time("StopInstances", self.inner.power_off(order))
             .await
     }
 }

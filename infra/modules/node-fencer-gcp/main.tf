@@ -58,9 +58,13 @@ locals {
   # node's disks are detached one after the other.
   detach_operation_wait_seconds = 60
 
+  # With active fencing, how long a request waits for a VM it stopped to be
+  # TERMINATED (the stop's operation followed within it).
+  power_off_wait_seconds = var.active_fencing ? var.power_off_wait_seconds : 0
+
   # The worst case of one node in one request, wait by wait: a Node still
-  # Ready although its VM is off, the Lease, the second Compute Engine
-  # confirmation, each of detach_disks_per_node detach operations followed
+  # Ready although its VM is off, the Lease, with active fencing the wait for
+  # a stopped VM, the second Compute Engine confirmation, each of detach_disks_per_node detach operations followed
   # to its end, the wait for the disks to be free, a requested recovery's
   # settle delay, plus 30 s for the calls around them. The service bounds
   # its own work by the request's remaining time: a node with more disks, or
@@ -68,14 +72,15 @@ locals {
   # also the push subscription's acknowledgement deadline, which Pub/Sub caps
   # at 600 s (Cloud Run would allow 3600 s): a plan whose settings add up to
   # more fails (a precondition of the services).
-  request_timeout_seconds     = var.not_ready_wait_seconds + local.lease_wait_seconds + var.confirm_again_after_seconds + var.detach_disks_per_node * local.detach_operation_wait_seconds + var.volume_detach_timeout_seconds + var.recovery_settle_seconds + 30
+  request_timeout_seconds     = var.not_ready_wait_seconds + local.lease_wait_seconds + local.power_off_wait_seconds + var.confirm_again_after_seconds + var.detach_disks_per_node * local.detach_operation_wait_seconds + var.volume_detach_timeout_seconds + var.recovery_settle_seconds + 30
   max_request_timeout_seconds = 600
 
   # The Compute Engine and GKE permissions the code needs, and nothing else.
   # The list must equal gcp_permissions of infra/manifest.json;
-  # tests/infra checks it. The one that changes a VM is granted apart, on the
-  # cluster's node VMs alone (google_project_iam_member.detach); the reads,
-  # project-wide.
+  # tests/infra checks it. The ones that change a VM are granted apart, on
+  # the cluster's node VMs alone (google_project_iam_member.node_vms): the
+  # detach, and with active fencing the stop (power_off_gcp_permissions of
+  # the manifest); the reads, project-wide.
   gcp_permissions = [
     "compute.disks.get",
     "compute.instances.detachDisk",
@@ -83,8 +88,9 @@ locals {
     "compute.zoneOperations.get",
     "container.clusters.get",
   ]
-  node_vm_permissions = ["compute.instances.detachDisk"]
-  read_permissions    = sort(setsubtract(local.gcp_permissions, local.node_vm_permissions))
+  power_off_permissions = ["compute.instances.stop"]
+  node_vm_permissions   = concat(["compute.instances.detachDisk"], var.active_fencing ? local.power_off_permissions : [])
+  read_permissions      = sort(setsubtract(local.gcp_permissions, local.node_vm_permissions))
 
   # The audit log methods the service acts on. API calls write two entries,
   # the first when the call is accepted and the last (operation.last) once
@@ -152,6 +158,15 @@ locals {
 
   environment = merge(
     module.settings.environment,
+    # The code refuses the power-off settings without ACTIVE_FENCING=on: all
+    # four, or none. GKE's control plane has no Nodes: no
+    # POWER_OFF_CONTROL_PLANE here.
+    var.active_fencing ? {
+      ACTIVE_FENCING          = "on"
+      POWER_OFF_AFTER_SECONDS = tostring(var.power_off_after_seconds)
+      POWER_OFF_WAIT_SECONDS  = tostring(var.power_off_wait_seconds)
+      PARTITION_PERCENT       = tostring(var.partition_percent)
+    } : {},
     {
       GKE_CLUSTER          = local.cluster_id
       CLUSTER_ENDPOINT     = local.cluster_endpoint
@@ -227,7 +242,7 @@ resource "google_project_iam_custom_role" "node_vms" {
   project     = var.project_id
   role_id     = "${replace(var.name, "-", "_")}_node_vms"
   title       = "node-fencer node VMs (${var.name})"
-  description = "What node-fencer changes, granted on the cluster's node VMs only: detach a disk from a VM that is off."
+  description = var.active_fencing ? "What node-fencer changes, granted on the cluster's node VMs only: detach a disk from a VM that is off, stop a hung node's VM (active fencing)." : "What node-fencer changes, granted on the cluster's node VMs only: detach a disk from a VM that is off."
   permissions = local.node_vm_permissions
 }
 
@@ -377,7 +392,7 @@ resource "google_cloud_run_v2_service" "this" {
   lifecycle {
     precondition {
       condition     = local.request_timeout_seconds <= local.max_request_timeout_seconds
-      error_message = "The waits of one request add up to ${local.request_timeout_seconds} s (not_ready_wait_seconds ${var.not_ready_wait_seconds} + the Lease ${local.lease_wait_seconds} + confirm_again_after_seconds ${var.confirm_again_after_seconds} + detach_disks_per_node ${var.detach_disks_per_node} x ${local.detach_operation_wait_seconds} + volume_detach_timeout_seconds ${var.volume_detach_timeout_seconds} + recovery_settle_seconds ${var.recovery_settle_seconds} + 30), more than the ${local.max_request_timeout_seconds} s Pub/Sub allows for an acknowledgement, which the request timeout is: lower some of them."
+      error_message = "The waits of one request add up to ${local.request_timeout_seconds} s (not_ready_wait_seconds ${var.not_ready_wait_seconds} + the Lease ${local.lease_wait_seconds} + power_off_wait_seconds with active_fencing ${local.power_off_wait_seconds} + confirm_again_after_seconds ${var.confirm_again_after_seconds} + detach_disks_per_node ${var.detach_disks_per_node} x ${local.detach_operation_wait_seconds} + volume_detach_timeout_seconds ${var.volume_detach_timeout_seconds} + recovery_settle_seconds ${var.recovery_settle_seconds} + 30), more than the ${local.max_request_timeout_seconds} s Pub/Sub allows for an acknowledgement, which the request timeout is: lower some of them."
     }
     precondition {
       condition     = (var.vpc_network == null) == (var.vpc_subnetwork == null)

@@ -279,6 +279,47 @@ variable "recovery" {
   default     = "auto"
 }
 
+# Active fencing (opt-in): power off a dead node whose VM still runs.
+
+variable "active_fencing" {
+  description = "ACTIVE_FENCING: when true, a node NotReady (its kubelet silent) for power_off_after_seconds whose VM Compute Engine still reports RUNNING (found by the sweep, a firing KubeNodeNotReady alert, or `fence --power-off`) is powered off (instances.stop with noGracefulShutdown), waited for until TERMINATED, then fenced as a stopped one. Grants compute.instances.stop in the node VMs' role, under the same condition on their names as the detach. False (the default) sets none of ACTIVE_FENCING, POWER_OFF_AFTER_SECONDS, POWER_OFF_WAIT_SECONDS and PARTITION_PERCENT, and grants no stop."
+  type        = bool
+  default     = false
+}
+
+variable "power_off_after_seconds" {
+  description = "POWER_OFF_AFTER_SECONDS, with active_fencing: how long a node must have been NotReady before its VM may be powered off."
+  type        = number
+  default     = 120
+
+  validation {
+    condition     = var.power_off_after_seconds >= 60 && var.power_off_after_seconds <= 3600 && floor(var.power_off_after_seconds) == var.power_off_after_seconds
+    error_message = "power_off_after_seconds must be a whole number from 60 to 3600."
+  }
+}
+
+variable "power_off_wait_seconds" {
+  description = "POWER_OFF_WAIT_SECONDS, with active_fencing: how long, within the request, the service follows a stop and waits for the VM to be TERMINATED; one not off by then is left untainted for a redelivery or the next sweep. A hung guest may hold Compute Engine's ACPI soft-off window (120 s on a standard VM) before the VM is off: 150 or more lets such a stop end within the request. Added to the request timeout (which Pub/Sub caps at 600 s)."
+  type        = number
+  default     = 120
+
+  validation {
+    condition     = var.power_off_wait_seconds >= 10 && var.power_off_wait_seconds <= 300 && floor(var.power_off_wait_seconds) == var.power_off_wait_seconds
+    error_message = "power_off_wait_seconds must be a whole number from 10 to 300."
+  }
+}
+
+variable "partition_percent" {
+  description = "PARTITION_PERCENT, with active_fencing: refuse every power-off while more than this share of the nodes are NotReady and not fenced, or while every node of the candidate's zone is (a network partition or a zone outage looks like that from the control plane)."
+  type        = number
+  default     = 30
+
+  validation {
+    condition     = var.partition_percent >= 1 && var.partition_percent <= 100 && floor(var.partition_percent) == var.partition_percent
+    error_message = "partition_percent must be a whole number from 1 to 100."
+  }
+}
+
 variable "log_format" {
   description = "LOG_FORMAT of the service's log lines: json (one JSON object a line, which Cloud Logging reads as a structured entry) or text."
   type        = string

@@ -90,9 +90,10 @@ with min/max:
                        fake Compute Engine (tests/gce/fake_compute.py, detach
                        operations DONE after 0.5 s), node 2's VM set TERMINATED,
                        node-fencer invoked directly ({\"action\": \"fence\"})
-                       through the binary once the Node is NotReady; seed runs
-                       and --baseline only (not --hung, --storm, --event-at-stop,
-                       in-process)
+                       through the binary once the Node is NotReady; seed runs,
+                       --hung (node 2's VM stays RUNNING, stopped by
+                       instances.stop) and --baseline only (not --storm,
+                       --event-at-stop, in-process)
 
 The stack's --node-monitor-grace-period is 10 s; set
 NODE_FENCER_NODE_MONITOR_GRACE_PERIOD=50s (Kubernetes' default) for another.
@@ -231,10 +232,10 @@ fn parse_args() -> anyhow::Result<Option<Args>> {
         }
     }
     if args.gce {
-        if driver_set || storm_set || args.hung || args.event_at_stop {
+        if driver_set || storm_set || args.event_at_stop {
             bail!(
-                "--cloud gce: the seed runs with Persistent Disks, and --baseline; not --driver, \
-                 --storm, --hung or --event-at-stop"
+                "--cloud gce: the seed runs with Persistent Disks, --hung and --baseline; not \
+                 --driver, --storm or --event-at-stop"
             );
         }
         if mode_set && args.in_process {
@@ -985,25 +986,42 @@ async fn alert_until_fenced(
     }
 }
 
-/// When, since `from`, moto first reports `instance` stopped (asked every
-/// 100 ms until `bound` after `from`).
+/// When, since `from`, the cloud first reports node 2's machine off: moto
+/// its instance `stopped`, the fake Compute Engine its VM `TERMINATED`
+/// (asked every 100 ms until `bound` after `from`).
 async fn seen_stopped(
     stack: &Stack,
-    instance: &str,
+    seed: &Seed,
     from: Instant,
     bound: Duration,
 ) -> anyhow::Result<Duration> {
-    let ec2 = stack.ec2().await;
     while from.elapsed() < bound {
-        if instance_state(&ec2, instance).await? == "stopped" {
+        if matches!(
+            node2_state(stack, seed).await?.as_str(),
+            "stopped" | "TERMINATED"
+        ) {
             return Ok(from.elapsed());
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     bail!(
-        "the instance was not stopped {} s after the hang",
+        "the machine was not off {} s after the hang",
         bound.as_secs()
     )
+}
+
+/// Node 2's machine's state as its cloud names it: moto's instance state,
+/// or the fake Compute Engine's VM status (`gone` once deleted).
+async fn node2_state(stack: &Stack, seed: &Seed) -> anyhow::Result<String> {
+    let machine = &seed.node2().machine;
+    match &machine.vm {
+        Some(vm) => Ok(node_fencer_tests::gce::fake_compute()
+            .client()
+            .status(vm)
+            .await?
+            .unwrap_or_else(|| "gone".into())),
+        None => instance_state(&stack.ec2().await, &machine.instance).await,
+    }
 }
 
 /// Stops node 2's heartbeats and keeps its instance running (a hung node),
@@ -1030,10 +1048,9 @@ async fn hung_run(
     gc_phase_pause().await;
     let (not_ready, hung, hung_wall) = hang_node2(b, &seed).await?;
     let bound = not_ready + Duration::from_secs(180);
-    let instance = &seed.node2().machine.instance;
     let ((accepted, refused), stopped) = tokio::try_join!(
         alert_until_fenced(emu, &node2, hung, bound),
-        seen_stopped(b.stack, instance, hung, bound),
+        seen_stopped(b.stack, &seed, hung, bound),
     )?;
     let answered = hung.elapsed();
     // The binary is not timed inside: the PoweredOff Event and the Node's
@@ -1054,10 +1071,12 @@ async fn hung_run(
         "NotReady → power-off sent (`PoweredOff` Event)",
         between(not_ready, powered_off),
     );
-    table.add(
-        "alert accepted → instance `stopped` in moto",
-        between(accepted, stopped),
-    );
+    let off = if b.driver.on_gce() {
+        "alert accepted → VM `TERMINATED` in the fake Compute Engine"
+    } else {
+        "alert accepted → instance `stopped` in moto"
+    };
+    table.add(off, between(accepted, stopped));
     table.add(
         "alert accepted → node fenced (taint applied)",
         between(accepted, fenced),
@@ -1121,7 +1140,7 @@ async fn hung_left_running(
     };
     let (back, answers) = tokio::try_join!(watch_stuck(b.stack, &seed, &watch, b.clock), alerts)?;
     let st = stuck(b.stack, &seed).await?;
-    let state = instance_state(&b.stack.ec2().await, &seed.node2().machine.instance).await?;
+    let state = node2_state(b.stack, &seed).await?;
     let answers: Vec<String> = answers
         .iter()
         .map(|(answer, n)| format!("{n} answered {answer}"))
@@ -1377,7 +1396,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             ("POWER_OFF_AFTER_SECONDS", POWER_OFF_AFTER),
         ];
         let what = format!(", ACTIVE_FENCING=on, POWER_OFF_AFTER_SECONDS={POWER_OFF_AFTER}");
-        let emu = start_function(stack, &clock, &what, &on, false).await?;
+        let emu = start_function(stack, &clock, &what, &on, args.gce).await?;
         for i in 0..args.runs {
             clock.say(&format!(
                 "hung run {}/{} through the binary",
@@ -1387,7 +1406,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             refused.push(hung_run(&bench, emu, &mut hung).await?);
         }
         let off = [env[0], env[1], ("ACTIVE_FENCING", "off")];
-        let emu = start_function(stack, &clock, ", ACTIVE_FENCING=off", &off, false).await?;
+        let emu = start_function(stack, &clock, ", ACTIVE_FENCING=off", &off, args.gce).await?;
         clock.say(&format!(
             "hung run with active fencing off, watched for {} s",
             args.baseline_wait.as_secs()

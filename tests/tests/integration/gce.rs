@@ -493,6 +493,129 @@ async fn gce_a_running_suspended_or_recreated_vm_is_left_alone() -> anyhow::Resu
     Ok(())
 }
 
+/// How long a hung node must be NotReady before active fencing powers it
+/// off, in the active emulator.
+const POWER_OFF_AFTER: Duration = Duration::from_secs(60);
+
+/// The emulator with active fencing on, Compute Engine's binary pointed at
+/// the fake (its own, beside [`emulator`]).
+fn active_emulator() -> &'static Emulator {
+    static ACTIVE: OnceLock<Result<Emulator, String>> = OnceLock::new();
+    match ACTIVE.get_or_init(|| {
+        start_gce_emulator(
+            cluster_stack(),
+            &[
+                ("NOT_READY_WAIT_SECONDS", "30"),
+                ("ACTIVE_FENCING", "on"),
+                ("POWER_OFF_AFTER_SECONDS", "60"),
+                ("POWER_OFF_WAIT_SECONDS", "30"),
+            ],
+        )
+        .map_err(|e| format!("{e:#}"))
+    }) {
+        Ok(e) => e,
+        Err(e) => panic!("cargo lambda watch is not available: {e}"),
+    }
+}
+
+/// Issue 36: a hung GKE node, its heartbeats stopped while its VM stays
+/// RUNNING. Preflight tests `compute.instances.stop` on a node's VM. Too
+/// early, an operator's power-off is refused and nothing is
+/// sent; once NotReady for POWER_OFF_AFTER_SECONDS, the KubeNodeNotReady
+/// alert has the VM stopped (one `instances.stop`, no graceful shutdown,
+/// with a request id), seen TERMINATED, and the node fenced in the same
+/// request, its disks detached. The alert again stops nothing more.
+#[tokio::test]
+async fn gce_active_fencing_powers_off_a_hung_node_then_fences_it() -> anyhow::Result<()> {
+    let _g = cluster_serial().await;
+    let emu = active_emulator();
+    let compute = fake_compute().client();
+    let (admin, seed, node2) = gce_seed_with_node2_down(true).await?;
+    let not_ready = Instant::now();
+    let vm = vm_of(&seed);
+
+    // Preflight tests the stop on a node's VM, with active fencing only.
+    let stop_row = || -> anyhow::Result<Option<String>> {
+        let out = emu.invoke(&json!({"action": "preflight"}))?;
+        anyhow::ensure!(!out.error, "preflight failed to run: {}", out.output);
+        let p: Value = serde_json::from_str(&out.output)?;
+        Ok(p["checks"].as_array().into_iter().flatten().find_map(|c| {
+            let check = c["check"].as_str().unwrap_or_default();
+            check
+                .starts_with("compute.instances.stop on gce://")
+                .then(|| c["status"].as_str().unwrap_or_default().to_owned())
+        }))
+    };
+    assert_eq!(stop_row()?.as_deref(), Some("pass"));
+    compute
+        .deny_permissions(&["compute.instances.stop"])
+        .await?;
+    let denied = stop_row();
+    compute.deny_permissions(&[]).await?;
+    assert_eq!(denied?.as_deref(), Some("fail"));
+
+    let early = json!({"action": "fence", "node": node2, "powerOff": true});
+    let out = emu.invoke(&early)?;
+    assert!(!out.error, "{}", out.output);
+    let report: Value = serde_json::from_str(&out.output)?;
+    let r = only_result(&report, &node2);
+    assert_eq!(r["outcome"], "skipped", "{report:#}");
+    assert_eq!(
+        r["power_off"]["refusal"]["reason"], "not_ready_too_short",
+        "{report:#}"
+    );
+    assert!(compute.stop_requests(&vm).await?.is_empty());
+    assert_eq!(compute.status(&vm).await?.as_deref(), Some("RUNNING"));
+
+    tokio::time::sleep(
+        POWER_OFF_AFTER.saturating_sub(not_ready.elapsed()) + Duration::from_secs(2),
+    )
+    .await;
+    let sent = Instant::now();
+    let report = alert(emu, &node2)?;
+    let r = only_result(&report, &node2);
+    assert_eq!(r["outcome"], "fenced", "{report:#}");
+    assert_eq!(r["power_off"]["outcome"], "stopped", "{report:#}");
+    assert!(r["power_off"]["status_checks"].is_null(), "{report:#}");
+    assert_eq!(compute.status(&vm).await?.as_deref(), Some("TERMINATED"));
+    let stops = compute.stop_requests(&vm).await?;
+    assert_eq!(stops.len(), 1, "{stops:?}");
+    assert_eq!(
+        stops[0].query.get("noGracefulShutdown").map(String::as_str),
+        Some("true")
+    );
+    assert!(stops[0].query.contains_key("requestId"), "{stops:?}");
+    for w in [&seed.db, &seed.app] {
+        let v = r["volumes"]
+            .as_array()
+            .and_then(|v| v.iter().find(|v| v["volume"] == json!(w.volume)));
+        assert_eq!(v.map(|v| &v["outcome"]), Some(&json!("detached")), "{r:#}");
+    }
+    assert!(is_fenced(&admin, &node2).await?);
+    eprintln!(
+        "hung GKE node: powered off and fenced {:?} after the alert, {:?} after NotReady",
+        sent.elapsed(),
+        not_ready.elapsed()
+    );
+    assert_node_events(
+        &admin,
+        &node2,
+        &[
+            "PoweredOff",
+            "OutOfServiceTaintApplied",
+            "VolumesForceDetached",
+        ],
+    )
+    .await?;
+
+    let report = alert(emu, &node2)?;
+    let r = only_result(&report, &node2);
+    assert_eq!(r["outcome"], "already_fenced", "{report:#}");
+    assert_eq!(compute.stop_requests(&vm).await?.len(), 1);
+    teardown_seed(&admin, &seed).await;
+    Ok(())
+}
+
 /// Preflight on Compute Engine: each permission `testIamPermissions` can
 /// test, on a Ready node's VM and its boot disk, passes; with
 /// `compute.instances.detachDisk` denied it fails and says where to grant

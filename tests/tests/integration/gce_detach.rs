@@ -5,7 +5,6 @@
 //! fencing's another.
 
 use node_fencer::core::model::instance::{InstanceId, VolumeId};
-use node_fencer::shell::cloud::gce::{Gce, GceEndpoint};
 use node_fencer::shell::cloud::{Cloud, Detach};
 use node_fencer_tests::gce::fake_compute_on;
 use node_fencer_tests::{serial, stack};
@@ -21,12 +20,7 @@ async fn a_disk_is_detached_only_from_the_judged_vm_while_it_is_off() -> anyhow:
     let _g = serial().await;
     let fake = fake_compute_on(stack());
     let compute = fake.client();
-    let gce = Gce::new(&GceEndpoint {
-        url: Some(fake.endpoint()),
-        timeouts: Default::default(),
-    })
-    .await
-    .map_err(anyhow::Error::msg)?;
+    let gce = fake.shell().await?;
     let name = node_fencer_tests::fixtures::unique("vm");
     let vm = compute.create_instance(ZONE, &name).await?;
     let disk = compute
@@ -85,12 +79,7 @@ async fn a_stopped_vm_carries_its_recorded_stop_time() -> anyhow::Result<()> {
     let _g = serial().await;
     let fake = fake_compute_on(stack());
     let compute = fake.client();
-    let gce = Gce::new(&GceEndpoint {
-        url: Some(fake.endpoint()),
-        timeouts: Default::default(),
-    })
-    .await
-    .map_err(anyhow::Error::msg)?;
+    let gce = fake.shell().await?;
     let running = compute
         .create_instance(ZONE, &node_fencer_tests::fixtures::unique("vm"))
         .await?;

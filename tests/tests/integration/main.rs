@@ -10,6 +10,7 @@ mod faults;
 mod gce;
 mod gce_detach;
 mod gce_faults;
+mod gce_power;
 mod kube_api;
 mod lifecycle;
 mod pipeline;

@@ -311,6 +311,80 @@ pub fn may_detach(
     Ok(())
 }
 
+/// What the look at a VM right before its stop allows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StopStep {
+    /// The VM judged, still running: stop it.
+    Stop,
+    /// The VM judged is off already (or Compute Engine says it no longer
+    /// exists): nothing to stop, the wait for it to be off ends at once.
+    AlreadyOff,
+}
+
+/// Why the look at a VM right before its stop holds the stop back.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StopHeld {
+    /// The VM's id was not known when the node was judged: no VM found now
+    /// can be shown to be the one judged.
+    NotJudged,
+    /// Another VM than the one judged carries the name now (a managed
+    /// instance group recreated it): a new machine, whose Node is judged
+    /// afresh.
+    AnotherVm {
+        /// The id the judgement saw.
+        judged: u64,
+        /// The id found now.
+        found: Option<u64>,
+    },
+    /// The VM is neither running nor off (starting, stopping, suspended,
+    /// in repair): the judgement saw it running, so something else acts on
+    /// it; a later sweep sees how it ends.
+    NotRunning(GceStatus),
+}
+
+impl std::fmt::Display for StopHeld {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::NotJudged => {
+                f.write_str("the VM's id was not known when the node was judged: it is not stopped")
+            }
+            Self::AnotherVm { judged, found } => write!(
+                f,
+                "the VM of that name is another one (id {}, the node was judged on {judged}): it is not stopped",
+                found.map_or_else(|| "unknown".to_owned(), |id| id.to_string())
+            ),
+            Self::NotRunning(status) => write!(
+                f,
+                "the VM is {status:?} right before the stop, no longer RUNNING: it is not stopped"
+            ),
+        }
+    }
+}
+
+/// Whether the VM read right before its stop may be stopped: only the very
+/// VM the node was judged on (`judged`, its id then), and only while it
+/// runs. `found` is `None` with `status` ignored when Compute Engine says
+/// the VM no longer exists.
+pub fn may_stop(
+    judged: Option<u64>,
+    found: Option<(Option<u64>, GceStatus)>,
+) -> Result<StopStep, StopHeld> {
+    let Some(judged) = judged else {
+        return Err(StopHeld::NotJudged);
+    };
+    let Some((id, status)) = found else {
+        return Ok(StopStep::AlreadyOff);
+    };
+    if id != Some(judged) {
+        return Err(StopHeld::AnotherVm { judged, found: id });
+    }
+    match status {
+        GceStatus::Running => Ok(StopStep::Stop),
+        s if s.is_off() => Ok(StopStep::AlreadyOff),
+        s => Err(StopHeld::NotRunning(s)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -463,5 +537,53 @@ mod tests {
             })
         ));
         assert!(may_detach(Some(7), GceStatus::Terminated, None).is_err());
+    }
+
+    #[test]
+    fn only_the_vm_judged_and_running_is_stopped() {
+        let running = Some((Some(7), GceStatus::Running));
+        assert_eq!(may_stop(Some(7), running), Ok(StopStep::Stop));
+        // Recreated under the same name by its group: another machine.
+        assert_eq!(
+            may_stop(Some(7), Some((Some(8), GceStatus::Running))),
+            Err(StopHeld::AnotherVm {
+                judged: 7,
+                found: Some(8)
+            })
+        );
+        assert_eq!(
+            may_stop(Some(7), Some((None, GceStatus::Running))),
+            Err(StopHeld::AnotherVm {
+                judged: 7,
+                found: None
+            })
+        );
+        // Nothing ties a VM found now to a judgement that saw no id.
+        assert_eq!(may_stop(None, running), Err(StopHeld::NotJudged));
+        for off in [GceStatus::Terminated, GceStatus::Stopped] {
+            assert_eq!(
+                may_stop(Some(7), Some((Some(7), off))),
+                Ok(StopStep::AlreadyOff)
+            );
+        }
+        assert_eq!(may_stop(Some(7), None), Ok(StopStep::AlreadyOff));
+        for status in [
+            GceStatus::Provisioning,
+            GceStatus::Staging,
+            GceStatus::Stopping,
+            GceStatus::PendingStop,
+            GceStatus::Deprovisioning,
+            GceStatus::Pending,
+            GceStatus::Suspending,
+            GceStatus::Suspended,
+            GceStatus::Repairing,
+            GceStatus::Unknown,
+        ] {
+            assert_eq!(
+                may_stop(Some(7), Some((Some(7), status))),
+                Err(StopHeld::NotRunning(status)),
+                "{status:?}"
+            );
+        }
     }
 }

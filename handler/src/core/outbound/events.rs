@@ -131,7 +131,7 @@ impl NodeEvent {
         Self::new(
             Reason::PoweredOff,
             format!(
-                "powered off {instance} (forced, no OS shutdown): {why}; fencing follows once EC2 reports it stopped"
+                "powered off {instance} (forced, no OS shutdown): {why}; fencing follows once the cloud reports it off"
             ),
         )
     }

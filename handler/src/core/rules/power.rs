@@ -17,7 +17,7 @@ use serde::Serialize;
 
 use crate::core::inbound::suspect::{Intent, Origin, Suspect};
 use crate::core::model::facts::{Confirmation, NodeFacts, Readiness, StatusChecks};
-use crate::core::model::instance::{InstanceState, Provider};
+use crate::core::model::instance::InstanceState;
 
 /// The alert whose firing makes its node a candidate (kube-prometheus'
 /// name for a Node NotReady for 15 minutes).
@@ -51,8 +51,9 @@ impl Default for ActiveFencing {
 
 /// True for the suspects whose node may be powered off when the rules allow
 /// it: the sweep's, a firing `KubeNodeNotReady`, and an operator's
-/// `fence --power-off`. An EC2 event never is: it reports a machine that
-/// stops on its own, and a stale one may describe a machine started again.
+/// `fence --power-off`. An EC2 event or a Compute Engine audit log entry
+/// never is: it reports a machine that stops on its own, and a stale one
+/// may describe a machine started again.
 pub(crate) fn is_candidate(suspect: &Suspect) -> bool {
     suspect.intent == Intent::PowerOff
         || (suspect.intent == Intent::Fence
@@ -89,9 +90,6 @@ pub enum Refusal {
     NotItsOwnMachine,
     /// The cloud could not be asked about the machine: a retry asks again.
     LookupFailed,
-    /// The machine is a Compute Engine VM: active fencing powers off EC2
-    /// instances only.
-    NotEc2,
     /// The cloud does not report the machine `running`.
     NotRunning {
         /// What it reports.
@@ -147,7 +145,6 @@ impl Refusal {
             Self::NodeGone => "node_gone",
             Self::NotItsOwnMachine => "not_its_own_machine",
             Self::LookupFailed => "lookup_failed",
-            Self::NotEc2 => "not_ec2",
             Self::NotRunning { .. } => "not_running",
             Self::NotReadyTooShort { .. } => "not_ready_too_short",
             Self::Partition { .. } => "partition",
@@ -176,15 +173,12 @@ impl std::fmt::Display for Refusal {
             ),
             Self::NodeGone => f.write_str("the Node is gone"),
             Self::NotItsOwnMachine => f.write_str(
-                "the node names no machine of its own (no AWS provider id): only a node's own machine is powered off",
+                "the node names no machine of its own (no provider id of EC2 or Compute Engine): only a node's own machine is powered off",
             ),
-            Self::LookupFailed => f.write_str("EC2 could not be asked about the instance"),
-            Self::NotEc2 => f.write_str(
-                "the machine is a Compute Engine VM: active fencing powers off EC2 instances only",
-            ),
+            Self::LookupFailed => f.write_str("the cloud could not be asked about the machine"),
             Self::NotRunning { state } => match state {
-                Some(s) => write!(f, "EC2 reports the instance `{s}`, not running"),
-                None => f.write_str("EC2 does not know the instance"),
+                Some(s) => write!(f, "the cloud reports the machine `{s}`, not running"),
+                None => f.write_str("the cloud does not know the machine"),
             },
             Self::NotReadyTooShort {
                 for_seconds: Some(s),
@@ -377,9 +371,6 @@ fn judge_one(
     let Some(own) = node.instance.as_ref() else {
         return refuse(Refusal::NotItsOwnMachine);
     };
-    if own.provider() != Provider::Aws {
-        return refuse(Refusal::NotEc2);
-    }
     if node.power.control_plane && !settings.control_plane {
         return refuse(Refusal::ControlPlane);
     }
@@ -460,7 +451,8 @@ pub struct PowerReport {
     /// Seconds NotReady when decided, when known.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) not_ready_for: Option<u64>,
-    /// EC2's status checks when decided: recorded, not required.
+    /// The cloud's status checks when decided (EC2's; Compute Engine has
+    /// none): recorded, not required.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub status_checks: Option<StatusChecks>,
 }
@@ -500,7 +492,7 @@ impl PowerReport {
     }
 
     /// True when a retry could still have something to do: a stop that
-    /// failed or has not completed, or EC2 not answering.
+    /// failed or has not completed, or the cloud not answering.
     pub(crate) fn leaves_work(&self) -> bool {
         matches!(
             self.outcome,
@@ -513,304 +505,35 @@ impl PowerReport {
 mod tests {
     use super::*;
     use crate::core::inbound::suspect::NodeRef;
-    use crate::core::model::facts::{InstanceFacts, PowerMark, TaintFacts};
     use crate::core::model::instance::InstanceId;
     use crate::core::model::names::NodeName;
 
-    const NOW: i64 = 1_000_000;
-
-    fn id(n: u8) -> InstanceId {
+    fn ec2(n: u8) -> InstanceId {
         InstanceId::parse(&format!("i-{n:017x}")).expect("an instance id")
     }
 
-    /// Node `n`, on instance `n`, in `zone`, NotReady for `dark_for`
-    /// seconds (Ready when `None`).
-    fn node(n: u8, zone: &str, dark_for: Option<i64>) -> NodeFacts {
-        let readiness = if dark_for.is_some() {
-            Readiness::Unknown
-        } else {
-            Readiness::Ready
-        };
-        let mut facts = NodeFacts::bare(&format!("n{n}"), readiness);
-        facts.instance = Some(id(n));
-        facts.power.zone = Some(zone.into());
-        facts.power.not_ready_since = dark_for.map(|s| NOW - s);
-        facts.power.boot_id = Some(format!("boot-{n}"));
-        facts
+    fn gce(n: u8) -> InstanceId {
+        InstanceId::parse(&format!("gce://proj-fencer/us-central1-a/node-{n}")).expect("a VM")
     }
 
-    fn running(n: u8) -> Confirmation {
-        Confirmation::Seen(InstanceFacts::bare(id(n), InstanceState::Running))
-    }
-
-    fn settings() -> ActiveFencing {
-        ActiveFencing::default()
-    }
-
-    /// Judges node 0 of `nodes` against `confirmation` under `settings`, cap 3.
-    fn judge_first(
-        nodes: &[NodeFacts],
-        confirmation: &Confirmation,
-        settings: Option<&ActiveFencing>,
-    ) -> PowerVerdict {
-        let around = Surroundings {
-            nodes,
-            out_of_service: 0,
-            limit: 3,
-            now: NOW,
-        };
-        let candidate = Candidate {
-            node: &nodes[0],
-            confirmation: Some(confirmation),
-        };
-        judge(&[candidate], &around, settings).remove(0)
-    }
-
-    fn verdict_with(nodes: &[NodeFacts], confirmation: &Confirmation) -> PowerVerdict {
-        judge_first(nodes, confirmation, Some(&settings()))
-    }
-
-    fn verdict(nodes: &[NodeFacts]) -> PowerVerdict {
-        verdict_with(nodes, &running(0))
-    }
-
-    fn refusal(v: PowerVerdict) -> Option<Refusal> {
-        match v {
-            PowerVerdict::Refuse { refusal } => Some(refusal),
-            PowerVerdict::PowerOff { .. } => None,
-        }
-    }
-
-    /// Six healthy Nodes in three zones, and the candidate `n0` dark for
-    /// `dark_for` seconds.
-    fn cluster(dark_for: i64) -> Vec<NodeFacts> {
-        let mut nodes = vec![node(0, "a", Some(dark_for))];
-        nodes.extend((1..6).map(|n| node(n, ["a", "b", "c"][usize::from(n) % 3], None)));
-        nodes
-    }
-
-    #[test]
-    fn a_node_dark_long_enough_on_a_running_machine_is_powered_off() {
-        assert_eq!(
-            verdict(&cluster(121)),
-            PowerVerdict::PowerOff { not_ready_for: 121 }
-        );
-    }
-
-    #[test]
-    fn off_by_default() {
-        assert_eq!(
-            refusal(judge_first(&cluster(600), &running(0), None)),
-            Some(Refusal::Disabled)
-        );
-    }
-
-    #[test]
-    fn a_ready_node_is_never_powered_off() {
-        let mut nodes = cluster(600);
-        nodes[0].readiness = Readiness::Ready;
-        assert_eq!(refusal(verdict(&nodes)), Some(Refusal::NodeReady));
-    }
-
-    #[test]
-    fn not_ready_for_less_than_the_set_time_or_for_an_unknown_time_waits() {
-        assert_eq!(
-            refusal(verdict(&cluster(119))),
-            Some(Refusal::NotReadyTooShort {
-                for_seconds: Some(119),
-                needed: 120
-            })
-        );
-        let mut nodes = cluster(600);
-        nodes[0].power.not_ready_since = None;
-        assert!(matches!(
-            refusal(verdict(&nodes)),
-            Some(Refusal::NotReadyTooShort {
-                for_seconds: None,
-                ..
-            })
-        ));
-    }
-
-    #[test]
-    fn only_a_running_machine_that_is_the_nodes_own_is_powered_off() {
-        let nodes = cluster(600);
-        for state in [
-            InstanceState::Pending,
-            InstanceState::Stopping,
-            InstanceState::Stopped,
-            InstanceState::Unknown,
-        ] {
-            let c = Confirmation::Seen(InstanceFacts::bare(id(0), state.clone()));
-            assert_eq!(
-                refusal(verdict_with(&nodes, &c)),
-                Some(Refusal::NotRunning { state: Some(state) })
-            );
-        }
-        let failed = Confirmation::LookupFailed {
-            error: "throttled".into(),
-        };
-        assert_eq!(
-            refusal(verdict_with(&nodes, &failed)),
-            Some(Refusal::LookupFailed)
-        );
-        assert_eq!(
-            refusal(verdict_with(&nodes, &Confirmation::NotFound)),
-            Some(Refusal::NotRunning { state: None })
-        );
-        // EC2's answer about another machine proves nothing about this one.
-        assert_eq!(
-            refusal(verdict_with(&nodes, &running(9))),
-            Some(Refusal::NotItsOwnMachine)
-        );
-        let mut unnamed = cluster(600);
-        unnamed[0].instance = None;
-        assert_eq!(refusal(verdict(&unnamed)), Some(Refusal::NotItsOwnMachine));
-    }
-
-    #[test]
-    fn the_partition_guard_refuses_when_many_nodes_are_dark() {
-        // Two of six dark is 33 %, above the default 30 %.
-        let mut nodes = cluster(600);
-        nodes[2] = node(2, "c", Some(30));
-        assert!(matches!(
-            refusal(verdict(&nodes)),
-            Some(Refusal::Partition {
-                dark: 2,
-                nodes: 6,
-                percent: 30
-            })
-        ));
-        // A dark node already fenced is accounted for, not a sign of a partition.
-        nodes[2].taints = vec![TaintFacts::out_of_service()];
-        assert_eq!(refusal(verdict(&nodes)), None);
-    }
-
-    #[test]
-    fn one_dark_node_passes_the_partition_guard_in_any_cluster() {
-        for size in 1..=4u8 {
-            let mut nodes = vec![node(0, "a", Some(600))];
-            nodes.extend((1..size).map(|n| node(n, "b", None)));
-            assert_eq!(refusal(verdict(&nodes)), None, "{size} nodes");
-        }
-    }
-
-    #[test]
-    fn a_whole_zone_dark_is_refused_but_a_zone_of_one_is_not() {
-        let mut nodes = cluster(600);
-        // Zone a holds n0 and n3; n3 dark too is a zone outage (and 33 %).
-        nodes[3] = node(3, "a", Some(600));
-        let settings = ActiveFencing {
-            partition_percent: 100,
-            ..ActiveFencing::default()
-        };
-        assert_eq!(
-            refusal(judge_first(&nodes, &running(0), Some(&settings))),
-            Some(Refusal::ZoneDark {
-                zone: "a".into(),
-                nodes: 2
-            })
-        );
-        assert_eq!(
-            partition(&nodes[..1], Some("a"), 30, NOW),
-            None,
-            "a zone of one node"
-        );
-    }
-
-    #[test]
-    fn a_node_powered_off_before_is_not_powered_off_again_until_it_booted() {
-        let mut nodes = cluster(600);
-        nodes[0].power.powered_off = Some(PowerMark {
-            at: "2026-11-25T10:00:00Z".into(),
-            boot_id: Some("boot-0".into()),
-        });
-        assert_eq!(
-            refusal(verdict(&nodes)),
-            Some(Refusal::PoweredOffBefore {
-                at: "2026-11-25T10:00:00Z".into()
-            })
-        );
-        // Unknown boot ids prove no reboot either.
-        nodes[0].power.boot_id = None;
-        assert!(refusal(verdict(&nodes)).is_some());
-        // A new boot id: it came back and reported, then died again.
-        nodes[0].power.boot_id = Some("boot-0-again".into());
-        assert_eq!(refusal(verdict(&nodes)), None);
-    }
-
-    #[test]
-    fn the_cap_counts_fenced_nodes_power_offs_in_flight_and_earlier_candidates() {
-        let mut nodes = cluster(600);
-        nodes[1] = node(1, "b", Some(600));
-        // n2 was powered off by another run and is not fenced yet.
-        nodes[2] = node(2, "c", Some(600));
-        nodes[2].power.powered_off = Some(PowerMark {
-            at: "t".into(),
-            boot_id: Some("boot-2".into()),
-        });
-        let settings = ActiveFencing {
-            partition_percent: 100,
-            ..ActiveFencing::default()
-        };
-        // One fenced Node, and the power-off in flight, which the cap's own
-        // count takes in (issue 33, item 10: the taint's count too).
-        assert!(nodes[2].power_off_in_flight());
-        assert!(crate::core::rules::cap::counts(
-            &nodes[2],
-            &Default::default()
-        ));
-        let around = Surroundings {
-            nodes: &nodes,
-            out_of_service: 2,
-            limit: 3,
-            now: NOW,
-        };
-        let (c0, c1) = (running(0), running(1));
-        let candidates = [
-            Candidate {
-                node: &nodes[0],
-                confirmation: Some(&c0),
-            },
-            Candidate {
-                node: &nodes[1],
-                confirmation: Some(&c1),
-            },
-        ];
-        let verdicts = judge(&candidates, &around, Some(&settings));
-        assert_eq!(verdicts[0], PowerVerdict::PowerOff { not_ready_for: 600 });
-        assert_eq!(
-            refusal(verdicts[1].clone()),
-            Some(Refusal::CapReached { limit: 3, taken: 3 })
-        );
-    }
-
-    #[test]
-    fn a_compute_engine_vm_is_never_powered_off() {
-        let vm = InstanceId::parse("gce://proj-fencer/us-central1-a/n1").expect("a VM");
-        let mut n = node(1, "us-central1-a", Some(600));
-        n.instance = Some(vm.clone());
-        let running = Confirmation::Seen(InstanceFacts::bare(vm, InstanceState::Running));
-        let verdict = judge_one(
-            &Candidate {
-                node: &n,
-                confirmation: Some(&running),
-            },
-            &Surroundings {
-                nodes: std::slice::from_ref(&n),
-                out_of_service: 0,
-                limit: 3,
-                now: NOW,
-            },
-            Some(&ActiveFencing::default()),
-            0,
-        );
-        assert_eq!(
-            verdict,
-            PowerVerdict::Refuse {
-                refusal: Refusal::NotEc2
+    /// The guards know no cloud (issue 36): every test in the body runs
+    /// once on EC2 instances and once on Compute Engine VMs, `id(n)` naming
+    /// machine `n` of that cloud.
+    macro_rules! on_each_cloud {
+        ($($body:tt)*) => {
+            mod on_ec2 {
+                fn id(n: u8) -> super::InstanceId {
+                    super::ec2(n)
+                }
+                $($body)*
             }
-        );
+            mod on_gce {
+                fn id(n: u8) -> super::InstanceId {
+                    super::gce(n)
+                }
+                $($body)*
+            }
+        };
     }
 
     #[test]
@@ -844,125 +567,394 @@ mod tests {
         )));
     }
 
-    /// Issue 33, item 1: a second Node naming the same machine (a
-    /// re-registration under a new name) makes the machine a question for a
-    /// person, whether that Node is Ready or not.
-    #[test]
-    fn a_machine_another_node_names_is_never_powered_off() {
-        let mut nodes = cluster(600);
-        let mut twin = node(9, "a", None);
-        twin.name = "n0-reregistered".into();
-        twin.instance = Some(id(0));
-        nodes.push(twin);
-        assert_eq!(
-            refusal(verdict(&nodes)),
-            Some(Refusal::SharedMachine {
-                others: vec!["n0-reregistered".into()]
-            })
-        );
-        nodes[6].readiness = Readiness::Unknown;
-        assert!(matches!(
-            refusal(verdict(&nodes)),
-            Some(Refusal::SharedMachine { .. })
-        ));
-        nodes.pop();
-        assert_eq!(refusal(verdict(&nodes)), None);
-    }
+    on_each_cloud! {
+        use super::super::*;
+        use crate::core::model::facts::{InstanceFacts, PowerMark, TaintFacts};
 
-    /// Issue 33, item 7: a control-plane Node's machine may hold an etcd
-    /// member; it is powered off only when the setting says so.
-    #[test]
-    fn a_control_plane_node_is_powered_off_only_when_configured() {
-        let mut nodes = cluster(600);
-        nodes[0].power.control_plane = true;
-        assert_eq!(refusal(verdict(&nodes)), Some(Refusal::ControlPlane));
-        let allowed = ActiveFencing {
-            control_plane: true,
-            ..settings()
-        };
-        assert_eq!(
-            refusal(judge_first(&nodes, &running(0), Some(&allowed))),
-            None
-        );
-    }
+        const NOW: i64 = 1_000_000;
 
-    /// Issue 33, design note: a kubelet that reports `Ready=False` (a CNI not
-    /// ready, a full disk) is alive and talking: its machine is not hung.
-    #[test]
-    fn only_a_silent_kubelet_counts_toward_a_power_off() {
-        let mut nodes = cluster(600);
-        nodes[0].readiness = Readiness::NotReady;
-        assert_eq!(refusal(verdict(&nodes)), Some(Refusal::KubeletReporting));
-        nodes[0].readiness = Readiness::Unknown;
-        assert_eq!(refusal(verdict(&nodes)), None);
-    }
+        /// Node `n`, on instance `n`, in `zone`, NotReady for `dark_for`
+        /// seconds (Ready when `None`).
+        fn node(n: u8, zone: &str, dark_for: Option<i64>) -> NodeFacts {
+            let readiness = if dark_for.is_some() {
+                Readiness::Unknown
+            } else {
+                Readiness::Ready
+            };
+            let mut facts = NodeFacts::bare(&format!("n{n}"), readiness);
+            facts.instance = Some(id(n));
+            facts.power.zone = Some(zone.into());
+            facts.power.not_ready_since = dark_for.map(|s| NOW - s);
+            facts.power.boot_id = Some(format!("boot-{n}"));
+            facts
+        }
 
-    /// Issue 33, item 6: Nodes node-fencer fenced or powered off within the
-    /// window still count as dark, so a zone that goes dark node by node is
-    /// refused at its last node, not powered off one sweep at a time; fenced
-    /// long ago, they are out of the picture.
-    #[test]
-    fn a_zone_that_goes_dark_node_by_node_is_refused() {
-        let at = |secs_ago: i64| {
-            k8s_openapi::jiff::Timestamp::from_second(NOW - secs_ago)
-                .expect("a time")
-                .to_string()
-        };
-        // The share guard set aside: the zone guard alone.
-        let zone_only = |nodes: &[NodeFacts]| {
+        fn running(n: u8) -> Confirmation {
+            Confirmation::Seen(InstanceFacts::bare(id(n), InstanceState::Running))
+        }
+
+        fn settings() -> ActiveFencing {
+            ActiveFencing::default()
+        }
+
+        /// Judges node 0 of `nodes` against `confirmation` under `settings`, cap 3.
+        fn judge_first(
+            nodes: &[NodeFacts],
+            confirmation: &Confirmation,
+            settings: Option<&ActiveFencing>,
+        ) -> PowerVerdict {
+            let around = Surroundings {
+                nodes,
+                out_of_service: 0,
+                limit: 3,
+                now: NOW,
+            };
+            let candidate = Candidate {
+                node: &nodes[0],
+                confirmation: Some(confirmation),
+            };
+            judge(&[candidate], &around, settings).remove(0)
+        }
+
+        fn verdict_with(nodes: &[NodeFacts], confirmation: &Confirmation) -> PowerVerdict {
+            judge_first(nodes, confirmation, Some(&settings()))
+        }
+
+        fn verdict(nodes: &[NodeFacts]) -> PowerVerdict {
+            verdict_with(nodes, &running(0))
+        }
+
+        fn refusal(v: PowerVerdict) -> Option<Refusal> {
+            match v {
+                PowerVerdict::Refuse { refusal } => Some(refusal),
+                PowerVerdict::PowerOff { .. } => None,
+            }
+        }
+
+        /// Six healthy Nodes in three zones, and the candidate `n0` dark for
+        /// `dark_for` seconds.
+        fn cluster(dark_for: i64) -> Vec<NodeFacts> {
+            let mut nodes = vec![node(0, "a", Some(dark_for))];
+            nodes.extend((1..6).map(|n| node(n, ["a", "b", "c"][usize::from(n) % 3], None)));
+            nodes
+        }
+
+        #[test]
+        fn a_node_dark_long_enough_on_a_running_machine_is_powered_off() {
+            assert_eq!(
+                verdict(&cluster(121)),
+                PowerVerdict::PowerOff { not_ready_for: 121 }
+            );
+        }
+
+        #[test]
+        fn off_by_default() {
+            assert_eq!(
+                refusal(judge_first(&cluster(600), &running(0), None)),
+                Some(Refusal::Disabled)
+            );
+        }
+
+        #[test]
+        fn a_ready_node_is_never_powered_off() {
+            let mut nodes = cluster(600);
+            nodes[0].readiness = Readiness::Ready;
+            assert_eq!(refusal(verdict(&nodes)), Some(Refusal::NodeReady));
+        }
+
+        #[test]
+        fn not_ready_for_less_than_the_set_time_or_for_an_unknown_time_waits() {
+            assert_eq!(
+                refusal(verdict(&cluster(119))),
+                Some(Refusal::NotReadyTooShort {
+                    for_seconds: Some(119),
+                    needed: 120
+                })
+            );
+            let mut nodes = cluster(600);
+            nodes[0].power.not_ready_since = None;
+            assert!(matches!(
+                refusal(verdict(&nodes)),
+                Some(Refusal::NotReadyTooShort {
+                    for_seconds: None,
+                    ..
+                })
+            ));
+        }
+
+        #[test]
+        fn only_a_running_machine_that_is_the_nodes_own_is_powered_off() {
+            let nodes = cluster(600);
+            for state in [
+                InstanceState::Pending,
+                InstanceState::Stopping,
+                InstanceState::Stopped,
+                InstanceState::Unknown,
+            ] {
+                let c = Confirmation::Seen(InstanceFacts::bare(id(0), state.clone()));
+                assert_eq!(
+                    refusal(verdict_with(&nodes, &c)),
+                    Some(Refusal::NotRunning { state: Some(state) })
+                );
+            }
+            let failed = Confirmation::LookupFailed {
+                error: "throttled".into(),
+            };
+            assert_eq!(
+                refusal(verdict_with(&nodes, &failed)),
+                Some(Refusal::LookupFailed)
+            );
+            assert_eq!(
+                refusal(verdict_with(&nodes, &Confirmation::NotFound)),
+                Some(Refusal::NotRunning { state: None })
+            );
+            // The cloud's answer about another machine proves nothing about this one.
+            assert_eq!(
+                refusal(verdict_with(&nodes, &running(9))),
+                Some(Refusal::NotItsOwnMachine)
+            );
+            let mut unnamed = cluster(600);
+            unnamed[0].instance = None;
+            assert_eq!(refusal(verdict(&unnamed)), Some(Refusal::NotItsOwnMachine));
+        }
+
+        #[test]
+        fn the_partition_guard_refuses_when_many_nodes_are_dark() {
+            // Two of six dark is 33 %, above the default 30 %.
+            let mut nodes = cluster(600);
+            nodes[2] = node(2, "c", Some(30));
+            assert!(matches!(
+                refusal(verdict(&nodes)),
+                Some(Refusal::Partition {
+                    dark: 2,
+                    nodes: 6,
+                    percent: 30
+                })
+            ));
+            // A dark node already fenced is accounted for, not a sign of a partition.
+            nodes[2].taints = vec![TaintFacts::out_of_service()];
+            assert_eq!(refusal(verdict(&nodes)), None);
+        }
+
+        #[test]
+        fn one_dark_node_passes_the_partition_guard_in_any_cluster() {
+            for size in 1..=4u8 {
+                let mut nodes = vec![node(0, "a", Some(600))];
+                nodes.extend((1..size).map(|n| node(n, "b", None)));
+                assert_eq!(refusal(verdict(&nodes)), None, "{size} nodes");
+            }
+        }
+
+        #[test]
+        fn a_whole_zone_dark_is_refused_but_a_zone_of_one_is_not() {
+            let mut nodes = cluster(600);
+            // Zone a holds n0 and n3; n3 dark too is a zone outage (and 33 %).
+            nodes[3] = node(3, "a", Some(600));
             let settings = ActiveFencing {
                 partition_percent: 100,
+                ..ActiveFencing::default()
+            };
+            assert_eq!(
+                refusal(judge_first(&nodes, &running(0), Some(&settings))),
+                Some(Refusal::ZoneDark {
+                    zone: "a".into(),
+                    nodes: 2
+                })
+            );
+            assert_eq!(
+                partition(&nodes[..1], Some("a"), 30, NOW),
+                None,
+                "a zone of one node"
+            );
+        }
+
+        #[test]
+        fn a_node_powered_off_before_is_not_powered_off_again_until_it_booted() {
+            let mut nodes = cluster(600);
+            nodes[0].power.powered_off = Some(PowerMark {
+                at: "2026-11-25T10:00:00Z".into(),
+                boot_id: Some("boot-0".into()),
+            });
+            assert_eq!(
+                refusal(verdict(&nodes)),
+                Some(Refusal::PoweredOffBefore {
+                    at: "2026-11-25T10:00:00Z".into()
+                })
+            );
+            // Unknown boot ids prove no reboot either.
+            nodes[0].power.boot_id = None;
+            assert!(refusal(verdict(&nodes)).is_some());
+            // A new boot id: it came back and reported, then died again.
+            nodes[0].power.boot_id = Some("boot-0-again".into());
+            assert_eq!(refusal(verdict(&nodes)), None);
+        }
+
+        #[test]
+        fn the_cap_counts_fenced_nodes_power_offs_in_flight_and_earlier_candidates() {
+            let mut nodes = cluster(600);
+            nodes[1] = node(1, "b", Some(600));
+            // n2 was powered off by another run and is not fenced yet.
+            nodes[2] = node(2, "c", Some(600));
+            nodes[2].power.powered_off = Some(PowerMark {
+                at: "t".into(),
+                boot_id: Some("boot-2".into()),
+            });
+            let settings = ActiveFencing {
+                partition_percent: 100,
+                ..ActiveFencing::default()
+            };
+            // One fenced Node, and the power-off in flight, which the cap's own
+            // count takes in (issue 33, item 10: the taint's count too).
+            assert!(nodes[2].power_off_in_flight());
+            assert!(crate::core::rules::cap::counts(
+                &nodes[2],
+                &Default::default()
+            ));
+            let around = Surroundings {
+                nodes: &nodes,
+                out_of_service: 2,
+                limit: 3,
+                now: NOW,
+            };
+            let (c0, c1) = (running(0), running(1));
+            let candidates = [
+                Candidate {
+                    node: &nodes[0],
+                    confirmation: Some(&c0),
+                },
+                Candidate {
+                    node: &nodes[1],
+                    confirmation: Some(&c1),
+                },
+            ];
+            let verdicts = judge(&candidates, &around, Some(&settings));
+            assert_eq!(verdicts[0], PowerVerdict::PowerOff { not_ready_for: 600 });
+            assert_eq!(
+                refusal(verdicts[1].clone()),
+                Some(Refusal::CapReached { limit: 3, taken: 3 })
+            );
+        }
+
+        /// Issue 33, item 1: a second Node naming the same machine (a
+        /// re-registration under a new name) makes the machine a question for a
+        /// person, whether that Node is Ready or not.
+        #[test]
+        fn a_machine_another_node_names_is_never_powered_off() {
+            let mut nodes = cluster(600);
+            let mut twin = node(9, "a", None);
+            twin.name = "n0-reregistered".into();
+            twin.instance = Some(id(0));
+            nodes.push(twin);
+            assert_eq!(
+                refusal(verdict(&nodes)),
+                Some(Refusal::SharedMachine {
+                    others: vec!["n0-reregistered".into()]
+                })
+            );
+            nodes[6].readiness = Readiness::Unknown;
+            assert!(matches!(
+                refusal(verdict(&nodes)),
+                Some(Refusal::SharedMachine { .. })
+            ));
+            nodes.pop();
+            assert_eq!(refusal(verdict(&nodes)), None);
+        }
+
+        /// Issue 33, item 7: a control-plane Node's machine may hold an etcd
+        /// member; it is powered off only when the setting says so.
+        #[test]
+        fn a_control_plane_node_is_powered_off_only_when_configured() {
+            let mut nodes = cluster(600);
+            nodes[0].power.control_plane = true;
+            assert_eq!(refusal(verdict(&nodes)), Some(Refusal::ControlPlane));
+            let allowed = ActiveFencing {
+                control_plane: true,
                 ..settings()
             };
-            judge_first(nodes, &running(0), Some(&settings))
-        };
-        // Zone "a": the candidate n0 and n3, fenced by node-fencer 10 minutes ago.
-        let mut nodes = cluster(600);
-        nodes[3] = node(3, "a", Some(900));
-        nodes[3].taints = vec![TaintFacts::out_of_service()];
-        nodes[3].fenced = Some(crate::core::model::facts::FenceMark {
-            mode: crate::core::model::facts::FenceMode::Taint,
-            instance: Some(id(3)),
-            state: Some(InstanceState::Stopped),
-            volumes: vec![],
-            at: at(600),
-            correlation_id: None,
-            confirmed: false,
-            no_schedule: false,
-            boot_id: None,
-        });
-        assert_eq!(
-            refusal(zone_only(&nodes)),
-            Some(Refusal::ZoneDark {
-                zone: "a".into(),
-                nodes: 2
-            })
-        );
-        // Fenced 40 minutes ago: another outage, long over.
-        if let Some(mark) = nodes[3].fenced.as_mut() {
-            mark.at = at(2400);
+            assert_eq!(
+                refusal(judge_first(&nodes, &running(0), Some(&allowed))),
+                None
+            );
         }
-        assert_eq!(refusal(zone_only(&nodes)), None);
-        // Powered off (not fenced yet) 5 minutes ago: dark too.
-        nodes[3].taints.clear();
-        nodes[3].fenced = None;
-        nodes[3].power.powered_off = Some(PowerMark {
-            at: at(300),
-            boot_id: Some("boot-3".into()),
-        });
-        assert!(matches!(
-            refusal(zone_only(&nodes)),
-            Some(Refusal::ZoneDark { .. })
-        ));
-        // The share guard counts them too: two of three dark.
-        let three = vec![
-            node(0, "a", Some(600)),
-            nodes[3].clone(),
-            node(1, "b", None),
-        ];
-        assert!(matches!(
-            partition(&three, None, 50, NOW),
-            Some(Refusal::Partition { dark: 2, .. })
-        ));
+
+        /// Issue 33, design note: a kubelet that reports `Ready=False` (a CNI not
+        /// ready, a full disk) is alive and talking: its machine is not hung.
+        #[test]
+        fn only_a_silent_kubelet_counts_toward_a_power_off() {
+            let mut nodes = cluster(600);
+            nodes[0].readiness = Readiness::NotReady;
+            assert_eq!(refusal(verdict(&nodes)), Some(Refusal::KubeletReporting));
+            nodes[0].readiness = Readiness::Unknown;
+            assert_eq!(refusal(verdict(&nodes)), None);
+        }
+
+        /// Issue 33, item 6: Nodes node-fencer fenced or powered off within the
+        /// window still count as dark, so a zone that goes dark node by node is
+        /// refused at its last node, not powered off one sweep at a time; fenced
+        /// long ago, they are out of the picture.
+        #[test]
+        fn a_zone_that_goes_dark_node_by_node_is_refused() {
+            let at = |secs_ago: i64| {
+                k8s_openapi::jiff::Timestamp::from_second(NOW - secs_ago)
+                    .expect("a time")
+                    .to_string()
+            };
+            // The share guard set aside: the zone guard alone.
+            let zone_only = |nodes: &[NodeFacts]| {
+                let settings = ActiveFencing {
+                    partition_percent: 100,
+                    ..settings()
+                };
+                judge_first(nodes, &running(0), Some(&settings))
+            };
+            // Zone "a": the candidate n0 and n3, fenced by node-fencer 10 minutes ago.
+            let mut nodes = cluster(600);
+            nodes[3] = node(3, "a", Some(900));
+            nodes[3].taints = vec![TaintFacts::out_of_service()];
+            nodes[3].fenced = Some(crate::core::model::facts::FenceMark {
+                mode: crate::core::model::facts::FenceMode::Taint,
+                instance: Some(id(3)),
+                state: Some(InstanceState::Stopped),
+                volumes: vec![],
+                at: at(600),
+                correlation_id: None,
+                confirmed: false,
+                no_schedule: false,
+                boot_id: None,
+            });
+            assert_eq!(
+                refusal(zone_only(&nodes)),
+                Some(Refusal::ZoneDark {
+                    zone: "a".into(),
+                    nodes: 2
+                })
+            );
+            // Fenced 40 minutes ago: another outage, long over.
+            if let Some(mark) = nodes[3].fenced.as_mut() {
+                mark.at = at(2400);
+            }
+            assert_eq!(refusal(zone_only(&nodes)), None);
+            // Powered off (not fenced yet) 5 minutes ago: dark too.
+            nodes[3].taints.clear();
+            nodes[3].fenced = None;
+            nodes[3].power.powered_off = Some(PowerMark {
+                at: at(300),
+                boot_id: Some("boot-3".into()),
+            });
+            assert!(matches!(
+                refusal(zone_only(&nodes)),
+                Some(Refusal::ZoneDark { .. })
+            ));
+            // The share guard counts them too: two of three dark.
+            let three = vec![
+                node(0, "a", Some(600)),
+                nodes[3].clone(),
+                node(1, "b", None),
+            ];
+            assert!(matches!(
+                partition(&three, None, 50, NOW),
+                Some(Refusal::Partition { dark: 2, .. })
+            ));
+        }
     }
 }

@@ -30,6 +30,11 @@ const GCP_PERMISSIONS: &[&str] = &[
     "container.clusters.get",
 ];
 
+/// The Google Cloud permission active fencing adds (`ACTIVE_FENCING=on`):
+/// granted only then, and only on the cluster's node VMs (the same IAM
+/// condition on their names as the detach, in `infra/`).
+const POWER_OFF_GCP_PERMISSIONS: &[&str] = &["compute.instances.stop"];
+
 /// Where a Google Cloud permission can be tested with Compute Engine's
 /// `testIamPermissions`, which answers the subset of the asked permissions
 /// the caller holds on one resource.
@@ -62,6 +67,12 @@ pub fn gcp_permissions_on(probe: GcpProbe) -> Vec<&'static str> {
         .copied()
         .filter(|p| gcp_probe(p) == probe)
         .collect()
+}
+
+/// The permissions active fencing adds on Compute Engine, all tested on a
+/// VM.
+pub fn gcp_power_off_permissions() -> &'static [&'static str] {
+    POWER_OFF_GCP_PERMISSIONS
 }
 
 /// Every cluster-wide Kubernetes permission the function uses: (API group,
@@ -128,6 +139,7 @@ pub fn manifest() -> serde_json::Value {
         "aws_actions": AWS_ACTIONS,
         "gcp_permissions": GCP_PERMISSIONS,
         "power_off_aws_actions": POWER_OFF_AWS_ACTIONS,
+        "power_off_gcp_permissions": POWER_OFF_GCP_PERMISSIONS,
         "kubernetes_rules": rules(KUBERNETES_RULES),
         "control_rules": rules(CONTROL_RULES),
         "node_lease_rules": rules(NODE_LEASE_RULES),
@@ -139,7 +151,8 @@ pub fn manifest() -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::{
-        AWS_ACTIONS, GCP_PERMISSIONS, GcpProbe, POWER_OFF_AWS_ACTIONS, gcp_permissions_on, manifest,
+        AWS_ACTIONS, GCP_PERMISSIONS, GcpProbe, POWER_OFF_AWS_ACTIONS, POWER_OFF_GCP_PERMISSIONS,
+        gcp_permissions_on, gcp_probe, manifest,
     };
     use std::collections::BTreeSet;
 
@@ -201,6 +214,7 @@ mod tests {
     const GCE_CALLS: &[(&str, &str)] = &[
         ("self.instances.get()", "compute.instances.get"),
         (".instances.detach_disk()", "compute.instances.detachDisk"),
+        (".instances.stop()", "compute.instances.stop"),
         ("self.disks.get()", "compute.disks.get"),
         ("self.region_disks.get()", "compute.disks.get"),
         ("self.operations.get()", "compute.zoneOperations.get"),
@@ -217,6 +231,11 @@ mod tests {
             ["compute.instances.detachDisk", "compute.instances.get"]
         );
         assert_eq!(gcp_permissions_on(GcpProbe::Disk), ["compute.disks.get"]);
+        assert!(
+            POWER_OFF_GCP_PERMISSIONS
+                .iter()
+                .all(|p| gcp_probe(p) == GcpProbe::Instance)
+        );
         assert_eq!(
             gcp_permissions_on(GcpProbe::NotTestable),
             ["compute.zoneOperations.get", "container.clusters.get"]
@@ -237,7 +256,11 @@ mod tests {
             .filter(|(call, _)| shell.iter().any(|src| src.contains(call)))
             .map(|(_, permission)| *permission)
             .collect();
-        let listed: BTreeSet<&str> = GCP_PERMISSIONS.iter().copied().collect();
+        let listed: BTreeSet<&str> = GCP_PERMISSIONS
+            .iter()
+            .chain(POWER_OFF_GCP_PERMISSIONS)
+            .copied()
+            .collect();
         assert_eq!(called, listed);
         // Every client method the Compute Engine shell calls is mapped.
         let gce = &shell[0];

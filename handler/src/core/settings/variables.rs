@@ -44,7 +44,7 @@ pub(crate) const VARIABLES: &[(&str, &str)] = &[
     ),
     (
         "ACTIVE_FENCING",
-        "off|on (default off): power off, out of band, a node NotReady for POWER_OFF_AFTER_SECONDS whose instance EC2 still reports running (found by the sweep, a firing KubeNodeNotReady alert, or `fence --power-off`), then fence it as a stopped one; needs ec2:StopInstances and ec2:DescribeInstanceStatus",
+        "off|on (default off): power off, out of band, a node NotReady for POWER_OFF_AFTER_SECONDS whose machine the cloud still reports running (found by the sweep, a firing KubeNodeNotReady alert, or `fence --power-off`), then fence it as a stopped one; needs ec2:StopInstances and ec2:DescribeInstanceStatus on EC2, compute.instances.stop on Compute Engine",
     ),
     (
         "POWER_OFF_AFTER_SECONDS",

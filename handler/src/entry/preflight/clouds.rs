@@ -65,7 +65,8 @@ pub(super) async fn check(
         checks.push(row("ec2", Status::Info, "not probed: no node runs on EC2"));
     }
     if let Some(vm) = clouds.gce {
-        gce(clients, vm.as_ref(), checks).await;
+        let power_off = config.policy.active_fencing.is_some();
+        gce(clients, vm.as_ref(), power_off, checks).await;
     }
 }
 
@@ -111,14 +112,19 @@ async fn ec2(ec2: &aws_sdk_ec2::Client, config: &Config, checks: &mut Vec<Check>
 #[cfg(feature = "gce")]
 mod compute {
     use super::{Check, Clients, GceInstance, Status, failed, row};
-    use crate::core::settings::permissions::{GcpProbe, gcp_permissions_on};
+    use crate::core::settings::permissions::{
+        GcpProbe, gcp_permissions_on, gcp_power_off_permissions,
+    };
 
-    /// Where a denied Google Cloud permission is granted: the one write
-    /// by a role of its own, held to the cluster's node VMs by a condition
-    /// on their names; the reads by the module's main role.
+    /// Where a denied Google Cloud permission is granted: the writes by a
+    /// role of its own, held to the cluster's node VMs by a condition on
+    /// their names (the stop only with active fencing); the reads by the
+    /// module's main role.
     fn gcp_fix(permission: &str) -> &'static str {
         if permission == "compute.instances.detachDisk" {
             "grant the service account the <name>_node_vms custom role of infra/modules/node-fencer-gcp; its condition holds it to VMs whose name starts with instance_name_prefix (gke-<cluster>-): check the VM's name matches"
+        } else if gcp_power_off_permissions().contains(&permission) {
+            "set active_fencing = true in infra/modules/node-fencer-gcp: the <name>_node_vms custom role then grants it, on VMs whose name starts with instance_name_prefix (gke-<cluster>-): check the VM's name matches"
         } else {
             "grant the service account the custom role of infra/modules/node-fencer-gcp (the manifest's gcp_permissions)"
         }
@@ -164,7 +170,14 @@ mod compute {
             .collect()
     }
 
-    pub(super) async fn gce(clients: &Clients, vm: Option<&GceInstance>, checks: &mut Vec<Check>) {
+    /// Compute Engine's checks on `vm`: the stop too when `power_off`
+    /// (active fencing on).
+    pub(super) async fn gce(
+        clients: &Clients,
+        vm: Option<&GceInstance>,
+        power_off: bool,
+        checks: &mut Vec<Check>,
+    ) {
         let Some(vm) = vm else {
             checks.push(row(
                 "compute engine",
@@ -182,7 +195,10 @@ mod compute {
             ));
             return;
         };
-        let on_vm = gcp_permissions_on(GcpProbe::Instance);
+        let mut on_vm = gcp_permissions_on(GcpProbe::Instance);
+        if power_off {
+            on_vm.extend_from_slice(gcp_power_off_permissions());
+        }
         let answer = compute.granted_on_vm(vm, &on_vm).await;
         checks.extend(granted_rows(&on_vm, &vm.provider_id(), answer));
         let on_disk = gcp_permissions_on(GcpProbe::Disk);
@@ -219,7 +235,7 @@ use compute::gce;
 
 /// A build without the Compute Engine client cannot fence a VM.
 #[cfg(not(feature = "gce"))]
-async fn gce(_: &Clients, _: Option<&GceInstance>, checks: &mut Vec<Check>) {
+async fn gce(_: &Clients, _: Option<&GceInstance>, _: bool, checks: &mut Vec<Check>) {
     checks.push(failed(
         "compute engine",
         "this build has no Compute Engine client",
@@ -326,6 +342,16 @@ mod tests {
                 .as_deref()
                 .is_some_and(|f| f.contains("gcp_permissions") && !f.contains("_node_vms")),
             "{reads:?}"
+        );
+        // Active fencing's stop is granted by the node VMs' role too, and
+        // only with active_fencing.
+        let stop = granted_rows(&["compute.instances.stop"], "vm", Ok(vec![]));
+        assert!(
+            stop[0]
+                .fix
+                .as_deref()
+                .is_some_and(|f| f.contains("_node_vms") && f.contains("active_fencing = true")),
+            "{stop:?}"
         );
         let unknown = granted_rows(&wanted, "vm", Err("503".into()));
         assert!(unknown.iter().all(|r| r.status == Status::Fail));

@@ -10,7 +10,7 @@ use crate::core::model::facts::{InstanceFacts, StatusChecks, VolumeAttachmentSta
 use crate::core::model::instance::{
     AttachmentState, InstanceId, InstanceState, Provider, VolumeId, VolumeState,
 };
-use crate::shell::cloud::{Cloud, CloudCall, CloudError, Detach};
+use crate::shell::cloud::{Cloud, CloudCall, CloudError, Detach, PowerOff};
 
 use super::Recorder;
 
@@ -38,6 +38,8 @@ struct CloudState {
     checks: BTreeMap<InstanceId, StatusChecks>,
     /// Instances a stop leaves `stopping` for good.
     stop_hangs: Vec<InstanceId>,
+    /// Each power-off taken: the machine and the power-off it names.
+    power_offs: Vec<(InstanceId, String)>,
 }
 
 impl FakeCloud {
@@ -117,6 +119,12 @@ impl FakeCloud {
     /// A stop of `id` is accepted and never completes.
     pub fn stop_hangs(&self, id: &InstanceId) {
         self.lock().stop_hangs.push(id.clone());
+    }
+
+    /// Each power-off taken, in order: the machine and the power-off it
+    /// names (the time on the Node's mark).
+    pub fn power_offs(&self) -> Vec<(InstanceId, String)> {
+        self.lock().power_offs.clone()
     }
 
     /// The instance's state now.
@@ -234,7 +242,8 @@ impl Cloud for FakeCloud {
             .collect())
     }
 
-    async fn power_off(&self, instance: &InstanceId) -> Result<(), CloudError> {
+    async fn power_off(&self, order: &PowerOff<'_>) -> Result<(), CloudError> {
+        let instance = &order.machine.id;
         let fail = self.calls.call(format!("StopInstances {instance}"));
         if fail {
             return Err(failed(
@@ -255,6 +264,9 @@ impl Cloud for FakeCloud {
         } else {
             InstanceState::Stopped
         };
+        state
+            .power_offs
+            .push((instance.clone(), order.fencing.to_owned()));
         Ok(())
     }
 }

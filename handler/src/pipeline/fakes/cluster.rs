@@ -15,7 +15,7 @@ use serde_json::Value;
 use crate::core::model::facts::{
     AttachmentFacts, CsiVolume, NodeFacts, OUT_OF_SERVICE_KEY, PvFacts,
 };
-use crate::core::model::instance::{InstanceId, VolumeId};
+use crate::core::model::instance::{EBS_CSI_DRIVER, InstanceId, Provider, VolumeId};
 use crate::core::model::kube_read;
 use crate::core::outbound::events::NodeEvent;
 use crate::core::outbound::kube_patch::{
@@ -134,7 +134,10 @@ impl FakeCluster {
                 ..ObjectMeta::default()
             },
             spec: Some(NodeSpec {
-                provider_id: Some(format!("aws:///us-east-1a/{instance}")),
+                provider_id: Some(match instance.provider() {
+                    Provider::Aws => format!("aws:///us-east-1a/{instance}"),
+                    Provider::Gce => instance.to_string(),
+                }),
                 ..NodeSpec::default()
             }),
             status: Some(NodeStatus {
@@ -216,11 +219,10 @@ impl FakeCluster {
     /// Kubernetes gives it, and records the volume on the Node, as the
     /// attach/detach controller does.
     pub fn recorded_attachment(&self, node: &str, volume: &VolumeId) {
-        use crate::core::model::instance::EBS_CSI_DRIVER;
         use crate::core::rules::volumes::attachment_name;
         self.attachment(node, volume);
         let csi = CsiVolume {
-            driver: EBS_CSI_DRIVER.into(),
+            driver: driver_of(volume).into(),
             handle: volume.to_string(),
         };
         let mut state = self.lock();
@@ -251,7 +253,7 @@ impl FakeCluster {
         state.attachments.push(AttachmentFacts {
             name: format!("csi-{volume}"),
             uid: format!("uid-csi-{volume}"),
-            attacher: crate::core::model::instance::EBS_CSI_DRIVER.into(),
+            attacher: driver_of(volume).into(),
             node_name: node.into(),
             pv_name: Some(pv.clone()),
             inline_volume: None,
@@ -291,7 +293,7 @@ impl FakeCluster {
         state.attachments.push(AttachmentFacts {
             name: format!("csi-inline-{volume}"),
             uid: format!("uid-csi-inline-{volume}"),
-            attacher: crate::core::model::instance::EBS_CSI_DRIVER.into(),
+            attacher: EBS_CSI_DRIVER.into(),
             node_name: node.into(),
             pv_name: None,
             inline_volume: Some(volume.clone()),
@@ -955,5 +957,13 @@ impl Coordination for FakeCluster {
             state.lease = None;
         }
         Ok(())
+    }
+}
+
+/// The CSI driver that attaches `volume`: EBS's or Persistent Disk's.
+fn driver_of(volume: &VolumeId) -> &'static str {
+    match volume.provider() {
+        Provider::Aws => EBS_CSI_DRIVER,
+        Provider::Gce => crate::core::model::gce::PD_CSI_DRIVER,
     }
 }

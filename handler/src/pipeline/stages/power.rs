@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use tracing::{info, warn};
 
 use crate::core::inbound::suspect::Origin;
-use crate::core::model::facts::{Confirmation, NodeFacts, StatusChecks};
+use crate::core::model::facts::{Confirmation, InstanceFacts, NodeFacts, StatusChecks};
 use crate::core::model::instance::{InstanceId, InstanceState};
 use crate::core::outbound::events::NodeEvent;
 use crate::core::outbound::kube_patch::PowerStamp;
@@ -32,6 +32,7 @@ use crate::pipeline::invocation::Invocation;
 use crate::pipeline::lease::{self, Hold};
 use crate::pipeline::stages::decide::decide_all;
 use crate::pipeline::{nodes, wait};
+use crate::shell::cloud::PowerOff;
 
 /// How often the cloud is asked while a powered-off machine is stopping: a
 /// forced stop takes tens of seconds, and each look is a describe call.
@@ -78,10 +79,10 @@ pub(crate) async fn run(ctx: &Ctx<'_>, inv: &mut Invocation<'_>) -> Result<(), P
         power_off(ctx, inv, &settings, hold, &allowed).await
     })
     .await??;
-    if sent.is_empty() {
+    if sent.sent.is_empty() {
         return Ok(());
     }
-    wait_stopped(ctx, inv, &settings, &sent).await;
+    wait_stopped(ctx, inv, &sent).await;
     // A machine powered off is decided again, as if the cloud had reported
     // it stopped on its own.
     if let Some(view) = inv.view.as_ref() {
@@ -113,6 +114,13 @@ fn candidates(targets: &[Target], verdicts: &[Verdict]) -> Vec<usize> {
         })
         .map(|(k, _)| k)
         .collect()
+}
+
+/// The stops the cloud took, as (target, machine) pairs, and the bound on
+/// the wait for those machines to be off.
+struct Sent {
+    sent: Vec<(usize, InstanceId)>,
+    until: Instant,
 }
 
 /// The first judgement, over every Node (the partition guard counts them
@@ -248,7 +256,7 @@ async fn power_off(
     settings: &ActiveFencing,
     hold: &Hold,
     allowed: &[Allowed],
-) -> Result<Vec<(usize, InstanceId)>, PipelineError> {
+) -> Result<Sent, PipelineError> {
     if inv.switch.is_on() {
         for a in allowed {
             warn!(
@@ -257,7 +265,10 @@ async fn power_off(
             );
             inv.decision.power.insert(a.target, planned_after_switch());
         }
-        return Ok(Vec::new());
+        return Ok(Sent {
+            sent: Vec::new(),
+            until: Instant::now(),
+        });
     }
     let fresh = nodes::full(ctx).await?;
     let names: Vec<&str> = allowed.iter().map(|a| a.node.as_str()).collect();
@@ -268,11 +279,20 @@ async fn power_off(
         .collect();
     inv.looks.again(ctx, &ids).await;
     let verdicts = judge(inv.policy, settings, &fresh, inv.looks.answers(), &names);
+    // One bound for the stops and the wait for the machines to be off.
+    let until = inv.until(Instant::now() + settings.wait);
     let mut sent = Vec::new();
     for (a, verdict) in allowed.iter().zip(verdicts) {
         let node = fresh.nodes.iter().find(|n| n.name == a.node);
-        let (PowerVerdict::PowerOff { .. }, Some(node), Some(id)) =
-            (&verdict, node, node.and_then(|n| n.instance.clone()))
+        // The machine as the cloud described it under the Lease: the shell
+        // stops that one, never another of the same name.
+        let machine =
+            node.and_then(|n| n.instance.as_ref())
+                .and_then(|id| match inv.looks.get(id) {
+                    Some(Confirmation::Seen(facts)) if &facts.id == id => Some(facts.clone()),
+                    _ => None,
+                });
+        let (PowerVerdict::PowerOff { .. }, Some(node), Some(machine)) = (&verdict, node, machine)
         else {
             if let PowerVerdict::Refuse { refusal } = verdict {
                 info!(node = a.node, "not powering off after all: {refusal}");
@@ -282,23 +302,26 @@ async fn power_off(
             }
             continue;
         };
-        let report = stop(ctx, hold, a, node, &id).await;
+        let report = stop(ctx, hold, a, node, &machine, until).await;
         if report.outcome == PowerOutcome::StopPending {
-            sent.push((a.target, id));
+            sent.push((a.target, machine.id));
         }
         inv.decision.power.insert(a.target, report);
     }
-    Ok(sent)
+    Ok(Sent { sent, until })
 }
 
-/// Marks one Node and powers its machine off, while `hold` lasts.
+/// Marks one Node and powers its machine off, while `hold` lasts; a cloud
+/// that follows the stop to its end follows it until `until`.
 async fn stop(
     ctx: &Ctx<'_>,
     hold: &Hold,
     a: &Allowed,
     node: &NodeFacts,
-    id: &InstanceId,
+    machine: &InstanceFacts,
+    until: Instant,
 ) -> PowerReport {
+    let id = &machine.id;
     let acted = |outcome, reason: String| {
         PowerReport::new(outcome, reason, Some(a.not_ready_for), a.checks.clone())
     };
@@ -311,9 +334,10 @@ async fn stop(
             "the fencing Lease ran out before the stop; a retry decides again".into(),
         );
     }
-    if let Err(e) = mark(ctx, node, &why).await {
-        return acted(PowerOutcome::Failed, e);
-    }
+    let fencing = match mark(ctx, node, &why).await {
+        Ok(at) => at,
+        Err(e) => return acted(PowerOutcome::Failed, e),
+    };
     if hold.left().is_none() {
         warn!(node = a.node, "the fencing Lease ran out: not powering off");
         return acted(
@@ -321,7 +345,12 @@ async fn stop(
             "the fencing Lease ran out before the stop; a retry decides again".into(),
         );
     }
-    match ctx.cloud.power_off(id).await {
+    let order = PowerOff {
+        machine,
+        fencing: &fencing,
+        until,
+    };
+    match ctx.cloud.power_off(&order).await {
         Ok(()) => {
             info!(node = a.node, instance = %id, "powered off: {why}");
             ctx.record(&a.node, NodeEvent::powered_off(id, &why)).await;
@@ -382,15 +411,16 @@ fn reason(not_ready_for: u64, checks: Option<&StatusChecks>, correlation_id: &st
 /// Records the power-off on the Node before the stop, so that it counts
 /// under the cap for every other invocation and is never repeated before
 /// the node boots and reports again. A mark that cannot be written stops
-/// the power-off: without it, neither guard would know.
-async fn mark(ctx: &Ctx<'_>, node: &NodeFacts, why: &str) -> Result<(), String> {
+/// the power-off: without it, neither guard would know. Returns the time
+/// on the mark, which names this power-off.
+async fn mark(ctx: &Ctx<'_>, node: &NodeFacts, why: &str) -> Result<String, String> {
     let stamp = PowerStamp {
         at: k8s_openapi::jiff::Timestamp::now().to_string(),
         boot_id: node.power.boot_id.clone(),
         reason: why.to_owned(),
     };
     match ctx.writes.mark_powered_off(&node.name, &stamp).await {
-        Ok(true) => Ok(()),
+        Ok(true) => Ok(stamp.at),
         Ok(false) => Err("the Node is gone: not powered off".into()),
         Err(e) => {
             ctx.meter.error(Dependency::Kubernetes);
@@ -404,14 +434,10 @@ async fn mark(ctx: &Ctx<'_>, node: &NodeFacts, why: &str) -> Result<(), String> 
 
 /// Asks the cloud until every powered-off machine is reported stopped, or
 /// the wait is over (then the switch is read again, like after any wait).
-async fn wait_stopped(
-    ctx: &Ctx<'_>,
-    inv: &mut Invocation<'_>,
-    settings: &ActiveFencing,
-    sent: &[(usize, InstanceId)],
-) {
+async fn wait_stopped(ctx: &Ctx<'_>, inv: &mut Invocation<'_>, sent: &Sent) {
+    let Sent { sent, until } = sent;
     let ids: Vec<InstanceId> = sent.iter().map(|(_, id)| id.clone()).collect();
-    let deadline = inv.until(Instant::now() + settings.wait);
+    let deadline = *until;
     let Invocation {
         switch,
         looks,

@@ -46,6 +46,41 @@ fn volume(n: u8) -> VolumeId {
     VolumeId::parse(&format!("vol-0123456789abcde{n:02x}")).unwrap()
 }
 
+/// The cloud a world's machines and disks are on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum On {
+    /// EC2 instances and EBS volumes.
+    Ec2,
+    /// Compute Engine VMs and Persistent Disks, as a GKE cluster has them.
+    Gce,
+}
+
+/// Both clouds, for the tests that hold on each.
+const CLOUDS: [On; 2] = [On::Ec2, On::Gce];
+
+impl On {
+    /// Machine `n` of this cloud.
+    fn instance(self, n: u8) -> InstanceId {
+        match self {
+            Self::Ec2 => instance(n),
+            Self::Gce => {
+                InstanceId::parse(&format!("gce://proj-fencer/us-central1-a/gke-pool-{n}")).unwrap()
+            }
+        }
+    }
+
+    /// Disk `n` of this cloud.
+    fn volume(self, n: u8) -> VolumeId {
+        match self {
+            Self::Ec2 => volume(n),
+            Self::Gce => VolumeId::parse(&format!(
+                "projects/proj-fencer/zones/us-central1-a/disks/pv-{n}"
+            ))
+            .unwrap(),
+        }
+    }
+}
+
 fn policy() -> Policy {
     Policy {
         max_out_of_service: 10,
@@ -73,6 +108,7 @@ fn batch(intent: Intent, ids: &[InstanceId]) -> Batch {
 
 /// A cluster and a cloud sharing one call log.
 struct World {
+    on: On,
     calls: Recorder,
     cloud: FakeCloud,
     cluster: FakeCluster,
@@ -80,8 +116,14 @@ struct World {
 
 impl World {
     fn new() -> Self {
+        Self::on(On::Ec2)
+    }
+
+    /// An empty world whose machines are on `on`.
+    fn on(on: On) -> Self {
         let calls = Recorder::default();
         Self {
+            on,
             cloud: FakeCloud::new(calls.clone()),
             cluster: FakeCluster::new(calls.clone()),
             calls,
@@ -91,12 +133,22 @@ impl World {
     /// Node `name` on instance `n` in `state`, `Ready` as given, with one
     /// EBS volume attached through a PersistentVolume.
     fn with_node(self, name: &str, n: u8, state: InstanceState, ready: &str) -> Self {
-        self.cloud.instance(&instance(n), state);
-        self.cloud
-            .attached_volume(&volume(n), &instance(n), "/dev/xvdba");
-        self.cluster.node(name, &instance(n), ready);
-        self.cluster.attachment(name, &volume(n));
+        let (machine, disk) = (self.instance(n), self.volume(n));
+        self.cloud.instance(&machine, state);
+        self.cloud.attached_volume(&disk, &machine, "/dev/xvdba");
+        self.cluster.node(name, &machine, ready);
+        self.cluster.attachment(name, &disk);
         self
+    }
+
+    /// Machine `n` of this world's cloud.
+    fn instance(&self, n: u8) -> InstanceId {
+        self.on.instance(n)
+    }
+
+    /// Disk `n` of this world's cloud.
+    fn volume(&self, n: u8) -> VolumeId {
+        self.on.volume(n)
     }
 
     /// The seed case: one stopped machine whose Node went silent.
@@ -153,31 +205,33 @@ impl World {
             &meter,
             "request-with-a-deadline",
         );
-        let fence = batch(Intent::Fence, &[instance(1)]);
+        let fence = batch(Intent::Fence, &[self.instance(1)]);
         super::run_until(&ctx, policy, fence, Some(deadline)).await
     }
 
     async fn fence(&self, policy: &Policy) -> Result<Report, PipelineError> {
-        self.run(policy, batch(Intent::Fence, &[instance(1)])).await
+        self.run(policy, batch(Intent::Fence, &[self.instance(1)]))
+            .await
     }
 
     /// The seed event, as the invocation `correlation_id` (or its retry).
     async fn fence_as(&self, correlation_id: &str) -> Result<Report, PipelineError> {
-        let fence = batch(Intent::Fence, &[instance(1)]);
+        let fence = batch(Intent::Fence, &[self.instance(1)]);
         self.run_as(correlation_id, &policy(), fence).await
     }
 
     /// The seed node's machine runs again, its Node is Ready, and the
     /// attach/detach controller removed the detached volume's attachment.
     fn back_up(&self) {
-        self.cloud.instance(&instance(1), InstanceState::Running);
+        self.cloud
+            .instance(&self.instance(1), InstanceState::Running);
         self.cluster.set_ready(NODE, "True");
-        self.cluster.remove_attachment(&volume(1));
+        self.cluster.remove_attachment(&self.volume(1));
     }
 
     /// A recovery request for the seed node (or an operator's confirmation).
     async fn recover(&self, policy: &Policy, intent: Intent) -> Report {
-        self.run(policy, batch(intent, &[instance(1)]))
+        self.run(policy, batch(intent, &[self.instance(1)]))
             .await
             .unwrap()
     }
@@ -250,7 +304,12 @@ impl World {
 impl World {
     /// A hung node: silent for long, its machine running; two healthy ones.
     fn hung() -> Self {
-        let w = Self::new()
+        Self::hung_on(On::Ec2)
+    }
+
+    /// A hung node and two healthy ones, their machines on `on`.
+    fn hung_on(on: On) -> Self {
+        let w = Self::on(on)
             .with_node(NODE, 1, InstanceState::Running, "Unknown")
             .with_node("healthy-2", 2, InstanceState::Running, "True")
             .with_node("healthy-3", 3, InstanceState::Running, "True");

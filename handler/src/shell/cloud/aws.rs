@@ -4,7 +4,7 @@ use async_trait::async_trait;
 use aws_sdk_ec2::error::ProvideErrorMetadata;
 use aws_sdk_ec2::types::Filter;
 
-use super::{Cloud, CloudCall, CloudError, Detach};
+use super::{Cloud, CloudCall, CloudError, Detach, PowerOff};
 use crate::core::model::facts::{InstanceFacts, StatusChecks, VolumeAttachmentState, VolumeFacts};
 use crate::core::model::instance::{
     AttachmentState, InstanceId, InstanceState, Provider, VolumeId, VolumeState,
@@ -213,7 +213,10 @@ impl Cloud for Ec2 {
         Ok(out)
     }
 
-    async fn power_off(&self, instance: &InstanceId) -> Result<(), CloudError> {
+    async fn power_off(&self, order: &PowerOff<'_>) -> Result<(), CloudError> {
+        // An instance id is never reused: the id the node was judged by is
+        // the machine stopped.
+        let instance = &order.machine.id;
         self.client
             .stop_instances()
             .instance_ids(instance.as_str())

@@ -13,11 +13,11 @@ use google_cloud_gax::options::RequestOptionsBuilder;
 use google_cloud_gax::retry_policy::{Aip194Strict, RetryPolicy as GaxRetryPolicy, RetryPolicyExt};
 use google_cloud_gax::retry_throttler::CircuitBreaker;
 
-use super::{Cloud, CloudCall, CloudError, Detach};
+use super::{Cloud, CloudCall, CloudError, Detach, PowerOff};
 use crate::core::model::facts::{
     InstanceFacts, MachineIdentity, StatusChecks, VolumeAttachmentState, VolumeFacts,
 };
-use crate::core::model::gce::{self, DiskLocation, GceInstance, GceStatus, PdDisk};
+use crate::core::model::gce::{self, DiskLocation, GceInstance, GceStatus, PdDisk, StopStep};
 use crate::core::model::instance::{
     AttachmentState, InstanceId, InstanceState, Provider, VolumeId, VolumeState,
 };
@@ -309,22 +309,27 @@ impl Gce {
         }))
     }
 
-    /// Waits, bounded, for a zonal operation to finish; its error, if it
-    /// ends with one, is the call's. It is asked about with `get`, an
-    /// idempotent read each bounded by the client's policy, rather than
-    /// `wait`, which Compute Engine may hold for two minutes, past any
-    /// attempt timeout.
-    async fn wait(&self, vm: &GceInstance, op: Operation) -> Result<(), String> {
+    /// Waits, until `deadline`, for a zonal operation to finish; its
+    /// error, if it ends with one, is the call's. It is asked about with
+    /// `get`, an idempotent read each bounded by the client's policy,
+    /// rather than `wait`, which Compute Engine may hold for two minutes,
+    /// past any attempt timeout.
+    async fn wait(
+        &self,
+        vm: &GceInstance,
+        op: Operation,
+        deadline: tokio::time::Instant,
+    ) -> Result<(), Followed> {
         let Some(name) = op.name.clone() else {
-            return Err("the operation has no name".into());
+            return Err(Followed::Failed("the operation has no name".into()));
         };
+        let bound = deadline.saturating_duration_since(tokio::time::Instant::now());
         let late = || {
-            format!(
+            Followed::Late(format!(
                 "operation {name} not done after {} s",
-                DETACH_WAIT.as_secs()
-            )
+                bound.as_secs()
+            ))
         };
-        let deadline = tokio::time::Instant::now() + DETACH_WAIT;
         let mut current = op;
         let mut polls = 0;
         while !is_done(&current) {
@@ -346,9 +351,29 @@ impl Gce {
             )
             .await
             .map_err(|_| late())?
-            .map_err(|e| format!("zoneOperations.get {name}: {e}"))?;
+            .map_err(|e| Followed::Failed(format!("zoneOperations.get {name}: {e}")))?;
         }
-        current.to_result().map(|_| ()).map_err(|e| e.to_string())
+        current
+            .to_result()
+            .map(|_| ())
+            .map_err(|e| Followed::Failed(e.to_string()))
+    }
+}
+
+/// How following an operation ended short of success.
+#[derive(Debug)]
+enum Followed {
+    /// Still under way at the deadline: it may yet succeed.
+    Late(String),
+    /// It failed, or could not be asked about.
+    Failed(String),
+}
+
+impl std::fmt::Display for Followed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Late(m) | Self::Failed(m) => f.write_str(m),
+        }
     }
 }
 
@@ -410,11 +435,7 @@ fn instance_facts(id: &InstanceId, found: Option<Instance>) -> InstanceFacts {
             stopped_at: None,
         };
     };
-    let status = vm
-        .status
-        .as_ref()
-        .and_then(|s| s.name())
-        .map_or(GceStatus::Unknown, GceStatus::from_name);
+    let status = status_of(&vm);
     let boot = vm.disks.iter().find(|d| d.boot == Some(true));
     InstanceFacts {
         id: id.clone(),
@@ -513,11 +534,7 @@ impl Cloud for Gce {
         let Some(found) = found else {
             return Err(fail(Some("NotAttached"), format!("{vm} no longer exists")));
         };
-        let status = found
-            .status
-            .as_ref()
-            .and_then(|s| s.name())
-            .map_or(GceStatus::Unknown, GceStatus::from_name);
+        let status = status_of(&found);
         gce::may_detach(order.machine.identity.uid, status, found.id)
             .map_err(|held| fail(Some("MachineNotOff"), format!("{vm}: {held}")))?;
         let Some(attached) = found.disks.iter().find(|d| {
@@ -569,7 +586,10 @@ impl Cloud for Gce {
                     fail(None, format!("instances.detachDisk {vm} {device}: {e}"))
                 }
             })?;
-        self.wait(&vm, op).await.map_err(|e| fail(None, e))
+        let deadline = tokio::time::Instant::now() + DETACH_WAIT;
+        self.wait(&vm, op, deadline)
+            .await
+            .map_err(|e| fail(None, e.to_string()))
     }
 
     async fn status_checks(
@@ -580,19 +600,83 @@ impl Cloud for Gce {
         Ok(Vec::new())
     }
 
-    async fn power_off(&self, instance: &InstanceId) -> Result<(), CloudError> {
-        Err(compute(
-            CloudCall::PowerOff(instance.to_string()),
-            "active fencing powers off EC2 instances only",
-        ))
+    async fn power_off(&self, order: &PowerOff<'_>) -> Result<(), CloudError> {
+        let instance = &order.machine.id;
+        let fail = |code: Option<&str>, message: String| {
+            compute(CloudCall::PowerOff(instance.to_string()), message).with_code(code)
+        };
+        let vm = instance
+            .as_gce()
+            .ok_or_else(|| fail(None, not_gce("instance", instance.as_str())))?;
+        // The VM is read again right before the stop: a managed instance
+        // group may have recreated it under the same name since the node
+        // was judged (a new machine, never stopped for the old one's hang),
+        // or something else may be starting or stopping it.
+        let found = self
+            .get(&vm)
+            .await
+            .map_err(|e| fail(None, format!("instances.get {vm}: {e}")))?;
+        let uid = found.as_ref().and_then(|i| i.id);
+        let seen = found.as_ref().map(|i| (i.id, status_of(i)));
+        match gce::may_stop(order.machine.identity.uid, seen) {
+            Ok(StopStep::AlreadyOff) => return Ok(()),
+            Ok(StopStep::Stop) => {}
+            Err(held) => return Err(fail(Some("MachineNotRunning"), format!("{vm}: {held}"))),
+        }
+        // One request id per power-off (the time on the Node's mark): a
+        // retried call is one stop, never two.
+        let request_id = request_id(&vm, STOP, uid, order.fencing);
+        let op = self
+            .instances
+            .stop()
+            .set_project(vm.project())
+            .set_zone(vm.zone())
+            .set_instance(vm.name())
+            // A VM opted in to graceful shutdown would sit PENDING_STOP for
+            // its whole maxDuration (up to an hour) before a hung guest is
+            // let go, its disks attached and writable. What stays is the
+            // ACPI soft-off window (120 s on a standard VM, 30 s on Spot)
+            // unless the VM's scheduling skips it: no stop parameter does.
+            .set_no_graceful_shutdown(true)
+            // Required for a VM with Local SSDs: keep their data (Compute
+            // Engine copies it off, which makes the stop slower); a power-off
+            // meant to free network disks discards nothing of its own accord.
+            .set_discard_local_ssd(false)
+            .set_request_id(request_id)
+            .with_idempotency(true)
+            .send()
+            .await
+            .map_err(|e| fail(None, format!("instances.stop {vm}: {e}")))?;
+        match self.wait(&vm, op, order.until).await {
+            Ok(()) => Ok(()),
+            // Taken and under way: the mark stays, and the stage's wait (or
+            // a retry) sees the VM TERMINATED before any taint.
+            Err(Followed::Late(why)) => {
+                tracing::warn!(vm = %vm, "{why}: the stop is under way");
+                Ok(())
+            }
+            Err(Followed::Failed(why)) => Err(fail(None, format!("instances.stop {vm}: {why}"))),
+        }
     }
 }
 
+/// What a stop's request id is derived from in place of a detach's device
+/// name: a device name holds no `/`, so no detach shares it.
+const STOP: &str = "/stop";
+
+/// The VM's status as Compute Engine reports it.
+fn status_of(vm: &Instance) -> GceStatus {
+    vm.status
+        .as_ref()
+        .and_then(|s| s.name())
+        .map_or(GceStatus::Unknown, GceStatus::from_name)
+}
+
 /// A request id (a UUID, as Compute Engine requires) derived from the VM,
-/// its id, the device and the fencing: the same fencing's detach always
-/// carries the same one, so Compute Engine runs it once however often it is
-/// sent within its window, and a later fencing of the same disk is not
-/// taken for it.
+/// its id, the device (or [`STOP`]) and the fencing: the same fencing's
+/// detach or stop always carries the same one, so Compute Engine runs it
+/// once however often it is sent within its window, and a later fencing of
+/// the same disk, or power-off of the same VM, is not taken for it.
 fn request_id(vm: &GceInstance, device: &str, uid: Option<u64>, fencing: &str) -> String {
     use sha2::{Digest, Sha256};
     let mut hasher = Sha256::new();
@@ -625,6 +709,12 @@ mod tests {
         // another operation, not the first one deduplicated.
         assert_ne!(a, request_id(&vm, "pd-1", Some(7), "2026-11-26T11:00:00Z"));
         assert!(uuid::Uuid::parse_str(&a).is_ok(), "{a}");
+        // A stop is neither a detach nor another power-off's stop.
+        let stop = request_id(&vm, STOP, Some(7), at);
+        assert_eq!(stop, request_id(&vm, STOP, Some(7), at));
+        assert_ne!(stop, a);
+        assert_ne!(stop, request_id(&vm, STOP, Some(8), at));
+        assert_ne!(stop, request_id(&vm, STOP, Some(7), "2026-11-26T11:00:00Z"));
     }
 
     mod policy {

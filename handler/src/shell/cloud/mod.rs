@@ -127,6 +127,23 @@ pub struct Detach<'a> {
     pub fencing: &'a str,
 }
 
+/// A power-off as the active fencing that sends it knows it.
+#[derive(Clone, Copy, Debug)]
+pub struct PowerOff<'a> {
+    /// The machine as the cloud described it when the node was judged: a
+    /// shell that looks at the machine again before the stop (Compute
+    /// Engine does) holds the look to it, never to another machine of the
+    /// same name.
+    pub machine: &'a InstanceFacts,
+    /// What names this power-off (the time on the Node's power-off mark):
+    /// the same power-off sent again is one operation, a later one another.
+    pub fencing: &'a str,
+    /// How long a shell that follows the stop to its end (Compute Engine's
+    /// operation) may follow it: a stop still under way then is accepted,
+    /// and the wait for the machine to be off goes on in the stage.
+    pub until: tokio::time::Instant,
+}
+
 /// The cloud calls node-fencer makes. Everything it returns is plain facts.
 #[async_trait]
 pub trait Cloud: Send + Sync {
@@ -146,9 +163,11 @@ pub trait Cloud: Send + Sync {
         &self,
         ids: &[InstanceId],
     ) -> Result<Vec<(InstanceId, StatusChecks)>, CloudError>;
-    /// Powers an instance off at once: forced, without the guest's shutdown
-    /// (active fencing; a hung guest would only delay it).
-    async fn power_off(&self, instance: &InstanceId) -> Result<(), CloudError>;
+    /// Powers the machine `order` names off at once: forced, without the
+    /// guest's shutdown (active fencing; a hung guest would only delay it).
+    /// `Ok` means the cloud took the stop (or the machine was already off):
+    /// the stage still waits for the cloud to report it off.
+    async fn power_off(&self, order: &PowerOff<'_>) -> Result<(), CloudError>;
 }
 
 /// Every cloud this build can ask: each machine and each disk goes to the
@@ -249,10 +268,11 @@ impl Cloud for Clouds<'_> {
         Ok(out)
     }
 
-    async fn power_off(&self, instance: &InstanceId) -> Result<(), CloudError> {
+    async fn power_off(&self, order: &PowerOff<'_>) -> Result<(), CloudError> {
+        let instance = &order.machine.id;
         let provider = instance.provider();
         match self.of(provider) {
-            Some(cloud) => cloud.power_off(instance).await,
+            Some(cloud) => cloud.power_off(order).await,
             None => Err(CloudError::new(
                 provider,
                 CloudCall::PowerOff(instance.to_string()),
@@ -291,7 +311,7 @@ mod tests {
         ) -> Result<Vec<(InstanceId, StatusChecks)>, CloudError> {
             Ok(Vec::new())
         }
-        async fn power_off(&self, _: &InstanceId) -> Result<(), CloudError> {
+        async fn power_off(&self, _: &PowerOff<'_>) -> Result<(), CloudError> {
             Ok(())
         }
     }

@@ -122,6 +122,34 @@ run "defaults" {
   }
 }
 
+
+# Active fencing: the stop joins the detach in the node VMs' role (under its
+# condition on their names), the four settings reach both services, and the
+# wait for a stopped VM joins the request timeout: 450 + 120 = 570 s.
+run "active_fencing" {
+  command = plan
+
+  variables {
+    active_fencing = true
+  }
+
+  assert {
+    condition     = google_project_iam_custom_role.node_vms.permissions == toset(["compute.instances.detachDisk", "compute.instances.stop"]) && !contains(tolist(google_project_iam_custom_role.this.permissions), "compute.instances.stop")
+    error_message = "the stop is granted in the node VMs' role only"
+  }
+  assert {
+    condition     = length(google_project_iam_member.node_vms.condition) == 1
+    error_message = "the node VMs' role, stop included, holds only on VMs named like the cluster's nodes"
+  }
+  assert {
+    condition     = alltrue([for k in ["events", "webhook"] : one([for e in google_cloud_run_v2_service.this[k].template[0].containers[0].env : e.value if e.name == "ACTIVE_FENCING"]) == "on" && one([for e in google_cloud_run_v2_service.this[k].template[0].containers[0].env : e.value if e.name == "POWER_OFF_WAIT_SECONDS"]) == "120"])
+    error_message = "both services get the active fencing settings"
+  }
+  assert {
+    condition     = google_cloud_run_v2_service.this["events"].template[0].timeout == "570s" && google_pubsub_subscription.push.ack_deadline_seconds == 570
+    error_message = "the wait for a stopped VM is part of the request timeout"
+  }
+}
 run "eventarc_an_own_secret_a_zonal_cluster_vpc_egress_and_the_longest_waits" {
   command = plan
 
@@ -329,6 +357,9 @@ run "out_of_range_values_are_refused" {
     detach_disks_per_node                    = 9
     webhook_max_instances                    = 0
     webhook_max_instance_request_concurrency = 0
+    power_off_after_seconds                  = 59
+    power_off_wait_seconds                   = 301
+    partition_percent                        = 0
   }
 
   expect_failures = [
@@ -352,6 +383,9 @@ run "out_of_range_values_are_refused" {
     var.detach_disks_per_node,
     var.webhook_max_instances,
     var.webhook_max_instance_request_concurrency,
+    var.power_off_after_seconds,
+    var.power_off_wait_seconds,
+    var.partition_percent,
   ]
 }
 
@@ -364,6 +398,9 @@ run "the_other_bounds_are_refused" {
     max_delivery_attempts         = 101
     detach_disks_per_node         = 0
     push_audience                 = "https://node-fencer.example.com/"
+    power_off_after_seconds       = 3601
+    power_off_wait_seconds        = 9
+    partition_percent             = 101
   }
 
   expect_failures = [
@@ -372,5 +409,8 @@ run "the_other_bounds_are_refused" {
     var.max_delivery_attempts,
     var.detach_disks_per_node,
     var.push_audience,
+    var.power_off_after_seconds,
+    var.power_off_wait_seconds,
+    var.partition_percent,
   ]
 }
