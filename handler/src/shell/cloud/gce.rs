@@ -392,22 +392,24 @@ fn is_not_found(e: &google_cloud_compute_v1::Error, resource: &str) -> bool {
     // Compute Engine leaves the body's `status` out (then `Unknown`); one
     // it sends must say the same.
     let code = matches!(status.code, Code::NotFound | Code::Unknown);
-    let reason = status
-        .details
-        .iter()
-        .any(|d| matches!(d, StatusDetails::ErrorInfo(info) if info.reason == "notFound"));
-    code && reason && status.message.contains(&format!("'{resource}'"))
+    code && has_reason(status, "notFound") && status.message.contains(&format!("'{resource}'"))
 }
 
 /// Whether `e` is Compute Engine's 400 `resourceNotReady`: an operation
 /// on the resource (here another detach of the disk) is still running.
 fn is_not_ready(e: &google_cloud_compute_v1::Error) -> bool {
     e.http_status_code() == Some(400)
-        && e.status().is_some_and(|status| {
-            status.details.iter().any(
-            |d| matches!(d, StatusDetails::ErrorInfo(info) if info.reason == "resourceNotReady"),
-        )
-        })
+        && e.status()
+            .is_some_and(|status| has_reason(status, "resourceNotReady"))
+}
+
+/// Whether Google's error names `reason` (its `errors[].reason`, which the
+/// client reads into an `ErrorInfo`).
+fn has_reason(status: &google_cloud_gax::error::rpc::Status, reason: &str) -> bool {
+    status
+        .details
+        .iter()
+        .any(|d| matches!(d, StatusDetails::ErrorInfo(info) if info.reason == reason))
 }
 
 fn is_done(op: &Operation) -> bool {
