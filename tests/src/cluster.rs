@@ -24,12 +24,12 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use anyhow::bail;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use kube::Client;
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::json;
 
-use crate::scene::{stop_heartbeats, wait_until};
+use crate::scene::{SCENE_LABEL, stop_heartbeats, wait_until};
 use crate::{Stack, apply_rbac, attacher, repo_root};
 
 static CLUSTER: OnceLock<Result<Stack, String>> = OnceLock::new();
@@ -168,9 +168,60 @@ async fn kwok_keeps_dead_nodes_pods(admin: &Client) -> anyhow::Result<bool> {
 /// Scenarios on the controller stack take this lock: they share the cap on
 /// out-of-service nodes and the controllers' attention. It is not the lock of
 /// [`crate::serial`], so they run beside the tests of the bare stack.
+///
+/// A scenario that fails before its teardown leaves its nodes behind,
+/// NotReady and perhaps fenced; the next ones would count them under the
+/// cap and the partition guard and fail for it. So whoever takes the lock
+/// first removes what an earlier scenario left: under the lock, every scene
+/// node and test namespace still there is a leftover.
 pub async fn cluster_serial() -> tokio::sync::MutexGuard<'static, ()> {
     static LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-    LOCK.lock().await
+    let guard = LOCK.lock().await;
+    if let Err(e) = remove_leftovers(cluster_stack()).await {
+        panic!("could not remove what an earlier scenario left: {e:#}");
+    }
+    guard
+}
+
+/// Deletes the scene nodes and test namespaces on the controller stack and
+/// waits for the nodes to be gone, saying what it found.
+async fn remove_leftovers(stack: &Stack) -> anyhow::Result<()> {
+    let admin = stack.admin().await?;
+    let nodes: Api<Node> = Api::all(admin.clone());
+    let scenes = ListParams::default().labels(SCENE_LABEL);
+    let left: Vec<String> = nodes
+        .list_metadata(&scenes)
+        .await?
+        .into_iter()
+        .filter_map(|n| n.metadata.name)
+        .collect();
+    let namespaces: Api<Namespace> = Api::all(admin.clone());
+    let tests = ListParams::default().labels("node-fencer.io/test=true");
+    for ns in namespaces.list_metadata(&tests).await? {
+        let deleting = ns.metadata.deletion_timestamp.is_some();
+        if let Some(name) = ns.metadata.name.filter(|_| !deleting) {
+            eprintln!("removing namespace {name}, left by an earlier scenario");
+            namespaces
+                .delete(&name, &DeleteParams::background())
+                .await?;
+        }
+    }
+    if left.is_empty() {
+        return Ok(());
+    }
+    eprintln!("removing nodes left by an earlier scenario: {left:?}");
+    for name in &left {
+        nodes.delete(name, &DeleteParams::background()).await?;
+    }
+    wait_until(
+        "the leftover scene nodes to be gone",
+        Duration::from_secs(30),
+        || async {
+            let still = nodes.list_metadata(&scenes).await?.items.len();
+            Ok((still == 0).then_some(()))
+        },
+    )
+    .await
 }
 
 /// Applies `infra/kubernetes/rbac.yaml` again (after a test changed the role).
