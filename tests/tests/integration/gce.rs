@@ -914,7 +914,10 @@ impl Served {
     /// of which `sent` (spaces) are written as fast as the server takes
     /// them while its answer is read: the status, or `None` when the
     /// connection closed unanswered (a server may refuse a request without
-    /// reading its body, and its reset can overtake the answer).
+    /// reading its body, and its reset can overtake the answer). The
+    /// connection is not half-closed while the answer is awaited: hyper
+    /// takes a client's end of input for the end of the connection and
+    /// drops the answer under way, and no client this serves half-closes.
     async fn post_declared(
         &self,
         path: &str,
@@ -940,7 +943,8 @@ impl Served {
                 tx.write_all(&chunk[..n]).await?;
                 left -= n;
             }
-            tx.flush().await
+            tx.flush().await?;
+            Ok::<_, std::io::Error>(tx)
         };
         let read = async move {
             let mut raw = Vec::new();
