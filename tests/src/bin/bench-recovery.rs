@@ -43,6 +43,7 @@ usage: bench-recovery [--runs N] [--mode both|lambda|in-process] [--baseline]
                       [--driver ebs|cstor] [--fencing taint|legacy] [--svg PATH]
                       [--event-at-stop] [--hung] [--cloud aws|gce]
                       [--fast-not-ready] [--kubelet-silent-first]
+                      [--graceful-shutdown SECS]
 
 Runs the seed scenario (a StatefulSet and a Deployment with ReadWriteOnce
 volumes on node 2; node 2's instance stops) N times per mode and prints medians
@@ -85,6 +86,14 @@ with min/max:
                        Lease proves it silent since the stop; times still run
                        from the instance's stop. Run with and without
                        --fast-not-ready for the side-by-side
+  --graceful-shutdown SECS
+                       with --event-at-stop: an ordinary stop. EC2 records the
+                       stop request; node 2's kubelet keeps renewing its Lease
+                       for SECS (the guest's shutdown), then falls silent, and
+                       the instance reaches `stopped` 7 s later, when its event
+                       is sent (timed then, as EC2 times it). Times run from
+                       that event; FAST_NOT_READY proves the kubelet silent
+                       against the event's time, not the request's
   --cloud C            aws (default): EC2 instances in moto; gce: Compute Engine
                        VMs and Persistent Disks (pd.csi.storage.gke.io) in the
                        fake Compute Engine (tests/gce/fake_compute.py, detach
@@ -120,6 +129,7 @@ struct Args {
     gce: bool,
     fast_not_ready: bool,
     silent_first: bool,
+    graceful_shutdown: Option<u64>,
 }
 
 impl Args {
@@ -165,6 +175,7 @@ fn parse_args() -> anyhow::Result<Option<Args>> {
         gce: false,
         fast_not_ready: false,
         silent_first: false,
+        graceful_shutdown: None,
     };
     let (mut storm_set, mut mode_set, mut driver_set) = (false, false, false);
     let mut it = std::env::args().skip(1);
@@ -221,6 +232,11 @@ fn parse_args() -> anyhow::Result<Option<Args>> {
             "--hung" => args.hung = true,
             "--fast-not-ready" => args.fast_not_ready = true,
             "--kubelet-silent-first" => args.silent_first = true,
+            "--graceful-shutdown" => {
+                let secs = value("--graceful-shutdown")?;
+                args.graceful_shutdown =
+                    Some(secs.parse().context("--graceful-shutdown: seconds")?);
+            }
             "--cloud" => {
                 args.gce = match value("--cloud")?.as_str() {
                     "aws" => false,
@@ -243,6 +259,9 @@ fn parse_args() -> anyhow::Result<Option<Args>> {
         }
         (args.driver, args.storm) = (Driver::Pd, None);
         (args.lambda, args.in_process) = (true, false);
+    }
+    if args.graceful_shutdown.is_some() && (!args.event_at_stop || args.silent_first) {
+        bail!("--graceful-shutdown: with --event-at-stop, not with --kubelet-silent-first");
     }
     if args.hung {
         // The hung case replaces the stopped instance's seed runs.
@@ -458,6 +477,8 @@ struct Bench<'a> {
     event_at_stop: bool,
     /// Node 2's heartbeats stop this long before its instance does.
     silent_first: Option<Duration>,
+    /// Node 2's kubelet renews this long after its stop was asked for.
+    graceful_shutdown: Option<Duration>,
 }
 
 impl Bench<'_> {
@@ -561,10 +582,16 @@ async fn fence_once(
         }
         Mode::InProcess(warm) => {
             let batch = Batch {
+                // As the binary reads EventBridge's `stopped` event: timed
+                // when it is sent.
                 suspects: vec![Suspect {
                     target: instance_ref(&seed.node2().machine.instance)?,
                     intent: Intent::Fence,
-                    origin: Origin::Direct,
+                    origin: Origin::Ec2StateChange {
+                        event_id: None,
+                        reported_state: "stopped".into(),
+                        reported_at: Some(k8s_openapi::jiff::Timestamp::now().as_second()),
+                    },
                 }],
                 ..Batch::default()
             };
@@ -619,9 +646,17 @@ async fn seed_run(b: &Bench<'_>, mode: &Mode<'_>, t: Tables<'_>) -> anyhow::Resu
         stop_heartbeats(&admin, &node2).await?;
         tokio::time::sleep(before).await;
     }
+    if let Some(shutdown) = b.graceful_shutdown {
+        // EC2 records the request; the guest shuts down, its kubelet
+        // renewing, then the instance gets to `stopped`: the stop from here.
+        stop(&stack.ec2().await, &seed.node2().machine).await?;
+        tokio::time::sleep(shutdown).await;
+        stop_heartbeats(&admin, &node2).await?;
+        tokio::time::sleep(Duration::from_secs(SILENT_FIRST_SECS)).await;
+    }
     let stopped = Instant::now();
     let stopped_wall = SystemTime::now();
-    kill_node2(stack, &seed, false).await?;
+    kill_node2(stack, &seed, b.graceful_shutdown.is_some()).await?;
     let watch = async {
         let bound = Duration::from_secs(b.grace + 60);
         wait_not_ready(&admin, std::slice::from_ref(&node2), bound).await?;
@@ -1346,16 +1381,22 @@ async fn run(args: Args) -> anyhow::Result<()> {
         silent_first: args
             .silent_first
             .then_some(Duration::from_secs(SILENT_FIRST_SECS)),
+        graceful_shutdown: args.graceful_shutdown.map(Duration::from_secs),
     };
     clock.say(&format!(
         "volumes of {}, FENCING_MODE={}, FAST_NOT_READY={}{}",
         args.driver.name(),
         args.fencing.name(),
         args.fast_not_ready,
-        if args.silent_first {
-            format!(", node 2's heartbeats stop {SILENT_FIRST_SECS} s before its instance")
-        } else {
-            String::new()
+        match (args.silent_first, args.graceful_shutdown) {
+            (true, _) => {
+                format!(", node 2's heartbeats stop {SILENT_FIRST_SECS} s before its instance")
+            }
+            (false, Some(g)) => format!(
+                ", node 2's kubelet renews {g} s after the stop request, silent \
+                 {SILENT_FIRST_SECS} s before the `stopped` event"
+            ),
+            (false, None) => String::new(),
         }
     ));
     for i in 0..args.runs {

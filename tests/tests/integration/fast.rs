@@ -10,6 +10,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use kube::{Api, Client};
 use node_fencer::core::inbound::suspect::{Intent, NodeRef};
+use node_fencer::core::inbound::trigger::eventbridge;
 use node_fencer::core::model::names::NodeName;
 use node_fencer::core::outbound::report::Outcome;
 use node_fencer::core::rules::decide::Skip;
@@ -17,7 +18,9 @@ use node_fencer::core::rules::silence::{MARK_REASON, SKEW_MARGIN_SECS};
 use node_fencer::core::settings::policy::Policy;
 use node_fencer_tests::cluster::{cluster_serial, cluster_stack};
 use node_fencer_tests::fixtures::{fence, node_events, settings, stop, unique};
-use node_fencer_tests::scene::{add_workers, node_taints, ready, stop_heartbeats, teardown};
+use node_fencer_tests::scene::{
+    add_workers, eventbridge_event, node_taints, ready, stop_heartbeats, teardown,
+};
 
 use crate::one;
 
@@ -139,11 +142,15 @@ async fn fast_not_ready_marks_and_fences_a_silent_kubelets_node_before_the_grace
     result
 }
 
-/// The machine is stopped while the kubelet still renews its Lease (kwok
-/// keeps renewing it): heard after the stop, the Node is not marked, a
-/// Warning Event says why, and the Node is left to the node controller.
+/// An ordinary stop: EC2 records the request while the kubelet still
+/// renews its Lease (kwok keeps renewing it through the "shutdown"). Heard
+/// after the recorded stop, the Node is not marked, a Warning Event says
+/// why, and the Node is left to the node controller. Then the kubelet falls
+/// silent and the instance gets to `stopped`: EventBridge's event, timed
+/// then, proves the kubelet silent, and the Node is marked and fenced at
+/// once, before the node controller's grace period is over.
 #[tokio::test]
-async fn fast_not_ready_a_kubelet_heard_after_the_stop_is_left_to_the_node_controller()
+async fn fast_not_ready_a_kubelet_heard_after_the_stop_request_is_proven_by_the_stopped_event()
 -> anyhow::Result<()> {
     let _g = cluster_serial().await;
     let s = cluster_stack();
@@ -185,6 +192,27 @@ async fn fast_not_ready_a_kubelet_heard_after_the_stop_is_left_to_the_node_contr
                 .iter()
                 .any(|t| t.starts_with("node.kubernetes.io/out-of-service")),
             "not tainted"
+        );
+
+        // The shutdown ends: the kubelet falls silent, and the `stopped`
+        // event comes more than the margin after its last renewal.
+        stop_heartbeats(&admin, &w.name).await?;
+        let last = renewed_at(&admin, &w.name).await?;
+        while now() <= last + SKEW_MARGIN_SECS {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let event = eventbridge::parse(eventbridge_event(&w.machine.instance, "stopped"))?;
+        let started = Instant::now();
+        let report = fence(s, event, fast()).await?;
+        let took = started.elapsed();
+        assert_eq!(report.results[0].outcome, Outcome::Fenced, "{report:#?}");
+        assert!(took < Duration::from_secs(3), "no wait: {took:?}");
+        let (status, reason) = ready_condition(&admin, &w.name).await?;
+        assert_eq!(status, "Unknown");
+        assert_eq!(
+            reason.as_deref(),
+            Some(MARK_REASON),
+            "marked by node-fencer"
         );
         anyhow::Ok(())
     }

@@ -73,6 +73,15 @@ pub enum Origin {
         event_id: Option<String>,
         /// The state the event reported (not trusted for the decision).
         reported_state: String,
+        /// The event's `time`: when the instance reached that state (for a
+        /// `stopped` event, the end of the shutdown, not the stop request),
+        /// in Unix seconds. Only `FAST_NOT_READY`'s proof reads it.
+        #[serde(
+            rename = "time",
+            serialize_with = "crate::core::model::values::serialize_rfc3339",
+            skip_serializing_if = "Option::is_none"
+        )]
+        reported_at: Option<i64>,
     },
     /// One alert of an Alertmanager webhook.
     Alert {

@@ -18,6 +18,23 @@ pub(crate) fn unix_seconds(text: &str) -> Option<i64> {
         .map(|t| t.as_second())
 }
 
+/// Unix seconds in RFC 3339, or the number itself if out of range.
+pub fn rfc3339(secs: i64) -> String {
+    k8s_openapi::jiff::Timestamp::from_second(secs)
+        .map_or_else(|_| secs.to_string(), |t| t.to_string())
+}
+
+/// Serializes Unix seconds as [`rfc3339`], for reports read by people.
+pub(crate) fn serialize_rfc3339<S: serde::Serializer>(
+    secs: &Option<i64>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    match secs {
+        Some(secs) => s.serialize_str(&rfc3339(*secs)),
+        None => s.serialize_none(),
+    }
+}
+
 /// True when both name the same instant (RFC 3339, whatever the spelling).
 pub fn same_time(a: &str, b: &str) -> bool {
     match (

@@ -2,6 +2,7 @@
 //! reason, so the reason, its action and its type are never typed twice.
 
 use crate::core::model::instance::{InstanceId, InstanceState, Provider};
+use crate::core::model::values;
 use crate::core::rules::decide::Skip;
 use crate::core::rules::power::Refusal;
 use crate::core::rules::recovery::Hold;
@@ -144,8 +145,8 @@ impl NodeEvent {
             format!(
                 "set Ready=Unknown without waiting for the node controller: {} reports {instance} off since {}, and the kubelet's Lease was last renewed at {}",
                 instance.provider().api(),
-                silence::rfc3339(stopped_at),
-                silence::rfc3339(renewed_at)
+                values::rfc3339(stopped_at),
+                values::rfc3339(renewed_at)
             ),
         )
     }
@@ -157,8 +158,8 @@ impl NodeEvent {
             format!(
                 "{} reports {instance} off since {}, but the kubelet renewed its Lease at {} (within {} s of the stop or after it): not marked NotReady; waiting for the node controller",
                 instance.provider().api(),
-                silence::rfc3339(stopped_at),
-                silence::rfc3339(renewed_at),
+                values::rfc3339(stopped_at),
+                values::rfc3339(renewed_at),
                 silence::SKEW_MARGIN_SECS
             ),
         )

@@ -282,6 +282,7 @@ mod tests {
         Origin::Ec2StateChange {
             event_id: None,
             reported_state: "stopped".into(),
+            reported_at: None,
         }
     }
 

@@ -550,6 +550,7 @@ mod tests {
         let ec2 = Origin::Ec2StateChange {
             event_id: None,
             reported_state: "stopped".into(),
+            reported_at: None,
         };
         assert!(is_candidate(&suspect(Intent::Fence, Origin::Sweep)));
         assert!(is_candidate(&suspect(

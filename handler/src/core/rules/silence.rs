@@ -7,11 +7,15 @@
 //! itself. Pure: the stop times as the clouds spell them, the judgement,
 //! and the condition written.
 
+use std::collections::HashMap;
+
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use serde::Serialize;
 
+use crate::core::inbound::suspect::{NodeRef, Origin, Suspect};
 use crate::core::model::facts::Confirmation;
+use crate::core::model::instance::InstanceId;
 use crate::core::model::values;
 use crate::core::rules::decide;
 
@@ -101,10 +105,55 @@ impl Silence {
     }
 }
 
-/// Judges one Node from the cloud's answer about its machine and its
-/// kubelet's Lease. A hibernated stop is off only with `fence_hibernated`,
-/// exactly as for the taint.
-pub fn judge(confirmation: &Confirmation, fence_hibernated: bool, lease: KubeletLease) -> Silence {
+/// The stops the triggers of an invocation reported, by machine: the time
+/// of each EventBridge `stopped` or `terminated` event (when the instance
+/// got there), the latest per instance. Other triggers report none.
+pub fn reported_stops(suspects: &[Suspect]) -> HashMap<InstanceId, i64> {
+    let mut stops: HashMap<InstanceId, i64> = HashMap::new();
+    for s in suspects {
+        let (
+            NodeRef::Instance(id),
+            Origin::Ec2StateChange {
+                reported_state,
+                reported_at: Some(at),
+                ..
+            },
+        ) = (&s.target, &s.origin)
+        else {
+            continue;
+        };
+        if matches!(reported_state.as_str(), "stopped" | "terminated") {
+            let latest = stops.entry(id.clone()).or_insert(*at);
+            *latest = (*latest).max(*at);
+        }
+    }
+    stops
+}
+
+/// The stop the kubelet's silence is measured against: the later of the
+/// stop the cloud recorded and the one a trigger reported.
+///
+/// EC2 records when a stop was asked for, and a kubelet goes on renewing
+/// through the guest's shutdown; its `stopped` event is timed when the
+/// machine got there, after the last renewal the kubelet could make. Any
+/// authentic stop of this machine is a sound reference: a kubelet that ran
+/// after it (the machine started again, then stopped) renewed after it, and
+/// is heard. An authentic stop is never in the future: a reported time
+/// after `now` is not believed, as it would make any renewal look earlier.
+pub fn stop_time(recorded: Option<i64>, reported: Option<i64>, now: i64) -> Option<i64> {
+    recorded.max(reported.filter(|at| *at <= now))
+}
+
+/// Judges one Node from the cloud's answer about its machine, the stop a
+/// trigger reported for it (see [`stop_time`]) and its kubelet's Lease. A
+/// hibernated stop is off only with `fence_hibernated`, exactly as for the
+/// taint.
+pub fn judge(
+    confirmation: &Confirmation,
+    fence_hibernated: bool,
+    lease: KubeletLease,
+    (reported, now): (Option<i64>, i64),
+) -> Silence {
     let unproven = |why| Silence::Unproven { why };
     let facts = match confirmation {
         Confirmation::Seen(facts)
@@ -114,7 +163,7 @@ pub fn judge(confirmation: &Confirmation, fence_hibernated: bool, lease: Kubelet
         }
         _ => return unproven(Unproven::NotOff),
     };
-    let Some(stopped_at) = facts.stopped_at else {
+    let Some(stopped_at) = stop_time(facts.stopped_at, reported, now) else {
         return unproven(Unproven::NoStopTime);
     };
     let renewed_at = match lease {
@@ -174,8 +223,8 @@ pub fn gce_stop_time(last_stop: &str) -> Option<i64> {
 pub fn mark_message(stopped_at: i64, renewed_at: i64) -> String {
     format!(
         "node-fencer: the cloud confirms the machine off, stopped at {}; the kubelet last renewed its Lease at {}, {} s before (margin {SKEW_MARGIN_SECS} s)",
-        rfc3339(stopped_at),
-        rfc3339(renewed_at),
+        values::rfc3339(stopped_at),
+        values::rfc3339(renewed_at),
         stopped_at.saturating_sub(renewed_at)
     )
 }
@@ -230,15 +279,9 @@ pub fn mark_patch(node: &Node, message: &str, now: i64) -> MarkPatch {
             "status": "Unknown",
             "reason": MARK_REASON,
             "message": message,
-            "lastTransitionTime": rfc3339(now),
+            "lastTransitionTime": values::rfc3339(now),
         }]},
     }))
-}
-
-/// Unix seconds in RFC 3339, or the number itself if out of range.
-pub fn rfc3339(secs: i64) -> String {
-    k8s_openapi::jiff::Timestamp::from_second(secs)
-        .map_or_else(|_| secs.to_string(), |t| t.to_string())
 }
 
 #[cfg(test)]
@@ -379,8 +422,111 @@ mod tests {
             ),
         ];
         for (name, confirmation, hibernated, lease, want) in rows {
-            assert_eq!(judge(&confirmation, hibernated, lease), want, "{name}");
+            assert_eq!(
+                judge(&confirmation, hibernated, lease, (None, STOP + 60)),
+                want,
+                "{name}"
+            );
         }
+    }
+
+    /// Issue 39's next step: EC2 records when the stop was asked for, and a
+    /// kubelet renews through the shutdown; the `stopped` event's time, when
+    /// the machine got there, proves it silent.
+    #[test]
+    fn a_reported_stop_later_than_the_recorded_one_is_the_reference() {
+        let stopped = seen(InstanceState::Stopped, Some(STOP));
+        // Renewed 20 s after the stop request, during the shutdown; the
+        // machine was stopped 40 s after the request.
+        let lease = KubeletLease::RenewedAt(STOP + 20);
+        let now = STOP + 45;
+        assert!(matches!(
+            judge(&stopped, false, lease, (None, now)),
+            Silence::HeardAfterStop { .. }
+        ));
+        assert_eq!(
+            judge(&stopped, false, lease, (Some(STOP + 40), now)),
+            Silence::Silent {
+                stopped_at: STOP + 40,
+                renewed_at: STOP + 20
+            }
+        );
+        // A stale event of an earlier stop: the recorded stop is later.
+        assert!(matches!(
+            judge(&stopped, false, lease, (Some(STOP - 3600), now)),
+            Silence::HeardAfterStop {
+                stopped_at: STOP,
+                ..
+            }
+        ));
+        // No recorded time: the reported one alone.
+        let no_time = seen(InstanceState::Stopped, None);
+        assert!(matches!(
+            judge(&no_time, false, lease, (Some(STOP + 40), now)),
+            Silence::Silent { stopped_at, .. } if stopped_at == STOP + 40
+        ));
+        // A kubelet renewing after the reported stop is heard.
+        let alive = KubeletLease::RenewedAt(STOP + 44);
+        assert!(matches!(
+            judge(&stopped, false, alive, (Some(STOP + 40), now)),
+            Silence::HeardAfterStop { .. }
+        ));
+        // The report never makes a machine off that the cloud does not.
+        let running = seen(InstanceState::Running, Some(STOP));
+        assert_eq!(
+            judge(&running, false, lease, (Some(STOP + 40), now)),
+            Silence::Unproven {
+                why: Unproven::NotOff
+            }
+        );
+    }
+
+    #[test]
+    fn a_reported_stop_in_the_future_is_not_believed() {
+        let now = STOP + 45;
+        assert_eq!(stop_time(Some(STOP), Some(now + 1), now), Some(STOP));
+        assert_eq!(stop_time(None, Some(now + 600), now), None);
+        assert_eq!(stop_time(None, Some(now), now), Some(now));
+        assert_eq!(stop_time(None, None, now), None);
+        let lease = KubeletLease::RenewedAt(STOP + 20);
+        let stopped = seen(InstanceState::Stopped, Some(STOP));
+        assert!(matches!(
+            judge(&stopped, false, lease, (Some(i64::MAX), now)),
+            Silence::HeardAfterStop {
+                stopped_at: STOP,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn only_ec2_stopped_and_terminated_events_report_a_stop() {
+        use crate::core::inbound::suspect::Intent;
+        let a = InstanceId::parse("i-0123456789abcdef0").unwrap();
+        let b = InstanceId::parse("i-0fedcba9876543210").unwrap();
+        let event = |id: &InstanceId, state: &str, at: Option<i64>| Suspect {
+            target: NodeRef::Instance(id.clone()),
+            intent: Intent::Fence,
+            origin: Origin::Ec2StateChange {
+                event_id: None,
+                reported_state: state.into(),
+                reported_at: at,
+            },
+        };
+        let suspects = vec![
+            event(&a, "stopped", Some(STOP)),
+            event(&a, "terminated", Some(STOP + 7)),
+            event(&a, "running", Some(STOP + 99)),
+            event(&b, "stopped", None),
+            Suspect {
+                target: NodeRef::Instance(b.clone()),
+                intent: Intent::Fence,
+                origin: Origin::Direct,
+            },
+        ];
+        let stops = reported_stops(&suspects);
+        assert_eq!(stops.get(&a), Some(&(STOP + 7)));
+        assert_eq!(stops.get(&b), None);
     }
 
     #[test]
@@ -470,7 +616,7 @@ mod tests {
         assert_eq!(c["status"], "Unknown");
         assert_eq!(c["reason"], MARK_REASON);
         assert_eq!(c["message"], "why");
-        assert_eq!(c["lastTransitionTime"], rfc3339(STOP));
+        assert_eq!(c["lastTransitionTime"], values::rfc3339(STOP));
         // The kubelet's last heartbeat is its own: the node controller's
         // grace period keeps running from it.
         assert!(c.get("lastHeartbeatTime").is_none());
@@ -521,6 +667,6 @@ mod tests {
         let m = mark_message(STOP, STOP - 12);
         assert!(m.starts_with("node-fencer:"), "{m}");
         assert!(m.contains("12 s before"), "{m}");
-        assert!(m.contains(&rfc3339(STOP)), "{m}");
+        assert!(m.contains(&values::rfc3339(STOP)), "{m}");
     }
 }

@@ -28,7 +28,7 @@ use crate::pipeline::invocation::Invocation;
 use crate::pipeline::looks::Looks;
 use crate::pipeline::{nodes, wait};
 
-use super::hasten::{self, Marking};
+use super::hasten::{self, Evidence, Marking};
 
 /// How often one Node's marking may meet a conflicting writer before the
 /// wait is left to the node controller.
@@ -51,6 +51,7 @@ pub(crate) async fn run(ctx: &Ctx<'_>, inv: &mut Invocation<'_>) -> Result<(), P
         decision,
         ..
     } = inv;
+    let evidence = Evidence::new(policy, suspects);
     let mut first = true;
     // Attempts at marking each Node; a Node not proven is not tried again.
     let mut attempts: HashMap<String, u8> = HashMap::new();
@@ -108,7 +109,7 @@ pub(crate) async fn run(ctx: &Ctx<'_>, inv: &mut Invocation<'_>) -> Result<(), P
         if to_mark.is_empty() || switch.is_on() {
             return Ok(());
         }
-        let marked = hasten::mark(ctx, policy.fence_hibernated, looks, &to_mark).await;
+        let marked = hasten::mark(ctx, &evidence, looks, &to_mark).await;
         count_attempts(&mut attempts, &to_mark, &marked);
         // The next look reads the Nodes again and decides over them.
         first = false;

@@ -11,11 +11,13 @@ use std::collections::HashMap;
 
 use tracing::{info, warn};
 
+use crate::core::inbound::suspect::Suspect;
 use crate::core::model::facts::Confirmation;
 use crate::core::model::instance::InstanceId;
 use crate::core::outbound::events::NodeEvent;
 use crate::core::outbound::metrics::Dependency;
 use crate::core::rules::silence::{self, Silence};
+use crate::core::settings::policy::Policy;
 use crate::pipeline::ctx::Ctx;
 use crate::pipeline::looks::Looks;
 use crate::shell::cluster::MarkOutcome;
@@ -32,10 +34,27 @@ pub(crate) enum Marking {
     Wait,
 }
 
+/// What the proof weighs beside the cloud's look and the Lease: whether a
+/// hibernated stop counts as off, and the stops the triggers reported.
+pub(crate) struct Evidence {
+    fence_hibernated: bool,
+    reported: HashMap<InstanceId, i64>,
+}
+
+impl Evidence {
+    /// The evidence of one invocation's policy and suspects.
+    pub(crate) fn new(policy: &Policy, suspects: &[Suspect]) -> Self {
+        Self {
+            fence_hibernated: policy.fence_hibernated,
+            reported: silence::reported_stops(suspects),
+        }
+    }
+}
+
 /// Tries to mark each of `nodes` (name, machine) `Ready=Unknown`.
 pub(crate) async fn mark(
     ctx: &Ctx<'_>,
-    fence_hibernated: bool,
+    evidence: &Evidence,
     looks: &mut Looks,
     nodes: &[(String, InstanceId)],
 ) -> HashMap<String, Marking> {
@@ -46,10 +65,7 @@ pub(crate) async fn mark(
             out.insert(node.clone(), Marking::Wait);
             continue;
         };
-        match (
-            &answer,
-            prove(ctx, fence_hibernated, node, id, &answer).await,
-        ) {
+        match (&answer, prove(ctx, evidence, node, id, &answer).await) {
             (Confirmation::Seen(first), Some(_)) => proven.push((node, id, first.clone())),
             _ => {
                 out.insert(node.clone(), Marking::Wait);
@@ -69,7 +85,7 @@ pub(crate) async fn mark(
         let answer = again
             .get(id)
             .map_or(Confirmation::NotFound, |a| first.same_machine(a));
-        let marking = match prove(ctx, fence_hibernated, node, id, &answer).await {
+        let marking = match prove(ctx, evidence, node, id, &answer).await {
             Some((stopped_at, renewed_at)) => write(ctx, node, id, (stopped_at, renewed_at)).await,
             None => Marking::Wait,
         };
@@ -83,7 +99,7 @@ pub(crate) async fn mark(
 /// reported with a Warning Event.
 async fn prove(
     ctx: &Ctx<'_>,
-    fence_hibernated: bool,
+    evidence: &Evidence,
     node: &str,
     id: &InstanceId,
     answer: &Confirmation,
@@ -96,7 +112,9 @@ async fn prove(
             return None;
         }
     };
-    let silence = silence::judge(answer, fence_hibernated, lease);
+    let reported = evidence.reported.get(id).copied();
+    let now = k8s_openapi::jiff::Timestamp::now().as_second();
+    let silence = silence::judge(answer, evidence.fence_hibernated, lease, (reported, now));
     info!(
         node,
         proof = silence.code(),

@@ -22,6 +22,14 @@ fn fast() -> Policy {
     }
 }
 
+/// [`fast`], with a wait short enough for a test that waits it out.
+fn short() -> Policy {
+    Policy {
+        not_ready_wait: Duration::from_millis(200),
+        ..fast()
+    }
+}
+
 /// The seed node still Ready; EC2 recorded its stop at `stopped_at`, and
 /// its kubelet last renewed at `renewed`.
 fn ready_on_a_stopped_machine(stopped_at: Option<i64>, renewed: KubeletLease) -> World {
@@ -88,14 +96,10 @@ async fn fast_not_ready_a_kubelet_silent_since_the_stop_is_marked_and_fenced_wit
 
 #[tokio::test]
 async fn fast_not_ready_a_kubelet_heard_after_the_stop_is_not_marked_and_reported() {
-    let short = Policy {
-        not_ready_wait: Duration::from_millis(200),
-        ..fast()
-    };
     let stop = now() - 20;
     for renewed in [stop + 3, stop - SKEW_MARGIN_SECS + 1] {
         let w = ready_on_a_stopped_machine(Some(stop), KubeletLease::RenewedAt(renewed));
-        let report = w.fence(&short).await.unwrap();
+        let report = w.fence(&short()).await.unwrap();
         assert_eq!(report.results[0].skip, Some(Skip::NodeReady), "{renewed}");
         assert!(
             report.incomplete(),
@@ -114,14 +118,10 @@ async fn fast_not_ready_a_kubelet_heard_after_the_stop_is_not_marked_and_reporte
 /// the two reads stops the marking.
 #[tokio::test]
 async fn fast_not_ready_a_renewal_between_the_two_reads_stops_the_marking() {
-    let short = Policy {
-        not_ready_wait: Duration::from_millis(200),
-        ..fast()
-    };
     let stop = now() - 20;
     let w = ready_on_a_stopped_machine(Some(stop), KubeletLease::RenewedAt(stop - 30));
     w.cluster.kubelet_renews_at_read(NODE, 2, now());
-    let report = w.fence(&short).await.unwrap();
+    let report = w.fence(&short()).await.unwrap();
     assert_eq!(report.results[0].skip, Some(Skip::NodeReady));
     assert_eq!(count(&w, &format!("MarkNotReady {NODE}")), 0);
     assert_eq!(w.cluster.events(NODE), ["KubeletHeardAfterStop"]);
@@ -131,14 +131,10 @@ async fn fast_not_ready_a_renewal_between_the_two_reads_stops_the_marking() {
 /// again since the first.
 #[tokio::test]
 async fn fast_not_ready_a_machine_started_since_the_first_look_is_not_marked() {
-    let short = Policy {
-        not_ready_wait: Duration::from_millis(200),
-        ..fast()
-    };
     let stop = now() - 20;
     let w = ready_on_a_stopped_machine(Some(stop), KubeletLease::RenewedAt(stop - 30));
     w.cloud.on_describe(2, &instance(1), InstanceState::Running);
-    let report = w.fence(&short).await.unwrap();
+    let report = w.fence(&short()).await.unwrap();
     assert!(report.results[0].skip.is_some(), "{report:#?}");
     assert_eq!(count(&w, &format!("MarkNotReady {NODE}")), 0);
     assert!(w.writes().is_empty(), "{:?}", w.writes());
@@ -149,16 +145,12 @@ async fn fast_not_ready_a_machine_started_since_the_first_look_is_not_marked() {
 /// another machine, whose stop proves nothing of this kubelet.
 #[tokio::test]
 async fn fast_not_ready_a_machine_recreated_since_the_first_look_is_not_marked() {
-    let short = Policy {
-        not_ready_wait: Duration::from_millis(200),
-        ..fast()
-    };
     let stop = now() - 20;
     let w = ready_on_a_stopped_machine(Some(stop), KubeletLease::RenewedAt(stop - 30));
     w.cloud
         .describe_as(&instance(1), |f| f.identity.uid = Some(7));
     w.cloud.recreated_on_describe(2, &instance(1), 8);
-    let report = w.fence(&short).await.unwrap();
+    let report = w.fence(&short()).await.unwrap();
     assert!(report.results[0].skip.is_some(), "{report:#?}");
     assert_eq!(count(&w, &format!("MarkNotReady {NODE}")), 0);
     assert_eq!(w.cluster.ready_condition(NODE).unwrap().0, "True");
@@ -280,4 +272,55 @@ async fn fast_not_ready_a_dry_run_marks_nothing() {
     w.fence(&fast()).await.unwrap();
     assert_eq!(count(&w, &format!("MarkNotReady {NODE}")), 0);
     assert_eq!(w.cluster.ready_condition(NODE).unwrap().0, "True");
+}
+
+/// EventBridge's `stopped` event for the seed machine, timed at `at`.
+fn stopped_event(w: &World, at: i64) -> Batch {
+    Batch {
+        suspects: vec![Suspect {
+            target: NodeRef::Instance(w.instance(1)),
+            intent: Intent::Fence,
+            origin: Origin::Ec2StateChange {
+                event_id: Some("stopped-event".into()),
+                reported_state: "stopped".into(),
+                reported_at: Some(at),
+            },
+        }],
+        ..Batch::default()
+    }
+}
+
+/// An ordinary stop: EC2 records when it was asked for, and the kubelet
+/// renews through the guest's shutdown. The `stopped` event's time, when
+/// the machine got there, proves the kubelet silent; without the event
+/// the renewal is after the recorded stop and the Node waits.
+#[tokio::test]
+async fn fast_not_ready_a_graceful_stop_is_proven_by_the_stopped_events_time() {
+    let asked = now() - 40;
+    let renewed = KubeletLease::RenewedAt(asked + 15);
+    let w = ready_on_a_stopped_machine(Some(asked), renewed);
+    let report = w.run(&fast(), stopped_event(&w, asked + 30)).await.unwrap();
+    assert_eq!(report.results[0].outcome, Outcome::Fenced, "{report:#?}");
+    assert_eq!(w.cluster.ready_condition(NODE).unwrap().0, "Unknown");
+    assert_eq!(w.cluster.events(NODE)[0], "MarkedNotReady");
+
+    let w = ready_on_a_stopped_machine(Some(asked), renewed);
+    let report = w.fence(&short()).await.unwrap();
+    assert_eq!(report.results[0].skip, Some(Skip::NodeReady));
+    assert_eq!(w.cluster.events(NODE), ["KubeletHeardAfterStop"]);
+}
+
+/// An event timed after the handler's clock proves nothing: it would make
+/// any renewal look earlier. The recorded stop alone is weighed.
+#[tokio::test]
+async fn fast_not_ready_an_event_timed_in_the_future_is_not_believed() {
+    let asked = now() - 40;
+    let w = ready_on_a_stopped_machine(Some(asked), KubeletLease::RenewedAt(asked + 15));
+    let report = w
+        .run(&short(), stopped_event(&w, now() + 3600))
+        .await
+        .unwrap();
+    assert_eq!(report.results[0].skip, Some(Skip::NodeReady));
+    assert_eq!(count(&w, &format!("MarkNotReady {NODE}")), 0);
+    assert_eq!(w.cluster.events(NODE), ["KubeletHeardAfterStop"]);
 }

@@ -39,6 +39,7 @@ pub fn parse(value: Value) -> Result<Batch, InputError> {
     let origin = Origin::Ec2StateChange {
         event_id: event.id,
         reported_state: detail.state.clone(),
+        reported_at: event.time.map(|t| t.timestamp()),
     };
     let intent = match InstanceState::from_name(&detail.state) {
         // EC2's events never say `hibernated` (they say `stopped`); the
@@ -111,6 +112,31 @@ mod tests {
             assert_eq!(batch.suspects.first().map(|s| s.intent), intent, "{state}");
             assert_eq!(batch.suspects.len() + batch.ignored.len(), 1);
         }
+    }
+
+    /// The event's time reaches the suspect's origin (and the report); an
+    /// event without one carries none, a malformed one is refused.
+    #[test]
+    fn the_events_time_is_carried() {
+        let batch = parse(event("stopped", "i-0123456789abcdef0")).unwrap();
+        let at = batch.suspects.first().map(|s| s.origin.clone());
+        let want = crate::core::model::values::unix_seconds("2026-11-22T10:00:00Z");
+        assert!(matches!(
+            at,
+            Some(Origin::Ec2StateChange { reported_at, .. }) if reported_at == want && want.is_some()
+        ));
+        let shown = serde_json::to_value(&batch.suspects[0].origin).unwrap();
+        assert_eq!(shown["time"], "2026-11-22T10:00:00Z");
+
+        let mut ev = event("stopped", "i-0123456789abcdef0");
+        ev.as_object_mut().map(|o| o.remove("time"));
+        let batch = parse(ev).unwrap();
+        let shown = serde_json::to_value(&batch.suspects[0].origin).unwrap();
+        assert!(shown.get("time").is_none(), "{shown}");
+
+        let mut ev = event("stopped", "i-0123456789abcdef0");
+        ev["time"] = json!("yesterday");
+        assert!(matches!(parse(ev), Err(InputError::Invalid { .. })));
     }
 
     #[test]
