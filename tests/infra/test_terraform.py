@@ -473,6 +473,7 @@ def test_env_names_are_the_contract():
     contract = {
         "DRY_RUN",
         "FAST_NOT_READY",
+        "NODE_SELECTOR",
         "FENCE_HIBERNATED",
         "OUT_OF_SERVICE_NO_SCHEDULE",
         "CLUSTER_VPC_ID",
@@ -519,6 +520,8 @@ def test_env_names_are_the_contract():
         "var.max_out_of_service_percent != None ? "
         "{'MAX_OUT_OF_SERVICE_PERCENT': '${tostring(var.max_out_of_service_percent)}'} : {}"
     ) in environment
+    # Unset means every Node: the selector is passed only when set.
+    assert "var.node_selector != None ? {'NODE_SELECTOR': '${var.node_selector}'} : {}" in environment
 
     code = code_variables()
     unknown = names - set(code)
@@ -1579,6 +1582,7 @@ def test_gcp_env_names_are_the_contract():
         "PUSH_SERVICE_ACCOUNT",
         "DRY_RUN",
         "FAST_NOT_READY",
+        "NODE_SELECTOR",
         "OUT_OF_SERVICE_NO_SCHEDULE",
         "MAX_OUT_OF_SERVICE",
         "MAX_OUT_OF_SERVICE_PERCENT",
@@ -1617,6 +1621,8 @@ def test_gcp_env_names_are_the_contract():
         "var.max_out_of_service_percent != None ? "
         "{'MAX_OUT_OF_SERVICE_PERCENT': '${tostring(var.max_out_of_service_percent)}'} : {}"
     ) in environment
+    # Unset means every Node: the selector is passed only when set.
+    assert "var.node_selector != None ? {'NODE_SELECTOR': '${var.node_selector}'} : {}" in environment
 
     (token,) = container["env"]
     assert L.value(token["name"]) == "WEBHOOK_TOKEN" and "value" not in token, "the token comes from Secret Manager, never as a value"

@@ -89,6 +89,7 @@ CASES: dict[str, dict[str, Any]] = {
         "partition_percent": 1,
         "out_of_service_no_schedule": True,
         "fast_not_ready": True,
+        "node_selector": "pool in (db,queue),!spot",
     },
     # Control-plane Nodes may be powered off; the detach keyed on this
     # cluster's own volume tag. Rendered at plan time.
@@ -422,6 +423,13 @@ def test_fast_not_ready_is_off_unless_set(workspace: T.Workspace, case: str, wan
     for address, after in functions(module_plan(workspace, case)).items():
         got = after["environment"][0]["variables"]["FAST_NOT_READY"]
         assert got == want, f"case {case}: {address} FAST_NOT_READY={got}"
+
+
+@pytest.mark.parametrize(("case", "want"), [("eks_active_fencing", None), ("self_managed_active_fencing", "pool in (db,queue),!spot")])
+def test_node_selector_is_passed_only_when_set(workspace: T.Workspace, case: str, want: str | None):
+    for address, after in functions(module_plan(workspace, case)).items():
+        got = after["environment"][0]["variables"].get("NODE_SELECTOR")
+        assert got == want, f"case {case}: {address} NODE_SELECTOR={got}"
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

@@ -59,6 +59,7 @@ CASES: dict[str, dict[str, Any]] = {
         "cluster_endpoint": "https://203.0.113.20",
         "dry_run": True,
         "fast_not_ready": True,
+        "node_selector": "cloud.google.com/gke-nodepool=stateful",
         "out_of_service_no_schedule": True,
         "sweep_schedule": None,
         "webhook_max_instances": 2,
@@ -365,6 +366,8 @@ def test_the_services_get_exactly_the_settings_the_code_reads(workspace: T.Works
     }
     if setting(c, "max_out_of_service_percent") is not None:
         want["MAX_OUT_OF_SERVICE_PERCENT"] = str(c["max_out_of_service_percent"])
+    if setting(c, "node_selector") is not None:
+        want["NODE_SELECTOR"] = setting(c, "node_selector")
     if setting(c, "active_fencing"):
         want |= {
             "ACTIVE_FENCING": "on",

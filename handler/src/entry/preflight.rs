@@ -13,9 +13,10 @@ use std::fmt::Write as _;
 use kube::Client;
 use serde::Serialize;
 
-use crate::core::model::facts::FenceMode;
+use crate::core::model::facts::{FenceMode, NodeFacts};
 use crate::core::rules::control::{self, KillSwitch};
 use crate::core::rules::mode::{self, ModeSetting, ServerVersion};
+use crate::core::rules::reach::{OPT_OUT_LABEL, Reach, Tally};
 use crate::core::settings::config::Config;
 use crate::core::settings::permissions::{
     CONTROL_RULES, KUBERNETES_RULES, NODE_LEASE_NAMESPACE, NODE_LEASE_RULES,
@@ -179,8 +180,36 @@ pub async fn run(clients: &Clients, config: &Config) -> Preflight {
             .ok(),
         None => None,
     };
+    if let Some(nodes) = &nodes {
+        checks.push(reach(&config.policy.reach, nodes));
+    }
     clouds::check(clients, config, nodes.as_deref(), &mut checks).await;
     Preflight::new(checks)
+}
+
+/// How many of the cluster's Nodes node-fencer may act on, and why the
+/// others not; none at all is worth a warning (a selector that matches
+/// nothing is more likely a mistake than a wish).
+fn reach(reach: &Reach, nodes: &[NodeFacts]) -> Check {
+    let Tally {
+        within,
+        out_of_scope,
+        opted_out,
+    } = reach.tally(nodes.iter().map(|n| &n.labels));
+    let selector = reach.selector.as_ref().map_or_else(
+        || "every Node (NODE_SELECTOR unset)".to_owned(),
+        |s| format!("NODE_SELECTOR {s}"),
+    );
+    let detail = format!(
+        "{within} of {} Node(s) may be fenced or powered off: {selector}; {out_of_scope} not selected, {opted_out} opted out ({OPT_OUT_LABEL})",
+        nodes.len()
+    );
+    let status = if within == 0 && !nodes.is_empty() {
+        Status::Warn
+    } else {
+        Status::Info
+    };
+    row("nodes in reach", status, detail)
 }
 
 /// Whether the webhook token can be read.
@@ -447,6 +476,40 @@ async fn permissions(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::model::facts::Readiness;
+    use crate::core::model::selector::LabelSelector;
+
+    #[test]
+    fn the_nodes_in_reach_are_counted_and_none_is_a_warning() {
+        let node = |pool: &str| {
+            let mut n = NodeFacts::bare(pool, Readiness::Ready);
+            n.labels.insert("pool".into(), pool.into());
+            n
+        };
+        let mut opted = node("stateful");
+        opted.labels.insert(OPT_OUT_LABEL.into(), "true".into());
+        let nodes = [node("stateful"), node("web"), opted];
+        let stateful = Reach {
+            selector: Some(LabelSelector::parse("pool=stateful").unwrap()),
+        };
+        let c = reach(&stateful, &nodes);
+        assert_eq!(c.status, Status::Info);
+        assert!(
+            c.detail.starts_with("1 of 3 Node(s) may be fenced or powered off: NODE_SELECTOR pool=stateful; 1 not selected, 1 opted out"),
+            "{}",
+            c.detail
+        );
+        let c = reach(&Reach::default(), &nodes);
+        assert!(
+            c.detail.starts_with("2 of 3") && c.detail.contains("NODE_SELECTOR unset"),
+            "{}",
+            c.detail
+        );
+        let none = Reach {
+            selector: Some(LabelSelector::parse("pool=gpu").unwrap()),
+        };
+        assert_eq!(reach(&none, &nodes).status, Status::Warn);
+    }
 
     #[test]
     fn the_table_shows_failures_with_their_fix_and_the_verdict() {

@@ -200,6 +200,12 @@ variable "max_out_of_service_percent" {
   default     = null
 }
 
+variable "node_selector" {
+  description = "NODE_SELECTOR: a Kubernetes label selector, as kubectl -l takes it (\"pool=stateful\", \"tier in (db,queue),!spot\"), naming the Nodes node-fencer may fence or power off at all. Null (the default): every Node. A Node labelled node-fencer.io/exclude=true is left alone whatever the selector says; neither holds back the recovery of a fencing made earlier. The function refuses to start on a value that is not a selector."
+  type        = string
+  default     = null
+}
+
 variable "fencing_mode" {
   description = "FENCING_MODE: taint (the out-of-service taint, Kubernetes 1.26 and later), legacy (force-delete the node's pods and VolumeAttachments, for older clusters), or auto (pick by the API server's version)."
   type        = string

@@ -8,6 +8,7 @@ module "settings" {
   out_of_service_no_schedule    = var.out_of_service_no_schedule
   max_out_of_service            = var.max_out_of_service
   max_out_of_service_percent    = var.max_out_of_service_percent
+  node_selector                 = var.node_selector
   fencing_mode                  = var.fencing_mode
   control_namespace             = var.control_namespace
   confirm_again_after_seconds   = var.confirm_again_after_seconds

@@ -27,5 +27,7 @@ locals {
     },
     # Unset means no percentage cap: passed only when set.
     var.max_out_of_service_percent != null ? { MAX_OUT_OF_SERVICE_PERCENT = tostring(var.max_out_of_service_percent) } : {},
+    # Unset means every Node: passed only when set.
+    var.node_selector != null ? { NODE_SELECTOR = var.node_selector } : {},
   )
 }

@@ -36,6 +36,18 @@ variable "max_out_of_service_percent" {
   }
 }
 
+variable "node_selector" {
+  description = "NODE_SELECTOR: a Kubernetes label selector naming the Nodes node-fencer may fence or power off; null: every Node."
+  type        = string
+
+  # The function parses it exactly at start and refuses what is not a
+  # selector; here only what no selector can hold is refused.
+  validation {
+    condition     = var.node_selector == null ? true : can(regex("^[A-Za-z0-9][A-Za-z0-9_./!=(), -]*$|^![A-Za-z0-9][A-Za-z0-9_./!=(), -]*$", var.node_selector))
+    error_message = "node_selector must be null or a label selector (letters, digits and _ . / ! = ( ) , - and spaces), such as \"pool=stateful\" or \"tier in (db,queue),!spot\"."
+  }
+}
+
 variable "fencing_mode" {
   description = "FENCING_MODE: taint, legacy or auto."
   type        = string

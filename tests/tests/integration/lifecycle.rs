@@ -589,6 +589,15 @@ async fn preflight_reports_every_permission_and_names_the_missing_one() -> anyho
             .starts_with("taint (auto"),
         "{p:#}"
     );
+    // Issue 37: how many Nodes node-fencer may act on.
+    let reach = check(&p, "nodes in reach")["detail"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        reach.contains("Node(s) may be fenced or powered off: every Node (NODE_SELECTOR unset)"),
+        "{p:#}"
+    );
     for name in [
         "patch nodes",
         "delete pods",

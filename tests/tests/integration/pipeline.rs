@@ -1143,3 +1143,83 @@ async fn a_control_plane_node_is_not_powered_off_unless_configured() -> anyhow::
     assert_eq!(power.outcome, PowerOutcome::Stopped, "{report:#?}");
     Ok(())
 }
+
+/// Issue 37: the opt-out label and `NODE_SELECTOR` against the apiserver
+/// and moto. A stopped, NotReady Node that opted out, or that the selector
+/// does not select, is left untouched, with a `FencingRefused` Event that
+/// says why; selected and no longer opted out, the same Node is fenced.
+#[tokio::test]
+async fn a_node_outside_the_reach_is_refused_with_an_event_then_fenced_once_in_it()
+-> anyhow::Result<()> {
+    use kube::api::{Patch, PatchParams};
+    use node_fencer::core::model::selector::LabelSelector;
+    use node_fencer::core::rules::reach::{Exemption, OPT_OUT_LABEL, Reach};
+    let _g = serial().await;
+    let s = stack();
+    let admin = s.admin().await?;
+    let sc = scene("Unknown", true).await?;
+    let label = |labels: serde_json::Value| {
+        let nodes: Api<Node> = Api::all(admin.clone());
+        let name = sc.node.clone();
+        async move {
+            nodes
+                .patch(
+                    &name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"metadata": {"labels": labels}})),
+                )
+                .await
+        }
+    };
+    let stateful = Policy {
+        reach: Reach {
+            selector: Some(LabelSelector::parse("pool=stateful").map_err(anyhow::Error::msg)?),
+        },
+        ..settings()
+    };
+    let target = || {
+        one(
+            NodeRef::Name(NodeName::parse(&sc.node).unwrap()),
+            Intent::Fence,
+        )
+    };
+
+    label(json!({OPT_OUT_LABEL: "true", "pool": "stateful"})).await?;
+    let report = fence(s, target(), stateful.clone()).await?;
+    assert_eq!(only(&report).skip, Some(Skip::Exempt(Exemption::OptedOut)));
+    assert!(!report.incomplete());
+    assert_unfenced(&sc).await?;
+
+    label(json!({OPT_OUT_LABEL: null, "pool": "web"})).await?;
+    let report = fence(s, target(), stateful.clone()).await?;
+    assert!(
+        matches!(
+            only(&report).skip,
+            Some(Skip::Exempt(Exemption::OutOfScope { .. }))
+        ),
+        "{report:#?}"
+    );
+    assert_unfenced(&sc).await?;
+    let refusals: Vec<String> = node_events(&admin, &sc.node)
+        .await?
+        .into_iter()
+        .filter(|(reason, _)| reason == "FencingRefused")
+        .map(|(_, message)| message)
+        .collect();
+    assert_eq!(refusals.len(), 2, "{refusals:?}");
+    assert!(
+        refusals.iter().any(|m| m.contains(OPT_OUT_LABEL)),
+        "{refusals:?}"
+    );
+    assert!(
+        refusals
+            .iter()
+            .any(|m| m.contains("NODE_SELECTOR (pool=stateful)")),
+        "{refusals:?}"
+    );
+
+    label(json!({"pool": "stateful"})).await?;
+    let report = fence(s, target(), stateful).await?;
+    assert_eq!(only(&report).outcome, Outcome::Fenced, "{report:#?}");
+    Ok(())
+}

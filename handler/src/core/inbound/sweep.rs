@@ -31,6 +31,7 @@ mod tests {
 
     fn node(name: &str, readiness: Readiness, tainted: bool) -> NodeFacts {
         NodeFacts {
+            labels: Default::default(),
             attached: None,
             machine: Default::default(),
             power: Default::default(),

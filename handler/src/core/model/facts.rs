@@ -1,6 +1,7 @@
 //! Plain facts gathered from Kubernetes and EC2, reduced to what the decision
 //! needs. The shell fills them in; the core only reads them.
 
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use serde::Serialize;
@@ -69,6 +70,8 @@ pub struct NodeFacts {
     pub machine: MachineIdentity,
     /// What active fencing looks at.
     pub power: PowerFacts,
+    /// `metadata.labels`: what `NODE_SELECTOR` and the opt-out read.
+    pub labels: BTreeMap<String, String>,
 }
 
 /// What tells one machine from another carrying the same name. An EC2
@@ -336,6 +339,7 @@ impl NodeFacts {
             attached: None,
             machine: Default::default(),
             power: PowerFacts::default(),
+            labels: BTreeMap::new(),
         }
     }
 }

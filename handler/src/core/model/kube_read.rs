@@ -112,6 +112,7 @@ pub fn node_facts(node: &Node) -> Option<NodeFacts> {
         attached: attached_volumes(node),
         machine: machine_identity(node),
         power: power_facts(node),
+        labels: node.metadata.labels.clone().unwrap_or_default(),
     })
 }
 

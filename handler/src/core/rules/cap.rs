@@ -88,6 +88,7 @@ mod tests {
     /// A tainted Node on instance `n`; `mark` is the state node-fencer recorded.
     fn out(n: u8, mark: Option<InstanceState>) -> NodeFacts {
         NodeFacts {
+            labels: Default::default(),
             attached: None,
             machine: Default::default(),
             power: Default::default(),

@@ -6,16 +6,19 @@ use serde::Serialize;
 use crate::core::inbound::suspect::Intent;
 use crate::core::model::facts::{Confirmation, NodeFacts, Readiness};
 use crate::core::model::instance::InstanceState;
+use crate::core::rules::reach::{Exemption, Reach};
 
 /// The settings the decision depends on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Settings {
+pub struct Settings<'a> {
     /// Plan only, change nothing.
     pub dry_run: bool,
     /// How many Nodes may carry the out-of-service taint at once.
     pub max_out_of_service: usize,
     /// Take a hibernated instance for off (it resumes from RAM when started).
     pub fence_hibernated: bool,
+    /// The Nodes node-fencer may act on.
+    pub reach: &'a Reach,
 }
 
 /// Everything known about one node when deciding.
@@ -55,6 +58,9 @@ pub enum Verdict {
 pub enum Skip {
     /// The suspect matches no Node of this cluster.
     NotInCluster,
+    /// The Node is outside node-fencer's reach (`NODE_SELECTOR`, the
+    /// opt-out label).
+    Exempt(Exemption),
     /// EC2 shows the instance tagged for other clusters only: not looked
     /// up in Kubernetes at all.
     OtherCluster {
@@ -131,6 +137,7 @@ impl Skip {
             | Self::OtherCluster { .. }
             | Self::OtherVpc { .. }
             | Self::NoInstance
+            | Self::Exempt(_)
             | Self::SharedMachine { .. }
             | Self::Hibernated
             | Self::InstanceNotFound
@@ -142,6 +149,7 @@ impl Skip {
     pub fn code(&self) -> &'static str {
         match self {
             Self::NotInCluster => "not_in_cluster",
+            Self::Exempt(e) => e.code(),
             Self::OtherCluster { .. } => "other_cluster",
             Self::OtherVpc { .. } => "other_vpc",
             Self::NoInstance => "no_instance",
@@ -162,6 +170,7 @@ impl std::fmt::Display for Skip {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::NotInCluster => f.write_str("no node of this cluster matches"),
+            Self::Exempt(e) => e.fmt(f),
             Self::OtherCluster { cluster } => write!(
                 f,
                 "EC2 shows the instance tagged for cluster {cluster}, not this one"
@@ -286,6 +295,11 @@ pub fn decide_one(case: &Case<'_>, settings: &Settings) -> Verdict {
     let Some(node) = case.node else {
         return skip(Skip::NotInCluster);
     };
+    // Before the machine is weighed: outside the reach, its state is no
+    // reason to act.
+    if let Some(exemption) = settings.reach.exemption(&node.labels) {
+        return skip(Skip::Exempt(exemption));
+    }
     let Some(confirmation) = case.confirmation else {
         return skip(Skip::NoInstance);
     };
@@ -362,6 +376,7 @@ mod tests {
 
     fn node(readiness: Readiness, taints: Vec<TaintFacts>) -> NodeFacts {
         NodeFacts {
+            labels: Default::default(),
             attached: None,
             machine: Default::default(),
             power: Default::default(),
@@ -409,6 +424,100 @@ mod tests {
         ]
     }
 
+    /// `NODE_SELECTOR` and the opt-out label: a Node outside the reach is
+    /// never fenced, whatever its machine, readiness and taints, and the
+    /// verdict names why; a recovery request is not theirs to judge.
+    #[test]
+    fn a_node_outside_the_reach_is_never_fenced() {
+        use crate::core::model::selector::LabelSelector;
+        use crate::core::rules::reach::OPT_OUT_LABEL;
+        let stateful = Reach {
+            selector: Some(LabelSelector::parse("pool=stateful").unwrap()),
+        };
+        let mut web = node(Readiness::NotReady, vec![]);
+        web.labels.insert("pool".into(), "web".into());
+        let mut opted = node(Readiness::NotReady, vec![]);
+        opted.labels.insert("pool".into(), "stateful".into());
+        opted.labels.insert(OPT_OUT_LABEL.into(), "true".into());
+        let out = Exemption::OutOfScope {
+            selector: "pool=stateful".into(),
+        };
+        for (reach, base, why) in [
+            (&stateful, &web, out),
+            (&Reach::EVERYWHERE, &opted, Exemption::OptedOut),
+            (&stateful, &opted, Exemption::OptedOut),
+        ] {
+            for confirmation in confirmations() {
+                for readiness in [Readiness::Ready, Readiness::NotReady, Readiness::Unknown] {
+                    for taints in taint_sets() {
+                        for intent in [
+                            Intent::Fence,
+                            Intent::Check,
+                            Intent::PowerOff,
+                            Intent::Recover,
+                        ] {
+                            let n = NodeFacts {
+                                readiness,
+                                taints: taints.clone(),
+                                ..base.clone()
+                            };
+                            let settings = Settings {
+                                reach,
+                                dry_run: false,
+                                max_out_of_service: 3,
+                                fence_hibernated: true,
+                            };
+                            let case = Case {
+                                intent,
+                                node: Some(&n),
+                                confirmation: Some(&confirmation),
+                                shared_with: &[],
+                            };
+                            let want = if intent == Intent::Recover {
+                                Skip::RecoveryRequest
+                            } else {
+                                Skip::Exempt(why.clone())
+                            };
+                            assert_eq!(
+                                decide_one(&case, &settings),
+                                Verdict::Skip { reason: want },
+                                "{confirmation:?} {readiness:?} {intent:?}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        // In reach, the same Node is fenced as before.
+        let mut stateful_node = node(Readiness::NotReady, vec![]);
+        stateful_node
+            .labels
+            .insert("pool".into(), "stateful".into());
+        let off = seen(InstanceState::Stopped);
+        let case = Case {
+            intent: Intent::Fence,
+            node: Some(&stateful_node),
+            confirmation: Some(&off),
+            shared_with: &[],
+        };
+        let settings = Settings {
+            reach: &stateful,
+            dry_run: false,
+            max_out_of_service: 3,
+            fence_hibernated: false,
+        };
+        assert!(matches!(
+            decide_one(&case, &settings),
+            Verdict::Fence { .. }
+        ));
+        let skip = Skip::Exempt(Exemption::OptedOut);
+        assert!(!skip.leaves_work(), "no retry for a veto");
+        assert_eq!(skip.code(), "opted_out");
+        let shown = serde_json::to_value(&skip).unwrap();
+        assert_eq!(shown["reason"], "exempt");
+        assert_eq!(shown["exempt"], "opted_out");
+    }
+
     /// The table over every combination of instance state × node condition ×
     /// existing taints × intent × dry-run × cap room.
     #[test]
@@ -425,6 +534,7 @@ mod tests {
                             for (cap, already) in [(3, 0), (3, 3), (1, 2)] {
                                 let n = node(readiness, taints.clone());
                                 let settings = Settings {
+                                    reach: &Reach::EVERYWHERE,
                                     dry_run,
                                     max_out_of_service: cap,
                                     fence_hibernated: hibernated,
@@ -543,6 +653,7 @@ mod tests {
     #[test]
     fn missing_node_or_instance_is_skipped() {
         let settings = Settings {
+            reach: &Reach::EVERYWHERE,
             dry_run: false,
             max_out_of_service: 3,
             fence_hibernated: false,
@@ -580,6 +691,7 @@ mod tests {
     #[test]
     fn a_check_takes_no_cap_room_from_a_fence_beside_it() {
         let settings = Settings {
+            reach: &Reach::EVERYWHERE,
             dry_run: false,
             max_out_of_service: 1,
             fence_hibernated: false,
@@ -619,6 +731,7 @@ mod tests {
     #[test]
     fn the_cap_counts_new_taints_across_the_batch() {
         let settings = Settings {
+            reach: &Reach::EVERYWHERE,
             dry_run: false,
             max_out_of_service: 2,
             fence_hibernated: false,
@@ -694,7 +807,7 @@ mod tests {
             cap in 0usize..6,
             already in 0usize..6,
         ) {
-            let settings = Settings { dry_run, max_out_of_service: cap, fence_hibernated: false };
+            let settings = Settings { dry_run, max_out_of_service: cap, fence_hibernated: false, reach: &Reach::EVERYWHERE };
             let batch: Vec<Case<'_>> = cases
                 .iter()
                 .map(|(intent, node, c)| Case { intent: *intent, node: node.as_ref(), confirmation: c.as_ref() , shared_with: &[]})

@@ -1,7 +1,7 @@
 //! How the core decides: whose machine an instance is, which Node a suspect
-//! names, the verdict per node, the cap, active fencing's power-off, the
-//! fencing mode, the plan per node, the disks to free, recovery, the Lease
-//! and the kill switch, and when to retry.
+//! names, which Nodes node-fencer may act on, the verdict per node, the cap,
+//! active fencing's power-off, the fencing mode, the plan per node, the
+//! disks to free, recovery, the Lease and the kill switch, and when to retry.
 
 pub mod cap;
 pub mod control;
@@ -10,6 +10,7 @@ pub mod mode;
 pub mod ownership;
 pub mod plan;
 pub mod power;
+pub mod reach;
 pub mod recovery;
 pub mod resolve;
 pub mod retry;

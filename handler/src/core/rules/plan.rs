@@ -926,6 +926,7 @@ mod tests {
 
     fn node(name: &str, out: bool) -> NodeFacts {
         NodeFacts {
+            labels: Default::default(),
             attached: None,
             machine: Default::default(),
             power: Default::default(),

@@ -18,6 +18,7 @@ use serde::Serialize;
 use crate::core::inbound::suspect::{Intent, Origin, Suspect};
 use crate::core::model::facts::{Confirmation, NodeFacts, Readiness, StatusChecks};
 use crate::core::model::instance::InstanceState;
+use crate::core::rules::reach::{Exemption, Reach};
 
 /// The alert whose firing makes its node a candidate (kube-prometheus'
 /// name for a Node NotReady for 15 minutes).
@@ -70,6 +71,9 @@ pub(crate) fn is_candidate(suspect: &Suspect) -> bool {
 pub enum Refusal {
     /// Active fencing is off.
     Disabled,
+    /// The Node is outside node-fencer's reach (`NODE_SELECTOR`, the
+    /// opt-out label).
+    Exempt(Exemption),
     /// The Node is Ready.
     NodeReady,
     /// The kubelet reports the Node `Ready=False`: it is alive and talking
@@ -138,6 +142,7 @@ impl Refusal {
     pub fn code(&self) -> &'static str {
         match self {
             Self::Disabled => "disabled",
+            Self::Exempt(e) => e.code(),
             Self::NodeReady => "node_ready",
             Self::KubeletReporting => "kubelet_reporting",
             Self::ControlPlane => "control_plane",
@@ -172,6 +177,7 @@ impl std::fmt::Display for Refusal {
                 others.join(", ")
             ),
             Self::NodeGone => f.write_str("the Node is gone"),
+            Self::Exempt(e) => e.fmt(f),
             Self::NotItsOwnMachine => f.write_str(
                 "the node names no machine of its own (no provider id of EC2 or Compute Engine): only a node's own machine is powered off",
             ),
@@ -240,6 +246,8 @@ pub struct Surroundings<'a> {
     pub limit: usize,
     /// Now, in Unix seconds.
     pub now: i64,
+    /// The Nodes node-fencer may act on.
+    pub reach: &'a Reach,
 }
 
 /// The verdict on one candidate.
@@ -363,6 +371,9 @@ fn judge_one(
         return refuse(Refusal::Disabled);
     };
     let node = c.node;
+    if let Some(exemption) = around.reach.exemption(&node.labels) {
+        return refuse(Refusal::Exempt(exemption));
+    }
     match node.readiness {
         Readiness::Ready => return refuse(Refusal::NodeReady),
         Readiness::NotReady => return refuse(Refusal::KubeletReporting),
@@ -604,7 +615,18 @@ mod tests {
             confirmation: &Confirmation,
             settings: Option<&ActiveFencing>,
         ) -> PowerVerdict {
+            judge_within(nodes, confirmation, settings, &Reach::EVERYWHERE)
+        }
+
+        /// [`judge_first`] with the Nodes node-fencer may act on.
+        fn judge_within(
+            nodes: &[NodeFacts],
+            confirmation: &Confirmation,
+            settings: Option<&ActiveFencing>,
+            reach: &Reach,
+        ) -> PowerVerdict {
             let around = Surroundings {
+                reach,
                 nodes,
                 out_of_service: 0,
                 limit: 3,
@@ -638,6 +660,36 @@ mod tests {
             let mut nodes = vec![node(0, "a", Some(dark_for))];
             nodes.extend((1..6).map(|n| node(n, ["a", "b", "c"][usize::from(n) % 3], None)));
             nodes
+        }
+
+        /// `NODE_SELECTOR` and the opt-out label hold for the power-off as
+        /// for the taint: a hung Node outside the reach is never powered off.
+        #[test]
+        fn a_node_outside_the_reach_is_never_powered_off() {
+            use crate::core::model::selector::LabelSelector;
+            use crate::core::rules::reach::OPT_OUT_LABEL;
+            let stateful = Reach {
+                selector: Some(LabelSelector::parse("pool=stateful").unwrap()),
+            };
+            let judged = |nodes: &[NodeFacts], reach: &Reach| {
+                refusal(judge_within(nodes, &running(0), Some(&settings()), reach))
+            };
+            let mut nodes = cluster(600);
+            assert_eq!(
+                judged(&nodes, &stateful),
+                Some(Refusal::Exempt(Exemption::OutOfScope {
+                    selector: "pool=stateful".into()
+                }))
+            );
+            nodes[0].labels.insert("pool".into(), "stateful".into());
+            assert_eq!(judged(&nodes, &stateful), None, "selected: powered off");
+            nodes[0].labels.insert(OPT_OUT_LABEL.into(), "true".into());
+            for reach in [&stateful, &Reach::EVERYWHERE] {
+                assert_eq!(
+                    judged(&nodes, reach),
+                    Some(Refusal::Exempt(Exemption::OptedOut))
+                );
+            }
         }
 
         #[test]
@@ -812,6 +864,7 @@ mod tests {
                 &Default::default()
             ));
             let around = Surroundings {
+                reach: &Reach::EVERYWHERE,
                 nodes: &nodes,
                 out_of_service: 2,
                 limit: 3,

@@ -320,6 +320,7 @@ mod tests {
 
     fn node(instance: &str, readiness: Readiness, ready_since: Option<i64>) -> NodeFacts {
         NodeFacts {
+            labels: Default::default(),
             attached: None,
             machine: Default::default(),
             power: Default::default(),

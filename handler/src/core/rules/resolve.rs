@@ -132,6 +132,7 @@ mod tests {
 
     fn node(name: &str, instance: Option<&str>, ip: &str) -> NodeFacts {
         NodeFacts {
+            labels: Default::default(),
             attached: None,
             machine: Default::default(),
             power: Default::default(),

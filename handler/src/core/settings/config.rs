@@ -5,9 +5,11 @@ use std::time::Duration;
 
 use crate::core::inbound::oidc::{Expected, ExpectedError};
 use crate::core::inbound::trigger::RouteGroup;
+use crate::core::model::selector::LabelSelector;
 use crate::core::rules::mode::ModeSetting;
 use crate::core::rules::ownership::{self, ClusterIdentity};
 use crate::core::rules::power::ActiveFencing;
+use crate::core::rules::reach::Reach;
 use crate::core::rules::recovery::RecoveryPolicy;
 use crate::core::rules::resolve::ClusterScope;
 use crate::core::settings::access::{ClusterAccess, cluster_access};
@@ -221,8 +223,26 @@ fn policy(get: &impl Fn(&str) -> Option<String>) -> Result<Policy, ConfigError> 
         fence_hibernated,
         fast_not_ready,
         scope: cluster_scope(get)?,
+        reach: reach(get)?,
         ..Policy::default()
     })
+}
+
+/// `NODE_SELECTOR`: every Node when unset.
+fn reach(get: &impl Fn(&str) -> Option<String>) -> Result<Reach, ConfigError> {
+    let Some(value) = get("NODE_SELECTOR") else {
+        return Ok(Reach::default());
+    };
+    match LabelSelector::parse(&value) {
+        Ok(selector) => Ok(Reach {
+            selector: Some(selector),
+        }),
+        Err(why) => Err(ConfigError::Malformed {
+            var: "NODE_SELECTOR",
+            value,
+            why: format!("not a label selector: {why}"),
+        }),
+    }
 }
 
 /// `FENCING_MODE`, `auto` when unset.
@@ -680,6 +700,21 @@ mod tests {
                 "{bad}: {err}"
             );
             assert!(err.to_string().contains("`alertmanager`"), "{err}");
+        }
+    }
+
+    #[test]
+    fn node_selector_is_a_label_selector_or_an_error_naming_it() {
+        assert_eq!(cfg(&[]).unwrap().policy.reach, Reach::default());
+        let c = cfg(&[("NODE_SELECTOR", " pool in (db, queue),!spot ")]).unwrap();
+        let selector = c.policy.reach.selector.map(|s| s.to_string());
+        assert_eq!(selector.as_deref(), Some("pool in (db,queue),!spot"));
+        for bad in ["pool=a,", "pool in (a", "Pool/x=a", "pool stateful"] {
+            let err = cfg(&[("NODE_SELECTOR", bad)]).unwrap_err().to_string();
+            assert!(
+                err.starts_with("NODE_SELECTOR=") && err.contains("not a label selector"),
+                "{bad}: {err}"
+            );
         }
     }
 

@@ -8,6 +8,7 @@ use crate::core::rules::decide::{self, Settings};
 use crate::core::rules::mode::ModeSetting;
 use crate::core::rules::ownership::ClusterIdentity;
 use crate::core::rules::power::ActiveFencing;
+use crate::core::rules::reach::Reach;
 use crate::core::rules::recovery::RecoveryPolicy;
 use crate::core::rules::resolve::ClusterScope;
 
@@ -56,6 +57,9 @@ pub struct Policy {
     pub lease: LeaseTiming,
     /// What tells another cluster's instance from this one's.
     pub identity: ClusterIdentity,
+    /// The Nodes node-fencer may act on (`NODE_SELECTOR`, the opt-out
+    /// label).
+    pub reach: Reach,
 }
 
 impl Default for Policy {
@@ -80,6 +84,7 @@ impl Default for Policy {
             scope: None,
             lease: LeaseTiming::default(),
             identity: ClusterIdentity::default(),
+            reach: Reach::default(),
         }
     }
 }
@@ -97,11 +102,12 @@ impl Policy {
 
     /// What the per-node decision needs, for a cluster of `nodes` Nodes;
     /// `dry_run` is this invocation's (the policy's, or the kill switch's).
-    pub fn decision(&self, dry_run: bool, nodes: usize) -> Settings {
+    pub fn decision(&self, dry_run: bool, nodes: usize) -> Settings<'_> {
         Settings {
             dry_run,
             max_out_of_service: self.cap(nodes),
             fence_hibernated: self.fence_hibernated,
+            reach: &self.reach,
         }
     }
 }

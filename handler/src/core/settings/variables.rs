@@ -67,6 +67,10 @@ pub(crate) const VARIABLES: &[(&str, &str)] = &[
         "namespace of the fencing Lease and the kill-switch ConfigMap `node-fencer` (default kube-system)",
     ),
     (
+        "NODE_SELECTOR",
+        "a Kubernetes label selector (default unset: every Node), as `kubectl -l` takes it (`pool=stateful`, `tier in (db,queue)`, `!spot`): the Nodes node-fencer may fence or power off at all; a Node labelled node-fencer.io/exclude=true is left alone whatever it says. Neither ever holds back the recovery of a fencing made earlier",
+    ),
+    (
         "FENCE_HIBERNATED",
         "true|false (default false): take an instance stopped by hibernation for off (it resumes from RAM when started)",
     ),
@@ -168,6 +172,16 @@ pub enum ConfigError {
         value: String,
         /// What it accepts.
         expected: &'static str,
+    },
+    /// A variable's value is not in the syntax it takes.
+    #[error("{var}={value:?} is invalid: {why}")]
+    Malformed {
+        /// The variable.
+        var: &'static str,
+        /// Its value.
+        value: String,
+        /// What is wrong with it.
+        why: String,
     },
     /// Variables that exclude each other are both set.
     #[error("{0} are mutually exclusive: set at most one")]

@@ -41,7 +41,9 @@ pub(crate) async fn run(ctx: &Ctx<'_>, inv: &mut Invocation<'_>) -> Result<(), P
         if let (Verdict::Skip { reason }, Some(node)) = (verdict, run.node())
             && matches!(
                 reason,
-                decide::Skip::CapReached { .. } | decide::Skip::SharedMachine { .. }
+                decide::Skip::CapReached { .. }
+                    | decide::Skip::SharedMachine { .. }
+                    | decide::Skip::Exempt(_)
             )
             && live
         {
@@ -87,7 +89,8 @@ async fn fence_mode(ctx: &Ctx<'_>, setting: ModeSetting) -> Result<FenceMode, Pi
     })
 }
 
-/// Logs and records a refusal (the cap, a machine two Nodes name).
+/// Logs and records a refusal (the cap, a machine two Nodes name, a Node
+/// outside node-fencer's reach).
 pub(crate) async fn refused(ctx: &Ctx<'_>, node: &str, reason: &decide::Skip) {
     warn!(node, "{reason}");
     ctx.record(node, NodeEvent::refused(reason)).await;

@@ -230,6 +230,7 @@ fn judge(
         out_of_service: view.taken(answers),
         limit: policy.cap(view.cluster_size()),
         now: now(),
+        reach: &policy.reach,
     };
     let mut judged = power::judge(&candidates, &around, Some(settings)).into_iter();
     // One verdict per Node found, in order; a Node gone is not powered off.

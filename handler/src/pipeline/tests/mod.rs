@@ -9,6 +9,7 @@ mod decide;
 mod faults;
 mod hasten;
 mod power;
+mod reach;
 mod recover;
 mod scenario;
 mod screen;

@@ -9,6 +9,7 @@ variables {
   out_of_service_no_schedule    = false
   max_out_of_service            = 3
   max_out_of_service_percent    = null
+  node_selector                 = null
   fencing_mode                  = "auto"
   control_namespace             = "kube-system"
   confirm_again_after_seconds   = 0
@@ -56,6 +57,19 @@ run "a_percentage_cap_is_passed_when_set" {
   }
 }
 
+run "a_node_selector_is_passed_when_set" {
+  command = plan
+
+  variables {
+    node_selector = "pool in (db,queue),!spot"
+  }
+
+  assert {
+    condition     = output.environment["NODE_SELECTOR"] == "pool in (db,queue),!spot"
+    error_message = "NODE_SELECTOR when set"
+  }
+}
+
 # --- validations: values just out of range, every validated variable in one
 # run, the other bounds in a second; a run fails if any of its validations
 # lets its value through
@@ -70,6 +84,7 @@ run "out_of_range_values_are_refused" {
     control_namespace          = "Kube_System"
     recovery                   = "never"
     log_format                 = "logfmt"
+    node_selector              = "pool=stateful;rm -rf"
   }
 
   expect_failures = [
@@ -79,6 +94,7 @@ run "out_of_range_values_are_refused" {
     var.control_namespace,
     var.recovery,
     var.log_format,
+    var.node_selector,
   ]
 }
 
