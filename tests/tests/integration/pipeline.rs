@@ -1223,3 +1223,66 @@ async fn a_node_outside_the_reach_is_refused_with_an_event_then_fenced_once_in_i
     assert_eq!(only(&report).outcome, Outcome::Fenced, "{report:#?}");
     Ok(())
 }
+
+/// Issue 37: another writer's out-of-service taint (here the value
+/// aws-node-termination-handler and medik8s FAR write). On a running
+/// machine node-fencer touches nothing and records a Warning naming that
+/// taint; once the machine is stopped, it detaches the volume without
+/// writing a mark of its own, so the taint stays the other writer's.
+#[tokio::test]
+async fn another_writers_taint_is_reported_on_a_running_machine_and_freed_once_off()
+-> anyhow::Result<()> {
+    use kube::api::{Patch, PatchParams};
+    let _g = serial().await;
+    let s = stack();
+    let admin = s.admin().await?;
+    let sc = scene("Unknown", false).await?;
+    let neighbour = json!({"spec": {"taints": [{
+        "key": "node.kubernetes.io/out-of-service", "value": "nodeshutdown", "effect": "NoExecute"
+    }]}});
+    Api::<Node>::all(admin.clone())
+        .patch(&sc.node, &PatchParams::default(), &Patch::Merge(neighbour))
+        .await?;
+    let target = || {
+        one(
+            NodeRef::Name(NodeName::parse(&sc.node).unwrap()),
+            Intent::Fence,
+        )
+    };
+
+    let report = fence(s, target(), settings()).await?;
+    assert!(
+        matches!(only(&report).skip, Some(Skip::InstanceNotOff { .. })),
+        "{report:#?}"
+    );
+    let warned: Vec<String> = node_events(&admin, &sc.node)
+        .await?
+        .into_iter()
+        .filter(|(reason, _)| reason == "OutOfServiceTaintOnLiveMachine")
+        .map(|(_, message)| message)
+        .collect();
+    assert_eq!(warned.len(), 1, "{warned:?}");
+    assert!(
+        warned[0].contains("node.kubernetes.io/out-of-service=nodeshutdown:NoExecute"),
+        "{warned:?}"
+    );
+    assert_eq!(
+        attached_to(&sc.csi_volume).await?,
+        vec![sc.m.instance.clone()]
+    );
+
+    stop(&s.ec2().await, &sc.m).await?;
+    let report = fence(s, target(), settings()).await?;
+    assert_eq!(only(&report).outcome, Outcome::AlreadyFenced, "{report:#?}");
+    assert!(
+        attached_to(&sc.csi_volume).await?.is_empty(),
+        "force-detached"
+    );
+    let node = get_node(&admin, &sc.node).await?;
+    let annotations = node.metadata.annotations.unwrap_or_default();
+    assert!(
+        !annotations.contains_key(ANNOTATION_FENCED_AT),
+        "no mark: the taint is not node-fencer's to remove"
+    );
+    Ok(())
+}

@@ -41,6 +41,11 @@ pub enum Reason {
     /// The kubelet renewed its Lease after the machine's recorded stop:
     /// the Node is not marked, and the contradiction asks a person to look.
     KubeletHeardAfterStop,
+    /// Another writer's out-of-service taint is on a Node whose machine the
+    /// cloud reports running: node-fencer touches nothing, and a person
+    /// should look, since the taint frees the volumes of a machine that may
+    /// still write.
+    OthersTaintOnLiveMachine,
 }
 
 impl Reason {
@@ -61,6 +66,7 @@ impl Reason {
             Self::PowerOffRefused => "PowerOffRefused",
             Self::MarkedNotReady => "MarkedNotReady",
             Self::KubeletHeardAfterStop => "KubeletHeardAfterStop",
+            Self::OthersTaintOnLiveMachine => "OutOfServiceTaintOnLiveMachine",
         }
     }
 
@@ -73,7 +79,8 @@ impl Reason {
             | Self::VolumeAttachmentsDeleted
             | Self::FencingRefused
             | Self::MarkedNotReady
-            | Self::KubeletHeardAfterStop => "Fence",
+            | Self::KubeletHeardAfterStop
+            | Self::OthersTaintOnLiveMachine => "Fence",
             Self::PoweredOff | Self::PowerOffRefused => "PowerOff",
             Self::VolumesForceDetached => "Detach",
             Self::RecoveryWaiting
@@ -89,7 +96,10 @@ impl Reason {
     pub fn warning(self) -> bool {
         matches!(
             self,
-            Self::FencingRefused | Self::PowerOffRefused | Self::KubeletHeardAfterStop
+            Self::FencingRefused
+                | Self::PowerOffRefused
+                | Self::KubeletHeardAfterStop
+                | Self::OthersTaintOnLiveMachine
         )
     }
 }
@@ -214,6 +224,17 @@ impl NodeEvent {
             Reason::VolumeAttachmentsDeleted,
             format!(
                 "deleted {count} VolumeAttachment(s) of the node ({by_driver}): each driver unpublishes its volume"
+            ),
+        )
+    }
+
+    /// Another writer's out-of-service taint on a machine that may write.
+    pub fn others_taint_on_live_machine(taints: &[String], state: &InstanceState) -> Self {
+        Self::new(
+            Reason::OthersTaintOnLiveMachine,
+            format!(
+                "{} was not written by node-fencer, and the cloud reports the machine `{state}`: node-fencer touches nothing; Kubernetes deletes the pods and detaches the volumes of a machine that may still write",
+                taints.join(", ")
             ),
         )
     }

@@ -56,6 +56,7 @@ struct ClusterState {
     writes: u64,
     /// A Node that turns Ready right before the next taint write reads it.
     ready_before_taint: Option<String>,
+    gone_before_taint: Option<String>,
     /// The kill switch from its n-th read on (1-based).
     switch_at: Option<(usize, KillSwitch)>,
     /// The next Lease taken is taken after waiting for another holder.
@@ -101,6 +102,7 @@ impl FakeCluster {
                 },
                 writes: 0,
                 ready_before_taint: None,
+                gone_before_taint: None,
                 switch_at: None,
                 switch_reads: 0,
                 lease_held: false,
@@ -204,6 +206,12 @@ impl FakeCluster {
     /// `name` turns Ready between the decision and the taint write.
     pub fn ready_before_taint(&self, name: &str) {
         self.lock().ready_before_taint = Some(name.into());
+    }
+
+    /// `name` is deleted between the decision and the taint write, as
+    /// Karpenter or EKS node auto repair may delete a Node.
+    pub fn gone_before_taint(&self, name: &str) {
+        self.lock().gone_before_taint = Some(name.into());
     }
 
     /// Removes the VolumeAttachment of `volume`, as the attach/detach
@@ -671,6 +679,10 @@ impl FencingWrites for FakeCluster {
         let turning = self.lock().ready_before_taint.take();
         if turning.as_deref() == Some(node) {
             self.set_ready(node, "True");
+        }
+        let deleting = self.lock().gone_before_taint.take();
+        if deleting.as_deref() == Some(node) {
+            self.lock().nodes.remove(node);
         }
         let current = self.lock().nodes.get(node).cloned();
         let Some(current) = current else {

@@ -11,7 +11,9 @@ use crate::core::outbound::events::NodeEvent;
 use crate::core::outbound::metrics::Dependency;
 use crate::core::rules::decide::{self, Verdict};
 use crate::core::rules::mode::{self, ModeSetting};
+use crate::core::rules::neighbours;
 use crate::core::rules::plan::{self, NodeRun};
+use crate::core::rules::view::NodeView;
 use crate::pipeline::ctx::Ctx;
 use crate::pipeline::error::PipelineError;
 use crate::pipeline::invocation::Invocation;
@@ -48,6 +50,9 @@ pub(crate) async fn run(ctx: &Ctx<'_>, inv: &mut Invocation<'_>) -> Result<(), P
             && live
         {
             refused(ctx, node, reason).await;
+        }
+        if let (true, Some(name)) = (live, run.node()) {
+            warn_others_taint(ctx, view, name, verdict).await;
         }
     }
     inv.runs = runs;
@@ -87,6 +92,27 @@ async fn fence_mode(ctx: &Ctx<'_>, setting: ModeSetting) -> Result<FenceMode, Pi
             chosen
         }
     })
+}
+
+/// Says so when another writer's out-of-service taint is on a Node whose
+/// machine may still write: node-fencer touches nothing there.
+async fn warn_others_taint(ctx: &Ctx<'_>, view: &NodeView, node: &str, verdict: &Verdict) {
+    let Some(facts) = view.nodes.iter().find(|n| n.name == node) else {
+        return;
+    };
+    if let Some((taints, state)) = neighbours::on_live_machine(facts, verdict) {
+        warn!(
+            node,
+            taints = taints.join(","),
+            %state,
+            "another writer's out-of-service taint on a machine that may still write"
+        );
+        ctx.record(
+            node,
+            NodeEvent::others_taint_on_live_machine(&taints, &state),
+        )
+        .await;
+    }
 }
 
 /// Logs and records a refusal (the cap, a machine two Nodes name, a Node
