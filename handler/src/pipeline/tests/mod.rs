@@ -276,6 +276,13 @@ impl World {
             .filter(|c| WRITES.iter().any(|w| c.starts_with(w)))
             .collect()
     }
+
+    /// [`Self::writes`] but the Events: what changed the cluster or the cloud.
+    fn changes(&self) -> Vec<String> {
+        let mut writes = self.writes();
+        writes.retain(|c| !c.starts_with("CreateEvent"));
+        writes
+    }
 }
 
 impl World {
