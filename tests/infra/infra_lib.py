@@ -26,6 +26,8 @@ RBAC_MODULE = INFRA / "modules" / "kubernetes-rbac"
 RBAC_YAML = INFRA / "kubernetes" / "rbac.yaml"
 ALERTMANAGER_EXAMPLE = INFRA / "examples" / "alertmanager"
 RECEIVER_TEMPLATE = MODULE / "templates" / "alertmanager-receiver.yaml.tftpl"
+# The CloudWatch dashboard: JSON whose ${...} placeholders all sit in strings.
+DASHBOARD_TEMPLATE = MODULE / "templates" / "dashboard.json.tftpl"
 # What the module passes templatefile() for the receiver, with test values.
 RECEIVER_TEST_VALUES = {
     "name": "node-fencer",

@@ -854,6 +854,93 @@ def test_alarms():
         assert L.expr(alarm["alarm_actions"]) == "local.alarm_actions", key
 
 
+def emitted_metrics() -> dict[str, set[str]]:
+    """Each metric the code emits, with its full dimension set, from the manifest."""
+    m = manifest()["metrics"]
+    assert m["namespace"] == "NodeFencer", m["namespace"]
+    return {metric["name"]: set(metric["dimensions"]) for metric in m["metrics"]}
+
+
+# `SELECT FN(Metric) FROM SCHEMA(Namespace, Dim, ...)`: a Metrics Insights query
+# over one exact dimension set.
+INSIGHTS = re.compile(r"SELECT (?:SUM|AVG|MIN|MAX|COUNT)\((\w+)\) FROM SCHEMA\((\w+), ([\w, ]+)\)(?: WHERE (\w+) = '\w+')?(?: GROUP BY ([\w, ]+))?$")
+
+
+def dashboard_queries() -> list[tuple[str, str, set[str], set[str]]]:
+    """Each metric the dashboard reads: (title, metric, dimensions, dimensions filtered or grouped on)."""
+    body = json.loads(L.DASHBOARD_TEMPLATE.read_text(encoding="utf-8"))
+    found = []
+    for widget in body["widgets"]:
+        title = widget["properties"]["title"]
+        for row in widget["properties"]["metrics"]:
+            if isinstance(row[0], dict):
+                query = row[0]["expression"]
+                match = INSIGHTS.fullmatch(query)
+                assert match, f"{title}: not a Metrics Insights query over one dimension set: {query}"
+                metric, namespace, dims, where, group = match.groups()
+                assert namespace == "NodeFencer", f"{title}: {namespace}"
+                used = {where} if where else set()
+                used |= {d.strip() for d in (group or "").split(",") if d.strip()}
+                found.append((title, metric, {d.strip() for d in dims.split(",")}, used))
+            else:
+                namespace, metric, *rest = [c for c in row if not isinstance(c, dict)]
+                if namespace != "NodeFencer":
+                    continue
+                dims = set(rest[0::2])
+                found.append((title, metric, dims, dims))
+    return found
+
+
+def test_the_dashboard_reads_only_metrics_the_code_emits():
+    """Issue 37: every widget's metric is one the code emits, asked with the
+    exact dimension set its lines carry (CloudWatch matches a metric by its
+    whole dimension set: one dimension more or less and the widget is empty)."""
+    emitted = emitted_metrics()
+    queries = dashboard_queries()
+    assert len(queries) >= 9, queries
+    for title, metric, dims, used in queries:
+        assert metric in emitted, f"{title}: {metric} is not emitted (manifest: {sorted(emitted)})"
+        assert dims == emitted[metric], f"{title}: {metric} is emitted with {sorted(emitted[metric])}, asked with {sorted(dims)}"
+        assert used <= dims, f"{title}: filters or groups on {sorted(used - dims)}, which {metric} does not carry"
+    shown = {metric for _, metric, _, _ in queries}
+    for needed in ("Decisions", "PowerOffs", "Recoveries", "Errors", "TaintLatency", "DetachLatency"):
+        assert needed in shown, f"the dashboard shows no {needed}"
+    # The clouds told apart: errors by dependency (EC2, ComputeEngine, Kubernetes).
+    assert any(m == "Errors" and "Dependency" in used for _, m, _, used in queries)
+    mod = module()
+    dashboard = L.blocks(mod, "resource", "aws_cloudwatch_dashboard")["this"]
+    assert "templates/dashboard.json.tftpl" in L.expr(dashboard["dashboard_body"])
+
+
+def test_the_dashboard_picture_is_drawn_from_its_definition():
+    """docs/dashboard-aws.svg is the layout the template defines, as
+    tests/infra/dashboard_picture.py draws it."""
+    import dashboard_picture
+
+    drawn = dashboard_picture.draw(json.loads(L.DASHBOARD_TEMPLATE.read_text(encoding="utf-8")))
+    picture = dashboard_picture.PICTURE
+    assert picture.is_file() and picture.read_text(encoding="utf-8") == drawn, (
+        f"{L.rel(picture)} is stale: run python3 tests/infra/dashboard_picture.py"
+    )
+
+
+def test_the_metric_alarms_watch_metrics_the_code_emits():
+    """The alarms on node-fencer's own metrics (the cap, the dependencies) name
+    a metric the code emits with its exact dimension set, and notify."""
+    emitted = emitted_metrics()
+    alarms = L.blocks(module(), "resource", "aws_cloudwatch_metric_alarm")
+    own = {k: a for k, a in alarms.items() if L.value(a["namespace"]) == "NodeFencer"}
+    assert set(own) == {"cap_reached", "dependency_errors"}, sorted(own)
+    for key, alarm in own.items():
+        metric = L.value(alarm["metric_name"])
+        dimensions = L.value(alarm["dimensions"])
+        dims = set(dimensions)
+        assert metric in emitted and dims == emitted[metric], f"{key}: {metric} {sorted(dims)} vs {sorted(emitted.get(metric, []))}"
+        assert L.expr(alarm["alarm_actions"]) == "local.alarm_actions", key
+    cap = L.value(own["cap_reached"]["dimensions"])
+    assert (cap["Outcome"], cap["Reason"]) == ("skipped", "cap_reached"), cap
+
+
 def test_function_url_is_optional_and_token_backed():
     mod = module()
     url = L.blocks(mod, "resource", "aws_lambda_function_url")["this"]

@@ -448,6 +448,68 @@ moved {
   to   = aws_cloudwatch_metric_alarm.errors["main"]
 }
 
+# From node-fencer's own metrics (EMF lines, namespace NodeFencer): every
+# metric and dimension set named here is one the code emits, as the manifest
+# lists them (tests/infra checks it).
+
+# A refusal at the cap: more Nodes are dead at once than MAX_OUT_OF_SERVICE
+# allows, which is a zone outage or worse, and a person should look.
+resource "aws_cloudwatch_metric_alarm" "cap_reached" {
+  for_each = local.functions
+
+  alarm_name          = "${each.value.name}-cap-reached"
+  alarm_description   = "${each.value.name} refused to fence a dead node: more nodes are out of service than max_out_of_service allows. Look at the nodes (node-fencer check), then raise the cap or fence by hand; see the FencingRefused Events."
+  namespace           = "NodeFencer"
+  metric_name         = "Decisions"
+  dimensions          = { Function = each.value.name, Outcome = "skipped", Reason = "cap_reached" }
+  statistic           = "Sum"
+  period              = 300
+  evaluation_periods  = 1
+  threshold           = 0
+  comparison_operator = "GreaterThanThreshold"
+  treat_missing_data  = "notBreaching"
+  alarm_actions       = local.alarm_actions
+  ok_actions          = local.alarm_actions
+  tags                = var.tags
+}
+
+# Failed calls to EC2 or Kubernetes in two of three 5-minute windows: retries
+# absorb a throttle or a blip, not an outage or a lost permission.
+resource "aws_cloudwatch_metric_alarm" "dependency_errors" {
+  for_each = local.dependency_alarms
+
+  alarm_name          = "${local.functions[each.value.function].name}-${lower(each.value.dependency)}-errors"
+  alarm_description   = "${local.functions[each.value.function].name} keeps failing its calls to ${each.value.dependency}: fencing may be delayed. See its log group and node-fencer preflight."
+  namespace           = "NodeFencer"
+  metric_name         = "Errors"
+  dimensions          = { Function = local.functions[each.value.function].name, Dependency = each.value.dependency }
+  statistic           = "Sum"
+  period              = 300
+  evaluation_periods  = 3
+  datapoints_to_alarm = 2
+  threshold           = 0
+  comparison_operator = "GreaterThanThreshold"
+  treat_missing_data  = "notBreaching"
+  alarm_actions       = local.alarm_actions
+  ok_actions          = local.alarm_actions
+  tags                = var.tags
+}
+
+locals {
+  dependency_alarms = {
+    for pair in setproduct(keys(local.functions), ["EC2", "Kubernetes"]) :
+    "${pair[0]}-${lower(pair[1])}" => { function = pair[0], dependency = pair[1] }
+  }
+}
+
+resource "aws_cloudwatch_dashboard" "this" {
+  dashboard_name = var.name
+  dashboard_body = templatefile("${path.module}/templates/dashboard.json.tftpl", {
+    region = data.aws_region.current.region
+    main   = local.functions["main"].name
+  })
+}
+
 ################################################################################
 # Alertmanager webhook: Function URL and bearer token
 ################################################################################

@@ -15,10 +15,27 @@ use serde_json::{Map, Value, json};
 
 use crate::core::model::instance::Provider;
 use crate::core::outbound::report::{Outcome, Report, VolumeOutcome};
+use crate::core::rules::power::Refusal;
 use crate::core::rules::recovery::Hold;
 
 /// The CloudWatch namespace of every metric.
 pub const NAMESPACE: &str = "NodeFencer";
+
+/// Every metric node-fencer emits: its name, its unit, and the dimensions
+/// each of its lines carries beside `Function`. Written to the manifest,
+/// against which the dashboards and alarms of `infra/` are checked.
+pub const CATALOG: &[(&str, &str, &[&str])] = &[
+    ("Suspects", "Count", &["Trigger"]),
+    ("Decisions", "Count", &["Outcome", "Reason"]),
+    ("PowerOffs", "Count", &["PowerOutcome", "Reason"]),
+    ("Recoveries", "Count", &["RecoveryOutcome", "Reason"]),
+    ("Errors", "Count", &["Dependency"]),
+    ("VolumesDetached", "Count", &[]),
+    ("ConfirmLatency", "Milliseconds", &[]),
+    ("TaintLatency", "Milliseconds", &[]),
+    ("DetachLatency", "Milliseconds", &[]),
+    ("VerifyLatency", "Milliseconds", &[]),
+];
 
 /// EMF accepts at most 100 values per metric in one document.
 const MAX_VALUES: usize = 100;
@@ -131,44 +148,8 @@ pub fn emf_lines(
         line["CorrelationId"] = json!(correlation_id);
         lines.push(line);
     };
-    if let Some(report) = report {
-        let mut by_trigger: BTreeMap<&str, u64> = BTreeMap::new();
-        let origins = report.results.iter().flat_map(|r| &r.origins);
-        for origin in origins.chain(report.recoveries.iter().flat_map(|r| &r.origins)) {
-            *by_trigger.entry(origin.kind()).or_default() += 1;
-        }
-        for (trigger, n) in by_trigger {
-            doc(
-                &[("Trigger", trigger)],
-                vec![("Suspects", "Count", json!(n))],
-            );
-        }
-        let mut by_decision: BTreeMap<(&str, &str), u64> = BTreeMap::new();
-        for r in &report.results {
-            let reason = match (&r.skip, r.outcome) {
-                (Some(skip), _) => skip.code(),
-                (None, Outcome::Failed) => "failed",
-                (None, outcome) => outcome.code(),
-            };
-            *by_decision.entry((r.outcome.code(), reason)).or_default() += 1;
-        }
-        for ((outcome, reason), n) in by_decision {
-            doc(
-                &[("Outcome", outcome), ("Reason", reason)],
-                vec![("Decisions", "Count", json!(n))],
-            );
-        }
-        let mut by_recovery: BTreeMap<(&str, &str), u64> = BTreeMap::new();
-        for r in &report.recoveries {
-            let reason = r.hold.as_ref().map_or(r.outcome.code(), Hold::code);
-            *by_recovery.entry((r.outcome.code(), reason)).or_default() += 1;
-        }
-        for ((outcome, reason), n) in by_recovery {
-            doc(
-                &[("RecoveryOutcome", outcome), ("Reason", reason)],
-                vec![("Recoveries", "Count", json!(n))],
-            );
-        }
+    for (metric, dimensions, n) in report.map(counts).unwrap_or_default() {
+        doc(&dimensions, vec![(metric, "Count", json!(n))]);
     }
     for (dependency, n) in &measured.errors {
         doc(
@@ -197,6 +178,62 @@ pub fn emf_lines(
     }
     doc(&[], metrics);
     lines
+}
+
+/// One counted metric: its name, its dimensions beside `Function`, the count.
+type Count<'a> = (&'static str, Vec<(&'static str, &'a str)>, u64);
+
+/// The counts of a report, each a metric with its dimensions: suspects per
+/// trigger, decisions, power-offs and recoveries per outcome and reason.
+fn counts(report: &Report) -> Vec<Count<'_>> {
+    let mut out = Vec::new();
+    let origins = report.results.iter().flat_map(|r| &r.origins);
+    let origins = origins.chain(report.recoveries.iter().flat_map(|r| &r.origins));
+    for ((trigger, _), n) in tally(origins.map(|o| (o.kind(), ""))) {
+        out.push(("Suspects", vec![("Trigger", trigger)], n));
+    }
+    let decisions = report.results.iter().map(|r| {
+        let reason = match (&r.skip, r.outcome) {
+            (Some(skip), _) => skip.code(),
+            (None, Outcome::Failed) => "failed",
+            (None, outcome) => outcome.code(),
+        };
+        (r.outcome.code(), reason)
+    });
+    for ((outcome, reason), n) in tally(decisions) {
+        out.push((
+            "Decisions",
+            vec![("Outcome", outcome), ("Reason", reason)],
+            n,
+        ));
+    }
+    let power_offs = report.results.iter().filter_map(|r| r.power_off.as_ref());
+    let power_offs = power_offs.map(|p| {
+        let reason = p.refusal.as_ref().map_or(p.outcome.code(), Refusal::code);
+        (p.outcome.code(), reason)
+    });
+    for ((outcome, reason), n) in tally(power_offs) {
+        let dimensions = vec![("PowerOutcome", outcome), ("Reason", reason)];
+        out.push(("PowerOffs", dimensions, n));
+    }
+    let recoveries = report.recoveries.iter().map(|r| {
+        let reason = r.hold.as_ref().map_or(r.outcome.code(), Hold::code);
+        (r.outcome.code(), reason)
+    });
+    for ((outcome, reason), n) in tally(recoveries) {
+        let dimensions = vec![("RecoveryOutcome", outcome), ("Reason", reason)];
+        out.push(("Recoveries", dimensions, n));
+    }
+    out
+}
+
+/// How many of each pair.
+fn tally<'a>(pairs: impl Iterator<Item = (&'a str, &'a str)>) -> BTreeMap<(&'a str, &'a str), u64> {
+    let mut counts = BTreeMap::new();
+    for pair in pairs {
+        *counts.entry(pair).or_default() += 1;
+    }
+    counts
 }
 
 /// One EMF document: the metrics, their values and dimension values at the
@@ -404,6 +441,63 @@ mod tests {
             line(&lines, "Trigger", "ec2_state_change")["Suspects"],
             json!(3)
         );
+    }
+
+    /// The catalog is what the lines say: every metric a line declares is
+    /// in it, with exactly its dimensions, and every entry is emitted by an
+    /// invocation that does everything once.
+    #[test]
+    fn the_catalog_is_every_metric_with_its_dimensions() {
+        use crate::core::outbound::report::{RecoveryOutcome, RecoveryReport};
+        use crate::core::rules::power::{PowerOutcome, PowerReport};
+        let meter = Meter::default();
+        for stage in [Stage::Confirm, Stage::Taint, Stage::Detach, Stage::Verify] {
+            meter.stage(stage, Duration::from_millis(5));
+        }
+        meter.error(Dependency::ComputeEngine);
+        let mut powered = node(Outcome::Fenced, None, alert(), 1);
+        powered.power_off = Some(PowerReport::new(PowerOutcome::Stopped, "", None, None));
+        let mut r = report(vec![powered]);
+        r.recoveries = vec![RecoveryReport {
+            node: "m".into(),
+            instance_id: None,
+            instance_state: None,
+            outcome: RecoveryOutcome::Recovered,
+            reason: String::new(),
+            hold: None,
+            taint_removed: true,
+            requested: false,
+            errors: Vec::new(),
+            origins: vec![Origin::Sweep],
+        }];
+        let lines = emf_lines("fn", "c", Some(&r), &meter.measured(), 0);
+        let mut seen = std::collections::BTreeSet::new();
+        for l in &lines {
+            let decl = &l["_aws"]["CloudWatchMetrics"][0];
+            let dims: Vec<&str> = decl["Dimensions"][0]
+                .as_array()
+                .expect("dimensions")
+                .iter()
+                .filter_map(Value::as_str)
+                .collect();
+            for m in decl["Metrics"].as_array().expect("metrics") {
+                let name = m["Name"].as_str().expect("a name");
+                let (_, unit, extra) = CATALOG
+                    .iter()
+                    .find(|(n, ..)| *n == name)
+                    .unwrap_or_else(|| panic!("{name} is not in the catalog"));
+                assert_eq!(m["Unit"], json!(unit), "{name}");
+                let mut want = vec!["Function"];
+                want.extend(extra.iter());
+                assert_eq!(dims, want, "{name}");
+                seen.insert(name);
+            }
+        }
+        let all: std::collections::BTreeSet<&str> = CATALOG.iter().map(|(n, ..)| *n).collect();
+        assert_eq!(seen, all, "every entry is emitted");
+        let power = line(&lines, "PowerOutcome", "stopped");
+        assert_eq!(power["PowerOffs"], json!(1));
+        assert_eq!(power["Reason"], json!("stopped"));
     }
 
     #[test]

@@ -449,6 +449,19 @@ pub enum PowerOutcome {
     Failed,
 }
 
+impl PowerOutcome {
+    /// A short, stable name for metrics.
+    pub fn code(self) -> &'static str {
+        match self {
+            Self::Refused => "refused",
+            Self::Planned => "planned",
+            Self::Stopped => "stopped",
+            Self::StopPending => "stop_pending",
+            Self::Failed => "failed",
+        }
+    }
+}
+
 /// One power-off decision and what came of it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct PowerReport {

@@ -144,8 +144,24 @@ pub fn manifest() -> serde_json::Value {
         "control_rules": rules(CONTROL_RULES),
         "node_lease_rules": rules(NODE_LEASE_RULES),
         "variables": variables,
+        "metrics": metrics(),
         "lease_wait_seconds": crate::core::rules::control::LEASE_WAIT.as_secs(),
     })
+}
+
+/// The metrics the code emits (CloudWatch EMF, on Lambda): the namespace,
+/// and each metric's unit and full dimension set.
+fn metrics() -> serde_json::Value {
+    use crate::core::outbound::metrics::{CATALOG, NAMESPACE};
+    let metrics: Vec<serde_json::Value> = CATALOG
+        .iter()
+        .map(|(name, unit, extra)| {
+            let mut dimensions = vec!["Function"];
+            dimensions.extend(extra.iter());
+            serde_json::json!({"name": name, "unit": unit, "dimensions": dimensions})
+        })
+        .collect();
+    serde_json::json!({"namespace": NAMESPACE, "metrics": metrics})
 }
 
 #[cfg(test)]
