@@ -36,11 +36,25 @@ lint: ## rustfmt check and clippy with warnings as errors: the workspace, the La
 unit: ## the pure core's unit and property tests (no stack needed)
 	cargo test --locked -p node-fencer
 
-test: setup lint ## everything CI runs: lint, unit, integration against the real stack, infra and GCE checks, a short fuzz run
+# `make test` builds the stack's tools (setup.sh) side by side with the lint and
+# the Rust test build, which need none of them: on a cold machine each leaves a
+# core idle for long stretches (rustc on the AWS SDK's largest crates, the Go
+# linker), and together they fill both. Each runs in a subshell with pipefail,
+# so that its own failure, not its prefixing `sed`'s, is what `wait` reports.
+# After the Rust tests, the fuzz run (one libFuzzer process at a time) runs
+# beside the infra and GCE checks (mostly one core each) for the same reason;
+# neither beside the integration tests, whose controllers keep time.
+test: ## everything CI runs: lint, unit, integration against the real stack, infra and GCE checks, a short fuzz run
+	@echo "==> make test: the stack's tools ([setup] lines) build beside the lint and the Rust test build ([cargo] lines); cached, so only the first run is long"
+	( set -o pipefail; bash tests/stack/setup.sh 2>&1 | sed -u 's/^/[setup] /' ) & setup=$$!; \
+	( set -o pipefail; { $(MAKE) --no-print-directory lint && cargo test --workspace --locked --no-run; } 2>&1 | sed -u 's/^/[cargo] /' ) \
+	  || { wait $$setup || true; exit 1; }; \
+	wait $$setup
 	$(TOOLS) && cargo test --workspace --locked
-	$(MAKE) --no-print-directory infra-test
-	$(MAKE) --no-print-directory gce-test
-	$(MAKE) --no-print-directory fuzz
+	( set -o pipefail; $(MAKE) --no-print-directory fuzz 2>&1 | sed -u 's/^/[fuzz] /' ) & fuzz=$$!; \
+	{ $(MAKE) --no-print-directory infra-test && $(MAKE) --no-print-directory gce-test; } \
+	  || { wait $$fuzz || true; exit 1; }; \
+	wait $$fuzz
 
 infra-test: ## Terraform parse, format, IAM/RBAC equality, checkov, amtool, promtool; tofu validate and plan
 	$(TOOLS) && "$$NODE_FENCER_INFRA_VENV/bin/python" -m pytest tests/infra -q
@@ -67,9 +81,9 @@ fuzz: setup ## every fuzz target for FUZZ_SECONDS each (default 20; a longer run
 # reruns on a change of those, recompiling ring and what depends on it.
 run: ## the seed scenario on the local stack, node-fencer under the Lambda runtime emulator
 	@echo "==> make run: the stack's tools ([setup] lines) and the Rust binaries ([cargo] lines) build side by side, the first time only"
-	bash tests/stack/setup.sh --for-run 2>&1 | sed -u 's/^/[setup] /' & setup=$$!; \
-	{ echo "==> building local-run and the function (first time only: about 10 min on 2 idle cores, most of it the AWS SDK; later, seconds)"; \
-	  cargo build --locked -p node-fencer-tests --bin local-run --bin node-fencer-gce; } 2>&1 | sed -u 's/^/[cargo] /' \
+	( set -o pipefail; bash tests/stack/setup.sh --for-run 2>&1 | sed -u 's/^/[setup] /' ) & setup=$$!; \
+	( set -o pipefail; { echo "==> building local-run and the function (first time only: about 10 min on 2 idle cores, most of it the AWS SDK; later, seconds)"; \
+	  cargo build --locked -p node-fencer-tests --bin local-run --bin node-fencer-gce; } 2>&1 | sed -u 's/^/[cargo] /' ) \
 	  || { wait $$setup || true; exit 1; }; \
 	wait $$setup
 	$(TOOLS) && "$$CARGO_TARGET_DIR/debug/local-run" $(ARGS)
