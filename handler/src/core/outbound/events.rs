@@ -229,19 +229,35 @@ impl NodeEvent {
     }
 
     /// Another writer's out-of-service taint on a machine that may write.
+    /// Named by the taints, not the invocation: every event and sweep that
+    /// meets the same taint finds the Event there and adds none (until the
+    /// API server lets it expire, an hour by default).
     pub fn others_taint_on_live_machine(taints: &[String], state: &InstanceState) -> Self {
-        Self::new(
-            Reason::OthersTaintOnLiveMachine,
-            format!(
-                "{} was not written by node-fencer, and the cloud reports the machine `{state}`: node-fencer touches nothing; Kubernetes deletes the pods and detaches the volumes of a machine that may still write",
-                taints.join(", ")
-            ),
-        )
+        Self {
+            occasion: Some(format!("others-taint {}", taints.join(","))),
+            ..Self::new(
+                Reason::OthersTaintOnLiveMachine,
+                format!(
+                    "{} was not written by node-fencer, and the cloud reports the machine `{state}`: node-fencer touches nothing; Kubernetes deletes the pods and detaches the volumes of a machine that may still write",
+                    taints.join(", ")
+                ),
+            )
+        }
     }
 
-    /// Fencing was refused (the cap).
+    /// Fencing was refused (the cap, a machine two Nodes name, a Node out
+    /// of reach). A Node out of reach is refused by every sweep while it is
+    /// NotReady: its Event is named by the exemption, so that it is written
+    /// once, not every ten minutes.
     pub fn refused(reason: &Skip) -> Self {
-        Self::new(Reason::FencingRefused, reason.to_string())
+        let occasion = match reason {
+            Skip::Exempt(e) => Some(format!("exempt {}", e.code())),
+            _ => None,
+        };
+        Self {
+            occasion,
+            ..Self::new(Reason::FencingRefused, reason.to_string())
+        }
     }
 
     /// A requested recovery waits.
@@ -333,6 +349,7 @@ mod tests {
             Reason::PowerOffRefused,
             Reason::MarkedNotReady,
             Reason::KubeletHeardAfterStop,
+            Reason::OthersTaintOnLiveMachine,
         ];
         let warnings: Vec<_> = all.iter().filter(|r| r.warning()).collect();
         assert_eq!(
@@ -340,7 +357,8 @@ mod tests {
             [
                 &Reason::FencingRefused,
                 &Reason::PowerOffRefused,
-                &Reason::KubeletHeardAfterStop
+                &Reason::KubeletHeardAfterStop,
+                &Reason::OthersTaintOnLiveMachine
             ]
         );
         for r in all {

@@ -73,6 +73,9 @@ async fn another_writers_taint_on_a_running_machine_is_reported_and_left() {
     );
     assert_eq!(w.changes(), Vec::<String>::new());
     assert_eq!(w.cluster.events(NODE), ["OutOfServiceTaintOnLiveMachine"]);
+    // The same taint met again: its Warning is there already.
+    w.fence(&policy()).await.unwrap();
+    assert_eq!(w.cluster.events(NODE), ["OutOfServiceTaintOnLiveMachine"]);
     assert_eq!(w.cluster.pods(NODE), 1);
     assert_eq!(w.cloud.volume_state(&volume(1)), Some(VolumeState::InUse));
 

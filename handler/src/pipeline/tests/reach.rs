@@ -97,6 +97,15 @@ async fn the_sweep_leaves_a_node_outside_the_reach() {
     ));
     assert_eq!(w.out_of_service_taints("worker-3"), 0);
     assert_eq!(w.cluster.events("worker-3"), ["FencingRefused"]);
+    // The next sweep refuses it again, and finds its Event there: one
+    // Warning per exemption, not one every ten minutes.
+    w.run(
+        &stateful(policy()),
+        crate::core::inbound::trigger::direct::sweep(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(w.cluster.events("worker-3"), ["FencingRefused"]);
 }
 
 /// Active fencing's sweep and an operator's `fence --power-off` alike:
