@@ -547,6 +547,20 @@ pub async fn event_time(
         .min())
 }
 
+/// The notes of the Events of `reason` recorded on a Node.
+pub async fn node_event_notes(
+    admin: &Client,
+    node: &str,
+    reason: &str,
+) -> anyhow::Result<Vec<String>> {
+    Ok(node_events(admin, node)
+        .await?
+        .into_iter()
+        .filter(|(r, _)| r == reason)
+        .map(|(_, note)| note)
+        .collect())
+}
+
 /// Asserts that the Node carries an Event of each of the `reasons`.
 pub async fn assert_node_events(
     admin: &Client,

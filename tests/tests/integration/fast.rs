@@ -17,7 +17,7 @@ use node_fencer::core::rules::decide::Skip;
 use node_fencer::core::rules::silence::{MARK_REASON, SKEW_MARGIN_SECS};
 use node_fencer::core::settings::policy::Policy;
 use node_fencer_tests::cluster::{cluster_serial, cluster_stack};
-use node_fencer_tests::fixtures::{fence, node_events, settings, stop, unique};
+use node_fencer_tests::fixtures::{assert_node_events, fence, node_events, settings, stop, unique};
 use node_fencer_tests::scene::{
     add_workers, eventbridge_event, node_taints, ready, stop_heartbeats, teardown,
 };
@@ -99,12 +99,7 @@ async fn fast_not_ready_marks_and_fences_a_silent_kubelets_node_before_the_grace
         let (status, reason) = ready_condition(&admin, &w.name).await?;
         assert_eq!(status, "Unknown");
         assert_eq!(reason.as_deref(), Some(MARK_REASON));
-        let events: Vec<String> = node_events(&admin, &w.name)
-            .await?
-            .into_iter()
-            .map(|(r, _)| r)
-            .collect();
-        assert!(events.iter().any(|r| r == "MarkedNotReady"), "{events:?}");
+        assert_node_events(&admin, &w.name, &["MarkedNotReady"]).await?;
         assert!(
             node_taints(&admin, &w.name)
                 .await?

@@ -938,15 +938,7 @@ async fn power_offs_are_refused_for_a_ready_node_and_by_the_partition_guard() ->
         assert_eq!(machine_state(&ec2, &t.m).await?, "running");
         assert!(!taints(&get_node(&admin, &t.node).await?).contains(&OUT_OF_SERVICE.into()));
     }
-    let reasons: Vec<String> = node_events(&admin, &a.node)
-        .await?
-        .into_iter()
-        .map(|(reason, _)| reason)
-        .collect();
-    assert!(
-        reasons.iter().any(|r| r == "PowerOffRefused"),
-        "{reasons:?}"
-    );
+    assert_node_events(&admin, &a.node, &["PowerOffRefused"]).await?;
     Ok(())
 }
 
@@ -1036,15 +1028,7 @@ async fn manual_recovery_ends_only_after_the_operators_confirmation() -> anyhow:
     let annotations = node.metadata.annotations.unwrap_or_default();
     assert!(!annotations.contains_key(ANNOTATION_RECOVERY_CONFIRMED));
     assert!(!annotations.contains_key(ANNOTATION_FENCED_AT));
-    let reasons: Vec<String> = node_events(&admin, &t.node)
-        .await?
-        .into_iter()
-        .map(|(reason, _)| reason)
-        .collect();
-    assert!(
-        reasons.iter().any(|r| r == "RecoveryConfirmed"),
-        "{reasons:?}"
-    );
+    assert_node_events(&admin, &t.node, &["RecoveryConfirmed"]).await?;
     Ok(())
 }
 
@@ -1200,12 +1184,7 @@ async fn a_node_outside_the_reach_is_refused_with_an_event_then_fenced_once_in_i
         "{report:#?}"
     );
     assert_unfenced(&sc).await?;
-    let refusals: Vec<String> = node_events(&admin, &sc.node)
-        .await?
-        .into_iter()
-        .filter(|(reason, _)| reason == "FencingRefused")
-        .map(|(_, message)| message)
-        .collect();
+    let refusals = node_event_notes(&admin, &sc.node, "FencingRefused").await?;
     assert_eq!(refusals.len(), 2, "{refusals:?}");
     assert!(
         refusals.iter().any(|m| m.contains(OPT_OUT_LABEL)),
@@ -1255,12 +1234,7 @@ async fn another_writers_taint_is_reported_on_a_running_machine_and_freed_once_o
         matches!(only(&report).skip, Some(Skip::InstanceNotOff { .. })),
         "{report:#?}"
     );
-    let warned: Vec<String> = node_events(&admin, &sc.node)
-        .await?
-        .into_iter()
-        .filter(|(reason, _)| reason == "OutOfServiceTaintOnLiveMachine")
-        .map(|(_, message)| message)
-        .collect();
+    let warned = node_event_notes(&admin, &sc.node, "OutOfServiceTaintOnLiveMachine").await?;
     assert_eq!(warned.len(), 1, "{warned:?}");
     assert!(
         warned[0].contains("node.kubernetes.io/out-of-service=nodeshutdown:NoExecute"),
