@@ -99,10 +99,12 @@ with min/max:
                        fake Compute Engine (tests/gce/fake_compute.py, detach
                        operations DONE after 0.5 s), node 2's VM set TERMINATED,
                        node-fencer invoked directly ({\"action\": \"fence\"})
-                       through the binary once the Node is NotReady; seed runs,
-                       --hung (node 2's VM stays RUNNING, stopped by
-                       instances.stop) and --baseline only (not --storm,
-                       --event-at-stop, in-process)
+                       through the binary once the Node is NotReady (at the
+                       stop with --event-at-stop; the VM's lastStopTimestamp
+                       is the recorded stop); seed runs, --hung (node 2's VM
+                       stays RUNNING, stopped by instances.stop), --baseline
+                       and --fast-not-ready only (not --storm,
+                       --graceful-shutdown, in-process)
 
 The stack's --node-monitor-grace-period is 10 s; set
 NODE_FENCER_NODE_MONITOR_GRACE_PERIOD=50s (Kubernetes' default) for another.
@@ -248,10 +250,11 @@ fn parse_args() -> anyhow::Result<Option<Args>> {
         }
     }
     if args.gce {
-        if driver_set || storm_set || args.event_at_stop {
+        if driver_set || storm_set || args.graceful_shutdown.is_some() {
             bail!(
-                "--cloud gce: the seed runs with Persistent Disks, --hung and --baseline; not \
-                 --driver, --storm or --event-at-stop"
+                "--cloud gce: the seed runs with Persistent Disks, --hung, --baseline, \
+                 --event-at-stop and --fast-not-ready; not --driver, --storm or \
+                 --graceful-shutdown"
             );
         }
         if mode_set && args.in_process {
@@ -712,7 +715,7 @@ async fn seed_run(b: &Bench<'_>, mode: &Mode<'_>, t: Tables<'_>) -> anyhow::Resu
         secs(not_ready),
     );
     if b.event_at_stop {
-        whole.add("instance stopped → event sent", secs(event_at));
+        whole.add(&format!("{machine} stopped → event sent"), secs(event_at));
     }
     whole.add("event → node fenced (taint + detach done)", secs(fenced));
     whole.add("event → old pods force-deleted", since_event(pods_gone));

@@ -140,6 +140,16 @@ pub struct AuditOrigin {
     pub method: String,
     /// The entry's `insertId`.
     pub(crate) insert_id: Option<String>,
+    /// The entry's `timestamp`, on the last entry of a `stop` or `delete`
+    /// call only: when the operation finished, the VM down, after the
+    /// last renewal its kubelet could make. In Unix seconds; only
+    /// `FAST_NOT_READY`'s proof reads it.
+    #[serde(
+        rename = "time",
+        serialize_with = "crate::core::model::values::serialize_rfc3339",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub reported_at: Option<i64>,
     /// How it arrived.
     pub delivery: Delivery,
 }

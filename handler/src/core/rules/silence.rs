@@ -13,7 +13,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use serde::Serialize;
 
-use crate::core::inbound::suspect::{NodeRef, Origin, Suspect};
+use crate::core::inbound::suspect::{AuditOrigin, NodeRef, Origin, Suspect};
 use crate::core::model::facts::Confirmation;
 use crate::core::model::instance::InstanceId;
 use crate::core::model::values;
@@ -105,27 +105,31 @@ impl Silence {
     }
 }
 
-/// The stops the triggers of an invocation reported, by machine: the time
-/// of each EventBridge `stopped` or `terminated` event (when the instance
-/// got there), the latest per instance. Other triggers report none.
+/// The stops the triggers of an invocation reported, by machine, the
+/// latest per machine: the time of each EventBridge `stopped` or
+/// `terminated` event (when the instance got there), and of each audit
+/// entry that ends a Compute Engine `stop` or `delete` (when the operation
+/// was done). Other triggers report none.
 pub fn reported_stops(suspects: &[Suspect]) -> HashMap<InstanceId, i64> {
     let mut stops: HashMap<InstanceId, i64> = HashMap::new();
     for s in suspects {
-        let (
-            NodeRef::Instance(id),
+        let NodeRef::Instance(id) = &s.target else {
+            continue;
+        };
+        let at = match &s.origin {
             Origin::Ec2StateChange {
                 reported_state,
                 reported_at: Some(at),
                 ..
-            },
-        ) = (&s.target, &s.origin)
-        else {
-            continue;
+            } if matches!(reported_state.as_str(), "stopped" | "terminated") => *at,
+            Origin::AuditLog(AuditOrigin {
+                reported_at: Some(at),
+                ..
+            }) => *at,
+            _ => continue,
         };
-        if matches!(reported_state.as_str(), "stopped" | "terminated") {
-            let latest = stops.entry(id.clone()).or_insert(*at);
-            *latest = (*latest).max(*at);
-        }
+        let latest = stops.entry(id.clone()).or_insert(at);
+        *latest = (*latest).max(at);
     }
     stops
 }
@@ -527,6 +531,33 @@ mod tests {
         let stops = reported_stops(&suspects);
         assert_eq!(stops.get(&a), Some(&(STOP + 7)));
         assert_eq!(stops.get(&b), None);
+    }
+
+    /// The end of a Compute Engine stop reports its VM's stop, as EC2's
+    /// `stopped` event does; an entry without a time reports none.
+    #[test]
+    fn the_last_audit_entry_of_a_stop_reports_a_stop() {
+        use crate::core::inbound::suspect::{Delivery, Intent};
+        let vm = InstanceId::parse("gce://proj-fencer/us-east1-c/vm-1").unwrap();
+        let other = InstanceId::parse("gce://proj-fencer/us-east1-c/vm-2").unwrap();
+        let entry = |id: &InstanceId, at: Option<i64>| Suspect {
+            target: NodeRef::Instance(id.clone()),
+            intent: Intent::Fence,
+            origin: Origin::AuditLog(AuditOrigin {
+                method: "v1.compute.instances.stop".into(),
+                insert_id: None,
+                reported_at: at,
+                delivery: Delivery::Eventarc { id: None },
+            }),
+        };
+        let suspects = [
+            entry(&vm, Some(STOP + 3)),
+            entry(&vm, Some(STOP)),
+            entry(&other, None),
+        ];
+        let stops = reported_stops(&suspects);
+        assert_eq!(stops.get(&vm), Some(&(STOP + 3)));
+        assert_eq!(stops.get(&other), None);
     }
 
     #[test]

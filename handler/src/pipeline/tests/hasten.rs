@@ -4,6 +4,7 @@
 //! short of the proof waits as before.
 
 use super::*;
+use crate::core::inbound::suspect::{AuditOrigin, Delivery};
 use crate::core::outbound::report::Outcome;
 use crate::core::rules::silence::{KubeletLease, MARK_REASON, SKEW_MARGIN_SECS};
 
@@ -33,9 +34,14 @@ fn short() -> Policy {
 /// The seed node still Ready; EC2 recorded its stop at `stopped_at`, and
 /// its kubelet last renewed at `renewed`.
 fn ready_on_a_stopped_machine(stopped_at: Option<i64>, renewed: KubeletLease) -> World {
-    let w = World::new().with_node(NODE, 1, InstanceState::Stopped, "True");
+    ready_on_a_stopped_machine_of(On::Ec2, stopped_at, renewed)
+}
+
+/// [`ready_on_a_stopped_machine`], on either cloud.
+fn ready_on_a_stopped_machine_of(on: On, stopped_at: Option<i64>, renewed: KubeletLease) -> World {
+    let w = World::on(on).with_node(NODE, 1, InstanceState::Stopped, "True");
     w.cloud
-        .describe_as(&instance(1), |f| f.stopped_at = stopped_at);
+        .describe_as(&w.instance(1), |f| f.stopped_at = stopped_at);
     w.cluster.kubelet_lease(NODE, renewed);
     w
 }
@@ -305,6 +311,42 @@ async fn fast_not_ready_a_graceful_stop_is_proven_by_the_stopped_events_time() {
     assert_eq!(w.cluster.events(NODE)[0], "MarkedNotReady");
 
     let w = ready_on_a_stopped_machine(Some(asked), renewed);
+    let report = w.fence(&short()).await.unwrap();
+    assert_eq!(report.results[0].skip, Some(Skip::NodeReady));
+    assert_eq!(w.cluster.events(NODE), ["KubeletHeardAfterStop"]);
+}
+
+/// The audit entry that ends a Compute Engine stop, timed at `at`.
+fn stop_entry(w: &World, at: i64) -> Batch {
+    Batch {
+        suspects: vec![Suspect {
+            target: NodeRef::Instance(w.instance(1)),
+            intent: Intent::Fence,
+            origin: Origin::AuditLog(AuditOrigin {
+                method: "v1.compute.instances.stop".into(),
+                insert_id: Some("stop-entry".into()),
+                reported_at: Some(at),
+                delivery: Delivery::Eventarc { id: None },
+            }),
+        }],
+        ..Batch::default()
+    }
+}
+
+/// The same on Compute Engine: the last audit entry of the `stop`, written
+/// once the VM is down, proves a kubelet that renewed after the recorded
+/// stop silent since.
+#[tokio::test]
+async fn fast_not_ready_a_graceful_stop_on_compute_engine_is_proven_by_the_audit_entry() {
+    let asked = now() - 40;
+    let renewed = KubeletLease::RenewedAt(asked + 15);
+    let w = ready_on_a_stopped_machine_of(On::Gce, Some(asked), renewed);
+    let report = w.run(&fast(), stop_entry(&w, asked + 30)).await.unwrap();
+    assert_eq!(report.results[0].outcome, Outcome::Fenced, "{report:#?}");
+    assert_eq!(w.cluster.ready_condition(NODE).unwrap().0, "Unknown");
+    assert_eq!(w.cluster.events(NODE)[0], "MarkedNotReady");
+
+    let w = ready_on_a_stopped_machine_of(On::Gce, Some(asked), renewed);
     let report = w.fence(&short()).await.unwrap();
     assert_eq!(report.results[0].skip, Some(Skip::NodeReady));
     assert_eq!(w.cluster.events(NODE), ["KubeletHeardAfterStop"]);

@@ -22,6 +22,7 @@ use crate::core::inbound::suspect::{
 };
 use crate::core::model::gce::GceInstance;
 use crate::core::model::instance::InstanceId;
+use crate::core::model::values;
 
 const PUSH: &str = "Pub/Sub push request";
 const ENTRY: &str = "Cloud Audit Log entry";
@@ -147,12 +148,17 @@ fn parse_entry(entry: &Value, delivery: Delivery) -> Result<AuditEvent, InputErr
         .get("methodName")
         .and_then(Value::as_str)
         .ok_or_else(|| InputError::invalid(ENTRY, "missing `protoPayload.methodName`"))?;
+    let last = entry
+        .pointer("/operation/last")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
     let origin = AuditOrigin {
         method: method.to_owned(),
         insert_id: entry
             .get("insertId")
             .and_then(Value::as_str)
             .map(str::to_owned),
+        reported_at: stop_reported(entry, method, last),
         delivery,
     };
     let resource_type = entry.pointer("/resource/type").and_then(Value::as_str);
@@ -190,10 +196,6 @@ fn parse_entry(entry: &Value, delivery: Delivery) -> Result<AuditEvent, InputErr
             });
         }
     };
-    let last = entry
-        .pointer("/operation/last")
-        .and_then(Value::as_bool)
-        .unwrap_or(false);
     match intent(method, last, &instance) {
         Ok(intent) => Ok(AuditEvent::Suspect {
             instance,
@@ -203,6 +205,20 @@ fn parse_entry(entry: &Value, delivery: Delivery) -> Result<AuditEvent, InputErr
         }),
         Err(reason) => Ok(AuditEvent::Ignored { origin, reason }),
     }
+}
+
+/// When the VM stopped, as the entry reports it: the `timestamp` of the
+/// last entry of a `stop` or `delete` call, written once the operation is
+/// done. System events are left out: their entries are not documented to
+/// be written only once the VM is down.
+fn stop_reported(entry: &Value, method: &str, last: bool) -> Option<i64> {
+    if !(last && matches!(verb(method), Verb::Down)) {
+        return None;
+    }
+    entry
+        .get("timestamp")
+        .and_then(Value::as_str)
+        .and_then(values::unix_seconds)
 }
 
 /// What an entry of `method` about `instance` asks for, or why it is
@@ -389,6 +405,59 @@ mod tests {
             .into_batch();
         assert!(ignored.suspects.is_empty());
         assert_eq!(ignored.ignored.len(), 1);
+    }
+
+    /// Issue 39: the last entry of a stop or delete reports when the VM
+    /// went down; a first entry, a start and a system event report no stop.
+    #[test]
+    fn the_end_of_a_stop_or_delete_reports_its_time() {
+        let reported = |method: &str, operation: Value, timestamp: Value| {
+            let mut e = entry(method, operation);
+            e["timestamp"] = timestamp;
+            let batch = parse_push(push(&e)).unwrap().into_batch();
+            let origin = batch
+                .suspects
+                .first()
+                .map(|s| &s.origin)
+                .or(batch.ignored.first().map(|i| &i.origin));
+            match origin {
+                Some(Origin::AuditLog(o)) => o.reported_at,
+                other => panic!("an audit origin, not {other:?}"),
+            }
+        };
+        let last = json!({"id": "op", "last": true});
+        let at = json!("2026-11-25T10:00:07.250Z");
+        let want = values::unix_seconds("2026-11-25T10:00:07Z");
+        assert_eq!(
+            reported("v1.compute.instances.stop", last.clone(), at.clone()),
+            want
+        );
+        assert_eq!(
+            reported("beta.compute.instances.delete", last.clone(), at.clone()),
+            want
+        );
+        let first = json!({"id": "op", "first": true});
+        assert_eq!(
+            reported("v1.compute.instances.stop", first, at.clone()),
+            None
+        );
+        assert_eq!(
+            reported("v1.compute.instances.start", last.clone(), at.clone()),
+            None
+        );
+        assert_eq!(
+            reported("compute.instances.guestTerminate", json!({}), at),
+            None
+        );
+        assert_eq!(
+            reported(
+                "v1.compute.instances.stop",
+                last.clone(),
+                json!("yesterday")
+            ),
+            None
+        );
+        assert_eq!(reported("v1.compute.instances.stop", last, json!(17)), None);
     }
 
     #[test]
