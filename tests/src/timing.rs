@@ -15,6 +15,7 @@ use node_fencer::core::model::instance::{InstanceId, VolumeId};
 use node_fencer::core::outbound::events::NodeEvent;
 use node_fencer::core::outbound::kube_patch::{Ending, PowerStamp, Stamp};
 use node_fencer::core::rules::control::KillSwitch;
+use node_fencer::core::rules::in_use::ReleaseOutcome;
 use node_fencer::core::rules::mode::ServerVersion;
 use node_fencer::core::rules::silence::KubeletLease;
 use node_fencer::core::rules::view::Census;
@@ -369,6 +370,19 @@ impl FencingWrites for TimingCluster<'_> {
             .time(
                 "DeleteVolumeAttachment",
                 self.inner.delete_volume_attachment(name, uid),
+            )
+            .await
+    }
+
+    async fn release_volumes_in_use(
+        &self,
+        node: &str,
+        names: &[String],
+    ) -> Result<ReleaseOutcome, ClusterError> {
+        self.timeline
+            .time(
+                "ReleaseVolumesInUse",
+                self.inner.release_volumes_in_use(node, names),
             )
             .await
     }

@@ -133,10 +133,16 @@ fn legacy_only(resource: &str, verb: &str) -> bool {
     matches!((resource, verb), ("volumeattachments", "delete"))
 }
 
-/// True for a permission only `FAST_NOT_READY` needs: the Ready condition
-/// and the kubelets' Leases.
-fn fast_only(resource: &str, scope: Option<(&str, Option<&str>)>) -> bool {
-    resource == "nodes/status" || scope.is_some_and(|(ns, _)| ns == NODE_LEASE_NAMESPACE)
+/// True for a permission only `FAST_NOT_READY` needs: the kubelets' Leases.
+fn fast_only(scope: Option<(&str, Option<&str>)>) -> bool {
+    scope.is_some_and(|(ns, _)| ns == NODE_LEASE_NAMESPACE)
+}
+
+/// True for the Node status writes: `FAST_NOT_READY`'s mark, and the legacy
+/// mode's release of `volumesInUse`, without which the legacy mode only
+/// frees the volumes later (on the attach/detach controller's sync).
+fn status_write(resource: &str) -> bool {
+    resource == "nodes/status"
 }
 
 /// Runs every check. Never changes anything: the only writes are
@@ -454,10 +460,19 @@ async fn permissions(
             Ok(false) if legacy_only(resource, verb) && mode != Some(FenceMode::Legacy) => {
                 row(what, Status::Warn, "denied; only the legacy mode needs it")
             }
-            Ok(false) if fast_only(resource, scope) && !config.policy.fast_not_ready => row(
+            Ok(false) if fast_only(scope) && !config.policy.fast_not_ready => row(
                 what,
                 Status::Warn,
                 "denied; only FAST_NOT_READY=true needs it",
+            ),
+            Ok(false) if status_write(resource) && !config.policy.fast_not_ready => row(
+                what,
+                Status::Warn,
+                if mode == Some(FenceMode::Legacy) {
+                    "denied; the legacy mode then frees volumes up to a minute later (volumesInUse is not released), and FAST_NOT_READY=true needs it"
+                } else {
+                    "denied; only FAST_NOT_READY=true and the legacy mode need it"
+                },
             ),
             Ok(false) => failed(
                 what,

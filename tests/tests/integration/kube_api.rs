@@ -10,6 +10,7 @@ use node_fencer::core::model::facts::{OUT_OF_SERVICE_KEY, OUT_OF_SERVICE_VALUE};
 use node_fencer::core::model::instance::{InstanceId, InstanceState};
 use node_fencer::core::model::kube_read::{self, ANNOTATION_INSTANCE, ANNOTATION_TAINT};
 use node_fencer::core::outbound::kube_patch::{self, Ending, Stamp, TaintPatch};
+use node_fencer::core::rules::in_use::{self, ReleaseOutcome, ReleasePatch};
 use node_fencer::shell::cluster::{
     ClusterReads, FencingWrites, Kube, TaintOutcome, UntaintOutcome,
 };
@@ -200,6 +201,74 @@ async fn the_role_allows_what_the_code_does_and_no_more() -> anyhow::Result<()> 
         matches!(&denied, kube::Error::Api(st) if st.code == 403),
         "{denied}"
     );
+    Ok(())
+}
+
+/// Issue 35: the legacy mode's release of a dead Node's volumes from
+/// `status.volumesInUse`, as node-fencer's ClusterRole allows it: only the
+/// names given leave the list, every other entry and the rest of the status
+/// stay; a second release finds nothing listed; the apiserver refuses a
+/// write under a stale resourceVersion (the guard a kubelet's own write in
+/// between trips).
+#[tokio::test]
+async fn the_legacy_release_takes_only_the_names_given_out_of_volumes_in_use() -> anyhow::Result<()>
+{
+    let s = stack();
+    let admin = s.admin().await?;
+    let cluster = Kube::new(s.fencer().await?, "tests");
+    let spec = spec("Unknown");
+    create_node(&admin, &spec).await?;
+    let (freed, kept, in_tree) = (
+        "kubernetes.io/csi/cstor.csi.openebs.io^pvc-freed",
+        "kubernetes.io/csi/cstor.csi.openebs.io^pvc-kept",
+        "kubernetes.io/aws-ebs/aws://us-east-1a/vol-0ffffffffffffffff",
+    );
+    let nodes: Api<Node> = Api::all(admin.clone());
+    nodes
+        .patch_status(
+            &spec.name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"volumesInUse": [kept, freed, in_tree]}})),
+        )
+        .await?;
+    let stale = get_node(&admin, &spec.name).await?;
+
+    let names = [freed.to_owned()];
+    let outcome = cluster.release_volumes_in_use(&spec.name, &names).await?;
+    assert_eq!(outcome, ReleaseOutcome::Released(1));
+    let status = get_node(&admin, &spec.name)
+        .await?
+        .status
+        .unwrap_or_default();
+    assert_eq!(status.volumes_in_use.unwrap_or_default(), [kept, in_tree]);
+    assert_eq!(
+        status.conditions,
+        stale.status.clone().unwrap_or_default().conditions,
+        "the conditions stay as they were"
+    );
+    assert_eq!(
+        cluster.release_volumes_in_use(&spec.name, &names).await?,
+        ReleaseOutcome::NoneListed
+    );
+
+    let ReleasePatch::Apply(patch, _) = in_use::release_patch(&stale, &[kept.to_owned()]) else {
+        panic!("the stale Node lists {kept}");
+    };
+    let refused = nodes
+        .patch_status(&spec.name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect_err("a stale resourceVersion");
+    assert!(
+        matches!(&refused, kube::Error::Api(st) if st.code == 409),
+        "{refused}"
+    );
+    assert_eq!(
+        cluster
+            .release_volumes_in_use("no-such-node", &names)
+            .await?,
+        ReleaseOutcome::NodeGone
+    );
+    nodes.delete(&spec.name, &DeleteParams::default()).await?;
     Ok(())
 }
 

@@ -425,6 +425,9 @@ pub struct PvFacts {
     pub volume: Option<VolumeId>,
     /// The claim bound to it (`spec.claimRef`): namespace and name.
     pub claim: Option<(String, String)>,
+    /// Its CSI volume (`spec.csi`), whatever the driver: how the Node's
+    /// `status.volumesInUse` names it.
+    pub csi: Option<CsiVolume>,
 }
 
 /// A pod bound to a Node.

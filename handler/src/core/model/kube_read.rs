@@ -350,9 +350,8 @@ pub fn attachment_facts(va: &VolumeAttachment) -> Option<AttachmentFacts> {
 /// in-tree `awsElasticBlockStore` or `gcePersistentDisk`.
 pub fn pv_facts(pv: &PersistentVolume) -> Option<PvFacts> {
     let spec = pv.spec.as_ref();
-    let csi = spec
-        .and_then(|s| s.csi.as_ref())
-        .and_then(|c| cloud_disk(&c.driver, &c.volume_handle));
+    let csi_source = spec.and_then(|s| s.csi.as_ref());
+    let csi = csi_source.and_then(|c| cloud_disk(&c.driver, &c.volume_handle));
     let in_tree = spec
         .and_then(|s| s.aws_elastic_block_store.as_ref())
         .and_then(|e| VolumeId::ebs(&e.volume_id))
@@ -367,6 +366,10 @@ pub fn pv_facts(pv: &PersistentVolume) -> Option<PvFacts> {
         name: pv.metadata.name.clone()?,
         volume: csi.or(in_tree),
         claim,
+        csi: csi_source.map(|c| CsiVolume {
+            driver: c.driver.clone(),
+            handle: c.volume_handle.clone(),
+        }),
     })
 }
 

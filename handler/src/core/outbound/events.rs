@@ -21,6 +21,9 @@ pub enum Reason {
     PodsForceDeleted,
     /// Legacy mode: the node's VolumeAttachments were deleted.
     VolumeAttachmentsDeleted,
+    /// Legacy mode: the freed volumes were taken out of the Node's
+    /// `status.volumesInUse`, the unmount its dead kubelet never reports.
+    VolumesInUseReleased,
     /// Fencing was refused by the cap.
     FencingRefused,
     /// A requested recovery waits for something.
@@ -57,6 +60,7 @@ impl Reason {
             Self::VolumesForceDetached => "VolumesForceDetached",
             Self::PodsForceDeleted => "PodsForceDeleted",
             Self::VolumeAttachmentsDeleted => "VolumeAttachmentsDeleted",
+            Self::VolumesInUseReleased => "VolumesInUseReleased",
             Self::FencingRefused => "FencingRefused",
             Self::RecoveryWaiting => "RecoveryWaiting",
             Self::RecoveryConfirmed => "RecoveryConfirmed",
@@ -77,6 +81,7 @@ impl Reason {
             | Self::FencedLegacy
             | Self::PodsForceDeleted
             | Self::VolumeAttachmentsDeleted
+            | Self::VolumesInUseReleased
             | Self::FencingRefused
             | Self::MarkedNotReady
             | Self::KubeletHeardAfterStop
@@ -188,7 +193,7 @@ impl NodeEvent {
         Self::new(
             Reason::FencedLegacy,
             format!(
-                "{} reports {instance} `{state}`: force-deleting the node's pods and VolumeAttachments (no out-of-service taint on this cluster)",
+                "{} reports {instance} `{state}`: force-deleting the node's pods, releasing their volumes from the Node's volumesInUse and deleting its VolumeAttachments (no out-of-service taint on this cluster)",
                 instance.provider().api()
             ),
         )
@@ -224,6 +229,18 @@ impl NodeEvent {
             Reason::VolumeAttachmentsDeleted,
             format!(
                 "deleted {count} VolumeAttachment(s) of the node ({by_driver}): each driver unpublishes its volume"
+            ),
+        )
+    }
+
+    /// The volumes `names` were taken out of the Node's `status.volumesInUse`.
+    pub fn volumes_in_use_released(names: &[String]) -> Self {
+        Self::new(
+            Reason::VolumesInUseReleased,
+            format!(
+                "released {} volume(s) from status.volumesInUse, the unmount the dead kubelet cannot report: the attach/detach controller detaches them now ({})",
+                names.len(),
+                names.join(", ")
             ),
         )
     }
@@ -341,6 +358,7 @@ mod tests {
             Reason::VolumesForceDetached,
             Reason::PodsForceDeleted,
             Reason::VolumeAttachmentsDeleted,
+            Reason::VolumesInUseReleased,
             Reason::FencingRefused,
             Reason::RecoveryWaiting,
             Reason::OutOfServiceTaintRemoved,

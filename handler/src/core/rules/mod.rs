@@ -1,12 +1,14 @@
 //! How the core decides: whose machine an instance is, which Node a suspect
 //! names, which Nodes node-fencer may act on, the verdict per node, Nodes
 //! another writer tainted, the cap, active fencing's power-off, the fencing
-//! mode, the plan per node, the disks to free, recovery, the Lease and the
+//! mode, the plan per node, the disks to free (and, in legacy mode, the
+//! volumes to release from a dead Node's `volumesInUse`), recovery, the Lease and the
 //! kill switch, and when to retry.
 
 pub mod cap;
 pub mod control;
 pub mod decide;
+pub mod in_use;
 pub mod mode;
 pub mod neighbours;
 pub mod ownership;

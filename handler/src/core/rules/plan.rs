@@ -15,6 +15,7 @@ use crate::core::outbound::report::{
     AttachmentOutcome, AttachmentReport, NodeReport, Outcome, VolumeOutcome, VolumeReport,
 };
 use crate::core::rules::decide::{self, Recount, Skip, Verdict};
+use crate::core::rules::in_use;
 use crate::core::rules::power::{self, PowerReport};
 use crate::core::rules::resolve::{self, ClusterScope, Resolution, Unclaimed};
 use crate::core::rules::view::NodeView;
@@ -187,6 +188,9 @@ pub struct NodePlan {
     /// Legacy mode: what to do with each of the node's VolumeAttachments,
     /// every driver's.
     pub attachments: Vec<AttachmentAction>,
+    /// Legacy mode: the names of the deleted attachments' volumes in the
+    /// Node's `status.volumesInUse`, to release ([`in_use::to_release`]).
+    pub(crate) release_in_use: Vec<String>,
     /// The Node's CSI volumes as Kubernetes recorded them at decision
     /// time ([`NodeFacts::attached`]): the attachments to read by name.
     pub attached: Option<Vec<CsiVolume>>,
@@ -292,6 +296,7 @@ pub fn plan(
                         node_volumes: Vec::new(),
                         actions: Vec::new(),
                         attachments: Vec::new(),
+                        release_in_use: Vec::new(),
                         attached: node.and_then(|n| n.attached.clone()),
                         out_of_service: node
                             .map(|n| n.out_of_service_values(*add_taint))
@@ -451,6 +456,7 @@ impl NodeRun {
     ) {
         if let Some(plan) = &mut self.plan {
             plan.attachments = volumes::plan_attachments(attachments, pods, pvs);
+            plan.release_in_use = in_use::to_release(&plan.attachments, pvs);
         }
     }
 
@@ -965,6 +971,7 @@ mod tests {
                 node_volumes: vec![],
                 actions: vec![],
                 attachments: vec![],
+                release_in_use: vec![],
                 attached: None,
                 out_of_service: vec![crate::core::model::facts::OUT_OF_SERVICE_VALUE.into()],
             }),

@@ -452,6 +452,7 @@ mod tests {
             name: name.into(),
             volume: volume.map(vol),
             claim: Some(("db".into(), format!("claim-{name}"))),
+            csi: None,
         }
     }
 

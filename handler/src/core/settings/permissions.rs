@@ -80,8 +80,9 @@ pub fn gcp_power_off_permissions() -> &'static [&'static str] {
 /// only; pods `list` and `delete` serve both (taint mode: the volumes of
 /// pods that tolerate the taint stay attached, the pods it evicts are
 /// force-deleted right after it). `nodes/status` `patch` serves
-/// `FAST_NOT_READY` only (the `Ready` condition of a Node whose kubelet is
-/// proven silent).
+/// `FAST_NOT_READY` (the `Ready` condition of a Node whose kubelet is
+/// proven silent) and the legacy mode (the freed volumes released from
+/// `volumesInUse`).
 pub(crate) const KUBERNETES_RULES: &[(&str, &str, &[&str])] = &[
     ("", "nodes", &["get", "list", "patch"]),
     ("", "nodes/status", &["patch"]),

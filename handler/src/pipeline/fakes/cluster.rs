@@ -23,6 +23,7 @@ use crate::core::outbound::kube_patch::{
     UntaintOutcome, UntaintPatch,
 };
 use crate::core::rules::control::KillSwitch;
+use crate::core::rules::in_use::{self, ReleaseOutcome, ReleasePatch};
 use crate::core::rules::mode::ServerVersion;
 use crate::core::rules::silence::KubeletLease;
 use crate::core::rules::view::Census;
@@ -270,6 +271,10 @@ impl FakeCluster {
             name: pv,
             volume: Some(volume.clone()),
             claim: Some(("default".into(), format!("claim-{volume}"))),
+            csi: Some(CsiVolume {
+                driver: driver_of(volume).into(),
+                handle: volume.to_string(),
+            }),
         });
     }
 
@@ -289,6 +294,10 @@ impl FakeCluster {
             name: pv.into(),
             volume: None,
             claim: Some(("default".into(), format!("claim-{pv}"))),
+            csi: Some(CsiVolume {
+                driver: driver.into(),
+                handle: format!("handle-{pv}"),
+            }),
         });
     }
 
@@ -447,6 +456,24 @@ impl FakeCluster {
             .and_then(|s| s.conditions.as_ref())
             .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
             .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+    }
+
+    /// The Node's `status.volumesInUse`, as its kubelet last wrote it.
+    pub fn volumes_in_use(&self, name: &str) -> Vec<String> {
+        self.lock()
+            .nodes
+            .get(name)
+            .and_then(|n| n.status.as_ref())
+            .and_then(|s| s.volumes_in_use.clone())
+            .unwrap_or_default()
+    }
+
+    /// Plays the kubelet: the Node reports `names` mounted.
+    pub fn report_in_use(&self, name: &str, names: &[&str]) {
+        if let Some(n) = self.lock().nodes.get_mut(name) {
+            n.status.get_or_insert_default().volumes_in_use =
+                Some(names.iter().map(|v| (*v).to_owned()).collect());
+        }
     }
 
     /// Whoever holds the Lease.
@@ -867,6 +894,32 @@ impl FencingWrites for FakeCluster {
             .attachments
             .retain(|a| a.name != name || a.uid != uid);
         Ok(())
+    }
+
+    async fn release_volumes_in_use(
+        &self,
+        node: &str,
+        names: &[String],
+    ) -> Result<ReleaseOutcome, ClusterError> {
+        if self.calls.call(format!("ReleaseVolumesInUse {node}")) {
+            return Err(ClusterError::PatchNode {
+                node: node.into(),
+                source: injected(),
+            });
+        }
+        let mut state = self.lock();
+        let Some(current) = state.nodes.get_mut(node) else {
+            return Ok(ReleaseOutcome::NodeGone);
+        };
+        match in_use::release_patch(current, names) {
+            ReleasePatch::Apply(patch, n) => {
+                current.status.get_or_insert_default().volumes_in_use =
+                    serde_json::from_value(patch["status"]["volumesInUse"].clone()).ok();
+                Ok(ReleaseOutcome::Released(n))
+            }
+            ReleasePatch::NoneListed => Ok(ReleaseOutcome::NoneListed),
+            ReleasePatch::NoResourceVersion => Err(ClusterError::UnsafeWrite { node: node.into() }),
+        }
     }
 }
 

@@ -117,6 +117,105 @@ async fn legacy_mode_deletes_pods_and_attachments_then_detaches() {
     assert_eq!(mark.volumes, [volume(1)]);
 }
 
+/// Issue 35: once the machine is confirmed off again and the pods are
+/// deleted, the freed volumes leave the Node's `status.volumesInUse`, before
+/// the attachments are deleted; a staying pod's volume, and any other
+/// entry, stay listed.
+#[tokio::test]
+async fn legacy_mode_releases_the_freed_volumes_from_volumes_in_use() {
+    let w = World::stopped();
+    w.cluster
+        .driver_attachment(NODE, "cstor.csi.openebs.io", "pv-db");
+    w.cluster
+        .driver_attachment(NODE, "iscsi.csi.example.com", "pv-target");
+    w.cluster
+        .pod_with_claim(NODE, "db-0", false, Some("claim-pv-db"));
+    w.cluster
+        .pod_with_claim(NODE, "iscsi-target", true, Some("claim-pv-target"));
+    let ebs = format!("kubernetes.io/csi/ebs.csi.aws.com^{}", volume(1));
+    let cstor = "kubernetes.io/csi/cstor.csi.openebs.io^handle-pv-db";
+    let target = "kubernetes.io/csi/iscsi.csi.example.com^handle-pv-target";
+    let other = "kubernetes.io/aws-ebs/aws://us-east-1a/vol-0ffffffffffffffff";
+    w.cluster.report_in_use(NODE, &[target, cstor, &ebs, other]);
+    let legacy = Policy {
+        mode: ModeSetting::Legacy,
+        ..policy()
+    };
+    let report = w.fence(&legacy).await.unwrap();
+    assert_eq!(report.results[0].outcome, Outcome::Fenced, "{report:#?}");
+    assert_eq!(w.cluster.volumes_in_use(NODE), [target, other]);
+    let log = w.calls.log();
+    let at = |call: &str| log.iter().rposition(|c| c.starts_with(call)).unwrap();
+    assert!(at("DeletePod") < at("ReleaseVolumesInUse"), "{log:?}");
+    assert!(
+        at("DescribeInstances") < at("ReleaseVolumesInUse"),
+        "{log:?}"
+    );
+    assert!(
+        at("ReleaseVolumesInUse")
+            < log
+                .iter()
+                .position(|c| c.starts_with("DeleteVolumeAttachment"))
+                .unwrap(),
+        "{log:?}"
+    );
+    assert_eq!(
+        w.cluster.events(NODE),
+        [
+            "FencedLegacy",
+            "PodsForceDeleted",
+            "VolumesInUseReleased",
+            "VolumeAttachmentsDeleted",
+            "VolumesForceDetached"
+        ]
+    );
+
+    // The taint mode writes none: the taint makes the controller detach.
+    let w = World::stopped();
+    w.cluster.report_in_use(NODE, &[&ebs]);
+    w.fence(&policy()).await.unwrap();
+    assert_eq!(w.cluster.volumes_in_use(NODE), [ebs.as_str()]);
+    assert!(
+        !w.calls
+            .log()
+            .iter()
+            .any(|c| c.starts_with("ReleaseVolumesInUse"))
+    );
+}
+
+/// A failed release costs speed only: the attachments are deleted all the
+/// same, and the fencing is done.
+#[tokio::test]
+async fn legacy_mode_a_failed_release_still_deletes_the_attachments() {
+    let ebs = format!("kubernetes.io/csi/ebs.csi.aws.com^{}", volume(1));
+    let world = || {
+        let w = World::stopped();
+        w.cluster.report_in_use(NODE, &[&ebs]);
+        w
+    };
+    let legacy = Policy {
+        mode: ModeSetting::Legacy,
+        ..policy()
+    };
+    let w = world();
+    w.fence(&legacy).await.unwrap();
+    let release = w
+        .calls
+        .log()
+        .iter()
+        .position(|c| *c == format!("ReleaseVolumesInUse {NODE}"));
+    assert!(release.is_some());
+    let w = world();
+    w.calls.fail_at(release);
+    let report = w.fence(&legacy).await.unwrap();
+    let r = &report.results[0];
+    assert_eq!(r.outcome, Outcome::Fenced, "{report:#?}");
+    assert_eq!(r.attachments_deleted, 1);
+    assert!(w.cluster.attachments().is_empty());
+    assert_eq!(w.cluster.volumes_in_use(NODE), [ebs.as_str()]);
+    assert!(!w.cluster.events(NODE).contains(&"VolumesInUseReleased"));
+}
+
 /// Issue 20: without the taint, every driver's attachment is held for the
 /// attach/detach controller's 6 minutes, so the legacy recipe deletes the
 /// node's VolumeAttachments of every CSI driver (naming their uids), not

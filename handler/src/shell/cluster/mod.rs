@@ -29,6 +29,7 @@ use crate::core::outbound::kube_patch::{
 };
 pub use crate::core::outbound::kube_patch::{ConfirmOutcome, TaintOutcome, UntaintOutcome};
 use crate::core::rules::control::{self, KillSwitch, LeaseFacts, LeaseStep};
+use crate::core::rules::in_use::{self, ReleaseOutcome, ReleasePatch};
 use crate::core::rules::mode::ServerVersion;
 use crate::core::rules::retry::{self, KUBERNETES};
 use crate::core::rules::silence::{self, KubeletLease, MarkPatch};
@@ -281,6 +282,15 @@ pub trait FencingWrites: Send + Sync {
     /// Deletes the VolumeAttachment `name` if it is still the object `uid`
     /// (legacy mode). One already gone, or replaced, is fine.
     async fn delete_volume_attachment(&self, name: &str, uid: &str) -> Result<(), ClusterError>;
+    /// Takes `names` out of the Node's `status.volumesInUse` (legacy mode,
+    /// once its machine is confirmed off and its pods force-deleted),
+    /// guarded by the resourceVersion read; a conflict is read and decided
+    /// again.
+    async fn release_volumes_in_use(
+        &self,
+        node: &str,
+        names: &[String],
+    ) -> Result<ReleaseOutcome, ClusterError>;
 }
 
 /// The objects that coordinate invocations: the fencing Lease, the
@@ -424,6 +434,8 @@ impl Kube {
 enum Write<T> {
     /// Send this merge patch (it carries the resourceVersion read); `T` on success.
     Patch(serde_json::Value, T),
+    /// The same, of the `status` subresource.
+    PatchStatus(serde_json::Value, T),
     /// Nothing to write: answer `T`.
     Answer(T),
     /// No write can be made safe.
@@ -456,14 +468,22 @@ impl Kube {
                     });
                 }
             };
-            let (patch, done) = match plan(&current, sent) {
-                Write::Patch(patch, done) => (patch, done),
+            let (patch, done, status) = match plan(&current, sent) {
+                Write::Patch(patch, done) => (patch, done, false),
+                Write::PatchStatus(patch, done) => (patch, done, true),
                 Write::Answer(answer) => return Ok(answer),
                 Write::Refuse => return Err(ClusterError::UnsafeWrite { node: node.into() }),
             };
             let params = PatchParams::default();
             let merge = Patch::Merge(&patch);
-            match retrying("patch node", || nodes.patch(node, &params, &merge)).await {
+            let sent_patch = retrying("patch node", || async {
+                if status {
+                    nodes.patch_status(node, &params, &merge).await
+                } else {
+                    nodes.patch(node, &params, &merge).await
+                }
+            });
+            match sent_patch.await {
                 Ok(_) => return Ok(done),
                 Err(e) if is_conflict(&e) => {
                     sent = Some(done);

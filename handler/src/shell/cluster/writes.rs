@@ -221,4 +221,24 @@ impl FencingWrites for Kube {
             }),
         }
     }
+
+    async fn release_volumes_in_use(
+        &self,
+        node: &str,
+        names: &[String],
+    ) -> Result<ReleaseOutcome, ClusterError> {
+        self.guarded_patch(node, ReleaseOutcome::NodeGone, |current, sent| {
+            match in_use::release_patch(current, names) {
+                ReleasePatch::Apply(patch, n) => {
+                    Write::PatchStatus(patch, ReleaseOutcome::Released(n))
+                }
+                // A release whose answer was lost shows as nothing listed.
+                ReleasePatch::NoneListed => {
+                    Write::Answer(sent.unwrap_or(ReleaseOutcome::NoneListed))
+                }
+                ReleasePatch::NoResourceVersion => Write::Refuse,
+            }
+        })
+        .await
+    }
 }
