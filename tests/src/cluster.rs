@@ -33,6 +33,7 @@ use crate::scene::{SCENE_LABEL, stop_heartbeats, wait_until};
 use crate::{Stack, apply_rbac, attacher, repo_root};
 
 static CLUSTER: OnceLock<Result<Stack, String>> = OnceLock::new();
+static OLD_CLUSTER: OnceLock<Result<Stack, String>> = OnceLock::new();
 
 /// The controller stack of this process, started on first use, with
 /// `infra/kubernetes/rbac.yaml` applied, the CSIDriver objects
@@ -45,11 +46,54 @@ pub fn cluster_stack() -> &'static Stack {
     crate::started(&CLUSTER, start, "the controller test stack")
 }
 
+/// The same on the old control plane (`up.sh --old-control-plane`: the
+/// Kubernetes version setup.sh builds from `tests/stack/gomod/kubernetes-legacy`,
+/// where the out-of-service taint is not on), for the legacy mode's
+/// scenarios: the attach/detach controller of a cluster node-fencer's legacy
+/// mode serves. The CSI attach chain of the EBS and cStor drivers runs in
+/// front of it; Compute Engine's is not needed there.
+///
+/// # Panics
+/// When the stack cannot be started: the message says what to install.
+pub fn old_cluster_stack() -> &'static Stack {
+    crate::started(
+        &OLD_CLUSTER,
+        start_old,
+        "the controller test stack on the old control plane",
+    )
+}
+
 /// How many times a private stack is started before giving up on kwok.
 const KWOK_ATTEMPTS: usize = 5;
 
 fn start() -> anyhow::Result<Stack> {
-    if let Some(dir) = std::env::var_os("NODE_FENCER_CLUSTER_STACK_DIR") {
+    start_private(
+        "NODE_FENCER_CLUSTER_STACK_DIR",
+        "cluster",
+        &[],
+        &attacher::Driver::ALL,
+    )
+}
+
+fn start_old() -> anyhow::Result<Stack> {
+    start_private(
+        "NODE_FENCER_OLD_CLUSTER_STACK_DIR",
+        "old-cluster",
+        &["--old-control-plane"],
+        &[attacher::Driver::Ebs, attacher::Driver::Cstor],
+    )
+}
+
+/// A controller stack: the one in `$reuse_var`'s directory, or a private one
+/// in a temporary directory named by `tag`, started with `extra` options
+/// and checked for kwok, with `drivers`' attach chains in front of it.
+fn start_private(
+    reuse_var: &str,
+    tag: &str,
+    extra: &[&str],
+    drivers: &[attacher::Driver],
+) -> anyhow::Result<Stack> {
+    if let Some(dir) = std::env::var_os(reuse_var) {
         let stack = open(PathBuf::from(dir))?;
         if !set_up(&stack)? {
             bail!(
@@ -60,15 +104,18 @@ fn start() -> anyhow::Result<Stack> {
                 dir = stack.dir.display()
             );
         }
-        spawn_attacher(&stack)?;
+        spawn_attacher(&stack, drivers)?;
         return Ok(stack);
     }
-    let dir = std::env::temp_dir().join(format!("node-fencer-cluster-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("node-fencer-{tag}-{}", std::process::id()));
+    let options: Vec<&str> = std::iter::once("--controllers")
+        .chain(extra.iter().copied())
+        .collect();
     for attempt in 1..=KWOK_ATTEMPTS {
-        crate::up(&dir, &["--controllers"])?;
+        crate::up(&dir, &options)?;
         let stack = open(dir.clone())?;
         if set_up(&stack)? {
-            spawn_attacher(&stack)?;
+            spawn_attacher(&stack, drivers)?;
             return Ok(stack);
         }
         eprintln!(
@@ -84,11 +131,11 @@ fn start() -> anyhow::Result<Stack> {
 }
 
 /// Starts the fake Compute Engine (once per process) and the CSI attach
-/// chain of every driver: the real external-attacher sidecar in front of
-/// each controller, the real PD CSI driver's against that fake.
-fn spawn_attacher(stack: &Stack) -> anyhow::Result<()> {
+/// chain of `drivers`: the real external-attacher sidecar in front of each
+/// controller, the real PD CSI driver's against that fake.
+fn spawn_attacher(stack: &Stack, drivers: &[attacher::Driver]) -> anyhow::Result<()> {
     let fake = crate::gce::started_fake(&stack.dir)?;
-    attacher::spawn(stack, fake, &attacher::Driver::ALL)
+    attacher::spawn(stack, fake, drivers)
 }
 
 fn open(dir: PathBuf) -> anyhow::Result<Stack> {
@@ -175,9 +222,20 @@ async fn kwok_keeps_dead_nodes_pods(admin: &Client) -> anyhow::Result<bool> {
 /// first removes what an earlier scenario left: under the lock, every scene
 /// node and test namespace still there is a leftover.
 pub async fn cluster_serial() -> tokio::sync::MutexGuard<'static, ()> {
+    serial_on(cluster_stack()).await
+}
+
+/// [`cluster_serial`] for the scenarios on [`old_cluster_stack`]: the same
+/// lock, so that two control planes' scenarios never share the cores at
+/// once (their timings would suffer), and the old stack's leftovers removed.
+pub async fn old_cluster_serial() -> tokio::sync::MutexGuard<'static, ()> {
+    serial_on(old_cluster_stack()).await
+}
+
+async fn serial_on(stack: &Stack) -> tokio::sync::MutexGuard<'static, ()> {
     static LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
     let guard = LOCK.lock().await;
-    if let Err(e) = remove_leftovers(cluster_stack()).await {
+    if let Err(e) = remove_leftovers(stack).await {
         panic!("could not remove what an earlier scenario left: {e:#}");
     }
     guard

@@ -323,6 +323,16 @@ pub async fn report_volumes_in_use(
     Ok(())
 }
 
+/// The Node's `status.volumesInUse`.
+pub async fn volumes_in_use(admin: &Client, node: &str) -> anyhow::Result<Vec<String>> {
+    Ok(Api::<Node>::all(admin.clone())
+        .get(node)
+        .await?
+        .status
+        .and_then(|s| s.volumes_in_use)
+        .unwrap_or_default())
+}
+
 /// The node's taints as `key:effect`.
 pub async fn node_taints(admin: &Client, node: &str) -> anyhow::Result<Vec<String>> {
     Ok(crate::fixtures::taints(

@@ -8,6 +8,9 @@
 #   $CACHE/venv-infra-<sha>/        tests/infra/requirements.txt, when that file exists
 #   $CACHE/venv-gce-<sha>/          tests/gce/requirements.txt (the GCE checks: fake Compute Engine, fixtures, image)
 #   $CACHE/bin/kubernetes-<ver>/    kube-apiserver, kube-controller-manager, kube-scheduler, kubectl
+#   $CACHE/bin/kubernetes-<old>/    an old control plane (kube-apiserver, kube-controller-manager,
+#                                   kube-scheduler; tests/stack/gomod/kubernetes-legacy) for the
+#                                   legacy mode's scenarios; tests only
 #   $CACHE/bin/etcd-<ver>/etcd
 #   $CACHE/bin/kwok-<ver>/kwok
 #   $CACHE/bin/external-attacher-<ver>/csi-attacher   the real CSI external-attacher sidecar
@@ -30,7 +33,7 @@
 # Usage: tests/stack/setup.sh [--for-run] [--only-python] [--skip-controllers] [--only-terraform]
 #   --for-run           only what `make run` runs: the stack venv, etcd, the Kubernetes
 #                       binaries, kwok and the CSI attach chain (no test-only tools: the infra and GCE venvs,
-#                       hclfmt, cargo-fuzz, Alertmanager, promtool, OpenTofu, tflint)
+#                       hclfmt, cargo-fuzz, Alertmanager, promtool, OpenTofu, tflint, the old control plane)
 #   --only-python       only the Python venvs (and env.sh)
 #   --skip-controllers  skip kube-controller-manager, kube-scheduler, kwok and the CSI attach chain
 #   --only-terraform    of the binaries, only tofu, tflint, the schema-only provider and its mirror
@@ -125,11 +128,14 @@ main() {
 	}
 
 	KUBE_VERSION="$(gomod_version "$HERE/gomod/kubernetes/go.mod" k8s.io/kubernetes)"
+	KUBE_LEGACY_VERSION="$(gomod_version "$HERE/gomod/kubernetes-legacy/go.mod" k8s.io/kubernetes)"
 	ETCD_VERSION="$(gomod_version "$HERE/gomod/etcd/go.mod" go.etcd.io/etcd/server/v3)"
 	[ -n "$KUBE_VERSION" ] || die "no k8s.io/kubernetes version in tests/stack/gomod/kubernetes/go.mod"
+	[ -n "$KUBE_LEGACY_VERSION" ] || die "no k8s.io/kubernetes version in tests/stack/gomod/kubernetes-legacy/go.mod"
 	[ -n "$ETCD_VERSION" ] || die "no go.etcd.io/etcd/server/v3 version in tests/stack/gomod/etcd/go.mod"
 
 	KUBE_BIN="$CACHE/bin/kubernetes-$KUBE_VERSION"
+	KUBE_LEGACY_BIN="$CACHE/bin/kubernetes-$KUBE_LEGACY_VERSION"
 	ETCD_BIN="$CACHE/bin/etcd-$ETCD_VERSION/etcd"
 	KWOK_BIN="$CACHE/bin/kwok-$KWOK_VERSION/kwok"
 	HCLFMT_BIN="$CACHE/bin/hclfmt-$HCLFMT_VERSION/hclfmt"
@@ -268,18 +274,26 @@ main() {
 	}
 
 	# Version stamps the Kubernetes release build sets (hack/lib/version.sh).
-	kube_ldflags() {
-		local minor=${KUBE_VERSION#v1.} pkg flags=""
+	kube_ldflags() { # kube_ldflags VERSION
+		local minor=${1#v1.} pkg flags=""
 		minor=${minor%%.*}
 		for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-			flags+=" -X $pkg.gitVersion=$KUBE_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
+			flags+=" -X $pkg.gitVersion=$1 -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
 			flags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
 		done
 		printf '%s' "-s -w$flags"
 	}
 
 	build_kube() { # build_kube CMD
-		(cd "$HERE/gomod/kubernetes" && go build -ldflags "$(kube_ldflags)" -o "$OUT" "k8s.io/kubernetes/cmd/$1")
+		(cd "$HERE/gomod/kubernetes" && go build -ldflags "$(kube_ldflags "$KUBE_VERSION")" -o "$OUT" "k8s.io/kubernetes/cmd/$1")
+	}
+	# The old control plane, with the Go installed. `providerless` leaves the
+	# in-tree cloud providers out (their SDKs are a third of the build); the
+	# scenarios' volumes are all CSI.
+	build_kube_legacy() { # build_kube_legacy CMD
+		(cd "$HERE/gomod/kubernetes-legacy" &&
+			go build -tags providerless -ldflags "$(kube_ldflags "$KUBE_LEGACY_VERSION")" \
+				-o "$OUT" "k8s.io/kubernetes/cmd/$1")
 	}
 	build_cargo_fuzz() {
 		have cargo || die "cargo is required to install cargo-fuzz"
@@ -508,6 +522,12 @@ main() {
 				bin_step kwok "$KWOK_VERSION" "$KWOK_BIN" "~1-2 min" 2 -- \
 					go_install "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION" kwok "-X sigs.k8s.io/kwok/pkg/consts.Version=${KWOK_VERSION#v}"
 			fi
+			# The old control plane runs only the legacy mode's scenarios.
+			if want_controllers && want_test_tools; then
+				bin_step "kube-apiserver (old)" "$KUBE_LEGACY_VERSION" "$KUBE_LEGACY_BIN/kube-apiserver" "~3 min" 3 -- build_kube_legacy kube-apiserver
+				bin_step "kube-controller-manager (old)" "$KUBE_LEGACY_VERSION" "$KUBE_LEGACY_BIN/kube-controller-manager" "~1 min" 1 -- build_kube_legacy kube-controller-manager
+				bin_step "kube-scheduler (old)" "$KUBE_LEGACY_VERSION" "$KUBE_LEGACY_BIN/kube-scheduler" "<1 min" 1 -- build_kube_legacy kube-scheduler
+			fi
 			# kubectl: a test's NodeCleanup deletes its Nodes with it on drop (a drop
 			# cannot await); `make run --keep` names it to look at the stack.
 			bin_step kubectl "$KUBE_VERSION" "$KUBE_BIN/kubectl" "~1 min" 1 -- build_kube kubectl
@@ -554,6 +574,7 @@ main() {
 		echo "# Written by tests/stack/setup.sh; source it to use the cached test tools."
 		echo "export NODE_FENCER_CACHE=$(q "$CACHE")"
 		echo "export NODE_FENCER_KUBE_BIN=$(q "$KUBE_BIN")"
+		echo "export NODE_FENCER_KUBE_LEGACY_BIN=$(q "$KUBE_LEGACY_BIN")"
 		echo "export NODE_FENCER_ETCD=$(q "$ETCD_BIN")"
 		echo "export NODE_FENCER_KWOK=$(q "$KWOK_BIN")"
 		echo "export NODE_FENCER_CSI_ATTACHER=$(q "$CSI_ATTACHER_BIN")"
@@ -582,7 +603,8 @@ main() {
 
 	missing=()
 	for b in "$ETCD_BIN" "$KUBE_BIN/kube-apiserver" "$KUBE_BIN/kube-controller-manager" \
-		"$KUBE_BIN/kube-scheduler" "$KWOK_BIN" "$CSI_ATTACHER_BIN" "$PD_CSI_BIN" "$CSI_CONTROLLER_BIN" "$HCLFMT_BIN" "$CARGO_FUZZ_BIN" "$KUBE_BIN/kubectl" \
+		"$KUBE_BIN/kube-scheduler" "$KUBE_LEGACY_BIN/kube-apiserver" "$KUBE_LEGACY_BIN/kube-controller-manager" \
+		"$KUBE_LEGACY_BIN/kube-scheduler" "$KWOK_BIN" "$CSI_ATTACHER_BIN" "$PD_CSI_BIN" "$CSI_CONTROLLER_BIN" "$HCLFMT_BIN" "$CARGO_FUZZ_BIN" "$KUBE_BIN/kubectl" \
 		"$ALERTMANAGER_BIN/alertmanager" "$ALERTMANAGER_BIN/amtool" "$PROMTOOL_BIN" \
 		"$TOFU_BIN" "$TFLINT_BIN" "$SCHEMA_PROVIDER_BIN" "$TF_MIRROR"; do
 		[ -x "$b" ] || missing+=("${b#"$CACHE"/}")

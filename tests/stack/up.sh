@@ -8,8 +8,12 @@
 # pids are recorded in STATE_DIR/pids, logs go to STATE_DIR/logs/<name>.log.
 # Stop with tests/stack/down.sh STATE_DIR.
 #
-# Usage: tests/stack/up.sh STATE_DIR [--controllers] [--watch-pid PID]
+# Usage: tests/stack/up.sh STATE_DIR [--controllers] [--old-control-plane] [--watch-pid PID]
 #   --controllers    also start kube-controller-manager, kube-scheduler and kwok
+#   --old-control-plane
+#                    run the old control plane setup.sh builds for the legacy
+#                    mode's scenarios (NODE_FENCER_KUBE_LEGACY_BIN) instead of
+#                    NODE_FENCER_KUBE_BIN's; etcd, kwok and moto are the same
 #   --watch-pid PID  start a detached watchdog that runs down.sh STATE_DIR as
 #                    soon as process PID is gone (a test that dies leaks nothing)
 #
@@ -58,10 +62,12 @@ log() { printf '==> %s\n' "$*"; }
 
 STATE_DIR=""
 CONTROLLERS=0
+OLD=0
 WATCH_PID=""
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--controllers) CONTROLLERS=1 ;;
+	--old-control-plane) OLD=1 ;;
 	--watch-pid)
 		[ $# -ge 2 ] || die "--watch-pid needs a PID"
 		WATCH_PID=$2
@@ -108,6 +114,10 @@ need_bin() { # need_bin WHAT PATH
 }
 ETCD="${NODE_FENCER_ETCD:-}"
 KUBE_BIN="${NODE_FENCER_KUBE_BIN:-}"
+if [ "$OLD" = 1 ]; then
+	KUBE_BIN="${NODE_FENCER_KUBE_LEGACY_BIN:-}"
+	[ -n "$KUBE_BIN" ] || die "--old-control-plane: NODE_FENCER_KUBE_LEGACY_BIN is not set: run tests/stack/setup.sh first"
+fi
 MOTO="${NODE_FENCER_VENV:+$NODE_FENCER_VENV/bin/moto_server}"
 KWOK="${NODE_FENCER_KWOK:-}"
 need_bin etcd "$ETCD"
@@ -408,6 +418,7 @@ envline() { printf 'export %s=%q\n' "$1" "$2"; }
 	envline NODE_FENCER_RESTRICTED_TOKEN "$RESTRICTED_TOKEN"
 	envline NODE_FENCER_CA_FILE "$PKI/ca.crt"
 	envline NODE_FENCER_STACK_CONTROLLERS "$CONTROLLERS"
+	envline NODE_FENCER_STACK_OLD_CONTROL_PLANE "$OLD"
 	envline NODE_FENCER_NODE_MONITOR_GRACE_PERIOD "$GRACE"
 	envline AWS_ENDPOINT_URL "http://127.0.0.1:$P_MOTO"
 	envline AWS_REGION us-east-1

@@ -145,6 +145,40 @@ fn status_write(resource: &str) -> bool {
     resource == "nodes/status"
 }
 
+/// The row of a denied permission: a warning for one only a mode or a
+/// setting not in use needs, a failure otherwise.
+fn denied(
+    what: String,
+    (resource, verb, scope): (&str, &str, Option<(&str, Option<&str>)>),
+    mode: Option<FenceMode>,
+    fast_not_ready: bool,
+) -> Check {
+    let legacy = mode == Some(FenceMode::Legacy);
+    if legacy_only(resource, verb) && !legacy {
+        return row(what, Status::Warn, "denied; only the legacy mode needs it");
+    }
+    if fast_only(scope) && !fast_not_ready {
+        return row(
+            what,
+            Status::Warn,
+            "denied; only FAST_NOT_READY=true needs it",
+        );
+    }
+    if status_write(resource) && !fast_not_ready {
+        let why = if legacy {
+            "denied; the legacy mode then frees volumes up to a minute later (volumesInUse is not released), and FAST_NOT_READY=true needs it"
+        } else {
+            "denied; only FAST_NOT_READY=true and the legacy mode need it"
+        };
+        return row(what, Status::Warn, why);
+    }
+    failed(
+        what,
+        "denied",
+        "apply infra/kubernetes/rbac.yaml (or grant this verb to the group node-fencer)",
+    )
+}
+
 /// Runs every check. Never changes anything: the only writes are
 /// SelfSubjectAccessReviews, EC2 dry runs and `testIamPermissions`, which
 /// store nothing.
@@ -457,27 +491,11 @@ async fn permissions(
         let answer = can(client, group, resource, verb, scope).await;
         checks.push(match answer {
             Ok(true) => row(what, Status::Pass, "allowed"),
-            Ok(false) if legacy_only(resource, verb) && mode != Some(FenceMode::Legacy) => {
-                row(what, Status::Warn, "denied; only the legacy mode needs it")
-            }
-            Ok(false) if fast_only(scope) && !config.policy.fast_not_ready => row(
+            Ok(false) => denied(
                 what,
-                Status::Warn,
-                "denied; only FAST_NOT_READY=true needs it",
-            ),
-            Ok(false) if status_write(resource) && !config.policy.fast_not_ready => row(
-                what,
-                Status::Warn,
-                if mode == Some(FenceMode::Legacy) {
-                    "denied; the legacy mode then frees volumes up to a minute later (volumesInUse is not released), and FAST_NOT_READY=true needs it"
-                } else {
-                    "denied; only FAST_NOT_READY=true and the legacy mode need it"
-                },
-            ),
-            Ok(false) => failed(
-                what,
-                "denied",
-                "apply infra/kubernetes/rbac.yaml (or grant this verb to the group node-fencer)",
+                (resource, verb, scope),
+                mode,
+                config.policy.fast_not_ready,
             ),
             Err(e) => failed(
                 what,

@@ -29,7 +29,7 @@ use node_fencer::shell::cluster::{ClusterReads, Kube};
 use node_fencer_tests::Stack;
 use node_fencer_tests::attacher::Driver;
 use node_fencer_tests::bench::{Clock, median};
-use node_fencer_tests::cluster::cluster_stack;
+use node_fencer_tests::cluster::{cluster_stack, old_cluster_stack};
 use node_fencer_tests::fixtures::{event_time, fenced_at, instance_state, stop, unique};
 use node_fencer_tests::lambda::{Emulator, WEBHOOK_TOKEN, start_emulator, start_gce_emulator};
 use node_fencer_tests::recovery_timeline::{self, Lane, Phase};
@@ -43,7 +43,8 @@ usage: bench-recovery [--runs N] [--mode both|lambda|in-process] [--baseline]
                       [--driver ebs|cstor] [--fencing taint|legacy] [--svg PATH]
                       [--event-at-stop] [--hung] [--cloud aws|gce]
                       [--fast-not-ready] [--kubelet-silent-first]
-                      [--graceful-shutdown SECS]
+                      [--graceful-shutdown SECS] [--old-control-plane]
+                      [--without-release]
 
 Runs the seed scenario (a StatefulSet and a Deployment with ReadWriteOnce
 volumes on node 2; node 2's instance stops) N times per mode and prints medians
@@ -94,6 +95,13 @@ with min/max:
                        is sent (timed then, as EC2 times it). Times run from
                        that event; FAST_NOT_READY proves the kubelet silent
                        against the event's time, not the request's
+  --old-control-plane  on the old control plane setup.sh builds (Kubernetes 1.25:
+                       no out-of-service taint), with --fencing legacy; --baseline
+                       adds the runbook of deleting the Node and its
+                       VolumeAttachments by hand
+  --without-release    in-process only: the legacy recipe without its release of
+                       the freed volumes from the Node's volumesInUse (the call is
+                       not made), as it was before, for the side-by-side
   --cloud C            aws (default): EC2 instances in moto; gce: Compute Engine
                        VMs and Persistent Disks (pd.csi.storage.gke.io) in the
                        fake Compute Engine (tests/gce/fake_compute.py, detach
@@ -132,6 +140,8 @@ struct Args {
     fast_not_ready: bool,
     silent_first: bool,
     graceful_shutdown: Option<u64>,
+    old_control_plane: bool,
+    without_release: bool,
 }
 
 impl Args {
@@ -142,10 +152,11 @@ impl Args {
         }
         let tests = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
         let docs = tests.parent().unwrap_or(tests).join("docs");
-        match (self.driver, self.fencing) {
-            (Driver::Ebs, ModeSetting::Taint) => docs.join("recovery-timeline.svg"),
-            (d, f) => docs.join(format!(
-                "recovery-timeline-{}-{}.svg",
+        let old = if self.old_control_plane { "-old" } else { "" };
+        match (self.driver, self.fencing, old) {
+            (Driver::Ebs, ModeSetting::Taint, "") => docs.join("recovery-timeline.svg"),
+            (d, f, old) => docs.join(format!(
+                "recovery-timeline-{}-{}{old}.svg",
                 driver_tag(d),
                 f.name()
             )),
@@ -178,6 +189,8 @@ fn parse_args() -> anyhow::Result<Option<Args>> {
         fast_not_ready: false,
         silent_first: false,
         graceful_shutdown: None,
+        old_control_plane: false,
+        without_release: false,
     };
     let (mut storm_set, mut mode_set, mut driver_set) = (false, false, false);
     let mut it = std::env::args().skip(1);
@@ -239,6 +252,8 @@ fn parse_args() -> anyhow::Result<Option<Args>> {
                 args.graceful_shutdown =
                     Some(secs.parse().context("--graceful-shutdown: seconds")?);
             }
+            "--old-control-plane" => args.old_control_plane = true,
+            "--without-release" => args.without_release = true,
             "--cloud" => {
                 args.gce = match value("--cloud")?.as_str() {
                     "aws" => false,
@@ -270,7 +285,24 @@ fn parse_args() -> anyhow::Result<Option<Args>> {
         // The hung case replaces the stopped instance's seed runs.
         (args.lambda, args.in_process) = (false, false);
     }
+    check_old_control_plane(&args)?;
     Ok(Some(args))
+}
+
+/// What the old control plane and the recipe without its release go with.
+fn check_old_control_plane(args: &Args) -> anyhow::Result<()> {
+    if args.old_control_plane
+        && (args.fencing != ModeSetting::Legacy || args.gce || args.hung || args.storm.is_some())
+    {
+        bail!(
+            "--old-control-plane: with --fencing legacy and --no-storm (the taint is not on \
+             there), not with --cloud gce or --hung"
+        );
+    }
+    if args.without_release && (args.lambda || args.fencing != ModeSetting::Legacy) {
+        bail!("--without-release: with --mode in-process and --fencing legacy");
+    }
+    Ok(())
 }
 
 /// Samples of one figure, in seconds.
@@ -406,19 +438,22 @@ struct Warm {
     not_ready_wait: Duration,
     /// `FAST_NOT_READY`, as the binary gets it.
     fast_not_ready: bool,
+    /// The legacy recipe without its `volumesInUse` release (before).
+    without_release: bool,
 }
 
 impl Warm {
     async fn new(
         stack: &Stack,
         not_ready_wait: Duration,
-        fast_not_ready: bool,
+        (fast_not_ready, without_release): (bool, bool),
     ) -> anyhow::Result<Self> {
         let warm = Self {
             cloud: Ec2::new(stack.ec2().await),
             cluster: Kube::new(stack.fencer().await?, "bench-recovery"),
             not_ready_wait,
             fast_not_ready,
+            without_release,
         };
         warm.cluster.list_nodes().await?;
         let unknown = InstanceId::parse("i-0ffffffffffffffff").context("an instance id")?;
@@ -439,6 +474,9 @@ async fn fence_timed(
     mode: ModeSetting,
 ) -> anyhow::Result<(Report, Timeline, Duration)> {
     let timeline = Timeline::new();
+    if warm.without_release {
+        timeline.without_release();
+    }
     let (cloud, cluster) = timeline.wrap(&warm.cloud, &warm.cluster);
     let meter = node_fencer::core::outbound::metrics::Meter::default();
     let ctx = Ctx::new(&cloud, &cluster, &meter, unique("bench"));
@@ -812,55 +850,107 @@ async fn note_recoveries(
 const LAMBDA_LANE: &str = "node-fencer, through the binary";
 const IN_PROCESS_LANE: &str = "node-fencer, in-process";
 const RUNBOOK_LANE: &str = "force-delete runbook (no node-fencer)";
+const NODE_RUNBOOK_LANE: &str = "Node and VolumeAttachments deleted by hand (no node-fencer)";
 const ALONE_LANE: &str = "left alone (no node-fencer)";
 
-/// The seed scenario without node-fencer, watched for `wait`; with
-/// `force_delete`, the operator force-deletes the stuck pods once the node is
-/// NotReady (the usual runbook). Returns one line per workload, and the
-/// case's milestones.
+/// What an operator does without node-fencer, once the node is NotReady.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Remedy {
+    /// Nothing: the seed left alone.
+    None,
+    /// Force-delete the stuck pods (the usual runbook).
+    ForceDeletePods,
+    /// Delete the Node object and its VolumeAttachments (the runbook of an
+    /// old self-managed cluster without the taint).
+    DeleteNodeAndAttachments,
+}
+
+impl Remedy {
+    fn lane(self) -> &'static str {
+        match self {
+            Self::None => ALONE_LANE,
+            Self::ForceDeletePods => RUNBOOK_LANE,
+            Self::DeleteNodeAndAttachments => NODE_RUNBOOK_LANE,
+        }
+    }
+
+    fn tag(self) -> &'static str {
+        match self {
+            Self::None => "baseline",
+            Self::ForceDeletePods => "baseline + force-delete",
+            Self::DeleteNodeAndAttachments => "baseline + Node and VolumeAttachments deleted",
+        }
+    }
+
+    /// Applies it to the seed's node 2.
+    async fn apply(self, admin: &kube::Client, seed: &Seed) -> anyhow::Result<()> {
+        let node2 = seed.node2().name.as_str();
+        match self {
+            Self::None => {}
+            Self::ForceDeletePods => {
+                let api: kube::Api<k8s_openapi::api::core::v1::Pod> =
+                    kube::Api::namespaced(admin.clone(), &seed.namespace);
+                for a in ["db", "app"] {
+                    for p in pods(admin, &seed.namespace, a).await? {
+                        if p.node.as_deref() == Some(node2) {
+                            api.delete(
+                                &p.name,
+                                &kube::api::DeleteParams::default().grace_period(0),
+                            )
+                            .await?;
+                        }
+                    }
+                }
+            }
+            Self::DeleteNodeAndAttachments => {
+                let nodes: kube::Api<k8s_openapi::api::core::v1::Node> =
+                    kube::Api::all(admin.clone());
+                nodes
+                    .delete(node2, &kube::api::DeleteParams::default())
+                    .await?;
+                let vas: kube::Api<k8s_openapi::api::storage::v1::VolumeAttachment> =
+                    kube::Api::all(admin.clone());
+                for va in vas.list(&kube::api::ListParams::default()).await? {
+                    if va.spec.node_name == node2
+                        && let Some(name) = va.metadata.name
+                    {
+                        vas.delete(&name, &kube::api::DeleteParams::default())
+                            .await?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The seed scenario without node-fencer, watched for `wait`, with the
+/// operator's `remedy` once the node is NotReady. Returns one line per
+/// workload, and the case's milestones.
 async fn baseline(
     stack: &'static Stack,
     driver: Driver,
-    force_delete: bool,
+    remedy: Remedy,
     wait: Duration,
     clock: &Clock,
 ) -> anyhow::Result<(Vec<String>, Milestones)> {
     let admin = stack.admin().await?;
     let seed = seed_with(stack, driver).await?;
     let mut milestones = Milestones::default();
-    let lane = if force_delete {
-        RUNBOOK_LANE
-    } else {
-        ALONE_LANE
-    };
-    let node2 = seed.node2().name.clone();
-    let tag = if force_delete {
-        "baseline + force-delete"
-    } else {
-        "baseline"
-    };
+    let (lane, tag) = (remedy.lane(), remedy.tag());
     let stopped = Instant::now();
     let not_ready =
         kill_node2_until_not_ready(stack, &seed, false, Duration::from_secs(60)).await?;
     milestones.add(lane, Phase::NotReady, not_ready);
-    if force_delete {
+    if remedy != Remedy::None {
         // Let Kubernetes evict first (tolerationSeconds), as an operator finds it.
         tokio::time::sleep(Duration::from_secs(
             u64::try_from(TOLERATION_SECONDS).unwrap_or(5) + 2,
         ))
         .await;
-        let api: kube::Api<k8s_openapi::api::core::v1::Pod> =
-            kube::Api::namespaced(admin.clone(), &seed.namespace);
-        for a in ["db", "app"] {
-            for p in pods(&admin, &seed.namespace, a).await? {
-                if p.node.as_deref() == Some(node2.as_str()) {
-                    api.delete(&p.name, &kube::api::DeleteParams::default().grace_period(0))
-                        .await?;
-                }
-            }
-        }
+        remedy.apply(&admin, &seed).await?;
         clock.say(&format!(
-            "  {tag}: pods on node 2 force-deleted {:.0}s after the stop",
+            "  {tag}: done {:.0}s after the stop",
             secs(stopped.elapsed())
         ));
         milestones.add(lane, Phase::Event, stopped.elapsed());
@@ -1343,7 +1433,11 @@ async fn storm(
 async fn run(args: Args) -> anyhow::Result<()> {
     let clock = Clock::start();
     clock.say("starting the controller stack (etcd, kube-apiserver, controllers, kwok, moto, CSI attacher)");
-    let stack: &'static Stack = cluster_stack();
+    let stack: &'static Stack = if args.old_control_plane {
+        old_cluster_stack()
+    } else {
+        cluster_stack()
+    };
     let admin = stack.admin().await?;
     ensure_storage_class(&admin).await?;
     let grace = grace_seconds(stack)?;
@@ -1362,7 +1456,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
         None
     };
 
-    let warm = Warm::new(stack, Duration::from_secs(grace + 30), args.fast_not_ready).await?;
+    let warm = Warm::new(
+        stack,
+        Duration::from_secs(grace + 30),
+        (args.fast_not_ready, args.without_release),
+    )
+    .await?;
     if args.gce {
         clock.say(&format!(
             "Compute Engine: the fake at {}, detach operations DONE after 0.5 s",
@@ -1461,14 +1560,33 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let mut baseline_lines = Vec::new();
     if args.baseline {
         clock.say(&format!(
-            "baseline: the seed scenario without node-fencer, watched for {} s (left alone, and with the pods force-deleted)",
+            "baseline: the seed scenario without node-fencer, watched for {} s (left alone, with the pods force-deleted, and on the old control plane with the Node and its VolumeAttachments deleted)",
             args.baseline_wait.as_secs()
         ));
-        let (alone, remedy) = tokio::join!(
-            baseline(stack, args.driver, false, args.baseline_wait, &clock),
-            baseline(stack, args.driver, true, args.baseline_wait, &clock)
+        let node_runbook = async {
+            if args.old_control_plane {
+                let case = Remedy::DeleteNodeAndAttachments;
+                Some(baseline(stack, args.driver, case, args.baseline_wait, &clock).await)
+            } else {
+                None
+            }
+        };
+        let (alone, remedy, node_runbook) = tokio::join!(
+            baseline(stack, args.driver, Remedy::None, args.baseline_wait, &clock),
+            baseline(
+                stack,
+                args.driver,
+                Remedy::ForceDeletePods,
+                args.baseline_wait,
+                &clock
+            ),
+            node_runbook
         );
-        for (lines, lanes) in [remedy?, alone?] {
+        for (lines, lanes) in [Some(remedy), node_runbook, Some(alone)]
+            .into_iter()
+            .flatten()
+            .collect::<anyhow::Result<Vec<_>>>()?
+        {
             baseline_lines.extend(lines);
             milestones.lanes.extend(lanes.lanes);
         }

@@ -15,8 +15,12 @@ use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::api::rbac::v1::ClusterRole;
 use kube::Api;
 use kube::api::PostParams;
+use node_fencer_tests::Stack;
 use node_fencer_tests::attacher::Driver;
-use node_fencer_tests::cluster::{cluster_serial, cluster_stack, restore_rbac, wait_for_rbac};
+use node_fencer_tests::cluster::{
+    cluster_serial, cluster_stack, old_cluster_serial, old_cluster_stack, restore_rbac,
+    wait_for_rbac,
+};
 use node_fencer_tests::fixtures::{
     assert_node_events, instance_state, node_events, room_taken, unique, volume,
 };
@@ -28,9 +32,11 @@ use serde_json::{Value, json};
 const OBSERVE: Duration = Duration::from_secs(20);
 /// Bound on the recovery after fencing (the pod garbage collector runs every 20 s).
 const RECOVERY: Duration = Duration::from_secs(75);
-/// Bound on the recovery after legacy fencing: the attach/detach
-/// controller notices deleted VolumeAttachments in its sync, every minute.
-const LEGACY_RECOVERY: Duration = Duration::from_secs(150);
+/// Bound on the recovery after legacy fencing, on the old control plane:
+/// with the freed volumes released from the Node's `volumesInUse` the
+/// attach/detach controller detaches them at once; without, it noticed the
+/// deleted VolumeAttachments only on its sync, every minute.
+const LEGACY_RECOVERY: Duration = Duration::from_secs(30);
 /// Bound on a node turning NotReady (grace period 10 s, checked every 2 s).
 const NOT_READY: Duration = Duration::from_secs(40);
 
@@ -49,15 +55,13 @@ fn emulator() -> &'static Emulator {
     }
 }
 
-/// The emulator with `FENCING_MODE=legacy`, started once per process.
+/// The emulator of the old control plane's stack, `FENCING_MODE` left at
+/// `auto`: it must pick the legacy recipe by itself there. Started once per
+/// process.
 fn legacy_emulator() -> &'static Emulator {
     static LEGACY: OnceLock<Result<Emulator, String>> = OnceLock::new();
     match LEGACY.get_or_init(|| {
-        start_emulator(
-            cluster_stack(),
-            &[("FENCING_MODE", "legacy"), NOT_READY_WAIT[0]],
-        )
-        .map_err(|e| format!("{e:#}"))
+        start_emulator(old_cluster_stack(), NOT_READY_WAIT).map_err(|e| format!("{e:#}"))
     }) {
         Ok(e) => e,
         Err(e) => panic!("cargo lambda watch is not available: {e}"),
@@ -106,15 +110,15 @@ fn only_result<'a>(report: &'a Value, node: &str) -> &'a Value {
     found[0]
 }
 
-async fn attached_instances(volume_id: &str) -> anyhow::Result<Vec<String>> {
-    Ok(volume(&cluster_stack().ec2().await, volume_id).await?.1)
+async fn attached_instances(s: &Stack, volume_id: &str) -> anyhow::Result<Vec<String>> {
+    Ok(volume(&s.ec2().await, volume_id).await?.1)
 }
 
 /// Neither workload's volume is attached to node 2's instance any more.
-async fn assert_volumes_off_node2(seed: &Seed) -> anyhow::Result<()> {
+async fn assert_volumes_off_node2(s: &Stack, seed: &Seed) -> anyhow::Result<()> {
     for w in [&seed.db, &seed.app] {
         assert!(
-            !attached_instances(&w.volume)
+            !attached_instances(s, &w.volume)
                 .await?
                 .contains(&seed.node2().machine.instance),
             "{}: off node 2's instance",
@@ -143,7 +147,7 @@ async fn assert_recovered(seed: &Seed) -> anyhow::Result<Recovery> {
         );
         let instance = &seed.worker(node).map(|x| x.machine.instance.clone());
         assert_eq!(
-            Some(attached_instances(&w.volume).await?),
+            Some(attached_instances(cluster_stack(), &w.volume).await?),
             instance.as_ref().map(|i| vec![i.clone()]),
             "{}: the volume follows to {node}'s instance",
             w.name
@@ -164,15 +168,15 @@ async fn assert_recovered(seed: &Seed) -> anyhow::Result<Recovery> {
 /// `keep_instance`), once Kubernetes sees it NotReady. Returns the admin
 /// client, the scene and node 2's name.
 async fn seed_with_node2_down(keep_instance: bool) -> anyhow::Result<(kube::Client, Seed, String)> {
-    seed_of_driver_with_node2_down(Driver::Ebs, keep_instance).await
+    seed_of_driver_with_node2_down(cluster_stack(), Driver::Ebs, keep_instance).await
 }
 
 /// [`seed_with_node2_down`] with the volumes of `driver`.
 async fn seed_of_driver_with_node2_down(
+    s: &Stack,
     driver: Driver,
     keep_instance: bool,
 ) -> anyhow::Result<(kube::Client, Seed, String)> {
-    let s = cluster_stack();
     let admin = s.admin().await?;
     let seed = seed_with(s, driver).await?;
     let node2 = seed.node2().name.clone();
@@ -226,7 +230,7 @@ async fn seed_scenario_stuck_without_node_fencer_recovered_with_it() -> anyhow::
     assert!(!is_fenced(&admin, &node2).await?);
     for w in [&seed.db, &seed.app] {
         assert_eq!(
-            attached_instances(&w.volume).await?,
+            attached_instances(cluster_stack(), &w.volume).await?,
             vec![seed.node2().machine.instance.clone()]
         );
     }
@@ -248,7 +252,7 @@ async fn seed_scenario_stuck_without_node_fencer_recovered_with_it() -> anyhow::
     // Both old pods were evicted (Terminating): the pod garbage collector
     // would force-delete them on its next pass; node-fencer did at once.
     assert_eq!(r["pods_deleted"], 2, "{r:#}");
-    assert_volumes_off_node2(&seed).await?;
+    assert_volumes_off_node2(cluster_stack(), &seed).await?;
     let rec = assert_recovered(&seed).await?;
     eprintln!(
         "seed: invocation answered in {answered:?}; db on {}, app on {} {:?} after the event",
@@ -300,7 +304,7 @@ async fn a_stopped_event_sent_at_the_stop_is_fenced_in_one_invocation() -> anyho
     assert_eq!(r["outcome"], "fenced", "{report:#}");
     assert_eq!(r["pods_deleted"], 2, "db-0 and app's pod: {r:#}");
     assert_ne!(ready(&admin, &node2).await?.as_deref(), Some("True"));
-    let rec = recovered_elsewhere(&seed, RECOVERY, "seed (event at the stop)", stopped).await?;
+    let rec = recovered_elsewhere(s, &seed, RECOVERY, "seed (event at the stop)", stopped).await?;
     eprintln!(
         "event at the stop: answered {answered:?} after the stop; db on {}, app on {}",
         rec.db_node, rec.app_node
@@ -345,7 +349,7 @@ async fn split_brain_a_silent_node_whose_instance_runs_is_left_alone() -> anyhow
     assert!(!is_fenced(&admin, &node2).await?, "no taint");
     for w in [&seed.db, &seed.app] {
         assert_eq!(
-            attached_instances(&w.volume).await?,
+            attached_instances(cluster_stack(), &w.volume).await?,
             vec![instance.clone()],
             "{}: still attached to the running instance",
             w.name
@@ -424,7 +428,7 @@ async fn active_fencing_powers_off_a_hung_node_and_its_workloads_move() -> anyho
         "the status checks are recorded: {report:#}"
     );
     assert_eq!(state().await?, "stopped");
-    assert_volumes_off_node2(&seed).await?;
+    assert_volumes_off_node2(cluster_stack(), &seed).await?;
     let rec = assert_recovered(&seed).await?;
     eprintln!(
         "hung node: NotReady {:?} after the hang; db on {}, app on {} {:?} after the alert, {:?} after the hang",
@@ -497,17 +501,18 @@ async fn alertmanager_kube_node_not_ready_recovers_the_seed_scenario() -> anyhow
     Ok(())
 }
 
-/// The legacy recipe alone (FENCING_MODE=legacy: no out-of-service taint)
-/// recovers the seed scenario too: the stuck pods are force-deleted, node
-/// 2's VolumeAttachments deleted and its volumes force-detached; the
-/// attach/detach controller's periodic sync (every minute) then lets the
-/// volumes follow their pods.
+/// Issue 35: on the old control plane (no out-of-service taint), the
+/// default `FENCING_MODE=auto` picks the legacy recipe, which recovers the
+/// seed scenario: the stuck pods are force-deleted, their volumes released
+/// from node 2's `volumesInUse`, its VolumeAttachments deleted and its
+/// volumes force-detached; the attach/detach controller detaches at once
+/// and the volumes follow their pods within seconds.
 #[tokio::test]
 async fn legacy_mode_alone_recovers_the_seed_scenario() -> anyhow::Result<()> {
-    let _g = cluster_serial().await;
-    let s = cluster_stack();
+    let _g = old_cluster_serial().await;
+    let s = old_cluster_stack();
     let emu = legacy_emulator();
-    let (admin, seed, node2) = seed_with_node2_down(false).await?;
+    let (admin, seed, node2) = seed_of_driver_with_node2_down(s, Driver::Ebs, false).await?;
     wait_until("db Terminating on node 2", OBSERVE, || async {
         let st = stuck(s, &seed).await?;
         Ok(st.db_terminating.then_some(()))
@@ -525,18 +530,24 @@ async fn legacy_mode_alone_recovers_the_seed_scenario() -> anyhow::Result<()> {
     assert!(r["pods_deleted"].as_u64().unwrap_or(0) >= 1, "{report:#}");
     assert_eq!(r["attachments_deleted"], 2, "{report:#}");
     assert!(!is_fenced(&admin, &node2).await?, "no out-of-service taint");
-    recovered_elsewhere(&seed, LEGACY_RECOVERY, "seed (legacy)", sent).await?;
-    assert_volumes_off_node2(&seed).await?;
+    recovered_elsewhere(s, &seed, LEGACY_RECOVERY, "seed (legacy)", sent).await?;
+    assert_volumes_off_node2(s, &seed).await?;
     assert_node_events(
         &admin,
         &node2,
         &[
             "FencedLegacy",
             "PodsForceDeleted",
+            "VolumesInUseReleased",
             "VolumeAttachmentsDeleted",
         ],
     )
     .await?;
+    assert_eq!(
+        volumes_in_use(&admin, &node2).await?,
+        Vec::<String>::new(),
+        "both volumes released"
+    );
     teardown(&admin, Some(&seed.namespace), &seed.node_names()).await;
     Ok(())
 }
@@ -544,13 +555,14 @@ async fn legacy_mode_alone_recovers_the_seed_scenario() -> anyhow::Result<()> {
 /// Waits up to `bound` for both workloads to run away from node 2 with their
 /// volumes, and says how long after the event (`sent`) it took.
 async fn recovered_elsewhere(
+    s: &Stack,
     seed: &Seed,
     bound: Duration,
     label: &str,
     sent: Instant,
 ) -> anyhow::Result<Recovery> {
     let node2 = seed.node2().name.as_str();
-    let rec = wait_recovered(cluster_stack(), seed, bound).await?;
+    let rec = wait_recovered(s, seed, bound).await?;
     assert_ne!(rec.db_node, node2);
     assert_ne!(rec.app_node, node2);
     eprintln!(
@@ -581,17 +593,18 @@ async fn node2_attachments(
     Ok(out)
 }
 
-/// Issue 20: an older cluster whose volumes come from another CSI driver
-/// (cStor over iSCSI: attached without any cloud call). Left alone, the
-/// seed scenario is stuck as with EBS; the legacy recipe deletes node 2's
-/// VolumeAttachments of that driver too, the driver unpublishes, and both
-/// workloads move with their volumes.
+/// Issues 20 and 35: an older cluster (the old control plane) whose
+/// volumes come from another CSI driver (cStor over iSCSI: attached without
+/// any cloud call). Left alone, the seed scenario is stuck as with EBS; the
+/// legacy recipe releases the volumes from node 2's `volumesInUse` and
+/// deletes its VolumeAttachments of that driver too, the driver
+/// unpublishes, and both workloads move with their volumes within seconds.
 #[tokio::test]
 async fn cstor_legacy_stuck_without_node_fencer_recovered_with_it() -> anyhow::Result<()> {
-    let _g = cluster_serial().await;
-    let s = cluster_stack();
+    let _g = old_cluster_serial().await;
+    let s = old_cluster_stack();
     let emu = legacy_emulator();
-    let (admin, seed, node2) = seed_of_driver_with_node2_down(Driver::Cstor, false).await?;
+    let (admin, seed, node2) = seed_of_driver_with_node2_down(s, Driver::Cstor, false).await?;
     let st = wait_until(
         "db Terminating on node 2 and app's replacement refused (Multi-Attach)",
         OBSERVE,
@@ -646,7 +659,7 @@ async fn cstor_legacy_stuck_without_node_fencer_recovered_with_it() -> anyhow::R
             .contains("cstor.csi.openebs.io 2"),
         "{r:#}"
     );
-    recovered_elsewhere(&seed, LEGACY_RECOVERY, "seed (cStor, legacy)", sent).await?;
+    recovered_elsewhere(s, &seed, LEGACY_RECOVERY, "seed (cStor, legacy)", sent).await?;
     let left = node2_attachments(&admin, &seed).await?;
     assert!(left.is_empty(), "node 2's attachments are gone: {left:?}");
     assert_node_events(
@@ -655,6 +668,7 @@ async fn cstor_legacy_stuck_without_node_fencer_recovered_with_it() -> anyhow::R
         &[
             "FencedLegacy",
             "PodsForceDeleted",
+            "VolumesInUseReleased",
             "VolumeAttachmentsDeleted",
         ],
     )
@@ -670,8 +684,9 @@ async fn cstor_legacy_stuck_without_node_fencer_recovered_with_it() -> anyhow::R
 #[tokio::test]
 async fn cstor_taint_mode_recovers_through_the_attach_detach_controller() -> anyhow::Result<()> {
     let _g = cluster_serial().await;
+    let s = cluster_stack();
     let emu = emulator();
-    let (admin, seed, node2) = seed_of_driver_with_node2_down(Driver::Cstor, false).await?;
+    let (admin, seed, node2) = seed_of_driver_with_node2_down(s, Driver::Cstor, false).await?;
     assert_eq!(node2_attachments(&admin, &seed).await?.len(), 2);
     let sent = Instant::now();
     let out = emu.invoke(&eventbridge_event(
@@ -687,7 +702,7 @@ async fn cstor_taint_mode_recovers_through_the_attach_detach_controller() -> any
         "node-fencer deletes none: {r:#}"
     );
     assert!(is_fenced(&admin, &node2).await?);
-    recovered_elsewhere(&seed, RECOVERY, "seed (cStor, taint)", sent).await?;
+    recovered_elsewhere(s, &seed, RECOVERY, "seed (cStor, taint)", sent).await?;
     let left = node2_attachments(&admin, &seed).await?;
     assert!(
         left.is_empty(),
@@ -840,7 +855,10 @@ async fn storm_respects_the_cap_fences_nothing_twice_and_handles_every_node() ->
     for (i, w) in fleet.workers[..STOPPED].iter().enumerate() {
         let (pv, vol) = fleet.volumes[i].clone().unwrap_or_default();
         if tainted.iter().any(|t| t.name == w.name) {
-            assert!(attached_instances(&vol).await?.is_empty(), "{pv} detached");
+            assert!(
+                attached_instances(cluster_stack(), &vol).await?.is_empty(),
+                "{pv} detached"
+            );
             continue;
         }
         let events = node_events(&admin, &w.name).await?;
@@ -858,7 +876,7 @@ async fn storm_respects_the_cap_fences_nothing_twice_and_handles_every_node() ->
             w.name
         );
         assert_eq!(
-            attached_instances(&vol).await?,
+            attached_instances(cluster_stack(), &vol).await?,
             vec![w.machine.instance.clone()],
             "{pv}: left attached"
         );
@@ -876,7 +894,7 @@ async fn storm_respects_the_cap_fences_nothing_twice_and_handles_every_node() ->
         assert!(!is_fenced(&admin, &w.name).await?);
         let (_, vol) = fleet.volumes[STOPPED + i].clone().unwrap_or_default();
         assert_eq!(
-            attached_instances(&vol).await?,
+            attached_instances(cluster_stack(), &vol).await?,
             vec![w.machine.instance.clone()]
         );
     }
@@ -940,7 +958,7 @@ async fn rbac_a_role_without_patch_nodes_fails_with_403_and_changes_nothing() ->
         );
         anyhow::ensure!(!is_fenced(&admin, &w.name).await?, "no taint");
         anyhow::ensure!(
-            attached_instances(&vol).await? == vec![w.machine.instance.clone()],
+            attached_instances(cluster_stack(), &vol).await? == vec![w.machine.instance.clone()],
             "no detach without the taint"
         );
         Ok(())
@@ -959,7 +977,7 @@ async fn rbac_a_role_without_patch_nodes_fails_with_403_and_changes_nothing() ->
         "fenced",
         "{report:#}"
     );
-    assert!(attached_instances(&vol).await?.is_empty());
+    assert!(attached_instances(cluster_stack(), &vol).await?.is_empty());
     teardown_fleet(&admin, &fleet).await;
     Ok(())
 }
@@ -1023,7 +1041,10 @@ async fn the_attacher_refuses_a_volume_attached_to_another_instance() -> anyhow:
             .any(|(pod, msg)| pod == "reader" && msg.contains("VolumeInUse")),
         "{events:?}"
     );
-    assert_eq!(attached_instances(&vol).await?, vec![holder.clone()]);
+    assert_eq!(
+        attached_instances(cluster_stack(), &vol).await?,
+        vec![holder.clone()]
+    );
     assert!(
         attachments(&admin, &pv)
             .await?
@@ -1051,7 +1072,10 @@ async fn the_attacher_refuses_a_volume_attached_to_another_instance() -> anyhow:
         },
     )
     .await?;
-    assert_eq!(attached_instances(&vol).await?, vec![holder]);
+    assert_eq!(
+        attached_instances(cluster_stack(), &vol).await?,
+        vec![holder]
+    );
     teardown(&admin, Some(&ns), &[]).await;
     teardown_fleet(&admin, &fleet).await;
     Ok(())
