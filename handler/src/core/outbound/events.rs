@@ -233,13 +233,13 @@ impl NodeEvent {
         )
     }
 
-    /// The volumes `names` were taken out of the Node's `status.volumesInUse`.
-    pub fn volumes_in_use_released(names: &[String]) -> Self {
+    /// `names` were taken out of the Node's `status.volumesInUse`, of
+    /// which `listed` were there.
+    pub fn volumes_in_use_released(listed: usize, names: &[String]) -> Self {
         Self::new(
             Reason::VolumesInUseReleased,
             format!(
-                "released {} volume(s) from status.volumesInUse, the unmount the dead kubelet cannot report: the attach/detach controller detaches them now ({})",
-                names.len(),
+                "released {listed} volume(s) from status.volumesInUse, the unmount the dead kubelet cannot report: the attach/detach controller detaches them now ({})",
                 names.join(", ")
             ),
         )

@@ -13,11 +13,10 @@
 
 use tracing::{info, warn};
 
-use crate::core::outbound::metrics::Dependency;
-use crate::core::rules::in_use::ReleaseOutcome;
-
 use crate::core::outbound::events::NodeEvent;
+use crate::core::outbound::metrics::Dependency;
 use crate::core::outbound::report::AttachmentOutcome;
+use crate::core::rules::in_use::ReleaseOutcome;
 use crate::core::rules::plan::{NodeRun, attachment_reports};
 use crate::core::rules::volumes::{AttachmentAction, per_driver};
 use crate::pipeline::ctx::Ctx;
@@ -72,8 +71,8 @@ pub(crate) async fn attachments(ctx: &Ctx<'_>, node: &str, run: &mut NodeRun) {
 /// Takes the freed volumes out of the Node's `status.volumesInUse`. A
 /// failure costs speed, not the fencing: the attachments' deletion that
 /// follows frees the volumes all the same, and the controller notices on
-/// its next sync. So it is logged, counted and told on the Node, not an
-/// error of the run.
+/// its next sync. So it is logged and counted (a Kubernetes dependency
+/// error), not an error of the run.
 async fn release(ctx: &Ctx<'_>, node: &str, run: &NodeRun) {
     let names = run
         .plan()
@@ -88,7 +87,7 @@ async fn release(ctx: &Ctx<'_>, node: &str, run: &NodeRun) {
                 released = n,
                 "volumes released from the node's volumesInUse"
             );
-            ctx.record(node, NodeEvent::volumes_in_use_released(&names))
+            ctx.record(node, NodeEvent::volumes_in_use_released(n, &names))
                 .await;
         }
         Ok(outcome @ (ReleaseOutcome::NoneListed | ReleaseOutcome::NodeGone)) => {
