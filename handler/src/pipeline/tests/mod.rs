@@ -143,6 +143,11 @@ impl World {
         self
     }
 
+    /// Whether any call starting with `prefix` was made.
+    fn called(&self, prefix: &str) -> bool {
+        self.calls.log().iter().any(|c| c.starts_with(prefix))
+    }
+
     /// Machine `n` of this world's cloud.
     fn instance(&self, n: u8) -> InstanceId {
         self.on.instance(n)
