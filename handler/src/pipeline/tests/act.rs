@@ -89,10 +89,7 @@ async fn the_volume_of_a_pod_that_stays_on_the_node_stays_attached() {
 async fn legacy_mode_deletes_pods_and_attachments_then_detaches() {
     let w = World::stopped();
     w.cluster.pod(NODE, "db-0");
-    let p = Policy {
-        mode: ModeSetting::Legacy,
-        ..policy()
-    };
+    let p = legacy();
     let report = w.fence(&p).await.unwrap();
     let r = &report.results[0];
     assert_eq!(r.outcome, Outcome::Fenced, "{report:#?}");
@@ -117,12 +114,17 @@ async fn legacy_mode_deletes_pods_and_attachments_then_detaches() {
     assert_eq!(mark.volumes, [volume(1)]);
 }
 
-/// Issue 35: once the machine is confirmed off again and the pods are
-/// deleted, the freed volumes leave the Node's `status.volumesInUse`, before
-/// the attachments are deleted; a staying pod's volume, and any other
-/// entry, stay listed.
-#[tokio::test]
-async fn legacy_mode_releases_the_freed_volumes_from_volumes_in_use() {
+/// The legacy mode, with the tests' other settings.
+fn legacy() -> Policy {
+    Policy {
+        mode: ModeSetting::Legacy,
+        ..policy()
+    }
+}
+
+/// The seed node with a cStor volume its leaving pod `db-0` claims and an
+/// iSCSI volume of a pod that stays (it tolerates the taint for good).
+fn two_drivers_one_pod_staying() -> World {
     let w = World::stopped();
     w.cluster
         .driver_attachment(NODE, "cstor.csi.openebs.io", "pv-db");
@@ -132,16 +134,23 @@ async fn legacy_mode_releases_the_freed_volumes_from_volumes_in_use() {
         .pod_with_claim(NODE, "db-0", false, Some("claim-pv-db"));
     w.cluster
         .pod_with_claim(NODE, "iscsi-target", true, Some("claim-pv-target"));
+    w
+}
+
+/// Issue 35: once the machine is confirmed off again and the pods are
+/// deleted, the freed volumes leave the Node's `status.volumesInUse`, before
+/// the attachments are deleted; a staying pod's volume, and any other
+/// entry, stay listed.
+#[tokio::test]
+async fn legacy_mode_releases_the_freed_volumes_from_volumes_in_use() {
+    let w = two_drivers_one_pod_staying();
     let ebs = format!("kubernetes.io/csi/ebs.csi.aws.com^{}", volume(1));
     let cstor = "kubernetes.io/csi/cstor.csi.openebs.io^handle-pv-db";
     let target = "kubernetes.io/csi/iscsi.csi.example.com^handle-pv-target";
     let other = "kubernetes.io/aws-ebs/aws://us-east-1a/vol-0ffffffffffffffff";
     w.cluster.report_in_use(NODE, &[target, cstor, &ebs, other]);
-    let legacy = Policy {
-        mode: ModeSetting::Legacy,
-        ..policy()
-    };
-    let report = w.fence(&legacy).await.unwrap();
+
+    let report = w.fence(&legacy()).await.unwrap();
     assert_eq!(report.results[0].outcome, Outcome::Fenced, "{report:#?}");
     assert_eq!(w.cluster.volumes_in_use(NODE), [target, other]);
     let log = w.calls.log();
@@ -170,6 +179,17 @@ async fn legacy_mode_releases_the_freed_volumes_from_volumes_in_use() {
         ]
     );
 
+    // A dry run writes none.
+    let w = two_drivers_one_pod_staying();
+    w.cluster.report_in_use(NODE, &[cstor]);
+    let dry = Policy {
+        dry_run: true,
+        ..legacy()
+    };
+    w.fence(&dry).await.unwrap();
+    assert_eq!(w.cluster.volumes_in_use(NODE), [cstor]);
+    assert!(!w.called("ReleaseVolumesInUse"));
+
     // The taint mode writes none: the taint makes the controller detach.
     let w = World::stopped();
     w.cluster.report_in_use(NODE, &[&ebs]);
@@ -188,12 +208,9 @@ async fn legacy_mode_a_failed_release_still_deletes_the_attachments() {
         w.cluster.report_in_use(NODE, &[&ebs]);
         w
     };
-    let legacy = Policy {
-        mode: ModeSetting::Legacy,
-        ..policy()
-    };
+
     let w = world();
-    w.fence(&legacy).await.unwrap();
+    w.fence(&legacy()).await.unwrap();
     let release = w
         .calls
         .log()
@@ -202,7 +219,7 @@ async fn legacy_mode_a_failed_release_still_deletes_the_attachments() {
     assert!(release.is_some());
     let w = world();
     w.calls.fail_at(release);
-    let report = w.fence(&legacy).await.unwrap();
+    let report = w.fence(&legacy()).await.unwrap();
     let r = &report.results[0];
     assert_eq!(r.outcome, Outcome::Fenced, "{report:#?}");
     assert_eq!(r.attachments_deleted, 1);
@@ -220,22 +237,11 @@ async fn legacy_mode_a_failed_release_still_deletes_the_attachments() {
 /// on (shown against the real controllers in `tests/`).
 #[tokio::test]
 async fn legacy_mode_frees_the_attachments_of_every_csi_driver() {
-    let w = World::stopped();
-    w.cluster
-        .driver_attachment(NODE, "cstor.csi.openebs.io", "pv-db");
-    w.cluster
-        .driver_attachment(NODE, "iscsi.csi.example.com", "pv-target");
+    let w = two_drivers_one_pod_staying();
     w.cluster
         .driver_attachment("another-node", "cstor.csi.openebs.io", "pv-other");
-    w.cluster
-        .pod_with_claim(NODE, "db-0", false, Some("claim-pv-db"));
-    w.cluster
-        .pod_with_claim(NODE, "iscsi-target", true, Some("claim-pv-target"));
-    let legacy = Policy {
-        mode: ModeSetting::Legacy,
-        ..policy()
-    };
-    let report = w.fence(&legacy).await.unwrap();
+
+    let report = w.fence(&legacy()).await.unwrap();
     let r = &report.results[0];
     assert_eq!(r.outcome, Outcome::Fenced, "{report:#?}");
     assert_eq!((r.pods_deleted, r.attachments_deleted), (1, 2), "{r:#?}");
