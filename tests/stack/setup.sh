@@ -18,7 +18,7 @@
 #   $CACHE/bin/csi-controller-<sha>/csi-controller     tests/csi: our EBS (moto) and cStor-like controllers
 #   $CACHE/bin/hclfmt-<ver>/hclfmt
 #   $CACHE/bin/alertmanager-<ver>/      alertmanager, amtool
-#   $CACHE/bin/prometheus-<ver>/promtool
+#   $CACHE/bin/prometheus-<ver>-nosd/promtool   (without the service discovery plugins)
 #   $CACHE/bin/cargo-fuzz-<ver>/cargo-fuzz   (crates.io; for handler/fuzz)
 #   $CACHE/bin/opentofu-<ver>/tofu  (Go module proxy; tests/infra's validate, plan and test)
 #   $CACHE/bin/tflint-<ver>/tflint
@@ -141,7 +141,7 @@ main() {
 	HCLFMT_BIN="$CACHE/bin/hclfmt-$HCLFMT_VERSION/hclfmt"
 	CARGO_FUZZ_BIN="$CACHE/bin/cargo-fuzz-$CARGO_FUZZ_VERSION/cargo-fuzz"
 	ALERTMANAGER_BIN="$CACHE/bin/alertmanager-$ALERTMANAGER_VERSION"
-	PROMTOOL_BIN="$CACHE/bin/prometheus-$PROMETHEUS_VERSION/promtool"
+	PROMTOOL_BIN="$CACHE/bin/prometheus-$PROMETHEUS_VERSION-nosd/promtool"
 	TOFU_BIN="$CACHE/bin/opentofu-$OPENTOFU_VERSION/tofu"
 	TFLINT_BIN="$CACHE/bin/tflint-$TFLINT_VERSION/tflint"
 	CSI_ATTACHER_BIN="$CACHE/bin/external-attacher-$EXTERNAL_ATTACHER_VERSION/csi-attacher"
@@ -337,10 +337,10 @@ main() {
 		chmod -R u+w "$SRC"
 	}
 	# build_in_module MODULE@VERSION PACKAGE [LDFLAGS]
-	build_in_module() {
+	build_in_module() { # build_in_module MODULE@VERSION PACKAGE [LDFLAGS [TAGS]]
 		module_copy "$1"
 		(cd "$SRC" && GOCACHE="$GOCACHE_TMP" GOWORK=off GOFLAGS="$GOFLAGS -mod=readonly" \
-			go build -ldflags "-s -w ${3:-}" -o "$OUT" "$2")
+			go build -tags "${4:-}" -ldflags "-s -w ${3:-}" -o "$OUT" "$2")
 	}
 	version_ldflags() { # version_ldflags VERSION: the stamps `promu` sets
 		printf '%s' "-X github.com/prometheus/common/version.Version=$1 -X github.com/prometheus/common/version.BuildDate=19700101-00:00:00"
@@ -353,11 +353,14 @@ main() {
 		build_in_module "github.com/prometheus/alertmanager@$ALERTMANAGER_VERSION" "./cmd/$1" \
 			"$(version_ldflags "${ALERTMANAGER_VERSION#v}")"
 	}
+	# promtool only checks and tests rule files here: `remove_all_sd` leaves out
+	# the service discovery plugins (the clouds' SDKs, Consul, ...), which are
+	# most of its build, as Prometheus' own slim builds do.
 	build_promtool() {
 		local n=${PROMETHEUS_VERSION#v0.} minor
 		minor=${n%%.*}
 		build_in_module "github.com/prometheus/prometheus@$PROMETHEUS_VERSION" ./cmd/promtool \
-			"$(version_ldflags "$((10#$minor / 100)).$((10#$minor % 100)).${n#*.}")"
+			"$(version_ldflags "$((10#$minor / 100)).$((10#$minor % 100)).${n#*.}")" remove_all_sd
 	}
 
 	# OpenTofu's go.mod has a replace directive, so `go install` refuses it: it
