@@ -51,9 +51,13 @@ As a process (like moto_server): `python3 fake_compute.py --port 0` prints the c
 alone on the first line of stdout, then serves until killed. State is seeded over HTTP:
 POST /_fake/<action> with a JSON object of keyword arguments, for the actions in
 CONTROL_ACTIONS (create_instance, create_disk, attach_disk, set_status, delete_instance,
-recreate_instance, inject_fault, deny_permissions, configure, reset); GET /_fake/requests lists the requests
-served on the API (not the control actions); GET /_fake/state dumps every instance, disk and
-operation.
+recreate_instance, inject_fault, deny_permissions, configure, reset, create_topic,
+inject_publish_fault); GET /_fake/requests lists the requests served on the API (not the control
+actions); GET /_fake/state dumps every instance, disk and operation; GET /_fake/published lists
+the messages published to each Pub/Sub topic.
+
+The same server answers Pub/Sub's publish method under /v1/ (fake_pubsub.py), for the
+notifications.
 """
 
 from __future__ import annotations
@@ -74,6 +78,8 @@ import time
 import urllib.parse
 import uuid
 from typing import Any, Callable
+
+from fake_pubsub import FakePubSub
 
 API_PREFIX = "/compute/v1/"
 CONTROL_PREFIX = "/_fake/"
@@ -517,6 +523,7 @@ class FakeCompute:
         self._denied: set[str] = set()
         self._serial = 0
         self.exchanges: list[dict[str, Any]] = []
+        self.pubsub = FakePubSub()
 
     # --- server lifecycle ---------------------------------------------------------------
 
@@ -561,6 +568,14 @@ class FakeCompute:
         return f"http://{self._host}:{self.port}{API_PREFIX}"
 
     # --- seeding ------------------------------------------------------------------------
+
+    def create_topic(self, project: str, topic: str) -> dict[str, Any]:
+        """A Pub/Sub topic the notifications may be published to (fake_pubsub.py)."""
+        return self.pubsub.create_topic(project, topic)
+
+    def inject_publish_fault(self, status: int, count: int = 1) -> None:
+        """The next `count` Pub/Sub publish calls answer `status` (429, 500 or 503)."""
+        self.pubsub.inject_fault(status, count)
 
     def reset(self) -> None:
         with self._lock:
@@ -1343,6 +1358,7 @@ def _page(items: list[Any], q: dict[str, str], scope: str) -> tuple[list[Any], s
 CONTROL_ACTIONS = (
     "create_instance", "create_disk", "attach_disk", "set_status", "delete_instance", "recreate_instance",
     "inject_fault", "deny_permissions", "configure", "reset", "add_zone",
+    "create_topic", "inject_publish_fault",
 )
 
 
@@ -1356,6 +1372,8 @@ def control(fake: FakeCompute, http_method: str, raw_path: str, body: bytes) -> 
             ]
     if http_method == "GET" and path == "state":
         return 200, fake.state()
+    if http_method == "GET" and path == "published":
+        return 200, fake.pubsub.published()
     if http_method == "POST" and path in CONTROL_ACTIONS:
         try:
             kwargs = json.loads(body or b"{}")
@@ -1408,6 +1426,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                                     "expireTime": expiry.strftime("%Y-%m-%dT%H:%M:%SZ")}
         elif self.path.startswith(CONTROL_PREFIX):
             status, payload = control(self.fake, self.command, self.path, body)
+        elif self.fake.pubsub.handles(path):
+            try:
+                request = json.loads(body or b"{}")
+            except ValueError:
+                request = None
+            status, payload = self.fake.pubsub.handle(self.command, path, request)
         else:
             status, payload = self.fake.handle(self.command, self.path, body, self.headers.get("User-Agent"))
         data = json.dumps(payload).encode()

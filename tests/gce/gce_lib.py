@@ -22,10 +22,15 @@ DISCOVERY_DOCUMENT = (
 
 def client_for(server: FakeCompute) -> Any:
     """Google's Compute Engine client, built from the document it ships, pointed at `server`."""
+    return google_client("compute", server.endpoint)
+
+
+def google_client(api: str, endpoint: str) -> Any:
+    """Google's client of `api` v1, built from the document it ships, pointed at `endpoint`."""
     return discovery.build(
-        "compute", "v1",
+        api, "v1",
         credentials=AnonymousCredentials(),
         static_discovery=True,
         cache_discovery=False,
-        client_options={"api_endpoint": server.endpoint},
+        client_options={"api_endpoint": endpoint},
     )

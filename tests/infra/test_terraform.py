@@ -219,8 +219,8 @@ def test_no_managed_or_extra_policies_on_the_role():
 
 def test_api_policy_equals_code_actions():
     """The `api` document grants exactly AWS_ACTIONS of handler/src/core/settings/permissions.rs,
-    and with active fencing its power-off actions."""
-    expected = code_actions() | power_off_actions()
+    with active fencing its power-off actions, and with a notification topic sns:Publish."""
+    expected = code_actions() | power_off_actions() | _manifest_actions("notify_aws_actions")
     granted = actions_of(role_policy_documents(module())["api"])
     assert set(granted) == expected, (
         f"IAM policy and code disagree: granted but not called {sorted(set(granted) - expected)}, "
@@ -258,7 +258,7 @@ def test_power_off_actions_are_granted_only_with_active_fencing():
 def test_role_policy_is_code_actions_plus_logs_and_platform():
     """All actions of the role, less logs:* and the documented platform actions,
     equal AWS_ACTIONS; the platform actions appear only in the runtime document."""
-    expected = code_actions() | power_off_actions()
+    expected = code_actions() | power_off_actions() | _manifest_actions("notify_aws_actions")
     docs = role_policy_documents(module())
     everything = set(actions_of(docs["api"])) | set(actions_of(docs["runtime"]))
     remaining = {a for a in everything if not a.startswith("logs:") and a not in PLATFORM_ACTIONS}
@@ -498,6 +498,7 @@ def test_env_names_are_the_contract():
         "RUST_LOG",
         *ACTIVE_FENCING_VARIABLES,
         "POWER_OFF_CONTROL_PLANE",
+        "NOTIFY_TOPIC",
     }
     mod = module()
     function = L.blocks(mod, "resource", "aws_lambda_function")["this"]
@@ -1676,9 +1677,12 @@ def test_gcp_env_names_are_the_contract():
         "LOG_FORMAT",
         "RUST_LOG",
         *ACTIVE_FENCING_VARIABLES,
+        "NOTIFY_TOPIC",
     }
     assert names == contract, f"unexpected {sorted(names - contract)}, missing {sorted(contract - names)}"
     assert not names & AWS_ONLY_VARIABLES
+    # The topic only when one is created or given.
+    assert "local.notification_topic != None ? {'NOTIFY_TOPIC': '${local.notification_topic}'} : {}" in environment
     # Active fencing's four, all together and only with it on (issue 36).
     for name, value in ACTIVE_FENCING_VARIABLES.items():
         assert f"'{name}': '{value}'" in environment, f"{name} must be {value} with active fencing"

@@ -22,6 +22,7 @@ import tofu_lib as T
 
 MODULE = "modules/node-fencer"
 KMS_KEY = f"arn:aws:kms:{T.REGION}:{T.ACCOUNT}:key/0a1b2c3d-4e5f-6789-abcd-ef0123456789"
+NOTIFICATION_TOPIC = f"arn:aws:sns:{T.REGION}:{T.ACCOUNT}:platform-alerts"
 SECRET = f"arn:aws:secretsmanager:{T.REGION}:{T.ACCOUNT}:secret:prod/kubeconfig-AbC123"
 
 # The module's variables for each case, over its defaults.
@@ -90,6 +91,20 @@ CASES: dict[str, dict[str, Any]] = {
         "out_of_service_no_schedule": True,
         "fast_not_ready": True,
         "node_selector": "pool in (db,queue),!spot",
+    },
+    # Notifications: a topic created with two e-mail subscriptions; the
+    # policy waits for the topic's ARN, so it is read from the plan.
+    "eks_notifications_created": {
+        "cluster_name": "prod",
+        "enable_alertmanager_url": False,
+        "create_notification_topic": True,
+        "notification_emails": ["oncall@example.com", "sre@example.com"],
+    },
+    # Notifications to a topic of the operator's own: rendered at plan time.
+    "self_managed_notification_topic_given": {
+        "kubeconfig_ssm_parameter_name": "/node-fencer/kubeconfig",
+        "enable_alertmanager_url": False,
+        "notification_topic_arn": NOTIFICATION_TOPIC,
     },
     # Control-plane Nodes may be powered off; the detach keyed on this
     # cluster's own volume tag. Rendered at plan time.
@@ -173,6 +188,9 @@ def expected_resources(case: dict[str, Any]) -> set[str]:
             found.add("aws_ssm_parameter.webhook_token[0]")
     if setting(case, "cluster_name") is not None and setting(case, "eks_access_entry"):
         found.add("aws_eks_access_entry.this[0]")
+    if setting(case, "create_notification_topic"):
+        found.add("aws_sns_topic.notifications[0]")
+        found |= {f'aws_sns_topic_subscription.email["{e}"]' for e in setting(case, "notification_emails")}
     return found
 
 
@@ -228,7 +246,18 @@ def expected_api_actions(case: dict[str, Any]) -> set[str]:
         found.add("secretsmanager:GetSecretValue")
     if setting(case, "active_fencing"):
         found |= power_off_actions()
+    if notifies(case):
+        found |= notify_actions()
     return found
+
+
+def notifies(case: dict[str, Any]) -> bool:
+    return setting(case, "create_notification_topic") or setting(case, "notification_topic_arn") is not None
+
+
+def notify_actions() -> set[str]:
+    """The calls the code makes only with NOTIFY_TOPIC an SNS topic."""
+    return set(json.loads(L.MANIFEST.read_text(encoding="utf-8"))["notify_aws_actions"])
 
 
 def code_actions() -> set[str]:
@@ -255,7 +284,7 @@ def test_the_api_policy_grants_the_calls_the_code_makes_in_this_setting(workspac
     granted = actions(statements(module_plan(workspace, case), "data.aws_iam_policy_document.api"))
     want = expected_api_actions(CASES[case])
     # The code's calls for this cluster access, and with active fencing its power-off calls.
-    assert want - power_off_actions() <= code_actions(), f"the test expects calls the code does not make: {sorted(want - code_actions())}"
+    assert want - power_off_actions() - notify_actions() <= code_actions(), f"the test expects calls the code does not make: {sorted(want - code_actions())}"
     assert (want & power_off_actions()) == (power_off_actions() if setting(CASES[case], "active_fencing") else set())
     assert granted == want, f"case {case}: granted but not needed {sorted(granted - want)}, needed but not granted {sorted(want - granted)}"
 
@@ -264,10 +293,29 @@ def test_every_call_the_code_makes_is_granted_in_some_setting(workspace: T.Works
     granted: set[str] = set()
     for case in CASES:
         granted |= actions(statements(module_plan(workspace, case), "data.aws_iam_policy_document.api"))
-    called = code_actions() | power_off_actions()
+    called = code_actions() | power_off_actions() | notify_actions()
     assert granted == called, (
         f"over all cases, granted but not called {sorted(granted - called)}, called but never granted {sorted(called - granted)}"
     )
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_notifications_publish_to_their_one_topic_only(workspace: T.Workspace, case: str):
+    """sns:Publish on the topic NOTIFY_TOPIC names and nothing else, in the
+    one statement that grants it; no sns action at all without a topic."""
+    plan = module_plan(workspace, case)
+    everything = statements(plan, "data.aws_iam_policy_document.api") + statements(plan, "data.aws_iam_policy_document.runtime")
+    granting = [s for s in everything if actions([s]) & notify_actions()]
+    env = created(plan)['aws_lambda_function.this["main"]']["after"]["environment"][0]["variables"]
+    if not notifies(CASES[case]):
+        assert not granting and "NOTIFY_TOPIC" not in env, f"case {case}: {granting} {env.get('NOTIFY_TOPIC')}"
+        return
+    (publish,) = granting
+    assert _one_or_list(publish["Action"]) == ["sns:Publish"], f"case {case}: {publish}"
+    given = setting(CASES[case], "notification_topic_arn") or (
+        f"arn:aws:sns:{T.REGION}:{T.ACCOUNT}:{setting(CASES[case], 'name')}-notifications")
+    assert _one_or_list(publish["Resource"]) == [given], f"case {case}: {publish['Resource']}"
+    assert env.get("NOTIFY_TOPIC") == given, f"case {case}: {env.get('NOTIFY_TOPIC')}"
 
 
 def _one_or_list(v: Any) -> list[Any]:

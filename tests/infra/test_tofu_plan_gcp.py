@@ -72,6 +72,14 @@ CASES: dict[str, dict[str, Any]] = {
         "eventarc": True,
         "instance_name_prefix": "",
     },
+    # Notifications to a topic the module creates, with its pull subscription.
+    "gcp_notifications_created": {
+        "create_notification_topic": True,
+    },
+    # Notifications to a topic of the operator's own, in another project.
+    "gcp_notification_topic_given": {
+        "notification_topic": "projects/platform-alerts/topics/k8s-fencing",
+    },
     # Active fencing (issue 36): the stop on the node VMs, its settings, its wait.
     "gcp_active_fencing": {
         "active_fencing": True,
@@ -155,6 +163,8 @@ def expected_resources(case: dict[str, Any]) -> set[str]:
         "google_pubsub_subscription_iam_member.dead_letter_subscriber",
         "google_monitoring_alert_policy.dead_letter",
         "google_monitoring_alert_policy.errors",
+        "google_monitoring_dashboard.this",
+        *(f'google_logging_metric.this["{m["name"]}"]' for m in manifest()["metrics"]["metrics"]),
     }
     if setting(case, "webhook_token_secret_id") is None:
         found |= {
@@ -166,6 +176,10 @@ def expected_resources(case: dict[str, Any]) -> set[str]:
         found.add("google_cloud_scheduler_job.sweep[0]")
     if setting(case, "eventarc"):
         found |= {"google_eventarc_trigger.stop[0]", "google_project_iam_member.push_event_receiver[0]"}
+    if setting(case, "create_notification_topic"):
+        found |= {"google_pubsub_topic.notifications[0]", "google_pubsub_subscription.notifications[0]"}
+    if setting(case, "create_notification_topic") or setting(case, "notification_topic") is not None:
+        found.add("google_pubsub_topic_iam_member.notifications[0]")
     return found
 
 
@@ -368,6 +382,10 @@ def test_the_services_get_exactly_the_settings_the_code_reads(workspace: T.Works
         want["MAX_OUT_OF_SERVICE_PERCENT"] = str(c["max_out_of_service_percent"])
     if setting(c, "node_selector") is not None:
         want["NODE_SELECTOR"] = setting(c, "node_selector")
+    if setting(c, "create_notification_topic"):
+        want["NOTIFY_TOPIC"] = f"projects/{T.GCP_PROJECT}/topics/{setting(c, 'name')}-notifications"
+    elif setting(c, "notification_topic") is not None:
+        want["NOTIFY_TOPIC"] = setting(c, "notification_topic")
     if setting(c, "active_fencing"):
         want |= {
             "ACTIVE_FENCING": "on",
@@ -376,6 +394,23 @@ def test_the_services_get_exactly_the_settings_the_code_reads(workspace: T.Works
             "PARTITION_PERCENT": str(setting(c, "partition_percent")),
         }
     assert got == want, f"case {case}, {key}: {sorted(set(got.items()) ^ set(want.items()))}"
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_notifications_are_published_by_the_service_account_to_their_topic_only(workspace: T.Workspace, case: str):
+    c = CASES[case]
+    resources = created(module_plan(workspace, case))
+    member = resources.get("google_pubsub_topic_iam_member.notifications[0]")
+    want = values(module_plan(workspace, case)).get("NOTIFY_TOPIC")
+    if want is None:
+        assert member is None, f"case {case}: {member}"
+        return
+    assert (member["topic"], member["role"]) == (want, "roles/pubsub.publisher"), f"case {case}: {member}"
+    # The one permission the role holds is the one the code needs.
+    assert manifest()["notify_gcp_permissions"] == ["pubsub.topics.publish"]
+    if setting(c, "create_notification_topic"):
+        kept = resources["google_pubsub_subscription.notifications[0]"]
+        assert kept["message_retention_duration"] == "604800s", kept
 
 
 def events_url(plan: dict[str, Any]) -> str:
@@ -703,7 +738,8 @@ def example_plan(ws: T.Workspace) -> dict[str, Any]:
 def test_the_gke_example_plans_the_module_and_binds_the_service_account_as_a_user(workspace: T.Workspace):
     plan = example_plan(workspace)
     got = set(T.resources(plan))
-    want = {f"{PREFIX}{a}" for a in expected_resources({})} | {
+    # The example turns the notifications on by default.
+    want = {f"{PREFIX}{a}" for a in expected_resources({"create_notification_topic": True})} | {
         "module.rbac.kubernetes_cluster_role_v1.this",
         "module.rbac.kubernetes_cluster_role_binding_v1.this",
         "module.rbac.kubernetes_cluster_role_binding_v1.users[0]",
@@ -732,3 +768,79 @@ def test_the_gke_example_passes_the_clusters_endpoint_and_ca(workspace: T.Worksp
     assert env["CLUSTER_ENDPOINT"] == f"https://{cluster['endpoint']}"
     assert env["CLUSTER_CA_DATA"] == cluster["master_auth"][0]["cluster_ca_certificate"]
     assert env["DRY_RUN"] == "true", "the example starts in dry-run"
+
+
+# --- log-based metrics and the dashboard -------------------------------------------
+
+
+def catalog() -> dict[str, dict[str, Any]]:
+    """The metrics the code emits, from the manifest: name -> unit and dimensions."""
+    return {m["name"]: m for m in manifest()["metrics"]["metrics"]}
+
+
+def test_the_log_based_metrics_are_the_manifests_catalog(workspace: T.Workspace):
+    """One log-based metric per metric the code writes on Cloud Run, with a
+    label per dimension (Function included), a counter for a count and a
+    distribution of `value` for a latency, reading only both services' entries
+    of that metric."""
+    plan = module_plan(workspace, "gcp_defaults")
+    resources = created(plan)
+    found = {r["name"].split("/", 1)[1]: r for a, r in resources.items() if a.startswith("google_logging_metric.this[")}
+    want = catalog()
+    assert set(found) == set(want), f"log-based metrics {sorted(found)}, the code emits {sorted(want)}"
+    services = [service(plan, key=key)["name"] for key in SERVICES]
+    for name, metric in found.items():
+        descriptor = metric["metric_descriptor"][0]
+        dims = want[name]["dimensions"]
+        assert sorted(label["key"] for label in descriptor["labels"]) == sorted(dims), name
+        assert metric["label_extractors"] == {d: f"EXTRACT(jsonPayload.{d})" for d in dims}, name
+        latency = want[name]["unit"] == "Milliseconds"
+        assert descriptor["value_type"] == ("DISTRIBUTION" if latency else "INT64"), name
+        assert (metric.get("value_extractor") == "EXTRACT(jsonPayload.value)") == latency, name
+        assert f'jsonPayload.metric="{name}"' in metric["filter"], metric["filter"]
+        assert all(f'"{svc}"' in metric["filter"] for svc in services), metric["filter"]
+
+
+def test_the_dashboard_reads_only_metrics_the_code_emits(workspace: T.Workspace):
+    """Each chart's metric is a log-based metric of the module, and each label
+    it groups or filters by is a dimension of that metric in the manifest;
+    every metric is on the dashboard."""
+    plan = module_plan(workspace, "gcp_defaults")
+    resources = created(plan)
+    names = {r["name"]: r["name"].split("/", 1)[1] for a, r in resources.items() if a.startswith("google_logging_metric.this[")}
+    dashboard = json.loads(resources["google_monitoring_dashboard.this"]["dashboard_json"])
+    want = catalog()
+    shown: set[str] = set()
+    tiles = dashboard["mosaicLayout"]["tiles"]
+    assert tiles, "an empty dashboard"
+    for tile in tiles:
+        for data in tile["widget"]["xyChart"]["dataSets"]:
+            query = data["timeSeriesQuery"]["timeSeriesFilter"]
+            m = re.search(r'metric\.type="logging\.googleapis\.com/user/([^"]+)"', query["filter"])
+            assert m and m.group(1) in names, f"{tile['widget']['title']}: {query['filter']}"
+            metric = names[m.group(1)]
+            used = {f.removeprefix("metric.label.") for f in query["aggregation"]["groupByFields"]}
+            used |= set(re.findall(r"metric\.label\.([A-Za-z]+)=", query["filter"]))
+            assert used <= set(want[metric]["dimensions"]), f"{tile['widget']['title']}: {sorted(used)} of {metric}"
+            shown.add(metric)
+    assert shown == set(want), f"not on the dashboard: {sorted(set(want) - shown)}"
+    # No two tiles overlap on the 12-column grid.
+    cells = [(t["xPos"] + dx, t["yPos"] + dy) for t in tiles for dx in range(t["width"]) for dy in range(t["height"])]
+    assert len(cells) == len(set(cells)) and all(x < 12 for x, _ in cells)
+
+
+def test_the_dashboard_picture_is_drawn_from_its_definition(workspace: T.Workspace):
+    """docs/dashboard-gcp.svg is the layout the module plans, as
+    tests/infra/dashboard_picture.py draws it."""
+    import os
+
+    import dashboard_picture
+
+    planned = created(module_plan(workspace, "gcp_defaults"))["google_monitoring_dashboard.this"]
+    drawn = dashboard_picture.draw_gcp(json.loads(planned["dashboard_json"]))
+    picture = dashboard_picture.GCP_PICTURE
+    if os.environ.get("NODE_FENCER_WRITE_PICTURES") == "1":
+        picture.write_text(drawn, encoding="utf-8")
+    assert picture.is_file() and picture.read_text(encoding="utf-8") == drawn, (
+        f"{L.rel(picture)} is stale: run NODE_FENCER_WRITE_PICTURES=1 make infra-test"
+    )

@@ -443,6 +443,37 @@ impl Compute {
         Ok(body)
     }
 
+    /// A Pub/Sub topic of the fake's (`tests/gce/fake_pubsub.py`): its full
+    /// name, `projects/PROJECT/topics/NAME`.
+    pub async fn create_topic(&self, name: &str) -> anyhow::Result<String> {
+        let topic = self
+            .control("create_topic", json!({"project": PROJECT, "topic": name}))
+            .await?;
+        topic["name"]
+            .as_str()
+            .map(str::to_owned)
+            .with_context(|| format!("no topic name in {topic}"))
+    }
+
+    /// The next `count` Pub/Sub publish calls answer `status`.
+    pub async fn inject_publish_fault(&self, status: u16, count: u32) -> anyhow::Result<()> {
+        self.control(
+            "inject_publish_fault",
+            json!({"status": status, "count": count}),
+        )
+        .await
+        .map(drop)
+    }
+
+    /// The messages published to `topic`, their data decoded (`text`).
+    pub async fn published(&self, topic: &str) -> anyhow::Result<Vec<Value>> {
+        let (status, body) = self.call("GET", "/_fake/published", None).await?;
+        if status != 200 {
+            bail!("GET /_fake/published: {status} {body}");
+        }
+        Ok(body[topic].as_array().cloned().unwrap_or_default())
+    }
+
     /// The instance of that path (`projects/P/zones/Z/instances/N`) as the
     /// fake holds it now, if it exists.
     pub async fn instance(&self, path: &str) -> anyhow::Result<Option<Value>> {

@@ -11,10 +11,13 @@ use tracing::{error, warn};
 
 use crate::core::inbound::suspect::Batch;
 use crate::core::inbound::trigger::{self, InputError, Trigger, function_url, webhook};
+use crate::core::outbound::log_metrics;
 use crate::core::outbound::metrics::{self, Dependency, Meter};
+use crate::core::outbound::notice;
 use crate::core::outbound::report::Report;
 use crate::core::rules::mode::ServerVersion;
 use crate::core::settings::config::Config;
+use crate::core::settings::notify::Topic;
 use crate::core::settings::policy::Policy;
 use crate::entry::preflight::{self, Preflight};
 use crate::pipeline::{self, Ctx, PipelineError};
@@ -22,6 +25,7 @@ use crate::shell::cloud::Clouds;
 use crate::shell::cloud::aws::Ec2;
 use crate::shell::cluster::Kube;
 use crate::shell::connect::{Clients, ConnectError};
+use crate::shell::notify::Notifier;
 
 /// One call as it is run: its id (the logs', the report's, the Lease
 /// holder's), whether as a plan only (the command line's `--dry-run`),
@@ -111,20 +115,28 @@ pub struct App {
     clients: Clients,
     config: Config,
     reporter: String,
-    emf: bool,
+    metrics: Option<MetricLines>,
     /// The API server's version, asked once per execution environment.
     server_version: Arc<OnceCell<ServerVersion>>,
+    /// Where each fencing, refusal, power-off and recovery is told; an
+    /// error when `NOTIFY_TOPIC` names a topic this build cannot reach.
+    notifier: Option<Result<Notifier, String>>,
 }
 
 impl App {
     /// Builds the application; makes no network call.
     pub fn new(clients: Clients, config: Config, reporter: impl Into<String>) -> Self {
+        let notifier = config.notify.as_ref().map(|n| {
+            Notifier::new(&clients.sdk, n)
+                .inspect_err(|e| error!(error = %e, "notifications cannot be sent"))
+        });
         Self {
             clients,
             config,
             reporter: reporter.into(),
-            emf: false,
+            metrics: None,
             server_version: Arc::default(),
+            notifier,
         }
     }
 
@@ -132,7 +144,15 @@ impl App {
     /// Embedded Metric Format lines named after the reporter (in Lambda:
     /// the function's name).
     pub fn with_metrics(mut self) -> Self {
-        self.emf = true;
+        self.metrics = Some(MetricLines::Emf);
+        self
+    }
+
+    /// Also writes the metrics of every run to stdout as Cloud Logging
+    /// entries, which the log-based metrics count (on Cloud Run: the
+    /// reporter is the service's name).
+    pub fn with_log_metrics(mut self) -> Self {
+        self.metrics = Some(MetricLines::CloudLogging);
         self
     }
 
@@ -244,23 +264,59 @@ impl App {
         let correlation_id = call.id;
         let meter = Meter::default();
         let result = self.run_metered(batch, call, &meter).await;
-        if self.emf {
+        // A plan asked for at a terminal is read there; a deployment's dry
+        // run (DRY_RUN, the kill switch) is told, marked as changing nothing.
+        if let (Ok(report), false) = (&result, call.dry_run) {
+            self.tell(report, &meter).await;
+        }
+        if let Some(format) = self.metrics {
             let now_ms = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-            let lines = metrics::emf_lines(
-                &self.reporter,
-                correlation_id,
-                result.as_ref().ok(),
-                &meter.measured(),
-                now_ms,
-            );
-            // CloudWatch Logs reads EMF documents from stdout, one per line.
+            let (report, measured) = (result.as_ref().ok(), &meter.measured());
+            let lines = match format {
+                MetricLines::Emf => {
+                    metrics::emf_lines(&self.reporter, correlation_id, report, measured, now_ms)
+                }
+                MetricLines::CloudLogging => {
+                    log_metrics::log_lines(&self.reporter, correlation_id, report, measured)
+                }
+            };
+            // CloudWatch Logs and Cloud Logging read one document per line.
             for line in lines {
                 println!("{line}");
             }
         }
         result
+    }
+
+    /// Publishes the report's notifications, if any are configured.
+    async fn tell(&self, report: &Report, meter: &Meter) {
+        let Some(notifier) = &self.notifier else {
+            return;
+        };
+        let cluster = self
+            .config
+            .notify
+            .as_ref()
+            .and_then(|n| n.cluster.as_deref());
+        let notices = notice::notices(report, cluster, unix_now());
+        match notifier {
+            Ok(notifier) => notifier.tell(&notices, meter).await,
+            Err(e) if !notices.is_empty() => {
+                meter.error(self.notify_dependency());
+                error!(error = %e, count = notices.len(), "notifications not sent");
+            }
+            Err(_) => {}
+        }
+    }
+
+    /// The dependency a notification's failure is counted under.
+    fn notify_dependency(&self) -> Dependency {
+        match self.config.notify.as_ref().map(|n| &n.topic) {
+            Some(Topic::PubSub { .. }) => Dependency::PubSub,
+            _ => Dependency::Sns,
+        }
     }
 
     async fn run_metered(
@@ -295,6 +351,15 @@ impl App {
     }
 }
 
+/// How the metrics of a run are written to stdout.
+#[derive(Clone, Copy, Debug)]
+enum MetricLines {
+    /// CloudWatch's Embedded Metric Format (Lambda).
+    Emf,
+    /// Cloud Logging entries for log-based metrics (Cloud Run).
+    CloudLogging,
+}
+
 /// What an invocation answers.
 #[derive(Debug)]
 pub enum Reply {
@@ -324,6 +389,13 @@ fn refused(rejection: webhook::Rejection, correlation_id: &str) -> webhook::Repl
         status: rejection.status,
         body: json!({"error": rejection.message, "correlation_id": correlation_id}),
     }
+}
+
+/// The Unix time in seconds.
+fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }
 
 /// Turns a report into the invocation's result: an error when work is left.

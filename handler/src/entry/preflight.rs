@@ -185,6 +185,7 @@ fn denied(
 pub async fn run(clients: &Clients, config: &Config) -> Preflight {
     let mut checks = Vec::new();
     settings(config, &mut checks);
+    checks.push(notifications(config));
     checks.push(webhook_token(clients).await);
     let client = match clients.kube().await {
         Ok(c) => c,
@@ -346,6 +347,26 @@ fn mode_text(setting: ModeSetting, version: ServerVersion, chosen: FenceMode) ->
 }
 
 /// The settings the decision acts on, as rows.
+/// Where the notifications go; a Pub/Sub topic this build cannot reach
+/// fails. The publish permission is not tried: a test message would reach
+/// every subscriber.
+fn notifications(config: &Config) -> Check {
+    use crate::core::settings::notify::Topic;
+    let name = "notifications";
+    match config.notify.as_ref().map(|n| &n.topic) {
+        None => row(name, Status::Info, "off (NOTIFY_TOPIC unset)"),
+        Some(Topic::Sns { arn }) => row(name, Status::Info, format!("to SNS topic {arn}")),
+        Some(Topic::PubSub { name: topic }) if cfg!(feature = "gce") => {
+            row(name, Status::Info, format!("to Pub/Sub topic {topic}"))
+        }
+        Some(Topic::PubSub { name: topic }) => failed(
+            name,
+            format!("{topic} is a Pub/Sub topic, which this build cannot publish to"),
+            "run the container image (the `gce` feature) on Google Cloud, or name an SNS topic",
+        ),
+    }
+}
+
 fn settings(config: &Config, checks: &mut Vec<Check>) {
     checks.push(row(
         "dry run",

@@ -83,7 +83,7 @@ pub async fn serve(port: u16) -> Result<(), String> {
         .map(|r| r.path)
         .collect();
     let server = Rc::new(Server {
-        app: App::new(clients, config, reporter),
+        app: App::new(clients, config, reporter).with_log_metrics(),
         push,
         routes,
     });

@@ -53,6 +53,12 @@ module "node_fencer" {
   enable_alertmanager_url = var.enable_alertmanager_url
   alarm_sns_topic_arn     = var.alarm_sns_topic_arn
 
+  # One message per fencing, refusal, power-off and recovery, to a topic the
+  # module creates, each address subscribed by e-mail (SNS asks each to
+  # confirm first). docs/notifications.md has the schema and the chat setup.
+  create_notification_topic = length(var.notification_emails) > 0
+  notification_emails       = var.notification_emails
+
   tags = var.tags
 }
 

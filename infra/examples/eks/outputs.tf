@@ -28,3 +28,8 @@ output "dlq_url" {
   description = "Dead-letter queue of events the function could not process."
   value       = module.node_fencer.dlq_url
 }
+
+output "notification_topic_arn" {
+  description = "The SNS topic of the notifications (subscribe a chat integration to it), or null."
+  value       = module.node_fencer.notification_topic_arn
+}

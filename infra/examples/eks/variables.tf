@@ -73,3 +73,9 @@ variable "tags" {
   type        = map(string)
   default     = {}
 }
+
+variable "notification_emails" {
+  description = "E-mail addresses told of each fencing, refusal, power-off and recovery (an SNS topic is created for them); empty: no notifications."
+  type        = list(string)
+  default     = []
+}

@@ -44,6 +44,11 @@ module "node_fencer" {
   eventarc              = var.eventarc
   notification_channels = var.notification_channels
 
+  # One message per fencing, refusal, power-off and recovery, to a topic the
+  # module creates, kept a week by a pull subscription; a chat integration
+  # adds a push subscription (docs/notifications.md).
+  create_notification_topic = var.notifications
+
   labels = var.labels
 }
 

@@ -28,3 +28,8 @@ output "dead_letter_subscription" {
   description = "Subscription holding the audit log entries the service failed on."
   value       = module.node_fencer.dead_letter_subscription
 }
+
+output "notification_subscription" {
+  description = "The pull subscription of the notifications: gcloud pubsub subscriptions pull <it> --auto-ack."
+  value       = module.node_fencer.notification_subscription
+}

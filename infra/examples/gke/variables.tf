@@ -64,3 +64,9 @@ variable "labels" {
   type        = map(string)
   default     = {}
 }
+
+variable "notifications" {
+  description = "Publish each fencing, refusal, power-off and recovery to a Pub/Sub topic the module creates, <name>-notifications, with a pull subscription that keeps them a week."
+  type        = bool
+  default     = true
+}

@@ -157,6 +157,10 @@ locals {
     var.eventarc ? [local.events_service_url, "${local.events_service_url}/eventarc"] : [],
   ))
 
+  # The topic the notifications go to: the one given, the one created, or
+  # none. The created topic's name is spelt out, so that the plan shows it.
+  notification_topic = var.create_notification_topic ? "projects/${google_pubsub_topic.notifications[0].project}/topics/${google_pubsub_topic.notifications[0].name}" : var.notification_topic
+
   environment = merge(
     module.settings.environment,
     # The code refuses the power-off settings without ACTIVE_FENCING=on: all
@@ -168,6 +172,7 @@ locals {
       POWER_OFF_WAIT_SECONDS  = tostring(var.power_off_wait_seconds)
       PARTITION_PERCENT       = tostring(var.partition_percent)
     } : {},
+    local.notification_topic != null ? { NOTIFY_TOPIC = local.notification_topic } : {},
     {
       GKE_CLUSTER          = local.cluster_id
       CLUSTER_ENDPOINT     = local.cluster_endpoint
@@ -465,6 +470,52 @@ resource "google_service_account_iam_member" "push_token_creator" {
 }
 
 ################################################################################
+# Notifications: one message per fencing, refusal, power-off and recovery
+################################################################################
+
+resource "google_pubsub_topic" "notifications" {
+  #checkov:skip=CKV_GCP_83:The messages name nodes, machines and decisions, no secrets; Google-managed encryption applies, a customer key would need a key policy of the deployer's own.
+  count = var.create_notification_topic ? 1 : 0
+
+  project = var.project_id
+  name    = "${var.name}-notifications"
+  labels  = var.labels
+
+  lifecycle {
+    precondition {
+      condition     = var.notification_topic == null
+      error_message = "create_notification_topic and notification_topic exclude each other: create a topic, or name one."
+    }
+  }
+}
+
+# Keeps every message a week for whoever reads them (gcloud pubsub
+# subscriptions pull); a chat or e-mail integration adds its own push
+# subscription (docs/notifications.md).
+resource "google_pubsub_subscription" "notifications" {
+  count = var.create_notification_topic ? 1 : 0
+
+  project                    = var.project_id
+  name                       = "${var.name}-notifications"
+  topic                      = google_pubsub_topic.notifications[0].id
+  labels                     = var.labels
+  message_retention_duration = "604800s"
+  ack_deadline_seconds       = 60
+
+  expiration_policy {
+    ttl = ""
+  }
+}
+
+resource "google_pubsub_topic_iam_member" "notifications" {
+  count = local.notification_topic != null ? 1 : 0
+
+  topic  = local.notification_topic
+  role   = "roles/pubsub.publisher"
+  member = google_service_account.this.member
+}
+
+################################################################################
 # Audit logs -> Logging sink -> Pub/Sub -> push subscription -> /pubsub
 ################################################################################
 
@@ -718,6 +769,151 @@ resource "google_monitoring_alert_policy" "errors" {
     mime_type = "text/markdown"
     content   = "${var.name} answered a request with a server error: a node could not be fenced or recovered yet (Pub/Sub delivers the entry again). Read the service's logs. A refused request (401) is an answer, not an error: a flood of them does not set this off."
   }
+}
+
+################################################################################
+# Log-based metrics and the dashboard
+################################################################################
+
+locals {
+  # The metrics of infra/manifest.json, as the services write them to Cloud
+  # Logging (one entry per unit counted, one per latency with its value in
+  # `value`): each dimension is a label of the log-based metric, `Function`
+  # the service's name. The infra tests hold this table to the manifest.
+  log_metrics = {
+    Suspects        = ["Trigger"]
+    Decisions       = ["Outcome", "Reason"]
+    PowerOffs       = ["PowerOutcome", "Reason"]
+    Recoveries      = ["RecoveryOutcome", "Reason"]
+    Errors          = ["Dependency"]
+    VolumesDetached = []
+    ConfirmLatency  = []
+    TaintLatency    = []
+    DetachLatency   = []
+    VerifyLatency   = []
+  }
+  latencies = ["ConfirmLatency", "TaintLatency", "DetachLatency", "VerifyLatency"]
+
+  service_names = join(" OR ", [for svc in local.services : "\"${svc.name}\""])
+}
+
+resource "google_logging_metric" "this" {
+  for_each = local.log_metrics
+
+  project = var.project_id
+  name    = "${var.name}/${each.key}"
+  filter  = "resource.type=\"cloud_run_revision\" AND resource.labels.service_name=(${local.service_names}) AND jsonPayload.metric=\"${each.key}\""
+
+  metric_descriptor {
+    metric_kind  = "DELTA"
+    value_type   = contains(local.latencies, each.key) ? "DISTRIBUTION" : "INT64"
+    unit         = contains(local.latencies, each.key) ? "ms" : "1"
+    display_name = "node-fencer ${each.key}"
+
+    dynamic "labels" {
+      for_each = concat(["Function"], each.value)
+
+      content {
+        key        = labels.value
+        value_type = "STRING"
+      }
+    }
+  }
+
+  label_extractors = { for label in concat(["Function"], each.value) : label => "EXTRACT(jsonPayload.${label})" }
+  value_extractor  = contains(local.latencies, each.key) ? "EXTRACT(jsonPayload.value)" : null
+
+  dynamic "bucket_options" {
+    for_each = contains(local.latencies, each.key) ? [true] : []
+
+    content {
+      # 1 ms to about 2 hours, each bucket 1.5 times the last.
+      exponential_buckets {
+        num_finite_buckets = 40
+        growth_factor      = 1.5
+        scale              = 1
+      }
+    }
+  }
+}
+
+locals {
+  # The dashboard's charts: a title, the metric, the label each line is, and
+  # a filter on another label. Counts are summed per minute; latencies shown
+  # at their 50th and 99th percentiles.
+  count_charts = [
+    { title = "Decisions by outcome", metric = "Decisions", by = "Outcome", where = "" },
+    { title = "Skips and refusals by reason", metric = "Decisions", by = "Reason", where = " AND metric.label.Outcome=\"skipped\"" },
+    { title = "Errors by dependency", metric = "Errors", by = "Dependency", where = "" },
+    { title = "Power-offs by outcome", metric = "PowerOffs", by = "PowerOutcome", where = "" },
+    { title = "Power-off refusals by reason", metric = "PowerOffs", by = "Reason", where = " AND metric.label.PowerOutcome=\"refused\"" },
+    { title = "Recoveries by outcome", metric = "Recoveries", by = "RecoveryOutcome", where = "" },
+    { title = "Suspects by trigger", metric = "Suspects", by = "Trigger", where = "" },
+    { title = "Volumes detached", metric = "VolumesDetached", by = "Function", where = "" },
+  ]
+  latency_charts = [
+    { title = "Time to taint and to detach (ms)", metrics = ["TaintLatency", "DetachLatency"] },
+    { title = "Cloud look and detach wait (ms)", metrics = ["ConfirmLatency", "VerifyLatency"] },
+  ]
+
+  count_widgets = [for chart in local.count_charts : {
+    title = chart.title
+    xyChart = {
+      dataSets = [{
+        plotType = "STACKED_BAR"
+        timeSeriesQuery = {
+          timeSeriesFilter = {
+            filter = "metric.type=\"logging.googleapis.com/user/${google_logging_metric.this[chart.metric].name}\" AND resource.type=\"cloud_run_revision\"${chart.where}"
+            aggregation = {
+              alignmentPeriod    = "60s"
+              perSeriesAligner   = "ALIGN_SUM"
+              crossSeriesReducer = "REDUCE_SUM"
+              groupByFields      = ["metric.label.${chart.by}"]
+            }
+          }
+        }
+      }]
+    }
+  }]
+  latency_widgets = [for chart in local.latency_charts : {
+    title = chart.title
+    xyChart = {
+      dataSets = flatten([for metric in chart.metrics : [for p in ["50", "99"] : {
+        plotType       = "LINE"
+        legendTemplate = "${metric} p${p}"
+        timeSeriesQuery = {
+          timeSeriesFilter = {
+            filter = "metric.type=\"logging.googleapis.com/user/${google_logging_metric.this[metric].name}\" AND resource.type=\"cloud_run_revision\""
+            aggregation = {
+              alignmentPeriod    = "300s"
+              perSeriesAligner   = "ALIGN_DELTA"
+              crossSeriesReducer = "REDUCE_PERCENTILE_${p}"
+              groupByFields      = []
+            }
+          }
+        }
+      }]])
+    }
+  }]
+  widgets = concat(local.count_widgets, local.latency_widgets)
+}
+
+# Two charts a row, each 6 of the 12 columns wide and 4 rows high.
+resource "google_monitoring_dashboard" "this" {
+  project = var.project_id
+  dashboard_json = jsonencode({
+    displayName = var.name
+    mosaicLayout = {
+      columns = 12
+      tiles = [for i, widget in local.widgets : {
+        xPos   = (i % 2) * 6
+        yPos   = floor(i / 2) * 4
+        width  = 6
+        height = 4
+        widget = widget
+      }]
+    }
+  })
 }
 
 locals {

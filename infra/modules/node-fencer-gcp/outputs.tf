@@ -118,3 +118,13 @@ output "control_namespace" {
   description = "Namespace of the service's Lease and kill-switch ConfigMap (CONTROL_NAMESPACE); the Role of infra/kubernetes/rbac.yaml must be applied there."
   value       = var.control_namespace
 }
+
+output "notification_topic" {
+  description = "The Pub/Sub topic the notifications are published to (created or given), or null when none is configured."
+  value       = local.notification_topic
+}
+
+output "notification_subscription" {
+  description = "The pull subscription that keeps the created topic's notifications for 7 days (create_notification_topic), else null."
+  value       = one(google_pubsub_subscription.notifications[*].name)
+}

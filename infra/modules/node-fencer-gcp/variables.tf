@@ -410,6 +410,23 @@ variable "alertmanager_credentials_file" {
 # Alerts
 ################################################################################
 
+variable "notification_topic" {
+  description = "NOTIFY_TOPIC: an existing Pub/Sub topic (projects/P/topics/T) each fencing, refusal, power-off and recovery is published to, one JSON message each (docs/notifications.md); the service account is made a publisher on it alone. null: see create_notification_topic."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.notification_topic == null ? true : can(regex("^projects/[a-z0-9.:-]+/topics/[A-Za-z][A-Za-z0-9._~+%-]{2,254}$", var.notification_topic))
+    error_message = "notification_topic must be null or a Pub/Sub topic's full name, projects/PROJECT/topics/TOPIC."
+  }
+}
+
+variable "create_notification_topic" {
+  description = "Create the Pub/Sub topic <name>-notifications and a pull subscription <name>-notifications that keeps its messages for 7 days, and publish the notifications to it. Excludes notification_topic."
+  type        = bool
+  default     = false
+}
+
 variable "notification_channels" {
   description = "Cloud Monitoring notification channels (projects/P/notificationChannels/ID) of the alert policies (entries in the dead-letter topic, 5xx answers); empty creates the policies without notifications."
   type        = list(string)

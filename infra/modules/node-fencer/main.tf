@@ -123,9 +123,15 @@ locals {
     } : {},
     # Unset is false: passed only to allow it.
     var.active_fencing && var.power_off_control_plane ? { POWER_OFF_CONTROL_PLANE = "true" } : {},
+    local.notify ? { NOTIFY_TOPIC = local.notification_topic_arn } : {},
   )
 
   alarm_actions = var.alarm_sns_topic_arn != null ? [var.alarm_sns_topic_arn] : []
+
+  # The topic the notifications go to: the one given, the one created, or
+  # none. The created topic's ARN is spelt out, so that the plan shows it.
+  notification_topic_arn = var.create_notification_topic ? "arn:${local.partition}:sns:${local.region}:${local.account_id}:${aws_sns_topic.notifications[0].name}" : var.notification_topic_arn
+  notify                 = var.create_notification_topic || var.notification_topic_arn != null
 
   # The module's Lambda functions: one zip, one role, one environment, so both
   # fence alike. "main" takes the EventBridge events, the recovery schedule and
@@ -225,6 +231,14 @@ resource "aws_lambda_function" "this" {
     precondition {
       condition     = (var.cluster_endpoint == null) == (var.cluster_ca_data == null) && (var.cluster_endpoint == null || var.cluster_name != null)
       error_message = "cluster_endpoint and cluster_ca_data go together, and only with cluster_name."
+    }
+    precondition {
+      condition     = !(var.create_notification_topic && var.notification_topic_arn != null)
+      error_message = "create_notification_topic and notification_topic_arn exclude each other: create a topic, or name one."
+    }
+    precondition {
+      condition     = length(var.notification_emails) == 0 || var.create_notification_topic
+      error_message = "notification_emails subscribe to the topic the module creates: set create_notification_topic = true (subscribe to a topic of your own where it is managed)."
     }
     precondition {
       condition     = (length(var.vpc_subnet_ids) == 0) == (length(var.vpc_security_group_ids) == 0)
@@ -524,6 +538,28 @@ resource "aws_cloudwatch_dashboard" "this" {
 # The URL belongs to the webhook function, never to the main one: anyone can
 # call it, and those calls must not take the concurrency EventBridge events and
 # the recovery schedule need.
+################################################################################
+# Notifications: one message per fencing, refusal, power-off and recovery
+################################################################################
+
+resource "aws_sns_topic" "notifications" {
+  count = var.create_notification_topic ? 1 : 0
+
+  name = "${var.name}-notifications"
+  # The AWS-managed key: its key policy lets any principal of the account
+  # that may publish use it through SNS, so the role needs no KMS grant.
+  kms_master_key_id = "alias/aws/sns"
+  tags              = var.tags
+}
+
+resource "aws_sns_topic_subscription" "email" {
+  for_each = var.create_notification_topic ? toset(var.notification_emails) : toset([])
+
+  topic_arn = aws_sns_topic.notifications[0].arn
+  protocol  = "email"
+  endpoint  = each.value
+}
+
 resource "aws_lambda_function_url" "this" {
   #checkov:skip=CKV_AWS_258:Alertmanager cannot sign SigV4 requests; the function authenticates every request with a bearer token kept in Secrets Manager or SSM.
   count = var.enable_alertmanager_url ? 1 : 0
@@ -712,6 +748,17 @@ data "aws_iam_policy_document" "api" {
         variable = "aws:ResourceTag/${statement.value.key}"
         values   = [statement.value.value]
       }
+    }
+  }
+
+  # The notifications, on their one topic only.
+  dynamic "statement" {
+    for_each = local.notify ? [true] : []
+
+    content {
+      sid       = "PublishNotifications"
+      actions   = ["sns:Publish"]
+      resources = [local.notification_topic_arn]
     }
   }
 

@@ -506,6 +506,38 @@ variable "log_kms_key_arn" {
   default     = null
 }
 
+################################################################################
+# Notifications
+################################################################################
+
+variable "notification_topic_arn" {
+  description = "NOTIFY_TOPIC: an existing standard SNS topic each fencing, refusal, power-off and recovery is published to, one JSON message each (docs/notifications.md); the role gets sns:Publish on it alone. A topic encrypted with a customer-managed KMS key also needs kms:GenerateDataKey and kms:Decrypt on that key, granted by its key policy. null: see create_notification_topic."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.notification_topic_arn == null ? true : can(regex("^arn:aws[a-z-]*:sns:[a-z0-9-]+:[0-9]{12}:[A-Za-z0-9_-]{1,256}$", var.notification_topic_arn))
+    error_message = "notification_topic_arn must be null or the ARN of a standard SNS topic (arn:aws:sns:REGION:ACCOUNT:NAME; a FIFO topic is not supported)."
+  }
+}
+
+variable "create_notification_topic" {
+  description = "Create the SNS topic <name>-notifications (encrypted with the AWS-managed key alias/aws/sns) and publish the notifications to it. Excludes notification_topic_arn."
+  type        = bool
+  default     = false
+}
+
+variable "notification_emails" {
+  description = "E-mail addresses subscribed to the created topic (create_notification_topic); each receives a confirmation e-mail from SNS first. Chat integrations subscribe to the topic_arn output (docs/notifications.md)."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for e in var.notification_emails : can(regex("^[^@ ]+@[^@ ]+\\.[^@ ]+$", e))])
+    error_message = "notification_emails must hold e-mail addresses."
+  }
+}
+
 variable "alarm_sns_topic_arn" {
   description = "SNS topic ARN notified when an alarm fires and clears (dead-letter queue not empty, function errors); null creates the alarms without actions."
   type        = string

@@ -850,6 +850,7 @@ fn eventarc_headers(vm: &Vm) -> Vec<(&'static str, String)> {
 struct Served {
     child: std::process::Child,
     port: u16,
+    log: std::path::PathBuf,
 }
 
 impl Drop for Served {
@@ -860,6 +861,15 @@ impl Drop for Served {
 }
 
 impl Served {
+    /// The metric entries one request wrote to stdout for Cloud Logging.
+    fn metric_entries(&self, correlation_id: &str) -> anyhow::Result<Vec<Value>> {
+        Ok(std::fs::read_to_string(&self.log)?
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|v| v["CorrelationId"] == correlation_id && v.get("metric").is_some())
+            .collect())
+    }
+
     async fn start(certs_port: u16) -> anyhow::Result<Self> {
         Self::start_with(certs_port, &[]).await
     }
@@ -870,7 +880,8 @@ impl Served {
         let port = std::net::TcpListener::bind(("127.0.0.1", 0))?
             .local_addr()?
             .port();
-        let log = std::fs::File::create(stack.dir.join("logs").join(format!("serve-{port}.log")))?;
+        let log_path = stack.dir.join("logs").join(format!("serve-{port}.log"));
+        let log = std::fs::File::create(&log_path)?;
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_node-fencer-gce"));
         cmd.args(["serve", "--port", &port.to_string()])
             .envs(node_fencer_tests::lambda::function_env(stack))
@@ -888,6 +899,7 @@ impl Served {
         let served = Self {
             child: cmd.spawn()?,
             port,
+            log: log_path,
         };
         let deadline = Instant::now() + Duration::from_secs(30);
         while served.post("/healthz", None, "").await.is_err() {
@@ -1344,6 +1356,21 @@ async fn gce_a_stop_that_names_the_project_by_number_fences_through_both_routes(
     assert_eq!(r["instance_id"], json!(vm.provider_id()), "{r:#}");
     assert!(is_fenced(&admin, &node2).await?, "the taint is on");
     data_disks_detached(&compute, &seed, &vm).await?;
+    // The request's metrics, as the entries the log-based metrics count.
+    let id = report["correlation_id"].as_str().unwrap_or_default();
+    let entries = served.metric_entries(id)?;
+    let decisions: Vec<&Value> = entries
+        .iter()
+        .filter(|e| e["metric"] == "Decisions")
+        .collect();
+    assert_eq!(decisions.len(), 1, "{entries:#?}");
+    assert_eq!(decisions[0]["Outcome"], "fenced");
+    assert!(
+        entries
+            .iter()
+            .any(|e| e["metric"] == "TaintLatency" && e["value"].is_number()),
+        "{entries:#?}"
+    );
 
     let token = signer.token(PUSH_AUDIENCE)?;
     let answer = served

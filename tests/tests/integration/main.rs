@@ -13,6 +13,7 @@ mod gce_faults;
 mod gce_power;
 mod kube_api;
 mod lifecycle;
+mod notify;
 mod pipeline;
 mod runtime;
 mod scale;

@@ -74,6 +74,10 @@ pub enum Dependency {
     ComputeEngine,
     /// The Kubernetes API server.
     Kubernetes,
+    /// SNS, for the notifications.
+    Sns,
+    /// Pub/Sub, for the notifications.
+    PubSub,
 }
 
 impl Dependency {
@@ -83,6 +87,8 @@ impl Dependency {
             Self::Ec2 => "EC2",
             Self::ComputeEngine => "ComputeEngine",
             Self::Kubernetes => "Kubernetes",
+            Self::Sns => "SNS",
+            Self::PubSub => "PubSub",
         }
     }
 
@@ -157,13 +163,7 @@ pub fn emf_lines(
             vec![("Errors", "Count", json!(n))],
         );
     }
-    let detached = report.map_or(0, |r| {
-        r.results
-            .iter()
-            .flat_map(|n| &n.volumes)
-            .filter(|v| v.outcome == VolumeOutcome::Detached)
-            .count()
-    });
+    let detached = report.map_or(0, volumes_detached);
     let mut metrics = vec![("VolumesDetached", "Count", json!(detached))];
     let mut by_stage: BTreeMap<Stage, Vec<f64>> = BTreeMap::new();
     for (stage, took) in &measured.stages {
@@ -180,12 +180,22 @@ pub fn emf_lines(
     lines
 }
 
+/// The volumes a report says were detached and let go.
+pub(crate) fn volumes_detached(report: &Report) -> usize {
+    report
+        .results
+        .iter()
+        .flat_map(|n| &n.volumes)
+        .filter(|v| v.outcome == VolumeOutcome::Detached)
+        .count()
+}
+
 /// One counted metric: its name, its dimensions beside `Function`, the count.
-type Count<'a> = (&'static str, Vec<(&'static str, &'a str)>, u64);
+pub(crate) type Count<'a> = (&'static str, Vec<(&'static str, &'a str)>, u64);
 
 /// The counts of a report, each a metric with its dimensions: suspects per
 /// trigger, decisions, power-offs and recoveries per outcome and reason.
-fn counts(report: &Report) -> Vec<Count<'_>> {
+pub(crate) fn counts(report: &Report) -> Vec<Count<'_>> {
     let mut out = Vec::new();
     let origins = report.results.iter().flat_map(|r| &r.origins);
     let origins = origins.chain(report.recoveries.iter().flat_map(|r| &r.origins));
@@ -276,35 +286,15 @@ fn document(
 mod tests {
     use super::*;
     use crate::core::inbound::suspect::Origin;
-    use crate::core::model::instance::VolumeId;
     use crate::core::outbound::report::{NodeReport, VolumeReport};
     use crate::core::rules::decide::Skip;
 
     fn node(outcome: Outcome, skip: Option<Skip>, origin: Origin, detached: usize) -> NodeReport {
         NodeReport {
-            target: "node n".into(),
-            node: Some("n".into()),
-            instance_id: None,
-            instance_state: None,
-            outcome,
-            reason: String::new(),
             skip,
-            taint_applied: outcome == Outcome::Fenced,
-            pods_deleted: 0,
-            attachments_deleted: 0,
-            attachments: Vec::new(),
-            volumes: (0..detached)
-                .map(|i| VolumeReport {
-                    volume: VolumeId::parse(&format!("vol-{i:017x}")).expect("a volume id"),
-                    pv: None,
-                    outcome: VolumeOutcome::Detached,
-                    detail: None,
-                })
-                .collect(),
-            errors: Vec::new(),
+            volumes: VolumeReport::detached(detached),
             origins: vec![origin],
-            power_off: None,
-            fenced_at: None,
+            ..NodeReport::of("n", outcome)
         }
     }
 
@@ -324,16 +314,7 @@ mod tests {
     }
 
     fn report(results: Vec<NodeReport>) -> Report {
-        Report {
-            correlation_id: "c".into(),
-            dry_run: false,
-            kill_switch: false,
-            mode: None,
-            results,
-            recoveries: Vec::new(),
-            ignored: Vec::new(),
-            errors: Vec::new(),
-        }
+        Report::of("c", results)
     }
 
     /// The line whose dimension `key` is `value`.

@@ -175,6 +175,64 @@ impl NodeReport {
     }
 }
 
+#[cfg(test)]
+impl NodeReport {
+    /// A report of Node `node` with `outcome`, and nothing else yet.
+    pub(crate) fn of(node: &str, outcome: Outcome) -> Self {
+        Self {
+            target: format!("node {node}"),
+            node: Some(node.into()),
+            instance_id: None,
+            instance_state: None,
+            outcome,
+            reason: String::new(),
+            skip: None,
+            taint_applied: outcome == Outcome::Fenced,
+            pods_deleted: 0,
+            attachments_deleted: 0,
+            attachments: Vec::new(),
+            volumes: Vec::new(),
+            errors: Vec::new(),
+            origins: Vec::new(),
+            power_off: None,
+            fenced_at: None,
+        }
+    }
+}
+
+#[cfg(test)]
+impl VolumeReport {
+    /// `n` volumes, each detached (`vol-00…0`, `vol-00…1`, …).
+    pub(crate) fn detached(n: usize) -> Vec<Self> {
+        (0..n)
+            .filter_map(|i| VolumeId::parse(&format!("vol-{i:017x}")))
+            .map(|volume| Self {
+                volume,
+                pv: None,
+                outcome: VolumeOutcome::Detached,
+                detail: None,
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+impl Report {
+    /// A report of invocation `correlation_id` over `results`, acting.
+    pub(crate) fn of(correlation_id: &str, results: Vec<NodeReport>) -> Self {
+        Self {
+            correlation_id: correlation_id.into(),
+            dry_run: false,
+            kill_switch: false,
+            mode: None,
+            results,
+            recoveries: Vec::new(),
+            ignored: Vec::new(),
+            errors: Vec::new(),
+        }
+    }
+}
+
 fn is_zero(n: &usize) -> bool {
     *n == 0
 }

@@ -56,6 +56,16 @@ pub const COMPUTE: RetryPolicy = RetryPolicy {
     budget: Duration::from_secs(30),
 };
 
+/// Publishing a notification: bounded tighter than the clouds' calls,
+/// three attempts in ten seconds, so an unreachable topic costs an
+/// invocation little time.
+pub const NOTIFY: RetryPolicy = RetryPolicy {
+    max_attempts: 3,
+    base: Duration::from_millis(200),
+    cap: Duration::from_secs(2),
+    budget: Duration::from_secs(10),
+};
+
 impl RetryPolicy {
     /// The pause before the next attempt after `failed` attempts have failed
     /// (`failed >= 1`) and `elapsed` time since the first began, or `None`

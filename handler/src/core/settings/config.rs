@@ -13,6 +13,7 @@ use crate::core::rules::reach::Reach;
 use crate::core::rules::recovery::RecoveryPolicy;
 use crate::core::rules::resolve::ClusterScope;
 use crate::core::settings::access::{ClusterAccess, cluster_access};
+use crate::core::settings::notify::{self, Notify};
 use crate::core::settings::policy::Policy;
 use crate::core::settings::variables::{ConfigError, exclusive, flag, int};
 
@@ -99,6 +100,8 @@ pub struct Config {
     pub(crate) compute_endpoint: Option<String>,
     /// The routes `serve` answers.
     pub serve_routes: ServeRoutes,
+    /// Where each fencing, refusal, power-off and recovery is told.
+    pub notify: Option<Notify>,
 }
 
 impl Config {
@@ -149,6 +152,10 @@ impl Config {
         let mut policy = policy(&get)?;
         let cluster = cluster_access(&get)?;
         policy.identity = cluster_identity(policy.scope.as_ref(), &cluster);
+        let notify = notify::notify(&get)?.map(|n| Notify {
+            cluster: cluster_label(&policy.identity, &cluster),
+            ..n
+        });
         Ok(Self {
             policy,
             cluster,
@@ -157,6 +164,7 @@ impl Config {
             push_auth: push_auth(&get)?,
             compute_endpoint: compute_endpoint(&get)?,
             serve_routes: serve_routes(&get)?,
+            notify,
         })
     }
 }
@@ -447,6 +455,14 @@ fn cluster_identity(scope: Option<&ClusterScope>, access: &ClusterAccess) -> Clu
     ClusterIdentity {
         name,
         vpc: scope.map(|s| s.vpc.clone()),
+    }
+}
+
+/// The cluster's name for people: the identity's, or the GKE cluster's.
+fn cluster_label(identity: &ClusterIdentity, access: &ClusterAccess) -> Option<String> {
+    match access {
+        ClusterAccess::Gke { cluster, .. } => cluster.rsplit('/').next().map(str::to_owned),
+        _ => identity.name.clone(),
     }
 }
 

@@ -1,10 +1,11 @@
 //! The settings: the environment variables node-fencer reads, the
 //! configuration validated from them once at cold start (and the cluster
-//! access part of it), the policy the pipeline acts on, and the permissions
-//! the code needs.
+//! access part of it), the policy the pipeline acts on, where notifications
+//! go, and the permissions the code needs.
 
 pub mod access;
 pub mod config;
+pub mod notify;
 pub mod permissions;
 pub mod policy;
 pub mod variables;

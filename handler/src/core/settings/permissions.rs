@@ -18,6 +18,14 @@ const AWS_ACTIONS: &[&str] = &[
 /// condition in `infra/`).
 const POWER_OFF_AWS_ACTIONS: &[&str] = &["ec2:DescribeInstanceStatus", "ec2:StopInstances"];
 
+/// The AWS action the notifications add (`NOTIFY_TOPIC` an SNS topic):
+/// granted only then, and only on that topic.
+const NOTIFY_AWS_ACTIONS: &[&str] = &["sns:Publish"];
+
+/// The Google Cloud permission the notifications add (`NOTIFY_TOPIC` a
+/// Pub/Sub topic): granted only then, and only on that topic.
+const NOTIFY_GCP_PERMISSIONS: &[&str] = &["pubsub.topics.publish"];
+
 /// Every Google Cloud permission the service uses, as IAM spells it:
 /// Compute Engine's reads and the detach, and `container.clusters.get`,
 /// which GKE requires of any Google identity it lets in (RBAC then
@@ -120,8 +128,9 @@ pub const NODE_LEASE_RULES: &[(&str, &str, &[&str])] =
 pub const MANIFEST_PATH: &str = "infra/manifest.json";
 
 /// What this build needs from the cloud, the cluster and its environment,
-/// as one JSON document (`node-fencer manifest`): the AWS actions, the
-/// Kubernetes rules cluster-wide and in the control namespace, every
+/// as one JSON document (`node-fencer manifest`): the AWS actions and
+/// Google permissions (those of active fencing and of the notifications
+/// apart), the Kubernetes rules cluster-wide and in the control namespace, every
 /// environment variable with what it accepts, and the Lease wait.
 pub fn manifest() -> serde_json::Value {
     let rules = |rules: &[(&str, &str, &[&str])]| -> Vec<serde_json::Value> {
@@ -141,6 +150,8 @@ pub fn manifest() -> serde_json::Value {
         "gcp_permissions": GCP_PERMISSIONS,
         "power_off_aws_actions": POWER_OFF_AWS_ACTIONS,
         "power_off_gcp_permissions": POWER_OFF_GCP_PERMISSIONS,
+        "notify_aws_actions": NOTIFY_AWS_ACTIONS,
+        "notify_gcp_permissions": NOTIFY_GCP_PERMISSIONS,
         "kubernetes_rules": rules(KUBERNETES_RULES),
         "control_rules": rules(CONTROL_RULES),
         "node_lease_rules": rules(NODE_LEASE_RULES),
@@ -168,8 +179,8 @@ fn metrics() -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::{
-        AWS_ACTIONS, GCP_PERMISSIONS, GcpProbe, POWER_OFF_AWS_ACTIONS, POWER_OFF_GCP_PERMISSIONS,
-        gcp_permissions_on, gcp_probe, manifest,
+        AWS_ACTIONS, GCP_PERMISSIONS, GcpProbe, NOTIFY_AWS_ACTIONS, NOTIFY_GCP_PERMISSIONS,
+        POWER_OFF_AWS_ACTIONS, POWER_OFF_GCP_PERMISSIONS, gcp_permissions_on, gcp_probe, manifest,
     };
     use std::collections::BTreeSet;
 
@@ -198,6 +209,7 @@ mod tests {
         (".get_parameter()", "ssm:GetParameter"),
         (".describe_instance_status()", "ec2:DescribeInstanceStatus"),
         (".stop_instances()", "ec2:StopInstances"),
+        (".publish()", "sns:Publish"),
     ];
 
     const SHELL: &[&str] = &[
@@ -207,6 +219,7 @@ mod tests {
         include_str!("../../shell/cluster/reads.rs"),
         include_str!("../../shell/cluster/writes.rs"),
         include_str!("../../shell/cluster/coordination.rs"),
+        include_str!("../../shell/notify.rs"),
     ];
 
     #[test]
@@ -219,6 +232,7 @@ mod tests {
         let listed: BTreeSet<&str> = AWS_ACTIONS
             .iter()
             .chain(POWER_OFF_AWS_ACTIONS)
+            .chain(NOTIFY_AWS_ACTIONS)
             .copied()
             .collect();
         assert_eq!(called, listed);
@@ -239,6 +253,8 @@ mod tests {
             ".build_access_token_credentials()",
             "container.clusters.get",
         ),
+        // The notifications' REST call to Pub/Sub.
+        (":publish\"", "pubsub.topics.publish"),
     ];
 
     #[test]
@@ -264,6 +280,7 @@ mod tests {
         let shell: Vec<String> = [
             include_str!("../../shell/cloud/gce.rs"),
             include_str!("../../shell/connect.rs"),
+            include_str!("../../shell/notify.rs"),
         ]
         .iter()
         .map(|src| src.split_whitespace().collect())
@@ -276,6 +293,7 @@ mod tests {
         let listed: BTreeSet<&str> = GCP_PERMISSIONS
             .iter()
             .chain(POWER_OFF_GCP_PERMISSIONS)
+            .chain(NOTIFY_GCP_PERMISSIONS)
             .copied()
             .collect();
         assert_eq!(called, listed);
@@ -313,6 +331,7 @@ mod tests {
                 assert!(
                     AWS_ACTIONS
                         .iter()
+                        .chain(NOTIFY_AWS_ACTIONS)
                         .any(|a| a.starts_with(&format!("{iam}:"))),
                     "aws_sdk_{service} is used but no {iam}: action is listed"
                 );

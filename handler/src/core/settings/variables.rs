@@ -139,6 +139,14 @@ pub(crate) const VARIABLES: &[(&str, &str)] = &[
         "Compute Engine API base URL (default https://compute.googleapis.com); a plain http:// one is a local stand-in and gets no credentials",
     ),
     (
+        "NOTIFY_TOPIC",
+        "an SNS topic ARN (arn:aws:sns:REGION:ACCOUNT:NAME, standard) or a Pub/Sub topic (projects/PROJECT/topics/TOPIC) (default unset: no notifications): one JSON message per fencing, refusal, power-off and recovery (schema node-fencer.io/notice/v1, docs/notifications.md); a failure to publish is logged and counted, never fails the fencing; needs sns:Publish, or pubsub.topics.publish",
+    ),
+    (
+        "PUBSUB_ENDPOINT",
+        "Pub/Sub API base URL (default https://pubsub.googleapis.com); a plain http:// one is a local stand-in and gets no credentials",
+    ),
+    (
         "WEBHOOK_TOKEN_SECRET_ID",
         "Secrets Manager secret holding the Alertmanager bearer token",
     ),

@@ -126,6 +126,61 @@ run "defaults" {
 # Active fencing: the stop joins the detach in the node VMs' role (under its
 # condition on their names), the four settings reach both services, and the
 # wait for a stopped VM joins the request timeout: 450 + 120 = 570 s.
+run "notifications_to_a_created_topic" {
+  command = plan
+
+  variables {
+    create_notification_topic = true
+  }
+
+  assert {
+    condition     = one([for e in google_cloud_run_v2_service.this["events"].template[0].containers[0].env : e.value if e.name == "NOTIFY_TOPIC"]) == "projects/my-project/topics/node-fencer-notifications"
+    error_message = "NOTIFY_TOPIC names the created topic"
+  }
+  assert {
+    condition     = google_pubsub_topic_iam_member.notifications[0].role == "roles/pubsub.publisher" && google_pubsub_topic_iam_member.notifications[0].topic == "projects/my-project/topics/node-fencer-notifications"
+    error_message = "the service account publishes to that topic alone"
+  }
+  assert {
+    condition     = google_pubsub_subscription.notifications[0].message_retention_duration == "604800s"
+    error_message = "the pull subscription keeps the messages a week"
+  }
+}
+
+run "notifications_to_a_given_topic" {
+  command = plan
+
+  variables {
+    notification_topic = "projects/platform/topics/k8s-fencing"
+  }
+
+  assert {
+    condition     = length(google_pubsub_topic.notifications) == 0 && google_pubsub_topic_iam_member.notifications[0].topic == "projects/platform/topics/k8s-fencing"
+    error_message = "a given topic is published to, none created"
+  }
+}
+
+run "a_created_and_a_given_topic_are_refused" {
+  command = plan
+
+  variables {
+    create_notification_topic = true
+    notification_topic        = "projects/platform/topics/k8s-fencing"
+  }
+
+  expect_failures = [google_pubsub_topic.notifications]
+}
+
+run "a_subscription_is_no_topic" {
+  command = plan
+
+  variables {
+    notification_topic = "projects/platform/subscriptions/k8s-fencing"
+  }
+
+  expect_failures = [var.notification_topic]
+}
+
 run "active_fencing" {
   command = plan
 

@@ -358,6 +358,92 @@ run "active_fencing_self_managed_without_a_tag_is_refused" {
 
 # --- preconditions ------------------------------------------------------------------
 
+run "notifications_to_a_created_topic_with_e_mail_subscriptions" {
+  command = plan
+
+  variables {
+    create_notification_topic = true
+    notification_emails       = ["oncall@example.com"]
+  }
+
+  assert {
+    condition     = aws_sns_topic.notifications[0].name == "node-fencer-notifications" && aws_sns_topic.notifications[0].kms_master_key_id == "alias/aws/sns"
+    error_message = "the created topic is named after the function and encrypted with the AWS-managed key"
+  }
+  assert {
+    condition     = aws_sns_topic_subscription.email["oncall@example.com"].protocol == "email"
+    error_message = "each address is an e-mail subscription of the created topic"
+  }
+  assert {
+    condition     = aws_lambda_function.this["main"].environment[0].variables["NOTIFY_TOPIC"] == "arn:aws:sns:eu-west-1:123456789012:node-fencer-notifications" && output.notification_topic_arn == "arn:aws:sns:eu-west-1:123456789012:node-fencer-notifications"
+    error_message = "NOTIFY_TOPIC and the output name the created topic"
+  }
+}
+
+run "notifications_to_a_given_topic" {
+  command = plan
+
+  variables {
+    notification_topic_arn = "arn:aws:sns:eu-west-1:123456789012:platform-alerts"
+  }
+
+  assert {
+    condition     = length(aws_sns_topic.notifications) == 0 && aws_lambda_function.this["main"].environment[0].variables["NOTIFY_TOPIC"] == "arn:aws:sns:eu-west-1:123456789012:platform-alerts"
+    error_message = "a given topic is published to, none created"
+  }
+}
+
+run "no_notifications_by_default" {
+  command = plan
+
+  assert {
+    condition     = length(aws_sns_topic.notifications) == 0 && !contains(keys(aws_lambda_function.this["main"].environment[0].variables), "NOTIFY_TOPIC") && output.notification_topic_arn == null
+    error_message = "no topic, no NOTIFY_TOPIC without the settings"
+  }
+}
+
+run "a_created_and_a_given_topic_are_refused" {
+  command = plan
+
+  variables {
+    create_notification_topic = true
+    notification_topic_arn    = "arn:aws:sns:eu-west-1:123456789012:platform-alerts"
+  }
+
+  expect_failures = [aws_lambda_function.this]
+}
+
+run "e_mails_without_a_created_topic_are_refused" {
+  command = plan
+
+  variables {
+    notification_emails = ["oncall@example.com"]
+  }
+
+  expect_failures = [aws_lambda_function.this]
+}
+
+run "a_fifo_topic_is_refused" {
+  command = plan
+
+  variables {
+    notification_topic_arn = "arn:aws:sns:eu-west-1:123456789012:alerts.fifo"
+  }
+
+  expect_failures = [var.notification_topic_arn]
+}
+
+run "an_e_mail_subscription_needs_an_address" {
+  command = plan
+
+  variables {
+    create_notification_topic = true
+    notification_emails       = ["oncall"]
+  }
+
+  expect_failures = [var.notification_emails]
+}
+
 run "two_ways_to_the_cluster_are_refused" {
   command = plan
 
