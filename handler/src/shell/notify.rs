@@ -77,11 +77,23 @@ impl Notifier {
     }
 
     /// Publishes every message, one call each; a failure is logged and
-    /// counted under the topic's dependency, and the rest still go.
+    /// counted under the topic's dependency, and the rest still go. All of
+    /// them share one time budget ([`NOTIFY`]'s), so a topic that does not
+    /// answer costs the invocation that much once, not once per message:
+    /// what is left when it is spent is counted as failed, unsent.
     pub async fn tell(&self, notices: &[Notice], meter: &Meter) {
+        let began = Instant::now();
         for notice in notices {
             let started = Instant::now();
-            match self.publish(notice).await {
+            let left = NOTIFY.budget.saturating_sub(began.elapsed());
+            let published = match tokio::time::timeout(left, self.publish(notice)).await {
+                Ok(published) => published,
+                Err(_) => Err(format!(
+                    "the notifications' {} s were spent",
+                    NOTIFY.budget.as_secs()
+                )),
+            };
+            match published {
                 Ok(id) => info!(
                     kind = notice.kind.code(),
                     node = %notice.node,
