@@ -157,6 +157,9 @@ impl PubSub {
 
     fn new(topic: &str, endpoint: Option<&str>) -> Result<Self, String> {
         let base = endpoint.unwrap_or(Self::GOOGLE).trim_end_matches('/');
+        // The project's one crypto stack, as `serve` installs it; the
+        // command line of the container image reaches here without it.
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let http = reqwest::Client::builder()
             .user_agent(concat!("node-fencer/", env!("CARGO_PKG_VERSION")))
             .connect_timeout(crate::shell::timeouts::Timeouts::default().connect)
