@@ -37,7 +37,13 @@ impl Notifier {
     pub fn new(sdk: &SdkConfig, notify: &Notify) -> Result<Self, String> {
         match &notify.topic {
             Topic::Sns { arn } => {
-                let config = aws_sdk_sns::config::Builder::from(sdk)
+                let mut config = aws_sdk_sns::config::Builder::from(sdk);
+                // A topic of another region (a central alerts topic) is
+                // published to in its own region.
+                if let Some(region) = notify.topic.sns_region() {
+                    config = config.region(aws_config::Region::new(region.to_owned()));
+                }
+                let config = config
                     .retry_config(
                         RetryConfig::standard()
                             .with_max_attempts(NOTIFY.max_attempts)

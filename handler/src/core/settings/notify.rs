@@ -19,6 +19,15 @@ pub enum Topic {
 }
 
 impl Topic {
+    /// An SNS topic's region, which its publish must be sent to whatever
+    /// region the function runs in.
+    pub fn sns_region(&self) -> Option<&str> {
+        match self {
+            Self::Sns { arn } => arn.split(':').nth(3),
+            Self::PubSub { .. } => None,
+        }
+    }
+
     /// The topic's ARN or name.
     pub fn id(&self) -> &str {
         match self {
@@ -170,6 +179,8 @@ mod tests {
             parse("arn:aws-us-gov:sns:us-gov-west-1:123456789012:a_b").map(|t| t.id().to_owned()),
             Ok("arn:aws-us-gov:sns:us-gov-west-1:123456789012:a_b".into())
         );
+        let central = parse("arn:aws:sns:us-east-1:123456789012:alerts").expect("a topic");
+        assert_eq!(central.sns_region(), Some("us-east-1"));
         assert_eq!(
             parse("projects/my-proj/topics/node-fencer"),
             Ok(Topic::PubSub {
