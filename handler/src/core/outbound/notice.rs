@@ -9,7 +9,7 @@ use crate::core::inbound::suspect::Origin;
 use crate::core::model::instance::{InstanceId, InstanceState, Provider, VolumeId};
 use crate::core::model::values;
 use crate::core::outbound::report::{
-    AttachmentOutcome, NodeReport, Outcome, RecoveryOutcome, RecoveryReport, Report, VolumeOutcome,
+    NodeReport, Outcome, RecoveryOutcome, RecoveryReport, Report, VolumeOutcome,
 };
 use crate::core::rules::decide::Skip;
 use crate::core::rules::power::{PowerOutcome, PowerReport, Refusal};
@@ -364,12 +364,7 @@ fn done(r: &NodeReport) -> Done {
             .filter(|v| v.outcome == VolumeOutcome::Detached)
             .map(|v| v.volume.clone())
             .collect(),
-        attachments_deleted: r
-            .attachments
-            .iter()
-            .filter(|a| a.outcome == AttachmentOutcome::Deleted)
-            .count()
-            .max(r.attachments_deleted),
+        attachments_deleted: r.attachments_deleted,
         pods_deleted: r.pods_deleted,
         powered_off: r
             .power_off
