@@ -17,7 +17,6 @@ use crate::core::outbound::notice;
 use crate::core::outbound::report::Report;
 use crate::core::rules::mode::ServerVersion;
 use crate::core::settings::config::Config;
-use crate::core::settings::notify::Topic;
 use crate::core::settings::policy::Policy;
 use crate::entry::preflight::{self, Preflight};
 use crate::pipeline::{self, Ctx, PipelineError};
@@ -264,15 +263,18 @@ impl App {
         let correlation_id = call.id;
         let meter = Meter::default();
         let result = self.run_metered(batch, call, &meter).await;
+        // One clock reading for the messages and the metrics of the run.
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
         // A plan asked for at a terminal is read there; a deployment's dry
         // run (DRY_RUN, the kill switch) is told, marked as changing nothing.
         if let (Ok(report), false) = (&result, call.dry_run) {
-            self.tell(report, &meter).await;
+            let now_secs = i64::try_from(now.as_secs()).unwrap_or(i64::MAX);
+            self.tell(report, &meter, now_secs).await;
         }
         if let Some(format) = self.metrics {
-            let now_ms = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+            let now_ms = u64::try_from(now.as_millis()).unwrap_or(u64::MAX);
             let (report, measured) = (result.as_ref().ok(), &meter.measured());
             let lines = match format {
                 MetricLines::Emf => {
@@ -290,32 +292,21 @@ impl App {
         result
     }
 
-    /// Publishes the report's notifications, if any are configured.
-    async fn tell(&self, report: &Report, meter: &Meter) {
-        let Some(notifier) = &self.notifier else {
+    /// Publishes the report's notifications, if any are configured;
+    /// `now_secs` is the Unix time written in them.
+    async fn tell(&self, report: &Report, meter: &Meter, now_secs: i64) {
+        let (Some(notifier), Some(notify)) = (&self.notifier, &self.config.notify) else {
             return;
         };
-        let cluster = self
-            .config
-            .notify
-            .as_ref()
-            .and_then(|n| n.cluster.as_deref());
-        let notices = notice::notices(report, cluster, unix_now());
+        let notices = notice::notices(report, notify.cluster.as_deref(), now_secs);
+        let dependency = notify.topic.dependency();
         match notifier {
-            Ok(notifier) => notifier.tell(&notices, meter).await,
+            Ok(notifier) => notifier.tell(&notices, meter, dependency).await,
             Err(e) if !notices.is_empty() => {
-                meter.error(self.notify_dependency());
+                meter.error(dependency);
                 error!(error = %e, count = notices.len(), "notifications not sent");
             }
             Err(_) => {}
-        }
-    }
-
-    /// The dependency a notification's failure is counted under.
-    fn notify_dependency(&self) -> Dependency {
-        match self.config.notify.as_ref().map(|n| &n.topic) {
-            Some(Topic::PubSub { .. }) => Dependency::PubSub,
-            _ => Dependency::Sns,
         }
     }
 
@@ -389,13 +380,6 @@ fn refused(rejection: webhook::Rejection, correlation_id: &str) -> webhook::Repl
         status: rejection.status,
         body: json!({"error": rejection.message, "correlation_id": correlation_id}),
     }
-}
-
-/// The Unix time in seconds.
-fn unix_now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }
 
 /// Turns a report into the invocation's result: an error when work is left.

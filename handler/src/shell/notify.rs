@@ -73,21 +73,13 @@ impl Notifier {
         }
     }
 
-    /// The dependency its failures are counted under.
-    pub fn dependency(&self) -> Dependency {
-        match self {
-            Self::Sns { .. } => Dependency::Sns,
-            #[cfg(feature = "gce")]
-            Self::PubSub(_) => Dependency::PubSub,
-        }
-    }
-
     /// Publishes every message, one call each; a failure is logged and
     /// counted under the topic's dependency, and the rest still go. All of
     /// them share one time budget ([`NOTIFY`]'s), so a topic that does not
     /// answer costs the invocation that much once, not once per message:
-    /// what is left when it is spent is counted as failed, unsent.
-    pub async fn tell(&self, notices: &[Notice], meter: &Meter) {
+    /// what is left when it is spent is counted as failed, unsent, under
+    /// `dependency` (the topic's).
+    pub async fn tell(&self, notices: &[Notice], meter: &Meter, dependency: Dependency) {
         let began = Instant::now();
         for notice in notices {
             let started = Instant::now();
@@ -108,7 +100,7 @@ impl Notifier {
                     "notification published"
                 ),
                 Err(error) => {
-                    meter.error(self.dependency());
+                    meter.error(dependency);
                     warn!(kind = notice.kind.code(), node = %notice.node, %error, "notification not published");
                 }
             }

@@ -2,6 +2,7 @@
 //! Pub/Sub topic's name, told apart by their shape.
 
 use super::variables::ConfigError;
+use crate::core::outbound::metrics::Dependency;
 
 /// A topic to publish each notification to.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -25,6 +26,14 @@ impl Topic {
         match self {
             Self::Sns { arn } => arn.split(':').nth(3),
             Self::PubSub { .. } => None,
+        }
+    }
+
+    /// The service a failure to publish to it is counted under.
+    pub fn dependency(&self) -> Dependency {
+        match self {
+            Self::Sns { .. } => Dependency::Sns,
+            Self::PubSub { .. } => Dependency::PubSub,
         }
     }
 
