@@ -9,5 +9,6 @@ pub mod eks_token;
 pub mod notify;
 #[cfg(feature = "gce")]
 pub mod oidc;
+pub mod retrying;
 pub mod slim;
 pub mod timeouts;

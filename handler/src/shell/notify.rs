@@ -14,6 +14,8 @@ use crate::core::outbound::metrics::{Dependency, Meter};
 use crate::core::outbound::notice::Notice;
 use crate::core::rules::retry::NOTIFY;
 use crate::core::settings::notify::{Notify, Topic};
+#[cfg(feature = "gce")]
+use crate::shell::retrying::retrying;
 
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -138,6 +140,13 @@ impl Notifier {
     }
 }
 
+/// A failed publish, and whether another attempt may succeed.
+#[cfg(feature = "gce")]
+struct Failure {
+    message: String,
+    transient: bool,
+}
+
 /// A Pub/Sub topic's `publish` method, with Application Default Credentials
 /// (none for a plain-http stand-in).
 #[cfg(feature = "gce")]
@@ -201,41 +210,40 @@ impl PubSub {
                     .token,
             ),
         };
-        let started = Instant::now();
-        let mut failed = 0;
-        loop {
-            let mut request = self.http.post(&self.url).json(&body);
-            if let Some(token) = &token {
+        let (body, token) = (&body, &token);
+        let attempt = move || async move {
+            let mut request = self.http.post(&self.url).json(body);
+            if let Some(token) = token {
                 request = request.bearer_auth(token);
             }
-            let (error, transient) = match request.send().await {
+            match request.send().await {
                 Ok(answer) if answer.status().is_success() => {
-                    let answer: serde_json::Value = answer
-                        .json()
-                        .await
-                        .map_err(|e| format!("Pub/Sub's answer: {e}"))?;
-                    return Ok(answer["messageIds"][0]
+                    let answer: serde_json::Value = answer.json().await.map_err(|e| Failure {
+                        message: format!("Pub/Sub's answer: {e}"),
+                        transient: false,
+                    })?;
+                    Ok(answer["messageIds"][0]
                         .as_str()
                         .unwrap_or_default()
-                        .to_owned());
+                        .to_owned())
                 }
                 Ok(answer) => {
                     let status = answer.status().as_u16();
                     let text = answer.text().await.unwrap_or_default();
                     let text: String = text.chars().take(300).collect();
-                    (
-                        format!("{status}: {text}"),
-                        crate::core::rules::retry::is_transient_status(status),
-                    )
+                    Err(Failure {
+                        message: format!("{status}: {text}"),
+                        transient: crate::core::rules::retry::is_transient_status(status),
+                    })
                 }
-                Err(e) => (e.to_string(), true),
-            };
-            failed += 1;
-            let pause = NOTIFY.pause(failed, started.elapsed(), fastrand::f64());
-            match pause {
-                Some(pause) if transient => tokio::time::sleep(pause).await,
-                _ => return Err(format!("Pub/Sub publish to {}: {error}", self.url)),
+                Err(e) => Err(Failure {
+                    message: e.to_string(),
+                    transient: true,
+                }),
             }
-        }
+        };
+        retrying(&NOTIFY, attempt, |f: &Failure| f.transient, |_, _, _| {})
+            .await
+            .map_err(|f| format!("Pub/Sub publish to {}: {}", self.url, f.message))
     }
 }

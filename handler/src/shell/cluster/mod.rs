@@ -534,33 +534,21 @@ fn is_transient(err: &kube::Error) -> bool {
 /// [`KUBERNETES`]. Every call retried here is safe to repeat: reads, the
 /// resourceVersion-guarded taint patch (a repeat of a write that landed gets
 /// 409 and is re-read), and Event creation under a fixed name.
-async fn retrying<T, F, Fut>(call: &'static str, mut attempt: F) -> Result<T, kube::Error>
+async fn retrying<T, F, Fut>(call: &'static str, attempt: F) -> Result<T, kube::Error>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, kube::Error>>,
 {
-    let started = Instant::now();
-    let mut failed = 0;
-    loop {
-        match attempt().await {
-            Err(e) if is_transient(&e) => {
-                failed += 1;
-                let Some(pause) = KUBERNETES.pause(failed, started.elapsed(), fastrand::f64())
-                else {
-                    return Err(e);
-                };
-                tracing::warn!(
-                    call,
-                    failed,
-                    pause_ms = pause.as_millis() as u64,
-                    error = %e,
-                    "transient Kubernetes failure; retrying"
-                );
-                tokio::time::sleep(pause).await;
-            }
-            done => return done,
-        }
-    }
+    crate::shell::retrying::retrying(&KUBERNETES, attempt, is_transient, |failed, pause, e| {
+        tracing::warn!(
+            call,
+            failed,
+            pause_ms = pause.as_millis() as u64,
+            error = %e,
+            "transient Kubernetes failure; retrying"
+        );
+    })
+    .await
 }
 
 fn is_conflict(err: &kube::Error) -> bool {
