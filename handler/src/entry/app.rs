@@ -25,6 +25,7 @@ use crate::shell::cloud::aws::Ec2;
 use crate::shell::cluster::Kube;
 use crate::shell::connect::{Clients, ConnectError};
 use crate::shell::notify::Notifier;
+use crate::shell::onprem::OnPrem;
 
 /// One call as it is run: its id (the logs', the report's, the Lease
 /// holder's), whether as a plan only (the command line's `--dry-run`),
@@ -120,6 +121,8 @@ pub struct App {
     /// Where each fencing, refusal, power-off and recovery is told; an
     /// error when `NOTIFY_TOPIC` names a topic this build cannot reach.
     notifier: Option<Result<Notifier, String>>,
+    /// The on-premises machines, when `REDFISH_INVENTORY` names them.
+    onprem: Option<OnPrem>,
 }
 
 impl App {
@@ -136,6 +139,7 @@ impl App {
             metrics: None,
             server_version: Arc::default(),
             notifier,
+            onprem: None,
         }
     }
 
@@ -153,6 +157,16 @@ impl App {
     pub fn with_log_metrics(mut self) -> Self {
         self.metrics = Some(MetricLines::CloudLogging);
         self
+    }
+
+    /// Reads the on-premises inventory and builds its BMCs' clients, when
+    /// `REDFISH_INVENTORY` is set: a start with an inventory that cannot be
+    /// read fails with the reason.
+    pub fn with_onprem(mut self) -> Result<Self, String> {
+        if let Some(files) = &self.config.redfish {
+            self.onprem = Some(OnPrem::load(files)?);
+        }
+        Ok(self)
     }
 
     /// The configuration in force.
@@ -180,7 +194,7 @@ impl App {
 
     /// Checks the deployment's access and settings; changes nothing.
     pub async fn preflight(&self) -> Preflight {
-        preflight::run(&self.clients, &self.config).await
+        preflight::run(&self.clients, &self.config, self.onprem.as_ref()).await
     }
 
     /// Answers a Function URL request: the neutral webhook entry
@@ -321,8 +335,9 @@ impl App {
             .kube()
             .await
             .inspect_err(|_| meter.error(Dependency::Kubernetes))?;
-        let cluster =
-            Kube::new(client, self.reporter.clone()).sharing_version(self.server_version.clone());
+        let cluster = Kube::new(client, self.reporter.clone())
+            .sharing_version(self.server_version.clone())
+            .placing(self.onprem.as_ref().map(|o| o.inventory.clone()));
         let ec2 = Ec2::new(self.clients.ec2.clone());
         #[cfg(feature = "gce")]
         let gce = self
@@ -332,7 +347,18 @@ impl App {
             .map(|c| c as &dyn crate::shell::cloud::Cloud);
         #[cfg(not(feature = "gce"))]
         let gce = None;
-        let cloud = Clouds { aws: &ec2, gce };
+        #[cfg(feature = "gce")]
+        let redfish = self
+            .onprem
+            .as_ref()
+            .map(|o| &o.bmcs as &dyn crate::shell::cloud::Cloud);
+        #[cfg(not(feature = "gce"))]
+        let redfish = None;
+        let cloud = Clouds {
+            aws: &ec2,
+            gce,
+            redfish,
+        };
         let ctx = Ctx::new(&cloud, &cluster, meter, call.id);
         let policy = Policy {
             dry_run: self.config.policy.dry_run || call.dry_run,

@@ -222,7 +222,13 @@ pub async fn main() -> ExitCode {
             return ExitCode::from(EXIT_USAGE);
         }
     };
-    let app = App::new(Clients::new(sdk, &config), config, hostname());
+    let app = match App::new(Clients::new(sdk, &config), config, hostname()).with_onprem() {
+        Ok(app) => app,
+        Err(message) => {
+            eprintln!("node-fencer: configuration: {message}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
     let correlation_id = uuid::Uuid::new_v4().to_string();
     let span = tracing::info_span!("invocation", correlation_id = %correlation_id);
     let call = Call::new(&correlation_id).plan_only(flags.dry_run);
@@ -267,7 +273,13 @@ async fn without_configuration(command: &Command) -> Option<ExitCode> {
 /// Runs the checks of `preflight` and prints them; 1 when one failed.
 async fn preflight(sdk: SdkConfig, config: Config, output: Output) -> ExitCode {
     let clients = Clients::new(sdk, &config);
-    let app = App::new(clients, config, hostname());
+    let app = match App::new(clients, config, hostname()).with_onprem() {
+        Ok(app) => app,
+        Err(message) => {
+            eprintln!("node-fencer: configuration: {message}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
     let result = app.preflight().await;
     match output {
         Output::Text => print!("{}", result.to_table()),
@@ -381,8 +393,11 @@ fn print_result(result: Result<Reply, HandlerError>, output: Output) -> ExitCode
 /// that names what to set, rather than a dependency failing later.
 async fn environment(config: &Config) -> Result<SdkConfig, String> {
     let sdk = sdk_config().await;
-    // On Google Cloud nothing of AWS's is needed; a mixed set-up sets both.
-    if sdk.region().is_none() && !matches!(config.cluster, ClusterAccess::Gke { .. }) {
+    // On Google Cloud, or on-premises, nothing of AWS's is needed; a mixed
+    // set-up sets both.
+    let aws_needed =
+        !matches!(config.cluster, ClusterAccess::Gke { .. }) && config.redfish.is_none();
+    if sdk.region().is_none() && aws_needed {
         return Err("AWS_REGION is not set (nor a region in the AWS profile)".into());
     }
     if matches!(config.cluster, ClusterAccess::Ambient)

@@ -21,7 +21,10 @@ pub async fn serve() -> Result<(), lambda_runtime::Error> {
         std::env::var("AWS_LAMBDA_FUNCTION_NAME").unwrap_or_else(|_| "node-fencer".into());
     let clients = Clients::new(sdk_config().await, &config);
     clients.prewarm().await;
-    let app = App::new(clients, config, reporter).with_metrics();
+    let app = App::new(clients, config, reporter)
+        .with_metrics()
+        .with_onprem()
+        .map_err(|e| format!("configuration: {e}"))?;
     let app = &app;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| async move {
         let correlation_id = if event.context.request_id.is_empty() {

@@ -3,9 +3,12 @@
 //! answers, every Kubernetes permission the code uses is granted
 //! (SelfSubjectAccessReview per verb and resource), every call is allowed
 //! on each cloud the nodes run on (EC2 dry runs, Compute Engine's
-//! `testIamPermissions`), the secrets are readable, and what the settings
-//! and the kill switch will do.
+//! `testIamPermissions`), each BMC of the inventory answers for its Node's
+//! own machine, the secrets are readable, and what the settings and the
+//! kill switch will do.
 
+#[cfg(feature = "gce")]
+mod bmcs;
 mod clouds;
 
 use std::fmt::Write as _;
@@ -23,6 +26,7 @@ use crate::core::settings::permissions::{
 };
 use crate::shell::cluster::{ClusterReads, Coordination, Kube, can};
 use crate::shell::connect::Clients;
+use crate::shell::onprem::OnPrem;
 
 /// How one check came out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -182,7 +186,7 @@ fn denied(
 /// Runs every check. Never changes anything: the only writes are
 /// SelfSubjectAccessReviews, EC2 dry runs and `testIamPermissions`, which
 /// store nothing.
-pub async fn run(clients: &Clients, config: &Config) -> Preflight {
+pub async fn run(clients: &Clients, config: &Config, onprem: Option<&OnPrem>) -> Preflight {
     let mut checks = Vec::new();
     settings(config, &mut checks);
     checks.push(notifications(config));
@@ -199,7 +203,8 @@ pub async fn run(clients: &Clients, config: &Config) -> Preflight {
             return Preflight::new(checks);
         }
     };
-    let cluster = Kube::new(client.clone(), "node-fencer-preflight");
+    let cluster = Kube::new(client.clone(), "node-fencer-preflight")
+        .placing(onprem.map(|o| o.inventory.clone()));
     let mode = fencing_mode(&cluster, config, &mut checks).await;
     if mode.is_some() {
         permissions(&client, config, mode, &mut checks).await;
@@ -225,6 +230,8 @@ pub async fn run(clients: &Clients, config: &Config) -> Preflight {
         checks.push(reach(&config.policy.reach, nodes));
     }
     clouds::check(clients, config, nodes.as_deref(), &mut checks).await;
+    #[cfg(feature = "gce")]
+    bmcs::check(onprem, nodes.as_deref(), &mut checks).await;
     Preflight::new(checks)
 }
 

@@ -29,7 +29,9 @@ use tokio::net::TcpListener;
 use tracing::{Instrument, error, info, info_span, warn};
 
 use crate::core::inbound::suspect::Batch;
-use crate::core::inbound::trigger::{self, Auth, Body, InputError, RouteGroup, Trigger, webhook};
+use crate::core::inbound::trigger::{
+    self, Auth, Body, InputError, RouteGroup, Trigger, direct, webhook,
+};
 use crate::core::settings::config::{Config, LogFormat, ServeRoutes};
 use crate::entry::app::{App, Call, HandlerError};
 use crate::entry::telemetry;
@@ -74,6 +76,7 @@ pub async fn serve(port: u16) -> Result<(), String> {
         }
     };
     let reporter = std::env::var("K_SERVICE").unwrap_or_else(|_| "node-fencer".into());
+    let sweep_interval = config.sweep_interval;
     let clients = Clients::new(sdk_config().await, &config);
     clients.prewarm().await;
     let paths: Vec<&str> = trigger::SOURCES
@@ -82,11 +85,11 @@ pub async fn serve(port: u16) -> Result<(), String> {
         .filter(|r| routes.serves(r.group))
         .map(|r| r.path)
         .collect();
-    let server = Rc::new(Server {
-        app: App::new(clients, config, reporter).with_log_metrics(),
-        push,
-        routes,
-    });
+    let app = App::new(clients, config, reporter)
+        .with_log_metrics()
+        .with_onprem()
+        .map_err(|e| format!("configuration: {e}"))?;
+    let server = Rc::new(Server { app, push, routes });
     let addr = SocketAddr::from(([0, 0, 0, 0], port));
     let listener = TcpListener::bind(addr)
         .await
@@ -96,7 +99,38 @@ pub async fn serve(port: u16) -> Result<(), String> {
     // Send: connections run as local tasks on this one thread, which is
     // all a Cloud Run instance with its few requests at a time needs.
     let local = tokio::task::LocalSet::new();
+    if let Some(every) = sweep_interval {
+        info!(
+            every_seconds = every.as_secs(),
+            "sweeping on a schedule of its own"
+        );
+        local.spawn_local(sweep_every(server.clone(), every));
+    }
     local.run_until(accept(listener, server)).await
+}
+
+/// Runs the sweep every `every`, the first right away: off-cluster, where
+/// no scheduler calls `/sweep`, the sweep is what finds the NotReady nodes
+/// no alert named and ends the fencings whose nodes came back. One sweep
+/// at a time: a slow one (a BMC that does not answer) delays the next.
+async fn sweep_every(server: Rc<Server>, every: std::time::Duration) {
+    let mut ticks = tokio::time::interval(every);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        let correlation_id = uuid::Uuid::new_v4().to_string();
+        let span = info_span!("sweep", correlation_id = %correlation_id);
+        let call = Call::new(&correlation_id);
+        match server.app.run(direct::sweep(), call).instrument(span).await {
+            Ok(report) if report.incomplete() => {
+                warn!(correlation_id, report = %to_value(&report), "the sweep left work undone; the next one retries")
+            }
+            Ok(report) => info!(correlation_id, report = %to_value(&report), "sweep done"),
+            Err(e) => {
+                error!(correlation_id, kind = e.kind(), error = %e, "the sweep failed; the next one retries")
+            }
+        }
+    }
 }
 
 /// Takes connections until the process is stopped.

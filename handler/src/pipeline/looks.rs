@@ -3,9 +3,10 @@
 //! serves the decision, the decision's the recovery check); every look that
 //! must be fresh (right before the taint, right before a node's detaches,
 //! while a powered-off machine stops, after the settle delay) is an explicit
-//! [`Looks::again`], so the second and third looks are visible calls. Any
-//! error makes every answer of that call a failed lookup, which the core
-//! never takes for "off".
+//! [`Looks::again`], so the second and third looks are visible calls. An
+//! error makes every answer of the call that failed a failed lookup, which
+//! the core never takes for "off"; a provider that asks machine by machine
+//! (a BMC each) fails only the machine it could not ask.
 
 use std::collections::HashMap;
 use std::time::Instant;
@@ -75,39 +76,32 @@ impl Looks {
 }
 
 /// The cloud's answer for each of `ids`; an id it does not know is
-/// [`Confirmation::NotFound`]. A look of its own, kept nowhere: one node's
-/// last look right before its own detaches, while other nodes are worked on.
+/// [`Confirmation::NotFound`], an id whose call failed a failed lookup. A
+/// look of its own, kept nowhere: one node's last look right before its own
+/// detaches, while other nodes are worked on.
 pub(crate) async fn ask(ctx: &Ctx<'_>, ids: &[InstanceId]) -> HashMap<InstanceId, Confirmation> {
     if ids.is_empty() {
         return HashMap::new();
     }
     let started = Instant::now();
-    let described = ctx.cloud.describe_instances(ids).await;
+    let described = ctx.cloud.describe_each(ids).await;
     ctx.meter.stage(Stage::Confirm, started.elapsed());
-    match described {
-        Ok(found) => {
-            let mut map: HashMap<InstanceId, Confirmation> = ids
-                .iter()
-                .map(|id| (id.clone(), Confirmation::NotFound))
-                .collect();
-            for facts in found {
-                if map.contains_key(&facts.id) {
-                    map.insert(facts.id.clone(), Confirmation::Seen(facts));
-                }
-            }
-            map
-        }
-        Err(e) => {
-            ctx.meter.error(e.dependency());
-            warn!(error = %e, "could not confirm instance states; nothing will be fenced");
-            ids.iter()
-                .map(|id| {
-                    let failed = Confirmation::LookupFailed {
-                        error: e.to_string(),
-                    };
-                    (id.clone(), failed)
-                })
-                .collect()
+    let mut map: HashMap<InstanceId, Confirmation> = ids
+        .iter()
+        .map(|id| (id.clone(), Confirmation::NotFound))
+        .collect();
+    for facts in described.found {
+        if map.contains_key(&facts.id) {
+            map.insert(facts.id.clone(), Confirmation::Seen(facts));
         }
     }
+    for (failed, e) in described.failed {
+        ctx.meter.error(e.dependency());
+        warn!(error = %e, machines = ?failed, "could not confirm these machines' states; they will not be fenced");
+        for id in failed {
+            let error = e.to_string();
+            map.insert(id, Confirmation::LookupFailed { error });
+        }
+    }
+    map
 }

@@ -19,6 +19,7 @@ use crate::core::inbound::oidc::jwks::{
     self, GOOGLE_CERTS_URL, JwksError, KeySet, MAX_JWKS_LEN, RsaKey,
 };
 use crate::core::inbound::oidc::{self, Expected, ExpectedError, PushIdentity, TokenError};
+use crate::shell::error_chain;
 
 /// Bounds one fetch of the keys: a push waits on it, and Pub/Sub gives a push
 /// 10 s by default before it counts as failed.
@@ -148,7 +149,7 @@ impl PushVerifier {
             .redirect(redirect::Policy::none())
             .https_only(certs_url.scheme() == "https")
             .build()
-            .map_err(|e| BuildError::Client(chain(&e)))?;
+            .map_err(|e| BuildError::Client(error_chain(&e)))?;
         Ok(Self {
             expected,
             certs_url,
@@ -233,7 +234,7 @@ impl PushVerifier {
         let url = || self.certs_url.to_string();
         let fetch_failed = |e: reqwest::Error| KeysError::Fetch {
             url: url(),
-            message: chain(&e),
+            message: error_chain(&e),
         };
         let unusable = |source| KeysError::Jwks { url: url(), source };
         let mut response = self
@@ -283,19 +284,6 @@ fn is_trusted_transport(url: &Url) -> bool {
         }
         _ => false,
     }
-}
-
-/// An error with its causes: reqwest's own message alone ("error sending
-/// request") does not say whether DNS, TCP, TLS or the timeout failed.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut message = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        message.push_str(": ");
-        message.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    message
 }
 
 #[cfg(test)]

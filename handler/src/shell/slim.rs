@@ -82,12 +82,15 @@ struct SlimNodeStatus {
     node_info: Option<SlimNodeInfo>,
 }
 
-/// What node-fencer reads of a Node's system info: the boot id.
+/// What node-fencer reads of a Node's system info: the boot id, and the
+/// SMBIOS UUID a BMC's System is held to.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct SlimNodeInfo {
     #[serde(rename = "bootID", default)]
     boot_id: String,
+    #[serde(rename = "systemUUID", default)]
+    system_uuid: String,
 }
 
 /// A Node with its metadata's name and annotations, its spec, and its
@@ -111,6 +114,7 @@ impl From<SlimNode> for Node {
                 volumes_in_use: s.volumes_in_use,
                 node_info: s.node_info.map(|i| NodeSystemInfo {
                     boot_id: i.boot_id,
+                    system_uuid: i.system_uuid,
                     ..NodeSystemInfo::default()
                 }),
                 ..NodeStatus::default()

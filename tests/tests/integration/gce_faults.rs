@@ -98,6 +98,7 @@ async fn fence(f: &Faulty, t: &Target) -> anyhow::Result<Report> {
     let clouds = Clouds {
         aws: &f.ec2,
         gce: Some(&f.gce),
+        redfish: None,
     };
     let batch = one(by_instance(&t.m.instance), Intent::Fence);
     Ok(

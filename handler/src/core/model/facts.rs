@@ -9,6 +9,7 @@ use serde::Serialize;
 use crate::core::model::instance::{
     AttachmentState, InstanceId, InstanceState, VolumeId, VolumeState,
 };
+use crate::core::model::redfish::SystemUuid;
 
 /// The out-of-service taint key (KEP-2268).
 pub const OUT_OF_SERVICE_KEY: &str = "node.kubernetes.io/out-of-service";
@@ -79,6 +80,10 @@ pub struct NodeFacts {
 /// Engine VM deleted and created again (a managed instance group's repair,
 /// GKE's auto-repair) keeps its name, provider id and zone, and only its
 /// numeric id and creation time tell them apart.
+/// On-premises, the inventory's name for a machine is only as right as the
+/// operator's last edit, and a board can be swapped behind a BMC: the
+/// System's UUID, held to the one the Node's kubelet read when it
+/// registered, tells whether the BMC's answer is about the Node's machine.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct MachineIdentity {
     /// The machine's numeric id: for a VM, Compute Engine's `id`; for a
@@ -87,6 +92,9 @@ pub struct MachineIdentity {
     /// When it was created (Unix seconds): for a VM, its
     /// `creationTimestamp`; for a Node, its own.
     pub(crate) created_at: Option<i64>,
+    /// The SMBIOS UUID: for a Redfish machine, the System's `UUID`; for a
+    /// Node, `status.nodeInfo.systemUUID`. Unread for the clouds' machines.
+    pub system_uuid: SystemUuid,
 }
 
 impl MachineIdentity {
@@ -94,7 +102,21 @@ impl MachineIdentity {
     /// the Node records, or, without ids to compare, created after the
     /// Node was (a machine exists before its kubelet registers). Nothing
     /// known proves nothing either way.
+    ///
+    /// A machine whose UUID was asked for must show one, and the Node's:
+    /// an answer about an unknown System proves nothing about the Node's
+    /// machine, so it is not taken for it.
     pub fn may_be_machine_of(&self, node: &MachineIdentity) -> bool {
+        let system = match self.system_uuid {
+            SystemUuid::Unread => true,
+            SystemUuid::Missing | SystemUuid::Known(_) => {
+                self.system_uuid.same_machine(node.system_uuid)
+            }
+        };
+        system && self.same_cloud_machine(node)
+    }
+
+    fn same_cloud_machine(&self, node: &MachineIdentity) -> bool {
         match (self.uid, node.uid) {
             (Some(machine), Some(recorded)) => machine == recorded,
             _ => match (self.created_at, node.created_at) {
@@ -107,10 +129,15 @@ impl MachineIdentity {
     /// False when `again` is known to describe another machine than this
     /// one (a later look at the same name).
     pub fn may_be_same_as(&self, again: &MachineIdentity) -> bool {
-        match (self.uid, again.uid) {
+        let system = match (self.system_uuid, again.system_uuid) {
+            (SystemUuid::Unread, SystemUuid::Unread) => true,
+            (first, later) => first.same_machine(later),
+        };
+        let uid = match (self.uid, again.uid) {
             (Some(first), Some(later)) => first == later,
             _ => true,
-        }
+        };
+        system && uid
     }
 }
 
@@ -379,6 +406,10 @@ impl InstanceFacts {
 /// The out-of-band answer for one instance.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case", tag = "result")]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "a handful of answers per invocation, most of them `Seen`: a box each would buy nothing"
+)]
 pub enum Confirmation {
     /// EC2 described the instance.
     Seen(InstanceFacts),
@@ -494,7 +525,43 @@ mod identity_tests {
     use super::*;
 
     fn id(uid: Option<u64>, created_at: Option<i64>) -> MachineIdentity {
-        MachineIdentity { uid, created_at }
+        MachineIdentity {
+            uid,
+            created_at,
+            ..MachineIdentity::default()
+        }
+    }
+
+    fn system(uuid: Option<&str>) -> MachineIdentity {
+        MachineIdentity {
+            system_uuid: SystemUuid::parse(uuid),
+            ..MachineIdentity::default()
+        }
+    }
+
+    /// A BMC's answer is about the Node's machine only when the System's
+    /// UUID is the one its kubelet read: another UUID, none, or a Node
+    /// without one proves nothing, and the answer is not taken for it.
+    #[test]
+    fn a_system_is_the_nodes_machine_only_by_its_uuid() {
+        const UUID: &str = "27946b59-9e44-4fa7-8e91-f3527a1ef094";
+        let node = system(Some(UUID));
+        assert!(system(Some(UUID)).may_be_machine_of(&node));
+        assert!(system(Some("596b9427-449e-a74f-8e91-f3527a1ef094")).may_be_machine_of(&node));
+        assert!(!system(Some("27946b59-9e44-4fa7-8e91-f3527a1ef095")).may_be_machine_of(&node));
+        assert!(!system(None).may_be_machine_of(&node));
+        assert!(!system(Some(UUID)).may_be_machine_of(&system(None)));
+        // The clouds' machines are not asked for one: the Node's UUID,
+        // whatever it is, holds nothing back.
+        assert!(MachineIdentity::default().may_be_machine_of(&node));
+        assert!(MachineIdentity::default().may_be_machine_of(&system(None)));
+        // A later look at another System under the same name is not the same.
+        assert!(system(Some(UUID)).may_be_same_as(&system(Some(UUID))));
+        assert!(!system(Some(UUID)).may_be_same_as(&system(None)));
+        assert!(
+            !system(Some(UUID))
+                .may_be_same_as(&system(Some("27946b59-9e44-4fa7-8e91-f3527a1ef095")))
+        );
     }
 
     #[test]

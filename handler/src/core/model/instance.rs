@@ -1,14 +1,15 @@
 //! Machine and disk identifiers and machine states, parsed once into types
-//! so that no decision ever compares strings. A machine is an EC2 instance
-//! or a Compute Engine VM, a disk an EBS volume or a Persistent Disk: the
-//! core treats both alike, and [`Provider`] tells the shell which cloud to
-//! ask.
+//! so that no decision ever compares strings. A machine is an EC2 instance,
+//! a Compute Engine VM or an on-premises machine behind a Redfish BMC, a
+//! disk an EBS volume or a Persistent Disk: the core treats them alike, and
+//! [`Provider`] tells the shell whom to ask.
 
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
 use crate::core::model::gce::{GceInstance, GceStatus, PD_CSI_DRIVER, PdDisk};
+use crate::core::model::redfish::{self, BmcMachine, PowerState};
 
 /// The cloud a machine or a disk belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -18,6 +19,8 @@ pub enum Provider {
     Aws,
     /// Compute Engine and Persistent Disk.
     Gce,
+    /// On-premises machines, through their BMCs' Redfish API; no disks.
+    Redfish,
 }
 
 impl Provider {
@@ -26,21 +29,36 @@ impl Provider {
         match self {
             Self::Aws => "EC2",
             Self::Gce => "Compute Engine",
+            Self::Redfish => "Redfish",
         }
     }
 }
 
-/// A machine: an EC2 instance id (`i-` followed by 8 or 17 hex digits), or
-/// a Compute Engine VM as its Node's provider id names it
-/// (`gce://PROJECT/ZONE/NAME`).
+/// A machine: an EC2 instance id (`i-` followed by 8 or 17 hex digits), a
+/// Compute Engine VM as its Node's provider id names it
+/// (`gce://PROJECT/ZONE/NAME`), or a machine of the BMC inventory
+/// (`redfish://NAME`).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(transparent)]
 pub struct InstanceId(String);
 
 impl InstanceId {
-    /// Parses an EC2 instance id or a GCE provider id, strictly.
+    /// Parses an EC2 instance id, a GCE provider id or a Redfish machine's
+    /// id, strictly.
     pub fn parse(raw: &str) -> Option<Self> {
-        Self::ec2(raw).or_else(|| GceInstance::from_provider_id(raw).map(|vm| Self::gce(&vm)))
+        Self::ec2(raw)
+            .or_else(|| GceInstance::from_provider_id(raw).map(|vm| Self::gce(&vm)))
+            .or_else(|| BmcMachine::from_id(raw).map(|m| Self::redfish(&m)))
+    }
+
+    /// The id of a machine of the BMC inventory.
+    pub fn redfish(machine: &BmcMachine) -> Self {
+        Self(machine.id())
+    }
+
+    /// The inventory's machine, when it is one.
+    pub fn as_redfish(&self) -> Option<BmcMachine> {
+        BmcMachine::from_id(&self.0)
     }
 
     /// The machine of a Compute Engine VM.
@@ -52,6 +70,8 @@ impl InstanceId {
     pub fn provider(&self) -> Provider {
         if self.0.starts_with("gce://") {
             Provider::Gce
+        } else if self.0.starts_with(redfish::SCHEME) {
+            Provider::Redfish
         } else {
             Provider::Aws
         }
@@ -93,7 +113,7 @@ impl<'de> Deserialize<'de> for InstanceId {
         let raw = String::deserialize(d)?;
         Self::parse(&raw).ok_or_else(|| {
             serde::de::Error::custom(format!(
-                "`{raw}` is not an EC2 instance id (i- followed by 8 or 17 hex digits) nor a GCE provider id (gce://PROJECT/ZONE/NAME)"
+                "`{raw}` is not an EC2 instance id (i- followed by 8 or 17 hex digits), a GCE provider id (gce://PROJECT/ZONE/NAME) nor a Redfish machine (redfish://NAME)"
             ))
         })
     }
@@ -303,6 +323,20 @@ impl InstanceState {
             GceStatus::Stopped | GceStatus::Terminated => Self::Stopped,
             GceStatus::Suspending | GceStatus::Suspended => Self::Suspended,
             GceStatus::Repairing | GceStatus::Unknown => Self::Unknown,
+        }
+    }
+
+    /// A Redfish power state in these terms: `Off` is stopped (the machine
+    /// may be powered on again, as a stopped instance may be started); a
+    /// paused system resumes from its memory, like a suspended VM.
+    pub fn from_redfish(power: PowerState) -> Self {
+        match power {
+            PowerState::On => Self::Running,
+            PowerState::Off => Self::Stopped,
+            PowerState::PoweringOn => Self::Pending,
+            PowerState::PoweringOff => Self::Stopping,
+            PowerState::Paused => Self::Suspended,
+            PowerState::Unknown => Self::Unknown,
         }
     }
 

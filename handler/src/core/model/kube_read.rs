@@ -14,6 +14,7 @@ use crate::core::model::instance::cloud_disk;
 use crate::core::model::instance::{
     InstanceId, InstanceState, VolumeId, instance_from_provider_id,
 };
+use crate::core::model::redfish::SystemUuid;
 
 /// Annotation prefix for what node-fencer records on a Node it fenced.
 pub const ANNOTATION_PREFIX: &str = "node-fencer.io/";
@@ -120,7 +121,8 @@ pub fn node_facts(node: &Node) -> Option<NodeFacts> {
 pub const ANNOTATION_GKE_INSTANCE_ID: &str = "container.googleapis.com/instance_id";
 
 /// What tells the Node's machine from another of the same name: the VM id
-/// GKE records, and when the Node was created.
+/// GKE records, when the Node was created, and the SMBIOS UUID its kubelet
+/// read when it registered.
 pub fn machine_identity(node: &Node) -> MachineIdentity {
     MachineIdentity {
         uid: node
@@ -134,6 +136,12 @@ pub fn machine_identity(node: &Node) -> MachineIdentity {
             .creation_timestamp
             .as_ref()
             .map(|t| t.0.as_second()),
+        system_uuid: SystemUuid::parse(
+            node.status
+                .as_ref()
+                .and_then(|s| s.node_info.as_ref())
+                .map(|i| i.system_uuid.as_str()),
+        ),
     }
 }
 
@@ -775,6 +783,33 @@ mod tests {
             "metadata": {"name": "n", "annotations": {ANNOTATION_GKE_INSTANCE_ID: "i-123"}}
         }))
         .unwrap();
-        assert_eq!(machine_identity(&garbage), MachineIdentity::default());
+        assert_eq!(
+            machine_identity(&garbage),
+            MachineIdentity {
+                system_uuid: SystemUuid::Missing,
+                ..MachineIdentity::default()
+            }
+        );
+    }
+
+    /// The SMBIOS UUID the kubelet read is what a BMC's System is held to.
+    #[test]
+    fn the_kubelet_records_the_machines_uuid() {
+        let node: Node = serde_json::from_value(json!({
+            "metadata": {"name": "n"},
+            "status": {"nodeInfo": {"systemUUID": "27946B59-9E44-4FA7-8E91-F3527A1EF094",
+                "machineID": "", "bootID": "", "kernelVersion": "", "osImage": "",
+                "containerRuntimeVersion": "", "kubeletVersion": "", "kubeProxyVersion": "",
+                "operatingSystem": "linux", "architecture": "amd64"}}
+        }))
+        .unwrap();
+        assert_eq!(
+            machine_identity(&node).system_uuid,
+            SystemUuid::parse(Some("27946b59-9e44-4fa7-8e91-f3527a1ef094"))
+        );
+        assert!(matches!(
+            machine_identity(&node).system_uuid,
+            SystemUuid::Known(_)
+        ));
     }
 }

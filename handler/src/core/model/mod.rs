@@ -7,5 +7,7 @@ pub mod gce;
 pub mod instance;
 pub mod kube_read;
 pub mod names;
+pub mod redfish;
 pub mod selector;
+pub mod system;
 pub mod values;

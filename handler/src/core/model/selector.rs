@@ -153,6 +153,11 @@ fn requirement(part: &str) -> Result<Requirement, String> {
     Ok(Requirement::Exists(checked_key(part, part)?))
 }
 
+/// True for a label key Kubernetes accepts.
+pub(crate) fn is_label_key(key: &str) -> bool {
+    checked_key(key, key).is_ok()
+}
+
 /// A label key: an optional DNS-subdomain prefix and `/`, then a name.
 fn checked_key(key: &str, part: &str) -> Result<String, String> {
     let (prefix, name) = match key.rsplit_once('/') {

@@ -122,6 +122,20 @@ pub struct NodeEvent {
     pub(crate) occasion: Option<String>,
 }
 
+/// What the provider reported of the machine, in its own words: a BMC's
+/// `PowerState`, a cloud's state name.
+fn reported(instance: &InstanceId, state: &InstanceState) -> String {
+    match instance.provider() {
+        Provider::Redfish => format!(
+            "Redfish reports {instance} `PowerState: {}`",
+            crate::core::model::system::power_state_name(state)
+        ),
+        Provider::Aws | Provider::Gce => {
+            format!("{} reports {instance} `{state}`", instance.provider().api())
+        }
+    }
+}
+
 impl NodeEvent {
     fn new(reason: Reason, note: String) -> Self {
         Self {
@@ -136,8 +150,8 @@ impl NodeEvent {
         Self::new(
             Reason::OutOfServiceTaintApplied,
             format!(
-                "{} reports {instance} `{state}`: applied node.kubernetes.io/out-of-service=nodeshutdown:NoExecute",
-                instance.provider().api()
+                "{}: applied node.kubernetes.io/out-of-service=nodeshutdown:NoExecute",
+                reported(instance, state)
             ),
         )
     }
@@ -193,8 +207,8 @@ impl NodeEvent {
         Self::new(
             Reason::FencedLegacy,
             format!(
-                "{} reports {instance} `{state}`: force-deleting the node's pods, releasing their volumes from the Node's volumesInUse and deleting its VolumeAttachments (no out-of-service taint on this cluster)",
-                instance.provider().api()
+                "{}: force-deleting the node's pods, releasing their volumes from the Node's volumesInUse and deleting its VolumeAttachments (no out-of-service taint on this cluster)",
+                reported(instance, state)
             ),
         )
     }
@@ -208,6 +222,7 @@ impl NodeEvent {
                 match instance.provider() {
                     Provider::Aws => "EBS volume(s)",
                     Provider::Gce => "Persistent Disk(s)",
+                    Provider::Redfish => "volume(s)",
                 },
                 volumes.join(", ")
             ),

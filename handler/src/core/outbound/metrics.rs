@@ -72,6 +72,8 @@ pub enum Dependency {
     Ec2,
     /// The Compute Engine API.
     ComputeEngine,
+    /// The BMCs' Redfish APIs (on-premises).
+    Redfish,
     /// The Kubernetes API server.
     Kubernetes,
     /// SNS, for the notifications.
@@ -86,6 +88,7 @@ impl Dependency {
         match self {
             Self::Ec2 => "EC2",
             Self::ComputeEngine => "ComputeEngine",
+            Self::Redfish => "Redfish",
             Self::Kubernetes => "Kubernetes",
             Self::Sns => "SNS",
             Self::PubSub => "PubSub",
@@ -97,6 +100,7 @@ impl Dependency {
         match provider {
             Provider::Aws => Self::Ec2,
             Provider::Gce => Self::ComputeEngine,
+            Provider::Redfish => Self::Redfish,
         }
     }
 }

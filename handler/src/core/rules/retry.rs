@@ -66,6 +66,17 @@ pub const NOTIFY: RetryPolicy = RetryPolicy {
     budget: Duration::from_secs(10),
 };
 
+/// A BMC's Redfish API: two attempts within ten seconds. A BMC is slow
+/// and easily overloaded (one request at a time on some), and a machine
+/// that lost its power often took its BMC along: the next trigger or sweep
+/// asks again, rather than one look holding the invocation up.
+pub const REDFISH: RetryPolicy = RetryPolicy {
+    max_attempts: 2,
+    base: Duration::from_millis(500),
+    cap: Duration::from_secs(2),
+    budget: Duration::from_secs(10),
+};
+
 impl RetryPolicy {
     /// The pause before the next attempt after `failed` attempts have failed
     /// (`failed >= 1`) and `elapsed` time since the first began, or `None`

@@ -15,6 +15,7 @@ use crate::core::rules::resolve::ClusterScope;
 use crate::core::settings::access::{ClusterAccess, cluster_access};
 use crate::core::settings::notify::{self, Notify};
 use crate::core::settings::policy::Policy;
+use crate::core::settings::redfish::{self, RedfishFiles};
 use crate::core::settings::variables::{ConfigError, exclusive, flag, int};
 
 /// What `serve` accepts from Pub/Sub push and Eventarc: OIDC tokens for
@@ -102,6 +103,11 @@ pub struct Config {
     pub serve_routes: ServeRoutes,
     /// Where each fencing, refusal, power-off and recovery is told.
     pub notify: Option<Notify>,
+    /// The BMC inventory and credentials of on-premises machines.
+    pub redfish: Option<RedfishFiles>,
+    /// How often `serve` runs the sweep itself; `None`: never (a scheduler
+    /// calls `/sweep`).
+    pub sweep_interval: Option<Duration>,
 }
 
 impl Config {
@@ -165,6 +171,8 @@ impl Config {
             compute_endpoint: compute_endpoint(&get)?,
             serve_routes: serve_routes(&get)?,
             notify,
+            redfish: redfish::files(&get)?,
+            sweep_interval: sweep_interval(&get)?,
         })
     }
 }
@@ -234,6 +242,22 @@ fn policy(get: &impl Fn(&str) -> Option<String>) -> Result<Policy, ConfigError> 
         reach: reach(get)?,
         ..Policy::default()
     })
+}
+
+/// `SWEEP_INTERVAL_SECONDS`: unset, `serve` sweeps only when called.
+fn sweep_interval(get: &impl Fn(&str) -> Option<String>) -> Result<Option<Duration>, ConfigError> {
+    if get("SWEEP_INTERVAL_SECONDS").is_none() {
+        return Ok(None);
+    }
+    let seconds = int(
+        get,
+        "SWEEP_INTERVAL_SECONDS",
+        60,
+        30,
+        3600,
+        "an integer from 30 to 3600",
+    )?;
+    Ok(Some(Duration::from_secs(seconds as u64)))
 }
 
 /// `NODE_SELECTOR`: every Node when unset.

@@ -8,4 +8,5 @@ pub mod config;
 pub mod notify;
 pub mod permissions;
 pub mod policy;
+pub mod redfish;
 pub mod variables;

@@ -147,6 +147,18 @@ pub(crate) const VARIABLES: &[(&str, &str)] = &[
         "Pub/Sub API base URL (default https://pubsub.googleapis.com); a plain http:// one is a local stand-in and gets no credentials",
     ),
     (
+        "REDFISH_INVENTORY",
+        "path of a JSON file: which BMC (Redfish endpoint and System) backs which Node, by Node name or label (docs/onprem.md); on-premises machines are confirmed off by their BMC's PowerState",
+    ),
+    (
+        "REDFISH_CREDENTIALS_DIR",
+        "directory of the BMCs' credentials (default /etc/node-fencer/bmc): DIR/NAME/username and DIR/NAME/password, as a Secret mounted as a volume; read at each use, never logged",
+    ),
+    (
+        "SWEEP_INTERVAL_SECONDS",
+        "integer 30..=3600 (`serve`; default unset: only when /sweep is called): run the sweep every so many seconds, off-cluster where no scheduler calls it",
+    ),
+    (
         "WEBHOOK_TOKEN_SECRET_ID",
         "Secrets Manager secret holding the Alertmanager bearer token",
     ),

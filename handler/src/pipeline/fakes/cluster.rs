@@ -139,7 +139,7 @@ impl FakeCluster {
             spec: Some(NodeSpec {
                 provider_id: Some(match instance.provider() {
                     Provider::Aws => format!("aws:///us-east-1a/{instance}"),
-                    Provider::Gce => instance.to_string(),
+                    Provider::Gce | Provider::Redfish => instance.to_string(),
                 }),
                 ..NodeSpec::default()
             }),
@@ -1028,7 +1028,7 @@ impl Coordination for FakeCluster {
 /// The CSI driver that attaches `volume`: EBS's or Persistent Disk's.
 fn driver_of(volume: &VolumeId) -> &'static str {
     match volume.provider() {
-        Provider::Aws => EBS_CSI_DRIVER,
+        Provider::Aws | Provider::Redfish => EBS_CSI_DRIVER,
         Provider::Gce => crate::core::model::gce::PD_CSI_DRIVER,
     }
 }

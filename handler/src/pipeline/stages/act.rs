@@ -113,8 +113,8 @@ async fn one(
 }
 
 /// What a node's detaches may take: a Compute Engine detach is an
-/// operation followed for up to a minute, an EC2 one answers at once; and a
-/// margin for the legacy recipe's deletions and the Event.
+/// operation followed for up to a minute, an EC2 one answers at once (a
+/// BMC has no disks to detach); and a margin for the legacy recipe's deletions and the Event.
 fn budget(run: &NodeRun) -> std::time::Duration {
     let secs: u64 = run
         .plan()
@@ -122,7 +122,8 @@ fn budget(run: &NodeRun) -> std::time::Duration {
             p.detaches()
                 .map(|v| match v.provider() {
                     crate::core::model::instance::Provider::Gce => 65,
-                    crate::core::model::instance::Provider::Aws => 10,
+                    crate::core::model::instance::Provider::Aws
+                    | crate::core::model::instance::Provider::Redfish => 10,
                 })
                 .sum()
         })

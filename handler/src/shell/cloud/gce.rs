@@ -465,6 +465,7 @@ fn instance_facts(id: &InstanceId, found: Option<Instance>) -> InstanceFacts {
                 .as_deref()
                 .and_then(|t| t.parse::<jiff::Timestamp>().ok())
                 .map(|t| t.as_second()),
+            ..MachineIdentity::default()
         },
         stopped_at: vm
             .last_stop_timestamp

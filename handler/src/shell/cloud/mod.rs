@@ -1,11 +1,14 @@
-//! The cloud behind one trait: [`Cloud`] is every call the pipeline makes
-//! to the cloud provider, in plain facts; each provider is one module
-//! ([`aws`] for EC2, `gce` for Compute Engine), and [`Clouds`] sends each
-//! machine and disk to its own. SDK types never leave their module.
+//! The machines' providers behind one trait: [`Cloud`] is every call the
+//! pipeline makes to a machine provider, in plain facts; each provider is
+//! one module ([`aws`] for EC2, `gce` for Compute Engine, `redfish` for
+//! on-premises BMCs), and [`Clouds`] sends each machine and disk to its
+//! own. SDK types never leave their module.
 
 pub mod aws;
 #[cfg(feature = "gce")]
 pub mod gce;
+#[cfg(feature = "gce")]
+pub mod redfish;
 
 use async_trait::async_trait;
 
@@ -60,7 +63,7 @@ impl std::fmt::Display for CloudCall {
 /// Why a cloud cannot be asked at all.
 fn unavailable(provider: Provider) -> String {
     format!(
-        "{} cannot be asked: no client for it (Compute Engine needs the `gce` feature, the container image's build, and loadable Google credentials; the log says which)",
+        "{} cannot be asked: no client for it (Compute Engine needs the `gce` feature, the container image's build, and loadable Google credentials; Redfish needs that build and REDFISH_INVENTORY; the log says which)",
         provider.api()
     )
 }
@@ -144,7 +147,39 @@ pub struct PowerOff<'a> {
     pub until: tokio::time::Instant,
 }
 
-/// The cloud calls node-fencer makes. Everything it returns is plain facts.
+/// What one look at several machines found: the machines described, and
+/// each failed call with the machines it was about. A machine in neither is
+/// one the provider does not know.
+#[derive(Debug, Default)]
+pub struct Described {
+    /// The machines described.
+    pub found: Vec<InstanceFacts>,
+    /// The calls that failed, with the machines each was asking about.
+    pub failed: Vec<(Vec<InstanceId>, CloudError)>,
+}
+
+impl Described {
+    fn of(ids: &[InstanceId], described: Result<Vec<InstanceFacts>, CloudError>) -> Self {
+        match described {
+            Ok(found) => Self {
+                found,
+                failed: Vec::new(),
+            },
+            Err(e) => Self {
+                found: Vec::new(),
+                failed: vec![(ids.to_vec(), e)],
+            },
+        }
+    }
+
+    fn extend(&mut self, other: Self) {
+        self.found.extend(other.found);
+        self.failed.extend(other.failed);
+    }
+}
+
+/// The calls node-fencer makes to a machine provider. Everything it
+/// returns is plain facts.
 #[async_trait]
 pub trait Cloud: Send + Sync {
     /// Describes the machines; ids the cloud does not know are simply absent.
@@ -154,6 +189,12 @@ pub trait Cloud: Send + Sync {
     ) -> Result<Vec<InstanceFacts>, CloudError>;
     /// Describes the volumes; ids the cloud does not know are simply absent.
     async fn describe_volumes(&self, ids: &[VolumeId]) -> Result<Vec<VolumeFacts>, CloudError>;
+    /// Describes the machines, each failure apart: a provider whose machines
+    /// answer one by one (a BMC each) fails one machine's look, not the
+    /// others'. By default, one batched call whose error is every machine's.
+    async fn describe_each(&self, ids: &[InstanceId]) -> Described {
+        Described::of(ids, self.describe_instances(ids).await)
+    }
     /// Force-detaches a volume from the machine `order` names, for the
     /// fencing it names.
     async fn detach_volume(&self, volume: &VolumeId, order: &Detach<'_>) -> Result<(), CloudError>;
@@ -170,13 +211,15 @@ pub trait Cloud: Send + Sync {
     async fn power_off(&self, order: &PowerOff<'_>) -> Result<(), CloudError>;
 }
 
-/// Every cloud this build can ask: each machine and each disk goes to the
-/// cloud its id names, so one invocation may span both.
+/// Every provider this build can ask: each machine and each disk goes to
+/// the provider its id names, so one invocation may span them.
 pub struct Clouds<'a> {
     /// EC2.
     pub aws: &'a dyn Cloud,
     /// Compute Engine, when this build has it.
     pub gce: Option<&'a dyn Cloud>,
+    /// The BMCs of the inventory, when one is configured.
+    pub redfish: Option<&'a dyn Cloud>,
 }
 
 impl Clouds<'_> {
@@ -184,6 +227,7 @@ impl Clouds<'_> {
         match provider {
             Provider::Aws => Some(self.aws),
             Provider::Gce => self.gce,
+            Provider::Redfish => self.redfish,
         }
     }
 }
@@ -193,7 +237,7 @@ fn by_provider<T>(ids: &[T], provider: impl Fn(&T) -> Provider) -> Vec<(Provider
 where
     T: Clone,
 {
-    [Provider::Aws, Provider::Gce]
+    [Provider::Aws, Provider::Gce, Provider::Redfish]
         .into_iter()
         .map(|p| {
             (
@@ -222,6 +266,24 @@ impl Cloud for Clouds<'_> {
             out.extend(cloud.describe_instances(&ids).await?);
         }
         Ok(out)
+    }
+
+    async fn describe_each(&self, ids: &[InstanceId]) -> Described {
+        let mut out = Described::default();
+        for (provider, ids) in by_provider(ids, InstanceId::provider) {
+            out.extend(match self.of(provider) {
+                Some(cloud) => cloud.describe_each(&ids).await,
+                None => Described::of(
+                    &ids,
+                    Err(CloudError::new(
+                        provider,
+                        CloudCall::DescribeMachines,
+                        unavailable(provider),
+                    )),
+                ),
+            });
+        }
+        out
     }
 
     async fn describe_volumes(&self, ids: &[VolumeId]) -> Result<Vec<VolumeFacts>, CloudError> {
@@ -316,6 +378,95 @@ mod tests {
         }
     }
 
+    /// BMCs, one machine each: one that answers, one that does not.
+    struct Bmcs;
+
+    #[async_trait]
+    impl Cloud for Bmcs {
+        async fn describe_instances(
+            &self,
+            ids: &[InstanceId],
+        ) -> Result<Vec<InstanceFacts>, CloudError> {
+            Err(CloudError::new(
+                Provider::Redfish,
+                CloudCall::DescribeMachines,
+                format!("{} machines asked at once", ids.len()),
+            ))
+        }
+        async fn describe_each(&self, ids: &[InstanceId]) -> Described {
+            let mut out = Described::default();
+            for id in ids {
+                if id.as_str().ends_with("-up") {
+                    out.found
+                        .push(InstanceFacts::bare(id.clone(), InstanceState::Stopped));
+                } else {
+                    let e = CloudError::new(
+                        Provider::Redfish,
+                        CloudCall::DescribeMachines,
+                        "the BMC does not answer",
+                    );
+                    out.failed.push((vec![id.clone()], e));
+                }
+            }
+            out
+        }
+        async fn describe_volumes(&self, _: &[VolumeId]) -> Result<Vec<VolumeFacts>, CloudError> {
+            Ok(Vec::new())
+        }
+        async fn detach_volume(&self, _: &VolumeId, _: &Detach<'_>) -> Result<(), CloudError> {
+            Ok(())
+        }
+        async fn status_checks(
+            &self,
+            _: &[InstanceId],
+        ) -> Result<Vec<(InstanceId, StatusChecks)>, CloudError> {
+            Ok(Vec::new())
+        }
+        async fn power_off(&self, _: &PowerOff<'_>) -> Result<(), CloudError> {
+            Ok(())
+        }
+    }
+
+    /// A BMC that does not answer fails its own machine's look only; the
+    /// clouds' machines keep their batched look, and without a Redfish
+    /// client every on-premises machine's look fails, counted as Redfish's.
+    #[tokio::test]
+    async fn each_machine_behind_a_bmc_is_looked_at_apart() {
+        let id = |raw: &str| InstanceId::parse(raw).expect("an id");
+        let (up, down, ec2) = (
+            id("redfish://rack1-up"),
+            id("redfish://rack1-down"),
+            id("i-0123456789abcdef0"),
+        );
+        let ids = [up.clone(), down.clone(), ec2.clone()];
+        let clouds = Clouds {
+            aws: &Idle,
+            gce: None,
+            redfish: Some(&Bmcs),
+        };
+        let looked = clouds.describe_each(&ids).await;
+        let found: Vec<&InstanceId> = looked.found.iter().map(|f| &f.id).collect();
+        assert_eq!(found, [&up]);
+        assert_eq!(looked.failed.len(), 1);
+        assert_eq!(looked.failed[0].0, std::slice::from_ref(&down));
+        assert_eq!(looked.failed[0].1.dependency(), Dependency::Redfish);
+
+        let without = Clouds {
+            aws: &Idle,
+            gce: None,
+            redfish: None,
+        };
+        let looked = without.describe_each(&ids).await;
+        assert!(looked.found.is_empty());
+        assert_eq!(looked.failed.len(), 1);
+        assert_eq!(looked.failed[0].0, [up, down]);
+        assert!(
+            looked.failed[0].1.to_string().starts_with("Redfish: "),
+            "{}",
+            looked.failed[0].1
+        );
+    }
+
     /// Dashboards and alarms tell the clouds apart: a failure of Compute
     /// Engine is never counted as EC2's, nor named with EC2's words.
     #[tokio::test]
@@ -323,6 +474,7 @@ mod tests {
         let clouds = Clouds {
             aws: &Idle,
             gce: None,
+            redfish: None,
         };
         let vm = InstanceId::parse("gce://proj-fencer/us-central1-a/node-2").expect("a VM");
         let failed = clouds

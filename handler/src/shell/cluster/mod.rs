@@ -34,6 +34,7 @@ use crate::core::rules::mode::ServerVersion;
 use crate::core::rules::retry::{self, KUBERNETES};
 use crate::core::rules::silence::{self, KubeletLease, MarkPatch};
 use crate::core::rules::view::Census;
+use crate::core::settings::redfish::Inventory;
 use crate::shell::slim;
 
 mod coordination;
@@ -337,6 +338,8 @@ pub struct Kube {
     version: Arc<OnceCell<ServerVersion>>,
     /// The Lease as this handle last wrote it, so releasing needs no read.
     held: Arc<Mutex<Option<Lease>>>,
+    /// Which on-premises machine backs which Node, when there are some.
+    inventory: Option<Arc<Inventory>>,
 }
 
 impl Kube {
@@ -347,7 +350,27 @@ impl Kube {
             instance: instance.into(),
             version: Arc::default(),
             held: Arc::default(),
+            inventory: None,
         }
+    }
+
+    /// Gives each Node without a cloud machine the on-premises machine the
+    /// inventory says backs it.
+    pub fn placing(mut self, inventory: Option<Arc<Inventory>>) -> Self {
+        self.inventory = inventory;
+        self
+    }
+
+    /// A Node read into facts, its machine placed. A Node whose provider id
+    /// names a cloud machine is the cloud's: the inventory is not asked.
+    fn facts(&self, node: Node) -> Option<NodeFacts> {
+        let mut facts = kube_read::node_facts(&node)?;
+        if facts.instance.is_none()
+            && let Some(inventory) = &self.inventory
+        {
+            facts.instance = inventory.machine_of(&facts.name, &facts.labels);
+        }
+        Some(facts)
     }
 
     /// Shares `version` as the cache of the server version: an execution
@@ -425,7 +448,7 @@ impl Kube {
             .map_err(ClusterError::ListNodes)?;
         Ok(nodes
             .into_iter()
-            .filter_map(|n| kube_read::node_facts(&Node::from(n)))
+            .filter_map(|n| self.facts(Node::from(n)))
             .collect())
     }
 }

@@ -16,7 +16,7 @@ impl ClusterReads for Kube {
                 node: name.into(),
                 source,
             })?;
-        Ok(node.and_then(|n| kube_read::node_facts(&Node::from(n))))
+        Ok(node.and_then(|n| self.facts(Node::from(n))))
     }
 
     async fn list_fenced_nodes(&self) -> Result<Vec<NodeFacts>, ClusterError> {

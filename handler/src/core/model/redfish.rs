@@ -1,0 +1,208 @@
+//! On-premises machines' names and values, as the core reads them: the name
+//! an operator's inventory gives a machine behind a BMC (`redfish://NAME`),
+//! the power state its DMTF Redfish `ComputerSystem` reports, and the
+//! System's UUID that holds the BMC's answer to the Node's own machine. Pure
+//! and strict: the name ends up in log lines and the report, the UUID
+//! decides whether an answer is about this machine at all. What a System
+//! document says as facts is [`super::system`]'s.
+
+use std::fmt;
+
+use serde::Serialize;
+
+/// The scheme of a Redfish machine's id.
+pub const SCHEME: &str = "redfish://";
+
+/// A machine of the inventory, by the name the operator gave it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
+pub struct BmcMachine(String);
+
+impl BmcMachine {
+    /// A name of lowercase letters, digits, `-` and `.`, 1 to 63 long,
+    /// starting and ending with a letter or digit: what fits a DNS label, a
+    /// Kubernetes label value and a file name alike.
+    pub fn new(name: &str) -> Option<Self> {
+        let bytes = name.as_bytes();
+        let edge = |b: &u8| b.is_ascii_lowercase() || b.is_ascii_digit();
+        let ok = (1..=63).contains(&bytes.len())
+            && bytes.first().is_some_and(edge)
+            && bytes.last().is_some_and(edge)
+            && bytes.iter().all(|b| edge(b) || *b == b'-' || *b == b'.');
+        ok.then(|| Self(name.to_owned()))
+    }
+
+    /// Parses `redfish://NAME`.
+    pub fn from_id(raw: &str) -> Option<Self> {
+        Self::new(raw.strip_prefix(SCHEME)?)
+    }
+
+    /// The machine's id, `redfish://NAME`.
+    pub fn id(&self) -> String {
+        format!("{SCHEME}{}", self.0)
+    }
+
+    /// The name.
+    pub fn name(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for BmcMachine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// `ComputerSystem.PowerState`, as a BMC reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PowerState {
+    /// `On`.
+    On,
+    /// `Off`: the only state taken for off.
+    Off,
+    /// `PoweringOn`.
+    PoweringOn,
+    /// `PoweringOff`: the guest may still be flushing to its disks.
+    PoweringOff,
+    /// `Paused` (Redfish 2020.4): the system keeps its memory and resumes.
+    Paused,
+    /// Absent, null, or a value this build does not know.
+    Unknown,
+}
+
+impl PowerState {
+    /// Reads the property's value; anything else than the schema's names,
+    /// exactly, is [`PowerState::Unknown`].
+    pub fn from_name(name: Option<&str>) -> Self {
+        match name {
+            Some("On") => Self::On,
+            Some("Off") => Self::Off,
+            Some("PoweringOn") => Self::PoweringOn,
+            Some("PoweringOff") => Self::PoweringOff,
+            Some("Paused") => Self::Paused,
+            _ => Self::Unknown,
+        }
+    }
+}
+
+/// A machine's SMBIOS UUID, as the BMC reports it (`ComputerSystem.UUID`)
+/// or the kubelet read it when it registered (`status.nodeInfo.systemUUID`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "kind", content = "uuid")]
+pub enum SystemUuid {
+    /// Not asked: the clouds' machines are told apart otherwise.
+    #[default]
+    Unread,
+    /// Asked, and no usable UUID came back: absent, malformed, or a
+    /// placeholder (all zeros, all ones).
+    Missing,
+    /// A UUID, as bytes in the order printed (bytes, not a `u128`: the
+    /// facts that carry it stay small).
+    Known([u8; 16]),
+}
+
+impl SystemUuid {
+    /// Parses the canonical form (`8-4-4-4-12` hex digits, either case).
+    pub fn parse(raw: Option<&str>) -> Self {
+        raw.and_then(uuid_bits)
+            .filter(|bits| *bits != 0 && *bits != u128::MAX)
+            .map_or(Self::Missing, |bits| Self::Known(bits.to_be_bytes()))
+    }
+
+    /// True when both are the same machine's UUID. SMBIOS stores the first
+    /// three fields little-endian, and BMCs and kernels differ in whether
+    /// they swap them back before printing: either order is the same
+    /// machine. Two machines' UUIDs that differ only by that swap do not
+    /// occur by chance.
+    pub fn same_machine(self, other: Self) -> bool {
+        match (self, other) {
+            (Self::Known(a), Self::Known(b)) => a == b || a == swap_smbios_fields(b),
+            _ => false,
+        }
+    }
+}
+
+fn uuid_bits(raw: &str) -> Option<u128> {
+    let groups: Vec<&str> = raw.split('-').collect();
+    let lengths: Vec<usize> = groups.iter().map(|g| g.len()).collect();
+    if lengths != [8, 4, 4, 4, 12] {
+        return None;
+    }
+    let hex: String = groups.concat();
+    if !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    u128::from_str_radix(&hex, 16).ok()
+}
+
+/// The UUID with its first three fields' bytes reversed.
+fn swap_smbios_fields(mut bytes: [u8; 16]) -> [u8; 16] {
+    bytes[0..4].reverse();
+    bytes[4..6].reverse();
+    bytes[6..8].reverse();
+    bytes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn machine_names_are_strict() {
+        let m = BmcMachine::new("rack1-u07").expect("a name");
+        assert_eq!(m.id(), "redfish://rack1-u07");
+        assert_eq!(BmcMachine::from_id("redfish://rack1-u07"), Some(m));
+        for bad in [
+            "",
+            "-a",
+            "a-",
+            "Rack1",
+            "a/b",
+            "a b",
+            "a_b",
+            &"a".repeat(64),
+            "a\u{e9}",
+        ] {
+            assert_eq!(BmcMachine::new(bad), None, "{bad:?}");
+        }
+        assert_eq!(BmcMachine::from_id("rack1-u07"), None);
+        assert_eq!(BmcMachine::from_id("redfish://"), None);
+        assert_eq!(BmcMachine::from_id("redfish://a/b"), None);
+    }
+
+    #[test]
+    fn uuids_are_parsed_strictly_and_placeholders_are_missing() {
+        let u = SystemUuid::parse(Some("27946b59-9e44-4fa7-8e91-f3527a1ef094"));
+        assert_eq!(
+            u,
+            SystemUuid::parse(Some("27946B59-9E44-4FA7-8E91-F3527A1EF094"))
+        );
+        assert!(matches!(u, SystemUuid::Known(_)));
+        for bad in [
+            None,
+            Some(""),
+            Some("27946b599e444fa78e91f3527a1ef094"),
+            Some("{27946b59-9e44-4fa7-8e91-f3527a1ef094}"),
+            Some("27946b59-9e44-4fa7-8e91-f3527a1ef09"),
+            Some("27946b59-9e44-4fa7-8e91-f3527a1ef09g"),
+            Some("00000000-0000-0000-0000-000000000000"),
+            Some("ffffffff-ffff-ffff-ffff-ffffffffffff"),
+        ] {
+            assert_eq!(SystemUuid::parse(bad), SystemUuid::Missing, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn the_same_machine_in_either_byte_order_and_nothing_else() {
+        let bmc = SystemUuid::parse(Some("4c4c4544-0042-3510-8052-b4c04f4d3732"));
+        let kernel = SystemUuid::parse(Some("44454c4c-4200-1035-8052-b4c04f4d3732"));
+        let other = SystemUuid::parse(Some("4c4c4544-0042-3510-8052-b4c04f4d3733"));
+        assert!(bmc.same_machine(bmc));
+        assert!(bmc.same_machine(kernel) && kernel.same_machine(bmc));
+        assert!(!bmc.same_machine(other));
+        assert!(!bmc.same_machine(SystemUuid::Missing));
+        assert!(!SystemUuid::Missing.same_machine(SystemUuid::Missing));
+        assert!(!SystemUuid::Unread.same_machine(bmc));
+    }
+}
