@@ -13,7 +13,7 @@ export CARGO_TERM_COLOR ?= never
 TOOLS := source "$(CACHE)/env.sh"
 STACK_DIR ?= $(CURDIR)/tests/.stack
 
-.PHONY: help setup fmt lint unit test infra-test gce-test manifest fuzz run bench bench-budget package stack-up stack-down clean
+.PHONY: help setup fmt lint unit test infra-test gce-test redfish-test manifest fuzz run bench bench-budget package stack-up stack-down clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -42,9 +42,11 @@ unit: ## the pure core's unit and property tests (no stack needed)
 # linker), and together they fill both. Each runs in a subshell with pipefail,
 # so that its own failure, not its prefixing `sed`'s, is what `wait` reports.
 # After the Rust tests, the fuzz run (one libFuzzer process at a time) runs
-# beside the infra and GCE checks (mostly one core each) for the same reason;
-# neither beside the integration tests, whose controllers keep time.
-test: ## everything CI runs: lint, unit, integration against the real stack, infra and GCE checks, a short fuzz run
+# beside the infra and GCE checks (mostly one core each) for the same reason,
+# and the Redfish checks beside both: they mostly wait for the emulator's
+# power changes (1 to 11 s each). None runs beside the integration tests,
+# whose controllers keep time.
+test: ## everything CI runs: lint, unit, integration against the real stack, infra, GCE and Redfish checks, a short fuzz run
 	@echo "==> make test: the stack's tools ([setup] lines) build beside the lint and the Rust test build ([cargo] lines); cached, so only the first run is long"
 	( set -o pipefail; bash tests/stack/setup.sh 2>&1 | sed -u 's/^/[setup] /' ) & setup=$$!; \
 	( set -o pipefail; { $(MAKE) --no-print-directory lint && cargo test --workspace --locked --no-run; } 2>&1 | sed -u 's/^/[cargo] /' ) \
@@ -52,15 +54,19 @@ test: ## everything CI runs: lint, unit, integration against the real stack, inf
 	wait $$setup
 	$(TOOLS) && cargo test --workspace --locked
 	( set -o pipefail; $(MAKE) --no-print-directory fuzz 2>&1 | sed -u 's/^/[fuzz] /' ) & fuzz=$$!; \
+	( set -o pipefail; $(MAKE) --no-print-directory redfish-test 2>&1 | sed -u 's/^/[redfish] /' ) & redfish=$$!; \
 	{ $(MAKE) --no-print-directory infra-test && $(MAKE) --no-print-directory gce-test; } \
-	  || { wait $$fuzz || true; exit 1; }; \
-	wait $$fuzz
+	  || { wait $$fuzz || true; wait $$redfish || true; exit 1; }; \
+	wait $$fuzz; wait $$redfish
 
 infra-test: ## Terraform parse, format, IAM/RBAC equality, checkov, amtool, promtool; tofu validate and plan
 	$(TOOLS) && "$$NODE_FENCER_INFRA_VENV/bin/python" -m pytest tests/infra -q
 
 gce-test: ## the fake Compute Engine held to Google's API description and client; the GCE trigger fixtures
 	$(TOOLS) && "$$NODE_FENCER_GCE_VENV/bin/python" -m pytest tests/gce -q
+
+redfish-test: ## the Redfish emulator and DMTF's validator against it
+	$(TOOLS) && "$$NODE_FENCER_REDFISH_VENV/bin/python" -m pytest tests/redfish -q
 
 manifest: ## write infra/manifest.json (AWS actions, Kubernetes rules, variables) from the code
 	cargo run --locked -q -p node-fencer -- manifest > infra/manifest.json

@@ -69,6 +69,24 @@ impl Machine {
         }
     }
 
+    /// The machine of a BMC's System, as the inventory names it
+    /// (`redfish://NAME`): no disks of its own, no zone of a cloud.
+    pub fn of_system(name: &str) -> Self {
+        Self {
+            instance: format!("redfish://{name}"),
+            root_volume: String::new(),
+            root_device: String::new(),
+            private_dns: name.to_owned(),
+            az: "rack-1".to_owned(),
+            vm: None,
+        }
+    }
+
+    /// True for a BMC's System.
+    pub fn is_system(&self) -> bool {
+        self.instance.starts_with("redfish://")
+    }
+
     /// The machine of a Compute Engine VM.
     pub fn of_vm(vm: Vm) -> Self {
         Self {

@@ -17,6 +17,7 @@ pub mod gce;
 pub mod http_stub;
 pub mod lambda;
 pub mod recovery_timeline;
+pub mod redfish;
 pub mod runtime_api;
 pub mod scene;
 pub mod timing;

@@ -34,6 +34,7 @@ use crate::fixtures::{
 use crate::gce::{
     INSTANCE_ID_ANNOTATION, PD_DRIVER, PD_TOPOLOGY_KEY, ZONE, fake_compute, users_in,
 };
+use crate::redfish::SystemSpec;
 
 /// The label that ties a scene's pods to its nodes.
 pub const SCENE_LABEL: &str = "node-fencer.io/scene";
@@ -108,17 +109,30 @@ pub async fn add_workers(
     count: usize,
     cordoned: impl Fn(usize) -> bool,
 ) -> anyhow::Result<Vec<Worker>> {
-    add_workers_on(stack, false, scene, count, cordoned).await
+    add_workers_on(stack, Hosts::Ec2, scene, count, cordoned).await
 }
 
-/// [`add_workers`], on Compute Engine when `gce`: each node backed by a new
-/// VM of the fake, named as the node (as on GKE), with
-/// `spec.providerID = gce://<project>/<zone>/<name>`, the VM's numeric id in
-/// the `container.googleapis.com/instance_id` annotation, and the PD CSI
+/// What the workers' machines are.
+#[derive(Clone, Copy, Debug)]
+pub enum Hosts<'a> {
+    /// EC2 instances in moto.
+    Ec2,
+    /// VMs of the fake Compute Engine.
+    Gce,
+    /// These Systems of a Redfish BMC, one per worker: a Node with no
+    /// provider id (no cloud provider on-premises), the System's UUID as
+    /// its kubelet's `systemUUID`, and the cStor-like driver only.
+    Bmc(&'a [SystemSpec]),
+}
+
+/// [`add_workers`] on `hosts`. On Compute Engine, each node is backed by a
+/// new VM of the fake, named as the node (as on GKE), with
+/// `spec.providerID = gce://<project>/<zone>/<name>`, the VM's numeric id
+/// in the `container.googleapis.com/instance_id` annotation, and the PD CSI
 /// driver in its CSINode.
 pub async fn add_workers_on(
     stack: &Stack,
-    gce: bool,
+    hosts: Hosts<'_>,
     scene: &str,
     count: usize,
     cordoned: impl Fn(usize) -> bool,
@@ -131,10 +145,14 @@ pub async fn add_workers_on(
     let mut workers = Vec::with_capacity(count);
     for i in 0..count {
         let name = format!("{scene}-w{}", i + 1);
-        let machine = if gce {
-            Machine::of_vm(compute.create_instance(ZONE, &name).await?)
-        } else {
-            launch(&ec2).await?
+        let system = match hosts {
+            Hosts::Bmc(systems) => Some(systems.get(i).context("a System per worker")?),
+            Hosts::Ec2 | Hosts::Gce => None,
+        };
+        let machine = match (hosts, system) {
+            (Hosts::Gce, _) => Machine::of_vm(compute.create_instance(ZONE, &name).await?),
+            (_, Some(system)) => Machine::of_system(&system.name),
+            _ => launch(&ec2).await?,
         };
         let mut node = json!({
             "metadata": {
@@ -158,6 +176,12 @@ pub async fn add_workers_on(
         // What the kubelet registers for the drivers; the external-attacher
         // reads the node id from here and hands it to the driver.
         let drivers = match &machine.vm {
+            _ if system.is_some() => {
+                if let Some(spec) = node["spec"].as_object_mut() {
+                    spec.remove("providerID");
+                }
+                json!([{"name": Driver::Cstor.name(), "nodeID": name}])
+            }
             Some(vm) => {
                 node["metadata"]["annotations"][INSTANCE_ID_ANNOTATION] = json!(vm.id);
                 node["metadata"]["labels"][PD_TOPOLOGY_KEY] = json!(machine.az);
@@ -212,6 +236,20 @@ pub async fn add_workers_on(
         }
     })
     .await?;
+    if let Hosts::Bmc(systems) = hosts {
+        // What the kubelet reads from the machine's SMBIOS when it
+        // registers: written once kwok's initializing stage, which writes
+        // the whole status, is done; later stages keep it.
+        for (w, system) in workers.iter().zip(systems) {
+            nodes
+                .patch_status(
+                    &w.name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"status": {"nodeInfo": {"systemUUID": system.uuid}}})),
+                )
+                .await?;
+        }
+    }
     Ok(workers)
 }
 
@@ -560,6 +598,16 @@ pub async fn seed(stack: &Stack) -> anyhow::Result<Seed> {
 
 /// [`seed`] with the volumes of `driver`.
 pub async fn seed_with(stack: &Stack, driver: Driver) -> anyhow::Result<Seed> {
+    let hosts = if driver.on_gce() {
+        Hosts::Gce
+    } else {
+        Hosts::Ec2
+    };
+    seed_on(stack, driver, hosts).await
+}
+
+/// [`seed`] with the volumes of `driver`, on `hosts`.
+pub async fn seed_on(stack: &Stack, driver: Driver, hosts: Hosts<'_>) -> anyhow::Result<Seed> {
     let admin = stack.admin().await?;
     let ec2 = stack.ec2().await;
     let scene = unique(match driver {
@@ -570,7 +618,7 @@ pub async fn seed_with(stack: &Stack, driver: Driver) -> anyhow::Result<Seed> {
     let class = storage_class(driver);
     create_namespace(&admin, &scene).await?;
     ensure_storage_class(&admin).await?;
-    let workers = add_workers_on(stack, driver.on_gce(), &scene, 3, |i| i != 1).await?;
+    let workers = add_workers_on(stack, hosts, &scene, 3, |i| i != 1).await?;
     let az = workers[1].machine.az.clone();
 
     let mut made = Vec::new();
@@ -895,6 +943,9 @@ pub async fn stuck(stack: &Stack, seed: &Seed) -> anyhow::Result<Stuck> {
 pub async fn kill_node2(stack: &Stack, seed: &Seed, keep_instance: bool) -> anyhow::Result<()> {
     match (&seed.node2().machine.vm, keep_instance) {
         (_, true) => {}
+        (None, false) if seed.node2().machine.is_system() => {
+            bail!("a BMC's System is powered off through its BMC (crate::redfish::Bmc::reset)")
+        }
         (Some(vm), false) => fake_compute().client().set_status(vm, "TERMINATED").await?,
         (None, false) => crate::fixtures::stop(&stack.ec2().await, &seed.node2().machine).await?,
     }

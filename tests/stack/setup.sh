@@ -7,6 +7,9 @@
 #   $CACHE/venv-stack-<sha>/        moto[server], cargo-lambda, ziglang (tests/stack/requirements.txt)
 #   $CACHE/venv-infra-<sha>/        tests/infra/requirements.txt, when that file exists
 #   $CACHE/venv-gce-<sha>/          tests/gce/requirements.txt (the GCE checks: fake Compute Engine, fixtures, image)
+#   $CACHE/venv-redfish-<sha>/      tests/redfish/requirements.txt (sushy-tools' Redfish emulator, the BMC of
+#                                   the on-premises tests and of `make run ARGS="--cloud redfish"`; DMTF's
+#                                   Redfish Service Validator)
 #   $CACHE/bin/kubernetes-<ver>/    kube-apiserver, kube-controller-manager, kube-scheduler, kubectl
 #   $CACHE/bin/kubernetes-<old>/    an old control plane (kube-apiserver, kube-controller-manager,
 #                                   kube-scheduler; tests/stack/gomod/kubernetes-legacy) for the
@@ -31,7 +34,7 @@
 #   $CACHE/env.sh                   `source` it: NODE_FENCER_* variables, venv bin on PATH
 #
 # Usage: tests/stack/setup.sh [--for-run] [--only-python] [--skip-controllers] [--only-terraform]
-#   --for-run           only what `make run` runs: the stack venv, etcd, the Kubernetes
+#   --for-run           only what `make run` runs: the stack and Redfish venvs, etcd, the Kubernetes
 #                       binaries, kwok and the CSI attach chain (no test-only tools: the infra and GCE venvs,
 #                       hclfmt, cargo-fuzz, Alertmanager, promtool, OpenTofu, tflint, the old control plane)
 #   --only-python       only the Python venvs (and env.sh)
@@ -175,6 +178,16 @@ main() {
 			die "openssl and curl are required (e.g. sudo apt-get install -y openssl curl)"
 		fi
 	fi
+	# systemd-analyze checks infra/onprem's unit (tests/infra/test_onprem.py).
+	if [ "$ONLY_PYTHON" = 0 ] && [ "$FOR_RUN" = 0 ] && ! have systemd-analyze; then
+		if [ "$(id -u)" = 0 ] && have apt-get; then
+			log "installing systemd-analyze (Debian's systemd package) with apt-get"
+			apt-get update -qq
+			DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends systemd >/dev/null
+		else
+			die "systemd-analyze is required for the unit checks (e.g. sudo apt-get install -y systemd)"
+		fi
+	fi
 	have python3 || die "python3 (>= 3.9, with the venv module) is required"
 	have flock || die "flock (util-linux) is required"
 	if [ "$ONLY_PYTHON" = 0 ] && [ "$FOR_RUN" = 0 ]; then
@@ -243,6 +256,7 @@ main() {
 		INFRA_VENV="$(venv_path infra "$REPO/tests/infra/requirements.txt")"
 	fi
 	GCE_VENV="$(venv_path gce "$REPO/tests/gce/requirements.txt")"
+	REDFISH_VENV="$(venv_path redfish "$REPO/tests/redfish/requirements.txt")"
 
 	# What a run builds. want_* say which groups this run's options ask for.
 	want_test_tools() { [ "$FOR_RUN" = 0 ]; }
@@ -512,6 +526,7 @@ main() {
 			in_background csi_steps
 		fi
 		venv_step stack "$STACK_VENV" "$HERE/requirements.txt"
+		venv_step redfish "$REDFISH_VENV" "$REPO/tests/redfish/requirements.txt"
 		if want_test_tools; then
 			[ -z "$INFRA_VENV" ] || venv_step infra "$INFRA_VENV" "$REPO/tests/infra/requirements.txt"
 			venv_step gce "$GCE_VENV" "$REPO/tests/gce/requirements.txt"
@@ -569,6 +584,7 @@ main() {
 	wait_bg
 	[ -x "$STACK_VENV/bin/moto_server" ] || die "moto_server missing from $STACK_VENV (delete it and rerun)"
 	[ -x "$STACK_VENV/bin/cargo-lambda" ] || die "cargo-lambda missing from $STACK_VENV (delete it and rerun)"
+	[ -x "$REDFISH_VENV/bin/sushy-emulator" ] || die "sushy-emulator missing from $REDFISH_VENV (delete it and rerun)"
 
 	# --- env.sh ------------------------------------------------------------------------
 
@@ -596,6 +612,7 @@ main() {
 			echo "export NODE_FENCER_INFRA_VENV=$(q "$INFRA_VENV")"
 		fi
 		echo "export NODE_FENCER_GCE_VENV=$(q "$GCE_VENV")"
+		echo "export NODE_FENCER_REDFISH_VENV=$(q "$REDFISH_VENV")"
 		echo "case \":\$PATH:\" in *:\"\$NODE_FENCER_VENV/bin\":*) ;; *) export PATH=\"\$NODE_FENCER_VENV/bin:\$PATH\" ;; esac"
 	} >"$CACHE/.env.sh.tmp.$$"
 	if cmp -s "$CACHE/.env.sh.tmp.$$" "$CACHE/env.sh"; then

@@ -10,7 +10,10 @@
 //! run's timeline and, with `--keep`, the commands to look at what is left.
 //! With `--cloud gce` the same on Compute Engine: nodes backed by VMs of the
 //! fake Compute Engine, Persistent Disks, node 2's VM `TERMINATED`, and the
-//! KubeNodeNotReady alert from Alertmanager's webhook as the trigger.
+//! KubeNodeNotReady alert from Alertmanager's webhook as the trigger. With
+//! `--cloud redfish`, on-premises: machines behind a Redfish BMC
+//! (sushy-tools' emulator), cStor-like volumes, node 2's power cut at its
+//! BMC, and node-fencer off the cluster as `serve`, told by the alert.
 
 use std::time::{Duration, Instant, SystemTime};
 
@@ -27,7 +30,7 @@ use node_fencer_tests::scene::{
 use serde_json::Value;
 
 const USAGE: &str = "\
-usage: local-run [--cloud aws|gce] [--keep]
+usage: local-run [--cloud aws|gce|redfish] [--keep]
 
 Runs node-fencer's main job on the local stack: etcd, kube-apiserver,
 kube-controller-manager, kube-scheduler, kwok nodes, moto (EC2), the fake
@@ -43,6 +46,12 @@ them stuck; node-fencer lets them move, volumes included.
                 Engine (tests/gce/fake_compute.py); node 2's VM is set
                 TERMINATED, the trigger is the KubeNodeNotReady alert from
                 Alertmanager's webhook
+  --cloud redfish
+                on-premises: three machines behind a Redfish BMC (sushy-tools'
+                emulator over TLS, its fake systems driver), cStor-like
+                volumes; node 2's BMC cuts its power (ForceOff), and
+                node-fencer runs off the cluster as `serve`, told by the
+                KubeNodeNotReady alert, confirming the machine off at its BMC
   --keep        leave the stack and the emulator running until Ctrl-C, and
                 print how to reach them
 
@@ -65,17 +74,22 @@ async fn main() -> anyhow::Result<()> {
     }
     let mut keep = false;
     let mut gce = false;
+    let mut onprem = false;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
             "--keep" => keep = true,
             "--cloud" => match it.next().map(String::as_str) {
-                Some("aws") => gce = false,
-                Some("gce") => gce = true,
-                other => anyhow::bail!("--cloud: aws or gce, not {other:?} (see --help)"),
+                Some("aws") => (gce, onprem) = (false, false),
+                Some("gce") => (gce, onprem) = (true, false),
+                Some("redfish") => (gce, onprem) = (false, true),
+                other => anyhow::bail!("--cloud: aws, gce or redfish, not {other:?} (see --help)"),
             },
             bad => anyhow::bail!("unknown argument {bad:?} (see --help)"),
         }
+    }
+    if onprem {
+        return onprem::run(keep).await;
     }
     let driver = if gce { Driver::Pd } else { Driver::Ebs };
     let t0 = Instant::now();
@@ -150,35 +164,7 @@ async fn main() -> anyhow::Result<()> {
     let since_stop = |t: SystemTime| t.duration_since(stopped_wall).ok();
     let mut marks = vec![(Phase::Stopped, Duration::ZERO)];
     kill_node2(s, &seed, false).await?;
-    wait_not_ready(
-        &admin,
-        std::slice::from_ref(&node2),
-        Duration::from_secs(60),
-    )
-    .await?;
-    marks.push((Phase::NotReady, stopped.elapsed()));
-    step(
-        t0,
-        &format!(
-            "node {node2} is NotReady; Kubernetes alone, for {} s:",
-            STUCK.as_secs()
-        ),
-    );
-    let watched = Instant::now();
-    let _ = wait_until("the Multi-Attach error", STUCK, || async {
-        let st = stuck(s, &seed).await?;
-        Ok((st.db_terminating && !st.multi_attach.is_empty()).then_some(()))
-    })
-    .await;
-    tokio::time::sleep(STUCK.saturating_sub(watched.elapsed())).await;
-    let st = stuck(s, &seed).await?;
-    println!(
-        "         db-0 Terminating on node 2: {}; app's replacement without its volume: {}",
-        st.db_terminating, st.app_replacement_without_volume
-    );
-    for m in st.multi_attach.iter().take(1) {
-        println!("         FailedAttachVolume: {m}");
-    }
+    marks.push((Phase::NotReady, stuck_alone(s, &seed, stopped, t0).await?));
 
     step(
         t0,
@@ -235,25 +221,7 @@ async fn main() -> anyhow::Result<()> {
     }
 
     step(t0, "the controllers take it from here");
-    let (mut pods_gone, mut back) = (None, [None, None]);
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while pods_gone.is_none() || back.iter().any(Option::is_none) {
-        if Instant::now() > deadline {
-            anyhow::bail!("not recovered 120 s after the event");
-        }
-        if pods_gone.is_none() && pods_left_on_node2(&admin, &seed).await? == 0 {
-            pods_gone = Some(stopped.elapsed());
-            step(t0, "the old pods are gone");
-        }
-        for (w, at) in [&seed.db, &seed.app].into_iter().zip(back.iter_mut()) {
-            if at.is_none()
-                && let Some(node) = running_with_volume(s, &seed, w, Some(&node2)).await?
-            {
-                *at = Some((stopped.elapsed(), node));
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let (pods_gone, back) = moved(s, &seed, stopped, t0).await?;
     let ec2 = s.ec2().await;
     let mut running = Duration::ZERO;
     for (w, at) in [&seed.db, &seed.app].into_iter().zip(&back) {
@@ -323,4 +291,243 @@ async fn main() -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// Waits until node 2 is NotReady, then shows Kubernetes alone for
+/// [`STUCK`]: the pods stuck on node 2, the replacement refused its volume.
+/// Returns when node 2 turned NotReady, since `stopped`.
+async fn stuck_alone(
+    s: &node_fencer_tests::Stack,
+    seed: &node_fencer_tests::scene::Seed,
+    stopped: Instant,
+    t0: Instant,
+) -> anyhow::Result<Duration> {
+    let admin = s.admin().await?;
+    let node2 = seed.node2().name.clone();
+    wait_not_ready(
+        &admin,
+        std::slice::from_ref(&node2),
+        Duration::from_secs(60),
+    )
+    .await?;
+    let not_ready = stopped.elapsed();
+    step(
+        t0,
+        &format!(
+            "node {node2} is NotReady; Kubernetes alone, for {} s:",
+            STUCK.as_secs()
+        ),
+    );
+    let watched = Instant::now();
+    let _ = wait_until("the pods to be stuck", STUCK, || async {
+        let st = stuck(s, seed).await?;
+        Ok((st.db_terminating && !st.multi_attach.is_empty()).then_some(()))
+    })
+    .await;
+    tokio::time::sleep(STUCK.saturating_sub(watched.elapsed())).await;
+    let st = stuck(s, seed).await?;
+    println!(
+        "         db-0 Terminating on node 2: {}; app's replacement without its volume: {}",
+        st.db_terminating, st.app_replacement_without_volume
+    );
+    for m in st.multi_attach.iter().take(1) {
+        println!("         FailedAttachVolume: {m}");
+    }
+    Ok(not_ready)
+}
+
+/// Waits, up to 120 s, until node 2's pods are gone and both workloads run
+/// elsewhere with their volumes: when each happened, since `stopped`.
+async fn moved(
+    s: &node_fencer_tests::Stack,
+    seed: &node_fencer_tests::scene::Seed,
+    stopped: Instant,
+    t0: Instant,
+) -> anyhow::Result<(Option<Duration>, [Option<(Duration, String)>; 2])> {
+    let admin = s.admin().await?;
+    let node2 = seed.node2().name.clone();
+    let (mut pods_gone, mut back) = (None, [None, None]);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while pods_gone.is_none() || back.iter().any(Option::is_none) {
+        if Instant::now() > deadline {
+            anyhow::bail!("not recovered 120 s after the event");
+        }
+        if pods_gone.is_none() && pods_left_on_node2(&admin, seed).await? == 0 {
+            pods_gone = Some(stopped.elapsed());
+            step(t0, "the old pods are gone");
+        }
+        for (w, at) in [&seed.db, &seed.app].into_iter().zip(back.iter_mut()) {
+            if at.is_none()
+                && let Some(node) = running_with_volume(s, seed, w, Some(&node2)).await?
+            {
+                *at = Some((stopped.elapsed(), node));
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    Ok((pods_gone, back))
+}
+
+/// `--cloud redfish`: the seed scenario on machines behind a BMC.
+mod onprem {
+    use std::time::{Duration, Instant};
+
+    use node_fencer_tests::attacher::Driver;
+    use node_fencer_tests::cluster::cluster_stack;
+    use node_fencer_tests::fixtures::{fenced_at, node_events};
+    use node_fencer_tests::recovery_timeline::{self, Lane, Phase};
+    use node_fencer_tests::redfish::{Bmc, Inventory, Serve, SystemSpec};
+    use node_fencer_tests::scene::{
+        Hosts, kube_node_not_ready, node_taints, seed_on, stop_heartbeats,
+    };
+
+    use super::{moved, step, stuck_alone};
+
+    pub(super) async fn run(keep: bool) -> anyhow::Result<()> {
+        let t0 = Instant::now();
+        step(
+            t0,
+            "starting the local stack (etcd, kube-apiserver, controllers, kwok, the CSI external-attacher and the cStor-like driver)",
+        );
+        let s = cluster_stack();
+        let admin = s.admin().await?;
+        step(
+            t0,
+            "the BMC: sushy-tools' Redfish emulator, its fake systems driver, three machines; TLS with a CA of its own, basic auth",
+        );
+        let systems: Vec<SystemSpec> = (1..=3)
+            .map(|i| SystemSpec::new(&format!("rack1-m{i}"), true))
+            .collect();
+        let bmc = Bmc::start(&s.dir.join("bmc"), &systems, false).await?;
+        step(
+            t0,
+            "the seed scenario on those machines: StatefulSet db and Deployment app, each with a ReadWriteOnce cStor-like volume, on node 2",
+        );
+        let seed = seed_on(s, Driver::Cstor, Hosts::Bmc(&systems)).await?;
+        let node2 = seed.node2().name.clone();
+        let mut inventory = Inventory::default();
+        for (system, w) in systems.iter().zip(&seed.workers) {
+            println!(
+                "         node {} -> machine {} ({}{}, UUID {})",
+                w.name,
+                system.name,
+                bmc.url,
+                bmc.system(&system.name)?,
+                system.uuid
+            );
+            inventory = inventory.machine(&bmc, &system.name, &bmc.url, Some(&w.name))?;
+        }
+        let inventory_path = bmc.dir.join("inventory.json");
+        inventory.write(&inventory_path)?;
+        let credentials = bmc.credentials_dir(None)?;
+        let binary = std::env::current_exe()?.with_file_name("node-fencer-gce");
+        step(
+            t0,
+            "node-fencer serve, off the cluster: Alertmanager's route, the BMC inventory",
+        );
+        let text = |p: &std::path::Path| p.to_string_lossy().into_owned();
+        let serve = Serve::start(
+            &text(&binary),
+            s,
+            s.dir.join("logs").join("serve-onprem.log"),
+            &[
+                ("REDFISH_INVENTORY", &text(&inventory_path)),
+                ("REDFISH_CREDENTIALS_DIR", &text(&credentials)),
+                ("NOT_READY_WAIT_SECONDS", "30"),
+            ],
+        )
+        .await?;
+
+        step(
+            t0,
+            "the power cut: node 2's BMC forces its machine off; its kubelet goes silent",
+        );
+        let cut = Instant::now();
+        bmc.reset(&systems[1].name, "ForceOff").await?;
+        stop_heartbeats(&admin, &node2).await?;
+        bmc.wait_power(&systems[1].name, "Off").await?;
+        let stopped = Instant::now();
+        let stopped_wall = std::time::SystemTime::now();
+        step(
+            t0,
+            &format!(
+                "  the BMC reports the machine Off {:.1} s after the cut",
+                cut.elapsed().as_secs_f64()
+            ),
+        );
+        let mut marks = vec![(Phase::Stopped, Duration::ZERO)];
+        marks.push((Phase::NotReady, stuck_alone(s, &seed, stopped, t0).await?));
+
+        step(
+            t0,
+            "Alertmanager's KubeNodeNotReady alert to node-fencer serve",
+        );
+        marks.push((Phase::Event, stopped.elapsed()));
+        let sent = Instant::now();
+        let (status, report) = serve.alert(&kube_node_not_ready(&[&node2])).await?;
+        let took = sent.elapsed();
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        if status != 200 {
+            anyhow::bail!("serve answered {status}; its log:\n{}", serve.logged());
+        }
+        step(t0, &format!("answered in {} ms", took.as_millis()));
+        println!(
+            "         node taints: {}",
+            node_taints(&admin, &node2).await?.join(", ")
+        );
+        for (reason, note) in node_events(&admin, &node2).await? {
+            println!("         event {reason}: {note}");
+        }
+        if let Some(t) = fenced_at(&admin, &node2)
+            .await?
+            .and_then(|t| t.duration_since(stopped_wall).ok())
+        {
+            marks.push((Phase::Tainted, t));
+        }
+        step(t0, "the controllers take it from here");
+        let (pods_gone, back) = moved(s, &seed, stopped, t0).await?;
+        let mut running = Duration::ZERO;
+        for at in back.iter().flatten() {
+            running = running.max(at.0);
+            println!("         runs again on {} with its volume", at.1);
+        }
+        marks.extend(pods_gone.map(|t| (Phase::PodsDeleted, t)));
+        marks.push((Phase::Running, running));
+        let lane = Lane {
+            name: "this run: node-fencer serve, the machine off at its BMC".into(),
+            marks: marks
+                .into_iter()
+                .map(|(p, t)| (p, t.as_secs_f64()))
+                .collect(),
+            watched_until: None,
+        };
+        println!(
+            "\nSummary: both workloads run elsewhere with their volumes, {:.1} s after the \
+             BMC reported the machine off ({} ms in node-fencer).\n\n{}",
+            running.as_secs_f64(),
+            took.as_millis(),
+            recovery_timeline::text(std::slice::from_ref(&lane))
+        );
+        if keep {
+            println!(
+                "The stack stays up until Ctrl-C. From another shell:\n  \
+                 source {dir}/env\n  \
+                 curl -s --cacert {ca} -u {user}:PASSWORD {url}{system}   # node 2's System (the password: {creds}/lab/password)\n  \
+                 tail -f {log}",
+                dir = s.dir.display(),
+                ca = bmc.ca.display(),
+                user = bmc.user,
+                url = bmc.url,
+                system = bmc.system(&systems[1].name)?,
+                creds = credentials.display(),
+                log = serve.log.display(),
+            );
+            tokio::signal::ctrl_c().await?;
+        } else {
+            println!(
+                "The stack is torn down now; `make run ARGS=\"--cloud redfish --keep\"` leaves it up."
+            );
+        }
+        Ok(())
+    }
 }

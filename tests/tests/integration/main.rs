@@ -15,6 +15,7 @@ mod kube_api;
 mod lifecycle;
 mod notify;
 mod pipeline;
+mod redfish;
 mod runtime;
 mod scale;
 mod scenario;

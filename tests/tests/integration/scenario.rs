@@ -1080,3 +1080,82 @@ async fn the_attacher_refuses_a_volume_attached_to_another_instance() -> anyhow:
     teardown_fleet(&admin, &fleet).await;
     Ok(())
 }
+
+/// Issue 38: seed 001 on-premises. Three machines behind a Redfish BMC (the
+/// emulator), a cStor-like volume for each workload, a self-managed control
+/// plane, node-fencer off the cluster as `serve`; node 2's machine loses
+/// its power (ForceOff at its BMC) and its kubelet goes silent. The
+/// KubeNodeNotReady alert fences it once the BMC reports it `Off`, and both
+/// workloads run again elsewhere with their volumes: how long from the
+/// machine off to both replacements running is printed.
+#[tokio::test]
+async fn seed_scenario_on_premises_through_the_bmc() -> anyhow::Result<()> {
+    use node_fencer_tests::redfish::{Bmc, Inventory, Serve, SystemSpec};
+    let _g = cluster_serial().await;
+    let s = cluster_stack();
+    let admin = s.admin().await?;
+    let systems: Vec<SystemSpec> = (1..=3)
+        .map(|i| SystemSpec::new(&unique(&format!("rack-m{i}")), true))
+        .collect();
+    let bmc = Bmc::start(&s.dir.join(unique("bmc")), &systems, false).await?;
+    let seed = seed_on(s, Driver::Cstor, Hosts::Bmc(&systems)).await?;
+    let node2 = seed.node2().name.clone();
+    let mut inventory = Inventory::default();
+    for (system, worker) in systems.iter().zip(&seed.workers) {
+        inventory = inventory.machine(&bmc, &system.name, &bmc.url, Some(&worker.name))?;
+    }
+    let inventory_path = bmc.dir.join("inventory.json");
+    inventory.write(&inventory_path)?;
+    let credentials = bmc.credentials_dir(None)?;
+    let text = |p: &std::path::Path| p.to_string_lossy().into_owned();
+    let (inventory_path, credentials) = (text(&inventory_path), text(&credentials));
+    let serve = Serve::start(
+        env!("CARGO_BIN_EXE_node-fencer-gce"),
+        s,
+        bmc.dir.join("serve.log"),
+        &[
+            ("REDFISH_INVENTORY", &inventory_path),
+            ("REDFISH_CREDENTIALS_DIR", &credentials),
+            ("NOT_READY_WAIT_SECONDS", "30"),
+        ],
+    )
+    .await?;
+
+    // The power cut: the BMC takes the machine off, the kubelet goes silent.
+    let cut = Instant::now();
+    bmc.reset(&systems[1].name, "ForceOff").await?;
+    stop_heartbeats(&admin, &node2).await?;
+    bmc.wait_power(&systems[1].name, "Off").await?;
+    let off = Instant::now();
+    wait_not_ready(&admin, std::slice::from_ref(&node2), NOT_READY).await?;
+    eprintln!(
+        "seed on-premises: machine off {:?} after the cut, node 2 NotReady {:?} after",
+        off - cut,
+        off.elapsed()
+    );
+
+    let (status, report) = serve.alert(&kube_node_not_ready(&[&node2])).await?;
+    assert_eq!(status, 200, "{report:#}; serve's log:\n{}", serve.logged());
+    let r = only_result(&report, &node2);
+    assert_eq!(r["outcome"], "fenced", "{report:#}");
+    assert_eq!(
+        r["instance_id"],
+        format!("redfish://{}", systems[1].name),
+        "{report:#}"
+    );
+    assert!(is_fenced(&admin, &node2).await?);
+    let rec = recovered_elsewhere(s, &seed, RECOVERY, "seed on-premises (cStor, BMC)", off).await?;
+    eprintln!(
+        "seed on-premises: machine off -> both replacements Running with their volumes: {:?} (db on {}, app on {})",
+        off.elapsed(),
+        rec.db_node,
+        rec.app_node
+    );
+    // The other machines were only read, never reset.
+    for system in [&systems[0], &systems[2]] {
+        assert_eq!(bmc.resets_of(&system.name)?, 0);
+        assert_eq!(bmc.power(&system.name).await?, "On");
+    }
+    teardown(&admin, Some(&seed.namespace), &seed.node_names()).await;
+    Ok(())
+}

@@ -1,0 +1,377 @@
+//! On-premises machines through their BMCs, against a Redfish service no
+//! one here wrote (sushy-tools' emulator, fake systems driver, over TLS
+//! with its own CA and basic auth): only a System the BMC reports `Off`,
+//! and whose UUID is the one the Node's kubelet read, is taken for the
+//! Node's machine off; a BMC that times out or answers 401 or 500 changes
+//! nothing and leaves the work to a retry; active fencing forces a System
+//! off through `ComputerSystem.Reset` behind the same guards as on EC2.
+//! The command line runs the decisions here (`serve` runs the seed
+//! scenario in `scenario.rs`, and the sweep below).
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use node_fencer_tests::faults::{Fault, FaultProxy, Match};
+use node_fencer_tests::fixtures::{NodeSpec, create_node, get_node, set_ready, taints, unique};
+use node_fencer_tests::lambda::function_env;
+use node_fencer_tests::redfish::{Bmc, Inventory, NODE_LABEL, Serve, SystemSpec};
+use node_fencer_tests::scene::wait_until;
+use node_fencer_tests::{NodeCleanup, Stack, serial, stack};
+use serde_json::{Value, json};
+
+const OUT_OF_SERVICE: &str = "node.kubernetes.io/out-of-service:NoExecute";
+
+/// A NotReady Node (silent since long ago) whose kubelet read `uuid`, with
+/// no provider id, labelled with `machine` for the inventory's label.
+async fn bmc_node(s: &Stack, machine: &str, uuid: &str) -> anyhow::Result<(String, NodeCleanup)> {
+    let admin = s.admin().await?;
+    let mut spec = NodeSpec::for_machine(&node_fencer_tests::fixtures::Machine::of_system(machine));
+    spec.provider_id = None;
+    create_node(&admin, &spec).await?;
+    let cleanup = s.delete_on_drop(&[&spec.name]);
+    let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(admin);
+    let params = kube::api::PatchParams::default();
+    nodes
+        .patch(
+            &spec.name,
+            &params,
+            &kube::api::Patch::Merge(json!({"metadata": {"labels": {NODE_LABEL: machine}}})),
+        )
+        .await?;
+    nodes
+        .patch_status(
+            &spec.name,
+            &params,
+            &kube::api::Patch::Merge(json!({"status": {"nodeInfo": {"systemUUID": uuid}}})),
+        )
+        .await?;
+    Ok((spec.name, cleanup))
+}
+
+/// Where a test's BMC keeps its state.
+fn bmc_dir(s: &Stack) -> PathBuf {
+    s.dir.join(unique("bmc"))
+}
+
+/// Runs `node-fencer ARGS` with the inventory and credentials given, and
+/// active fencing's settings (`ACTIVE_FENCING` itself as `active`); the
+/// exit status and the JSON report.
+fn cli(
+    s: &Stack,
+    inventory: &std::path::Path,
+    credentials: &std::path::Path,
+    active: bool,
+    args: &[&str],
+) -> anyhow::Result<(i32, Value)> {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_node-fencer-gce"));
+    cmd.args(["--output", "json"])
+        .args(args)
+        .envs(function_env(s))
+        .env("REDFISH_INVENTORY", inventory)
+        .env("REDFISH_CREDENTIALS_DIR", credentials)
+        .env("LOG_FORMAT", "text");
+    if active {
+        cmd.env("ACTIVE_FENCING", "on")
+            .env("POWER_OFF_AFTER_SECONDS", "60")
+            .env("POWER_OFF_WAIT_SECONDS", "30")
+            // The bare stack's other tests leave NotReady Nodes about.
+            .env("PARTITION_PERCENT", "100");
+    }
+    let out = cmd.output()?;
+    // Shown with a failing test's output: what the run logged.
+    eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+    let report = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    anyhow::ensure!(
+        report != Value::Null,
+        "no report: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok((out.status.code().unwrap_or(-1), report))
+}
+
+async fn is_tainted(s: &Stack, node: &str) -> anyhow::Result<bool> {
+    Ok(taints(&get_node(&s.admin().await?, node).await?).contains(&OUT_OF_SERVICE.to_owned()))
+}
+
+/// A System its BMC reports `Off`, the Node's by name or by label, is
+/// fenced; one it reports `On` is not, and nothing is sent to the BMC but
+/// reads, whatever the Node says.
+#[tokio::test]
+async fn only_a_system_its_bmc_reports_off_is_fenced() -> anyhow::Result<()> {
+    let _g = serial().await;
+    let s = stack();
+    let (off, on) = (
+        SystemSpec::new("rack1-off", false),
+        SystemSpec::new("rack1-on", true),
+    );
+    let bmc = Bmc::start(&bmc_dir(s), &[off.clone(), on.clone()], false).await?;
+    let (off_node, _c1) = bmc_node(s, &off.name, &off.uuid).await?;
+    let (on_node, _c2) = bmc_node(s, &on.name, &on.uuid).await?;
+    let inventory = bmc.dir.join("inventory.json");
+    Inventory::default()
+        .machine(&bmc, &off.name, &bmc.url, Some(&off_node))?
+        .machine(&bmc, &on.name, &bmc.url, None)?
+        .write(&inventory)?;
+    let credentials = bmc.credentials_dir(None)?;
+
+    let (code, report) = cli(s, &inventory, &credentials, false, &["fence", &off_node])?;
+    assert_eq!(code, 0, "{report:#}");
+    assert_eq!(report["results"][0]["outcome"], "fenced", "{report:#}");
+    assert_eq!(
+        report["results"][0]["instance_id"],
+        format!("redfish://{}", off.name),
+        "{report:#}"
+    );
+    assert!(is_tainted(s, &off_node).await?);
+
+    let (_, report) = cli(s, &inventory, &credentials, false, &["fence", &on_node])?;
+    assert_ne!(report["results"][0]["outcome"], "fenced", "{report:#}");
+    assert!(!is_tainted(s, &on_node).await?);
+    assert!(bmc.reads_of(&on.name)? > 0, "the BMC was asked");
+    assert_eq!(bmc.resets_of(&on.name)? + bmc.resets_of(&off.name)?, 0);
+    assert_eq!(bmc.power(&on.name).await?, "On");
+    Ok(())
+}
+
+/// A System on behind a NotReady Node is powered off only with active
+/// fencing on and once the Node has been NotReady for
+/// `POWER_OFF_AFTER_SECONDS`: then `ForceOff`, the wait for the BMC to
+/// report it `Off`, and the fencing.
+#[tokio::test]
+async fn a_hung_node_is_forced_off_only_with_active_fencing_after_the_wait() -> anyhow::Result<()> {
+    let _g = serial().await;
+    let s = stack();
+    let hung = SystemSpec::new("rack1-hung", true);
+    let bmc = Bmc::start(&bmc_dir(s), std::slice::from_ref(&hung), false).await?;
+    let (node, _c) = bmc_node(s, &hung.name, &hung.uuid).await?;
+    let inventory = bmc.dir.join("inventory.json");
+    Inventory::default()
+        .machine(&bmc, &hung.name, &bmc.url, None)?
+        .write(&inventory)?;
+    let credentials = bmc.credentials_dir(None)?;
+
+    let (_, report) = cli(
+        s,
+        &inventory,
+        &credentials,
+        false,
+        &["fence", "--power-off", &node],
+    )?;
+    assert_ne!(report["results"][0]["outcome"], "fenced", "{report:#}");
+    assert_eq!(
+        bmc.resets_of(&hung.name)?,
+        0,
+        "no power-off without active fencing"
+    );
+
+    // NotReady from now on: not long enough.
+    set_ready(&s.admin().await?, &node, "Unknown").await?;
+    let (_, report) = cli(
+        s,
+        &inventory,
+        &credentials,
+        true,
+        &["fence", "--power-off", &node],
+    )?;
+    assert_ne!(report["results"][0]["outcome"], "fenced", "{report:#}");
+    assert_eq!(
+        bmc.resets_of(&hung.name)?,
+        0,
+        "no power-off before the wait: {report:#}"
+    );
+
+    // NotReady since long ago: forced off, then fenced.
+    bmc_node_silent_since_long(s, &node).await?;
+    let (code, report) = cli(
+        s,
+        &inventory,
+        &credentials,
+        true,
+        &["fence", "--power-off", &node],
+    )?;
+    assert_eq!(code, 0, "{report:#}");
+    assert_eq!(report["results"][0]["outcome"], "fenced", "{report:#}");
+    assert_eq!(bmc.resets_of(&hung.name)?, 1, "{report:#}");
+    assert_eq!(bmc.power(&hung.name).await?, "Off");
+    assert!(is_tainted(s, &node).await?);
+    Ok(())
+}
+
+/// The Node's Ready condition, silent since a time long past.
+async fn bmc_node_silent_since_long(s: &Stack, node: &str) -> anyhow::Result<()> {
+    let patch = json!({"status": {"conditions": [{"type": "Ready", "status": "Unknown", "reason": "Test",
+        "lastHeartbeatTime": "2026-11-22T10:00:00Z", "lastTransitionTime": "2026-11-22T10:00:00Z"}]}});
+    kube::Api::<k8s_openapi::api::core::v1::Node>::all(s.admin().await?)
+        .patch_status(
+            node,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Strategic(&patch),
+        )
+        .await?;
+    Ok(())
+}
+
+/// A BMC that answers 500, that does not answer in time, or that refuses
+/// the credentials (401) changes nothing: the run reports the failed look
+/// and exits 1 for a retry, which fences once the BMC answers.
+#[tokio::test]
+async fn a_bmc_that_fails_changes_nothing_and_is_retried() -> anyhow::Result<()> {
+    let _g = serial().await;
+    let s = stack();
+    let off = SystemSpec::new("rack1-flaky", false);
+    let bmc = Bmc::start(&bmc_dir(s), std::slice::from_ref(&off), true).await?;
+    let proxy = FaultProxy::to_http(&bmc.url).await?;
+    let (node, _c) = bmc_node(s, &off.name, &off.uuid).await?;
+    let inventory = bmc.dir.join("inventory.json");
+    Inventory::default()
+        .machine(&bmc, &off.name, &proxy.url, Some(&node))?
+        .write(&inventory)?;
+    let right = bmc.credentials_dir(None)?;
+
+    let error = Fault::Respond {
+        status: 500,
+        content_type: "application/json",
+        body: json!({"error": {"code": "Base.1.8.GeneralError", "message": "injected"}})
+            .to_string(),
+    };
+    for (fault, code) in [
+        (error, "ServerError"),
+        (Fault::Delay(Duration::from_secs(12)), "Timeout"),
+    ] {
+        proxy.inject(Match::any(), fault, 100);
+        let (exit, report) = cli(s, &inventory, &right, false, &["fence", &node])?;
+        proxy.heal();
+        assert_eq!(exit, 1, "left for a retry: {report:#}");
+        assert_ne!(report["results"][0]["outcome"], "fenced", "{report:#}");
+        let reason = report["results"][0]["reason"].to_string();
+        assert!(reason.contains("Redfish"), "{code}: {report:#}");
+        assert!(!is_tainted(s, &node).await?);
+    }
+    // The BMC itself from here on, no proxy between.
+    Inventory::default()
+        .machine(&bmc, &off.name, &bmc.url, Some(&node))?
+        .write(&inventory)?;
+    let wrong = bmc.credentials_dir(Some("not-the-password"))?;
+    let (exit, report) = cli(s, &inventory, &wrong, false, &["fence", &node])?;
+    assert_eq!(exit, 1, "{report:#}");
+    assert!(report.to_string().contains("401"), "{report:#}");
+    assert!(
+        !report.to_string().contains("not-the-password"),
+        "the password is never written out"
+    );
+    assert!(!is_tainted(s, &node).await?);
+
+    // The retry, the BMC answering again.
+    let right = bmc.credentials_dir(None)?;
+    let (exit, report) = cli(s, &inventory, &right, false, &["fence", &node])?;
+    assert_eq!(exit, 0, "{report:#}");
+    assert_eq!(report["results"][0]["outcome"], "fenced", "{report:#}");
+    Ok(())
+}
+
+/// A System whose UUID is not the one the Node's kubelet read (a board
+/// swapped, an inventory entry pointing at the wrong BMC) is never the
+/// Node's machine: off, it is not fenced; on, it is not forced off.
+#[tokio::test]
+async fn a_system_of_another_identity_is_never_acted_on() -> anyhow::Result<()> {
+    let _g = serial().await;
+    let s = stack();
+    let (off, on) = (
+        SystemSpec::new("rack2-off", false),
+        SystemSpec::new("rack2-on", true),
+    );
+    let bmc = Bmc::start(&bmc_dir(s), &[off.clone(), on.clone()], false).await?;
+    let other = uuid::Uuid::new_v4().to_string();
+    let (off_node, _c1) = bmc_node(s, &off.name, &other).await?;
+    let (on_node, _c2) = bmc_node(s, &on.name, &other).await?;
+    let inventory = bmc.dir.join("inventory.json");
+    Inventory::default()
+        .machine(&bmc, &off.name, &bmc.url, None)?
+        .machine(&bmc, &on.name, &bmc.url, None)?
+        .write(&inventory)?;
+    let credentials = bmc.credentials_dir(None)?;
+    for node in [&off_node, &on_node] {
+        let (_, report) = cli(
+            s,
+            &inventory,
+            &credentials,
+            true,
+            &["fence", "--power-off", node],
+        )?;
+        assert_ne!(report["results"][0]["outcome"], "fenced", "{report:#}");
+        assert_eq!(
+            report["results"][0]["skip"]["reason"], "instance_not_found",
+            "{report:#}"
+        );
+        assert!(!is_tainted(s, node).await?);
+    }
+    assert!(bmc.reads_of(&on.name)? > 0);
+    assert_eq!(bmc.resets_of(&on.name)?, 0);
+    assert_eq!(bmc.power(&on.name).await?, "On");
+    Ok(())
+}
+
+/// `serve` off-cluster sweeps on its own schedule: a NotReady Node whose
+/// BMC reports its System off is fenced with no request made, and the
+/// fencing ends once the machine runs and the Node is Ready again.
+#[tokio::test]
+async fn serve_sweeps_on_its_own_schedule() -> anyhow::Result<()> {
+    let _g = serial().await;
+    let s = stack();
+    let off = SystemSpec::new("rack3-off", false);
+    let bmc = Bmc::start(&bmc_dir(s), std::slice::from_ref(&off), false).await?;
+    let (node, _c) = bmc_node(s, &off.name, &off.uuid).await?;
+    let inventory = bmc.dir.join("inventory.json");
+    Inventory::default()
+        .machine(&bmc, &off.name, &bmc.url, None)?
+        .write(&inventory)?;
+    let credentials = bmc.credentials_dir(None)?;
+    let serve = Serve::start(
+        env!("CARGO_BIN_EXE_node-fencer-gce"),
+        s,
+        bmc.dir.join("serve.log"),
+        &[
+            ("REDFISH_INVENTORY", path(&inventory)?),
+            ("REDFISH_CREDENTIALS_DIR", path(&credentials)?),
+            ("SWEEP_INTERVAL_SECONDS", "30"),
+            ("RECOVERY_SETTLE_SECONDS", "0"),
+            // The bare stack is shared: this sweep fences this test's Node
+            // alone, and asks no EC2 about the other tests' machines.
+            ("NODE_SELECTOR", &format!("{NODE_LABEL}={}", off.name)),
+            ("AWS_ENDPOINT_URL", "http://127.0.0.1:9"),
+        ],
+    )
+    .await?;
+    let fenced = wait_until(
+        "the first sweep to fence",
+        Duration::from_secs(30),
+        || async { Ok(is_tainted(s, &node).await?.then_some(())) },
+    )
+    .await;
+    // Back: the machine on, the Node Ready; the next sweep ends the fencing.
+    let recovered = async {
+        bmc.reset(&off.name, "On").await?;
+        bmc.wait_power(&off.name, "On").await?;
+        set_ready(&s.admin().await?, &node, "True").await?;
+        wait_until(
+            "a later sweep to end the fencing",
+            Duration::from_secs(75),
+            || async { Ok((!is_tainted(s, &node).await?).then_some(())) },
+        )
+        .await
+    };
+    let recovered = match fenced {
+        Ok(()) => recovered.await,
+        Err(e) => Err(e),
+    };
+    let log = serve.logged();
+    recovered.map_err(|e| anyhow::anyhow!("{e}; serve's log:\n{log}"))?;
+    assert!(log.contains("sweep done"), "{log}");
+    Ok(())
+}
+
+fn path(p: &std::path::Path) -> anyhow::Result<&str> {
+    p.to_str()
+        .ok_or_else(|| anyhow::anyhow!("{} is not UTF-8", p.display()))
+}
