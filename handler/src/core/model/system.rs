@@ -86,7 +86,8 @@ pub enum ForceOffStep {
 /// a graceful `PoweringOff` a hung guest may never finish). One powering on
 /// is left alone: a machine on its way back is recovery's to judge.
 pub fn may_force_off(judged: &MachineIdentity, now: &System) -> Result<ForceOffStep, String> {
-    if !judged.may_be_same_as(&now.facts.identity) || judged.system_uuid == SystemUuid::Missing {
+    // A missing UUID, then or now, is never the same System.
+    if !judged.may_be_same_as(&now.facts.identity) {
         return Err(
             "the BMC's System is not the machine judged (its UUID differs or is missing)".into(),
         );
