@@ -253,20 +253,11 @@ async fn main() -> anyhow::Result<()> {
         ),
     );
 
-    let lane = Lane {
-        name: "this run: node-fencer through the binary".into(),
-        marks: marks
-            .into_iter()
-            .map(|(p, t)| (p, t.as_secs_f64()))
-            .collect(),
-        watched_until: None,
-    };
-    println!(
-        "\nSummary: both workloads run elsewhere with their volumes, {:.1} s after the \
-         {machine} stopped ({} ms in node-fencer).\n\n{}",
-        running.as_secs_f64(),
-        took.as_millis(),
-        recovery_timeline::text(std::slice::from_ref(&lane))
+    summary(
+        "this run: node-fencer through the binary",
+        &format!("the {machine} stopped"),
+        marks,
+        took,
     );
     if keep {
         // `make run` sources the cache's env.sh, which names the kubectl it built.
@@ -291,6 +282,32 @@ async fn main() -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// The run's summary: when both workloads ran again (the `Running` mark),
+/// how long node-fencer took, and the timeline of `marks`, in one lane.
+fn summary(lane: &str, zero: &str, marks: Vec<(Phase, Duration)>, took: Duration) {
+    let running = marks
+        .iter()
+        .filter(|(p, _)| *p == Phase::Running)
+        .map(|(_, t)| *t)
+        .max()
+        .unwrap_or_default();
+    let lane = Lane {
+        name: lane.into(),
+        marks: marks
+            .into_iter()
+            .map(|(p, t)| (p, t.as_secs_f64()))
+            .collect(),
+        watched_until: None,
+    };
+    println!(
+        "\nSummary: both workloads run elsewhere with their volumes, {:.1} s after {zero} \
+         ({} ms in node-fencer).\n\n{}",
+        running.as_secs_f64(),
+        took.as_millis(),
+        recovery_timeline::text(std::slice::from_ref(&lane))
+    );
 }
 
 /// Waits until node 2 is NotReady, then shows Kubernetes alone for
@@ -375,13 +392,13 @@ mod onprem {
     use node_fencer_tests::attacher::Driver;
     use node_fencer_tests::cluster::cluster_stack;
     use node_fencer_tests::fixtures::{fenced_at, node_events};
-    use node_fencer_tests::recovery_timeline::{self, Lane, Phase};
+    use node_fencer_tests::recovery_timeline::Phase;
     use node_fencer_tests::redfish::{Bmc, Inventory, Serve, SystemSpec};
     use node_fencer_tests::scene::{
         Hosts, kube_node_not_ready, node_taints, seed_on, stop_heartbeats,
     };
 
-    use super::{moved, step, stuck_alone};
+    use super::{moved, step, stuck_alone, summary};
 
     pub(super) async fn run(keep: bool) -> anyhow::Result<()> {
         let t0 = Instant::now();
@@ -493,20 +510,11 @@ mod onprem {
         }
         marks.extend(pods_gone.map(|t| (Phase::PodsDeleted, t)));
         marks.push((Phase::Running, running));
-        let lane = Lane {
-            name: "this run: node-fencer serve, the machine off at its BMC".into(),
-            marks: marks
-                .into_iter()
-                .map(|(p, t)| (p, t.as_secs_f64()))
-                .collect(),
-            watched_until: None,
-        };
-        println!(
-            "\nSummary: both workloads run elsewhere with their volumes, {:.1} s after the \
-             BMC reported the machine off ({} ms in node-fencer).\n\n{}",
-            running.as_secs_f64(),
-            took.as_millis(),
-            recovery_timeline::text(std::slice::from_ref(&lane))
+        summary(
+            "this run: node-fencer serve, the machine off at its BMC",
+            "the BMC reported the machine off",
+            marks,
+            took,
         );
         if keep {
             println!(
