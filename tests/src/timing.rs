@@ -19,10 +19,10 @@ use node_fencer::core::rules::in_use::ReleaseOutcome;
 use node_fencer::core::rules::mode::ServerVersion;
 use node_fencer::core::rules::silence::KubeletLease;
 use node_fencer::core::rules::view::Census;
-use node_fencer::shell::cloud::{Cloud, CloudError, Detach, PowerOff};
+use node_fencer::shell::cloud::{Cloud, CloudError, Detach, PowerOff, PowerOffAnswer};
 use node_fencer::shell::cluster::{
-    Cluster, ClusterError, ClusterReads, ConfirmOutcome, Coordination, FencingWrites, LeaseTaken,
-    MarkOutcome, PodRef, TaintOutcome, UntaintOutcome,
+    Cluster, ClusterError, ClusterReads, ConfirmOutcome, Coordination, FencingWrites, JudgedNode,
+    LeaseTaken, MarkOutcome, PodRef, TaintOutcome, UntaintOutcome,
 };
 
 /// One call.
@@ -226,7 +226,7 @@ impl Cloud for TimingCloud<'_> {
             .time("DescribeInstanceStatus", self.inner.status_checks(ids))
             .await
     }
-    async fn power_off(&self, order: &PowerOff<'_>) -> Result<(), CloudError> {
+    async fn power_off(&self, order: &PowerOff<'_>) -> Result<PowerOffAnswer, CloudError> {
         self.timeline
             .time("StopInstances", self.inner.power_off(order))
             .await
@@ -312,9 +312,13 @@ impl ClusterReads for TimingCluster<'_> {
             .time("ListPods", self.inner.pods_on_node(node, out_of_service))
             .await
     }
-    async fn node_lease(&self, node: &str) -> Result<KubeletLease, ClusterError> {
+    async fn node_lease(
+        &self,
+        node: &str,
+        uid: Option<&str>,
+    ) -> Result<KubeletLease, ClusterError> {
         self.timeline
-            .time("GetNodeLease", self.inner.node_lease(node))
+            .time("GetNodeLease", self.inner.node_lease(node, uid))
             .await
     }
 }
@@ -326,9 +330,13 @@ impl FencingWrites for TimingCluster<'_> {
             .time("TaintNode", self.inner.taint_node(node, stamp))
             .await
     }
-    async fn mark_not_ready(&self, node: &str, message: &str) -> Result<MarkOutcome, ClusterError> {
+    async fn mark_not_ready(
+        &self,
+        judged: &JudgedNode<'_>,
+        message: &str,
+    ) -> Result<MarkOutcome, ClusterError> {
         self.timeline
-            .time("MarkNotReady", self.inner.mark_not_ready(node, message))
+            .time("MarkNotReady", self.inner.mark_not_ready(judged, message))
             .await
     }
     async fn node_event(

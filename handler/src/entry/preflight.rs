@@ -183,6 +183,31 @@ fn denied(
     )
 }
 
+/// Why a grant the rules hold is not needed by this configuration, and how
+/// a deployment drops it; `None` when it is needed. `mode` is the mode in
+/// force (`auto` resolved by the server version).
+fn unneeded(
+    (resource, verb, scope): (&str, &str, Option<(&str, Option<&str>)>),
+    mode: Option<FenceMode>,
+    fast_not_ready: bool,
+) -> Option<&'static str> {
+    let legacy = mode != Some(FenceMode::Taint);
+    if fast_only(scope) && !fast_not_ready {
+        return Some(
+            "only FAST_NOT_READY=true reads the kubelets' Leases; the kubernetes-rbac module's grant_node_leases=false drops it",
+        );
+    }
+    if status_write(resource) && !fast_not_ready && !legacy {
+        return Some(
+            "only FAST_NOT_READY=true and the legacy mode write nodes/status; the kubernetes-rbac module's grant_node_status=false drops it",
+        );
+    }
+    if legacy_only(resource, verb) && !legacy {
+        return Some("only the legacy mode deletes VolumeAttachments");
+    }
+    None
+}
+
 /// Runs every check. Never changes anything: the only writes are
 /// SelfSubjectAccessReviews, EC2 dry runs and `testIamPermissions`, which
 /// store nothing.
@@ -518,7 +543,15 @@ async fn permissions(
         };
         let answer = can(client, group, resource, verb, scope).await;
         checks.push(match answer {
-            Ok(true) => row(what, Status::Pass, "allowed"),
+            Ok(true) => match unneeded((resource, verb, scope), mode, config.policy.fast_not_ready)
+            {
+                Some(drop) => row(
+                    what,
+                    Status::Pass,
+                    format!("allowed; this configuration does not need it ({drop})"),
+                ),
+                None => row(what, Status::Pass, "allowed"),
+            },
             Ok(false) => denied(
                 what,
                 (resource, verb, scope),
@@ -603,5 +636,34 @@ mod tests {
         assert!(legacy_only("volumeattachments", "delete"));
         assert!(!legacy_only("volumeattachments", "list"));
         assert!(!legacy_only("nodes", "patch"));
+    }
+
+    /// Issue 45, item 10: a grant the configuration never uses is named,
+    /// with the module variable that drops it; one it uses is not.
+    #[test]
+    fn the_grants_a_configuration_does_not_need_are_named() {
+        let status = ("nodes/status", "patch", None);
+        let leases = ("leases", "get", Some((NODE_LEASE_NAMESPACE, None)));
+        let detach = ("volumeattachments", "delete", None);
+        let taint = Some(FenceMode::Taint);
+        let legacy = Some(FenceMode::Legacy);
+        let dropped = |grant, mode, fast| unneeded(grant, mode, fast).unwrap_or_default();
+        assert!(dropped(status, taint, false).contains("grant_node_status=false"));
+        assert!(dropped(leases, taint, false).contains("grant_node_leases=false"));
+        assert!(dropped(leases, legacy, false).contains("grant_node_leases=false"));
+        assert!(dropped(detach, taint, true).contains("legacy mode"));
+        for (grant, mode, fast) in [
+            (status, taint, true),
+            (status, legacy, false),
+            (leases, taint, true),
+            (detach, legacy, false),
+            (("nodes", "patch", None), taint, false),
+        ] {
+            assert_eq!(
+                unneeded(grant, mode, fast),
+                None,
+                "{grant:?} {mode:?} {fast}"
+            );
+        }
     }
 }

@@ -7,13 +7,18 @@
 //! error makes every answer of the call that failed a failed lookup, which
 //! the core never takes for "off"; a provider that asks machine by machine
 //! (a BMC each) fails only the machine it could not ask.
+//!
+//! Every look after the first is held to the machine the first one
+//! described ([`InstanceFacts::same_machine`]): a VM recreated under the
+//! same name, or another System behind the same BMC name, is another
+//! machine, and its answer is "not found" for the rest of the invocation.
 
 use std::collections::HashMap;
 use std::time::Instant;
 
 use tracing::warn;
 
-use crate::core::model::facts::{Confirmation, NodeFacts};
+use crate::core::model::facts::{Confirmation, InstanceFacts, NodeFacts};
 use crate::core::model::instance::InstanceId;
 use crate::core::outbound::metrics::Stage;
 use crate::core::rules::plan;
@@ -23,6 +28,11 @@ use crate::pipeline::ctx::Ctx;
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Looks {
     answers: HashMap<InstanceId, Confirmation>,
+    /// The machine the first look that described each name found: what
+    /// every later look is held to.
+    judged: HashMap<InstanceId, InstanceFacts>,
+    /// The names under which a later look found another machine.
+    replaced: Vec<InstanceId>,
 }
 
 impl Looks {
@@ -45,6 +55,7 @@ impl Looks {
             .cloned()
             .collect();
         let answers = ask(ctx, &new).await;
+        let answers = self.hold(answers);
         self.answers.extend(answers);
     }
 
@@ -55,16 +66,61 @@ impl Looks {
         ctx: &Ctx<'_>,
         ids: &[InstanceId],
     ) -> HashMap<InstanceId, Confirmation> {
-        let answers = ask(ctx, ids).await;
+        let answers = self.hold(ask(ctx, ids).await);
         self.answers
             .extend(answers.iter().map(|(k, v)| (k.clone(), v.clone())));
         answers
+    }
+
+    /// The machine the first look at `id` described, if one did.
+    pub(crate) fn judged(&self, id: &InstanceId) -> Option<&InstanceFacts> {
+        self.judged.get(id)
+    }
+
+    /// True when a later look at `id` found another machine than the first.
+    pub(crate) fn replaced(&self, id: &InstanceId) -> bool {
+        self.replaced.contains(id)
+    }
+
+    /// Holds each answer to the machine first described under its name,
+    /// and records the first description of a name not described before.
+    fn hold(
+        &mut self,
+        answers: HashMap<InstanceId, Confirmation>,
+    ) -> HashMap<InstanceId, Confirmation> {
+        answers
+            .into_iter()
+            .map(|(id, answer)| {
+                let held = match self.judged.get(&id) {
+                    Some(first) => {
+                        let held = first.same_machine(&answer);
+                        if held != answer && !self.replaced.contains(&id) {
+                            warn!(machine = %id, "another machine under the name judged: taken for not found");
+                            self.replaced.push(id.clone());
+                        }
+                        held
+                    }
+                    None => {
+                        if let Confirmation::Seen(facts) = &answer {
+                            self.judged.insert(id.clone(), facts.clone());
+                        }
+                        answer
+                    }
+                };
+                (id, held)
+            })
+            .collect()
     }
 
     /// What the cloud is taken to have said of `id`, for a stage test that
     /// starts after the first look.
     #[cfg(test)]
     pub(crate) fn seed(&mut self, id: InstanceId, answer: Confirmation) {
+        if let Confirmation::Seen(facts) = &answer {
+            self.judged
+                .entry(id.clone())
+                .or_insert_with(|| facts.clone());
+        }
         self.answers.insert(id, answer);
     }
 

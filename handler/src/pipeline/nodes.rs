@@ -13,7 +13,7 @@ use tracing::{info, warn};
 
 use crate::core::inbound::suspect::Suspect;
 use crate::core::model::facts::{Confirmation, NodeFacts};
-use crate::core::model::instance::InstanceId;
+use crate::core::model::instance::{InstanceId, Provider};
 use crate::core::outbound::metrics::Dependency;
 use crate::core::rules::view::{self, Census, NodeView, Read};
 use crate::core::settings::policy::Policy;
@@ -102,6 +102,17 @@ async fn partial(ctx: &Ctx<'_>, policy: &Policy, reads: Vec<Read>) -> Option<Nod
         .collect()
         .await;
     let read: Vec<NodeFacts> = read.into_iter().collect::<Option<_>>()?;
+    // A BMC's machine is known by its UUID, an identity only when no other
+    // Node reports it, which only the list of every Node shows.
+    let on_bmc = |n: &NodeFacts| {
+        n.instance
+            .as_ref()
+            .is_some_and(|i| i.provider() == Provider::Redfish)
+    };
+    if read.iter().any(on_bmc) {
+        info!("a Node read by name is on a BMC's machine: reading every Node");
+        return None;
+    }
     let labelled = ctx
         .reads
         .list_fenced_nodes()

@@ -21,16 +21,24 @@ locals {
   # there are. control_namespace moves those of the control namespace; the
   # kubelets' Leases stay where Kubernetes keeps them.
   fixed_namespaces = ["kube-node-lease"]
+  # What a deployment's settings never use may be left out (preflight names
+  # it): the kubelets' Leases, which only FAST_NOT_READY reads, and the
+  # nodes/status writes, which only FAST_NOT_READY and the legacy mode make.
+  dropped_namespaces = var.grant_node_leases ? [] : ["kube-node-lease"]
+  cluster_rules = [
+    for r in local.cluster_role.rules : r
+    if var.grant_node_status || !contains(try(r.resources, []), "nodes/status")
+  ]
   roles = {
     for d in local.documents : "${d.metadata.namespace}/${d.metadata.name}" => merge(d, {
       namespace = contains(local.fixed_namespaces, d.metadata.namespace) ? d.metadata.namespace : coalesce(var.control_namespace, d.metadata.namespace)
-    }) if d.kind == "Role"
+    }) if d.kind == "Role" && !contains(local.dropped_namespaces, d.metadata.namespace)
   }
   role_bindings = {
     for d in local.documents : "${d.metadata.namespace}/${d.metadata.name}" => merge(d, {
       namespace = contains(local.fixed_namespaces, d.metadata.namespace) ? d.metadata.namespace : coalesce(var.control_namespace, d.metadata.namespace)
       role_key  = "${d.metadata.namespace}/${d.roleRef.name}"
-    }) if d.kind == "RoleBinding"
+    }) if d.kind == "RoleBinding" && !contains(local.dropped_namespaces, d.metadata.namespace)
   }
 
   labels = merge({ "app.kubernetes.io/name" = "node-fencer" }, var.labels)
@@ -44,7 +52,7 @@ resource "kubernetes_cluster_role_v1" "this" {
   }
 
   dynamic "rule" {
-    for_each = local.cluster_role.rules
+    for_each = local.cluster_rules
 
     content {
       api_groups     = try(rule.value.apiGroups, null)

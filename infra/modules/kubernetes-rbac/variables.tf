@@ -55,3 +55,15 @@ variable "users" {
     error_message = "users must not hold empty names."
   }
 }
+
+variable "grant_node_status" {
+  description = "Grant patch on nodes/status. Only FAST_NOT_READY=true (marking a Node whose kubelet is proven silent Ready=Unknown) and the legacy mode (releasing volumesInUse; FENCING_MODE=legacy, or auto before Kubernetes 1.26) write it: a deployment with both off may set false. `node-fencer preflight` names the grants a configuration does not need."
+  type        = bool
+  default     = true
+}
+
+variable "grant_node_leases" {
+  description = "Grant reading the kubelets' Leases in kube-node-lease (the manifest's Role there and its binding). Only FAST_NOT_READY=true reads them: a deployment with it off may set false."
+  type        = bool
+  default     = true
+}

@@ -2,7 +2,8 @@
 //! Compute Engine through Google's client: the VM judged, and only that one,
 //! is stopped at once (no graceful shutdown, Local SSD data kept) under a
 //! request id that names the power-off, its operation followed to the end;
-//! a VM recreated under the same name is never stopped.
+//! a VM recreated under the same name is never stopped, by the shell nor,
+//! end to end, by a pipeline that judged the old one.
 
 use std::time::Duration;
 
@@ -119,5 +120,92 @@ async fn a_stop_slower_than_the_bound_is_left_under_way() -> anyhow::Result<()> 
     sent?;
     assert_eq!(compute.status(&vm).await?.as_deref(), Some("STOPPING"));
     assert_eq!(compute.stop_operations(&vm).await?, 1);
+    Ok(())
+}
+
+/// Issue 45, item 1, end to end against the apiserver and the fake: a hung
+/// node's VM is judged RUNNING; while the invocation waits for the fencing
+/// Lease (another holder has it for 3 s), the managed instance group
+/// recreates the VM under the same name. The look under the Lease is held
+/// to the VM judged: the new VM is neither stopped nor fenced on, the Node
+/// is untouched but for the refusal's Warning.
+#[tokio::test]
+async fn a_vm_recreated_during_the_lease_wait_is_neither_stopped_nor_fenced() -> anyhow::Result<()>
+{
+    use k8s_openapi::api::coordination::v1::Lease;
+    use node_fencer::core::inbound::suspect::{Batch, Intent, NodeRef, Origin, Suspect};
+    use node_fencer::core::model::names::NodeName;
+    use node_fencer::core::rules::power::ActiveFencing;
+    use node_fencer::core::settings::policy::Policy;
+    use node_fencer::shell::cluster::Kube;
+    use node_fencer_tests::fixtures::{
+        Machine, NodeSpec, assert_node_events, create_node, fence_with, get_node, settings, taints,
+    };
+
+    let _g = serial().await;
+    let s = stack();
+    let admin = s.admin().await?;
+    let (gce, compute, vm) = running_vm().await?;
+    let spec = NodeSpec::for_machine(&Machine::of_vm(vm.clone()));
+    create_node(&admin, &spec).await?;
+    let _cleanup = s.delete_on_drop(&[&spec.name]);
+
+    // Another invocation holds the fencing Lease for 3 s more.
+    let leases: kube::Api<Lease> = kube::Api::namespaced(admin.clone(), "kube-system");
+    let _ = leases
+        .delete("node-fencer", &kube::api::DeleteParams::default())
+        .await;
+    let now = k8s_openapi::jiff::Timestamp::now();
+    let held: Lease = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "node-fencer", "namespace": "kube-system"},
+        "spec": {"holderIdentity": "another-invocation", "leaseDurationSeconds": 3,
+                 "acquireTime": now.to_string(), "renewTime": now.to_string()},
+    }))?;
+    leases
+        .create(&kube::api::PostParams::default(), &held)
+        .await?;
+
+    let policy = Policy {
+        active_fencing: Some(ActiveFencing {
+            // The bare stack's other tests leave NotReady Nodes about.
+            partition_percent: 100,
+            wait: Duration::from_secs(20),
+            ..ActiveFencing::default()
+        }),
+        ..settings()
+    };
+    let batch = Batch {
+        suspects: vec![Suspect {
+            target: NodeRef::Name(NodeName::parse(&spec.name).expect("a node name")),
+            intent: Intent::PowerOff,
+            origin: Origin::Direct,
+        }],
+        ..Batch::default()
+    };
+    let cluster = Kube::new(s.fencer().await?, "node-fencer-tests");
+    let recreate = async {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        compute.recreate_instance(&vm, "RUNNING").await
+    };
+    let (report, again) = tokio::join!(fence_with(&gce, &cluster, batch, policy), recreate);
+    let (report, again) = (report?, again?);
+    assert_ne!(again.id, vm.id);
+
+    let r = &report.results[0];
+    let refusal = r
+        .power_off
+        .as_ref()
+        .and_then(|p| p.refusal.as_ref())
+        .map(|r| r.code());
+    assert_eq!(refusal, Some("machine_replaced"), "{report:#?}");
+    assert!(compute.stop_requests(&again).await?.is_empty());
+    assert_eq!(compute.status(&again).await?.as_deref(), Some("RUNNING"));
+    let node = get_node(&admin, &spec.name).await?;
+    assert!(
+        !taints(&node).iter().any(|t| t.contains("out-of-service")),
+        "{:?}",
+        taints(&node)
+    );
+    assert_node_events(&admin, &spec.name, &["PowerOffRefused"]).await?;
     Ok(())
 }

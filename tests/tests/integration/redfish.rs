@@ -13,7 +13,9 @@ use std::process::Command;
 use std::time::Duration;
 
 use node_fencer_tests::faults::{Fault, FaultProxy, Match};
-use node_fencer_tests::fixtures::{NodeSpec, create_node, get_node, set_ready, taints, unique};
+use node_fencer_tests::fixtures::{
+    NodeSpec, create_node, get_node, node_events, set_ready, taints, unique,
+};
 use node_fencer_tests::lambda::function_env;
 use node_fencer_tests::redfish::{Bmc, Inventory, NODE_LABEL, Serve, SystemSpec};
 use node_fencer_tests::scene::wait_until;
@@ -64,10 +66,22 @@ fn cli(
     active: bool,
     args: &[&str],
 ) -> anyhow::Result<(i32, Value)> {
+    cli_with(s, (inventory, credentials), active, args, &[])
+}
+
+/// [`cli`] with more of the environment set.
+fn cli_with(
+    s: &Stack,
+    (inventory, credentials): (&std::path::Path, &std::path::Path),
+    active: bool,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> anyhow::Result<(i32, Value)> {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_node-fencer-gce"));
     cmd.args(["--output", "json"])
         .args(args)
         .envs(function_env(s))
+        .envs(env.iter().copied())
         .env("REDFISH_INVENTORY", inventory)
         .env("REDFISH_CREDENTIALS_DIR", credentials)
         .env("LOG_FORMAT", "text");
@@ -309,6 +323,120 @@ async fn a_system_of_another_identity_is_never_acted_on() -> anyhow::Result<()> 
     assert!(bmc.reads_of(&on.name)? > 0);
     assert_eq!(bmc.resets_of(&on.name)?, 0);
     assert_eq!(bmc.power(&on.name).await?, "On");
+    Ok(())
+}
+
+/// Issue 45, item 3: a host whose environment names a proxy (here one
+/// that refuses every connection) still reaches its BMCs directly: a BMC's
+/// Basic credentials never go to a proxy. The BMC is a loopback tunnel's
+/// plain `http://localhost`, which `HTTP_PROXY` covers and `NO_PROXY`
+/// (the stack's 127.0.0.1, for the other clients) does not.
+#[tokio::test]
+async fn a_bmc_is_never_reached_through_a_proxy() -> anyhow::Result<()> {
+    let _g = serial().await;
+    let s = stack();
+    let off = SystemSpec::new("rack5-off", false);
+    let bmc = Bmc::start(&bmc_dir(s), std::slice::from_ref(&off), true).await?;
+    let (node, _c) = bmc_node(s, &off.name, &off.uuid).await?;
+    let inventory = bmc.dir.join("inventory.json");
+    let by_name = bmc.url.replace("127.0.0.1", "localhost");
+    anyhow::ensure!(by_name.starts_with("http://localhost:"), "{by_name}");
+    Inventory::default()
+        .machine(&bmc, &off.name, &by_name, Some(&node))?
+        .write(&inventory)?;
+    let credentials = bmc.credentials_dir(None)?;
+    let dead = "http://127.0.0.1:9";
+    let (code, report) = cli_with(
+        s,
+        (&inventory, &credentials),
+        false,
+        &["fence", &node],
+        &[
+            ("HTTP_PROXY", dead),
+            ("http_proxy", dead),
+            ("NO_PROXY", "127.0.0.1"),
+            ("no_proxy", "127.0.0.1"),
+        ],
+    )?;
+    assert_eq!(code, 0, "{report:#}");
+    assert_eq!(report["results"][0]["outcome"], "fenced", "{report:#}");
+    assert!(bmc.reads_of(&off.name)? > 0, "the BMC itself was asked");
+    Ok(())
+}
+
+/// Issue 45, item 2: two boards with one UUID (cloned firmware), each behind
+/// its own BMC. The Node runs on the one that is on, but the inventory
+/// (two entries swapped) maps it to the one that is off. The UUID matches,
+/// and is no identity: another System of the inventory serves it too. Not
+/// fenced, and a Warning says why. With the other board out of the
+/// inventory, the same System ties the Node to it again.
+#[tokio::test]
+async fn a_uuid_two_systems_serve_ties_a_node_to_neither() -> anyhow::Result<()> {
+    let _g = serial().await;
+    let s = stack();
+    let shared = uuid::Uuid::new_v4().to_string();
+    let off = SystemSpec {
+        uuid: shared.clone(),
+        ..SystemSpec::new("rack4-off", false)
+    };
+    let on = SystemSpec {
+        uuid: shared.clone(),
+        ..SystemSpec::new("rack4-on", true)
+    };
+    let bmc_off = Bmc::start(&bmc_dir(s), std::slice::from_ref(&off), false).await?;
+    let bmc_on = Bmc::start(&bmc_dir(s), std::slice::from_ref(&on), false).await?;
+    let (node, _c) = bmc_node(s, &off.name, &shared).await?;
+    let inventory = bmc_off.dir.join("inventory.json");
+    Inventory::default()
+        .machine(&bmc_off, &off.name, &bmc_off.url, None)?
+        .machine(&bmc_on, &on.name, &bmc_on.url, None)?
+        .write(&inventory)?;
+    let credentials = bmc_off.credentials_dir(None)?;
+
+    let (code, report) = cli(s, &inventory, &credentials, false, &["fence", &node])?;
+    assert_eq!(code, 0, "{report:#}");
+    assert_eq!(
+        report["results"][0]["skip"]["reason"], "instance_not_found",
+        "{report:#}"
+    );
+    assert!(!is_tainted(s, &node).await?);
+    assert!(bmc_on.reads_of(&on.name)? > 0, "the other System was read");
+    let events = node_events(&s.admin().await?, &node).await?;
+    let unidentified: Vec<&String> = events
+        .iter()
+        .filter(|(reason, _)| reason == "UnidentifiedMachine")
+        .map(|(_, note)| note)
+        .collect();
+    assert_eq!(unidentified.len(), 1, "{events:?}");
+    assert!(
+        unidentified[0].contains("another System"),
+        "{unidentified:?}"
+    );
+    // Preflight fails that BMC, for the same reason.
+    let (_, preflight) = cli(s, &inventory, &credentials, false, &["preflight"])?;
+    let row = preflight["checks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["check"] == json!(format!("BMC redfish://{}", off.name)))
+        .cloned()
+        .unwrap_or(Value::Null);
+    assert_eq!(row["status"], "fail", "{preflight:#}");
+    assert!(
+        row["detail"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("another System"),
+        "{row:#}"
+    );
+
+    Inventory::default()
+        .machine(&bmc_off, &off.name, &bmc_off.url, None)?
+        .write(&inventory)?;
+    let (code, report) = cli(s, &inventory, &credentials, false, &["fence", &node])?;
+    assert_eq!(code, 0, "{report:#}");
+    assert_eq!(report["results"][0]["outcome"], "fenced", "{report:#}");
+    assert_eq!(bmc_on.power(&on.name).await?, "On");
     Ok(())
 }
 

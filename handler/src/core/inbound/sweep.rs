@@ -32,6 +32,7 @@ mod tests {
     fn node(name: &str, readiness: Readiness, tainted: bool) -> NodeFacts {
         NodeFacts {
             labels: Default::default(),
+            uid: None,
             attached: None,
             machine: Default::default(),
             power: Default::default(),

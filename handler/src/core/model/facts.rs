@@ -49,6 +49,9 @@ pub struct TaintFacts {
 pub struct NodeFacts {
     /// `metadata.name`.
     pub name: String,
+    /// `metadata.uid`: a Node deleted and registered again under the same
+    /// name is another object.
+    pub uid: Option<String>,
     /// The instance from `spec.providerID`, when it is an AWS one.
     pub instance: Option<InstanceId>,
     /// The `Ready` condition.
@@ -109,7 +112,7 @@ impl MachineIdentity {
     pub fn may_be_machine_of(&self, node: &MachineIdentity) -> bool {
         let system = match self.system_uuid {
             SystemUuid::Unread => true,
-            SystemUuid::Missing | SystemUuid::Known(_) => {
+            SystemUuid::Missing | SystemUuid::Doubtful(_) | SystemUuid::Known(_) => {
                 self.system_uuid.same_machine(node.system_uuid)
             }
         };
@@ -356,6 +359,7 @@ impl NodeFacts {
     pub fn bare(name: &str, readiness: Readiness) -> Self {
         Self {
             name: name.into(),
+            uid: None,
             instance: None,
             readiness,
             internal_ips: vec![],

@@ -103,6 +103,7 @@ pub fn node_facts(node: &Node) -> Option<NodeFacts> {
         .collect();
     Some(NodeFacts {
         name,
+        uid: node.metadata.uid.clone(),
         instance,
         readiness: readiness(node),
         internal_ips,

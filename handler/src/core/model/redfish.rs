@@ -94,20 +94,118 @@ pub enum SystemUuid {
     /// Not asked: the clouds' machines are told apart otherwise.
     #[default]
     Unread,
-    /// Asked, and no usable UUID came back: absent, malformed, or a
-    /// placeholder (all zeros, all ones).
+    /// Asked, and no UUID came back: absent or malformed.
     Missing,
+    /// A UUID that tells no machine apart: a placeholder, or one that
+    /// more than one machine shows. It counts as missing.
+    Doubtful(Doubt),
     /// A UUID, as bytes in the order printed (bytes, not a `u128`: the
     /// facts that carry it stay small).
     Known([u8; 16]),
 }
 
+/// Why a UUID that was read is no identity.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Doubt {
+    /// A value firmware ships unset (all zeros, all ones, or one of the
+    /// vendors' well-known fill-ins): many boards report it.
+    Placeholder,
+    /// Another Node's kubelet reports the same UUID (cloned firmware, a
+    /// cloned VM): which Node a System with it backs cannot be told.
+    SharedByNodes,
+    /// Another System of the inventory serves the same UUID.
+    SharedBySystems,
+    /// Not every other System of the inventory could be read, so the UUID
+    /// cannot be shown to be served by this System alone.
+    Unproven,
+}
+
+impl Doubt {
+    /// A short, stable name.
+    pub fn code(self) -> &'static str {
+        match self {
+            Self::Placeholder => "placeholder",
+            Self::SharedByNodes => "shared_by_nodes",
+            Self::SharedBySystems => "shared_by_systems",
+            Self::Unproven => "unproven",
+        }
+    }
+}
+
+impl fmt::Display for Doubt {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Placeholder => {
+                "the UUID is a placeholder firmware ships unset (all zeros, all ones, or a vendor's fill-in), which many boards report"
+            }
+            Self::SharedByNodes => {
+                "another Node's kubelet reports the same UUID (cloned firmware or a cloned VM), so a System that shows it cannot be told to be this Node's"
+            }
+            Self::SharedBySystems => {
+                "another System of the inventory serves the same UUID, so it names no one machine"
+            }
+            Self::Unproven => {
+                "not every other System of the inventory answered, so no one can show that this System alone serves the UUID"
+            }
+        })
+    }
+}
+
+/// UUIDs firmware ships unset, seen on many boards at once: all zeros and
+/// all ones (SMBIOS' "not present" and "not settable"), the AMI BIOS
+/// fill-in `03000200-0400-0500-0006-000700080009`, and the
+/// `12345678-1234-5678-90ab-cddeefaabbcc` some boards leave. Matched in
+/// either SMBIOS byte order.
+const PLACEHOLDERS: [u128; 4] = [
+    0,
+    u128::MAX,
+    0x0300_0200_0400_0500_0006_0007_0008_0009,
+    0x1234_5678_1234_5678_90ab_cdde_efaa_bbcc,
+];
+
 impl SystemUuid {
-    /// Parses the canonical form (`8-4-4-4-12` hex digits, either case).
+    /// Parses the canonical form (`8-4-4-4-12` hex digits, either case);
+    /// a placeholder is [`Doubt::Placeholder`].
     pub fn parse(raw: Option<&str>) -> Self {
-        raw.and_then(uuid_bits)
-            .filter(|bits| *bits != 0 && *bits != u128::MAX)
-            .map_or(Self::Missing, |bits| Self::Known(bits.to_be_bytes()))
+        let Some(bits) = raw.and_then(uuid_bits) else {
+            return Self::Missing;
+        };
+        let bytes = bits.to_be_bytes();
+        let placeholder = PLACEHOLDERS.iter().any(|p| {
+            let p = p.to_be_bytes();
+            bytes == p || bytes == swap_smbios_fields(p)
+        });
+        if placeholder {
+            Self::Doubtful(Doubt::Placeholder)
+        } else {
+            Self::Known(bytes)
+        }
+    }
+
+    /// Why this UUID is no identity, when it is read and doubtful.
+    pub fn doubt(self) -> Option<Doubt> {
+        match self {
+            Self::Doubtful(d) => Some(d),
+            _ => None,
+        }
+    }
+
+    /// This UUID, taken for no identity for `doubt` when it is a known one.
+    pub fn doubted(self, doubt: Doubt) -> Self {
+        match self {
+            Self::Known(_) => Self::Doubtful(doubt),
+            other => other,
+        }
+    }
+
+    /// The UUID as one key for both SMBIOS byte orders, when it is known:
+    /// two UUIDs with the same key are the same machine's.
+    pub fn key(self) -> Option<[u8; 16]> {
+        match self {
+            Self::Known(a) => Some(a.min(swap_smbios_fields(a))),
+            _ => None,
+        }
     }
 
     /// True when both are the same machine's UUID. SMBIOS stores the first
@@ -186,11 +284,34 @@ mod tests {
             Some("{27946b59-9e44-4fa7-8e91-f3527a1ef094}"),
             Some("27946b59-9e44-4fa7-8e91-f3527a1ef09"),
             Some("27946b59-9e44-4fa7-8e91-f3527a1ef09g"),
-            Some("00000000-0000-0000-0000-000000000000"),
-            Some("ffffffff-ffff-ffff-ffff-ffffffffffff"),
         ] {
             assert_eq!(SystemUuid::parse(bad), SystemUuid::Missing, "{bad:?}");
         }
+        for placeholder in [
+            "00000000-0000-0000-0000-000000000000",
+            "ffffffff-ffff-ffff-ffff-ffffffffffff",
+            "03000200-0400-0500-0006-000700080009",
+            "00020003-0004-0005-0006-000700080009",
+            "12345678-1234-5678-90AB-CDDEEFAABBCC",
+        ] {
+            let u = SystemUuid::parse(Some(placeholder));
+            assert_eq!(u, SystemUuid::Doubtful(Doubt::Placeholder), "{placeholder}");
+            assert!(!u.same_machine(u), "a placeholder is no one machine's");
+        }
+    }
+
+    #[test]
+    fn a_doubted_uuid_is_no_one_machine_s() {
+        let u = SystemUuid::parse(Some("27946b59-9e44-4fa7-8e91-f3527a1ef094"));
+        let shared = u.doubted(Doubt::SharedByNodes);
+        assert_eq!(shared.doubt(), Some(Doubt::SharedByNodes));
+        assert!(!shared.same_machine(u) && !u.same_machine(shared));
+        assert!(!shared.same_machine(shared));
+        assert_eq!(
+            SystemUuid::Missing.doubted(Doubt::SharedByNodes),
+            SystemUuid::Missing
+        );
+        assert_eq!(u.doubt(), None);
     }
 
     #[test]

@@ -56,15 +56,19 @@ impl System {
     }
 
     /// Where a forced power-off of this System is posted: its advertised
-    /// target, on the BMC it was read from.
-    pub fn force_off_target(&self) -> Result<&str, String> {
+    /// target, under the System's own path (`system`, the one it was read
+    /// from) on the BMC it was read from. A target elsewhere, even on the
+    /// same BMC, is refused: a Chassis' or a Manager's reset would power
+    /// off a whole enclosure, or the BMC.
+    pub fn force_off_target(&self, system: &str) -> Result<&str, String> {
         if self.force_off_allowed == Some(false) {
             return Err("the System does not list ForceOff among its reset types".into());
         }
+        let own = format!("{}/", system.trim_end_matches('/'));
         match self.reset_target.as_deref() {
-            Some(target) if target.starts_with("/redfish/v1/") => Ok(target),
+            Some(target) if target.starts_with(&own) && !target.contains("/../") => Ok(target),
             Some(target) => Err(format!(
-                "the System's reset target {target:?} is not a path of this BMC"
+                "the System's reset target {target:?} is not under the System's own path {system}"
             )),
             None => Err("the System advertises no ComputerSystem.Reset action".into()),
         }
@@ -99,6 +103,19 @@ pub fn may_force_off(judged: &MachineIdentity, now: &System) -> Result<ForceOffS
         }
         other => Err(format!("the System is `{}`, not powered", other.name())),
     }
+}
+
+/// Whether a `ForceOff` the BMC refused is done all the same, by the
+/// System read right after: the System judged (its UUID), and `Off` or
+/// `PoweringOff`. A retry after a timeout, when the first `ForceOff` went
+/// through, may meet a BMC that refuses a second one; taking that refusal
+/// for a failure would take back a mark whose power-off happened.
+pub fn force_off_done(judged: &MachineIdentity, now: &System) -> bool {
+    judged.may_be_same_as(&now.facts.identity)
+        && matches!(
+            now.facts.state,
+            InstanceState::Stopped | InstanceState::Stopping
+        )
 }
 
 /// The one System a `ComputerSystemCollection` lists: a BMC that lists
@@ -166,23 +183,40 @@ mod tests {
             system.facts.identity.system_uuid,
             SystemUuid::Known(_)
         ));
+        const OWN: &str = "/redfish/v1/Systems/1";
         assert_eq!(
-            system.force_off_target(),
+            system.force_off_target(OWN),
             Ok("/redfish/v1/Systems/1/Actions/ComputerSystem.Reset")
         );
+        // Another resource's reset, on the same BMC, is never posted to.
+        for target in [
+            "/redfish/v1/Chassis/1/Actions/Chassis.Reset",
+            "/redfish/v1/Managers/1/Actions/Manager.Reset",
+            "/redfish/v1/Systems/10/Actions/ComputerSystem.Reset",
+            "/redfish/v1/Systems/1/../../Chassis/1/Actions/Chassis.Reset",
+        ] {
+            let mut other = doc.clone();
+            other["Actions"]["#ComputerSystem.Reset"]["target"] = serde_json::json!(target);
+            let system = System::read(id(), &other);
+            assert!(system.force_off_target(OWN).is_err(), "{target}");
+        }
 
         let mut no_force = doc.clone();
         no_force["Actions"]["#ComputerSystem.Reset"]["ResetType@Redfish.AllowableValues"] =
             serde_json::json!(["On", "GracefulShutdown"]);
-        assert!(System::read(id(), &no_force).force_off_target().is_err());
+        assert!(System::read(id(), &no_force).force_off_target(OWN).is_err());
         let mut elsewhere = doc.clone();
         elsewhere["Actions"]["#ComputerSystem.Reset"]["target"] =
             serde_json::json!("https://evil.example/reset");
-        assert!(System::read(id(), &elsewhere).force_off_target().is_err());
+        assert!(
+            System::read(id(), &elsewhere)
+                .force_off_target(OWN)
+                .is_err()
+        );
         let bare = System::read(id(), &serde_json::json!({}));
         assert_eq!(bare.facts.state, InstanceState::Unknown);
         assert_eq!(bare.facts.identity.system_uuid, SystemUuid::Missing);
-        assert!(bare.force_off_target().is_err());
+        assert!(bare.force_off_target(OWN).is_err());
     }
 
     #[test]
@@ -203,6 +237,25 @@ mod tests {
         assert!(now("On", "").is_err());
         let unknown = System::read(id(), &doc("On", "")).facts.identity;
         assert!(may_force_off(&unknown, &System::read(id(), &doc("On", ""))).is_err());
+    }
+
+    /// Issue 45, item 6: a refused `ForceOff` is done when the System
+    /// judged reads `Off` or `PoweringOff` right after, and only then.
+    #[test]
+    fn a_refused_force_off_is_done_only_when_the_system_judged_is_going_off() {
+        let doc = |power: &str, uuid: &str| serde_json::json!({"PowerState": power, "UUID": uuid});
+        const UUID: &str = "27946b59-9e44-4fa7-8e91-f3527a1ef094";
+        let judged = System::read(id(), &doc("On", UUID)).facts.identity;
+        let after = |power: &str, uuid: &str| {
+            force_off_done(&judged, &System::read(id(), &doc(power, uuid)))
+        };
+        assert!(after("Off", UUID));
+        assert!(after("PoweringOff", UUID));
+        assert!(!after("On", UUID));
+        assert!(!after("PoweringOn", UUID));
+        assert!(!after("Paused", UUID));
+        assert!(!after("Off", "27946b59-9e44-4fa7-8e91-f3527a1ef095"));
+        assert!(!after("Off", ""));
     }
 
     #[test]

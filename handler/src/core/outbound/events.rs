@@ -2,6 +2,7 @@
 //! reason, so the reason, its action and its type are never typed twice.
 
 use crate::core::model::instance::{InstanceId, InstanceState, Provider};
+use crate::core::model::redfish::Doubt;
 use crate::core::model::values;
 use crate::core::rules::decide::Skip;
 use crate::core::rules::power::Refusal;
@@ -38,6 +39,12 @@ pub enum Reason {
     PoweredOff,
     /// Active fencing refused to power the node's machine off.
     PowerOffRefused,
+    /// Active fencing found the node's machine off already: nothing sent.
+    MachineFoundOff,
+    /// The UUID that ties the Node to its machine names no one machine (a
+    /// placeholder, or shared): the machine counts as unidentified, and a
+    /// person should look.
+    UnidentifiedMachine,
     /// node-fencer set the Node's `Ready` condition to `Unknown` on the
     /// proof that its kubelet has been silent since the machine stopped.
     MarkedNotReady,
@@ -68,6 +75,8 @@ impl Reason {
             Self::FencingEnded => "FencingEnded",
             Self::PoweredOff => "PoweredOff",
             Self::PowerOffRefused => "PowerOffRefused",
+            Self::MachineFoundOff => "MachineFoundOff",
+            Self::UnidentifiedMachine => "UnidentifiedMachine",
             Self::MarkedNotReady => "MarkedNotReady",
             Self::KubeletHeardAfterStop => "KubeletHeardAfterStop",
             Self::OthersTaintOnLiveMachine => "OutOfServiceTaintOnLiveMachine",
@@ -85,8 +94,9 @@ impl Reason {
             | Self::FencingRefused
             | Self::MarkedNotReady
             | Self::KubeletHeardAfterStop
+            | Self::UnidentifiedMachine
             | Self::OthersTaintOnLiveMachine => "Fence",
-            Self::PoweredOff | Self::PowerOffRefused => "PowerOff",
+            Self::PoweredOff | Self::PowerOffRefused | Self::MachineFoundOff => "PowerOff",
             Self::VolumesForceDetached => "Detach",
             Self::RecoveryWaiting
             | Self::RecoveryConfirmed
@@ -104,6 +114,7 @@ impl Reason {
             Self::FencingRefused
                 | Self::PowerOffRefused
                 | Self::KubeletHeardAfterStop
+                | Self::UnidentifiedMachine
                 | Self::OthersTaintOnLiveMachine
         )
     }
@@ -166,6 +177,26 @@ impl NodeEvent {
         )
     }
 
+    /// Active fencing found the machine off already and sent nothing.
+    pub fn found_off(instance: &InstanceId) -> Self {
+        Self::new(
+            Reason::MachineFoundOff,
+            format!(
+                "{instance} was found off already when the power-off was to be sent: nothing sent; fencing follows as for a stopped machine"
+            ),
+        )
+    }
+
+    /// The UUID that ties the Node to its machine names no one machine.
+    pub fn unidentified_machine(instance: &InstanceId, doubt: Doubt) -> Self {
+        Self::new(
+            Reason::UnidentifiedMachine,
+            format!(
+                "{instance} is not taken for this Node's machine: {doubt}; nothing is fenced nor powered off on it (see docs/onprem.md#identity)"
+            ),
+        )
+    }
+
     /// The Node was marked `Ready=Unknown`: its kubelet proved silent
     /// since the recorded stop.
     pub fn marked_not_ready(instance: &InstanceId, stopped_at: i64, renewed_at: i64) -> Self {
@@ -182,14 +213,22 @@ impl NodeEvent {
 
     /// The kubelet renewed its Lease after the machine's recorded stop.
     pub fn heard_after_stop(instance: &InstanceId, stopped_at: i64, renewed_at: i64) -> Self {
+        let when = if renewed_at > stopped_at {
+            format!("{} s after the stop", renewed_at - stopped_at)
+        } else {
+            format!(
+                "{} s before the stop, within the {} s that clock skew may hide, so its silence since cannot be shown",
+                stopped_at - renewed_at,
+                silence::SKEW_MARGIN_SECS
+            )
+        };
         Self::new(
             Reason::KubeletHeardAfterStop,
             format!(
-                "{} reports {instance} off since {}, but the kubelet renewed its Lease at {} (within {} s of the stop or after it): not marked NotReady; waiting for the node controller",
+                "{} reports {instance} off since {}, but the kubelet renewed its Lease at {} ({when}): not marked NotReady; waiting for the node controller",
                 instance.provider().api(),
                 values::rfc3339(stopped_at),
                 values::rfc3339(renewed_at),
-                silence::SKEW_MARGIN_SECS
             ),
         )
     }
@@ -383,6 +422,8 @@ mod tests {
             Reason::MarkedNotReady,
             Reason::KubeletHeardAfterStop,
             Reason::OthersTaintOnLiveMachine,
+            Reason::MachineFoundOff,
+            Reason::UnidentifiedMachine,
         ];
         let warnings: Vec<_> = all.iter().filter(|r| r.warning()).collect();
         assert_eq!(
@@ -391,7 +432,8 @@ mod tests {
                 &Reason::FencingRefused,
                 &Reason::PowerOffRefused,
                 &Reason::KubeletHeardAfterStop,
-                &Reason::OthersTaintOnLiveMachine
+                &Reason::OthersTaintOnLiveMachine,
+                &Reason::UnidentifiedMachine
             ]
         );
         for r in all {
@@ -401,6 +443,19 @@ mod tests {
             );
             assert!(r.as_str().chars().all(|c| c.is_ascii_alphabetic()), "{r:?}");
         }
+    }
+
+    /// Issue 45, item 9: a renewal inside the margin before the stop is
+    /// told as such, not as one after the stop.
+    #[test]
+    fn a_renewal_inside_the_margin_is_told_as_such() {
+        let id = InstanceId::parse("i-0123456789abcdef0").expect("an id");
+        const STOP: i64 = 1_795_000_000;
+        let before = NodeEvent::heard_after_stop(&id, STOP, STOP - 3).note;
+        assert!(before.contains("3 s before the stop"), "{before}");
+        assert!(before.contains("clock skew"), "{before}");
+        let after = NodeEvent::heard_after_stop(&id, STOP, STOP + 4).note;
+        assert!(after.contains("4 s after the stop"), "{after}");
     }
 
     #[test]

@@ -321,7 +321,8 @@ fn of_power_off(p: &PowerReport) -> Option<(Kind, &'static str, Reason)> {
             Some((Kind::PowerOff, outcome.code(), reason(outcome.code())))
         }
         // Stopped but not yet seen off: the retry that sees it off tells.
-        (PowerOutcome::StopPending, _) => None,
+        // Found off: nothing was powered off; the fencing that follows tells.
+        (PowerOutcome::StopPending | PowerOutcome::FoundOff, _) => None,
     }
 }
 
@@ -333,6 +334,7 @@ fn refusal_is_notable(refusal: &Refusal) -> bool {
         | Refusal::Partition { .. }
         | Refusal::ZoneDark { .. }
         | Refusal::PoweredOffBefore { .. }
+        | Refusal::MachineReplaced { .. }
         | Refusal::CapReached { .. } => true,
         Refusal::Disabled
         | Refusal::NodeReady

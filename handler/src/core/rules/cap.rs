@@ -89,6 +89,7 @@ mod tests {
     fn out(n: u8, mark: Option<InstanceState>) -> NodeFacts {
         NodeFacts {
             labels: Default::default(),
+            uid: None,
             attached: None,
             machine: Default::default(),
             power: Default::default(),

@@ -377,6 +377,7 @@ mod tests {
     fn node(readiness: Readiness, taints: Vec<TaintFacts>) -> NodeFacts {
         NodeFacts {
             labels: Default::default(),
+            uid: None,
             attached: None,
             machine: Default::default(),
             power: Default::default(),

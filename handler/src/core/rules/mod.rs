@@ -8,6 +8,7 @@
 pub mod cap;
 pub mod control;
 pub mod decide;
+pub mod identity;
 pub mod in_use;
 pub mod mode;
 pub mod neighbours;

@@ -933,6 +933,7 @@ mod tests {
     fn node(name: &str, out: bool) -> NodeFacts {
         NodeFacts {
             labels: Default::default(),
+            uid: None,
             attached: None,
             machine: Default::default(),
             power: Default::default(),

@@ -16,7 +16,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::core::inbound::suspect::{Intent, Origin, Suspect};
-use crate::core::model::facts::{Confirmation, NodeFacts, Readiness, StatusChecks};
+use crate::core::model::facts::{Confirmation, InstanceFacts, NodeFacts, Readiness, StatusChecks};
 use crate::core::model::instance::InstanceState;
 use crate::core::rules::reach::{Exemption, Reach};
 
@@ -92,6 +92,13 @@ pub enum Refusal {
     NodeGone,
     /// The Node's machine is not known from its own provider id.
     NotItsOwnMachine,
+    /// The machine under the Node's name is not the one judged: recreated
+    /// under the same name, or the Node remapped to another machine, since
+    /// the first look.
+    MachineReplaced {
+        /// The machine judged.
+        judged: String,
+    },
     /// The cloud could not be asked about the machine: a retry asks again.
     LookupFailed,
     /// The cloud does not report the machine `running`.
@@ -149,6 +156,7 @@ impl Refusal {
             Self::SharedMachine { .. } => "shared_machine",
             Self::NodeGone => "node_gone",
             Self::NotItsOwnMachine => "not_its_own_machine",
+            Self::MachineReplaced { .. } => "machine_replaced",
             Self::LookupFailed => "lookup_failed",
             Self::NotRunning { .. } => "not_running",
             Self::NotReadyTooShort { .. } => "not_ready_too_short",
@@ -180,6 +188,10 @@ impl std::fmt::Display for Refusal {
             Self::Exempt(e) => e.fmt(f),
             Self::NotItsOwnMachine => f.write_str(
                 "the node names no machine of its own (no provider id of EC2 or Compute Engine): only a node's own machine is powered off",
+            ),
+            Self::MachineReplaced { judged } => write!(
+                f,
+                "the machine under the Node's name is no longer {judged}, the one judged (recreated under the same name, or the Node mapped to another machine since): the new one is never powered off for the old one's hang"
             ),
             Self::LookupFailed => f.write_str("the cloud could not be asked about the machine"),
             Self::NotRunning { state } => match state {
@@ -417,6 +429,38 @@ fn judge_one(
     PowerVerdict::PowerOff { not_ready_for }
 }
 
+/// Whether the Node and its machine, read again under the Lease, are still
+/// the ones judged: the Node still names `judged` as its own machine, and
+/// the look under the Lease (`again`) found that very machine (`replaced`:
+/// a look since the first found another one under the name). `None` when
+/// they are; otherwise the refusal.
+pub fn held_to_judged(
+    judged: &InstanceFacts,
+    node: Option<&NodeFacts>,
+    again: Option<&Confirmation>,
+    replaced: bool,
+) -> Option<Refusal> {
+    let Some(node) = node else {
+        return Some(Refusal::NodeGone);
+    };
+    let another = || Refusal::MachineReplaced {
+        judged: judged.id.to_string(),
+    };
+    if node.instance.as_ref() != Some(&judged.id) || replaced {
+        return Some(another());
+    }
+    match again {
+        Some(Confirmation::Seen(now))
+            if now.id != judged.id
+                || !judged.identity.may_be_same_as(&now.identity)
+                || !now.identity.may_be_machine_of(&node.machine) =>
+        {
+            Some(another())
+        }
+        _ => None,
+    }
+}
+
 /// Why what the cloud said of the machine refuses a power-off: not its own
 /// machine, not asked, or not `running`.
 fn machine_refusal(
@@ -447,6 +491,9 @@ pub enum PowerOutcome {
     StopPending,
     /// The stop request failed.
     Failed,
+    /// The machine was off already when the power-off was to be sent:
+    /// nothing was sent, and the fencing goes on as for a stopped machine.
+    FoundOff,
 }
 
 impl PowerOutcome {
@@ -458,6 +505,7 @@ impl PowerOutcome {
             Self::Stopped => "stopped",
             Self::StopPending => "stop_pending",
             Self::Failed => "failed",
+            Self::FoundOff => "found_off",
         }
     }
 }
@@ -538,6 +586,83 @@ mod tests {
 
     fn gce(n: u8) -> InstanceId {
         InstanceId::parse(&format!("gce://proj-fencer/us-central1-a/node-{n}")).expect("a VM")
+    }
+
+    /// Issue 45, item 1: under the Lease the Node must still name the
+    /// machine judged, and the look must be of that very machine.
+    #[test]
+    fn held_to_judged_refuses_another_machine_under_the_name() {
+        use crate::core::model::redfish::SystemUuid;
+        let judged = |id: InstanceId, uid: Option<u64>, uuid: Option<&str>| {
+            let mut f = InstanceFacts::bare(id, InstanceState::Running);
+            f.identity.uid = uid;
+            f.identity.system_uuid =
+                uuid.map_or(SystemUuid::Unread, |u| SystemUuid::parse(Some(u)));
+            f
+        };
+        let node_on = |id: &InstanceId, uuid: Option<&str>| {
+            let mut n = NodeFacts::bare("n", Readiness::Unknown);
+            n.instance = Some(id.clone());
+            n.machine.system_uuid = uuid.map_or(SystemUuid::Unread, |u| SystemUuid::parse(Some(u)));
+            n
+        };
+        let replaced = |r: Option<Refusal>| matches!(r, Some(Refusal::MachineReplaced { .. }));
+
+        // Compute Engine: the same name, another numeric id.
+        let first = judged(gce(1), Some(111), None);
+        let node = node_on(&gce(1), None);
+        let same = Confirmation::Seen(judged(gce(1), Some(111), None));
+        let other = Confirmation::Seen(judged(gce(1), Some(222), None));
+        assert_eq!(
+            held_to_judged(&first, Some(&node), Some(&same), false),
+            None
+        );
+        assert!(replaced(held_to_judged(
+            &first,
+            Some(&node),
+            Some(&other),
+            false
+        )));
+        // A look the invocation already held to the first one.
+        assert!(replaced(held_to_judged(
+            &first,
+            Some(&node),
+            Some(&Confirmation::NotFound),
+            true
+        )));
+        // The Node remapped to another machine (a BMC label moved).
+        const U1: &str = "27946b59-9e44-4fa7-8e91-f3527a1ef001";
+        const U2: &str = "27946b59-9e44-4fa7-8e91-f3527a1ef002";
+        let m1 = InstanceId::parse("redfish://rack1-m1").expect("a machine");
+        let m2 = InstanceId::parse("redfish://rack1-m2").expect("a machine");
+        let first = judged(m1.clone(), None, Some(U1));
+        let moved = node_on(&m2, Some(U1));
+        let look = Confirmation::Seen(judged(m2, None, Some(U2)));
+        assert!(replaced(held_to_judged(
+            &first,
+            Some(&moved),
+            Some(&look),
+            false
+        )));
+        // The same System, by its UUID.
+        let stays = node_on(&m1, Some(U1));
+        let again = Confirmation::Seen(judged(m1.clone(), None, Some(U1)));
+        assert_eq!(
+            held_to_judged(&first, Some(&stays), Some(&again), false),
+            None
+        );
+        let swapped = Confirmation::Seen(judged(m1, None, Some(U2)));
+        assert!(replaced(held_to_judged(
+            &first,
+            Some(&stays),
+            Some(&swapped),
+            false
+        )));
+        // The Node gone.
+        assert_eq!(
+            held_to_judged(&first, None, Some(&again), false),
+            Some(Refusal::NodeGone)
+        );
     }
 
     /// The guards know no cloud (issue 36): every test in the body runs

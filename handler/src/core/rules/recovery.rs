@@ -321,6 +321,7 @@ mod tests {
     fn node(instance: &str, readiness: Readiness, ready_since: Option<i64>) -> NodeFacts {
         NodeFacts {
             labels: Default::default(),
+            uid: None,
             attached: None,
             machine: Default::default(),
             power: Default::default(),

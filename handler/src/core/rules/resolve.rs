@@ -133,6 +133,7 @@ mod tests {
     fn node(name: &str, instance: Option<&str>, ip: &str) -> NodeFacts {
         NodeFacts {
             labels: Default::default(),
+            uid: None,
             attached: None,
             machine: Default::default(),
             power: Default::default(),

@@ -24,9 +24,13 @@ use crate::core::rules::decide;
 /// cloud's: both are NTP-disciplined (Amazon Time Sync, Google's metadata
 /// server), typically within milliseconds, but a kubelet's clock may drift
 /// before its sync; five seconds covers that drift and the stop time's
-/// one-second resolution, and is half the kubelet's 10 s renewal interval,
-/// so a kubelet that renewed right before the stop still proves silent on
-/// its next missed renewal.
+/// one-second resolution. A kubelet that died with a renewal inside the
+/// margin is never proven silent: neither its last renewal nor the stop
+/// moves again, so its Node waits for the node controller, as without
+/// the setting. Where the recorded stop is the moment the kubelet died (a
+/// power cut), that is up to half of the stops with the kubelet's 10 s
+/// renewal interval; where it is the moment the machine reached `stopped`
+/// after a shutdown, the kubelet died well before it.
 pub const SKEW_MARGIN_SECS: i64 = 5;
 
 /// The `reason` node-fencer writes on the `Ready` condition it marks.
@@ -41,6 +45,10 @@ pub enum KubeletLease {
     Missing,
     /// A Lease without `spec.renewTime`.
     NeverRenewed,
+    /// A Lease of another Node object of the same name (its owner
+    /// reference names another uid: a Node deleted and registered again):
+    /// its renewals say nothing of this Node's kubelet.
+    OtherHolder,
     /// Last renewed at this Unix second (rounded up: never earlier than
     /// the renewal).
     RenewedAt(i64),
@@ -87,6 +95,8 @@ pub enum Unproven {
     NoLease,
     /// The Lease was never renewed.
     NoRenewal,
+    /// The Lease belongs to another Node object of the same name.
+    OtherHolder,
 }
 
 impl Silence {
@@ -100,6 +110,7 @@ impl Silence {
                 Unproven::NoStopTime => "unproven_no_stop_time",
                 Unproven::NoLease => "unproven_no_lease",
                 Unproven::NoRenewal => "unproven_no_renewal",
+                Unproven::OtherHolder => "unproven_other_holder",
             },
         }
     }
@@ -173,6 +184,7 @@ pub fn judge(
     let renewed_at = match lease {
         KubeletLease::Missing => return unproven(Unproven::NoLease),
         KubeletLease::NeverRenewed => return unproven(Unproven::NoRenewal),
+        KubeletLease::OtherHolder => return unproven(Unproven::OtherHolder),
         KubeletLease::RenewedAt(at) => at,
     };
     if renewed_at.saturating_add(SKEW_MARGIN_SECS) <= stopped_at {
@@ -233,13 +245,29 @@ pub fn mark_message(stopped_at: i64, renewed_at: i64) -> String {
     )
 }
 
-/// The kubelet's Lease as the proof reads it: its `renewTime` rounded up
-/// to the second, so a renewal is never taken for earlier than it was.
-pub fn kubelet_lease(lease: Option<&Lease>) -> KubeletLease {
+/// The kubelet's Lease of the Node whose uid is `node_uid` as the proof
+/// reads it: its `renewTime` rounded up to the second, so a renewal is
+/// never taken for earlier than it was; only while the Lease is that
+/// Node's. The kubelet makes its Node the Lease's owner: an owner reference
+/// to another Node uid is a Lease of an earlier Node of the same name. (The
+/// `holderIdentity` cannot tell: the kubelet writes the Node's name there,
+/// simulators such as kwok their own.)
+pub fn kubelet_lease(lease: Option<&Lease>, node_uid: Option<&str>) -> KubeletLease {
     let Some(lease) = lease else {
         return KubeletLease::Missing;
     };
-    match lease.spec.as_ref().and_then(|s| s.renew_time.as_ref()) {
+    let another_node = lease
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .filter(|o| o.kind == "Node")
+        .any(|o| node_uid.is_some_and(|uid| o.uid != uid));
+    if another_node {
+        return KubeletLease::OtherHolder;
+    }
+    let spec = lease.spec.as_ref();
+    match spec.and_then(|s| s.renew_time.as_ref()) {
         None => KubeletLease::NeverRenewed,
         Some(t) => {
             let up = i64::from(t.0.subsec_nanosecond() > 0);
@@ -670,26 +698,48 @@ mod tests {
 
     #[test]
     fn a_renewal_is_rounded_up_to_the_second() {
-        let lease = |renew: Option<&str>| -> Lease {
+        let owned = |owner: &str, renew: Option<&str>| -> Lease {
             serde_json::from_value(serde_json::json!({
-                "metadata": {"name": "worker-2", "namespace": "kube-node-lease"},
+                "metadata": {"name": "worker-2", "namespace": "kube-node-lease",
+                    "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": "worker-2", "uid": owner}]},
                 "spec": {"holderIdentity": "worker-2", "renewTime": renew},
             }))
             .unwrap()
         };
+        let lease = |renew| owned("uid-2", renew);
         let at = values::unix_seconds("2026-11-26T12:00:00Z").unwrap();
-        assert_eq!(kubelet_lease(None), KubeletLease::Missing);
+        let read = |l: Option<&Lease>| kubelet_lease(l, Some("uid-2"));
+        assert_eq!(read(None), KubeletLease::Missing);
+        assert_eq!(read(Some(&lease(None))), KubeletLease::NeverRenewed);
         assert_eq!(
-            kubelet_lease(Some(&lease(None))),
-            KubeletLease::NeverRenewed
-        );
-        assert_eq!(
-            kubelet_lease(Some(&lease(Some("2026-11-26T12:00:00.000000Z")))),
+            read(Some(&lease(Some("2026-11-26T12:00:00.000000Z")))),
             KubeletLease::RenewedAt(at)
         );
         assert_eq!(
-            kubelet_lease(Some(&lease(Some("2026-11-26T12:00:00.000001Z")))),
+            read(Some(&lease(Some("2026-11-26T12:00:00.000001Z")))),
             KubeletLease::RenewedAt(at + 1)
+        );
+        // Issue 45, item 5: the Lease of an earlier Node of the same name
+        // proves nothing of this Node's kubelet, however old its renewal.
+        let earlier = owned("uid-1", Some("2026-11-26T12:00:00Z"));
+        assert_eq!(read(Some(&earlier)), KubeletLease::OtherHolder);
+        // A Node whose uid was not read holds no Lease to another.
+        assert_eq!(
+            kubelet_lease(Some(&earlier), None),
+            KubeletLease::RenewedAt(at)
+        );
+        let seen = Confirmation::Seen(InstanceFacts {
+            stopped_at: Some(at + 60),
+            ..InstanceFacts::bare(
+                InstanceId::parse("i-0123456789abcdef0").unwrap(),
+                InstanceState::Stopped,
+            )
+        });
+        assert_eq!(
+            judge(&seen, false, KubeletLease::OtherHolder, (None, at + 90)),
+            Silence::Unproven {
+                why: Unproven::OtherHolder
+            }
         );
     }
 

@@ -192,7 +192,8 @@ pub struct NodeView {
 
 impl NodeView {
     /// Every Node of the cluster.
-    pub fn full(nodes: Vec<NodeFacts>) -> Self {
+    pub fn full(mut nodes: Vec<NodeFacts>) -> Self {
+        crate::core::rules::identity::doubt_shared_by_nodes(&mut nodes);
         Self {
             nodes,
             partial: None,

@@ -5,6 +5,7 @@
 use super::{Check, Status, failed, row};
 use crate::core::model::facts::NodeFacts;
 use crate::core::model::instance::{InstanceId, Provider};
+use crate::core::rules::identity;
 use crate::shell::cloud::Cloud;
 use crate::shell::onprem::OnPrem;
 
@@ -15,7 +16,10 @@ pub(super) async fn check(
     checks: &mut Vec<Check>,
 ) {
     let Some(onprem) = onprem else { return };
-    let nodes = nodes.unwrap_or_default();
+    // A UUID two Nodes report is no identity, as in a fencing.
+    let mut nodes = nodes.unwrap_or_default().to_vec();
+    identity::doubt_shared_by_nodes(&mut nodes);
+    let nodes = nodes.as_slice();
     let placed: Vec<(&NodeFacts, &InstanceId)> = nodes
         .iter()
         .filter_map(|n| n.instance.as_ref().map(|i| (n, i)))
@@ -55,6 +59,15 @@ pub(super) async fn check(
         };
         if facts.identity.may_be_machine_of(&node.machine) {
             fine += 1;
+        } else if let Some(doubt) = identity::doubt(node, facts.identity.system_uuid) {
+            checks.push(failed(
+                format!("BMC {}", facts.id),
+                format!(
+                    "the UUID that ties Node {} to this System names no one machine: {doubt}; its Node is never fenced nor powered off",
+                    node.name
+                ),
+                "give each board a UUID of its own (the vendor's tool writes SMBIOS; a VM's definition sets it)",
+            ));
         } else {
             checks.push(failed(
                 format!("BMC {}", facts.id),

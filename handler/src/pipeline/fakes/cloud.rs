@@ -10,7 +10,7 @@ use crate::core::model::facts::{InstanceFacts, StatusChecks, VolumeAttachmentSta
 use crate::core::model::instance::{
     AttachmentState, InstanceId, InstanceState, Provider, VolumeId, VolumeState,
 };
-use crate::shell::cloud::{Cloud, CloudCall, CloudError, Detach, PowerOff};
+use crate::shell::cloud::{Cloud, CloudCall, CloudError, Detach, PowerOff, PowerOffAnswer};
 
 use super::Recorder;
 
@@ -40,6 +40,9 @@ struct CloudState {
     stop_hangs: Vec<InstanceId>,
     /// Each power-off taken: the machine and the power-off it names.
     power_offs: Vec<(InstanceId, String)>,
+    /// Instances that turn off on their own right before a power-off
+    /// reaches them.
+    off_before_stop: Vec<InstanceId>,
 }
 
 impl FakeCloud {
@@ -114,6 +117,11 @@ impl FakeCloud {
                 system: system.into(),
             },
         );
+    }
+
+    /// `id` turns off on its own right before a power-off reaches it.
+    pub fn off_before_stop(&self, id: &InstanceId) {
+        self.lock().off_before_stop.push(id.clone());
     }
 
     /// A stop of `id` is accepted and never completes.
@@ -242,7 +250,7 @@ impl Cloud for FakeCloud {
             .collect())
     }
 
-    async fn power_off(&self, order: &PowerOff<'_>) -> Result<(), CloudError> {
+    async fn power_off(&self, order: &PowerOff<'_>) -> Result<PowerOffAnswer, CloudError> {
         let instance = &order.machine.id;
         let fail = self.calls.call(format!("StopInstances {instance}"));
         if fail {
@@ -253,12 +261,27 @@ impl Cloud for FakeCloud {
         }
         let mut state = self.lock();
         let hangs = state.stop_hangs.contains(instance);
+        let turns_off = state.off_before_stop.contains(instance);
         let Some(facts) = state.instances.get_mut(instance) else {
             return Err(failed(
                 CloudCall::PowerOff(instance.to_string()),
                 "InvalidInstanceID.NotFound",
             ));
         };
+        // As the shells do: only the machine judged, by its identity (a
+        // machine recreated under the name is another one).
+        if !order.machine.identity.may_be_same_as(&facts.identity) {
+            return Err(failed(
+                CloudCall::PowerOff(instance.to_string()),
+                "MachineNotRunning",
+            ));
+        }
+        if turns_off {
+            facts.state = InstanceState::Stopped;
+        }
+        if facts.state == InstanceState::Stopped {
+            return Ok(PowerOffAnswer::FoundOff);
+        }
         facts.state = if hangs {
             InstanceState::Stopping
         } else {
@@ -267,7 +290,7 @@ impl Cloud for FakeCloud {
         state
             .power_offs
             .push((instance.clone(), order.fencing.to_owned()));
-        Ok(())
+        Ok(PowerOffAnswer::Sent)
     }
 }
 

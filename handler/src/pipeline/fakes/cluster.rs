@@ -28,8 +28,8 @@ use crate::core::rules::mode::ServerVersion;
 use crate::core::rules::silence::KubeletLease;
 use crate::core::rules::view::Census;
 use crate::shell::cluster::{
-    ClusterError, ClusterReads, Coordination, FencingWrites, LeaseTaken, MarkOutcome, PodRef,
-    mark_patch_now,
+    ClusterError, ClusterReads, Coordination, FencingWrites, JudgedNode, LeaseTaken, MarkOutcome,
+    PodRef, mark_patch_now,
 };
 
 use super::Recorder;
@@ -82,6 +82,28 @@ struct ClusterState {
     kubelet_lease_reads: usize,
     /// The next status write of this Node meets a conflicting writer.
     status_conflict: Option<String>,
+    /// Nodes an operator's inventory places on a BMC's machine (they have
+    /// no provider id of a cloud).
+    placed: BTreeMap<String, InstanceId>,
+    /// Once the next Lease is taken, this Node is placed on this machine
+    /// (an inventory edited, a label moved, mid-invocation).
+    placed_on_lease: Option<(String, InstanceId)>,
+    /// The power-off mark's write takes this long.
+    mark_pause: Option<Duration>,
+    /// Right before the next `nodes/status` mark, this Node is deleted and
+    /// registered again under its name (a new uid).
+    reregistered_before_mark: Option<String>,
+}
+
+impl ClusterState {
+    /// A Node read into facts, placed as the inventory places it.
+    fn facts_of(&self, node: &Node) -> Option<NodeFacts> {
+        let mut facts = kube_read::node_facts(node)?;
+        if let Some(machine) = self.placed.get(&facts.name) {
+            facts.instance = Some(machine.clone());
+        }
+        Some(facts)
+    }
 }
 
 impl FakeCluster {
@@ -117,6 +139,10 @@ impl FakeCluster {
                 renews_at_read: None,
                 kubelet_lease_reads: 0,
                 status_conflict: None,
+                placed: BTreeMap::new(),
+                placed_on_lease: None,
+                mark_pause: None,
+                reregistered_before_mark: None,
             }),
         }
     }
@@ -133,6 +159,7 @@ impl FakeCluster {
         let node = Node {
             metadata: ObjectMeta {
                 name: Some(name.into()),
+                uid: Some(format!("uid-{name}")),
                 resource_version: Some("1".into()),
                 ..ObjectMeta::default()
             },
@@ -194,13 +221,43 @@ impl FakeCluster {
         }
     }
 
+    /// Places `name` on the BMC machine `machine`, as the inventory does.
+    pub fn place(&self, name: &str, machine: &InstanceId) {
+        self.lock().placed.insert(name.into(), machine.clone());
+    }
+
+    /// Once the next Lease is taken, `name` is placed on `machine`.
+    pub fn place_on_lease(&self, name: &str, machine: &InstanceId) {
+        self.lock().placed_on_lease = Some((name.into(), machine.clone()));
+    }
+
+    /// Right before the next `nodes/status` mark, `name` is deleted and
+    /// registered again under its name: another Node object.
+    pub fn reregistered_before_mark(&self, name: &str) {
+        self.lock().reregistered_before_mark = Some(name.into());
+    }
+
+    /// The power-off mark's write takes `pause`.
+    pub fn mark_takes(&self, pause: Duration) {
+        self.lock().mark_pause = Some(pause);
+    }
+
+    /// Sets the machine UUID the Node's kubelet reports.
+    pub fn system_uuid(&self, name: &str, uuid: &str) {
+        if let Some(node) = self.lock().nodes.get_mut(name) {
+            let status = node.status.get_or_insert_default();
+            status.node_info.get_or_insert_default().system_uuid = uuid.into();
+        }
+    }
+
     /// Sets the boot id the Node's kubelet reports.
     pub fn boot(&self, name: &str, boot_id: &str) {
         if let Some(node) = self.lock().nodes.get_mut(name) {
-            node.status.get_or_insert_default().node_info = Some(NodeSystemInfo {
-                boot_id: boot_id.into(),
-                ..NodeSystemInfo::default()
-            });
+            let status = node.status.get_or_insert_default();
+            status
+                .node_info
+                .get_or_insert_with(NodeSystemInfo::default)
+                .boot_id = boot_id.into();
         }
     }
 
@@ -404,7 +461,8 @@ impl FakeCluster {
 
     /// The Node as the pipeline reads it.
     pub fn facts(&self, name: &str) -> Option<NodeFacts> {
-        self.lock().nodes.get(name).and_then(kube_read::node_facts)
+        let state = self.lock();
+        state.nodes.get(name).and_then(|n| state.facts_of(n))
     }
 
     /// The reasons of the Events recorded on `node`, in order.
@@ -414,6 +472,16 @@ impl FakeCluster {
             .iter()
             .filter(|(n, _, _)| n == node)
             .map(|(_, _, e)| e.reason.as_str())
+            .collect()
+    }
+
+    /// The notes of the Events recorded on `node`, in order.
+    pub fn event_notes(&self, node: &str) -> Vec<String> {
+        self.lock()
+            .events
+            .iter()
+            .filter(|(n, _, _)| n == node)
+            .map(|(_, _, e)| e.note.clone())
             .collect()
     }
 
@@ -562,11 +630,11 @@ impl ClusterReads for FakeCluster {
             return Err(ClusterError::ListNodes(injected()));
         }
         self.turn_on_read();
-        Ok(self
-            .lock()
+        let state = self.lock();
+        Ok(state
             .nodes
             .values()
-            .filter_map(kube_read::node_facts)
+            .filter_map(|n| state.facts_of(n))
             .collect())
     }
 
@@ -578,7 +646,8 @@ impl ClusterReads for FakeCluster {
             });
         }
         self.turn_on_read();
-        Ok(self.lock().nodes.get(name).and_then(kube_read::node_facts))
+        let state = self.lock();
+        Ok(state.nodes.get(name).and_then(|n| state.facts_of(n)))
     }
 
     async fn list_fenced_nodes(&self) -> Result<Vec<NodeFacts>, ClusterError> {
@@ -659,7 +728,11 @@ impl ClusterReads for FakeCluster {
         Ok(self.lock().version)
     }
 
-    async fn node_lease(&self, node: &str) -> Result<KubeletLease, ClusterError> {
+    async fn node_lease(
+        &self,
+        node: &str,
+        _uid: Option<&str>,
+    ) -> Result<KubeletLease, ClusterError> {
         if self.calls.call(format!("GetNodeLease {node}")) {
             return Err(ClusterError::GetNodeLease {
                 node: node.into(),
@@ -729,17 +802,35 @@ impl FencingWrites for FakeCluster {
         }
     }
 
-    async fn mark_not_ready(&self, node: &str, message: &str) -> Result<MarkOutcome, ClusterError> {
+    async fn mark_not_ready(
+        &self,
+        judged: &JudgedNode<'_>,
+        message: &str,
+    ) -> Result<MarkOutcome, ClusterError> {
+        let node = judged.name;
         if self.calls.call(format!("MarkNotReady {node}")) {
             return Err(ClusterError::PatchNodeStatus {
                 node: node.into(),
                 source: injected(),
             });
         }
+        {
+            let mut state = self.lock();
+            if state.reregistered_before_mark.as_deref() == Some(node) {
+                state.reregistered_before_mark = None;
+                if let Some(n) = state.nodes.get_mut(node) {
+                    n.metadata.uid = Some(format!("uid-{node}-again"));
+                }
+            }
+        }
         let current = self.lock().nodes.get(node).cloned();
         let Some(current) = current else {
             return Ok(MarkOutcome::NodeGone);
         };
+        let now = self.lock().facts_of(&current);
+        if !judged.is(now.as_ref()) {
+            return Ok(MarkOutcome::AnotherNode);
+        }
         let Some(patch) = mark_patch_now(node, &current, message)? else {
             return Ok(MarkOutcome::AlreadyNotReady);
         };
@@ -855,6 +946,10 @@ impl FencingWrites for FakeCluster {
     async fn mark_powered_off(&self, node: &str, stamp: &PowerStamp) -> Result<bool, ClusterError> {
         if self.calls.call(format!("MarkPoweredOff {node}")) {
             return Err(ClusterError::PatchConflict { node: node.into() });
+        }
+        let pause = self.lock().mark_pause;
+        if let Some(pause) = pause {
+            tokio::time::sleep(pause).await;
         }
         if !self.lock().nodes.contains_key(node) {
             return Ok(false);
@@ -988,6 +1083,9 @@ impl Coordination for FakeCluster {
         }
         let mut state = self.lock();
         state.lease = Some(holder.into());
+        if let Some((node, machine)) = state.placed_on_lease.take() {
+            state.placed.insert(node, machine);
+        }
         let waited = std::mem::take(&mut state.lease_held) || pause.is_some();
         Ok(LeaseTaken {
             waited,

@@ -11,13 +11,16 @@
 use std::collections::HashMap;
 
 use tokio::time::Instant;
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::core::inbound::suspect::{Intent, Suspect};
-use crate::core::model::facts::{Confirmation, Readiness};
+use crate::core::model::facts::{Confirmation, NodeFacts, Readiness};
 use crate::core::model::instance::InstanceId;
+use crate::core::model::redfish::SystemUuid;
+use crate::core::outbound::events::NodeEvent;
 use crate::core::rules::cap;
 use crate::core::rules::decide::{self, Case, Settings, Verdict};
+use crate::core::rules::identity;
 use crate::core::rules::plan::{self, Target};
 use crate::core::rules::resolve::{self, Resolution};
 use crate::core::rules::view::NodeView;
@@ -109,7 +112,11 @@ pub(crate) async fn run(ctx: &Ctx<'_>, inv: &mut Invocation<'_>) -> Result<(), P
         if to_mark.is_empty() || switch.is_on() {
             return Ok(());
         }
-        let marked = hasten::mark(ctx, &evidence, looks, &to_mark).await;
+        let judged = view
+            .as_ref()
+            .map(|v| v.nodes.as_slice())
+            .unwrap_or_default();
+        let marked = hasten::mark(ctx, &evidence, looks, (&to_mark, judged)).await;
         count_attempts(&mut attempts, &to_mark, &marked);
         // The next look reads the Nodes again and decides over them.
         first = false;
@@ -230,6 +237,9 @@ async fn decide(
     looks
         .first(ctx, &plan::instances_to_confirm(&resolutions, nodes))
         .await;
+    if !dry_run {
+        report_unidentified(ctx, &resolutions, nodes, looks).await;
+    }
     looks.disown_replaced(nodes);
     let targets = plan::targets(
         suspects.to_vec(),
@@ -252,6 +262,38 @@ async fn decide(
         }
     }
     (targets, verdicts)
+}
+
+/// A Warning on each Node the suspects name whose machine's answer is
+/// about to be disowned for a UUID that names no one machine (a
+/// placeholder, or one shared by Nodes or by Systems): the machine counts
+/// as unidentified, which a person should hear of with the reason.
+async fn report_unidentified(
+    ctx: &Ctx<'_>,
+    resolutions: &[Resolution],
+    nodes: &[NodeFacts],
+    looks: &Looks,
+) {
+    for resolution in resolutions {
+        let Resolution::Node(i) = resolution else {
+            continue;
+        };
+        let node = &nodes[*i];
+        let Some(id) = node.instance.as_ref() else {
+            continue;
+        };
+        let Some(Confirmation::Seen(facts)) = looks.get(id) else {
+            continue;
+        };
+        if facts.identity.system_uuid == SystemUuid::Unread {
+            continue;
+        }
+        if let Some(doubt) = identity::doubt(node, facts.identity.system_uuid) {
+            warn!(node = node.name, machine = %id, reason = doubt.code(), "unidentified machine: {doubt}");
+            ctx.record(&node.name, NodeEvent::unidentified_machine(id, doubt))
+                .await;
+        }
+    }
 }
 
 /// True for a refusal by the cap.

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use tracing::{info, warn};
 
 use crate::core::inbound::suspect::Suspect;
-use crate::core::model::facts::Confirmation;
+use crate::core::model::facts::{Confirmation, NodeFacts};
 use crate::core::model::instance::InstanceId;
 use crate::core::outbound::events::NodeEvent;
 use crate::core::outbound::metrics::Dependency;
@@ -20,7 +20,7 @@ use crate::core::rules::silence::{self, Silence};
 use crate::core::settings::policy::Policy;
 use crate::pipeline::ctx::Ctx;
 use crate::pipeline::looks::Looks;
-use crate::shell::cluster::MarkOutcome;
+use crate::shell::cluster::{JudgedNode, MarkOutcome};
 
 /// How one Node's marking ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -51,21 +51,33 @@ impl Evidence {
     }
 }
 
-/// Tries to mark each of `nodes` (name, machine) `Ready=Unknown`.
+/// Tries to mark each of `nodes` (name, machine) `Ready=Unknown`, each
+/// write held to the Node as judged among `judged` (its uid).
 pub(crate) async fn mark(
     ctx: &Ctx<'_>,
     evidence: &Evidence,
     looks: &mut Looks,
-    nodes: &[(String, InstanceId)],
+    (nodes, judged): (&[(String, InstanceId)], &[NodeFacts]),
 ) -> HashMap<String, Marking> {
     let mut out = HashMap::new();
     let mut proven = Vec::new();
+    let uid = |node: &str| {
+        judged
+            .iter()
+            .find(|n| n.name == node)
+            .and_then(|n| n.uid.as_deref())
+    };
     for (node, id) in nodes {
         let Some(answer) = looks.get(id).cloned() else {
             out.insert(node.clone(), Marking::Wait);
             continue;
         };
-        match (&answer, prove(ctx, evidence, node, id, &answer).await) {
+        let target = JudgedNode {
+            name: node,
+            uid: uid(node),
+            machine: id,
+        };
+        match (&answer, prove(ctx, evidence, &target, &answer).await) {
             (Confirmation::Seen(first), Some(_)) => proven.push((node, id, first.clone())),
             _ => {
                 out.insert(node.clone(), Marking::Wait);
@@ -85,8 +97,13 @@ pub(crate) async fn mark(
         let answer = again
             .get(id)
             .map_or(Confirmation::NotFound, |a| first.same_machine(a));
-        let marking = match prove(ctx, evidence, node, id, &answer).await {
-            Some((stopped_at, renewed_at)) => write(ctx, node, id, (stopped_at, renewed_at)).await,
+        let target = JudgedNode {
+            name: node,
+            uid: uid(node),
+            machine: id,
+        };
+        let marking = match prove(ctx, evidence, &target, &answer).await {
+            Some((stopped_at, renewed_at)) => write(ctx, &target, (stopped_at, renewed_at)).await,
             None => Marking::Wait,
         };
         out.insert(node.clone(), marking);
@@ -100,11 +117,11 @@ pub(crate) async fn mark(
 async fn prove(
     ctx: &Ctx<'_>,
     evidence: &Evidence,
-    node: &str,
-    id: &InstanceId,
+    judged: &JudgedNode<'_>,
     answer: &Confirmation,
 ) -> Option<(i64, i64)> {
-    let lease = match ctx.reads.node_lease(node).await {
+    let (node, id) = (judged.name, judged.machine);
+    let lease = match ctx.reads.node_lease(node, judged.uid).await {
         Ok(lease) => lease,
         Err(e) => {
             ctx.meter.error(Dependency::Kubernetes);
@@ -147,12 +164,12 @@ async fn prove(
 /// Writes `Ready=Unknown` on `node`.
 async fn write(
     ctx: &Ctx<'_>,
-    node: &str,
-    id: &InstanceId,
+    judged: &JudgedNode<'_>,
     (stopped_at, renewed_at): (i64, i64),
 ) -> Marking {
+    let (node, id) = (judged.name, judged.machine);
     let message = silence::mark_message(stopped_at, renewed_at);
-    match ctx.writes.mark_not_ready(node, &message).await {
+    match ctx.writes.mark_not_ready(judged, &message).await {
         Ok(MarkOutcome::Marked) => {
             info!(
                 node,
@@ -166,6 +183,13 @@ async fn write(
             Marking::Done
         }
         Ok(MarkOutcome::AlreadyNotReady | MarkOutcome::NodeGone) => Marking::Done,
+        Ok(MarkOutcome::AnotherNode) => {
+            warn!(
+                node,
+                "the Node of that name is no longer the one judged (another uid or machine): not marked"
+            );
+            Marking::Wait
+        }
         Ok(MarkOutcome::Conflict) => Marking::Again,
         Err(e) => {
             ctx.meter.error(Dependency::Kubernetes);

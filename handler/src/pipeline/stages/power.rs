@@ -32,17 +32,20 @@ use crate::pipeline::invocation::Invocation;
 use crate::pipeline::lease::{self, Hold};
 use crate::pipeline::stages::decide::decide_all;
 use crate::pipeline::{nodes, wait};
-use crate::shell::cloud::PowerOff;
+use crate::shell::cloud::{PowerOff, PowerOffAnswer};
 
 /// How often the cloud is asked while a powered-off machine is stopping: a
 /// forced stop takes tens of seconds, and each look is a describe call.
 const POLL: Duration = Duration::from_secs(2);
 
-/// One power-off the first judgement allowed: the target, its Node, how
-/// long it was NotReady, and the status checks recorded with it.
+/// One power-off the first judgement allowed: the target, its Node, the
+/// machine as the cloud described it then (every later look, and the
+/// power-off itself, is held to it), how long it was NotReady, and the
+/// status checks recorded with it.
 struct Allowed {
     target: usize,
     node: String,
+    machine: InstanceFacts,
     not_ready_for: u64,
     checks: Option<StatusChecks>,
 }
@@ -86,6 +89,8 @@ pub(crate) async fn run(ctx: &Ctx<'_>, inv: &mut Invocation<'_>) -> Result<(), P
     // A machine powered off is decided again, as if the cloud had reported
     // it stopped on its own.
     if let Some(view) = inv.view.as_ref() {
+        // Held to the machines judged, and to the Nodes as first read.
+        inv.looks.disown_replaced(&view.nodes);
         let settings = inv.policy.decision(inv.switch.is_on(), view.cluster_size());
         let d = &mut inv.decision;
         d.verdicts = decide_all(&d.targets, view, inv.looks.answers(), &settings);
@@ -177,9 +182,20 @@ async fn first_judgement(
                 checks,
             ),
             PowerVerdict::PowerOff { not_ready_for } => {
+                let judged = node
+                    .and_then(|n| n.instance.as_ref())
+                    .and_then(|id| inv.looks.judged(id));
+                let Some(machine) = judged.cloned() else {
+                    // The judgement found it running, so the cloud described
+                    // it: a node without that description is not powered off.
+                    let report = PowerReport::refused(Refusal::LookupFailed, None, checks);
+                    inv.decision.power.insert(*k, report);
+                    continue;
+                };
                 allowed.push(Allowed {
                     target: *k,
                     node: name.clone(),
+                    machine,
                     not_ready_for,
                     checks,
                 });
@@ -201,6 +217,7 @@ fn records(refusal: &Refusal) -> bool {
             | Refusal::CapReached { .. }
             | Refusal::PoweredOffBefore { .. }
             | Refusal::SharedMachine { .. }
+            | Refusal::MachineReplaced { .. }
             | Refusal::ControlPlane
     )
 }
@@ -278,34 +295,50 @@ async fn power_off(
         .filter_map(|name| fresh.nodes.iter().find(|n| n.name == *name))
         .filter_map(|n| n.instance.clone())
         .collect();
+    // Held to the machines first judged (a name recreated since is not
+    // found), and to the Nodes as they are now (a machine the Node no
+    // longer records as its own is not found either).
     inv.looks.again(ctx, &ids).await;
+    inv.looks.disown_replaced(&fresh.nodes);
     let verdicts = judge(inv.policy, settings, &fresh, inv.looks.answers(), &names);
     // One bound for the stops and the wait for the machines to be off.
     let until = inv.until(Instant::now() + settings.wait);
     let mut sent = Vec::new();
     for (a, verdict) in allowed.iter().zip(verdicts) {
         let node = fresh.nodes.iter().find(|n| n.name == a.node);
-        // The machine as the cloud described it under the Lease: the shell
-        // stops that one, never another of the same name.
-        let machine =
-            node.and_then(|n| n.instance.as_ref())
-                .and_then(|id| match inv.looks.get(id) {
-                    Some(Confirmation::Seen(facts)) if &facts.id == id => Some(facts.clone()),
-                    _ => None,
-                });
-        let (PowerVerdict::PowerOff { .. }, Some(node), Some(machine)) = (&verdict, node, machine)
-        else {
+        let answer = node
+            .and_then(|n| n.instance.as_ref())
+            .and_then(|id| inv.looks.get(id));
+        let verdict = match power::held_to_judged(
+            &a.machine,
+            node,
+            answer,
+            inv.looks.replaced(&a.machine.id),
+        ) {
+            Some(refusal) => PowerVerdict::Refuse { refusal },
+            None => verdict,
+        };
+        let (PowerVerdict::PowerOff { .. }, Some(node)) = (&verdict, node) else {
             if let PowerVerdict::Refuse { refusal } = verdict {
                 info!(node = a.node, "not powering off after all: {refusal}");
+                if records(&refusal) {
+                    ctx.record(&a.node, NodeEvent::power_off_refused(&refusal))
+                        .await;
+                }
                 let dark_for = node.and_then(|n| power::not_ready_for(n, now()));
                 let report = PowerReport::refused(refusal, dark_for, a.checks.clone());
                 inv.decision.power.insert(a.target, report);
             }
             continue;
         };
-        let report = stop(ctx, hold, a, node, &machine, until).await;
-        if report.outcome == PowerOutcome::StopPending {
-            sent.push((a.target, machine.id));
+        // The machine first judged, with its identity: the shell holds its
+        // own last look to it, never to another machine of the same name.
+        let report = stop(ctx, hold, a, node, until).await;
+        if matches!(
+            report.outcome,
+            PowerOutcome::StopPending | PowerOutcome::FoundOff
+        ) {
+            sent.push((a.target, a.machine.id.clone()));
         }
         inv.decision.power.insert(a.target, report);
     }
@@ -319,9 +352,9 @@ async fn stop(
     hold: &Hold,
     a: &Allowed,
     node: &NodeFacts,
-    machine: &InstanceFacts,
     until: Instant,
 ) -> PowerReport {
+    let machine = &a.machine;
     let id = &machine.id;
     let acted = |outcome, reason: String| {
         PowerReport::new(outcome, reason, Some(a.not_ready_for), a.checks.clone())
@@ -340,10 +373,18 @@ async fn stop(
         Err(e) => return acted(PowerOutcome::Failed, e),
     };
     if hold.left().is_none() {
+        // The mark names a power-off that was never sent: taken back, or the
+        // never-twice rule would refuse every retry and the cap would count
+        // a machine that runs as before.
         warn!(node = a.node, "the fencing Lease ran out: not powering off");
         return acted(
             PowerOutcome::Failed,
-            "the fencing Lease ran out before the stop; a retry decides again".into(),
+            unmark(
+                ctx,
+                &a.node,
+                "the fencing Lease ran out before the stop; a retry decides again".into(),
+            )
+            .await,
         );
     }
     let order = PowerOff {
@@ -352,10 +393,21 @@ async fn stop(
         until,
     };
     match ctx.cloud.power_off(&order).await {
-        Ok(()) => {
+        Ok(PowerOffAnswer::Sent) => {
             info!(node = a.node, instance = %id, "powered off: {why}");
             ctx.record(&a.node, NodeEvent::powered_off(id, &why)).await;
             acted(PowerOutcome::StopPending, format!("powered off; {why}"))
+        }
+        Ok(PowerOffAnswer::FoundOff) => {
+            // Nothing was sent: the mark stays until the fencing that
+            // follows, as for a power-off of ours, since the machine is off
+            // and the never-twice rule costs nothing then.
+            info!(node = a.node, instance = %id, "found off already: no power-off sent");
+            ctx.record(&a.node, NodeEvent::found_off(id)).await;
+            acted(
+                PowerOutcome::FoundOff,
+                "found off already when the power-off was to be sent: nothing sent".into(),
+            )
         }
         Err(e) => {
             ctx.meter.error(e.dependency());
@@ -465,7 +517,9 @@ async fn wait_stopped(ctx: &Ctx<'_>, inv: &mut Invocation<'_>, sent: &Sent) {
             continue;
         };
         if off {
-            report.outcome = PowerOutcome::Stopped;
+            if report.outcome == PowerOutcome::StopPending {
+                report.outcome = PowerOutcome::Stopped;
+            }
         } else {
             warn!(instance = %id, "not stopped within POWER_OFF_WAIT_SECONDS: no taint; a retry looks again");
             report

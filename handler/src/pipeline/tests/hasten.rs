@@ -162,6 +162,21 @@ async fn fast_not_ready_a_machine_recreated_since_the_first_look_is_not_marked()
     assert_eq!(w.cluster.ready_condition(NODE).unwrap().0, "True");
 }
 
+/// Issue 45, item 5: the Node deleted and registered again under its name
+/// between the proof and the write is another Node object: the mark is
+/// held to the uid judged, and nothing is written on the new one.
+#[tokio::test]
+async fn fast_not_ready_a_node_registered_again_before_the_write_is_not_marked() {
+    let stop = now() - 20;
+    let w = ready_on_a_stopped_machine(Some(stop), KubeletLease::RenewedAt(stop - 30));
+    w.cluster.reregistered_before_mark(NODE);
+    let report = w.fence(&short()).await.unwrap();
+    assert!(report.results[0].skip.is_some(), "{report:#?}");
+    assert_eq!(w.cluster.ready_condition(NODE).unwrap().0, "True");
+    assert!(!w.cluster.events(NODE).contains(&"MarkedNotReady"));
+    assert_eq!(w.out_of_service_taints(NODE), 0);
+}
+
 /// A Node the cap would refuse once NotReady is not written to: no Lease
 /// read, no mark.
 #[tokio::test]

@@ -8,6 +8,7 @@ mod admit;
 mod decide;
 mod faults;
 mod hasten;
+mod identity;
 mod neighbours;
 mod power;
 mod reach;

@@ -4,7 +4,7 @@ use async_trait::async_trait;
 use aws_sdk_ec2::error::ProvideErrorMetadata;
 use aws_sdk_ec2::types::Filter;
 
-use super::{Cloud, CloudCall, CloudError, Detach, PowerOff};
+use super::{Cloud, CloudCall, CloudError, Detach, PowerOff, PowerOffAnswer};
 use crate::core::model::facts::{InstanceFacts, StatusChecks, VolumeAttachmentState, VolumeFacts};
 use crate::core::model::instance::{
     AttachmentState, InstanceId, InstanceState, Provider, VolumeId, VolumeState,
@@ -213,7 +213,7 @@ impl Cloud for Ec2 {
         Ok(out)
     }
 
-    async fn power_off(&self, order: &PowerOff<'_>) -> Result<(), CloudError> {
+    async fn power_off(&self, order: &PowerOff<'_>) -> Result<PowerOffAnswer, CloudError> {
         // An instance id is never reused: the id the node was judged by is
         // the machine stopped.
         let instance = &order.machine.id;
@@ -224,7 +224,20 @@ impl Cloud for Ec2 {
             .skip_os_shutdown(true)
             .send()
             .await
-            .map(|_| ())
+            .map(|out| {
+                // EC2 answers a stop of a stopped instance with the state it
+                // was in: nothing was stopped.
+                let was_stopped = out.stopping_instances().iter().any(|c| {
+                    c.instance_id() == Some(instance.as_str())
+                        && c.previous_state().and_then(|s| s.name())
+                            == Some(&aws_sdk_ec2::types::InstanceStateName::Stopped)
+                });
+                if was_stopped {
+                    PowerOffAnswer::FoundOff
+                } else {
+                    PowerOffAnswer::Sent
+                }
+            })
             .map_err(|e| {
                 ec2(
                     CloudCall::PowerOff(instance.to_string()),

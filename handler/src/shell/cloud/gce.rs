@@ -13,7 +13,7 @@ use google_cloud_gax::options::RequestOptionsBuilder;
 use google_cloud_gax::retry_policy::{Aip194Strict, RetryPolicy as GaxRetryPolicy, RetryPolicyExt};
 use google_cloud_gax::retry_throttler::CircuitBreaker;
 
-use super::{Cloud, CloudCall, CloudError, Detach, PowerOff};
+use super::{Cloud, CloudCall, CloudError, Detach, PowerOff, PowerOffAnswer};
 use crate::core::model::facts::{
     InstanceFacts, MachineIdentity, StatusChecks, VolumeAttachmentState, VolumeFacts,
 };
@@ -603,7 +603,7 @@ impl Cloud for Gce {
         Ok(Vec::new())
     }
 
-    async fn power_off(&self, order: &PowerOff<'_>) -> Result<(), CloudError> {
+    async fn power_off(&self, order: &PowerOff<'_>) -> Result<PowerOffAnswer, CloudError> {
         let instance = &order.machine.id;
         let fail = |code: Option<&str>, message: String| {
             compute(CloudCall::PowerOff(instance.to_string()), message).with_code(code)
@@ -622,7 +622,7 @@ impl Cloud for Gce {
         let uid = found.as_ref().and_then(|i| i.id);
         let seen = found.as_ref().map(|i| (i.id, status_of(i)));
         match gce::may_stop(order.machine.identity.uid, seen) {
-            Ok(StopStep::AlreadyOff) => return Ok(()),
+            Ok(StopStep::AlreadyOff) => return Ok(PowerOffAnswer::FoundOff),
             Ok(StopStep::Stop) => {}
             Err(held) => return Err(fail(Some("MachineNotRunning"), format!("{vm}: {held}"))),
         }
@@ -651,12 +651,12 @@ impl Cloud for Gce {
             .await
             .map_err(|e| fail(None, format!("instances.stop {vm}: {e}")))?;
         match self.wait(&vm, op, order.until).await {
-            Ok(()) => Ok(()),
+            Ok(()) => Ok(PowerOffAnswer::Sent),
             // Taken and under way: the mark stays, and the stage's wait (or
             // a retry) sees the VM TERMINATED before any taint.
             Err(Followed::Late(why)) => {
                 tracing::warn!(vm = %vm, "{why}: the stop is under way");
-                Ok(())
+                Ok(PowerOffAnswer::Sent)
             }
             Err(Followed::Failed(why)) => Err(fail(None, format!("instances.stop {vm}: {why}"))),
         }

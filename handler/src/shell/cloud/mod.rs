@@ -206,9 +206,18 @@ pub trait Cloud: Send + Sync {
     ) -> Result<Vec<(InstanceId, StatusChecks)>, CloudError>;
     /// Powers the machine `order` names off at once: forced, without the
     /// guest's shutdown (active fencing; a hung guest would only delay it).
-    /// `Ok` means the cloud took the stop (or the machine was already off):
-    /// the stage still waits for the cloud to report it off.
-    async fn power_off(&self, order: &PowerOff<'_>) -> Result<(), CloudError>;
+    /// `Ok` means the cloud took the stop, or found the machine off
+    /// already: the stage still waits for the cloud to report it off.
+    async fn power_off(&self, order: &PowerOff<'_>) -> Result<PowerOffAnswer, CloudError>;
+}
+
+/// What a power-off found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PowerOffAnswer {
+    /// The stop was sent and taken (or one sent before is under way).
+    Sent,
+    /// The machine was off already: nothing was sent.
+    FoundOff,
 }
 
 /// Every provider this build can ask: each machine and each disk goes to
@@ -330,7 +339,7 @@ impl Cloud for Clouds<'_> {
         Ok(out)
     }
 
-    async fn power_off(&self, order: &PowerOff<'_>) -> Result<(), CloudError> {
+    async fn power_off(&self, order: &PowerOff<'_>) -> Result<PowerOffAnswer, CloudError> {
         let instance = &order.machine.id;
         let provider = instance.provider();
         match self.of(provider) {
@@ -373,8 +382,8 @@ mod tests {
         ) -> Result<Vec<(InstanceId, StatusChecks)>, CloudError> {
             Ok(Vec::new())
         }
-        async fn power_off(&self, _: &PowerOff<'_>) -> Result<(), CloudError> {
-            Ok(())
+        async fn power_off(&self, _: &PowerOff<'_>) -> Result<PowerOffAnswer, CloudError> {
+            Ok(PowerOffAnswer::Sent)
         }
     }
 
@@ -422,8 +431,8 @@ mod tests {
         ) -> Result<Vec<(InstanceId, StatusChecks)>, CloudError> {
             Ok(Vec::new())
         }
-        async fn power_off(&self, _: &PowerOff<'_>) -> Result<(), CloudError> {
-            Ok(())
+        async fn power_off(&self, _: &PowerOff<'_>) -> Result<PowerOffAnswer, CloudError> {
+            Ok(PowerOffAnswer::Sent)
         }
     }
 

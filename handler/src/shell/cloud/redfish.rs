@@ -12,12 +12,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use futures::StreamExt;
 use serde_json::{Value, json};
 
-use super::{Cloud, CloudCall, CloudError, Described, Detach, PowerOff};
+use super::{Cloud, CloudCall, CloudError, Described, Detach, PowerOff, PowerOffAnswer};
 use crate::core::model::facts::{InstanceFacts, StatusChecks, VolumeFacts};
 use crate::core::model::instance::{InstanceId, Provider, VolumeId};
+use crate::core::model::redfish::SystemUuid;
 use crate::core::model::system::{self, ForceOffStep, System};
+use crate::core::rules::identity;
 use crate::core::rules::retry;
 use crate::core::settings::redfish::{Bmc, Inventory};
 use crate::shell::error_chain;
@@ -29,6 +32,11 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(8);
 /// How much of a BMC's error body a message quotes.
 const QUOTED: usize = 300;
+/// How long the UUIDs the inventory's Systems served count as current: a
+/// look that needs them reads every System again after that.
+const CENSUS_AGE: Duration = Duration::from_secs(60);
+/// How many BMCs the census reads at once.
+const CENSUS_PARALLEL: usize = 8;
 
 /// [`Cloud`] over the inventory's BMCs.
 pub struct Redfish {
@@ -36,6 +44,17 @@ pub struct Redfish {
     credentials_dir: PathBuf,
     /// One client per CA bundle (`None`: the system's trust store).
     clients: BTreeMap<Option<String>, reqwest::Client>,
+    /// The UUID each System of the inventory served when last read, and
+    /// when every System was last asked: a UUID is a machine's identity
+    /// only when no other System serves it.
+    census: tokio::sync::Mutex<Census>,
+}
+
+/// The UUIDs the inventory's Systems served.
+#[derive(Default)]
+struct Census {
+    asked_at: Option<std::time::Instant>,
+    uuids: BTreeMap<InstanceId, SystemUuid>,
 }
 
 /// A BMC password, never printed.
@@ -71,7 +90,75 @@ impl Redfish {
             inventory,
             credentials_dir,
             clients,
+            census: tokio::sync::Mutex::default(),
         })
+    }
+
+    /// The UUID the System of `id` serves, `None` when it cannot be read.
+    async fn uuid_of(&self, id: InstanceId) -> (InstanceId, Option<SystemUuid>) {
+        let call = CloudCall::DescribeMachines;
+        match self.system(&id, &call).await {
+            Ok((_, system, _)) => {
+                let uuid = system.facts.identity.system_uuid;
+                (id, Some(uuid))
+            }
+            Err(e) => {
+                tracing::warn!(machine = %id, error = %e, "the census of the inventory's UUIDs could not read this System");
+                (id, None)
+            }
+        }
+    }
+
+    /// Holds each UUID of `found` to every other System of the inventory:
+    /// one another System serves too, or one not every other System could
+    /// be read to rule out, is no identity ([`identity::unique_among_systems`]).
+    /// The other Systems are read at most every [`CENSUS_AGE`]; a System that
+    /// does not answer keeps the UUID it served when last read.
+    async fn hold_unique(&self, found: &mut [InstanceFacts]) {
+        let mut census = self.census.lock().await;
+        for facts in found.iter() {
+            census
+                .uuids
+                .insert(facts.id.clone(), facts.identity.system_uuid);
+        }
+        if found.iter().all(|f| f.identity.system_uuid.key().is_none()) {
+            return;
+        }
+        let all: Vec<InstanceId> = self
+            .inventory
+            .machines()
+            .map(|b| InstanceId::redfish(&b.machine))
+            .collect();
+        let stale = census.asked_at.is_none_or(|at| at.elapsed() > CENSUS_AGE);
+        if stale {
+            let asked: Vec<InstanceId> = all
+                .iter()
+                .filter(|id| !found.iter().any(|f| &f.id == *id))
+                .cloned()
+                .collect();
+            let reads: Vec<_> = asked.into_iter().map(|id| self.uuid_of(id)).collect();
+            let read: Vec<(InstanceId, Option<SystemUuid>)> = futures::stream::iter(reads)
+                .buffer_unordered(CENSUS_PARALLEL)
+                .collect()
+                .await;
+            for (id, uuid) in read {
+                if let Some(uuid) = uuid {
+                    census.uuids.insert(id, uuid);
+                }
+            }
+            census.asked_at = Some(std::time::Instant::now());
+        }
+        for facts in found.iter_mut() {
+            let others = all
+                .iter()
+                .filter(|id| **id != facts.id)
+                .map(|id| census.uuids.get(id).copied());
+            let held = identity::unique_among_systems(facts.identity.system_uuid, others);
+            if let Some(doubt) = held.doubt() {
+                tracing::warn!(machine = %facts.id, reason = doubt.code(), "{doubt}");
+            }
+            facts.identity.system_uuid = held;
+        }
     }
 
     /// The machine's BMC, its client and its credentials.
@@ -95,12 +182,12 @@ impl Redfish {
         })
     }
 
-    /// The machine's System, read.
+    /// The machine's System, read, and the path it was read from.
     async fn system(
         &self,
         id: &InstanceId,
         call: &CloudCall,
-    ) -> Result<(Reach<'_>, System), CloudError> {
+    ) -> Result<(Reach<'_>, System, String), CloudError> {
         let reach = self.reach(id, call)?;
         let fail = |f: Failure| {
             CloudError::new(
@@ -127,7 +214,7 @@ impl Redfish {
             }
         };
         let doc = reach.get(&path).await.map_err(fail)?;
-        Ok((reach, System::read(id.clone(), &doc)))
+        Ok((reach, System::read(id.clone(), &doc), path))
     }
 }
 
@@ -247,6 +334,11 @@ fn client(ca_bundle: Option<&str>) -> Result<reqwest::Client, String> {
     // (the command line too) builds the first client.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let mut builder = reqwest::Client::builder()
+        // Never through a proxy, whatever HTTP_PROXY or HTTPS_PROXY say for
+        // the rest of the host: a BMC's Basic credentials would travel to
+        // the proxy (in clear, over an `http://` tunnel), and its requests
+        // would leave the path the operator configured.
+        .no_proxy()
         .user_agent(concat!("node-fencer/", env!("CARGO_PKG_VERSION")))
         .connect_timeout(CONNECT_TIMEOUT)
         .timeout(ATTEMPT_TIMEOUT)
@@ -300,7 +392,9 @@ impl Cloud for Redfish {
             let call = CloudCall::DescribeMachines;
             (
                 id,
-                self.system(id, &call).await.map(|(_, system)| system.facts),
+                self.system(id, &call)
+                    .await
+                    .map(|(_, system, _)| system.facts),
             )
         });
         let mut out = Described::default();
@@ -310,6 +404,7 @@ impl Cloud for Redfish {
                 Err(e) => out.failed.push((vec![id.clone()], e)),
             }
         }
+        self.hold_unique(&mut out.found).await;
         out
     }
 
@@ -333,7 +428,7 @@ impl Cloud for Redfish {
         Ok(Vec::new())
     }
 
-    async fn power_off(&self, order: &PowerOff<'_>) -> Result<(), CloudError> {
+    async fn power_off(&self, order: &PowerOff<'_>) -> Result<PowerOffAnswer, CloudError> {
         let id = &order.machine.id;
         let call = CloudCall::PowerOff(id.to_string());
         let fail = |code: &str, message: String| {
@@ -342,30 +437,40 @@ impl Cloud for Redfish {
         // Read again right before the power-off: the System behind the name
         // may have changed since the node was judged (a board swapped, the
         // inventory edited), or the machine may be on its way back.
-        let (reach, system) = self.system(id, &call).await?;
+        let (reach, system, path) = self.system(id, &call).await?;
         match system::may_force_off(&order.machine.identity, &system) {
-            Ok(ForceOffStep::AlreadyOff) => return Ok(()),
+            Ok(ForceOffStep::AlreadyOff) => return Ok(PowerOffAnswer::FoundOff),
             Ok(ForceOffStep::ForceOff) => {}
             Err(why) => return Err(fail("MachineNotRunning", format!("{id}: {why}"))),
         }
         let target = system
-            .force_off_target()
+            .force_off_target(&path)
             .map_err(|why| fail("NoForceOff", format!("{id}: {why}")))?;
-        reach
+        let sent = reach
             .send(
                 reqwest::Method::POST,
                 target,
                 Some(&json!({"ResetType": "ForceOff"})),
             )
-            .await
-            .map_err(|f| {
-                fail(
-                    f.code.unwrap_or("Refused"),
-                    format!("{id}: ForceOff: {}", f.message),
-                )
-            })?;
+            .await;
+        if let Err(f) = sent {
+            // A ForceOff retried after a timeout may be refused once the
+            // first one worked: the System, read again, tells.
+            let after = self.system(id, &call).await.ok();
+            let done = after
+                .as_ref()
+                .is_some_and(|(_, now, _)| system::force_off_done(&order.machine.identity, now));
+            if done {
+                tracing::info!(machine = %id, error = %f.message, "the ForceOff was refused, but the System is off or powering off: taken as done");
+                return Ok(PowerOffAnswer::Sent);
+            }
+            return Err(fail(
+                f.code.unwrap_or("Refused"),
+                format!("{id}: ForceOff: {}", f.message),
+            ));
+        }
         tracing::info!(machine = %id, bmc = %reach.bmc.endpoint, "ForceOff sent to the BMC");
-        Ok(())
+        Ok(PowerOffAnswer::Sent)
     }
 }
 

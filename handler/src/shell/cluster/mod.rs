@@ -22,6 +22,7 @@ use tokio::sync::OnceCell;
 
 pub use crate::core::model::facts::PodRef;
 use crate::core::model::facts::{AttachmentFacts, NodeFacts, PvFacts};
+use crate::core::model::instance::InstanceId;
 use crate::core::model::kube_read;
 use crate::core::outbound::events::NodeEvent;
 use crate::core::outbound::kube_patch::{
@@ -182,12 +183,41 @@ pub enum ClusterError {
 pub enum MarkOutcome {
     /// Written.
     Marked,
+    /// The Node of that name is not the one judged (another uid, another
+    /// machine): nothing written.
+    AnotherNode,
     /// The Node was not `Ready=True` at patch time: nothing written.
     AlreadyNotReady,
     /// Another writer changed the Node between the read and the write.
     Conflict,
     /// No such Node.
     NodeGone,
+}
+
+/// The Node a write is meant for, as it was judged: a Node of the same
+/// name read at write time is held to it.
+#[derive(Clone, Copy, Debug)]
+pub struct JudgedNode<'a> {
+    /// Its name.
+    pub name: &'a str,
+    /// Its `metadata.uid`, when it was read.
+    pub uid: Option<&'a str>,
+    /// The machine it was judged on.
+    pub machine: &'a InstanceId,
+}
+
+impl JudgedNode<'_> {
+    /// True when `now`, the Node of that name read at write time, is the
+    /// one judged: the same uid (when both are known) and the same machine.
+    pub fn is(&self, now: Option<&NodeFacts>) -> bool {
+        now.is_some_and(|n| {
+            let uid = match (self.uid, n.uid.as_deref()) {
+                (Some(judged), Some(now)) => judged == now,
+                _ => true,
+            };
+            uid && n.instance.as_ref() == Some(self.machine)
+        })
+    }
 }
 
 /// The fencing Lease as taken.
@@ -227,7 +257,8 @@ pub trait ClusterReads: Send + Sync {
     async fn server_version(&self) -> Result<ServerVersion, ClusterError>;
     /// The Node's kubelet Lease (`kube-node-lease/<node>`), as the proof
     /// of a silent kubelet reads it.
-    async fn node_lease(&self, node: &str) -> Result<KubeletLease, ClusterError>;
+    async fn node_lease(&self, node: &str, uid: Option<&str>)
+    -> Result<KubeletLease, ClusterError>;
     /// The pods bound to a Node (legacy mode).
     async fn pods_on_node(
         &self,
@@ -267,10 +298,15 @@ pub trait FencingWrites: Send + Sync {
         fenced_at: Option<&str>,
     ) -> Result<ConfirmOutcome, ClusterError>;
     /// Sets the Node's `Ready` condition to `Unknown` with `message`, if it
-    /// is `True` as read at patch time, guarded by that resourceVersion
-    /// (`nodes/status`). A conflict is answered, not retried: the caller
-    /// proves the kubelet silent again before another attempt.
-    async fn mark_not_ready(&self, node: &str, message: &str) -> Result<MarkOutcome, ClusterError>;
+    /// is `True` as read at patch time and is still the Node judged (its
+    /// uid, its machine), guarded by that resourceVersion (`nodes/status`).
+    /// A conflict is answered, not retried: the caller proves the kubelet
+    /// silent again before another attempt.
+    async fn mark_not_ready(
+        &self,
+        judged: &JudgedNode<'_>,
+        message: &str,
+    ) -> Result<MarkOutcome, ClusterError>;
     /// Records on the Node that node-fencer powered its machine off (active
     /// fencing); `Ok(false)` when the Node is gone.
     async fn mark_powered_off(&self, node: &str, stamp: &PowerStamp) -> Result<bool, ClusterError>;

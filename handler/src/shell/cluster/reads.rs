@@ -107,7 +107,11 @@ impl ClusterReads for Kube {
         self.version.get_or_try_init(ask).await.copied()
     }
 
-    async fn node_lease(&self, node: &str) -> Result<KubeletLease, ClusterError> {
+    async fn node_lease(
+        &self,
+        node: &str,
+        uid: Option<&str>,
+    ) -> Result<KubeletLease, ClusterError> {
         let api: Api<Lease> = Api::namespaced(self.client.clone(), NODE_LEASE_NAMESPACE);
         let lease = retrying("get node lease", || api.get_opt(node))
             .await
@@ -115,7 +119,7 @@ impl ClusterReads for Kube {
                 node: node.into(),
                 source,
             })?;
-        Ok(silence::kubelet_lease(lease.as_ref()))
+        Ok(silence::kubelet_lease(lease.as_ref(), uid))
     }
 
     async fn pods_on_node(

@@ -68,7 +68,12 @@ impl FencingWrites for Kube {
         }
     }
 
-    async fn mark_not_ready(&self, node: &str, message: &str) -> Result<MarkOutcome, ClusterError> {
+    async fn mark_not_ready(
+        &self,
+        judged: &JudgedNode<'_>,
+        message: &str,
+    ) -> Result<MarkOutcome, ClusterError> {
+        let node = judged.name;
         let nodes: Api<Node> = Api::all(self.client.clone());
         let current = match retrying("get node", || nodes.get_opt(node)).await {
             Ok(Some(n)) => n,
@@ -80,6 +85,9 @@ impl FencingWrites for Kube {
                 });
             }
         };
+        if !judged.is(self.facts(current.clone()).as_ref()) {
+            return Ok(MarkOutcome::AnotherNode);
+        }
         let Some(patch) = mark_patch_now(node, &current, message)? else {
             return Ok(MarkOutcome::AlreadyNotReady);
         };

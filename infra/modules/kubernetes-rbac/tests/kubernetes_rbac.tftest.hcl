@@ -119,3 +119,30 @@ run "control_namespace_not_a_name" {
 
   expect_failures = [var.control_namespace]
 }
+
+run "a_deployment_without_the_fast_path_or_the_legacy_mode_drops_their_grants" {
+  command = plan
+
+  variables {
+    grant_node_status = false
+    grant_node_leases = false
+  }
+
+  assert {
+    condition     = !anytrue([for r in kubernetes_cluster_role_v1.this.rule : contains(r.resources, "nodes/status")]) && anytrue([for r in kubernetes_cluster_role_v1.this.rule : contains(r.resources, "nodes")])
+    error_message = "no nodes/status patch; the Nodes' own rule stays"
+  }
+  assert {
+    condition     = keys(kubernetes_role_v1.this) == ["kube-system/node-fencer"] && keys(kubernetes_role_binding_v1.this) == ["kube-system/node-fencer"]
+    error_message = "no Role in kube-node-lease, nor its binding"
+  }
+}
+
+run "every_grant_by_default" {
+  command = plan
+
+  assert {
+    condition     = anytrue([for r in kubernetes_cluster_role_v1.this.rule : contains(r.resources, "nodes/status")])
+    error_message = "nodes/status patch granted by default"
+  }
+}
