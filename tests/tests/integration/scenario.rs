@@ -438,16 +438,11 @@ async fn active_fencing_powers_off_a_hung_node_and_its_workloads_move() -> anyho
         sent.elapsed(),
         hung.elapsed()
     );
-    assert_node_events(
-        &admin,
-        &node2,
-        &[
-            "PoweredOff",
-            "OutOfServiceTaintApplied",
-            "VolumesForceDetached",
-        ],
-    )
-    .await?;
+    // No `VolumesForceDetached` is required: once the taint is on, the
+    // attach/detach controller and the CSI chain may free both volumes
+    // before node-fencer's own detach reaches them (a race the volumes'
+    // end state above covers either way).
+    assert_node_events(&admin, &node2, &["PoweredOff", "OutOfServiceTaintApplied"]).await?;
 
     // The alert again: already fenced, and the machine is not stopped twice.
     let (status, text) = emu.post_function_url(&body, Some(&bearer()))?;
