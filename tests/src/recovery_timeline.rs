@@ -61,6 +61,15 @@ impl Phase {
     }
 }
 
+/// The lanes of the picture the docs show (`docs/recovery-timeline.svg`):
+/// `bench-recovery --svg-docs` writes it only when its run drew them all.
+pub const DOCS_LANES: [&str; 4] = [
+    "node-fencer, through the binary",
+    "node-fencer, in-process",
+    "force-delete runbook (no node-fencer)",
+    "left alone (no node-fencer)",
+];
+
 /// One case on the time axis.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Lane {
@@ -622,13 +631,7 @@ mod tests {
                 "{path} lacks {label}"
             );
         }
-        let lanes = [
-            "node-fencer, through the binary",
-            "node-fencer, in-process",
-            "force-delete runbook (no node-fencer)",
-            "left alone (no node-fencer)",
-        ];
-        for lane in lanes {
+        for lane in DOCS_LANES {
             assert!(
                 svg.contains(&format!(">{lane}</text>")),
                 "{path} lacks {lane}"

@@ -40,7 +40,7 @@ use serde_json::Value;
 const USAGE: &str = "\
 usage: bench-recovery [--runs N] [--mode both|lambda|in-process] [--baseline]
                       [--baseline-wait SECS] [--storm NODES:STOPPED] [--no-storm]
-                      [--driver ebs|cstor] [--fencing taint|legacy] [--svg PATH]
+                      [--driver ebs|cstor] [--fencing taint|legacy] [--svg PATH] [--svg-docs]
                       [--event-at-stop] [--hung] [--cloud aws|gce]
                       [--fast-not-ready] [--kubelet-silent-first]
                       [--graceful-shutdown SECS] [--old-control-plane]
@@ -72,9 +72,14 @@ with min/max:
                        cstor (cStor over iSCSI, no cloud call)
   --fencing F          node-fencer's FENCING_MODE: taint (default) or legacy
   --svg PATH           where the timeline picture goes (default
-                       docs/recovery-timeline.svg, or
-                       docs/recovery-timeline-<driver>-<fencing>.svg for other
-                       drivers and modes); the same timeline is printed as text
+                       $CARGO_TARGET_DIR/bench/recovery-timeline.svg, or
+                       recovery-timeline-<driver>-<fencing>.svg there for other
+                       drivers and modes: outside the checkout's tracked files);
+                       the same timeline is printed as text
+  --svg-docs           write the picture into docs/ instead, where the docs link
+                       it: refused for docs/recovery-timeline.svg unless the
+                       run drew every lane the docs show (--mode both
+                       --baseline, EBS, taint mode)
   --event-at-stop      send the `stopped` event right at the stop, as EC2 does,
                        while the Node is still Ready (node-fencer waits for it
                        to turn NotReady); by default it is sent once NotReady
@@ -134,6 +139,7 @@ struct Args {
     driver: Driver,
     fencing: ModeSetting,
     svg: Option<PathBuf>,
+    svg_docs: bool,
     event_at_stop: bool,
     hung: bool,
     gce: bool,
@@ -145,23 +151,61 @@ struct Args {
 }
 
 impl Args {
-    /// The picture's path: as given, or under `docs/` by driver and mode.
+    /// The picture's path: as given; else under `docs/` when asked, by
+    /// driver and mode; else the same name in the build's own directory,
+    /// which no checkout tracks.
     fn svg_path(&self) -> PathBuf {
         if let Some(p) = &self.svg {
             return p.clone();
         }
-        let tests = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-        let docs = tests.parent().unwrap_or(tests).join("docs");
-        let old = if self.old_control_plane { "-old" } else { "" };
-        match (self.driver, self.fencing, old) {
-            (Driver::Ebs, ModeSetting::Taint, "") => docs.join("recovery-timeline.svg"),
-            (d, f, old) => docs.join(format!(
-                "recovery-timeline-{}-{}{old}.svg",
-                driver_tag(d),
-                f.name()
-            )),
-        }
+        let name = picture_name(self.driver, self.fencing, self.old_control_plane);
+        let dir = if self.svg_docs {
+            repo_root().join("docs")
+        } else {
+            bench_dir()
+        };
+        dir.join(name)
     }
+}
+
+/// The checkout this benchmark belongs to.
+fn repo_root() -> PathBuf {
+    let tests = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    tests.parent().unwrap_or(tests).to_path_buf()
+}
+
+/// Where a run's pictures go unless told: `bench/` under the build's own
+/// directory (`CARGO_TARGET_DIR`, which `make` points outside the clone;
+/// else the checkout's ignored `target/`).
+fn bench_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .filter(|d| !d.is_empty())
+        .map_or_else(|| repo_root().join("target"), PathBuf::from)
+        .join("bench")
+}
+
+/// The picture's file name, by driver and mode.
+fn picture_name(driver: Driver, fencing: ModeSetting, old_control_plane: bool) -> String {
+    let old = if old_control_plane { "-old" } else { "" };
+    match (driver, fencing, old) {
+        (Driver::Ebs, ModeSetting::Taint, "") => "recovery-timeline.svg".to_owned(),
+        (d, f, old) => format!("recovery-timeline-{}-{}{old}.svg", driver_tag(d), f.name()),
+    }
+}
+
+/// The lanes the docs' own picture shows that `lanes` lacks, when `path`
+/// is that picture; none otherwise.
+fn missing_docs_lanes(
+    path: &std::path::Path,
+    lanes: &[recovery_timeline::Lane],
+) -> Vec<&'static str> {
+    if path != repo_root().join("docs").join("recovery-timeline.svg") {
+        return Vec::new();
+    }
+    recovery_timeline::DOCS_LANES
+        .into_iter()
+        .filter(|want| !lanes.iter().any(|l| l.name == *want))
+        .collect()
 }
 
 fn driver_tag(d: Driver) -> &'static str {
@@ -183,6 +227,7 @@ fn parse_args() -> anyhow::Result<Option<Args>> {
         driver: Driver::Ebs,
         fencing: ModeSetting::Taint,
         svg: None,
+        svg_docs: false,
         event_at_stop: false,
         hung: false,
         gce: false,
@@ -243,6 +288,7 @@ fn parse_args() -> anyhow::Result<Option<Args>> {
                 }
             }
             "--svg" => args.svg = Some(PathBuf::from(value("--svg")?)),
+            "--svg-docs" => args.svg_docs = true,
             "--event-at-stop" => args.event_at_stop = true,
             "--hung" => args.hung = true,
             "--fast-not-ready" => args.fast_not_ready = true,
@@ -1639,6 +1685,16 @@ async fn run(args: Args) -> anyhow::Result<()> {
             args.fencing.name()
         );
         let path = args.svg_path();
+        let missing = missing_docs_lanes(&path, &lanes);
+        anyhow::ensure!(
+            missing.is_empty(),
+            "not writing {}: the docs' picture shows lanes this run did not draw ({}); run with --mode both --baseline, or without --svg-docs",
+            path.display(),
+            missing.join(", ")
+        );
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        }
         std::fs::write(&path, recovery_timeline::svg(&title, &lanes))
             .with_context(|| format!("writing {}", path.display()))?;
         println!("\n### Timeline (medians; picture in {})\n", path.display());
@@ -1657,4 +1713,46 @@ fn main() -> anyhow::Result<()> {
         .enable_all()
         .build()?
         .block_on(run(args))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 49, item 4: a benchmark run leaves the checkout as it found it.
+    /// Its pictures go to the build's directory unless asked for the docs,
+    /// and the docs' own picture is written only with every lane it shows.
+    #[test]
+    fn a_run_writes_no_tracked_file_unless_asked() {
+        for (driver, fencing, old) in [
+            (Driver::Ebs, ModeSetting::Taint, false),
+            (Driver::Cstor, ModeSetting::Legacy, true),
+        ] {
+            let name = picture_name(driver, fencing, old);
+            let path = bench_dir().join(&name);
+            assert!(
+                !path.starts_with(repo_root().join("docs")),
+                "{}",
+                path.display()
+            );
+            assert!(
+                !path.starts_with(repo_root()) || path.starts_with(repo_root().join("target")),
+                "{} is in the checkout and not under its ignored target/",
+                path.display()
+            );
+        }
+        let docs = repo_root().join("docs").join("recovery-timeline.svg");
+        let one = vec![recovery_timeline::Lane {
+            name: "node-fencer, through the binary".into(),
+            marks: Vec::new(),
+            watched_until: None,
+        }];
+        let missing = missing_docs_lanes(&docs, &one);
+        assert_eq!(
+            missing.len(),
+            recovery_timeline::DOCS_LANES.len() - 1,
+            "{missing:?}"
+        );
+        assert!(missing_docs_lanes(&bench_dir().join("recovery-timeline.svg"), &one).is_empty());
+    }
 }
