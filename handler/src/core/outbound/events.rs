@@ -192,7 +192,7 @@ impl NodeEvent {
         Self::new(
             Reason::UnidentifiedMachine,
             format!(
-                "{instance} is not taken for this Node's machine: {doubt}; nothing is fenced nor powered off on it (see docs/onprem.md#identity)"
+                "{instance} is not taken for this Node's machine: {doubt}; nothing is fenced nor powered off on it (see docs/onprem.md#the-machines-identity)"
             ),
         )
     }

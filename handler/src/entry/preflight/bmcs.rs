@@ -3,7 +3,7 @@
 //! UUID its kubelet read; inventory entries that back no Node are named.
 
 use super::{Check, Status, failed, row};
-use crate::core::model::facts::NodeFacts;
+use crate::core::model::facts::{InstanceFacts, NodeFacts};
 use crate::core::model::instance::{InstanceId, Provider};
 use crate::core::rules::identity;
 use crate::shell::cloud::Cloud;
@@ -52,8 +52,30 @@ pub(super) async fn check(
             "check the endpoint, the credentials (REDFISH_CREDENTIALS_DIR) and the CA bundle; until the BMC answers, its Node is never fenced",
         ));
     }
+    let fine = held_to_nodes(&looked.found, &placed, checks);
+    checks.push(row(
+        "BMCs",
+        if fine == placed.len() {
+            Status::Pass
+        } else {
+            Status::Fail
+        },
+        format!(
+            "{fine} of {} Node(s) placed by the inventory answered on their BMC, their System's UUID the Node's",
+            placed.len()
+        ),
+    ));
+}
+
+/// How many of the Systems `found` are the machines of the Nodes that
+/// `placed` puts on them; a row for each that is not, with the reason.
+fn held_to_nodes(
+    found: &[InstanceFacts],
+    placed: &[(&NodeFacts, &InstanceId)],
+    checks: &mut Vec<Check>,
+) -> usize {
     let mut fine = 0;
-    for facts in &looked.found {
+    for facts in found {
         let Some((node, _)) = placed.iter().find(|(_, i)| **i == facts.id) else {
             continue;
         };
@@ -79,18 +101,7 @@ pub(super) async fn check(
             ));
         }
     }
-    checks.push(row(
-        "BMCs",
-        if fine == placed.len() {
-            Status::Pass
-        } else {
-            Status::Fail
-        },
-        format!(
-            "{fine} of {} Node(s) placed by the inventory answered on their BMC, their System's UUID the Node's",
-            placed.len()
-        ),
-    ));
+    fine
 }
 
 fn names(ids: &[InstanceId]) -> String {

@@ -112,11 +112,7 @@ pub(crate) async fn run(ctx: &Ctx<'_>, inv: &mut Invocation<'_>) -> Result<(), P
         if to_mark.is_empty() || switch.is_on() {
             return Ok(());
         }
-        let judged = view
-            .as_ref()
-            .map(|v| v.nodes.as_slice())
-            .unwrap_or_default();
-        let marked = hasten::mark(ctx, &evidence, looks, (&to_mark, judged)).await;
+        let marked = hasten::mark(ctx, &evidence, looks, (&to_mark, view.as_ref())).await;
         count_attempts(&mut attempts, &to_mark, &marked);
         // The next look reads the Nodes again and decides over them.
         first = false;

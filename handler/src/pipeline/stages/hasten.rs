@@ -17,6 +17,7 @@ use crate::core::model::instance::InstanceId;
 use crate::core::outbound::events::NodeEvent;
 use crate::core::outbound::metrics::Dependency;
 use crate::core::rules::silence::{self, Silence};
+use crate::core::rules::view::NodeView;
 use crate::core::settings::policy::Policy;
 use crate::pipeline::ctx::Ctx;
 use crate::pipeline::looks::Looks;
@@ -52,15 +53,16 @@ impl Evidence {
 }
 
 /// Tries to mark each of `nodes` (name, machine) `Ready=Unknown`, each
-/// write held to the Node as judged among `judged` (its uid).
+/// write held to the Node as judged in `judged` (its uid).
 pub(crate) async fn mark(
     ctx: &Ctx<'_>,
     evidence: &Evidence,
     looks: &mut Looks,
-    (nodes, judged): (&[(String, InstanceId)], &[NodeFacts]),
+    (nodes, judged): (&[(String, InstanceId)], Option<&NodeView>),
 ) -> HashMap<String, Marking> {
     let mut out = HashMap::new();
     let mut proven = Vec::new();
+    let judged: &[NodeFacts] = judged.map(|v| v.nodes.as_slice()).unwrap_or_default();
     let uid = |node: &str| {
         judged
             .iter()
