@@ -1359,7 +1359,13 @@ def test_rbac_module_applies_the_manifest_instead_of_restating_it():
     role = L.blocks(rbac, "resource", "kubernetes_cluster_role_v1")["this"]
     assert "rule" not in role, "ClusterRole rules must come from the manifest, not be written in HCL"
     dynamic_rule = next(d["rule"] for d in role["dynamic"] if "rule" in d)
-    assert L.expr(dynamic_rule["for_each"]) == "local.cluster_role.rules"
+    assert L.expr(dynamic_rule["for_each"]) == "local.cluster_rules"
+    # The module may only leave a rule of the manifest out (grant_node_status), never write one.
+    assert re.search(
+        r"for r in local\.cluster_role\.rules\b.*\bif var\.grant_node_status\b",
+        L.expr(local_values["cluster_rules"]),
+        re.S,
+    )
     binding = L.blocks(rbac, "resource", "kubernetes_cluster_role_binding_v1")["this"]
     assert "subject" not in binding
     assert L.expr(next(d["subject"] for d in binding["dynamic"] if "subject" in d)["for_each"]) == "local.cluster_role_binding.subjects"

@@ -194,7 +194,7 @@ fn unneeded(
     let legacy = mode != Some(FenceMode::Taint);
     if fast_only(scope) && !fast_not_ready {
         return Some(
-            "only FAST_NOT_READY=true reads the kubelets' Leases; the kubernetes-rbac module's grant_node_leases=false drops it",
+            "only FAST_NOT_READY=true reads the kubelets' Leases; the kubernetes-rbac module's grant_node_lease_reads=false drops it",
         );
     }
     if status_write(resource) && !fast_not_ready && !legacy {
@@ -649,8 +649,8 @@ mod tests {
         let legacy = Some(FenceMode::Legacy);
         let dropped = |grant, mode, fast| unneeded(grant, mode, fast).unwrap_or_default();
         assert!(dropped(status, taint, false).contains("grant_node_status=false"));
-        assert!(dropped(leases, taint, false).contains("grant_node_leases=false"));
-        assert!(dropped(leases, legacy, false).contains("grant_node_leases=false"));
+        assert!(dropped(leases, taint, false).contains("grant_node_lease_reads=false"));
+        assert!(dropped(leases, legacy, false).contains("grant_node_lease_reads=false"));
         assert!(dropped(detach, taint, true).contains("legacy mode"));
         for (grant, mode, fast) in [
             (status, taint, true),

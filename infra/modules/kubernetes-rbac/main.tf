@@ -24,7 +24,7 @@ locals {
   # What a deployment's settings never use may be left out (preflight names
   # it): the kubelets' Leases, which only FAST_NOT_READY reads, and the
   # nodes/status writes, which only FAST_NOT_READY and the legacy mode make.
-  dropped_namespaces = var.grant_node_leases ? [] : ["kube-node-lease"]
+  dropped_namespaces = var.grant_node_lease_reads ? [] : ["kube-node-lease"]
   cluster_rules = [
     for r in local.cluster_role.rules : r
     if var.grant_node_status || !contains(try(r.resources, []), "nodes/status")

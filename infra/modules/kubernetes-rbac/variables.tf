@@ -62,7 +62,7 @@ variable "grant_node_status" {
   default     = true
 }
 
-variable "grant_node_leases" {
+variable "grant_node_lease_reads" {
   description = "Grant reading the kubelets' Leases in kube-node-lease (the manifest's Role there and its binding). Only FAST_NOT_READY=true reads them: a deployment with it off may set false."
   type        = bool
   default     = true

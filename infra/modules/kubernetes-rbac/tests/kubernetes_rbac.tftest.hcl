@@ -124,8 +124,8 @@ run "a_deployment_without_the_fast_path_or_the_legacy_mode_drops_their_grants" {
   command = plan
 
   variables {
-    grant_node_status = false
-    grant_node_leases = false
+    grant_node_status      = false
+    grant_node_lease_reads = false
   }
 
   assert {
