@@ -24,6 +24,7 @@ use node_fencer::shell::connect::Timeouts;
 use node_fencer_tests::faults::{Fault, FaultProxy, Match};
 use node_fencer_tests::fixtures::*;
 use node_fencer_tests::gce::{Compute, Vm, fake_compute_on};
+use node_fencer_tests::scene::wait_until;
 use node_fencer_tests::{serial, stack};
 use tokio::sync::MutexGuard;
 
@@ -138,6 +139,16 @@ async fn assert_fenced_once(f: &Faulty, t: &Target) -> anyhow::Result<()> {
     assert_eq!(f.fake.disk_users(&t.volume).await?, Some(vec![]));
     assert_eq!(f.fake.detach_operations(vm_of(t)?).await?, 1);
     Ok(())
+}
+
+/// Waits for the disk to be free: the detach operation the fake accepted
+/// has run, whether or not its answers reached node-fencer.
+async fn operation_done(f: &Faulty, t: &Target) -> anyhow::Result<()> {
+    wait_until("the detach operation to end", DETACH_WAIT, || async {
+        let users = f.fake.disk_users(&t.volume).await?;
+        Ok(users.is_some_and(|u| u.is_empty()).then_some(()))
+    })
+    .await
 }
 
 /// The same event again, as Lambda or Pub/Sub sends it, once Compute
@@ -318,7 +329,10 @@ async fn gce_a_detach_whose_answers_are_all_lost_fails_and_the_retry_converges()
     assert_detach_failed(&first);
     let sent = f.fake.detach_requests(vm).await?.len();
     assert_eq!(sent, COMPUTE.max_attempts as usize, "bounded retries");
-    // The fake carried the detach out, once, whatever the client saw.
+    // The fake carried the detach out, once, whatever the client saw; its
+    // operation ends on Compute Engine's time, which the client's bounded
+    // retries may not have waited out.
+    operation_done(&f, &t).await?;
     assert_fenced_once(&f, &t).await?;
     retried_after_healing(&f, &t, Outcome::AlreadyFenced, sent).await
 }
