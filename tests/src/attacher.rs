@@ -105,7 +105,7 @@ impl Driver {
 }
 
 /// A binary `tests/stack/setup.sh` builds, named by `var` in `env.sh`.
-fn tool(var: &str) -> anyhow::Result<PathBuf> {
+pub(crate) fn tool(var: &str) -> anyhow::Result<PathBuf> {
     let path = std::env::var_os(var).map(PathBuf::from).with_context(|| {
         format!("{var} is not set: run `make setup` (tests/stack/setup.sh) and source its env.sh")
     })?;

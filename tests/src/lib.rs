@@ -15,6 +15,7 @@ pub mod faults;
 pub mod fixtures;
 pub mod gce;
 pub mod http_stub;
+pub mod kubelet;
 pub mod lambda;
 pub mod recovery_timeline;
 pub mod redfish;

@@ -13,6 +13,7 @@
 //! it, so scenes in one cluster never share nodes.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -34,6 +35,7 @@ use crate::fixtures::{
 use crate::gce::{
     INSTANCE_ID_ANNOTATION, PD_DRIVER, PD_TOPOLOGY_KEY, ZONE, fake_compute, users_in,
 };
+use crate::kubelet::{Kubelet, KubeletSpec, lease_seconds};
 use crate::redfish::SystemSpec;
 
 /// The label that ties a scene's pods to its nodes.
@@ -90,13 +92,37 @@ fn is_status(err: &kube::Error, check: fn(&kube::core::Status) -> bool) -> bool 
     matches!(err, kube::Error::Api(status) if check(status))
 }
 
-/// One kwok worker and its instance.
+/// One worker and its instance.
 #[derive(Clone, Debug)]
 pub struct Worker {
     /// The Node name (also its `kubernetes.io/hostname`).
     pub name: String,
     /// The moto instance (or the fake Compute Engine's VM) behind it.
     pub machine: Machine,
+    /// Its hollow kubelet; none for a kwok node.
+    pub kubelet: Option<Arc<Kubelet>>,
+}
+
+/// Who plays a scene's kubelets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kubelets {
+    /// kwok, for every worker.
+    Kwok,
+    /// A hollow kubelet for the worker of this index (node 2 is 1), kwok
+    /// for the others.
+    Real(usize),
+}
+
+impl Kubelets {
+    /// Node 2, the node that dies, a real kubelet; but on the old control
+    /// plane, older than the kubelet built here (a kubelet is never newer
+    /// than its apiserver), kwok.
+    pub fn of_node2(stack: &Stack) -> Self {
+        match stack.vars.get("NODE_FENCER_STACK_OLD_CONTROL_PLANE") {
+            Some(old) if old == "1" => Self::Kwok,
+            _ => Self::Real(1),
+        }
+    }
 }
 
 /// Creates `count` kwok nodes labelled for `scene`, each backed by a new moto
@@ -137,6 +163,19 @@ pub async fn add_workers_on(
     count: usize,
     cordoned: impl Fn(usize) -> bool,
 ) -> anyhow::Result<Vec<Worker>> {
+    add_workers_with(stack, hosts, Kubelets::Kwok, scene, count, cordoned).await
+}
+
+/// [`add_workers_on`], with `kubelets` saying which worker, if any, runs a
+/// hollow kubelet ([`hollow_worker`]) rather than kwok.
+pub async fn add_workers_with(
+    stack: &Stack,
+    hosts: Hosts<'_>,
+    kubelets: Kubelets,
+    scene: &str,
+    count: usize,
+    cordoned: impl Fn(usize) -> bool,
+) -> anyhow::Result<Vec<Worker>> {
     let admin = stack.admin().await?;
     let ec2 = stack.ec2().await;
     let compute = fake_compute().client();
@@ -154,6 +193,15 @@ pub async fn add_workers_on(
             (_, Some(system)) => Machine::of_system(&system.name),
             _ => launch(&ec2).await?,
         };
+        if kubelets == Kubelets::Real(i) {
+            let kubelet = hollow_worker(stack, &name, scene, &machine, system)?;
+            workers.push(Worker {
+                name,
+                machine,
+                kubelet: Some(Arc::new(kubelet)),
+            });
+            continue;
+        }
         let mut node = json!({
             "metadata": {
                 "name": name,
@@ -218,7 +266,11 @@ pub async fn add_workers_on(
             }),
         )
         .await?;
-        workers.push(Worker { name, machine });
+        workers.push(Worker {
+            name,
+            machine,
+            kubelet: None,
+        });
     }
     let names: Vec<String> = workers.iter().map(|w| w.name.clone()).collect();
     wait_until("the workers to be Ready", Duration::from_secs(60), || {
@@ -226,7 +278,8 @@ pub async fn add_workers_on(
         let names = names.clone();
         async move {
             for name in &names {
-                if ready(&admin, name).await?.as_deref() != Some("True")
+                if !registered(&admin, name).await?
+                    || ready(&admin, name).await?.as_deref() != Some("True")
                     || lease_holder(&admin, name).await?.is_none()
                 {
                     return Ok(None);
@@ -236,11 +289,21 @@ pub async fn add_workers_on(
         }
     })
     .await?;
+    for (i, w) in workers.iter().enumerate() {
+        if w.kubelet.is_some() {
+            adopt_hollow(&admin, w, cordoned(i)).await?;
+        }
+    }
     if let Hosts::Bmc(systems) = hosts {
         // What the kubelet reads from the machine's SMBIOS when it
         // registers: written once kwok's initializing stage, which writes
-        // the whole status, is done; later stages keep it.
-        for (w, system) in workers.iter().zip(systems) {
+        // the whole status, is done; later stages keep it. A hollow
+        // kubelet reports its own.
+        for (w, system) in workers
+            .iter()
+            .zip(systems)
+            .filter(|(w, _)| w.kubelet.is_none())
+        {
             nodes
                 .patch_status(
                     &w.name,
@@ -251,6 +314,77 @@ pub async fn add_workers_on(
         }
     }
     Ok(workers)
+}
+
+/// Starts the hollow kubelet of a worker on `machine`: it registers the
+/// Node as kwok's are labelled, with the machine's provider id (none
+/// on-premises) and, on-premises, the System's UUID; it serves the CSI node
+/// of the drivers a kwok worker's CSINode names there.
+fn hollow_worker(
+    stack: &Stack,
+    name: &str,
+    scene: &str,
+    machine: &Machine,
+    system: Option<&SystemSpec>,
+) -> anyhow::Result<Kubelet> {
+    let mut spec = KubeletSpec {
+        name: name.into(),
+        lease_seconds: lease_seconds(stack),
+        labels: [
+            ("type", "hollow"),
+            ("topology.kubernetes.io/zone", machine.az.as_str()),
+            ("node-fencer.io/test", "true"),
+            (SCENE_LABEL, scene),
+        ]
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .to_vec(),
+        ..KubeletSpec::default()
+    };
+    let cstor = (Driver::Cstor.name().to_string(), name.to_string());
+    let zone = |key: &str| (key.to_string(), machine.az.clone());
+    match (system, &machine.vm) {
+        (Some(system), _) => {
+            spec.system_uuid = Some(system.uuid.clone());
+            spec.drivers.push(cstor);
+        }
+        (None, Some(vm)) => {
+            spec.provider_id = Some(machine.provider_id());
+            spec.labels.push(zone(PD_TOPOLOGY_KEY));
+            spec.topology.push(zone(PD_TOPOLOGY_KEY));
+            spec.drivers.push((PD_DRIVER.into(), vm.path()));
+        }
+        (None, None) => {
+            spec.provider_id = Some(machine.provider_id());
+            spec.labels.push(zone("topology.ebs.csi.aws.com/zone"));
+            spec.topology.push(zone("topology.ebs.csi.aws.com/zone"));
+            spec.drivers.push((DRIVER.into(), machine.instance.clone()));
+            spec.drivers.push(cstor);
+        }
+    }
+    Kubelet::start(stack, spec)
+}
+
+/// What a cloud controller manager (or GKE's kubelet) adds to a Node once
+/// it registered: on Compute Engine, the VM's numeric id; and the cordon a
+/// scene asks for.
+async fn adopt_hollow(admin: &Client, w: &Worker, cordoned: bool) -> anyhow::Result<()> {
+    let mut patch = json!({"spec": {"unschedulable": cordoned}});
+    if let Some(vm) = &w.machine.vm {
+        patch["metadata"] = json!({"annotations": {INSTANCE_ID_ANNOTATION: vm.id}});
+    }
+    Api::<Node>::all(admin.clone())
+        .patch(&w.name, &PatchParams::default(), &Patch::Merge(patch))
+        .await?;
+    Ok(())
+}
+
+/// Whether the Node exists (a hollow kubelet registers it a moment after
+/// it starts).
+async fn registered(admin: &Client, node: &str) -> anyhow::Result<bool> {
+    Ok(Api::<Node>::all(admin.clone())
+        .get_opt(node)
+        .await?
+        .is_some())
 }
 
 /// The node's `Ready` condition status (`True`, `False`, `Unknown`).
@@ -347,10 +481,7 @@ pub async fn report_volumes_in_use(
     node: &str,
     volumes: &[(Driver, &str)],
 ) -> anyhow::Result<()> {
-    let in_use: Vec<String> = volumes
-        .iter()
-        .map(|(d, v)| format!("kubernetes.io/csi/{}^{v}", d.name()))
-        .collect();
+    let in_use = in_use_names(volumes);
     Api::<Node>::all(admin.clone())
         .patch_status(
             node,
@@ -369,6 +500,14 @@ pub async fn volumes_in_use(admin: &Client, node: &str) -> anyhow::Result<Vec<St
         .status
         .and_then(|s| s.volumes_in_use)
         .unwrap_or_default())
+}
+
+/// The names the kubelet gives CSI volumes in `status.volumesInUse`.
+fn in_use_names(volumes: &[(Driver, &str)]) -> Vec<String> {
+    volumes
+        .iter()
+        .map(|(d, v)| format!("kubernetes.io/csi/{}^{v}", d.name()))
+        .collect()
 }
 
 /// The node's taints as `key:effect`.
@@ -606,8 +745,19 @@ pub async fn seed_with(stack: &Stack, driver: Driver) -> anyhow::Result<Seed> {
     seed_on(stack, driver, hosts).await
 }
 
-/// [`seed`] with the volumes of `driver`, on `hosts`.
+/// [`seed`] with the volumes of `driver`, on `hosts`, node 2 a real
+/// kubelet where [`Kubelets::of_node2`] says so.
 pub async fn seed_on(stack: &Stack, driver: Driver, hosts: Hosts<'_>) -> anyhow::Result<Seed> {
+    seed_on_with(stack, driver, hosts, Kubelets::of_node2(stack)).await
+}
+
+/// [`seed_on`] with the kubelets of `kubelets`.
+pub async fn seed_on_with(
+    stack: &Stack,
+    driver: Driver,
+    hosts: Hosts<'_>,
+    kubelets: Kubelets,
+) -> anyhow::Result<Seed> {
     let admin = stack.admin().await?;
     let ec2 = stack.ec2().await;
     let scene = unique(match driver {
@@ -618,7 +768,7 @@ pub async fn seed_on(stack: &Stack, driver: Driver, hosts: Hosts<'_>) -> anyhow:
     let class = storage_class(driver);
     create_namespace(&admin, &scene).await?;
     ensure_storage_class(&admin).await?;
-    let workers = add_workers_on(stack, hosts, &scene, 3, |i| i != 1).await?;
+    let workers = add_workers_with(stack, hosts, kubelets, &scene, 3, |i| i != 1).await?;
     let az = workers[1].machine.az.clone();
 
     let mut made = Vec::new();
@@ -719,12 +869,24 @@ pub async fn seed_on(stack: &Stack, driver: Driver, hosts: Hosts<'_>) -> anyhow:
         },
     )
     .await?;
-    report_volumes_in_use(
-        &admin,
-        &node2,
-        &[(driver, &seed.db.volume), (driver, &seed.app.volume)],
-    )
-    .await?;
+    let in_use = [
+        (driver, seed.db.volume.as_str()),
+        (driver, &seed.app.volume),
+    ];
+    if seed.node2().kubelet.is_some() {
+        let want = in_use_names(&in_use);
+        wait_until(
+            "node 2's kubelet to report both volumes in use",
+            Duration::from_secs(30),
+            || async {
+                let have = volumes_in_use(&admin, &node2).await?;
+                Ok(want.iter().all(|v| have.contains(v)).then_some(()))
+            },
+        )
+        .await?;
+    } else {
+        report_volumes_in_use(&admin, &node2, &in_use).await?;
+    }
     for w in [&seed.workers[0], &seed.workers[2]] {
         set_unschedulable(&admin, &w.name, false).await?;
     }
@@ -938,18 +1100,69 @@ pub async fn stuck(stack: &Stack, seed: &Seed) -> anyhow::Result<Stuck> {
     Ok(out)
 }
 
-/// Stops node 2 of the seed: its instance in moto (a VM: `TERMINATED` in
-/// the fake Compute Engine), unless `keep_instance`, and its heartbeats.
+/// Stops node 2 of the seed: its heartbeats (a hollow kubelet is killed
+/// with its machine, or frozen, hung, when `keep_instance`), then its
+/// instance in moto (a VM: `TERMINATED` in the fake Compute Engine) unless
+/// `keep_instance`: a machine that is off has stopped renewing its Lease by
+/// the time the cloud records it stopped.
 pub async fn kill_node2(stack: &Stack, seed: &Seed, keep_instance: bool) -> anyhow::Result<()> {
-    match (&seed.node2().machine.vm, keep_instance) {
-        (_, true) => {}
-        (None, false) if seed.node2().machine.is_system() => {
-            bail!("a BMC's System is powered off through its BMC (crate::redfish::Bmc::reset)")
-        }
-        (Some(vm), false) => fake_compute().client().set_status(vm, "TERMINATED").await?,
-        (None, false) => crate::fixtures::stop(&stack.ec2().await, &seed.node2().machine).await?,
+    let machine = &seed.node2().machine;
+    if !keep_instance && machine.is_system() {
+        bail!("a BMC's System is powered off through its BMC (crate::redfish::Bmc::reset)");
     }
-    stop_heartbeats(&stack.admin().await?, &seed.node2().name).await
+    match &seed.node2().kubelet {
+        Some(kubelet) if keep_instance => {
+            if kubelet.is_running()? {
+                kubelet.freeze()?;
+                kill_on_power_off(stack, seed.node2()).await;
+            }
+        }
+        _ => silence(stack, seed.node2()).await?,
+    }
+    match (&machine.vm, keep_instance) {
+        (_, true) => Ok(()),
+        (Some(vm), false) => fake_compute().client().set_status(vm, "TERMINATED").await,
+        (None, false) => crate::fixtures::stop(&stack.ec2().await, machine).await,
+    }
+}
+
+/// The worker's kubelet falls silent for good: a hollow kubelet is killed,
+/// a kwok node's Lease taken from kwok.
+pub async fn silence(stack: &Stack, worker: &Worker) -> anyhow::Result<()> {
+    match &worker.kubelet {
+        Some(kubelet) => kubelet.kill(),
+        None => stop_heartbeats(&stack.admin().await?, &worker.name).await,
+    }
+}
+
+/// The machine's fate is its kubelet's: once the cloud says the hung
+/// machine of `worker` is stopping or off (active fencing's power-off), its
+/// frozen kubelet is killed, as the power cut would kill it. Watches in the
+/// background until then, or until the kubelet is dropped.
+async fn kill_on_power_off(stack: &Stack, worker: &Worker) {
+    let Some(kubelet) = worker.kubelet.as_ref().map(Arc::downgrade) else {
+        return;
+    };
+    let machine = worker.machine.clone();
+    let ec2 = stack.ec2().await;
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let Some(kubelet) = kubelet.upgrade() else {
+                return;
+            };
+            let state = match &machine.vm {
+                Some(vm) => fake_compute().client().status(vm).await.ok().flatten(),
+                None => crate::fixtures::instance_state(&ec2, &machine.instance)
+                    .await
+                    .ok(),
+            };
+            if state.is_some_and(|s| !matches!(s.as_str(), "running" | "RUNNING" | "")) {
+                let _ = kubelet.kill();
+                return;
+            }
+        }
+    });
 }
 
 /// [`kill_node2`], then waits up to `timeout` until node 2 is NotReady;
@@ -1020,6 +1233,9 @@ pub async fn teardown(admin: &Client, namespace: Option<&str>, nodes: &[String])
 /// disks (the PD CSI driver takes a VM gone as its disks detached), so the
 /// external-attacher lets the VolumeAttachments of the deleted nodes go.
 pub async fn teardown_seed(admin: &Client, seed: &Seed) {
+    for kubelet in seed.workers.iter().filter_map(|w| w.kubelet.as_ref()) {
+        let _ = kubelet.kill();
+    }
     teardown(admin, Some(&seed.namespace), &seed.node_names()).await;
     let compute = fake_compute().client();
     for vm in seed.workers.iter().filter_map(|w| w.machine.vm.as_ref()) {

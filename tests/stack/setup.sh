@@ -14,6 +14,8 @@
 #   $CACHE/bin/kubernetes-<old>/    an old control plane (kube-apiserver, kube-controller-manager,
 #                                   kube-scheduler; tests/stack/gomod/kubernetes-legacy) for the
 #                                   legacy mode's scenarios; tests only
+#   $CACHE/bin/hollow-kubelet-<ver>-<sha>/hollow-kubelet   the real kubelet over a fake runtime (pkg/kubemark),
+#                                   tests/stack/gomod/kubernetes/hollow-kubelet; tests only
 #   $CACHE/bin/etcd-<ver>/etcd
 #   $CACHE/bin/kwok-<ver>/kwok
 #   $CACHE/bin/external-attacher-<ver>/csi-attacher   the real CSI external-attacher sidecar
@@ -36,7 +38,8 @@
 # Usage: tests/stack/setup.sh [--for-run] [--only-python] [--skip-controllers] [--only-terraform]
 #   --for-run           only what `make run` runs: the stack and Redfish venvs, etcd, the Kubernetes
 #                       binaries, kwok and the CSI attach chain (no test-only tools: the infra and GCE venvs,
-#                       hclfmt, cargo-fuzz, Alertmanager, promtool, OpenTofu, tflint, the old control plane)
+#                       hclfmt, cargo-fuzz, Alertmanager, promtool, OpenTofu, tflint, the old control plane,
+#                       the hollow kubelet)
 #   --only-python       only the Python venvs (and env.sh)
 #   --skip-controllers  skip kube-controller-manager, kube-scheduler, kwok and the CSI attach chain
 #   --only-terraform    of the binaries, only tofu, tflint, the schema-only provider and its mirror
@@ -139,6 +142,8 @@ main() {
 
 	KUBE_BIN="$CACHE/bin/kubernetes-$KUBE_VERSION"
 	KUBE_LEGACY_BIN="$CACHE/bin/kubernetes-$KUBE_LEGACY_VERSION"
+	HOLLOW_KUBELET_SHA="$(cd "$HERE/gomod/kubernetes" && cat go.mod go.sum hollow-kubelet/*.go | sha256sum | cut -c1-16)"
+	HOLLOW_KUBELET_BIN="$CACHE/bin/hollow-kubelet-$KUBE_VERSION-$HOLLOW_KUBELET_SHA/hollow-kubelet"
 	ETCD_BIN="$CACHE/bin/etcd-$ETCD_VERSION/etcd"
 	KWOK_BIN="$CACHE/bin/kwok-$KWOK_VERSION/kwok"
 	HCLFMT_BIN="$CACHE/bin/hclfmt-$HCLFMT_VERSION/hclfmt"
@@ -300,6 +305,11 @@ main() {
 
 	build_kube() { # build_kube CMD
 		(cd "$HERE/gomod/kubernetes" && go build -ldflags "$(kube_ldflags "$KUBE_VERSION")" -o "$OUT" "k8s.io/kubernetes/cmd/$1")
+	}
+	# Our hollow kubelet: a package of the same helper module, in Go's default
+	# build cache, so it compiles only the kubelet's own packages.
+	build_hollow_kubelet() {
+		(cd "$HERE/gomod/kubernetes" && go build -ldflags "$(kube_ldflags "$KUBE_VERSION")" -o "$OUT" ./hollow-kubelet)
 	}
 	# The old control plane, with the Go installed. `providerless` leaves the
 	# in-tree cloud providers out (their SDKs are a third of the build); the
@@ -542,6 +552,7 @@ main() {
 			fi
 			# The old control plane runs only the legacy mode's scenarios.
 			if want_controllers && want_test_tools; then
+				bin_step hollow-kubelet "$KUBE_VERSION" "$HOLLOW_KUBELET_BIN" "~2-3 min" 3 -- build_hollow_kubelet
 				bin_step "kube-apiserver (old)" "$KUBE_LEGACY_VERSION" "$KUBE_LEGACY_BIN/kube-apiserver" "~3 min" 3 -- build_kube_legacy kube-apiserver
 				bin_step "kube-controller-manager (old)" "$KUBE_LEGACY_VERSION" "$KUBE_LEGACY_BIN/kube-controller-manager" "~1 min" 1 -- build_kube_legacy kube-controller-manager
 				bin_step "kube-scheduler (old)" "$KUBE_LEGACY_VERSION" "$KUBE_LEGACY_BIN/kube-scheduler" "<1 min" 1 -- build_kube_legacy kube-scheduler
@@ -596,6 +607,7 @@ main() {
 		echo "export NODE_FENCER_KUBE_LEGACY_BIN=$(q "$KUBE_LEGACY_BIN")"
 		echo "export NODE_FENCER_ETCD=$(q "$ETCD_BIN")"
 		echo "export NODE_FENCER_KWOK=$(q "$KWOK_BIN")"
+		echo "export NODE_FENCER_HOLLOW_KUBELET=$(q "$HOLLOW_KUBELET_BIN")"
 		echo "export NODE_FENCER_CSI_ATTACHER=$(q "$CSI_ATTACHER_BIN")"
 		echo "export NODE_FENCER_PD_CSI_DRIVER=$(q "$PD_CSI_BIN")"
 		echo "export NODE_FENCER_CSI_CONTROLLER=$(q "$CSI_CONTROLLER_BIN")"
@@ -624,7 +636,7 @@ main() {
 	missing=()
 	for b in "$ETCD_BIN" "$KUBE_BIN/kube-apiserver" "$KUBE_BIN/kube-controller-manager" \
 		"$KUBE_BIN/kube-scheduler" "$KUBE_LEGACY_BIN/kube-apiserver" "$KUBE_LEGACY_BIN/kube-controller-manager" \
-		"$KUBE_LEGACY_BIN/kube-scheduler" "$KWOK_BIN" "$CSI_ATTACHER_BIN" "$PD_CSI_BIN" "$CSI_CONTROLLER_BIN" "$HCLFMT_BIN" "$CARGO_FUZZ_BIN" "$KUBE_BIN/kubectl" \
+		"$KUBE_LEGACY_BIN/kube-scheduler" "$KWOK_BIN" "$HOLLOW_KUBELET_BIN" "$CSI_ATTACHER_BIN" "$PD_CSI_BIN" "$CSI_CONTROLLER_BIN" "$HCLFMT_BIN" "$CARGO_FUZZ_BIN" "$KUBE_BIN/kubectl" \
 		"$ALERTMANAGER_BIN/alertmanager" "$ALERTMANAGER_BIN/amtool" "$PROMTOOL_BIN" \
 		"$TOFU_BIN" "$TFLINT_BIN" "$SCHEMA_PROVIDER_BIN" "$TF_MIRROR"; do
 		[ -x "$b" ] || missing+=("${b#"$CACHE"/}")

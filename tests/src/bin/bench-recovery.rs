@@ -730,7 +730,7 @@ async fn seed_run(b: &Bench<'_>, mode: &Mode<'_>, t: Tables<'_>) -> anyhow::Resu
     let node2 = seed.node2().name.clone();
     gc_phase_pause().await;
     if let Some(before) = b.silent_first {
-        stop_heartbeats(&admin, &node2).await?;
+        silence(stack, seed.node2()).await?;
         tokio::time::sleep(before).await;
     }
     if let Some(shutdown) = b.graceful_shutdown {
@@ -738,7 +738,7 @@ async fn seed_run(b: &Bench<'_>, mode: &Mode<'_>, t: Tables<'_>) -> anyhow::Resu
         // renewing, then the instance gets to `stopped`: the stop from here.
         stop(&stack.ec2().await, &seed.node2().machine).await?;
         tokio::time::sleep(shutdown).await;
-        stop_heartbeats(&admin, &node2).await?;
+        silence(stack, seed.node2()).await?;
         tokio::time::sleep(Duration::from_secs(SILENT_FIRST_SECS)).await;
     }
     let stopped = Instant::now();

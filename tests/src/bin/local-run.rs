@@ -24,8 +24,8 @@ use node_fencer_tests::gce::fake_compute;
 use node_fencer_tests::lambda::{WEBHOOK_TOKEN, start_gce_emulator, start_harness_emulator};
 use node_fencer_tests::recovery_timeline::{self, Lane, Phase};
 use node_fencer_tests::scene::{
-    eventbridge_event, kill_node2, kube_node_not_ready, node_taints, pods_left_on_node2,
-    running_with_volume, seed_with, stuck, wait_not_ready, wait_until,
+    Hosts, Kubelets, eventbridge_event, kill_node2, kube_node_not_ready, node_taints,
+    pods_left_on_node2, running_with_volume, seed_on_with, stuck, wait_not_ready, wait_until,
 };
 use serde_json::Value;
 
@@ -136,7 +136,14 @@ async fn main() -> anyhow::Result<()> {
             "the seed scenario: StatefulSet db and Deployment app, each with a ReadWriteOnce {volumes}, on node 2"
         ),
     );
-    let seed = seed_with(s, driver).await?;
+    // kwok plays every kubelet here: the hollow kubelet is a test-only
+    // build (tests/README.md, "Real kubelets").
+    let hosts = if driver.on_gce() {
+        Hosts::Gce
+    } else {
+        Hosts::Ec2
+    };
+    let seed = seed_on_with(s, driver, hosts, Kubelets::Kwok).await?;
     let node2 = seed.node2().name.clone();
     for w in &seed.workers {
         println!(
@@ -395,7 +402,7 @@ mod onprem {
     use node_fencer_tests::recovery_timeline::Phase;
     use node_fencer_tests::redfish::{Bmc, Inventory, Serve, SystemSpec};
     use node_fencer_tests::scene::{
-        Hosts, kube_node_not_ready, node_taints, seed_on, stop_heartbeats,
+        Hosts, Kubelets, kube_node_not_ready, node_taints, seed_on_with, stop_heartbeats,
     };
 
     use super::{moved, step, stuck_alone, summary};
@@ -420,7 +427,7 @@ mod onprem {
             t0,
             "the seed scenario on those machines: StatefulSet db and Deployment app, each with a ReadWriteOnce cStor-like volume, on node 2",
         );
-        let seed = seed_on(s, Driver::Cstor, Hosts::Bmc(&systems)).await?;
+        let seed = seed_on_with(s, Driver::Cstor, Hosts::Bmc(&systems), Kubelets::Kwok).await?;
         let node2 = seed.node2().name.clone();
         let mut inventory = Inventory::default();
         for (system, w) in systems.iter().zip(&seed.workers) {

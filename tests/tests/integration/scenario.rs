@@ -1119,7 +1119,7 @@ async fn seed_scenario_on_premises_through_the_bmc() -> anyhow::Result<()> {
     // The power cut: the BMC takes the machine off, the kubelet goes silent.
     let cut = Instant::now();
     bmc.reset(&systems[1].name, "ForceOff").await?;
-    stop_heartbeats(&admin, &node2).await?;
+    silence(s, seed.node2()).await?;
     bmc.wait_power(&systems[1].name, "Off").await?;
     let off = Instant::now();
     wait_not_ready(&admin, std::slice::from_ref(&node2), NOT_READY).await?;

@@ -1,0 +1,237 @@
+//! Real kubelets as the nodes that die: Kubernetes' hollow kubelet
+//! (`tests/stack/gomod/kubernetes/hollow-kubelet`, over `pkg/kubemark`),
+//! one process per Node, whose fate is its machine's:
+//!
+//! - the machine stopped or terminated: the process is killed (`SIGKILL`),
+//!   so its Lease and status stop where they were;
+//! - the machine hung while the cloud calls it running: the process is
+//!   frozen (`SIGSTOP`); a power-off then kills it;
+//! - the machine back: a new process on the same Node name and state
+//!   directory, with a new boot id, which posts Ready itself.
+//!
+//! The kubelet registers its Node (providerID, labels, systemUUID) and,
+//! through the CSI node service the process serves for the Node's drivers,
+//! its CSINode; it mounts its pods' volumes through that service and
+//! reports them in `status.volumesInUse`. Logs:
+//! `STATE_DIR/logs/kubelet-<node>-<pid>.log`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+
+use crate::Stack;
+use crate::attacher::tool;
+
+/// The kubelet's default Lease duration (renewed every 10 s), a fifth of
+/// the node controller's default 50 s grace period.
+const DEFAULT_LEASE_SECONDS: u32 = 40;
+
+/// The Lease duration of a hollow kubelet on `stack`: the kubelet's
+/// default under a grace period of 50 s or more (Kubernetes' default, as
+/// `make bench` runs it), else the same ratio to the test stack's shorter
+/// one (10 s: renewed every 2 s, as kwok renews its nodes'), so that a live
+/// kubelet never looks late to the node controller.
+pub fn lease_seconds(stack: &Stack) -> u32 {
+    let grace = stack
+        .vars
+        .get("NODE_FENCER_NODE_MONITOR_GRACE_PERIOD")
+        .and_then(|g| g.strip_suffix('s'))
+        .and_then(|g| g.parse::<u32>().ok())
+        .unwrap_or(10);
+    (grace * 4 / 5).clamp(4, DEFAULT_LEASE_SECONDS)
+}
+
+/// What a hollow kubelet registers and serves.
+#[derive(Clone, Debug, Default)]
+pub struct KubeletSpec {
+    /// The Node name.
+    pub name: String,
+    /// `spec.providerID`; none on-premises.
+    pub provider_id: Option<String>,
+    /// The machine's SMBIOS UUID, reported as `nodeInfo.systemUUID`.
+    pub system_uuid: Option<String>,
+    /// The labels it registers the Node with.
+    pub labels: Vec<(String, String)>,
+    /// The CSI drivers it serves: (driver name, node id).
+    pub drivers: Vec<(String, String)>,
+    /// The CSI node's accessible topology.
+    pub topology: Vec<(String, String)>,
+    /// The Lease's duration (renewed every quarter of it).
+    pub lease_seconds: u32,
+}
+
+/// One hollow kubelet process, ended when this is dropped.
+#[derive(Debug)]
+pub struct Kubelet {
+    spec: KubeletSpec,
+    /// The stack's state directory.
+    dir: PathBuf,
+    root: PathBuf,
+    pid: Mutex<Option<u32>>,
+}
+
+impl Kubelet {
+    /// Starts the kubelet of `spec` on `stack`; returns once the process
+    /// runs (the Node registers a moment later).
+    pub fn start(stack: &Stack, spec: KubeletSpec) -> anyhow::Result<Self> {
+        let root = stack.dir.join("kubelets").join(&spec.name);
+        let kubelet = Self {
+            spec,
+            dir: stack.dir.clone(),
+            root,
+            pid: Mutex::new(None),
+        };
+        kubelet.boot()?;
+        Ok(kubelet)
+    }
+
+    /// The Node name.
+    pub fn name(&self) -> &str {
+        &self.spec.name
+    }
+
+    /// The machine stopped: the process is killed where it stands.
+    pub fn kill(&self) -> anyhow::Result<()> {
+        if let Some(pid) = self.take_pid()? {
+            signal(pid, "KILL")?;
+        }
+        Ok(())
+    }
+
+    /// The machine hung: the process is frozen, its Lease left unrenewed.
+    pub fn freeze(&self) -> anyhow::Result<()> {
+        signal(self.running_pid()?, "STOP")
+    }
+
+    /// The hung machine came back by itself: the process goes on.
+    pub fn thaw(&self) -> anyhow::Result<()> {
+        signal(self.running_pid()?, "CONT")
+    }
+
+    /// The machine booted again: a new process on the same Node name and
+    /// state, with a new boot id. Kills the old one first if it still runs.
+    pub fn boot(&self) -> anyhow::Result<()> {
+        self.kill()?;
+        std::fs::create_dir_all(&self.root)?;
+        let spec = &self.spec;
+        let mut command = Command::new(tool("NODE_FENCER_HOLLOW_KUBELET")?);
+        command
+            .arg(format!(
+                "--kubeconfig={}",
+                self.dir.join("kubeconfig").display()
+            ))
+            .arg(format!("--name={}", spec.name))
+            .arg(format!("--root-dir={}", self.root.display()))
+            .arg(format!("--node-lease-seconds={}", spec.lease_seconds))
+            .arg("--v=2");
+        if let Some(id) = &spec.provider_id {
+            command.arg(format!("--provider-id={id}"));
+        }
+        if let Some(uuid) = &spec.system_uuid {
+            command.arg(format!("--system-uuid={uuid}"));
+        }
+        for (flag, pairs) in [
+            ("node-labels", &spec.labels),
+            ("csi-driver", &spec.drivers),
+            ("csi-topology", &spec.topology),
+        ] {
+            for (k, v) in pairs {
+                command.arg(format!("--{flag}={k}={v}"));
+            }
+        }
+        let pid = spawn_watched(&self.dir, &format!("kubelet-{}", spec.name), &mut command)?;
+        *self
+            .pid
+            .lock()
+            .map_err(|_| anyhow::anyhow!("kubelet lock"))? = Some(pid);
+        Ok(())
+    }
+
+    /// Whether its process was started and not killed since.
+    pub fn is_running(&self) -> anyhow::Result<bool> {
+        Ok(self
+            .pid
+            .lock()
+            .map_err(|_| anyhow::anyhow!("kubelet lock"))?
+            .is_some())
+    }
+
+    fn take_pid(&self) -> anyhow::Result<Option<u32>> {
+        Ok(self
+            .pid
+            .lock()
+            .map_err(|_| anyhow::anyhow!("kubelet lock"))?
+            .take())
+    }
+
+    fn running_pid(&self) -> anyhow::Result<u32> {
+        self.pid
+            .lock()
+            .map_err(|_| anyhow::anyhow!("kubelet lock"))?
+            .with_context(|| format!("the kubelet of {} is not running", self.spec.name))
+    }
+}
+
+impl Drop for Kubelet {
+    fn drop(&mut self) {
+        let _ = self.kill();
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+fn signal(pid: u32, name: &str) -> anyhow::Result<()> {
+    let status = Command::new("kill")
+        .arg(format!("-{name}"))
+        .arg(pid.to_string())
+        .status()
+        .context("running kill")?;
+    if !status.success() {
+        bail!("kill -{name} {pid} failed: the kubelet is gone");
+    }
+    Ok(())
+}
+
+/// Starts `command` in a session of its own beside a shell that ends the
+/// session once this test process is gone, its output appended to
+/// `STATE_DIR/logs/NAME-<pid>.log`; returns the command's own pid, for
+/// signals.
+fn spawn_watched(dir: &Path, name: &str, command: &mut Command) -> anyhow::Result<u32> {
+    let logs = dir.join("logs");
+    std::fs::create_dir_all(&logs)?;
+    let me = std::process::id();
+    let log = logs.join(format!("{name}-{me}.log"));
+    let pid_file = logs.join(format!("{name}-{me}.pid"));
+    let _ = std::fs::remove_file(&pid_file);
+    Command::new("setsid")
+        .arg("bash")
+        .arg("-c")
+        .arg(format!(
+            "\"$@\" >>'{log}' 2>&1 & echo $! >'{pid}'; \
+             while kill -0 {me} 2>/dev/null && kill -0 $! 2>/dev/null; do sleep 1; done; kill -KILL -- -$$",
+            log = log.display(),
+            pid = pid_file.display()
+        ))
+        .arg(name)
+        .arg(command.get_program())
+        .args(command.get_args())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .with_context(|| format!("starting {name} (setsid bash)"))?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Ok(text) = std::fs::read_to_string(&pid_file)
+            && let Ok(pid) = text.trim().parse()
+        {
+            return Ok(pid);
+        }
+        if std::time::Instant::now() > deadline {
+            bail!("{name} did not start within 10 s: see {}", log.display());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
