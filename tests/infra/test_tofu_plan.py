@@ -89,7 +89,7 @@ CASES: dict[str, dict[str, Any]] = {
         "power_off_wait_seconds": 10,
         "partition_percent": 1,
         "out_of_service_no_schedule": True,
-        "fast_not_ready": True,
+        "fast_not_ready": False,
         "node_selector": "pool in (db,queue),!spot",
     },
     # Notifications: a topic created with two e-mail subscriptions; the
@@ -473,8 +473,8 @@ def test_the_no_schedule_pair_is_passed_as_set(workspace: T.Workspace, case: str
         assert got == want, f"case {case}: {address} OUT_OF_SERVICE_NO_SCHEDULE={got}"
 
 
-@pytest.mark.parametrize(("case", "want"), [("eks_active_fencing", "false"), ("self_managed_active_fencing", "true")])
-def test_fast_not_ready_is_off_unless_set(workspace: T.Workspace, case: str, want: str):
+@pytest.mark.parametrize(("case", "want"), [("eks_active_fencing", "true"), ("self_managed_active_fencing", "false")])
+def test_fast_not_ready_is_on_unless_turned_off(workspace: T.Workspace, case: str, want: str):
     for address, after in functions(module_plan(workspace, case)).items():
         got = after["environment"][0]["variables"]["FAST_NOT_READY"]
         assert got == want, f"case {case}: {address} FAST_NOT_READY={got}"

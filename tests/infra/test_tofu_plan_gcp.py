@@ -58,7 +58,7 @@ CASES: dict[str, dict[str, Any]] = {
         "cluster_name": "payments-production-eu",
         "cluster_endpoint": "https://203.0.113.20",
         "dry_run": True,
-        "fast_not_ready": True,
+        "fast_not_ready": False,
         "node_selector": "cloud.google.com/gke-nodepool=stateful",
         "out_of_service_no_schedule": True,
         "sweep_schedule": None,

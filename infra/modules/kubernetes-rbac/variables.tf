@@ -57,13 +57,13 @@ variable "users" {
 }
 
 variable "grant_node_status" {
-  description = "Grant patch on nodes/status. Only FAST_NOT_READY=true (marking a Node whose kubelet is proven silent Ready=Unknown) and the legacy mode (releasing volumesInUse; FENCING_MODE=legacy, or auto before Kubernetes 1.26) write it: a deployment with both off may set false. `node-fencer preflight` names the grants a configuration does not need."
+  description = "Grant patch on nodes/status. Only FAST_NOT_READY (on by default; marking a Node whose kubelet is proven silent Ready=Unknown) and the legacy mode (releasing volumesInUse; FENCING_MODE=legacy, or auto before Kubernetes 1.26) write it: a deployment with both off may set false. `node-fencer preflight` names the grants a configuration does not need."
   type        = bool
   default     = true
 }
 
 variable "grant_node_lease_reads" {
-  description = "Grant reading the kubelets' Leases in kube-node-lease (the manifest's Role there and its binding). Only FAST_NOT_READY=true reads them: a deployment with it off may set false."
+  description = "Grant reading the kubelets' Leases in kube-node-lease (the manifest's Role there and its binding). Only FAST_NOT_READY (on by default) reads them: a deployment with FAST_NOT_READY=false may set false."
   type        = bool
   default     = true
 }

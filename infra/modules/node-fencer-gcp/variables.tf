@@ -177,9 +177,9 @@ variable "dry_run" {
 }
 
 variable "fast_not_ready" {
-  description = "FAST_NOT_READY: when true, a Node still Ready whose machine the cloud confirms off is marked Ready=Unknown at once if the cloud recorded when the machine stopped and the kubelet's Lease in kube-node-lease was last renewed at least 5 s before that; otherwise (and by default) the node controller's grace period is waited out."
+  description = "FAST_NOT_READY: when true (the default), a Node still Ready whose machine the cloud confirms off is marked Ready=Unknown at once if the cloud recorded when the machine stopped and the kubelet's Lease in kube-node-lease was last renewed at least 5 s before that; when false, or without that proof, the node controller's grace period is waited out."
   type        = bool
-  default     = false
+  default     = true
 }
 
 variable "out_of_service_no_schedule" {

@@ -42,7 +42,7 @@ usage: bench-recovery [--runs N] [--mode both|lambda|in-process] [--baseline]
                       [--baseline-wait SECS] [--storm NODES:STOPPED] [--no-storm]
                       [--driver ebs|cstor] [--fencing taint|legacy] [--svg PATH] [--svg-docs]
                       [--event-at-stop] [--hung] [--cloud aws|gce]
-                      [--fast-not-ready] [--kubelet-silent-first]
+                      [--no-fast-not-ready] [--kubelet-silent-first]
                       [--graceful-shutdown SECS] [--old-control-plane]
                       [--without-release]
 
@@ -83,15 +83,18 @@ with min/max:
   --event-at-stop      send the `stopped` event right at the stop, as EC2 does,
                        while the Node is still Ready (node-fencer waits for it
                        to turn NotReady); by default it is sent once NotReady
-  --fast-not-ready     node-fencer with FAST_NOT_READY=true: a Node still Ready
-                       whose kubelet has not renewed its Lease since the cloud's
-                       recorded stop (by 5 s) is marked Ready=Unknown at once
+  --no-fast-not-ready  node-fencer with FAST_NOT_READY=false: a Node still Ready
+                       is waited for until the node controller marks it. By
+                       default (FAST_NOT_READY=true, node-fencer's own default),
+                       one whose kubelet has not renewed its Lease since the
+                       cloud's recorded stop (by 5 s) is marked Ready=Unknown
+                       at once
   --kubelet-silent-first
                        node 2's heartbeats stop 7 s before its instance does (a
                        kubelet dead before its machine is stopped), so that the
                        Lease proves it silent since the stop; times still run
                        from the instance's stop. Run with and without
-                       --fast-not-ready for the side-by-side
+                       --no-fast-not-ready for the side-by-side
   --graceful-shutdown SECS
                        with --event-at-stop: an ordinary stop. EC2 records the
                        stop request; node 2's kubelet keeps renewing its Lease
@@ -116,7 +119,7 @@ with min/max:
                        stop with --event-at-stop; the VM's lastStopTimestamp
                        is the recorded stop); seed runs, --hung (node 2's VM
                        stays RUNNING, stopped by instances.stop), --baseline
-                       and --fast-not-ready only (not --storm,
+                       and --no-fast-not-ready only (not --storm,
                        --graceful-shutdown, in-process)
 
 The stack's --node-monitor-grace-period is 10 s; set
@@ -231,7 +234,7 @@ fn parse_args() -> anyhow::Result<Option<Args>> {
         event_at_stop: false,
         hung: false,
         gce: false,
-        fast_not_ready: false,
+        fast_not_ready: true,
         silent_first: false,
         graceful_shutdown: None,
         old_control_plane: false,
@@ -291,7 +294,7 @@ fn parse_args() -> anyhow::Result<Option<Args>> {
             "--svg-docs" => args.svg_docs = true,
             "--event-at-stop" => args.event_at_stop = true,
             "--hung" => args.hung = true,
-            "--fast-not-ready" => args.fast_not_ready = true,
+            "--no-fast-not-ready" => args.fast_not_ready = false,
             "--kubelet-silent-first" => args.silent_first = true,
             "--graceful-shutdown" => {
                 let secs = value("--graceful-shutdown")?;
@@ -314,7 +317,7 @@ fn parse_args() -> anyhow::Result<Option<Args>> {
         if driver_set || storm_set || args.graceful_shutdown.is_some() {
             bail!(
                 "--cloud gce: the seed runs with Persistent Disks, --hung, --baseline, \
-                 --event-at-stop and --fast-not-ready; not --driver, --storm or \
+                 --event-at-stop and --no-fast-not-ready; not --driver, --storm or \
                  --graceful-shutdown"
             );
         }
@@ -1489,13 +1492,14 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let grace = grace_seconds(stack)?;
     // Room for the grace period and the node controller's 5-second checks.
     let not_ready_wait = (grace + 30).min(300).to_string();
-    let mut env = vec![
+    let env = vec![
         ("FENCING_MODE", args.fencing.name()),
         ("NOT_READY_WAIT_SECONDS", not_ready_wait.as_str()),
+        (
+            "FAST_NOT_READY",
+            if args.fast_not_ready { "true" } else { "false" },
+        ),
     ];
-    if args.fast_not_ready {
-        env.push(("FAST_NOT_READY", "true"));
-    }
     let emu: Option<&'static Emulator> = if args.lambda || args.storm.is_some() {
         Some(start_function(stack, &clock, "", &env, args.gce).await?)
     } else {

@@ -1,7 +1,8 @@
-//! Issue 39, `FAST_NOT_READY`, against the controller stack: the real node
-//! lifecycle controller (grace period 10 s, checked every 2 s), kwok
-//! renewing each Node's Lease as its kubelet would, moto recording the
-//! stop. The pipeline runs in-process as the node-fencer group under
+//! `FAST_NOT_READY` against the controller stack: the real node lifecycle
+//! controller (grace period 10 s, checked every 2 s), a real kubelet (the
+//! hollow kubelet of [`node_fencer_tests::kubelet`], renewing its Lease
+//! every 2 s) whose process lives and dies with its machine, moto recording
+//! the stop. The pipeline runs in-process as the node-fencer group under
 //! `infra/kubernetes/rbac.yaml`.
 
 use std::time::{Duration, Instant};
@@ -17,20 +18,58 @@ use node_fencer::core::rules::decide::Skip;
 use node_fencer::core::rules::silence::{MARK_REASON, SKEW_MARGIN_SECS};
 use node_fencer::core::settings::policy::Policy;
 use node_fencer_tests::cluster::{cluster_serial, cluster_stack};
-use node_fencer_tests::fixtures::{assert_node_events, fence, node_events, settings, stop, unique};
+use node_fencer_tests::fixtures::{
+    assert_node_events, fence, node_events, settings, start_instance, stop, unique,
+};
 use node_fencer_tests::scene::{
-    add_workers, eventbridge_event, node_taints, ready, stop_heartbeats, teardown,
+    Hosts, Kubelets, Worker, add_workers_with, eventbridge_event, node_taints, ready, teardown,
+    wait_until,
 };
 
 use crate::one;
 
-/// The setting on, with the wait the Lambda module configures by default.
+/// The defaults (the setting on), with the wait the Lambda module
+/// configures by default.
 fn fast() -> Policy {
     Policy {
-        fast_not_ready: true,
         not_ready_wait: Duration::from_secs(30),
         ..settings()
     }
+}
+
+/// One worker on an EC2 instance, its kubelet a real one.
+async fn hollow_worker(scene: &str) -> anyhow::Result<Worker> {
+    let workers = add_workers_with(
+        cluster_stack(),
+        Hosts::Ec2,
+        Kubelets::Real(0),
+        &unique(scene),
+        1,
+        |_| false,
+    )
+    .await?;
+    workers
+        .into_iter()
+        .next()
+        .ok_or_else(|| anyhow::anyhow!("no worker"))
+}
+
+/// The worker's kubelet process.
+fn kubelet(w: &Worker) -> anyhow::Result<&node_fencer_tests::kubelet::Kubelet> {
+    w.kubelet
+        .as_deref()
+        .ok_or_else(|| anyhow::anyhow!("{} has no kubelet of its own", w.name))
+}
+
+/// Waits until the clock is more than the margin past the Lease's last
+/// renewal: a stop recorded then comes after the kubelet's silence, by the
+/// margin the proof asks for.
+async fn past_the_margin(admin: &Client, node: &str) -> anyhow::Result<()> {
+    let last = renewed_at(admin, node).await?;
+    while now() <= last + SKEW_MARGIN_SECS {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(())
 }
 
 /// The Node's kubelet Lease's last renewal, in Unix seconds.
@@ -63,28 +102,25 @@ fn by_name(node: &str) -> NodeRef {
     NodeRef::Name(NodeName::parse(node).expect("a node name"))
 }
 
-/// The kubelet's Lease stops being renewed, the machine stops more than
-/// the margin later, and the event comes at the stop, long before the
-/// node controller's grace period is over: node-fencer marks the Node
-/// `Ready=Unknown` and fences it at once. The node controller's own next
-/// passes leave the mark as it is and add their `unreachable` taint.
+/// The machine stops and its kubelet dies with it, the stop recorded more
+/// than the margin after the kubelet's last renewal, and the event comes at
+/// the stop, long before the node controller's grace period is over: at the
+/// default settings node-fencer marks the Node `Ready=Unknown` and fences it
+/// at once. The node controller's own next passes leave the mark as it is
+/// and add their `unreachable` taint. Then the machine comes back: the
+/// kubelet, booted again, posts Ready over the mark itself, and the taint
+/// goes only once the Node has been Ready for the settle delay.
 #[tokio::test]
-async fn fast_not_ready_marks_and_fences_a_silent_kubelets_node_before_the_grace_period()
+async fn a_dead_kubelets_node_is_marked_and_fenced_at_once_and_its_return_recovered()
 -> anyhow::Result<()> {
     let _g = cluster_serial().await;
     let s = cluster_stack();
     let admin = s.admin().await?;
-    let workers = add_workers(s, &unique("fast"), 1, |_| false).await?;
-    let w = &workers[0];
+    let w = hollow_worker("fast").await?;
     let nodes = vec![w.name.clone()];
     let result = async {
-        stop_heartbeats(&admin, &w.name).await?;
-        let last = renewed_at(&admin, &w.name).await?;
-        // The stop comes more than the margin after the last renewal.
-        let stop_from = last + SKEW_MARGIN_SECS + 1;
-        while now() < stop_from {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        kubelet(&w)?.kill()?;
+        past_the_margin(&admin, &w.name).await?;
         stop(&s.ec2().await, &w.machine).await?;
         assert_eq!(
             ready(&admin, &w.name).await?.as_deref(),
@@ -100,68 +136,126 @@ async fn fast_not_ready_marks_and_fences_a_silent_kubelets_node_before_the_grace
         assert_eq!(status, "Unknown");
         assert_eq!(reason.as_deref(), Some(MARK_REASON));
         assert_node_events(&admin, &w.name, &["MarkedNotReady"]).await?;
-        assert!(
-            node_taints(&admin, &w.name)
-                .await?
-                .iter()
-                .any(|t| t.starts_with("node.kubernetes.io/out-of-service")),
-            "tainted"
-        );
+        assert!(is_out_of_service(&admin, &w.name).await?, "tainted");
 
         // The node controller's grace period runs out (10 s after the last
         // renewal, seen within 2 s): it keeps the mark and adds its taint.
-        let until = Instant::now() + Duration::from_secs(30);
-        loop {
-            let taints = node_taints(&admin, &w.name).await?;
-            if taints
-                .iter()
-                .any(|t| t.starts_with("node.kubernetes.io/unreachable"))
-            {
-                break;
-            }
-            anyhow::ensure!(
-                Instant::now() < until,
-                "the node controller never added its unreachable taint: {taints:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
-        // A pass past the grace period changes nothing of the condition.
-        tokio::time::sleep(Duration::from_secs(4)).await;
+        wait_until(
+            "the node controller's unreachable taint",
+            Duration::from_secs(30),
+            || async {
+                let taints = node_taints(&admin, &w.name).await?;
+                Ok(taints
+                    .iter()
+                    .any(|t| t.starts_with("node.kubernetes.io/unreachable"))
+                    .then_some(()))
+            },
+        )
+        .await?;
         let (status, reason) = ready_condition(&admin, &w.name).await?;
         assert_eq!(status, "Unknown");
         assert_eq!(reason.as_deref(), Some(MARK_REASON));
-        anyhow::Ok(())
+
+        machine_back(&w, &admin).await
     }
     .await;
+    let _ = kubelet(&w).and_then(|k| k.kill());
     teardown(&admin, None, &nodes).await;
     result
 }
 
+/// The stop is undone and the kubelet boots again (a new boot id): it posts
+/// Ready over node-fencer's mark, and the recovery takes the taint off only
+/// once the Node has been Ready for `RECOVERY_SETTLE_SECONDS`.
+async fn machine_back(w: &Worker, admin: &Client) -> anyhow::Result<()> {
+    let s = cluster_stack();
+    let boot_before = boot_id(admin, &w.name).await?;
+    start_instance(&s.ec2().await, &w.machine).await?;
+    kubelet(w)?.boot()?;
+    wait_until(
+        "the kubelet to post Ready",
+        Duration::from_secs(30),
+        || async { Ok((ready_condition(admin, &w.name).await?.0 == "True").then_some(())) },
+    )
+    .await?;
+    let (_, reason) = ready_condition(admin, &w.name).await?;
+    assert_ne!(reason.as_deref(), Some(MARK_REASON), "the kubelet's own");
+    assert_ne!(boot_id(admin, &w.name).await?, boot_before, "a new boot");
+    let settle = Duration::from_secs(4);
+    let recover = Policy {
+        recovery_settle: settle,
+        ..fast()
+    };
+    let report = fence(s, one(by_name(&w.name), Intent::Recover), recover).await?;
+    let ready_for = ready_since(admin, &w.name).await?;
+    assert!(
+        !report.incomplete(),
+        "the recovery ends within the invocation: {report:#?}"
+    );
+    assert!(!is_out_of_service(admin, &w.name).await?, "{report:#?}");
+    assert!(
+        ready_for >= settle,
+        "the taint came off after the Node was Ready for {ready_for:?}, not the {settle:?} asked"
+    );
+    assert_node_events(admin, &w.name, &["OutOfServiceTaintRemoved"]).await
+}
+
+async fn is_out_of_service(admin: &Client, node: &str) -> anyhow::Result<bool> {
+    Ok(node_taints(admin, node)
+        .await?
+        .iter()
+        .any(|t| t.starts_with("node.kubernetes.io/out-of-service")))
+}
+
+async fn boot_id(admin: &Client, node: &str) -> anyhow::Result<String> {
+    let node = Api::<Node>::all(admin.clone()).get(node).await?;
+    Ok(node
+        .status
+        .and_then(|s| s.node_info)
+        .map(|i| i.boot_id)
+        .unwrap_or_default())
+}
+
+/// How long the Node's `Ready=True` has held now.
+async fn ready_since(admin: &Client, node: &str) -> anyhow::Result<Duration> {
+    let node = Api::<Node>::all(admin.clone()).get(node).await?;
+    let since = node
+        .status
+        .and_then(|s| s.conditions)
+        .and_then(|c| c.into_iter().find(|c| c.type_ == "Ready"))
+        .and_then(|c| c.last_transition_time)
+        .ok_or_else(|| anyhow::anyhow!("no Ready transition"))?;
+    let held = k8s_openapi::jiff::Timestamp::now().duration_since(since.0);
+    Ok(Duration::try_from(held).unwrap_or_default())
+}
+
 /// An ordinary stop: EC2 records the request while the kubelet still
-/// renews its Lease (kwok keeps renewing it through the "shutdown"). Heard
-/// after the recorded stop, the Node is not marked, a Warning Event says
-/// why, and the Node is left to the node controller. Then the kubelet falls
-/// silent and the instance gets to `stopped`: EventBridge's event, timed
-/// then, proves the kubelet silent, and the Node is marked and fenced at
-/// once, before the node controller's grace period is over.
+/// renews its Lease through the shutdown, as a live kubelet whose machine
+/// the cloud calls stopped does (a Node pointing at the wrong machine, an
+/// event replayed). Heard after the recorded stop, the Node is never
+/// marked nor fenced, a Warning Event says why, and the Node is left to the
+/// node controller. Then the shutdown ends, the kubelet dies and the
+/// instance gets to `stopped`: EventBridge's event, timed then, proves the
+/// kubelet silent, and the Node is marked and fenced at once, before the
+/// node controller's grace period is over.
 #[tokio::test]
-async fn fast_not_ready_a_kubelet_heard_after_the_stop_request_is_proven_by_the_stopped_event()
+async fn a_kubelet_heard_after_the_stop_request_is_proven_silent_only_by_the_stopped_event()
 -> anyhow::Result<()> {
     let _g = cluster_serial().await;
     let s = cluster_stack();
     let admin = s.admin().await?;
-    let workers = add_workers(s, &unique("heard"), 1, |_| false).await?;
-    let w = &workers[0];
+    let w = hollow_worker("heard").await?;
     let nodes = vec![w.name.clone()];
     let result = async {
         stop(&s.ec2().await, &w.machine).await?;
         let stopped = now();
-        // kwok renews every 2 s: wait for a renewal after the stop.
-        let until = Instant::now() + Duration::from_secs(10);
-        while renewed_at(&admin, &w.name).await? <= stopped {
-            anyhow::ensure!(Instant::now() < until, "kwok renewed nothing");
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        // The kubelet renews every 2 s: wait for a renewal after the stop.
+        wait_until(
+            "a renewal after the stop",
+            Duration::from_secs(10),
+            || async { Ok((renewed_at(&admin, &w.name).await? > stopped).then_some(())) },
+        )
+        .await?;
         let short = Policy {
             not_ready_wait: Duration::from_secs(2),
             ..fast()
@@ -181,21 +275,12 @@ async fn fast_not_ready_a_kubelet_heard_after_the_stop_request_is_proven_by_the_
             "{events:?}"
         );
         assert!(!events.iter().any(|r| r == "MarkedNotReady"), "{events:?}");
-        assert!(
-            !node_taints(&admin, &w.name)
-                .await?
-                .iter()
-                .any(|t| t.starts_with("node.kubernetes.io/out-of-service")),
-            "not tainted"
-        );
+        assert!(!is_out_of_service(&admin, &w.name).await?, "not tainted");
 
-        // The shutdown ends: the kubelet falls silent, and the `stopped`
-        // event comes more than the margin after its last renewal.
-        stop_heartbeats(&admin, &w.name).await?;
-        let last = renewed_at(&admin, &w.name).await?;
-        while now() <= last + SKEW_MARGIN_SECS {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        // The shutdown ends: the kubelet dies, and the `stopped` event
+        // comes more than the margin after its last renewal.
+        kubelet(&w)?.kill()?;
+        past_the_margin(&admin, &w.name).await?;
         let event = eventbridge::parse(eventbridge_event(&w.machine.instance, "stopped"))?;
         let started = Instant::now();
         let report = fence(s, event, fast()).await?;
@@ -212,6 +297,7 @@ async fn fast_not_ready_a_kubelet_heard_after_the_stop_request_is_proven_by_the_
         anyhow::Ok(())
     }
     .await;
+    let _ = kubelet(&w).and_then(|k| k.kill());
     teardown(&admin, None, &nodes).await;
     result
 }

@@ -16,7 +16,7 @@ use crate::core::settings::access::{ClusterAccess, cluster_access};
 use crate::core::settings::notify::{self, Notify};
 use crate::core::settings::policy::Policy;
 use crate::core::settings::redfish::{self, RedfishFiles};
-use crate::core::settings::variables::{ConfigError, exclusive, flag, int};
+use crate::core::settings::variables::{ConfigError, exclusive, flag, flag_or, int};
 
 /// What `serve` accepts from Pub/Sub push and Eventarc: OIDC tokens for
 /// one of these audiences, issued for this service account.
@@ -183,7 +183,7 @@ fn policy(get: &impl Fn(&str) -> Option<String>) -> Result<Policy, ConfigError> 
     let dry_run = flag(get, "DRY_RUN")?;
     let no_schedule_too = flag(get, "OUT_OF_SERVICE_NO_SCHEDULE")?;
     let fence_hibernated = flag(get, "FENCE_HIBERNATED")?;
-    let fast_not_ready = flag(get, "FAST_NOT_READY")?;
+    let fast_not_ready = flag_or(get, "FAST_NOT_READY", true)?;
     let max_out_of_service = int(
         get,
         "MAX_OUT_OF_SERVICE",
@@ -780,11 +780,11 @@ mod tests {
         let c = cfg(&[("FENCE_HIBERNATED", "true")]).unwrap();
         assert!(c.policy.fence_hibernated);
         assert!(
-            !c.policy.fast_not_ready,
-            "the node controller's grace period is waited out by default"
+            c.policy.fast_not_ready,
+            "a kubelet proven silent since the stop is not waited for by default"
         );
-        let c = cfg(&[("FAST_NOT_READY", "true")]).unwrap();
-        assert!(c.policy.fast_not_ready);
+        let c = cfg(&[("FAST_NOT_READY", "false")]).unwrap();
+        assert!(!c.policy.fast_not_ready, "the setting turns it off");
         let err = cfg(&[("FAST_NOT_READY", "soon")]).unwrap_err();
         assert!(err.to_string().contains("FAST_NOT_READY"), "{err}");
         assert!(!c.policy.no_schedule_too);

@@ -80,7 +80,7 @@ impl Default for Policy {
             detach_wait: Duration::from_secs(60),
             poll_interval: Duration::from_millis(500),
             fence_hibernated: false,
-            fast_not_ready: false,
+            fast_not_ready: true,
             scope: None,
             lease: LeaseTiming::default(),
             identity: ClusterIdentity::default(),

@@ -76,7 +76,7 @@ pub(crate) const VARIABLES: &[(&str, &str)] = &[
     ),
     (
         "FAST_NOT_READY",
-        "true|false (default false): when the cloud recorded when the machine stopped and the kubelet's Lease in kube-node-lease was last renewed at least 5 s before that, set the Node Ready=Unknown at once instead of waiting out the node controller's grace period",
+        "true|false (default true): when the cloud recorded when the machine stopped and the kubelet's Lease in kube-node-lease was last renewed at least 5 s before that, set the Node Ready=Unknown at once instead of waiting out the node controller's grace period; false waits it out",
     ),
     (
         "VOLUME_DETACH_TIMEOUT_SECONDS",
@@ -221,8 +221,17 @@ pub(super) fn flag(
     get: &impl Fn(&str) -> Option<String>,
     var: &'static str,
 ) -> Result<bool, ConfigError> {
+    flag_or(get, var, false)
+}
+
+/// A `true`/`false` variable, `default` when unset.
+pub(super) fn flag_or(
+    get: &impl Fn(&str) -> Option<String>,
+    var: &'static str,
+    default: bool,
+) -> Result<bool, ConfigError> {
     match get(var) {
-        None => Ok(false),
+        None => Ok(default),
         Some(v) => parse_bool(&v).ok_or(ConfigError::Invalid {
             var,
             value: v,

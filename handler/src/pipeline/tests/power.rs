@@ -396,8 +396,10 @@ async fn the_kill_switch_turned_on_while_waiting_for_not_ready_stops_what_follow
         let w = World::hung_on(on).with_node("ready-4", 4, InstanceState::Stopped, "True");
         w.cluster.not_ready_from_list("ready-4", 2);
         w.cluster.kill_switch_from_read(2, KillSwitch::On);
+        // The wait, as when nothing proves the kubelet silent.
         let waits = Policy {
             not_ready_wait: Duration::from_secs(5),
+            fast_not_ready: false,
             ..active()
         };
         let mut both = power_off();

@@ -5,7 +5,7 @@
 
 variables {
   dry_run                       = false
-  fast_not_ready                = false
+  fast_not_ready                = true
   out_of_service_no_schedule    = false
   max_out_of_service            = 3
   max_out_of_service_percent    = null
@@ -27,7 +27,7 @@ run "the_environment_of_the_defaults" {
   assert {
     condition = output.environment == {
       DRY_RUN                       = "false"
-      FAST_NOT_READY                = "false"
+      FAST_NOT_READY                = "true"
       OUT_OF_SERVICE_NO_SCHEDULE    = "false"
       MAX_OUT_OF_SERVICE            = "3"
       FENCING_MODE                  = "auto"
