@@ -67,6 +67,8 @@ pub struct KubeletSpec {
 #[derive(Debug)]
 pub struct Kubelet {
     spec: KubeletSpec,
+    /// The binary: the old control plane's on that stack.
+    binary: PathBuf,
     /// The stack's state directory.
     dir: PathBuf,
     root: PathBuf,
@@ -78,8 +80,14 @@ impl Kubelet {
     /// runs (the Node registers a moment later).
     pub fn start(stack: &Stack, spec: KubeletSpec) -> anyhow::Result<Self> {
         let root = stack.dir.join("kubelets").join(&spec.name);
+        // A kubelet is never newer than its apiserver.
+        let binary = match stack.vars.get("NODE_FENCER_STACK_OLD_CONTROL_PLANE") {
+            Some(old) if old == "1" => tool("NODE_FENCER_HOLLOW_KUBELET_LEGACY")?,
+            _ => tool("NODE_FENCER_HOLLOW_KUBELET")?,
+        };
         let kubelet = Self {
             spec,
+            binary,
             dir: stack.dir.clone(),
             root,
             pid: Mutex::new(None),
@@ -117,7 +125,7 @@ impl Kubelet {
         self.kill()?;
         std::fs::create_dir_all(&self.root)?;
         let spec = &self.spec;
-        let mut command = Command::new(tool("NODE_FENCER_HOLLOW_KUBELET")?);
+        let mut command = Command::new(&self.binary);
         command
             .arg(format!(
                 "--kubeconfig={}",

@@ -15,7 +15,8 @@
 #                                   kube-scheduler; tests/stack/gomod/kubernetes-legacy) for the
 #                                   legacy mode's scenarios; tests only
 #   $CACHE/bin/hollow-kubelet-<ver>-<sha>/hollow-kubelet   the real kubelet over a fake runtime (pkg/kubemark),
-#                                   tests/stack/gomod/kubernetes/hollow-kubelet; tests only
+#                                   tests/stack/gomod/kubernetes/hollow-kubelet, and the old control plane's
+#                                   (<old>, gomod/kubernetes-legacy/hollow-kubelet); tests only
 #   $CACHE/bin/etcd-<ver>/etcd
 #   $CACHE/bin/kwok-<ver>/kwok
 #   $CACHE/bin/external-attacher-<ver>/csi-attacher   the real CSI external-attacher sidecar
@@ -144,6 +145,8 @@ main() {
 	KUBE_LEGACY_BIN="$CACHE/bin/kubernetes-$KUBE_LEGACY_VERSION"
 	HOLLOW_KUBELET_SHA="$(cd "$HERE/gomod/kubernetes" && cat go.mod go.sum hollow-kubelet/*.go | sha256sum | cut -c1-16)"
 	HOLLOW_KUBELET_BIN="$CACHE/bin/hollow-kubelet-$KUBE_VERSION-$HOLLOW_KUBELET_SHA/hollow-kubelet"
+	HOLLOW_KUBELET_LEGACY_SHA="$(cd "$HERE/gomod/kubernetes-legacy" && cat go.mod go.sum hollow-kubelet/*.go | sha256sum | cut -c1-16)"
+	HOLLOW_KUBELET_LEGACY_BIN="$CACHE/bin/hollow-kubelet-$KUBE_LEGACY_VERSION-$HOLLOW_KUBELET_LEGACY_SHA/hollow-kubelet"
 	ETCD_BIN="$CACHE/bin/etcd-$ETCD_VERSION/etcd"
 	KWOK_BIN="$CACHE/bin/kwok-$KWOK_VERSION/kwok"
 	HCLFMT_BIN="$CACHE/bin/hclfmt-$HCLFMT_VERSION/hclfmt"
@@ -310,6 +313,11 @@ main() {
 	# build cache, so it compiles only the kubelet's own packages.
 	build_hollow_kubelet() {
 		(cd "$HERE/gomod/kubernetes" && go build -ldflags "$(kube_ldflags "$KUBE_VERSION")" -o "$OUT" ./hollow-kubelet)
+	}
+	# The old control plane's, in its helper module (shared files linked).
+	build_hollow_kubelet_legacy() {
+		(cd "$HERE/gomod/kubernetes-legacy" &&
+			go build -tags providerless -ldflags "$(kube_ldflags "$KUBE_LEGACY_VERSION")" -o "$OUT" ./hollow-kubelet)
 	}
 	# The old control plane, with the Go installed. `providerless` leaves the
 	# in-tree cloud providers out (their SDKs are a third of the build); the
@@ -556,6 +564,7 @@ main() {
 				bin_step "kube-apiserver (old)" "$KUBE_LEGACY_VERSION" "$KUBE_LEGACY_BIN/kube-apiserver" "~3 min" 3 -- build_kube_legacy kube-apiserver
 				bin_step "kube-controller-manager (old)" "$KUBE_LEGACY_VERSION" "$KUBE_LEGACY_BIN/kube-controller-manager" "~1 min" 1 -- build_kube_legacy kube-controller-manager
 				bin_step "kube-scheduler (old)" "$KUBE_LEGACY_VERSION" "$KUBE_LEGACY_BIN/kube-scheduler" "<1 min" 1 -- build_kube_legacy kube-scheduler
+				bin_step "hollow-kubelet (old)" "$KUBE_LEGACY_VERSION" "$HOLLOW_KUBELET_LEGACY_BIN" "~2-4 min" 3 -- build_hollow_kubelet_legacy
 			fi
 			# kubectl: a test's NodeCleanup deletes its Nodes with it on drop (a drop
 			# cannot await); `make run --keep` names it to look at the stack.
@@ -608,6 +617,7 @@ main() {
 		echo "export NODE_FENCER_ETCD=$(q "$ETCD_BIN")"
 		echo "export NODE_FENCER_KWOK=$(q "$KWOK_BIN")"
 		echo "export NODE_FENCER_HOLLOW_KUBELET=$(q "$HOLLOW_KUBELET_BIN")"
+		echo "export NODE_FENCER_HOLLOW_KUBELET_LEGACY=$(q "$HOLLOW_KUBELET_LEGACY_BIN")"
 		echo "export NODE_FENCER_CSI_ATTACHER=$(q "$CSI_ATTACHER_BIN")"
 		echo "export NODE_FENCER_PD_CSI_DRIVER=$(q "$PD_CSI_BIN")"
 		echo "export NODE_FENCER_CSI_CONTROLLER=$(q "$CSI_CONTROLLER_BIN")"
@@ -636,7 +646,7 @@ main() {
 	missing=()
 	for b in "$ETCD_BIN" "$KUBE_BIN/kube-apiserver" "$KUBE_BIN/kube-controller-manager" \
 		"$KUBE_BIN/kube-scheduler" "$KUBE_LEGACY_BIN/kube-apiserver" "$KUBE_LEGACY_BIN/kube-controller-manager" \
-		"$KUBE_LEGACY_BIN/kube-scheduler" "$KWOK_BIN" "$HOLLOW_KUBELET_BIN" "$CSI_ATTACHER_BIN" "$PD_CSI_BIN" "$CSI_CONTROLLER_BIN" "$HCLFMT_BIN" "$CARGO_FUZZ_BIN" "$KUBE_BIN/kubectl" \
+		"$KUBE_LEGACY_BIN/kube-scheduler" "$KWOK_BIN" "$HOLLOW_KUBELET_BIN" "$HOLLOW_KUBELET_LEGACY_BIN" "$CSI_ATTACHER_BIN" "$PD_CSI_BIN" "$CSI_CONTROLLER_BIN" "$HCLFMT_BIN" "$CARGO_FUZZ_BIN" "$KUBE_BIN/kubectl" \
 		"$ALERTMANAGER_BIN/alertmanager" "$ALERTMANAGER_BIN/amtool" "$PROMTOOL_BIN" \
 		"$TOFU_BIN" "$TFLINT_BIN" "$SCHEMA_PROVIDER_BIN" "$TF_MIRROR"; do
 		[ -x "$b" ] || missing+=("${b#"$CACHE"/}")

@@ -1,0 +1,1 @@
+../../kubernetes/hollow-kubelet/csi.go

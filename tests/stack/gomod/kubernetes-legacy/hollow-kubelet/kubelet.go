@@ -1,0 +1,1 @@
+../../kubernetes/hollow-kubelet/kubelet.go
