@@ -114,15 +114,9 @@ pub enum Kubelets {
 }
 
 impl Kubelets {
-    /// Node 2, the node that dies, a real kubelet; but on the old control
-    /// plane, older than the kubelet built here (a kubelet is never newer
-    /// than its apiserver), kwok.
-    pub fn of_node2(stack: &Stack) -> Self {
-        match stack.vars.get("NODE_FENCER_STACK_OLD_CONTROL_PLANE") {
-            Some(old) if old == "1" => Self::Kwok,
-            _ => Self::Real(1),
-        }
-    }
+    /// Node 2, the node that dies, a real kubelet (of the stack's
+    /// Kubernetes version); the others kwok.
+    pub const NODE2: Self = Self::Real(1);
 }
 
 /// Creates `count` kwok nodes labelled for `scene`, each backed by a new moto
@@ -389,22 +383,35 @@ async fn registered(admin: &Client, node: &str) -> anyhow::Result<bool> {
 
 /// The node's `Ready` condition status (`True`, `False`, `Unknown`).
 pub async fn ready(admin: &Client, node: &str) -> anyhow::Result<Option<String>> {
+    Ok(ready_condition(admin, node).await?.map(|c| c.status))
+}
+
+/// The Node's `Ready` condition.
+async fn ready_condition(
+    admin: &Client,
+    node: &str,
+) -> anyhow::Result<Option<k8s_openapi::api::core::v1::NodeCondition>> {
     let node = Api::<Node>::all(admin.clone()).get(node).await?;
     Ok(node
         .status
         .and_then(|s| s.conditions)
-        .and_then(|c| c.into_iter().find(|c| c.type_ == "Ready"))
-        .map(|c| c.status))
+        .and_then(|c| c.into_iter().find(|c| c.type_ == "Ready")))
 }
 
 async fn lease_holder(admin: &Client, node: &str) -> anyhow::Result<Option<String>> {
+    Ok(node_lease(admin, node)
+        .await?
+        .and_then(|s| s.holder_identity))
+}
+
+/// The spec of the Node's kubelet Lease in `kube-node-lease`, if any.
+async fn node_lease(
+    admin: &Client,
+    node: &str,
+) -> anyhow::Result<Option<k8s_openapi::api::coordination::v1::LeaseSpec>> {
     let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
         Api::namespaced(admin.clone(), "kube-node-lease");
-    Ok(leases
-        .get_opt(node)
-        .await?
-        .and_then(|l| l.spec)
-        .and_then(|s| s.holder_identity))
+    Ok(leases.get_opt(node).await?.and_then(|l| l.spec))
 }
 
 /// Stops the node's heartbeats: its Lease is taken away from kwok, which then
@@ -746,9 +753,9 @@ pub async fn seed_with(stack: &Stack, driver: Driver) -> anyhow::Result<Seed> {
 }
 
 /// [`seed`] with the volumes of `driver`, on `hosts`, node 2 a real
-/// kubelet where [`Kubelets::of_node2`] says so.
+/// kubelet ([`Kubelets::NODE2`]).
 pub async fn seed_on(stack: &Stack, driver: Driver, hosts: Hosts<'_>) -> anyhow::Result<Seed> {
-    seed_on_with(stack, driver, hosts, Kubelets::of_node2(stack)).await
+    seed_on_with(stack, driver, hosts, Kubelets::NODE2).await
 }
 
 /// [`seed_on`] with the kubelets of `kubelets`.
@@ -1163,6 +1170,38 @@ async fn kill_on_power_off(stack: &Stack, worker: &Worker) {
             }
         }
     });
+}
+
+/// [`kill_node2`] as a machine whose kubelet died more than `margin_secs`
+/// before the cloud recorded the stop (a kubelet dead before its machine
+/// is stopped): what `FAST_NOT_READY`'s proof asks for.
+pub async fn kill_node2_after_its_kubelet(
+    stack: &Stack,
+    seed: &Seed,
+    margin_secs: i64,
+) -> anyhow::Result<()> {
+    silence(stack, seed.node2()).await?;
+    let admin = stack.admin().await?;
+    let last = renewed_at(&admin, &seed.node2().name)
+        .await?
+        .context("node 2's Lease was never renewed")?;
+    while k8s_openapi::jiff::Timestamp::now().as_second() <= last + margin_secs {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    kill_node2(stack, seed, false).await
+}
+
+/// When the Node's kubelet Lease was last renewed, in Unix seconds.
+pub async fn renewed_at(admin: &Client, node: &str) -> anyhow::Result<Option<i64>> {
+    Ok(node_lease(admin, node)
+        .await?
+        .and_then(|s| s.renew_time)
+        .map(|t| t.0.as_second()))
+}
+
+/// The reason on the Node's `Ready` condition.
+pub async fn ready_reason(admin: &Client, node: &str) -> anyhow::Result<Option<String>> {
+    Ok(ready_condition(admin, node).await?.and_then(|c| c.reason))
 }
 
 /// [`kill_node2`], then waits up to `timeout` until node 2 is NotReady;

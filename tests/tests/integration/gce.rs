@@ -246,6 +246,49 @@ async fn assert_untouched(
 /// too), and the StatefulSet's and the Deployment's pods run on another node
 /// with their disks attached there. The same fence again is
 /// `already_fenced` and detaches nothing more.
+/// `FAST_NOT_READY` at its default on Compute Engine, against node 2's real
+/// kubelet killed more than the margin before its VM stops, node-fencer
+/// told at the stop: the VM's `lastStopTimestamp` proves the kubelet
+/// silent, node-fencer marks the Node itself and fences it at once, and
+/// the workloads move long before the node controller's grace period ends.
+/// (Without the setting, the wait for the node controller is the EC2
+/// scenario's, `scenario::without_the_fast_path_the_seed_waits_for_the_node_controller`.)
+#[tokio::test]
+async fn gce_the_fast_path_moves_the_seed_before_the_grace_period() -> anyhow::Result<()> {
+    use node_fencer::core::rules::silence::{MARK_REASON, SKEW_MARGIN_SECS};
+    let _g = cluster_serial().await;
+    let s = cluster_stack();
+    let emu = emulator();
+    let admin = s.admin().await?;
+    let seed = seed_with(s, Driver::Pd).await?;
+    let node2 = seed.node2().name.clone();
+    kill_node2_after_its_kubelet(s, &seed, SKEW_MARGIN_SECS).await?;
+    let stopped = Instant::now();
+    assert_eq!(ready(&admin, &node2).await?.as_deref(), Some("True"));
+    let report = fence(emu, &node2)?;
+    let answered = stopped.elapsed();
+    assert_eq!(
+        only_result(&report, &node2)["outcome"],
+        "fenced",
+        "{report:#}"
+    );
+    assert_eq!(
+        ready_reason(&admin, &node2).await?.as_deref(),
+        Some(MARK_REASON),
+        "marked by node-fencer"
+    );
+    assert_node_events(&admin, &node2, &["MarkedNotReady"]).await?;
+    let rec = wait_recovered(s, &seed, RECOVERY).await?;
+    eprintln!(
+        "Compute Engine, fast path: answered {answered:?} after the stop; db on {}, app on {} {:?} after it",
+        rec.db_node,
+        rec.app_node,
+        stopped.elapsed()
+    );
+    teardown_seed(&admin, &seed).await;
+    Ok(())
+}
+
 #[tokio::test]
 async fn gce_seed_scenario_recovered_once_boot_disk_kept() -> anyhow::Result<()> {
     let _g = cluster_serial().await;

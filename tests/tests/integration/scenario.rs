@@ -15,6 +15,7 @@ use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::api::rbac::v1::ClusterRole;
 use kube::Api;
 use kube::api::PostParams;
+use node_fencer::core::rules::silence::{MARK_REASON, SKEW_MARGIN_SECS};
 use node_fencer_tests::Stack;
 use node_fencer_tests::attacher::Driver;
 use node_fencer_tests::cluster::{
@@ -62,6 +63,21 @@ fn legacy_emulator() -> &'static Emulator {
     static LEGACY: OnceLock<Result<Emulator, String>> = OnceLock::new();
     match LEGACY.get_or_init(|| {
         start_emulator(old_cluster_stack(), NOT_READY_WAIT).map_err(|e| format!("{e:#}"))
+    }) {
+        Ok(e) => e,
+        Err(e) => panic!("cargo lambda watch is not available: {e}"),
+    }
+}
+
+/// The emulator with `FAST_NOT_READY=false`, started once per process.
+fn slow_emulator() -> &'static Emulator {
+    static SLOW: OnceLock<Result<Emulator, String>> = OnceLock::new();
+    match SLOW.get_or_init(|| {
+        start_emulator(
+            cluster_stack(),
+            &[("FAST_NOT_READY", "false"), NOT_READY_WAIT[0]],
+        )
+        .map_err(|e| format!("{e:#}"))
     }) {
         Ok(e) => e,
         Err(e) => panic!("cargo lambda watch is not available: {e}"),
@@ -315,6 +331,75 @@ async fn a_stopped_event_sent_at_the_stop_is_fenced_in_one_invocation() -> anyho
         "a pod of another node is never deleted"
     );
     teardown(&admin, Some(&seed.namespace), &seed.node_names()).await;
+    Ok(())
+}
+
+/// `FAST_NOT_READY` at its default, against node 2's real kubelet, killed
+/// more than the margin before its instance stops, and the `stopped` event
+/// sent at the stop: node-fencer marks the Node `Ready=Unknown` itself and
+/// fences it at once, and the workloads move long before the node
+/// controller's grace period would have ended.
+#[tokio::test]
+async fn the_fast_path_moves_the_seed_before_the_grace_period() -> anyhow::Result<()> {
+    event_at_a_proven_stop(emulator(), true).await
+}
+
+/// The same stop with `FAST_NOT_READY=false`: the invocation waits for the
+/// node controller to mark the Node, then fences it.
+#[tokio::test]
+async fn without_the_fast_path_the_seed_waits_for_the_node_controller() -> anyhow::Result<()> {
+    event_at_a_proven_stop(slow_emulator(), false).await
+}
+
+/// The seed, node 2's kubelet dead more than the margin before its
+/// instance's stop, the `stopped` event sent at the stop to `emu`.
+async fn event_at_a_proven_stop(emu: &Emulator, fast: bool) -> anyhow::Result<()> {
+    let _g = cluster_serial().await;
+    let s = cluster_stack();
+    let admin = s.admin().await?;
+    let seed = seed(s).await?;
+    let node2 = seed.node2().name.clone();
+    kill_node2_after_its_kubelet(s, &seed, SKEW_MARGIN_SECS).await?;
+    let stopped = Instant::now();
+    assert_eq!(ready(&admin, &node2).await?.as_deref(), Some("True"));
+    let out = emu.invoke(&eventbridge_event(
+        &seed.node2().machine.instance,
+        "stopped",
+    ))?;
+    let answered = stopped.elapsed();
+    assert!(!out.error, "{}", out.output);
+    let report: Value = serde_json::from_str(&out.output)?;
+    assert_eq!(
+        only_result(&report, &node2)["outcome"],
+        "fenced",
+        "{report:#}"
+    );
+    let reason = ready_reason(&admin, &node2).await?;
+    if fast {
+        assert_eq!(
+            reason.as_deref(),
+            Some(MARK_REASON),
+            "marked by node-fencer"
+        );
+        assert_node_events(&admin, &node2, &["MarkedNotReady"]).await?;
+    } else {
+        assert_ne!(
+            reason.as_deref(),
+            Some(MARK_REASON),
+            "the node controller's"
+        );
+    }
+    let label = if fast {
+        "fast path"
+    } else {
+        "without the fast path"
+    };
+    let rec = recovered_elsewhere(s, &seed, RECOVERY, label, stopped).await?;
+    eprintln!(
+        "{label}: answered {answered:?} after the stop; db on {}, app on {}",
+        rec.db_node, rec.app_node
+    );
+    teardown_seed(&admin, &seed).await;
     Ok(())
 }
 
