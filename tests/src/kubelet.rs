@@ -96,11 +96,6 @@ impl Kubelet {
         Ok(kubelet)
     }
 
-    /// The Node name.
-    pub fn name(&self) -> &str {
-        &self.spec.name
-    }
-
     /// The machine stopped: the process is killed where it stands.
     pub fn kill(&self) -> anyhow::Result<()> {
         if let Some(pid) = self.take_pid()? {
@@ -112,11 +107,6 @@ impl Kubelet {
     /// The machine hung: the process is frozen, its Lease left unrenewed.
     pub fn freeze(&self) -> anyhow::Result<()> {
         signal(self.running_pid()?, "STOP")
-    }
-
-    /// The hung machine came back by itself: the process goes on.
-    pub fn thaw(&self) -> anyhow::Result<()> {
-        signal(self.running_pid()?, "CONT")
     }
 
     /// The machine booted again: a new process on the same Node name and
