@@ -36,23 +36,33 @@ lint: ## rustfmt check and clippy with warnings as errors: the workspace, the La
 unit: ## the pure core's unit and property tests (no stack needed)
 	cargo test --locked -p node-fencer
 
-# `make test` builds the stack's tools (setup.sh) side by side with the lint and
-# the Rust test build, which need none of them: on a cold machine each leaves a
-# core idle for long stretches (rustc on the AWS SDK's largest crates, the Go
-# linker), and together they fill both. Each runs in a subshell with pipefail,
-# so that its own failure, not its prefixing `sed`'s, is what `wait` reports.
-# After the Rust tests, the fuzz run (one libFuzzer process at a time) runs
-# beside the infra and GCE checks (mostly one core each) for the same reason,
-# and the Redfish checks beside both: they mostly wait for the emulator's
-# power changes (1 to 11 s each). None runs beside the integration tests,
-# whose controllers keep time.
+# `make test` runs in three phases, each filling both cores of a small machine.
+# 1. The tools the integration tests run (`setup.sh --skip-checks`, [setup]
+#    lines) build beside the lint, the Rust test build and the Lambda build the
+#    emulators run ([cargo] lines): on a cold machine each leaves a core idle for
+#    long stretches (rustc on the AWS SDK's largest crates, the Go linker).
+# 2. The integration tests, whose controllers keep time, with the tools of the
+#    checks after them (`setup.sh --only-checks`) and the fuzz targets building
+#    beside them at the lowest CPU priority ([checks] lines): the tests mostly
+#    wait on timers and leave the cores idle, and a niced build takes only that.
+# 3. The fuzz run (one libFuzzer process at a time) beside the infra and GCE
+#    checks (mostly one core each), and the Redfish checks beside both: they
+#    mostly wait for the emulator's power changes (1 to 11 s each).
+# Each runs in a subshell with pipefail, so that its own failure, not its
+# prefixing `sed`'s, is what `wait` reports; a failed phase stops the builds
+# beside it.
 test: ## everything CI runs: lint, unit, integration against the real stack, infra, GCE and Redfish checks, a short fuzz run
-	@echo "==> make test: the stack's tools ([setup] lines) build beside the lint and the Rust test build ([cargo] lines); cached, so only the first run is long"
-	( set -o pipefail; bash tests/stack/setup.sh 2>&1 | sed -u 's/^/[setup] /' ) & setup=$$!; \
-	( set -o pipefail; { $(MAKE) --no-print-directory lint && cargo test --workspace --locked --no-run; } 2>&1 | sed -u 's/^/[cargo] /' ) \
+	@echo "==> make test: the stack's tools ([setup] lines) build beside the lint and the Rust builds ([cargo] lines); cached, so only the first run is long"
+	( set -o pipefail; bash tests/stack/setup.sh --skip-checks 2>&1 | sed -u 's/^/[setup] /' ) & setup=$$!; \
+	( set -o pipefail; { $(MAKE) --no-print-directory lint && cargo test --workspace --locked --no-run \
+	  && cargo build --locked -p node-fencer --bin node-fencer; } 2>&1 | sed -u 's/^/[cargo] /' ) \
 	  || { wait $$setup || true; exit 1; }; \
 	wait $$setup
-	$(TOOLS) && cargo test --workspace --locked
+	@echo "==> the integration tests; the checks' tools and the fuzz targets ([checks] lines) build beside them at the lowest CPU priority"
+	setsid -w bash -c 'set -o pipefail; { nice -n 19 bash tests/stack/setup.sh --only-checks && nice -n 19 bash handler/fuzz/run.sh --build; } 2>&1 | sed -u "s/^/[checks] /"' & checks=$$!; \
+	$(TOOLS) && cargo test --workspace --locked \
+	  || { kill -- -$$checks 2>/dev/null || true; exit 1; }; \
+	wait $$checks
 	( set -o pipefail; $(MAKE) --no-print-directory fuzz 2>&1 | sed -u 's/^/[fuzz] /' ) & fuzz=$$!; \
 	( set -o pipefail; $(MAKE) --no-print-directory redfish-test 2>&1 | sed -u 's/^/[redfish] /' ) & redfish=$$!; \
 	{ $(MAKE) --no-print-directory infra-test && $(MAKE) --no-print-directory gce-test; } \

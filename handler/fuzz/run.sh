@@ -3,8 +3,11 @@
 # other; a crash stops the run with the input that caused it.
 #
 # Usage: handler/fuzz/run.sh [SECONDS] [TARGET...]
+#        handler/fuzz/run.sh --build
 #   make fuzz                       every target, 20 s each (what CI runs)
 #   make fuzz FUZZ_SECONDS=600      a longer run
+#   --build                         build the targets only (`make test` does so
+#                                   beside the integration tests)
 #
 # The corpus grows in $CACHE/fuzz-corpus/<target>, outside the clone, seeded
 # with the trigger fixtures (handler/tests/fixtures). A crash is written to
@@ -12,6 +15,11 @@
 # that `cargo test` replays it from then on.
 set -euo pipefail
 
+build_only=0
+if [ "${1:-}" = --build ]; then
+	build_only=1
+	shift
+fi
 seconds=${1:-20}
 shift || true
 [[ "$seconds" =~ ^[0-9]+$ ]] || {
@@ -48,6 +56,7 @@ export RUSTC_BOOTSTRAP=1
 
 echo "==> building the fuzz targets (address sanitizer, coverage)"
 "$NODE_FENCER_CARGO_FUZZ" build --fuzz-dir fuzz -O
+[ "$build_only" = 0 ] || exit 0
 mkdir -p "$CACHE/fuzz-logs"
 for t in "${targets[@]}"; do
 	corpus="$CACHE/fuzz-corpus/$t"

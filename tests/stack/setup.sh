@@ -26,6 +26,7 @@
 #   $CACHE/bin/alertmanager-<ver>/      alertmanager, amtool
 #   $CACHE/bin/prometheus-<ver>-nosd/promtool   (without the service discovery plugins)
 #   $CACHE/bin/cargo-fuzz-<ver>/cargo-fuzz   (crates.io; for handler/fuzz)
+#   $CACHE/bin/aws-lambda-rie-<ver>/aws-lambda-rie   AWS's Lambda Runtime Interface Emulator; tests only
 #   $CACHE/bin/opentofu-<ver>/tofu  (Go module proxy; tests/infra's validate, plan and test)
 #   $CACHE/bin/tflint-<ver>/tflint
 #   $CACHE/bin/schema-provider-<sha>/   the schema-only provider, built from tests/infra/schema-provider
@@ -36,11 +37,17 @@
 #                                   schema of the types infra/ uses
 #   $CACHE/env.sh                   `source` it: NODE_FENCER_* variables, venv bin on PATH
 #
-# Usage: tests/stack/setup.sh [--for-run] [--only-python] [--skip-controllers] [--only-terraform]
+# Usage: tests/stack/setup.sh [--for-run] [--skip-checks] [--only-checks] [--only-python]
+#                             [--skip-controllers] [--only-terraform]
 #   --for-run           only what `make run` runs: the stack and Redfish venvs, etcd, the Kubernetes
 #                       binaries, kwok and the CSI attach chain (no test-only tools: the infra and GCE venvs,
 #                       hclfmt, cargo-fuzz, Alertmanager, promtool, OpenTofu, tflint, the old control plane,
 #                       the hollow kubelet)
+#   --skip-checks       what the integration tests run (the stack, the old control plane, the hollow
+#                       kubelets, Alertmanager), not the tools of the checks after them: the infra and GCE
+#                       venvs, hclfmt, cargo-fuzz, amtool, promtool, OpenTofu, tflint, the provider mirror
+#   --only-checks       only those tools of the checks (`make test` builds them beside the integration
+#                       tests, at the lowest CPU priority)
 #   --only-python       only the Python venvs (and env.sh)
 #   --skip-controllers  skip kube-controller-manager, kube-scheduler, kwok and the CSI attach chain
 #   --only-terraform    of the binaries, only tofu, tflint, the schema-only provider and its mirror
@@ -61,9 +68,13 @@ main() {
 	SKIP_CONTROLLERS=0
 	ONLY_TERRAFORM=0
 	FOR_RUN=0
+	SKIP_CHECKS=0
+	ONLY_CHECKS=0
 	for arg in "$@"; do
 		case "$arg" in
 		--for-run) FOR_RUN=1 ;;
+		--skip-checks) SKIP_CHECKS=1 ;;
+		--only-checks) ONLY_CHECKS=1 ;;
 		--only-python) ONLY_PYTHON=1 ;;
 		--skip-controllers) SKIP_CONTROLLERS=1 ;;
 		--only-terraform) ONLY_TERRAFORM=1 ;;
@@ -78,6 +89,10 @@ main() {
 			;;
 		esac
 	done
+	if [ "$SKIP_CHECKS" = 1 ] && [ "$ONLY_CHECKS" = 1 ]; then
+		echo "setup.sh: --skip-checks and --only-checks exclude each other" >&2
+		exit 2
+	fi
 
 	HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 	REPO="$(cd "$HERE/../.." && pwd)"
@@ -92,6 +107,9 @@ main() {
 	PROMETHEUS_VERSION=v0.316.0  # github.com/prometheus/prometheus (promtool): v0.3XX.Y is Prometheus 3.XX.Y
 	OPENTOFU_VERSION=v1.10.10    # github.com/opentofu/opentofu (tofu)
 	TFLINT_VERSION=v0.61.0       # github.com/terraform-linters/tflint (its terraform ruleset is bundled)
+	# AWS's Lambda Runtime Interface Emulator: the Runtime API of Lambda's base
+	# images. The module has no tagged releases on the proxy: its pseudo-version.
+	RIE_VERSION=v0.0.0-20261030222936-bef5c4ba774d # github.com/aws/aws-lambda-runtime-interface-emulator
 	# The CSI attach chain of the scenarios: the real external-attacher sidecar and
 	# the real PD CSI driver (its controller service, against the fake Compute
 	# Engine), built from their released modules as the project releases them.
@@ -155,6 +173,7 @@ main() {
 	PROMTOOL_BIN="$CACHE/bin/prometheus-$PROMETHEUS_VERSION-nosd/promtool"
 	TOFU_BIN="$CACHE/bin/opentofu-$OPENTOFU_VERSION/tofu"
 	TFLINT_BIN="$CACHE/bin/tflint-$TFLINT_VERSION/tflint"
+	RIE_BIN="$CACHE/bin/aws-lambda-rie-$RIE_VERSION/aws-lambda-rie"
 	CSI_ATTACHER_BIN="$CACHE/bin/external-attacher-$EXTERNAL_ATTACHER_VERSION/csi-attacher"
 	PD_CSI_BIN="$CACHE/bin/pd-csi-driver-$PD_CSI_VERSION/gce-pd-csi-driver"
 	CSI_CONTROLLER_SRC="$REPO/tests/csi"
@@ -187,7 +206,7 @@ main() {
 		fi
 	fi
 	# systemd-analyze checks infra/onprem's unit (tests/infra/test_onprem.py).
-	if [ "$ONLY_PYTHON" = 0 ] && [ "$FOR_RUN" = 0 ] && ! have systemd-analyze; then
+	if [ "$ONLY_PYTHON" = 0 ] && [ "$FOR_RUN" = 0 ] && [ "$SKIP_CHECKS" = 0 ] && ! have systemd-analyze; then
 		if [ "$(id -u)" = 0 ] && have apt-get; then
 			log "installing systemd-analyze (Debian's systemd package) with apt-get"
 			apt-get update -qq
@@ -198,7 +217,7 @@ main() {
 	fi
 	have python3 || die "python3 (>= 3.9, with the venv module) is required"
 	have flock || die "flock (util-linux) is required"
-	if [ "$ONLY_PYTHON" = 0 ] && [ "$FOR_RUN" = 0 ]; then
+	if [ "$ONLY_PYTHON" = 0 ] && [ "$FOR_RUN" = 0 ] && [ "$SKIP_CHECKS" = 0 ]; then
 		have npm || die "npm is required to download the provider schema packages (${CDK_PACKAGES[*]#*=})"
 	fi
 	if [ "$ONLY_PYTHON" = 0 ]; then
@@ -266,11 +285,15 @@ main() {
 	GCE_VENV="$(venv_path gce "$REPO/tests/gce/requirements.txt")"
 	REDFISH_VENV="$(venv_path redfish "$REPO/tests/redfish/requirements.txt")"
 
-	# What a run builds. want_* say which groups this run's options ask for.
+	# What a run builds. want_* say which groups this run's options ask for:
+	# the stack (what `make run` and the integration tests run), the test-only
+	# tools of the integration tests, and the tools of the checks after them.
+	want_stack() { [ "$ONLY_CHECKS" = 0 ]; }
 	want_test_tools() { [ "$FOR_RUN" = 0 ]; }
+	want_checks() { want_test_tools && [ "$SKIP_CHECKS" = 0 ]; }
 	want_kubernetes() { [ "$ONLY_PYTHON" = 0 ] && [ "$ONLY_TERRAFORM" = 0 ]; }
 	want_controllers() { want_kubernetes && [ "$SKIP_CONTROLLERS" = 0 ]; }
-	want_terraform() { [ "$ONLY_PYTHON" = 0 ] && want_test_tools; }
+	want_terraform() { [ "$ONLY_PYTHON" = 0 ] && want_checks; }
 
 	# --- Go binaries -----------------------------------------------------------------
 
@@ -540,16 +563,19 @@ main() {
 		[ "$failed" = 0 ] || die "the CSI attach chain's build failed (its lines above start with [csi])"
 	}
 	steps() {
-		if want_controllers; then
+		if want_stack && want_controllers; then
 			in_background csi_steps
 		fi
+		# The stack venv also fetches the provider packages PyPI carries (the mirror).
 		venv_step stack "$STACK_VENV" "$HERE/requirements.txt"
-		venv_step redfish "$REDFISH_VENV" "$REPO/tests/redfish/requirements.txt"
-		if want_test_tools; then
+		if want_stack; then
+			venv_step redfish "$REDFISH_VENV" "$REPO/tests/redfish/requirements.txt"
+		fi
+		if want_checks; then
 			[ -z "$INFRA_VENV" ] || venv_step infra "$INFRA_VENV" "$REPO/tests/infra/requirements.txt"
 			venv_step gce "$GCE_VENV" "$REPO/tests/gce/requirements.txt"
 		fi
-		if want_kubernetes; then
+		if want_kubernetes && want_stack; then
 			bin_step etcd "$ETCD_VERSION" "$ETCD_BIN" "~1 min" 1 -- build_etcd
 			bin_step kube-apiserver "$KUBE_VERSION" "$KUBE_BIN/kube-apiserver" "~4 min" 4 -- build_kube kube-apiserver
 			if want_controllers; then
@@ -569,14 +595,19 @@ main() {
 			# kubectl: a test's NodeCleanup deletes its Nodes with it on drop (a drop
 			# cannot await); `make run --keep` names it to look at the stack.
 			bin_step kubectl "$KUBE_VERSION" "$KUBE_BIN/kubectl" "~1 min" 1 -- build_kube kubectl
+			# The webhook scenarios' Alertmanager, and the Runtime API as Lambda serves it.
 			if want_test_tools; then
-				bin_step hclfmt "$HCLFMT_VERSION" "$HCLFMT_BIN" "<1 min" 1 -- \
-					go_install "github.com/hashicorp/hcl/v2/cmd/hclfmt@$HCLFMT_VERSION" hclfmt
-				bin_step cargo-fuzz "$CARGO_FUZZ_VERSION" "$CARGO_FUZZ_BIN" "<1 min" 1 -- build_cargo_fuzz
 				bin_step alertmanager "$ALERTMANAGER_VERSION" "$ALERTMANAGER_BIN/alertmanager" "~2 min" 2 -- build_alertmanager alertmanager
-				bin_step amtool "$ALERTMANAGER_VERSION" "$ALERTMANAGER_BIN/amtool" "<1 min" 1 -- build_alertmanager amtool
-				bin_step promtool "$PROMETHEUS_VERSION" "$PROMTOOL_BIN" "~5-8 min" 8 -- build_promtool
+				bin_step aws-lambda-rie "$RIE_VERSION" "$RIE_BIN" "<1 min" 1 -- \
+					go_install "github.com/aws/aws-lambda-runtime-interface-emulator/cmd/aws-lambda-rie@$RIE_VERSION" aws-lambda-rie
 			fi
+		fi
+		if want_kubernetes && want_checks; then
+			bin_step hclfmt "$HCLFMT_VERSION" "$HCLFMT_BIN" "<1 min" 1 -- \
+				go_install "github.com/hashicorp/hcl/v2/cmd/hclfmt@$HCLFMT_VERSION" hclfmt
+			bin_step cargo-fuzz "$CARGO_FUZZ_VERSION" "$CARGO_FUZZ_BIN" "<1 min" 1 -- build_cargo_fuzz
+			bin_step amtool "$ALERTMANAGER_VERSION" "$ALERTMANAGER_BIN/amtool" "<1 min" 1 -- build_alertmanager amtool
+			bin_step promtool "$PROMETHEUS_VERSION" "$PROMTOOL_BIN" "~5-8 min" 8 -- build_promtool
 		fi
 		if want_terraform; then
 			bin_step tofu "$OPENTOFU_VERSION" "$TOFU_BIN" "~4 min" 4 -- build_tofu
@@ -604,7 +635,7 @@ main() {
 	wait_bg
 	[ -x "$STACK_VENV/bin/moto_server" ] || die "moto_server missing from $STACK_VENV (delete it and rerun)"
 	[ -x "$STACK_VENV/bin/cargo-lambda" ] || die "cargo-lambda missing from $STACK_VENV (delete it and rerun)"
-	[ -x "$REDFISH_VENV/bin/sushy-emulator" ] || die "sushy-emulator missing from $REDFISH_VENV (delete it and rerun)"
+	! want_stack || [ -x "$REDFISH_VENV/bin/sushy-emulator" ] || die "sushy-emulator missing from $REDFISH_VENV (delete it and rerun)"
 
 	# --- env.sh ------------------------------------------------------------------------
 
@@ -628,6 +659,7 @@ main() {
 		echo "export NODE_FENCER_PROMTOOL=$(q "$PROMTOOL_BIN")"
 		echo "export NODE_FENCER_TOFU=$(q "$TOFU_BIN")"
 		echo "export NODE_FENCER_TFLINT=$(q "$TFLINT_BIN")"
+		echo "export NODE_FENCER_LAMBDA_RIE=$(q "$RIE_BIN")"
 		echo "export NODE_FENCER_TF_MIRROR=$(q "$TF_MIRROR")"
 		echo "export NODE_FENCER_VENV=$(q "$STACK_VENV")"
 		if [ -n "$INFRA_VENV" ]; then
@@ -646,7 +678,7 @@ main() {
 	missing=()
 	for b in "$ETCD_BIN" "$KUBE_BIN/kube-apiserver" "$KUBE_BIN/kube-controller-manager" \
 		"$KUBE_BIN/kube-scheduler" "$KUBE_LEGACY_BIN/kube-apiserver" "$KUBE_LEGACY_BIN/kube-controller-manager" \
-		"$KUBE_LEGACY_BIN/kube-scheduler" "$KWOK_BIN" "$HOLLOW_KUBELET_BIN" "$HOLLOW_KUBELET_LEGACY_BIN" "$CSI_ATTACHER_BIN" "$PD_CSI_BIN" "$CSI_CONTROLLER_BIN" "$HCLFMT_BIN" "$CARGO_FUZZ_BIN" "$KUBE_BIN/kubectl" \
+		"$KUBE_LEGACY_BIN/kube-scheduler" "$KWOK_BIN" "$HOLLOW_KUBELET_BIN" "$HOLLOW_KUBELET_LEGACY_BIN" "$CSI_ATTACHER_BIN" "$PD_CSI_BIN" "$CSI_CONTROLLER_BIN" "$HCLFMT_BIN" "$CARGO_FUZZ_BIN" "$KUBE_BIN/kubectl" "$RIE_BIN" \
 		"$ALERTMANAGER_BIN/alertmanager" "$ALERTMANAGER_BIN/amtool" "$PROMTOOL_BIN" \
 		"$TOFU_BIN" "$TFLINT_BIN" "$SCHEMA_PROVIDER_BIN" "$TF_MIRROR"; do
 		[ -x "$b" ] || missing+=("${b#"$CACHE"/}")
