@@ -13,6 +13,7 @@ on, and derive the timeout from the waits.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -503,6 +504,19 @@ def test_the_timeout_is_the_sum_of_the_waits(workspace: T.Workspace, case: str):
     assert want <= 900, f"case {case}: the waits sum to {want} s, beyond Lambda's 900"
     for address, after in functions(module_plan(workspace, case)).items():
         assert after["timeout"] == want, f"case {case}: {address} timeout {after['timeout']}, waits sum to {want}"
+
+
+def test_the_emulator_tests_run_under_the_modules_default_timeout(workspace: T.Workspace):
+    """The integration tests under AWS's Lambda runtime emulator give the
+    function the timeout the module sets at its defaults (tests/src/rie.rs):
+    the plan's, so a change of a default wait reaches them."""
+    source = (L.REPO / "tests" / "src" / "rie.rs").read_text(encoding="utf-8")
+    match = re.search(r"pub const MODULE_DEFAULT_TIMEOUT_SECONDS: u64 = (\d+);", source)
+    assert match, "tests/src/rie.rs names MODULE_DEFAULT_TIMEOUT_SECONDS"
+    timeouts = {after["timeout"] for after in functions(module_plan(workspace, "eks_defaults")).values()}
+    assert timeouts == {int(match.group(1))}, (
+        f"the module's default timeouts are {timeouts} s; tests/src/rie.rs says {match.group(1)}"
+    )
 
 
 def test_the_longest_waits_fill_lambdas_900_seconds(workspace: T.Workspace):

@@ -15,15 +15,15 @@
 //! reports them in `status.volumesInUse`. Logs:
 //! `STATE_DIR/logs/kubelet-<node>-<pid>.log`.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::PathBuf;
+use std::process::Command;
 use std::sync::Mutex;
-use std::time::Duration;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 
 use crate::Stack;
 use crate::attacher::tool;
+use crate::process::{signal, spawn_watched};
 
 /// The kubelet's default Lease duration (renewed every 10 s), a fifth of
 /// the node controller's default 50 s grace period.
@@ -140,7 +140,7 @@ impl Kubelet {
                 command.arg(format!("--{flag}={k}={v}"));
             }
         }
-        let pid = spawn_watched(&self.dir, &format!("kubelet-{}", spec.name), &mut command)?;
+        let pid = spawn_watched(&self.dir, &format!("kubelet-{}", spec.name), &command)?.pid;
         *self
             .pid
             .lock()
@@ -177,59 +177,5 @@ impl Drop for Kubelet {
     fn drop(&mut self) {
         let _ = self.kill();
         let _ = std::fs::remove_dir_all(&self.root);
-    }
-}
-
-fn signal(pid: u32, name: &str) -> anyhow::Result<()> {
-    let status = Command::new("kill")
-        .arg(format!("-{name}"))
-        .arg(pid.to_string())
-        .status()
-        .context("running kill")?;
-    if !status.success() {
-        bail!("kill -{name} {pid} failed: the kubelet is gone");
-    }
-    Ok(())
-}
-
-/// Starts `command` in a session of its own beside a shell that ends the
-/// session once this test process is gone, its output appended to
-/// `STATE_DIR/logs/NAME-<pid>.log`; returns the command's own pid, for
-/// signals.
-fn spawn_watched(dir: &Path, name: &str, command: &mut Command) -> anyhow::Result<u32> {
-    let logs = dir.join("logs");
-    std::fs::create_dir_all(&logs)?;
-    let me = std::process::id();
-    let log = logs.join(format!("{name}-{me}.log"));
-    let pid_file = logs.join(format!("{name}-{me}.pid"));
-    let _ = std::fs::remove_file(&pid_file);
-    Command::new("setsid")
-        .arg("bash")
-        .arg("-c")
-        .arg(format!(
-            "\"$@\" >>'{log}' 2>&1 & echo $! >'{pid}'; \
-             while kill -0 {me} 2>/dev/null && kill -0 $! 2>/dev/null; do sleep 1; done; kill -KILL -- -$$",
-            log = log.display(),
-            pid = pid_file.display()
-        ))
-        .arg(name)
-        .arg(command.get_program())
-        .args(command.get_args())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .with_context(|| format!("starting {name} (setsid bash)"))?;
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Ok(text) = std::fs::read_to_string(&pid_file)
-            && let Ok(pid) = text.trim().parse()
-        {
-            return Ok(pid);
-        }
-        if std::time::Instant::now() > deadline {
-            bail!("{name} did not start within 10 s: see {}", log.display());
-        }
-        std::thread::sleep(Duration::from_millis(20));
     }
 }

@@ -14,6 +14,7 @@ use crate::shell::connect::{Clients, sdk_config};
 pub async fn serve() -> Result<(), lambda_runtime::Error> {
     let config = Config::from_env()?;
     telemetry::init(config.log_format.unwrap_or(LogFormat::Json), false);
+    telemetry::abort_on_panic();
     for warning in config.warnings() {
         tracing::warn!("{warning}");
     }
@@ -33,6 +34,8 @@ pub async fn serve() -> Result<(), lambda_runtime::Error> {
             event.context.request_id.clone()
         };
         let span = info_span!("invocation", correlation_id = %correlation_id);
+        #[cfg(feature = "test-faults")]
+        span.in_scope(|| test_faults::inject(&event.payload));
         let call = Call::new(&correlation_id).until(deadline(&event.context));
         let result: Result<Value, HandlerError> = app
             .handle(event.payload, call)
@@ -47,12 +50,31 @@ pub async fn serve() -> Result<(), lambda_runtime::Error> {
     .await
 }
 
+/// Faults the integration tests inject into the function as it runs, where
+/// no real component can produce them. Compiled only with the
+/// `test-faults` feature, which only the test harness's build turns on
+/// (never `make package`, the image or the on-premises build).
+#[cfg(feature = "test-faults")]
+mod test_faults {
+    /// `{"node_fencer_test_fault": "panic"}` panics in the handler.
+    pub(super) fn inject(payload: &serde_json::Value) {
+        if payload
+            .get("node_fencer_test_fault")
+            .and_then(serde_json::Value::as_str)
+            == Some("panic")
+        {
+            panic!("a panic the test asked for");
+        }
+    }
+}
+
 /// The invocation's deadline as the runtime gives it (milliseconds since the
 /// epoch), on the clock the pipeline's waits use. None when the runtime names
-/// none, or one already past as the invocation starts: Lambda's own is the
-/// start plus the function's timeout, and a past one is no deadline any
-/// runtime means (the local emulator sends a constant 600 000 ms), so the
-/// run is not cut short for it.
+/// none, or one already past as the invocation starts: Lambda's own (and AWS's
+/// runtime emulator's) is the start plus the function's timeout, and a past
+/// one is no deadline any runtime means. cargo-lambda's emulator, which
+/// `make run` uses, sends a constant 600 000 ms; the run is not cut short
+/// for it.
 fn deadline(context: &lambda_runtime::Context) -> Option<tokio::time::Instant> {
     let left = context
         .deadline()

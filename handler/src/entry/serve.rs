@@ -53,6 +53,7 @@ pub async fn serve(port: u16) -> Result<(), String> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let config = Config::from_env().map_err(|e| format!("configuration: {e}"))?;
     telemetry::init(config.log_format.unwrap_or(LogFormat::Json), false);
+    telemetry::abort_on_panic();
     for warning in config.warnings() {
         warn!("{warning}");
     }

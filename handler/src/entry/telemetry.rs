@@ -39,3 +39,26 @@ pub fn init(format: LogFormat, to_stderr: bool) {
             .try_init(),
     };
 }
+
+/// Makes a panic end the process in every build, logged first as one error
+/// line of the invocation (its correlation id included). The release
+/// profile aborts on a panic (`panic = "abort"`); without this a debug build
+/// would let the runtime catch it and serve on, so the tests would see
+/// another behaviour than production's. A process that ends mid-run is what
+/// Lambda and Cloud Run recover from by design: the next event gets a fresh
+/// one, and a fencing left half-done is finished by the retry.
+pub fn abort_on_panic() {
+    std::panic::set_hook(Box::new(|info| {
+        let location = info
+            .location()
+            .map_or_else(|| "-".to_owned(), ToString::to_string);
+        let message = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        tracing::error!(%location, %message, "panicked: the process ends here");
+        std::process::abort();
+    }));
+}

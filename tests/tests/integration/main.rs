@@ -2,6 +2,7 @@
 //! habit): moto for EC2, etcd + kube-apiserver for Kubernetes, and the
 //! binary itself under `cargo lambda watch`.
 
+mod aws_runtime;
 mod cli;
 mod connect;
 mod ec2;
