@@ -34,6 +34,7 @@ use crate::{Stack, apply_rbac, attacher, repo_root};
 
 static CLUSTER: OnceLock<Result<Stack, String>> = OnceLock::new();
 static OLD_CLUSTER: OnceLock<Result<Stack, String>> = OnceLock::new();
+static OLDEST_CLUSTER: OnceLock<Result<Stack, String>> = OnceLock::new();
 
 /// The controller stack of this process, started on first use, with
 /// `infra/kubernetes/rbac.yaml` applied, the CSIDriver objects
@@ -63,6 +64,22 @@ pub fn old_cluster_stack() -> &'static Stack {
     )
 }
 
+/// The same on the oldest Kubernetes node-fencer supports (`up.sh
+/// --oldest-control-plane`: 1.15, built from `tests/stack/gomod/kubernetes-1.15`),
+/// with kwok nodes and no CSI attach chain: the external-attacher of the
+/// other stacks needs `storage.k8s.io/v1` CSINodes, which 1.15 does not
+/// serve.
+///
+/// # Panics
+/// When the stack cannot be started: the message says what to install.
+pub fn oldest_cluster_stack() -> &'static Stack {
+    crate::started(
+        &OLDEST_CLUSTER,
+        start_oldest,
+        "the controller test stack on the oldest supported control plane",
+    )
+}
+
 /// How many times a private stack is started before giving up on kwok.
 const KWOK_ATTEMPTS: usize = 5;
 
@@ -72,6 +89,15 @@ fn start() -> anyhow::Result<Stack> {
         "cluster",
         &[],
         &attacher::Driver::ALL,
+    )
+}
+
+fn start_oldest() -> anyhow::Result<Stack> {
+    start_private(
+        "NODE_FENCER_OLDEST_CLUSTER_STACK_DIR",
+        "oldest-cluster",
+        &["--oldest-control-plane"],
+        &[],
     )
 }
 
@@ -134,6 +160,9 @@ fn start_private(
 /// chain of `drivers`: the real external-attacher sidecar in front of each
 /// controller, the real PD CSI driver's against that fake.
 fn spawn_attacher(stack: &Stack, drivers: &[attacher::Driver]) -> anyhow::Result<()> {
+    if drivers.is_empty() {
+        return Ok(());
+    }
     let fake = crate::gce::started_fake(&stack.dir)?;
     attacher::spawn(stack, fake, drivers)
 }
@@ -161,7 +190,9 @@ fn set_up(stack: &Stack) -> anyhow::Result<bool> {
     crate::on_own_thread("setting up the controller stack", || async {
         apply_rbac(stack).await?;
         let admin = stack.admin().await?;
-        attacher::register_drivers(&admin).await?;
+        if stack.serves_csi_v1() {
+            attacher::register_drivers(&admin).await?;
+        }
         kwok_keeps_dead_nodes_pods(&admin).await
     })
 }
@@ -223,6 +254,11 @@ async fn kwok_keeps_dead_nodes_pods(admin: &Client) -> anyhow::Result<bool> {
 /// node and test namespace still there is a leftover.
 pub async fn cluster_serial() -> tokio::sync::MutexGuard<'static, ()> {
     serial_on(cluster_stack()).await
+}
+
+/// [`cluster_serial`] for the scenarios on [`oldest_cluster_stack`].
+pub async fn oldest_cluster_serial() -> tokio::sync::MutexGuard<'static, ()> {
+    serial_on(oldest_cluster_stack()).await
 }
 
 /// [`cluster_serial`] for the scenarios on [`old_cluster_stack`]: the same

@@ -17,6 +17,7 @@ pub mod gce;
 pub mod http_stub;
 pub mod kubelet;
 pub mod lambda;
+pub mod package;
 pub mod process;
 pub mod recovery_timeline;
 pub mod redfish;
@@ -33,7 +34,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
-use kube::api::{Patch, PatchParams};
+use kube::api::PostParams;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client};
 use node_fencer::shell::connect::{self, Timeouts};
@@ -176,6 +177,28 @@ fn parse_env(text: &str) -> BTreeMap<String, String> {
 
 /// Applies `infra/kubernetes/rbac.yaml` as it is: the tests run node-fencer
 /// under the very role that production gets.
+/// Creates `obj`, or replaces the object of its name with it: what a
+/// server-side apply does here, on every Kubernetes version (1.15 has no
+/// server-side apply).
+async fn put<K>(api: &Api<K>, mut obj: K) -> anyhow::Result<()>
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::Serialize + serde::de::DeserializeOwned,
+{
+    let name = obj
+        .meta()
+        .name
+        .clone()
+        .context("an object without a name")?;
+    match api.get_opt(&name).await? {
+        None => drop(api.create(&PostParams::default(), &obj).await?),
+        Some(current) => {
+            obj.meta_mut().resource_version = current.meta().resource_version.clone();
+            api.replace(&name, &PostParams::default(), &obj).await?;
+        }
+    }
+    Ok(())
+}
+
 async fn apply_rbac(stack: &Stack) -> anyhow::Result<()> {
     let admin = stack.admin().await?;
     let path = repo_root().join("infra/kubernetes/rbac.yaml");
@@ -183,36 +206,25 @@ async fn apply_rbac(stack: &Stack) -> anyhow::Result<()> {
         std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
     let docs: Vec<serde_json::Value> =
         serde_saphyr::from_str_multiple(&text).context("parsing rbac.yaml")?;
-    let pp = PatchParams::apply("node-fencer-tests").force();
     for doc in docs {
         match doc["kind"].as_str() {
             Some("ClusterRole") => {
                 let role: ClusterRole = serde_json::from_value(doc)?;
-                let name = role.metadata.name.clone().unwrap_or_default();
-                Api::<ClusterRole>::all(admin.clone())
-                    .patch(&name, &pp, &Patch::Apply(&role))
-                    .await?;
+                put(&Api::all(admin.clone()), role).await?;
             }
             Some("ClusterRoleBinding") => {
                 let binding: ClusterRoleBinding = serde_json::from_value(doc)?;
-                let name = binding.metadata.name.clone().unwrap_or_default();
-                Api::<ClusterRoleBinding>::all(admin.clone())
-                    .patch(&name, &pp, &Patch::Apply(&binding))
-                    .await?;
+                put(&Api::all(admin.clone()), binding).await?;
             }
             Some("Role") => {
                 let role: Role = serde_json::from_value(doc)?;
-                let (name, ns) = named(&role.metadata)?;
-                Api::<Role>::namespaced(admin.clone(), &ns)
-                    .patch(&name, &pp, &Patch::Apply(&role))
-                    .await?;
+                let (_, ns) = named(&role.metadata)?;
+                put(&Api::namespaced(admin.clone(), &ns), role).await?;
             }
             Some("RoleBinding") => {
                 let binding: RoleBinding = serde_json::from_value(doc)?;
-                let (name, ns) = named(&binding.metadata)?;
-                Api::<RoleBinding>::namespaced(admin.clone(), &ns)
-                    .patch(&name, &pp, &Patch::Apply(&binding))
-                    .await?;
+                let (_, ns) = named(&binding.metadata)?;
+                put(&Api::namespaced(admin.clone(), &ns), binding).await?;
             }
             other => bail!("unexpected kind {other:?} in rbac.yaml"),
         }
@@ -239,6 +251,16 @@ impl Stack {
             vars: parse_env(&env),
             dir,
         })
+    }
+
+    /// Whether the stack's Kubernetes serves the CSI objects at
+    /// `storage.k8s.io/v1` (CSINode, CSIDriver: from 1.17 and 1.18; not
+    /// the oldest control plane, 1.15).
+    pub fn serves_csi_v1(&self) -> bool {
+        self.vars
+            .get("NODE_FENCER_STACK_OLDEST_CONTROL_PLANE")
+            .map(String::as_str)
+            != Some("1")
     }
 
     /// A variable of the stack's env file.

@@ -248,6 +248,14 @@ pub async fn add_workers_with(
             }
         };
         let node: Node = create(&nodes, node).await?;
+        if !stack.serves_csi_v1() {
+            workers.push(Worker {
+                name,
+                machine,
+                kubelet: None,
+            });
+            continue;
+        }
         create(
             &csinodes,
             json!({

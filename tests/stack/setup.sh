@@ -14,6 +14,10 @@
 #   $CACHE/bin/kubernetes-<old>/    an old control plane (kube-apiserver, kube-controller-manager,
 #                                   kube-scheduler; tests/stack/gomod/kubernetes-legacy) for the
 #                                   legacy mode's scenarios; tests only
+#   $CACHE/bin/kubernetes-<oldest>-<sha>/  the oldest control plane node-fencer supports (1.15:
+#                                   kube-apiserver, kube-controller-manager, kube-scheduler;
+#                                   tests/stack/gomod/kubernetes-1.15/build.sh, keyed by its files;
+#                                   its source prepared in $CACHE/src-kubernetes-<oldest>); tests only
 #   $CACHE/bin/hollow-kubelet-<ver>-<sha>/hollow-kubelet   the real kubelet over a fake runtime (pkg/kubemark),
 #                                   tests/stack/gomod/kubernetes/hollow-kubelet, and the old control plane's
 #                                   (<old>, gomod/kubernetes-legacy/hollow-kubelet); tests only
@@ -154,13 +158,19 @@ main() {
 
 	KUBE_VERSION="$(gomod_version "$HERE/gomod/kubernetes/go.mod" k8s.io/kubernetes)"
 	KUBE_LEGACY_VERSION="$(gomod_version "$HERE/gomod/kubernetes-legacy/go.mod" k8s.io/kubernetes)"
+	KUBE_OLDEST_VERSION="$(gomod_version "$HERE/gomod/kubernetes-1.15/go.mod" k8s.io/kubernetes)"
 	ETCD_VERSION="$(gomod_version "$HERE/gomod/etcd/go.mod" go.etcd.io/etcd/server/v3)"
 	[ -n "$KUBE_VERSION" ] || die "no k8s.io/kubernetes version in tests/stack/gomod/kubernetes/go.mod"
 	[ -n "$KUBE_LEGACY_VERSION" ] || die "no k8s.io/kubernetes version in tests/stack/gomod/kubernetes-legacy/go.mod"
+	[ -n "$KUBE_OLDEST_VERSION" ] || die "no k8s.io/kubernetes version in tests/stack/gomod/kubernetes-1.15/go.mod"
 	[ -n "$ETCD_VERSION" ] || die "no go.etcd.io/etcd/server/v3 version in tests/stack/gomod/etcd/go.mod"
 
 	KUBE_BIN="$CACHE/bin/kubernetes-$KUBE_VERSION"
 	KUBE_LEGACY_BIN="$CACHE/bin/kubernetes-$KUBE_LEGACY_VERSION"
+	# Keyed by the helper's files, build.sh included: an edit rebuilds it.
+	KUBE_OLDEST_SHA="$(cd "$HERE/gomod/kubernetes-1.15" && find . -type f ! -name README.md -print0 | sort -z |
+		xargs -0 cat | sha256sum | cut -c1-16)"
+	KUBE_OLDEST_BIN="$CACHE/bin/kubernetes-$KUBE_OLDEST_VERSION-$KUBE_OLDEST_SHA"
 	HOLLOW_KUBELET_SHA="$(cd "$HERE/gomod/kubernetes" && cat go.mod go.sum hollow-kubelet/*.go | sha256sum | cut -c1-16)"
 	HOLLOW_KUBELET_BIN="$CACHE/bin/hollow-kubelet-$KUBE_VERSION-$HOLLOW_KUBELET_SHA/hollow-kubelet"
 	HOLLOW_KUBELET_LEGACY_SHA="$(cd "$HERE/gomod/kubernetes-legacy" && cat go.mod go.sum hollow-kubelet/*.go | sha256sum | cut -c1-16)"
@@ -349,6 +359,14 @@ main() {
 		(cd "$HERE/gomod/kubernetes-legacy" &&
 			go build -tags providerless -ldflags "$(kube_ldflags "$KUBE_LEGACY_VERSION")" \
 				-o "$OUT" "k8s.io/kubernetes/cmd/$1")
+	}
+	# The oldest control plane: its module zip lacks a generated file, which
+	# build.sh makes in a work copy of the module first (see its README).
+	build_kube_oldest() { # build_kube_oldest CMD
+		TMP_PATHS+=("$OUT.d")
+		"$HERE/gomod/kubernetes-1.15/build.sh" "$OUT.d" "$1"
+		mv -f "$OUT.d/$1" "$OUT"
+		rm -rf "$OUT.d"
 	}
 	build_cargo_fuzz() {
 		have cargo || die "cargo is required to install cargo-fuzz"
@@ -591,6 +609,9 @@ main() {
 				bin_step "kube-controller-manager (old)" "$KUBE_LEGACY_VERSION" "$KUBE_LEGACY_BIN/kube-controller-manager" "~1 min" 1 -- build_kube_legacy kube-controller-manager
 				bin_step "kube-scheduler (old)" "$KUBE_LEGACY_VERSION" "$KUBE_LEGACY_BIN/kube-scheduler" "<1 min" 1 -- build_kube_legacy kube-scheduler
 				bin_step "hollow-kubelet (old)" "$KUBE_LEGACY_VERSION" "$HOLLOW_KUBELET_LEGACY_BIN" "~2-4 min" 3 -- build_hollow_kubelet_legacy
+				bin_step "kube-apiserver (oldest)" "$KUBE_OLDEST_VERSION" "$KUBE_OLDEST_BIN/kube-apiserver" "~3-4 min" 4 -- build_kube_oldest kube-apiserver
+				bin_step "kube-controller-manager (oldest)" "$KUBE_OLDEST_VERSION" "$KUBE_OLDEST_BIN/kube-controller-manager" "<1 min" 1 -- build_kube_oldest kube-controller-manager
+				bin_step "kube-scheduler (oldest)" "$KUBE_OLDEST_VERSION" "$KUBE_OLDEST_BIN/kube-scheduler" "<1 min" 1 -- build_kube_oldest kube-scheduler
 			fi
 			# kubectl: a test's NodeCleanup deletes its Nodes with it on drop (a drop
 			# cannot await); `make run --keep` names it to look at the stack.
@@ -645,6 +666,7 @@ main() {
 		echo "export NODE_FENCER_CACHE=$(q "$CACHE")"
 		echo "export NODE_FENCER_KUBE_BIN=$(q "$KUBE_BIN")"
 		echo "export NODE_FENCER_KUBE_LEGACY_BIN=$(q "$KUBE_LEGACY_BIN")"
+		echo "export NODE_FENCER_KUBE_OLDEST_BIN=$(q "$KUBE_OLDEST_BIN")"
 		echo "export NODE_FENCER_ETCD=$(q "$ETCD_BIN")"
 		echo "export NODE_FENCER_KWOK=$(q "$KWOK_BIN")"
 		echo "export NODE_FENCER_HOLLOW_KUBELET=$(q "$HOLLOW_KUBELET_BIN")"
@@ -678,7 +700,8 @@ main() {
 	missing=()
 	for b in "$ETCD_BIN" "$KUBE_BIN/kube-apiserver" "$KUBE_BIN/kube-controller-manager" \
 		"$KUBE_BIN/kube-scheduler" "$KUBE_LEGACY_BIN/kube-apiserver" "$KUBE_LEGACY_BIN/kube-controller-manager" \
-		"$KUBE_LEGACY_BIN/kube-scheduler" "$KWOK_BIN" "$HOLLOW_KUBELET_BIN" "$HOLLOW_KUBELET_LEGACY_BIN" "$CSI_ATTACHER_BIN" "$PD_CSI_BIN" "$CSI_CONTROLLER_BIN" "$HCLFMT_BIN" "$CARGO_FUZZ_BIN" "$KUBE_BIN/kubectl" "$RIE_BIN" \
+		"$KUBE_LEGACY_BIN/kube-scheduler" "$KUBE_OLDEST_BIN/kube-apiserver" "$KUBE_OLDEST_BIN/kube-controller-manager" \
+		"$KUBE_OLDEST_BIN/kube-scheduler" "$KWOK_BIN" "$HOLLOW_KUBELET_BIN" "$HOLLOW_KUBELET_LEGACY_BIN" "$CSI_ATTACHER_BIN" "$PD_CSI_BIN" "$CSI_CONTROLLER_BIN" "$HCLFMT_BIN" "$CARGO_FUZZ_BIN" "$KUBE_BIN/kubectl" "$RIE_BIN" \
 		"$ALERTMANAGER_BIN/alertmanager" "$ALERTMANAGER_BIN/amtool" "$PROMTOOL_BIN" \
 		"$TOFU_BIN" "$TFLINT_BIN" "$SCHEMA_PROVIDER_BIN" "$TF_MIRROR"; do
 		[ -x "$b" ] || missing+=("${b#"$CACHE"/}")

@@ -8,12 +8,19 @@
 # pids are recorded in STATE_DIR/pids, logs go to STATE_DIR/logs/<name>.log.
 # Stop with tests/stack/down.sh STATE_DIR.
 #
-# Usage: tests/stack/up.sh STATE_DIR [--controllers] [--old-control-plane] [--watch-pid PID]
+# Usage: tests/stack/up.sh STATE_DIR [--controllers] [--old-control-plane | --oldest-control-plane]
+#                          [--watch-pid PID]
 #   --controllers    also start kube-controller-manager, kube-scheduler and kwok
 #   --old-control-plane
 #                    run the old control plane setup.sh builds for the legacy
 #                    mode's scenarios (NODE_FENCER_KUBE_LEGACY_BIN) instead of
 #                    NODE_FENCER_KUBE_BIN's; etcd, kwok and moto are the same
+#   --oldest-control-plane
+#                    run the oldest Kubernetes node-fencer supports, 1.15
+#                    (NODE_FENCER_KUBE_OLDEST_BIN, built from
+#                    tests/stack/gomod/kubernetes-1.15), with what it needs
+#                    beyond the others' flags: no insecure ports, /healthz for
+#                    readiness (1.15 has no /readyz)
 #   --watch-pid PID  start a detached watchdog that runs down.sh STATE_DIR as
 #                    soon as process PID is gone (a test that dies leaks nothing)
 #
@@ -63,11 +70,13 @@ log() { printf '==> %s\n' "$*"; }
 STATE_DIR=""
 CONTROLLERS=0
 OLD=0
+OLDEST=0
 WATCH_PID=""
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--controllers) CONTROLLERS=1 ;;
 	--old-control-plane) OLD=1 ;;
+	--oldest-control-plane) OLDEST=1 ;;
 	--watch-pid)
 		[ $# -ge 2 ] || die "--watch-pid needs a PID"
 		WATCH_PID=$2
@@ -114,9 +123,22 @@ need_bin() { # need_bin WHAT PATH
 }
 ETCD="${NODE_FENCER_ETCD:-}"
 KUBE_BIN="${NODE_FENCER_KUBE_BIN:-}"
+[ "$OLD" = 0 ] || [ "$OLDEST" = 0 ] || die "--old-control-plane and --oldest-control-plane exclude each other"
 if [ "$OLD" = 1 ]; then
 	KUBE_BIN="${NODE_FENCER_KUBE_LEGACY_BIN:-}"
 	[ -n "$KUBE_BIN" ] || die "--old-control-plane: NODE_FENCER_KUBE_LEGACY_BIN is not set: run tests/stack/setup.sh first"
+fi
+# 1.15 also serves plain HTTP (apiserver 8080, controller-manager 10252,
+# scheduler 10251) unless told not to, and answers readiness on /healthz.
+API_EXTRA=()
+CONTROLLER_EXTRA=()
+READY_PATH=readyz
+if [ "$OLDEST" = 1 ]; then
+	KUBE_BIN="${NODE_FENCER_KUBE_OLDEST_BIN:-}"
+	[ -n "$KUBE_BIN" ] || die "--oldest-control-plane: NODE_FENCER_KUBE_OLDEST_BIN is not set: run tests/stack/setup.sh first"
+	API_EXTRA=(--insecure-port=0)
+	CONTROLLER_EXTRA=(--port=0)
+	READY_PATH=healthz
 fi
 MOTO="${NODE_FENCER_VENV:+$NODE_FENCER_VENV/bin/moto_server}"
 KWOK="${NODE_FENCER_KWOK:-}"
@@ -347,11 +369,12 @@ start kube-apiserver "$KUBE_BIN/kube-apiserver" \
 	--service-cluster-ip-range=10.0.0.0/24 \
 	--allow-privileged=true \
 	--endpoint-reconciler-type=none \
-	--profiling=false
+	--profiling=false \
+	"${API_EXTRA[@]}"
 PID_APISERVER=$LAST_PID
 
 api_ready() {
-	[ "$(curl -fsS --cacert "$PKI/ca.crt" -H "Authorization: Bearer $ADMIN_TOKEN" "$APISERVER/readyz")" = ok ]
+	[ "$(curl -fsS --cacert "$PKI/ca.crt" -H "Authorization: Bearer $ADMIN_TOKEN" "$APISERVER/$READY_PATH")" = ok ]
 }
 wait_for kube-apiserver "$PID_APISERVER" api_ready
 wait_for moto "$PID_MOTO" curl -fsS "http://127.0.0.1:$P_MOTO/moto-api/data.json"
@@ -373,14 +396,16 @@ if [ "$CONTROLLERS" = 1 ]; then
 		--cluster-signing-key-file="$PKI/ca.key" \
 		--flex-volume-plugin-dir="$S/flexvolume" \
 		--node-monitor-period=2s \
-		--node-monitor-grace-period="$GRACE"
+		--node-monitor-grace-period="$GRACE" \
+		"${CONTROLLER_EXTRA[@]}"
 	PID_KCM=$LAST_PID
 	start kube-scheduler "$KUBE_BIN/kube-scheduler" \
 		--kubeconfig="$S/kubeconfig-scheduler" \
 		--bind-address=127.0.0.1 \
 		--secure-port="$P_SCHED" \
 		--cert-dir="$PKI/scheduler-serving" \
-		--leader-elect=false
+		--leader-elect=false \
+		"${CONTROLLER_EXTRA[@]}"
 	PID_SCHED=$LAST_PID
 	# HOME points into STATE_DIR so that no ~/.kwok/kwok.yaml is loaded.
 	start kwok env HOME="$S/kwok-home" "$KWOK" \
@@ -419,6 +444,7 @@ envline() { printf 'export %s=%q\n' "$1" "$2"; }
 	envline NODE_FENCER_CA_FILE "$PKI/ca.crt"
 	envline NODE_FENCER_STACK_CONTROLLERS "$CONTROLLERS"
 	envline NODE_FENCER_STACK_OLD_CONTROL_PLANE "$OLD"
+	envline NODE_FENCER_STACK_OLDEST_CONTROL_PLANE "$OLDEST"
 	envline NODE_FENCER_NODE_MONITOR_GRACE_PERIOD "$GRACE"
 	envline AWS_ENDPOINT_URL "http://127.0.0.1:$P_MOTO"
 	envline AWS_REGION us-east-1
