@@ -71,7 +71,8 @@ pub enum HandlerError {
     /// A dependency could not be reached or authenticated to. Retryable.
     #[error(transparent)]
     Connect(#[from] ConnectError),
-    /// The pipeline could not start (node list unreadable). Retryable.
+    /// The pipeline could not start: the node list unreadable (retryable),
+    /// or the cluster older than any node-fencer supports (not).
     #[error(transparent)]
     Pipeline(#[from] PipelineError),
     /// Some work is left undone; the report says what. Retryable.
@@ -90,6 +91,7 @@ impl HandlerError {
         match self {
             Self::Input(_) => "InvalidInput",
             Self::Connect(_) => "DependencyUnavailable",
+            Self::Pipeline(PipelineError::Unsupported(_)) => "UnsupportedCluster",
             Self::Pipeline(_) => "ClusterUnavailable",
             Self::Incomplete { .. } => "Incomplete",
         }
@@ -97,7 +99,10 @@ impl HandlerError {
 
     /// True when retrying the same event may succeed.
     pub fn retryable(&self) -> bool {
-        !matches!(self, Self::Input(_))
+        !matches!(
+            self,
+            Self::Input(_) | Self::Pipeline(PipelineError::Unsupported(_))
+        )
     }
 }
 

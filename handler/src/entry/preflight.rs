@@ -17,6 +17,7 @@ use kube::Client;
 use serde::Serialize;
 
 use crate::core::model::facts::{FenceMode, NodeFacts};
+use crate::core::rules::compat;
 use crate::core::rules::control::{self, KillSwitch};
 use crate::core::rules::mode::{self, ModeSetting, ServerVersion};
 use crate::core::rules::reach::{OPT_OUT_LABEL, Reach, Tally};
@@ -311,6 +312,17 @@ async fn fencing_mode(
 ) -> Option<FenceMode> {
     match cluster.server_version().await {
         Ok(version) => {
+            if let Err(old) = compat::supported(version) {
+                checks.push(failed(
+                    "api server",
+                    old.to_string(),
+                    format!(
+                        "upgrade the cluster to Kubernetes {} or later",
+                        compat::OLDEST_SUPPORTED
+                    ),
+                ));
+                return None;
+            }
             checks.push(row(
                 "api server",
                 Status::Pass,

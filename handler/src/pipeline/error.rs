@@ -1,6 +1,8 @@
-//! The one failure that stops an invocation before its report: something
-//! every decision needs could not be read.
+//! The failures that stop an invocation before its report: something every
+//! decision needs could not be read, or the cluster is older than any
+//! node-fencer supports.
 
+use crate::core::rules::compat::Unsupported;
 use crate::shell::cluster::ClusterError;
 
 /// A failure that stops the whole invocation before any decision.
@@ -10,4 +12,8 @@ pub enum PipelineError {
     /// read, so nothing can be decided.
     #[error(transparent)]
     Cluster(#[from] ClusterError),
+    /// The API server is older than the oldest Kubernetes node-fencer
+    /// supports: nothing is read or written past its version.
+    #[error(transparent)]
+    Unsupported(#[from] Unsupported),
 }

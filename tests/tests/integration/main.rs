@@ -15,6 +15,7 @@ mod gce_power;
 mod kube_api;
 mod lifecycle;
 mod notify;
+mod oldest;
 mod pipeline;
 mod redfish;
 mod runtime;

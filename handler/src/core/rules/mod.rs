@@ -6,6 +6,7 @@
 //! kill switch, and when to retry.
 
 pub mod cap;
+pub mod compat;
 pub mod control;
 pub mod decide;
 pub mod identity;

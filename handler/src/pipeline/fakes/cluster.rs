@@ -445,6 +445,10 @@ impl FakeCluster {
     }
 
     /// Sets the kill switch.
+    pub fn set_version(&self, major: u32, minor: u32) {
+        self.lock().version = ServerVersion { major, minor };
+    }
+
     pub fn set_kill_switch(&self, k: KillSwitch) {
         self.lock().kill_switch = k;
     }

@@ -7,14 +7,24 @@ use tracing::{info, warn};
 
 use crate::core::inbound::sweep;
 use crate::core::outbound::metrics::Dependency;
+use crate::core::rules::compat;
 use crate::core::rules::control::KillSwitch;
 use crate::pipeline::ctx::Ctx;
 use crate::pipeline::error::PipelineError;
 use crate::pipeline::invocation::Invocation;
 use crate::pipeline::nodes;
 
-/// Reads the switch and the Nodes; adds the sweep's suspects.
+/// Refuses a cluster older than any node-fencer supports; reads the switch
+/// and the Nodes; adds the sweep's suspects.
 pub(crate) async fn run(ctx: &Ctx<'_>, inv: &mut Invocation<'_>) -> Result<(), PipelineError> {
+    // Before anything is read or written: an older server may not serve
+    // what the rest asks for. The version is asked once per environment.
+    let version = ctx
+        .reads
+        .server_version()
+        .await
+        .inspect_err(|_| ctx.meter.error(Dependency::Kubernetes))?;
+    compat::supported(version)?;
     read_switch(ctx, inv).await;
     let view = if inv.sweep {
         nodes::full(ctx).await?

@@ -47,6 +47,9 @@ async fn a_stopped_silent_node_is_tainted_and_its_volume_freed_in_this_order() {
         [
             // The instance first: its answer is also the confirmation.
             "DescribeInstances".to_owned(),
+            // The oldest supported version checked before anything else
+            // (the shell asks the server once per execution environment).
+            "GetVersion".into(),
             "GetKillSwitch".into(),
             "ListNodes".into(),
             "GetVersion".into(),

@@ -92,7 +92,7 @@ async fn the_screen_alone_settles_another_clusters_machine_with_one_look() {
 }
 
 #[tokio::test]
-async fn the_survey_alone_reads_the_switch_and_the_nodes_and_sets_recoveries_aside() {
+async fn the_survey_alone_reads_the_version_the_switch_and_the_nodes_and_sets_recoveries_aside() {
     let w = World::stopped();
     w.cluster.set_kill_switch(KillSwitch::On);
     let mut b = batch(Intent::Fence, &[instance(1)]);
@@ -102,7 +102,7 @@ async fn the_survey_alone_reads_the_switch_and_the_nodes_and_sets_recoveries_asi
     let mut inv = Invocation::new(&policy, b);
     let meter = Meter::default();
     survey::run(&w.ctx(&meter), &mut inv).await.unwrap();
-    assert_eq!(w.calls.log(), ["GetKillSwitch", "ListNodes"]);
+    assert_eq!(w.calls.log(), ["GetVersion", "GetKillSwitch", "ListNodes"]);
     assert!(inv.switch.is_on(), "the kill switch makes the run a plan");
     assert_eq!(inv.view.as_ref().map(|v| v.nodes.len()), Some(1));
     assert_eq!(inv.suspects.len(), 1);

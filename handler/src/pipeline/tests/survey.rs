@@ -131,3 +131,28 @@ async fn the_sweep_leaves_a_census_of_the_nodes_others_put_out_of_service() {
     let now = k8s_openapi::jiff::Timestamp::now().as_second();
     assert!(left.fresh(now));
 }
+
+#[tokio::test]
+async fn a_cluster_older_than_the_oldest_supported_is_refused_before_anything_is_read() {
+    let w = World::stopped().named(1, NODE);
+    w.cluster.set_version(1, 14);
+    let err = w.fence(&policy()).await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "Kubernetes 1.14 is older than 1.15, the oldest node-fencer supports: nothing was done"
+    );
+    let log = w.calls.log();
+    assert!(
+        !log.iter()
+            .any(|c| c.starts_with("GetNode") || c.starts_with("List") || c == "GetConfigMap"),
+        "nothing read past the version: {log:?}"
+    );
+    assert!(w.writes().is_empty(), "{:?}", w.writes());
+    assert_eq!(w.out_of_service_taints(NODE), 0);
+
+    // The oldest supported is served as every other.
+    let w = World::stopped().named(1, NODE);
+    w.cluster.set_version(1, 15);
+    let report = w.fence(&policy()).await.unwrap();
+    assert_eq!(report.results[0].outcome, Outcome::Fenced, "{report:#?}");
+}

@@ -17,6 +17,7 @@ use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::{Api, Client};
 use tokio::sync::OnceCell;
 
@@ -29,6 +30,7 @@ use crate::core::outbound::kube_patch::{
     self, ConfirmPatch, Ending, PowerStamp, Stamp, TaintPatch, UntaintPatch,
 };
 pub use crate::core::outbound::kube_patch::{ConfirmOutcome, TaintOutcome, UntaintOutcome};
+use crate::core::rules::compat::{self, EventsApi};
 use crate::core::rules::control::{self, KillSwitch, LeaseFacts, LeaseStep};
 use crate::core::rules::in_use::{self, ReleaseOutcome, ReleasePatch};
 use crate::core::rules::mode::ServerVersion;
@@ -44,8 +46,6 @@ mod writes;
 
 /// How often a taint patch is retried after a conflict before giving up.
 pub const CONFLICT_RETRIES: usize = 5;
-/// Namespace of Node events, as the kubelet and `kubectl describe node` use.
-const EVENT_NAMESPACE: &str = "default";
 pub use crate::core::settings::permissions::NODE_LEASE_NAMESPACE;
 /// Field manager and reporting controller name.
 pub const MANAGER: &str = "node-fencer";

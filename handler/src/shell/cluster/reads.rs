@@ -31,8 +31,27 @@ impl ClusterReads for Kube {
             retrying("count nodes", || self.list_with(slim::NODES, &params))
                 .await
                 .map_err(ClusterError::ListNodes)?;
-        let more = usize::try_from(page.metadata.remaining_item_count.unwrap_or(0)).unwrap_or(0);
-        Ok(page.items.len() + more)
+        let more_pages = page
+            .metadata
+            .continue_token
+            .as_deref()
+            .is_some_and(|t| !t.is_empty());
+        match page.metadata.remaining_item_count {
+            Some(more) => Ok(page.items.len() + usize::try_from(more).unwrap_or(0)),
+            None if !more_pages => Ok(page.items.len()),
+            // A server that does not count what is left (before 1.16, where
+            // `remainingItemCount` was off by default): counted page by page,
+            // each Node read as nothing.
+            None => self
+                .list_all::<serde::de::IgnoredAny>(
+                    slim::NODES,
+                    &ListParams::default(),
+                    "count nodes",
+                )
+                .await
+                .map(|all| all.len())
+                .map_err(ClusterError::ListNodes),
+        }
     }
 
     async fn list_volume_attachments(&self) -> Result<Vec<AttachmentFacts>, ClusterError> {

@@ -26,11 +26,16 @@ impl FencingWrites for Kube {
         event: &NodeEvent,
         name: &str,
     ) -> Result<(), ClusterError> {
-        let api: Api<Event> = Api::namespaced(self.client.clone(), EVENT_NAMESPACE);
+        // The API and namespace the server takes; when its version cannot be
+        // read, the current ones (the Event is then all that may be lost).
+        let (events_api, namespace) = self
+            .server_version()
+            .await
+            .map_or((EventsApi::V1, "default"), compat::node_events);
         let ev = Event {
             metadata: ObjectMeta {
                 name: Some(name.into()),
-                namespace: Some(EVENT_NAMESPACE.into()),
+                namespace: Some(namespace.into()),
                 ..ObjectMeta::default()
             },
             event_time: Some(MicroTime(k8s_openapi::jiff::Timestamp::now())),
@@ -58,8 +63,40 @@ impl FencingWrites for Kube {
         // The name is fixed by the occasion, so a repeat after a lost answer
         // (or a retried invocation) meets AlreadyExists: recorded once.
         let params = PostParams::default();
-        match retrying("create event", || api.create(&params, &ev)).await {
-            Ok(_) => Ok(()),
+        let created = match events_api {
+            EventsApi::V1 => {
+                let api: Api<Event> = Api::namespaced(self.client.clone(), namespace);
+                retrying("create event", || api.create(&params, &ev))
+                    .await
+                    .map(drop)
+            }
+            // The v1beta1 Event has the v1 fields; the body names its own
+            // version, as the server checks it against the path's.
+            EventsApi::V1beta1 => {
+                let resource = ApiResource::from_gvk_with_plural(
+                    &GroupVersionKind::gvk("events.k8s.io", "v1beta1", "Event"),
+                    "events",
+                );
+                let api: Api<DynamicObject> =
+                    Api::namespaced_with(self.client.clone(), namespace, &resource);
+                let mut value =
+                    serde_json::to_value(&ev).map_err(|e| ClusterError::CreateEvent {
+                        node: node.into(),
+                        source: kube::Error::SerdeError(e),
+                    })?;
+                value["apiVersion"] = events_api.api_version().into();
+                let obj: DynamicObject =
+                    serde_json::from_value(value).map_err(|e| ClusterError::CreateEvent {
+                        node: node.into(),
+                        source: kube::Error::SerdeError(e),
+                    })?;
+                retrying("create event", || api.create(&params, &obj))
+                    .await
+                    .map(drop)
+            }
+        };
+        match created {
+            Ok(()) => Ok(()),
             Err(kube::Error::Api(status)) if status.is_already_exists() => Ok(()),
             Err(source) => Err(ClusterError::CreateEvent {
                 node: node.into(),
