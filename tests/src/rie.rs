@@ -154,13 +154,23 @@ impl Rie {
         timeout: u64,
         overrides: &[(&str, &str)],
     ) -> anyhow::Result<Self> {
+        Self::start_binary(stack, &function.binary()?, timeout, overrides)
+    }
+
+    /// [`Rie::start`] with `binary` as the function's bootstrap (e.g. the
+    /// deployable zip's).
+    pub fn start_binary(
+        stack: &Stack,
+        binary: &Path,
+        timeout: u64,
+        overrides: &[(&str, &str)],
+    ) -> anyhow::Result<Self> {
         let rie = std::env::var("NODE_FENCER_LAMBDA_RIE")
             .context("NODE_FENCER_LAMBDA_RIE is not set: run `make setup` and source its env.sh")?;
         anyhow::ensure!(
             Path::new(&rie).is_file(),
             "NODE_FENCER_LAMBDA_RIE={rie} does not exist: run `make setup`"
         );
-        let binary = function.binary()?;
         let port = free_port()?;
         let runtime_port = free_port()?;
         // The emulator hands the function its own environment, whole: it
@@ -185,7 +195,7 @@ impl Rie {
                 "--runtime-interface-emulator-address=127.0.0.1:{port}"
             ))
             .arg(format!("--runtime-api-address=127.0.0.1:{runtime_port}"))
-            .arg(&binary);
+            .arg(binary);
         let process = spawn_watched(&stack.dir, &format!("aws-lambda-rie-{port}"), &command)?;
         let deadline = Instant::now() + Duration::from_secs(10);
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
@@ -260,6 +270,24 @@ impl Rie {
     /// How many times the emulator started the function (its inits).
     pub fn inits(&self) -> anyhow::Result<usize> {
         Ok(self.log()?.matches("INIT START").count())
+    }
+
+    /// The emulator's figures, in milliseconds, for every line of its log
+    /// that holds `key` followed by a number (`INIT REPORT(durationMs: ` for
+    /// each init: the process's start to its first poll for an event;
+    /// `\tDuration: ` for each invocation), in order.
+    pub fn reported_ms(&self, key: &str) -> anyhow::Result<Vec<f64>> {
+        Ok(self
+            .log()?
+            .lines()
+            .filter_map(|l| {
+                let rest = &l[l.find(key)? + key.len()..];
+                let end = rest
+                    .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+                    .unwrap_or(rest.len());
+                rest[..end].parse().ok()
+            })
+            .collect())
     }
 }
 

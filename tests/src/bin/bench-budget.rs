@@ -1,6 +1,7 @@
 //! The performance budget: the release `bootstrap` under a minimal Runtime
-//! API stand-in, against moto and the kube-apiserver. Measures cold start
-//! (process start to the first poll for an event), the CPU time of the
+//! API stand-in and under AWS's own Lambda Runtime Interface Emulator,
+//! against moto and the kube-apiserver, after checking the zip's layout.
+//! Measures cold start (process start to the first poll for an event), the CPU time of the
 //! function's own work per invocation (its threads' time on a CPU, so waiting
 //! on the network is excluded), peak RSS, the zip size, and a storm of one
 //! Alertmanager batch growing from 10 to 100 to 500 stopped nodes, with the
@@ -17,6 +18,8 @@ use node_fencer_tests::bench::{Clock, median};
 use node_fencer_tests::faults::FaultProxy;
 use node_fencer_tests::fixtures::*;
 use node_fencer_tests::lambda::{WEBHOOK_TOKEN, function_env};
+use node_fencer_tests::package::check_zip;
+use node_fencer_tests::rie::Rie;
 use node_fencer_tests::runtime_api::{Answer, RuntimeApi};
 use node_fencer_tests::scene::{eventbridge_event, function_url_event, kube_node_not_ready};
 use node_fencer_tests::{Stack, repo_root, stack};
@@ -26,14 +29,16 @@ const USAGE: &str = "\
 usage: bench-budget [--zip PATH | --binary PATH] [--starts N] [--events N] [--batch N]
                     [--repeats N] [--storm N,N,...] [--scale N,N,...]
 
-Runs the release bootstrap (built by `make package`) under a Runtime API
-stand-in against the test stack and prints medians with min/max:
+Checks the deployable zip (one executable `bootstrap` at its root, an x86-64
+ELF needing no newer glibc than Amazon Linux 2023's), then runs its
+bootstrap under a Runtime API stand-in and under AWS's Lambda Runtime
+Interface Emulator against the test stack and prints medians with min/max:
   --zip PATH      the deployable zip, whose bootstrap is run
                   (default target/lambda/node-fencer/bootstrap.zip)
   --binary PATH   run this binary instead (e.g. a debug build)
-  --starts N      cold starts to time (default 20)
-  --events N      single EventBridge `stopped` events, each fencing one node
-                  (default 50)
+  --starts N      cold starts to time, under each runtime (default 20)
+  --events N      single EventBridge `stopped` events, each fencing one node,
+                  under each runtime (default 50)
   --batch N       alerts in the Alertmanager batch (default 100): fenced once,
                   then sent again --repeats times (default 5) when all are
                   already fenced
@@ -49,6 +54,12 @@ stand-in against the test stack and prints medians with min/max:
                   apiserver requests and bytes counted at the proxy
 
 Set NODE_FENCER_STACK_DIR to use a running stack; otherwise one is started.";
+
+/// The function timeout under the emulator: longer than any run here.
+const RIE_TIMEOUT: u64 = 120;
+/// The emulator's log: an init's duration, and an invocation's.
+const RIE_INIT: &str = "INIT REPORT(durationMs: ";
+const RIE_DURATION: &str = "\tDuration: ";
 
 struct Args {
     zip: PathBuf,
@@ -320,6 +331,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
             Some(std::fs::metadata(&args.zip)?.len()),
         ),
     };
+    // The zip as provided.al2023 takes it; a wrong one stops the run.
+    if args.binary.is_none() {
+        for fact in check_zip(&args.zip, &binary)? {
+            clock.say(&format!("package: {fact}"));
+        }
+    }
     if !binary.is_file() {
         bail!("{} is not a file", binary.display());
     }
@@ -357,6 +374,40 @@ async fn run(args: Args) -> anyhow::Result<()> {
             "cold start: process start to first Runtime API poll",
             "ms",
             &starts,
+        ),
+    );
+
+    // The same under AWS's own emulator: its init (the process's start to
+    // its first poll, as the emulator reports it) and the first invocation,
+    // each on a new emulator, from the invoke to the answer.
+    let overrides: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    clock.say(&format!("{} cold starts under aws-lambda-rie", args.starts));
+    let (mut inits, mut firsts) = (Vec::new(), Vec::new());
+    for _ in 0..args.starts {
+        let rie = Rie::start_binary(stack, &binary, RIE_TIMEOUT, &overrides)?;
+        let answer = rie
+            .invoke(&eventbridge_event("i-00000000000000000", "stopped"))
+            .await?;
+        if answer.status != 200 || answer.error_type().is_some() {
+            bail!("the bootstrap's first invocation under aws-lambda-rie failed: {answer:?}");
+        }
+        inits.extend(rie.reported_ms(RIE_INIT)?);
+        firsts.push(answer.took.as_secs_f64() * 1000.0);
+    }
+    keep(
+        &mut out,
+        row(
+            "cold start under aws-lambda-rie: its INIT REPORT (process start to first poll)",
+            "ms",
+            &inits,
+        ),
+    );
+    keep(
+        &mut out,
+        row(
+            "first invocation under aws-lambda-rie (unknown instance), init included: wall",
+            "ms",
+            &firsts,
         ),
     );
 
@@ -431,6 +482,57 @@ async fn run(args: Args) -> anyhow::Result<()> {
         &mut out,
         row("one event fencing one node: wall", "ms", &wall),
     );
+
+    // The same events under AWS's own emulator, on one process: the
+    // invocation's duration as the emulator reports it, and the wall time
+    // from the invoke to the answer.
+    let rie = Rie::start_binary(stack, &binary, RIE_TIMEOUT, &overrides)?;
+    let answer = rie.invoke(&serde_json::json!({"action": "sweep"})).await?;
+    if answer.error_type().is_some() {
+        bail!("the sweep under aws-lambda-rie failed: {}", answer.body);
+    }
+    let singles = named_targets(stack, args.events, &clock).await?;
+    clock.say(&format!(
+        "{} single events under aws-lambda-rie, each fencing one node read by name",
+        singles.len()
+    ));
+    let mut wall = Vec::new();
+    for t in &singles {
+        let answer = rie
+            .invoke(&eventbridge_event(&t.m.instance, "stopped"))
+            .await?;
+        let report = answer.json()?;
+        let fenced = report["results"]
+            .as_array()
+            .map_or(0, |r| r.iter().filter(|r| r["outcome"] == "fenced").count());
+        if fenced != 1 {
+            bail!(
+                "{} was not fenced under aws-lambda-rie: {}",
+                t.node,
+                answer.body
+            );
+        }
+        wall.push(answer.took.as_secs_f64() * 1000.0);
+    }
+    // The sweep's invocation first, then one per event.
+    let durations = rie.reported_ms(RIE_DURATION)?;
+    keep(
+        &mut out,
+        row(
+            "one event fencing one node under aws-lambda-rie: its REPORT Duration",
+            "ms",
+            durations.get(1..).unwrap_or_default(),
+        ),
+    );
+    keep(
+        &mut out,
+        row(
+            "one event fencing one node under aws-lambda-rie: wall",
+            "ms",
+            &wall,
+        ),
+    );
+    drop(rie);
 
     let batch = targets(stack, args.batch, &clock).await?;
     clock.say(&format!("a batch of {} alerts", batch.len()));

@@ -1,0 +1,116 @@
+//! The deployable zip as Lambda's `provided.al2023` runtime takes it: one
+//! executable `bootstrap` at the zip's root, an x86-64 ELF that needs no
+//! newer glibc than Amazon Linux 2023's.
+
+use std::path::Path;
+use std::process::Command;
+
+use anyhow::{Context, bail, ensure};
+
+/// Amazon Linux 2023's glibc, the newest a `provided.al2023` bootstrap may need.
+pub const AL2023_GLIBC: (u32, u32) = (2, 34);
+
+/// What [`check_zip`] found, one line each.
+pub type Facts = Vec<String>;
+
+/// Checks the zip at `zip` and the `bootstrap` extracted from it at
+/// `bootstrap`; an error names what is wrong.
+pub fn check_zip(zip: &Path, bootstrap: &Path) -> anyhow::Result<Facts> {
+    let listing = Command::new("python3")
+        .arg("-c")
+        .arg(
+            "import sys, zipfile\n\
+             for i in zipfile.ZipFile(sys.argv[1]).infolist():\n\
+             \x20   print(oct(i.external_attr >> 16), i.filename)",
+        )
+        .arg(zip)
+        .output()
+        .context("running python3 to list the zip")?;
+    ensure!(
+        listing.status.success(),
+        "could not list {}: {}",
+        zip.display(),
+        String::from_utf8_lossy(&listing.stderr)
+    );
+    let text = String::from_utf8(listing.stdout)?;
+    let entries: Vec<(&str, &str)> = text.lines().filter_map(|l| l.split_once(' ')).collect();
+    let [(mode, name)] = entries.as_slice() else {
+        bail!("the zip holds {entries:?}, not one bootstrap");
+    };
+    ensure!(
+        *name == "bootstrap",
+        "the zip's one entry is {name}, not bootstrap at its root"
+    );
+    let mode = u32::from_str_radix(mode.trim_start_matches("0o"), 8)
+        .with_context(|| format!("the zip records mode {mode}"))?;
+    ensure!(
+        mode & 0o170_000 == 0o100_000 && mode & 0o111 == 0o111,
+        "bootstrap is recorded with mode {mode:o}, not an executable regular file"
+    );
+    let binary = std::fs::read(bootstrap)?;
+    ensure!(
+        binary.starts_with(b"\x7fELF"),
+        "bootstrap is not an ELF file"
+    );
+    // ELFCLASS64, little-endian, e_machine EM_X86_64 (62).
+    ensure!(
+        binary.get(4) == Some(&2)
+            && binary.get(5) == Some(&1)
+            && binary.get(18..20) == Some(&[62, 0]),
+        "bootstrap is not a 64-bit x86-64 ELF"
+    );
+    let glibc = newest_glibc(&binary);
+    if let Some(v) = glibc {
+        ensure!(
+            v <= AL2023_GLIBC,
+            "bootstrap needs glibc {}.{}, newer than Amazon Linux 2023's {}.{}",
+            v.0,
+            v.1,
+            AL2023_GLIBC.0,
+            AL2023_GLIBC.1
+        );
+    }
+    Ok(vec![
+        format!("the zip holds one entry, bootstrap, mode {mode:o}"),
+        "bootstrap: ELF 64-bit x86-64".to_owned(),
+        match glibc {
+            Some((major, minor)) => format!(
+                "bootstrap needs glibc {major}.{minor} at most (Amazon Linux 2023 has {}.{})",
+                AL2023_GLIBC.0, AL2023_GLIBC.1
+            ),
+            None => "bootstrap names no glibc version (static)".to_owned(),
+        },
+    ])
+}
+
+/// The newest `GLIBC_X.Y` version the binary's symbol versions name.
+fn newest_glibc(binary: &[u8]) -> Option<(u32, u32)> {
+    const TAG: &[u8] = b"GLIBC_";
+    binary
+        .windows(TAG.len())
+        .enumerate()
+        .filter(|(_, w)| *w == TAG)
+        .filter_map(|(i, _)| {
+            let rest = &binary[i + TAG.len()..];
+            let end = rest
+                .iter()
+                .position(|b| !(b.is_ascii_digit() || *b == b'.'))
+                .unwrap_or(rest.len());
+            let text = std::str::from_utf8(&rest[..end]).ok()?;
+            let mut parts = text.split('.');
+            Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+        })
+        .max()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::newest_glibc;
+
+    #[test]
+    fn the_newest_glibc_version_named_is_found() {
+        let binary = b"\0GLIBC_2.2.5\0GLIBC_2.17\0GLIBC_2.3.4\0GLIBC_PRIVATE\0";
+        assert_eq!(newest_glibc(binary), Some((2, 17)));
+        assert_eq!(newest_glibc(b"no versions"), None);
+    }
+}
