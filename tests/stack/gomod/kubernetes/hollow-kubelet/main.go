@@ -48,7 +48,7 @@ func run(ctx context.Context, o *options) error {
 	}
 
 	fake := fakeremote.NewFakeRemoteRuntime()
-	endpoint, err := fakeremote.GenerateEndpoint()
+	endpoint, err := runtimeEndpoint(o)
 	if err != nil {
 		return err
 	}

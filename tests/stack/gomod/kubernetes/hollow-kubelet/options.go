@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 
@@ -112,4 +113,18 @@ func main() {
 		fmt.Fprintf(os.Stderr, "hollow-kubelet: %v\n", err)
 		os.Exit(1)
 	}
+}
+
+// runtimeEndpoint is the fake container runtime's socket, in the state
+// directory rather than the fake's default under /tmp, which outlives the
+// process; a socket left by the kubelet's previous boot is removed first.
+func runtimeEndpoint(o *options) (string, error) {
+	if err := os.MkdirAll(o.rootDir, 0o750); err != nil {
+		return "", err
+	}
+	path := filepath.Join(o.rootDir, "runtime.sock")
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return "", err
+	}
+	return "unix://" + path, nil
 }
