@@ -12,7 +12,7 @@
 use std::time::Duration;
 
 use http::Method;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, Pod};
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
@@ -92,31 +92,69 @@ async fn attached_va(
     Ok(name)
 }
 
+/// A scene on the oldest stack: three kwok nodes, node 2 down with a pod
+/// and an attached EBS volume.
+struct Scene {
+    admin: kube::Client,
+    /// Its namespace, holding node 2's pod.
+    namespace: String,
+    workers: Vec<Worker>,
+    /// The EBS volume, its PersistentVolume and its VolumeAttachment.
+    volume: String,
+    pv: String,
+    va: String,
+}
+
+impl Scene {
+    fn node2(&self) -> &Worker {
+        &self.workers[1]
+    }
+
+    /// Removes what the scene made: its namespace, Nodes, PV and
+    /// VolumeAttachment.
+    async fn teardown(self) {
+        let names: Vec<String> = self.workers.iter().map(|w| w.name.clone()).collect();
+        teardown(&self.admin, Some(self.namespace.as_str()), &names).await;
+        let _ = Api::<VolumeAttachment>::all(self.admin.clone())
+            .delete(&self.va, &Default::default())
+            .await;
+        let _ = Api::<PersistentVolume>::all(self.admin.clone())
+            .delete(&self.pv, &Default::default())
+            .await;
+    }
+}
+
 /// Three kwok nodes on moto instances; node 2 with a pod and an attached
 /// EBS volume (its PV and VolumeAttachment), its instance stopped and its
 /// heartbeats gone, NotReady.
-async fn scene_with_node2_down(
-    s: &Stack,
-) -> anyhow::Result<(kube::Client, Vec<Worker>, String, String)> {
+async fn scene_with_node2_down(s: &Stack) -> anyhow::Result<Scene> {
     let admin = s.admin().await?;
-    let scene = unique("oldest");
-    let workers = add_workers(s, &scene, 3, |_| false).await?;
+    let namespace = unique("oldest");
+    create_namespace(&admin, &namespace).await?;
+    let workers = add_workers(s, &namespace, 3, |_| false).await?;
     let node2 = &workers[1];
     let ec2 = s.ec2().await;
-    let vol = attach_new_volume(&ec2, &node2.machine, "/dev/sdf").await?;
-    let pv = format!("{scene}-pv");
-    create_ebs_pv(&admin, &pv, &vol, &node2.machine.az, None).await?;
-    let pods: Api<Pod> = Api::namespaced(admin.clone(), "default");
+    let volume = attach_new_volume(&ec2, &node2.machine, "/dev/sdf").await?;
+    let pv = format!("{namespace}-pv");
+    create_ebs_pv(&admin, &pv, &volume, &node2.machine.az, None).await?;
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), &namespace);
     let pod: Pod = serde_json::from_value(json!({
-        "metadata": {"name": format!("{scene}-db"), "labels": {SCENE_LABEL: scene}},
+        "metadata": {"name": "db"},
         "spec": {"nodeName": node2.name, "containers": [{"name": "c", "image": "db"}]}
     }))?;
     pods.create(&PostParams::default(), &pod).await?;
     stop_heartbeats(&admin, &node2.name).await?;
-    let va = attached_va(&admin, &pv, &vol, &node2.name).await?;
+    let va = attached_va(&admin, &pv, &volume, &node2.name).await?;
     stop(&ec2, &node2.machine).await?;
     wait_not_ready(&admin, std::slice::from_ref(&node2.name), NOT_READY).await?;
-    Ok((admin, workers, vol, va))
+    Ok(Scene {
+        admin,
+        namespace,
+        workers,
+        volume,
+        pv,
+        va,
+    })
 }
 
 /// Seed 001's fencing on its own Kubernetes: `FENCING_MODE` at `auto` picks
@@ -127,8 +165,8 @@ async fn scene_with_node2_down(
 async fn on_kubernetes_1_15_the_legacy_fencing_makes_every_call_it_serves() -> anyhow::Result<()> {
     let _g = oldest_cluster_serial().await;
     let s = oldest_cluster_stack();
-    let (admin, workers, vol, va) = scene_with_node2_down(s).await?;
-    let node2 = &workers[1];
+    let scene = scene_with_node2_down(s).await?;
+    let (admin, node2) = (&scene.admin, scene.node2());
 
     // The count behind a percentage cap: 1.15 leaves `remainingItemCount`
     // out of a paged list, so a first page of one counts one.
@@ -158,12 +196,12 @@ async fn on_kubernetes_1_15_the_legacy_fencing_makes_every_call_it_serves() -> a
 
     let vas: Api<VolumeAttachment> = Api::all(admin.clone());
     assert!(
-        vas.get_opt(&va).await?.is_none(),
+        vas.get_opt(&scene.va).await?.is_none(),
         "the VolumeAttachment deleted: {report:#}"
     );
-    let (_, on) = volume(&s.ec2().await, &vol).await?;
+    let (_, on) = volume(&s.ec2().await, &scene.volume).await?;
     assert!(on.is_empty(), "the volume detached: {on:?}");
-    let pods: Api<Pod> = Api::namespaced(admin.clone(), "default");
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), &scene.namespace);
     let left: Vec<String> = pods
         .list(&ListParams::default())
         .await?
@@ -175,13 +213,12 @@ async fn on_kubernetes_1_15_the_legacy_fencing_makes_every_call_it_serves() -> a
         .filter_map(|p| p.metadata.name)
         .collect();
     assert!(left.is_empty(), "node 2's pod force-deleted: {left:?}");
-    let reasons = v1beta1_events(&admin, &node2.name).await?;
+    let reasons = v1beta1_events(admin, &node2.name).await?;
     assert!(
         reasons.iter().any(|r| r == "VolumesForceDetached"),
         "the Events in kube-system, events.k8s.io/v1beta1: {reasons:?}"
     );
-    let names: Vec<String> = workers.iter().map(|w| w.name.clone()).collect();
-    teardown(&admin, None, &names).await;
+    scene.teardown().await;
     Ok(())
 }
 
@@ -193,8 +230,8 @@ async fn a_server_older_than_the_oldest_supported_is_refused_and_nothing_is_writ
 -> anyhow::Result<()> {
     let _g = oldest_cluster_serial().await;
     let s = oldest_cluster_stack();
-    let (admin, workers, vol, va) = scene_with_node2_down(s).await?;
-    let node2 = &workers[1];
+    let scene = scene_with_node2_down(s).await?;
+    let (admin, node2) = (&scene.admin, scene.node2());
     let proxy = FaultProxy::to_apiserver(s.var("KUBECONFIG")).await?;
     proxy.inject(
         Match::any().method(Method::GET).path("/version"),
@@ -260,7 +297,7 @@ async fn a_server_older_than_the_oldest_supported_is_refused_and_nothing_is_writ
 
     // The node controller writes the Node; node-fencer wrote nothing on it.
     assert_eq!(
-        node_taints(&admin, &node2.name)
+        node_taints(admin, &node2.name)
             .await?
             .iter()
             .filter(|t| t.starts_with("node.kubernetes.io/out-of-service"))
@@ -280,13 +317,12 @@ async fn a_server_older_than_the_oldest_supported_is_refused_and_nothing_is_writ
     assert!(marks.is_empty(), "no mark of node-fencer's: {marks:?}");
     let vas: Api<VolumeAttachment> = Api::all(admin.clone());
     assert!(
-        vas.get_opt(&va).await?.is_some(),
+        vas.get_opt(&scene.va).await?.is_some(),
         "the VolumeAttachment kept"
     );
-    let (_, on) = volume(&s.ec2().await, &vol).await?;
+    let (_, on) = volume(&s.ec2().await, &scene.volume).await?;
     assert_eq!(on, vec![node2.machine.instance.clone()], "the volume kept");
-    assert!(v1beta1_events(&admin, &node2.name).await?.is_empty());
-    let names: Vec<String> = workers.iter().map(|w| w.name.clone()).collect();
-    teardown(&admin, None, &names).await;
+    assert!(v1beta1_events(admin, &node2.name).await?.is_empty());
+    scene.teardown().await;
     Ok(())
 }
