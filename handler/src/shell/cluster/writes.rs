@@ -32,34 +32,7 @@ impl FencingWrites for Kube {
             .server_version()
             .await
             .map_or((EventsApi::V1, "default"), compat::node_events);
-        let ev = Event {
-            metadata: ObjectMeta {
-                name: Some(name.into()),
-                namespace: Some(namespace.into()),
-                ..ObjectMeta::default()
-            },
-            event_time: Some(MicroTime(k8s_openapi::jiff::Timestamp::now())),
-            action: Some(event.reason.action().into()),
-            reason: Some(event.reason.as_str().into()),
-            note: Some(truncate(&event.note, 1024)),
-            type_: Some(
-                if event.reason.warning() {
-                    "Warning"
-                } else {
-                    "Normal"
-                }
-                .into(),
-            ),
-            regarding: Some(ObjectReference {
-                api_version: Some("v1".into()),
-                kind: Some("Node".into()),
-                name: Some(node.into()),
-                ..ObjectReference::default()
-            }),
-            reporting_controller: Some(format!("{MANAGER}.io/{MANAGER}")),
-            reporting_instance: Some(truncate(&self.instance, 128)),
-            ..Event::default()
-        };
+        let ev = event_object(node, event, name, namespace, &self.instance);
         // The name is fixed by the occasion, so a repeat after a lost answer
         // (or a retried invocation) meets AlreadyExists: recorded once.
         let params = PostParams::default();
@@ -70,8 +43,6 @@ impl FencingWrites for Kube {
                     .await
                     .map(drop)
             }
-            // The v1beta1 Event has the v1 fields; the body names its own
-            // version, as the server checks it against the path's.
             EventsApi::V1beta1 => {
                 let resource = ApiResource::from_gvk_with_plural(
                     &GroupVersionKind::gvk("events.k8s.io", "v1beta1", "Event"),
@@ -79,17 +50,10 @@ impl FencingWrites for Kube {
                 );
                 let api: Api<DynamicObject> =
                     Api::namespaced_with(self.client.clone(), namespace, &resource);
-                let mut value =
-                    serde_json::to_value(&ev).map_err(|e| ClusterError::CreateEvent {
-                        node: node.into(),
-                        source: kube::Error::SerdeError(e),
-                    })?;
-                value["apiVersion"] = events_api.api_version().into();
-                let obj: DynamicObject =
-                    serde_json::from_value(value).map_err(|e| ClusterError::CreateEvent {
-                        node: node.into(),
-                        source: kube::Error::SerdeError(e),
-                    })?;
+                let obj = versioned(&ev, events_api).map_err(|e| ClusterError::CreateEvent {
+                    node: node.into(),
+                    source: kube::Error::SerdeError(e),
+                })?;
                 retrying("create event", || api.create(&params, &obj))
                     .await
                     .map(drop)
@@ -286,4 +250,52 @@ impl FencingWrites for Kube {
         })
         .await
     }
+}
+
+/// The `events.k8s.io` Event node-fencer records about `node`, in
+/// `namespace`, named `name` (fixed by the occasion).
+fn event_object(
+    node: &str,
+    event: &NodeEvent,
+    name: &str,
+    namespace: &str,
+    instance: &str,
+) -> Event {
+    Event {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(namespace.into()),
+            ..ObjectMeta::default()
+        },
+        event_time: Some(MicroTime(k8s_openapi::jiff::Timestamp::now())),
+        action: Some(event.reason.action().into()),
+        reason: Some(event.reason.as_str().into()),
+        note: Some(truncate(&event.note, 1024)),
+        type_: Some(
+            if event.reason.warning() {
+                "Warning"
+            } else {
+                "Normal"
+            }
+            .into(),
+        ),
+        regarding: Some(ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Node".into()),
+            name: Some(node.into()),
+            ..ObjectReference::default()
+        }),
+        reporting_controller: Some(format!("{MANAGER}.io/{MANAGER}")),
+        reporting_instance: Some(truncate(instance, 128)),
+        ..Event::default()
+    }
+}
+
+/// `ev` as an object of another version of the API with the same fields
+/// (v1beta1's are v1's): the body names its own version, as the server
+/// checks it against the path's.
+fn versioned(ev: &Event, api: EventsApi) -> Result<DynamicObject, serde_json::Error> {
+    let mut value = serde_json::to_value(ev)?;
+    value["apiVersion"] = api.api_version().into();
+    serde_json::from_value(value)
 }
