@@ -25,11 +25,13 @@ fmt: ## format the Rust code
 	cargo fmt --all
 	cargo fmt --manifest-path handler/fuzz/Cargo.toml
 
-lint: ## rustfmt check and clippy with warnings as errors: the workspace, the Lambda build (no gce), the core alone, the fuzz targets
+lint: ## rustfmt check and clippy with warnings as errors: the workspace, each shipped build's features (Lambda, Cloud Run, on-premises), the core alone, the fuzz targets
 	cargo fmt --all --check
 	cargo fmt --manifest-path handler/fuzz/Cargo.toml --check
 	cargo clippy --workspace --all-targets --locked -- -D warnings
 	cargo clippy -p node-fencer --all-targets --locked -- -D warnings
+	cargo clippy -p node-fencer --features serve,google-cloud --all-targets --locked -- -D warnings
+	cargo clippy -p node-fencer --features serve,redfish --all-targets --locked -- -D warnings
 	cargo clippy -p node-fencer --no-default-features --all-targets --locked -- -D warnings
 	cargo clippy --manifest-path handler/fuzz/Cargo.toml --all-targets --locked -- -D warnings
 
@@ -88,7 +90,7 @@ fuzz: setup ## every fuzz target for FUZZ_SECONDS each (default 20; a longer run
 # `make run` builds only what it runs: the stack's tools (`setup.sh --for-run`: no
 # test-only tools) and, side by side with them, the Rust binaries with cargo's
 # progress in view: local-run, and the function the emulator starts (the
-# handler's main as the harness builds it, node-fencer-gce, on either cloud: one
+# handler's main as the harness builds it, node-fencer-full, on either cloud: one
 # feature set, so the dependency tree is built once), so that its first
 # invocation does not compile in silence. Side by side because each leaves a core idle for long
 # stretches (rustc on the AWS SDK's largest crates, the Go linker). local-run is
@@ -99,7 +101,7 @@ run: ## the seed scenario on the local stack, node-fencer under the Lambda runti
 	@echo "==> make run: the stack's tools ([setup] lines) and the Rust binaries ([cargo] lines) build side by side, the first time only"
 	( set -o pipefail; bash tests/stack/setup.sh --for-run 2>&1 | sed -u 's/^/[setup] /' ) & setup=$$!; \
 	( set -o pipefail; { echo "==> building local-run and the function (first time only: about 10 min on 2 idle cores, most of it the AWS SDK; later, seconds)"; \
-	  cargo build --locked -p node-fencer-tests --bin local-run --bin node-fencer-gce; } 2>&1 | sed -u 's/^/[cargo] /' ) \
+	  cargo build --locked -p node-fencer-tests --bin local-run --bin node-fencer-full; } 2>&1 | sed -u 's/^/[cargo] /' ) \
 	  || { wait $$setup || true; exit 1; }; \
 	wait $$setup
 	$(TOOLS) && "$$CARGO_TARGET_DIR/debug/local-run" $(ARGS)

@@ -1,5 +1,7 @@
-"""The Cloud Run image: handler/Dockerfile and .dockerignore, read as Docker reads them
-(dockerfile-parse, ARG defaults substituted), held to the workspace they build.
+"""The images of `node-fencer serve`: handler/Dockerfile and .dockerignore, read as Docker
+reads them (dockerfile-parse, ARG defaults or the given build arguments substituted), held to
+the workspace they build. One Dockerfile, two images: Cloud Run's by default, the
+on-premises one with the build argument infra/onprem/README.md gives.
 
 No Docker daemon or registry is reachable where these run, so the image is not built
 here; what can be decided from the files is:
@@ -7,7 +9,8 @@ here; what can be decided from the files is:
 - two stages at least, the last from distroless' cc image for Debian 12 as `nonroot`
   (glibc, CA certificates, no shell), run as that user, port 8080 exposed;
 - one `cargo build` in a build stage, with `--release --locked`, the `node-fencer`
-  package alone, the `gce` feature and the `node-fencer` binary;
+  package alone, exactly the features of the image (`serve` and `google-cloud` for Cloud
+  Run, `serve` and `redfish` on-premises) and the `node-fencer` binary;
 - the build stage's Rust on Debian bookworm (the glibc of debian12), not older than the
   workspace's `rust-version`;
 - the final stage copies exactly the path that build writes and runs it with `serve`:
@@ -18,7 +21,7 @@ here; what can be decided from the files is:
 - `.dockerignore` keeps `target/` and the local stack's state out of the context.
 
 Beside it, the Lambda zip (`make package`) is built for the `node-fencer` package alone and
-without `gce`. Every check is also run on a planted mistake and must report it.
+with none of those features. Every check is also run on a planted mistake and must report it.
 """
 
 from __future__ import annotations
@@ -41,9 +44,12 @@ DOCKERFILE = REPO / "handler" / "Dockerfile"
 DOCKERIGNORE = REPO / ".dockerignore"
 MAKEFILE = REPO / "Makefile"
 CLOUD_RUN_MODULE = REPO / "infra" / "modules" / "node-fencer-gcp" / "main.tf"
+ONPREM_README = REPO / "infra" / "onprem" / "README.md"
 PACKAGE = "node-fencer"
 BIN = "node-fencer"
-FEATURE = "gce"
+CLOUD_RUN_FEATURES = {"serve", "google-cloud"}
+ONPREM_FEATURES = {"serve", "redfish"}
+IMAGE_FEATURES = CLOUD_RUN_FEATURES | ONPREM_FEATURES
 
 FINAL_BASE = re.compile(r"^gcr\.io/distroless/cc-debian12:nonroot(@sha256:[0-9a-f]{64})?$")
 RUST_BASE = re.compile(
@@ -61,16 +67,34 @@ class Stage:
         return [value for name, value in self.instructions if name == instruction]
 
 
-def stages(dockerfile: str) -> list[Stage]:
-    parser = DockerfileParser(fileobj=io.BytesIO(dockerfile.encode()))
+def stages(dockerfile: str, build_args: dict[str, str] | None = None) -> list[Stage]:
+    """The stages, with each ARG's value (the build argument given, or its default) put in
+    the RUN commands of the stages that declare it, as Docker does."""
+    build_args = build_args or {}
+    parser = DockerfileParser(fileobj=io.BytesIO(dockerfile.encode()), build_args=build_args)
     bases = parser.parent_images
     out: list[Stage] = []
+    defaults: dict[str, str] = {}
+    scope: dict[str, str] = {}
     for item in parser.structure:
         name, value = item["instruction"], item["value"]
         if name == "FROM":
             alias = re.search(r"\s+AS\s+(\S+)\s*$", value, re.IGNORECASE)
             out.append(Stage(base=bases[len(out)], alias=alias.group(1) if alias else None))
+            scope = {}
+        elif name == "ARG":
+            key, eq, default = value.strip().partition("=")
+            if eq:
+                (scope if out else defaults)[key] = default.strip('"')
+            elif key in defaults:
+                scope[key] = defaults[key]
+            if key in build_args and (out or not eq):
+                scope[key] = build_args[key]
+            if out:
+                out[-1].instructions.append((name, value))
         elif out and name != "COMMENT":
+            if name == "RUN":
+                value = re.sub(r"\$\{(\w+)\}|\$(\w+)", lambda m: scope.get(m[1] or m[2], m[0]), value)
             out[-1].instructions.append((name, value))
     return out
 
@@ -147,8 +171,13 @@ def exec_form(value: str) -> list[str] | None:
     return argv if isinstance(argv, list) and all(isinstance(a, str) for a in argv) else None
 
 
-def image_problems(dockerfile: str, rust_version: tuple[int, ...]) -> list[str]:
-    all_stages = stages(dockerfile)
+def image_problems(
+    dockerfile: str,
+    rust_version: tuple[int, ...],
+    build_args: dict[str, str] | None = None,
+    expected_features: set[str] = CLOUD_RUN_FEATURES,
+) -> list[str]:
+    all_stages = stages(dockerfile, build_args)
     if len(all_stages) < 2:
         return [f"not multi-stage: {len(all_stages)} stage(s)"]
     *build_stages, final = all_stages
@@ -171,8 +200,8 @@ def image_problems(dockerfile: str, rust_version: tuple[int, ...]) -> list[str]:
         if flag not in build.argv:
             problems.append(f"cargo build without {flag}")
     features = {f for value in build.options("--features", "-F") for f in re.split(r"[,\s]+", value) if f}
-    if FEATURE not in features:
-        problems.append(f"cargo build features {sorted(features)} lack {FEATURE}")
+    if features != expected_features:
+        problems.append(f"cargo build features {sorted(features)}, expected {sorted(expected_features)}")
     if build.options("--package", "-p") != [PACKAGE]:
         problems.append(f"cargo build packages {build.options('--package', '-p')}, expected [{PACKAGE!r}]")
     if build.options("--bin") != [BIN]:
@@ -261,13 +290,44 @@ def lambda_package_problems(makefile: str) -> list[str]:
     packages += [w.split("=", 1)[1] for w in words if w.startswith("--package=")]
     if packages != [PACKAGE]:
         problems.append(f"make package builds packages {packages}, expected [{PACKAGE!r}]")
-    if any(FEATURE in w for w in words) or "--all-features" in words:
-        problems.append(f"make package enables {FEATURE}")
+    enabled = sorted(f for f in IMAGE_FEATURES if any(f in w for w in words))
+    if enabled or "--all-features" in words:
+        problems.append(f"make package enables {enabled or 'every feature'}")
     return problems
 
 
-def test_the_image_builds_the_gce_binary_into_distroless():
+def test_the_cloud_run_image_builds_its_binary_into_distroless():
     assert image_problems(DOCKERFILE.read_text(encoding="utf-8"), workspace_rust_version()) == []
+
+
+def onprem_build_args(readme: str) -> dict[str, str]:
+    """The build arguments of the `docker build` the on-premises README gives, which must
+    tag the image `node-fencer-onprem`."""
+    builds = [line for line in readme.splitlines() if "docker build" in line]
+    assert len(builds) == 1, f"{len(builds)} docker build lines in {ONPREM_README}, expected one"
+    words = shlex.split(builds[0].split("docker build", 1)[1])
+    tags = [words[i + 1] for i, w in enumerate(words[:-1]) if w in ("-t", "--tag")]
+    assert [t.split(":")[0] for t in tags] == ["node-fencer-onprem"], tags
+    values = [words[i + 1] for i, w in enumerate(words[:-1]) if w == "--build-arg"]
+    return dict(v.split("=", 1) for v in values)
+
+
+def test_the_onprem_image_builds_its_binary_into_distroless():
+    build_args = onprem_build_args(ONPREM_README.read_text(encoding="utf-8"))
+    problems = image_problems(
+        DOCKERFILE.read_text(encoding="utf-8"), workspace_rust_version(), build_args, ONPREM_FEATURES
+    )
+    assert problems == []
+
+
+def test_a_build_argument_the_dockerfile_does_not_declare_is_not_taken():
+    problems = image_problems(
+        DOCKERFILE.read_text(encoding="utf-8").replace("ARG FEATURES\n", ""),
+        workspace_rust_version(),
+        {"FEATURES": "serve,redfish"},
+        ONPREM_FEATURES,
+    )
+    assert any("features" in p for p in problems), problems
 
 
 def test_cloud_run_runs_serve_with_the_modules_args():
@@ -279,7 +339,7 @@ def test_the_build_context_leaves_out_build_output_and_state():
     assert dockerignore_problems(DOCKERIGNORE.read_text(encoding="utf-8")) == []
 
 
-def test_the_lambda_zip_is_built_without_gce():
+def test_the_lambda_zip_is_built_without_the_images_features():
     assert lambda_package_problems(MAKEFILE.read_text(encoding="utf-8")) == []
 
 
@@ -302,8 +362,9 @@ IMAGE_MISTAKES = {
     "no EXPOSE": (plant("EXPOSE 8080", "EXPOSE 9090"), "EXPOSE 8080"),
     "without --locked": (plant(" --locked", ""), "without --locked"),
     "without --release": (plant(" --release", ""), "without --release"),
-    "without gce": (plant(" --features gce", ""), "lack gce"),
-    "another feature": (plant("--features gce", "--features runtime"), "lack gce"),
+    "without features": (plant(' --features "${FEATURES}"', ""), "features []"),
+    "another feature": (plant("ARG FEATURES=serve,google-cloud", "ARG FEATURES=serve,redfish"), "expected"),
+    "a feature more": (plant("ARG FEATURES=serve,google-cloud", "ARG FEATURES=serve,google-cloud,redfish"), "expected"),
     "the whole workspace": (plant(" --package node-fencer", ""), "packages"),
     "another bin": (plant("--bin node-fencer", "--bin local-run"), "bins"),
     "two builds": (
@@ -379,10 +440,11 @@ def test_a_planted_dockerignore_mistake_is_reported(change: Callable[[str], str]
     "change, expected",
     [
         (plant(" --package node-fencer", ""), "packages []"),
-        (plant("--package node-fencer", "--package node-fencer --features gce"), "enables gce"),
+        (plant("--package node-fencer", "--package node-fencer --features google-cloud"), "enables"),
+        (plant("--package node-fencer", "--package node-fencer --features serve,redfish"), "enables"),
         (plant("--package node-fencer", "--package node-fencer-tests"), "packages"),
     ],
-    ids=["the whole workspace", "gce enabled", "another package"],
+    ids=["the whole workspace", "google-cloud enabled", "serve enabled", "another package"],
 )
 def test_a_planted_package_mistake_is_reported(change: Callable[[str], str], expected: str):
     problems = lambda_package_problems(change(MAKEFILE.read_text(encoding="utf-8")))

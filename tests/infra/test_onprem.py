@@ -55,8 +55,8 @@ SERVE_RS = L.REPO / "handler" / "src" / "entry" / "serve.rs"
 ACTIVE_FENCING_TUNING = {"POWER_OFF_AFTER_SECONDS", "POWER_OFF_WAIT_SECONDS", "PARTITION_PERCENT", "POWER_OFF_CONTROL_PLANE"}
 # What every off-cluster run needs set.
 REQUIRED = {"KUBECONFIG", "REDFISH_INVENTORY", "WEBHOOK_TOKEN", "SERVE_ROUTES", "SWEEP_INTERVAL_SECONDS"}
-# The container image placeholder of the Cloud Run docs and variables.
-IMAGE_PLACEHOLDER = "europe-docker.pkg.dev/PROJECT/REPO/node-fencer:TAG"
+# The on-premises image's placeholder (docs/packaging.md).
+IMAGE_PLACEHOLDER = "europe-docker.pkg.dev/PROJECT/REPO/node-fencer-onprem:TAG"
 NAME = "node-fencer"
 SERVICE_ACCOUNT = {"kind": "ServiceAccount", "name": NAME, "namespace": "kube-system"}
 
@@ -385,8 +385,9 @@ def test_onprem_deployment_is_one_recreated_replica_of_the_image():
     assert spec["replicas"] == 1
     assert spec["strategy"] == {"type": "Recreate"}, "never an old and a new pod side by side"
     assert container()["image"] == IMAGE_PLACEHOLDER
-    assert IMAGE_PLACEHOLDER in (L.GCP_MODULE / "variables.tf").read_text(encoding="utf-8"), (
-        "the placeholder must be the one the Cloud Run module documents"
+    cloud_run = IMAGE_PLACEHOLDER.replace("node-fencer-onprem:", "node-fencer:")
+    assert cloud_run in (L.GCP_MODULE / "variables.tf").read_text(encoding="utf-8"), (
+        "the placeholder must be the Cloud Run module's, with the on-premises image's name"
     )
     ports = container()["ports"]
     assert ports == [{"name": "http", "containerPort": serve_port(), "protocol": "TCP"}], ports

@@ -24,8 +24,8 @@ pub struct Emulator {
     pub port: u16,
     /// Its log file.
     pub log: PathBuf,
-    /// The function's name, its binary's: `node-fencer`, or `node-fencer-gce`
-    /// (the same main built with the `gce` feature).
+    /// The function's name, its binary's: `node-fencer`, or `node-fencer-full`
+    /// (the same main built with every feature).
     pub function: &'static str,
 }
 
@@ -36,17 +36,17 @@ struct Function {
     bin: &'static str,
 }
 
-/// The handler's binary, as the Lambda package builds it (without `gce`).
+/// The handler's binary, as the Lambda package builds it (default features).
 const LAMBDA: Function = Function {
     package: "node-fencer",
     bin: "node-fencer",
 };
 
-/// The handler's `main` built with the `gce` feature, a binary of the
+/// The handler's `main` built with every feature, a binary of the
 /// harness's package (see `tests/Cargo.toml`).
-const GCE: Function = Function {
+const FULL: Function = Function {
     package: "node-fencer-tests",
-    bin: "node-fencer-gce",
+    bin: "node-fencer-full",
 };
 
 static EMULATOR: OnceLock<Result<Emulator, String>> = OnceLock::new();
@@ -76,26 +76,26 @@ pub fn start_emulator(stack: &Stack, overrides: &[(&str, &str)]) -> anyhow::Resu
 }
 
 /// [`start_emulator`] for Compute Engine: the handler's `main` built with
-/// the `gce` feature (the Lambda package is built without it; the binary is
-/// `node-fencer-gce` of the harness's package, so the emulator reuses the
+/// every feature (the Lambda package has no Compute Engine client; the binary is
+/// `node-fencer-full` of the harness's package, so the emulator reuses the
 /// test build), pointed at the fake Compute Engine of [`crate::gce`]
 /// (`COMPUTE_ENDPOINT`), which is started for `stack` if it is not running.
 pub fn start_gce_emulator(stack: &Stack, overrides: &[(&str, &str)]) -> anyhow::Result<Emulator> {
     let endpoint = crate::gce::started_fake(&stack.dir)?.endpoint();
     let mut with = vec![("COMPUTE_ENDPOINT", endpoint.as_str())];
     with.extend_from_slice(overrides);
-    start_with(stack, &with, GCE)
+    start_with(stack, &with, FULL)
 }
 
 /// [`start_emulator`] with the handler built as the harness builds it
-/// (`node-fencer-gce`, the same `main`): a run that builds the harness
+/// (`node-fencer-full`, the same `main`): a run that builds the harness
 /// anyway (`make run`) builds the dependency tree once, not twice with two
 /// feature sets. The Lambda package itself is `make package`'s.
 pub fn start_harness_emulator(
     stack: &Stack,
     overrides: &[(&str, &str)],
 ) -> anyhow::Result<Emulator> {
-    start_with(stack, overrides, GCE)
+    start_with(stack, overrides, FULL)
 }
 
 fn start(stack: &Stack) -> anyhow::Result<Emulator> {

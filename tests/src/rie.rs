@@ -28,9 +28,9 @@ pub const MODULE_DEFAULT_TIMEOUT_SECONDS: u64 = 270;
 #[derive(Clone, Copy, Debug)]
 pub enum Function {
     /// The Lambda build: the `node-fencer` package's binary, its features as
-    /// `make package` builds it (no `gce`, no test faults).
+    /// `make package` builds it (none of the images' features, no test faults).
     Lambda,
-    /// The handler's `main` as the harness builds it (`node-fencer-gce`),
+    /// The handler's `main` as the harness builds it (`node-fencer-full`),
     /// with the test-only fault trigger (`test-faults`).
     Harness,
 }
@@ -39,7 +39,7 @@ impl Function {
     fn package_and_bin(self) -> (&'static str, &'static str) {
         match self {
             Self::Lambda => ("node-fencer", "node-fencer"),
-            Self::Harness => ("node-fencer-tests", "node-fencer-gce"),
+            Self::Harness => ("node-fencer-tests", "node-fencer-full"),
         }
     }
 

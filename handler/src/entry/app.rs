@@ -344,20 +344,20 @@ impl App {
             .sharing_version(self.server_version.clone())
             .placing(self.onprem.as_ref().map(|o| o.inventory.clone()));
         let ec2 = Ec2::new(self.clients.ec2.clone());
-        #[cfg(feature = "gce")]
+        #[cfg(feature = "google-cloud")]
         let gce = self
             .clients
             .gce()
             .await
             .map(|c| c as &dyn crate::shell::cloud::Cloud);
-        #[cfg(not(feature = "gce"))]
+        #[cfg(not(feature = "google-cloud"))]
         let gce = None;
-        #[cfg(feature = "gce")]
+        #[cfg(feature = "redfish")]
         let redfish = self
             .onprem
             .as_ref()
             .map(|o| &o.bmcs as &dyn crate::shell::cloud::Cloud);
-        #[cfg(not(feature = "gce"))]
+        #[cfg(not(feature = "redfish"))]
         let redfish = None;
         let cloud = Clouds {
             aws: &ec2,

@@ -108,7 +108,7 @@ enum Command {
     /// token), /healthz; SERVE_ROUTES picks which of them this service
     /// answers. Every request is worked to its end before the answer; one
     /// that leaves work undone gets a 5xx, so it is delivered again.
-    #[cfg(feature = "gce")]
+    #[cfg(feature = "serve")]
     Serve {
         /// The port to listen on (Cloud Run sets PORT).
         #[arg(long, env = "PORT", default_value_t = 8080)]
@@ -150,12 +150,12 @@ fn flags(cli: &Cli) -> Result<Flags, String> {
         (Command::Manifest, true, _)
         | (Command::Config, true, _)
         | (Command::Preflight, true, _) => refuse("--dry-run", "it changes nothing"),
-        #[cfg(feature = "gce")]
+        #[cfg(feature = "serve")]
         (Command::Serve { .. }, true, _) => refuse(
             "--dry-run",
             "set DRY_RUN=true in the service's environment (or the kill switch) instead",
         ),
-        #[cfg(feature = "gce")]
+        #[cfg(feature = "serve")]
         (Command::Serve { .. }, _, Some(_)) => {
             refuse("--output", "serve answers over HTTP in JSON")
         }
@@ -250,7 +250,7 @@ pub async fn main() -> ExitCode {
 /// its own, `manifest` describes the build.
 async fn without_configuration(command: &Command) -> Option<ExitCode> {
     match command {
-        #[cfg(feature = "gce")]
+        #[cfg(feature = "serve")]
         Command::Serve { port } => Some(match crate::entry::serve::serve(*port).await {
             Ok(()) => ExitCode::from(EXIT_OK),
             Err(message) => {
@@ -355,7 +355,7 @@ fn parse_input(command: &Command) -> Result<Input, String> {
                 .map(Input::Event)
                 .map_err(|e| e.to_string())
         }
-        #[cfg(feature = "gce")]
+        #[cfg(feature = "serve")]
         Command::Serve { .. } => Err("unreachable: serve has no input".into()),
         Command::Config | Command::Preflight | Command::Manifest => {
             Err("unreachable: this command has no input".into())
@@ -529,7 +529,7 @@ mod tests {
         assert!(flags_of(&["manifest", "-o", "text"]).is_err());
         assert!(flags_of(&["config", "-o", "json"]).is_err());
         assert_eq!(flags_of(&["config"]).map(|f| f.output), Ok(Output::Text));
-        #[cfg(feature = "gce")]
+        #[cfg(feature = "serve")]
         {
             assert!(flags_of(&["--dry-run", "serve"]).is_err());
             assert!(flags_of(&["serve", "-o", "json"]).is_err());

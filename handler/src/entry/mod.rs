@@ -1,12 +1,12 @@
 //! The entry points: one invocation end to end ([`app`]), served by the
-//! Lambda runtime ([`lambda`]), over HTTP on Cloud Run (`serve`, with the
-//! `gce` feature) or run from the command line ([`cli`]), plus the set-up
+//! Lambda runtime ([`lambda`]), over HTTP on Cloud Run or on-premises (`serve`,
+//! with the `serve` feature) or run from the command line ([`cli`]), plus the set-up
 //! check ([`preflight`]) and logging ([`telemetry`]).
 
 pub mod app;
 pub mod cli;
 pub mod lambda;
 pub mod preflight;
-#[cfg(feature = "gce")]
+#[cfg(feature = "serve")]
 pub mod serve;
 pub mod telemetry;

@@ -7,7 +7,7 @@
 //! own machine, the secrets are readable, and what the settings and the
 //! kill switch will do.
 
-#[cfg(feature = "gce")]
+#[cfg(feature = "redfish")]
 mod bmcs;
 mod clouds;
 
@@ -256,7 +256,7 @@ pub async fn run(clients: &Clients, config: &Config, onprem: Option<&OnPrem>) ->
         checks.push(reach(&config.policy.reach, nodes));
     }
     clouds::check(clients, config, nodes.as_deref(), &mut checks).await;
-    #[cfg(feature = "gce")]
+    #[cfg(feature = "redfish")]
     bmcs::check(onprem, nodes.as_deref(), &mut checks).await;
     Preflight::new(checks)
 }
@@ -400,13 +400,13 @@ fn notifications(config: &Config) -> Check {
     match config.notify.as_ref().map(|n| &n.topic) {
         None => row(name, Status::Info, "off (NOTIFY_TOPIC unset)"),
         Some(Topic::Sns { arn }) => row(name, Status::Info, format!("to SNS topic {arn}")),
-        Some(Topic::PubSub { name: topic }) if cfg!(feature = "gce") => {
+        Some(Topic::PubSub { name: topic }) if cfg!(feature = "redfish") => {
             row(name, Status::Info, format!("to Pub/Sub topic {topic}"))
         }
         Some(Topic::PubSub { name: topic }) => failed(
             name,
             format!("{topic} is a Pub/Sub topic, which this build cannot publish to"),
-            "run the container image (the `gce` feature) on Google Cloud, or name an SNS topic",
+            "run the Cloud Run image (the `google-cloud` feature) on Google Cloud, or name an SNS topic",
         ),
     }
 }

@@ -140,9 +140,9 @@ pub struct Clients {
     token_source: Option<TokenSource>,
     kube: Mutex<Option<(Instant, kube::Client)>>,
     token: OnceCell<Option<WebhookToken>>,
-    #[cfg(feature = "gce")]
+    #[cfg(feature = "google-cloud")]
     compute: crate::shell::cloud::gce::GceEndpoint,
-    #[cfg(feature = "gce")]
+    #[cfg(feature = "google-cloud")]
     gce: OnceCell<Option<crate::shell::cloud::gce::Gce>>,
 }
 
@@ -156,19 +156,19 @@ impl Clients {
             token_source: config.webhook_token.clone(),
             kube: Mutex::new(None),
             token: OnceCell::new(),
-            #[cfg(feature = "gce")]
+            #[cfg(feature = "google-cloud")]
             compute: crate::shell::cloud::gce::GceEndpoint {
                 url: config.compute_endpoint.clone(),
                 ..Default::default()
             },
-            #[cfg(feature = "gce")]
+            #[cfg(feature = "google-cloud")]
             gce: OnceCell::new(),
         }
     }
 
     /// The Compute Engine client, built on first use; `None` when it
     /// cannot be built (logged), so every question to it fails.
-    #[cfg(feature = "gce")]
+    #[cfg(feature = "google-cloud")]
     pub async fn gce(&self) -> Option<&crate::shell::cloud::gce::Gce> {
         self.gce
             .get_or_init(|| async {
@@ -382,7 +382,7 @@ async fn with_token(
 /// The service account's Google access token, from Application Default
 /// Credentials (on Cloud Run, the metadata server; workload identity
 /// federation too). GKE maps it to the account's e-mail, which RBAC binds.
-#[cfg(feature = "gce")]
+#[cfg(feature = "google-cloud")]
 async fn google_token() -> Result<String, ConnectError> {
     let credentials = google_cloud_auth::credentials::Builder::default()
         .with_scopes(["https://www.googleapis.com/auth/cloud-platform"])
@@ -396,9 +396,9 @@ async fn google_token() -> Result<String, ConnectError> {
 }
 
 /// Without the Google Cloud client, there is no Google token to present.
-#[cfg(not(feature = "gce"))]
+#[cfg(not(feature = "google-cloud"))]
 async fn google_token() -> Result<String, ConnectError> {
     Err(ConnectError::GoogleCredentials(
-        "GKE_CLUSTER needs a build with the `gce` feature (the container image)".into(),
+        "GKE_CLUSTER needs a build with the `google-cloud` feature (the Cloud Run image)".into(),
     ))
 }

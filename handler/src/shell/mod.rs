@@ -7,7 +7,7 @@ pub mod cluster;
 pub mod connect;
 pub mod eks_token;
 pub mod notify;
-#[cfg(feature = "gce")]
+#[cfg(feature = "serve")]
 pub mod oidc;
 pub mod onprem;
 pub mod retrying;
@@ -17,7 +17,7 @@ pub mod timeouts;
 /// An error with its causes: an HTTP client's own message alone ("error
 /// sending request") does not say whether DNS, TCP, TLS or the timeout
 /// failed.
-#[cfg(feature = "gce")]
+#[cfg(any(feature = "serve", feature = "redfish"))]
 pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
     let mut message = e.to_string();
     let mut source = e.source();

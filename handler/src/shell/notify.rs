@@ -14,7 +14,7 @@ use crate::core::outbound::metrics::{Dependency, Meter};
 use crate::core::outbound::notice::Notice;
 use crate::core::rules::retry::NOTIFY;
 use crate::core::settings::notify::{Notify, Topic};
-#[cfg(feature = "gce")]
+#[cfg(feature = "google-cloud")]
 use crate::shell::retrying::retrying;
 
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -29,13 +29,13 @@ pub enum Notifier {
         arn: String,
     },
     /// A Pub/Sub topic, over its REST API.
-    #[cfg(feature = "gce")]
+    #[cfg(feature = "google-cloud")]
     PubSub(PubSub),
 }
 
 impl Notifier {
     /// A publisher to the configured topic; makes no call. A Pub/Sub topic
-    /// in a build without the `gce` feature is an error.
+    /// in a build without the `google-cloud` feature is an error.
     pub fn new(sdk: &SdkConfig, notify: &Notify) -> Result<Self, String> {
         match &notify.topic {
             Topic::Sns { arn } => {
@@ -64,13 +64,13 @@ impl Notifier {
                     arn: arn.clone(),
                 })
             }
-            #[cfg(feature = "gce")]
+            #[cfg(feature = "google-cloud")]
             Topic::PubSub { name } => {
                 PubSub::new(name, notify.pubsub_endpoint.as_deref()).map(Self::PubSub)
             }
-            #[cfg(not(feature = "gce"))]
+            #[cfg(not(feature = "google-cloud"))]
             Topic::PubSub { name } => Err(format!(
-                "NOTIFY_TOPIC={name} is a Pub/Sub topic: it needs a build with the `gce` feature (the container image)"
+                "NOTIFY_TOPIC={name} is a Pub/Sub topic: it needs a build with the `google-cloud` feature (the Cloud Run image)"
             )),
         }
     }
@@ -134,14 +134,14 @@ impl Notifier {
                 })?;
                 Ok(out.message_id.unwrap_or_default())
             }
-            #[cfg(feature = "gce")]
+            #[cfg(feature = "google-cloud")]
             Self::PubSub(p) => p.publish(notice).await,
         }
     }
 }
 
 /// A failed publish, and whether another attempt may succeed.
-#[cfg(feature = "gce")]
+#[cfg(feature = "google-cloud")]
 struct Failure {
     message: String,
     transient: bool,
@@ -149,7 +149,7 @@ struct Failure {
 
 /// A Pub/Sub topic's `publish` method, with Application Default Credentials
 /// (none for a plain-http stand-in).
-#[cfg(feature = "gce")]
+#[cfg(feature = "google-cloud")]
 pub struct PubSub {
     url: String,
     /// `None` for a stand-in; the credentials keep their token until it
@@ -158,14 +158,14 @@ pub struct PubSub {
     http: reqwest::Client,
 }
 
-#[cfg(feature = "gce")]
+#[cfg(feature = "google-cloud")]
 impl PubSub {
     const GOOGLE: &'static str = "https://pubsub.googleapis.com";
 
     fn new(topic: &str, endpoint: Option<&str>) -> Result<Self, String> {
         let base = endpoint.unwrap_or(Self::GOOGLE).trim_end_matches('/');
         // The project's one crypto stack, as `serve` installs it; the
-        // command line of the container image reaches here without it.
+        // command line of an image reaches here without it.
         let _ = rustls::crypto::ring::default_provider().install_default();
         let http = reqwest::Client::builder()
             .user_agent(concat!("node-fencer/", env!("CARGO_PKG_VERSION")))

@@ -12,7 +12,7 @@ pub struct OnPrem {
     /// Which machine backs which Node.
     pub inventory: Arc<Inventory>,
     /// The BMCs.
-    #[cfg(feature = "gce")]
+    #[cfg(feature = "redfish")]
     pub bmcs: crate::shell::cloud::redfish::Redfish,
 }
 
@@ -22,7 +22,7 @@ impl OnPrem {
         let at = |why: String| format!("REDFISH_INVENTORY={}: {why}", files.inventory);
         let text = std::fs::read_to_string(&files.inventory).map_err(|e| at(e.to_string()))?;
         let inventory = Arc::new(Inventory::parse(&text).map_err(at)?);
-        #[cfg(feature = "gce")]
+        #[cfg(feature = "redfish")]
         {
             let bmcs = crate::shell::cloud::redfish::Redfish::new(
                 inventory.clone(),
@@ -31,11 +31,11 @@ impl OnPrem {
             .map_err(at)?;
             Ok(Self { inventory, bmcs })
         }
-        #[cfg(not(feature = "gce"))]
+        #[cfg(not(feature = "redfish"))]
         {
             let _ = inventory;
             Err(at(
-                "on-premises machines need the container image's build (the `gce` feature), which has the Redfish client".into(),
+                "on-premises machines need a build with the `redfish` feature (the on-premises image), which has the Redfish client".into(),
             ))
         }
     }

@@ -14,7 +14,7 @@ use serde_json::Value;
 fn handle(s: &Stack, flags: &[&str], event: &Value) -> anyhow::Result<(i32, Value)> {
     let file = s.dir.join(format!("event-{}.json", unique("cli")));
     std::fs::write(&file, event.to_string())?;
-    let out = Command::new(env!("CARGO_BIN_EXE_node-fencer-gce"))
+    let out = Command::new(env!("CARGO_BIN_EXE_node-fencer-full"))
         .args(flags)
         .args(["--output", "json", "handle"])
         .arg(&file)

@@ -39,8 +39,8 @@ const RECOVERY: Duration = Duration::from_secs(75);
 /// Bound on Kubernetes evicting node 2's pods (5 s of toleration).
 const EVICTED: Duration = Duration::from_secs(30);
 
-/// The emulator of the controller stack, the binary built with the `gce`
-/// feature and pointed at the fake Compute Engine, started once per process.
+/// The emulator of the controller stack, the binary built with every
+/// feature (`node-fencer-full`) and pointed at the fake Compute Engine, started once per process.
 fn emulator() -> &'static Emulator {
     static EMULATOR: OnceLock<Result<Emulator, String>> = OnceLock::new();
     match EMULATOR.get_or_init(|| {
@@ -888,7 +888,7 @@ fn eventarc_headers(vm: &Vm) -> Vec<(&'static str, String)> {
     ]
 }
 
-/// `node-fencer serve` (the `gce` build) on the controller stack, killed
+/// `node-fencer serve` (the harness's build, every feature) on the controller stack, killed
 /// when dropped.
 struct Served {
     child: std::process::Child,
@@ -925,7 +925,7 @@ impl Served {
             .port();
         let log_path = stack.dir.join("logs").join(format!("serve-{port}.log"));
         let log = std::fs::File::create(&log_path)?;
-        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_node-fencer-gce"));
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_node-fencer-full"));
         cmd.args(["serve", "--port", &port.to_string()])
             .envs(node_fencer_tests::lambda::function_env(stack))
             .env("COMPUTE_ENDPOINT", fake_compute().endpoint())
@@ -1343,7 +1343,7 @@ async fn gce_serve_answers_only_the_routes_it_is_given() -> anyhow::Result<()> {
             assert_eq!(status, 404, "{routes}: {path} is not: {text}");
         }
     }
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_node-fencer-gce"))
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_node-fencer-full"))
         .args(["serve", "--port", "0"])
         .envs(node_fencer_tests::lambda::function_env(cluster_stack()))
         .env("SERVE_ROUTES", "events,webhook")

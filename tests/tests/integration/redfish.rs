@@ -77,7 +77,7 @@ fn cli_with(
     args: &[&str],
     env: &[(&str, &str)],
 ) -> anyhow::Result<(i32, Value)> {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_node-fencer-gce"));
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_node-fencer-full"));
     cmd.args(["--output", "json"])
         .args(args)
         .envs(function_env(s))
@@ -456,7 +456,7 @@ async fn serve_sweeps_on_its_own_schedule() -> anyhow::Result<()> {
         .write(&inventory)?;
     let credentials = bmc.credentials_dir(None)?;
     let serve = Serve::start(
-        env!("CARGO_BIN_EXE_node-fencer-gce"),
+        env!("CARGO_BIN_EXE_node-fencer-full"),
         s,
         bmc.dir.join("serve.log"),
         &[

@@ -1190,7 +1190,7 @@ async fn seed_scenario_on_premises_through_the_bmc() -> anyhow::Result<()> {
     let text = |p: &std::path::Path| p.to_string_lossy().into_owned();
     let (inventory_path, credentials) = (text(&inventory_path), text(&credentials));
     let serve = Serve::start(
-        env!("CARGO_BIN_EXE_node-fencer-gce"),
+        env!("CARGO_BIN_EXE_node-fencer-full"),
         s,
         bmc.dir.join("serve.log"),
         &[

@@ -103,13 +103,13 @@ async fn ec2(ec2: &aws_sdk_ec2::Client, config: &Config, checks: &mut Vec<Check>
         checks.push(row(
             "ec2:StopInstances",
             Status::Info,
-            "not probed: granted only on the cluster's tagged instances (infra/README.md, active fencing)",
+            "not probed: granted only on the cluster's tagged instances (infra/docs/aws-active-fencing.md)",
         ));
     }
 }
 
 /// Compute Engine's checks, in the build that has its client.
-#[cfg(feature = "gce")]
+#[cfg(feature = "google-cloud")]
 mod compute {
     use super::{Check, Clients, GceInstance, Status, failed, row};
     use crate::core::settings::permissions::{
@@ -230,16 +230,16 @@ mod compute {
     }
 }
 
-#[cfg(feature = "gce")]
+#[cfg(feature = "google-cloud")]
 use compute::gce;
 
 /// A build without the Compute Engine client cannot fence a VM.
-#[cfg(not(feature = "gce"))]
+#[cfg(not(feature = "google-cloud"))]
 async fn gce(_: &Clients, _: Option<&GceInstance>, _: bool, checks: &mut Vec<Check>) {
     checks.push(failed(
         "compute engine",
         "this build has no Compute Engine client",
-        "deploy the container image (handler/Dockerfile, built with --features gce)",
+        "deploy the Cloud Run image (handler/Dockerfile, built with --features serve,google-cloud)",
     ));
 }
 
@@ -320,7 +320,7 @@ mod tests {
     }
 
     #[test]
-    #[cfg(feature = "gce")]
+    #[cfg(feature = "google-cloud")]
     fn a_permission_missing_from_the_answer_is_denied() {
         use super::compute::granted_rows;
         let wanted = ["compute.instances.detachDisk", "compute.instances.get"];

@@ -5,9 +5,9 @@
 //! own. SDK types never leave their module.
 
 pub mod aws;
-#[cfg(feature = "gce")]
+#[cfg(feature = "google-cloud")]
 pub mod gce;
-#[cfg(feature = "gce")]
+#[cfg(feature = "redfish")]
 pub mod redfish;
 
 use async_trait::async_trait;
@@ -63,7 +63,7 @@ impl std::fmt::Display for CloudCall {
 /// Why a cloud cannot be asked at all.
 fn unavailable(provider: Provider) -> String {
     format!(
-        "{} cannot be asked: no client for it (Compute Engine needs the `gce` feature, the container image's build, and loadable Google credentials; Redfish needs that build and REDFISH_INVENTORY; the log says which)",
+        "{} cannot be asked: no client for it (Compute Engine needs the `google-cloud` feature (the Cloud Run image) and loadable Google credentials; Redfish needs the `redfish` feature (the on-premises image) and REDFISH_INVENTORY; the log says which)",
         provider.api()
     )
 }
