@@ -3,7 +3,7 @@
 // `tofu validate`, `plan` and `test` check a configuration against the real
 // provider's arguments and types without the provider or its API. It is
 // built and installed as hashicorp/aws, hashicorp/kubernetes and
-// hashicorp/random by tests/stack/setup.sh; see infra/README.md for what it
+// hashicorp/random by tests/stack/setup.sh; see infra/docs/tests.md for what it
 // cannot check.
 package main
 
