@@ -87,9 +87,10 @@ FUZZ_SECONDS ?= 20
 fuzz: setup ## every fuzz target for FUZZ_SECONDS each (default 20; a longer run: FUZZ_SECONDS=600)
 	bash handler/fuzz/run.sh $(FUZZ_SECONDS)
 
-# `make run` builds only what it runs: the stack's tools (`setup.sh --for-run`: no
-# test-only tools) and, side by side with them, the Rust binaries with cargo's
-# progress in view: local-run, and the function the emulator starts (the
+# `make run` builds only what it runs: the stack's tools for the scene ARGS names
+# (`setup.sh --for-run --cloud=...`: no test-only tools, and the PD CSI driver or
+# the Redfish venv only for the scene that runs them) and, side by side with
+# them, the Rust binaries with cargo's progress in view: local-run, and the function the emulator starts (the
 # handler's main as the harness builds it, node-fencer-full, on either cloud: one
 # feature set, so the dependency tree is built once), so that its first
 # invocation does not compile in silence. Side by side because each leaves a core idle for long
@@ -97,9 +98,10 @@ fuzz: setup ## every fuzz target for FUZZ_SECONDS each (default 20; a longer run
 # then started as built, not with `cargo run`: cargo would give it CARGO_MANIFEST_DIR
 # and CARGO_PKG_*, which the emulator's own cargo inherits, and ring's build script
 # reruns on a change of those, recompiling ring and what depends on it.
-run: ## the seed scenario on the local stack, node-fencer under the Lambda runtime emulator
-	@echo "==> make run: the stack's tools ([setup] lines) and the Rust binaries ([cargo] lines) build side by side, the first time only"
-	( set -o pipefail; bash tests/stack/setup.sh --for-run 2>&1 | sed -u 's/^/[setup] /' ) & setup=$$!; \
+RUN_CLOUD = $(if $(findstring gce,$(ARGS)),gce,$(if $(findstring redfish,$(ARGS)),redfish,aws))
+run: ## the seed scenario on the local stack, node-fencer under the Lambda runtime emulator (ARGS="--cloud gce", "--cloud redfish", --help)
+	@echo "==> make run: the $(RUN_CLOUD) scene's tools ([setup] lines) and the Rust binaries ([cargo] lines) build side by side, the first time only"
+	( set -o pipefail; bash tests/stack/setup.sh --for-run --cloud=$(RUN_CLOUD) 2>&1 | sed -u 's/^/[setup] /' ) & setup=$$!; \
 	( set -o pipefail; { echo "==> building local-run and the function (first time only: about 10 min on 2 idle cores, most of it the AWS SDK; later, seconds)"; \
 	  cargo build --locked -p node-fencer-tests --bin local-run --bin node-fencer-full; } 2>&1 | sed -u 's/^/[cargo] /' ) \
 	  || { wait $$setup || true; exit 1; }; \

@@ -33,6 +33,8 @@ use crate::scene::{SCENE_LABEL, stop_heartbeats, wait_until};
 use crate::{Stack, apply_rbac, attacher, repo_root};
 
 static CLUSTER: OnceLock<Result<Stack, String>> = OnceLock::new();
+/// The drivers whose attach chains the controller stack runs, when not all.
+static CLUSTER_DRIVERS: OnceLock<Vec<attacher::Driver>> = OnceLock::new();
 static OLD_CLUSTER: OnceLock<Result<Stack, String>> = OnceLock::new();
 static OLDEST_CLUSTER: OnceLock<Result<Stack, String>> = OnceLock::new();
 
@@ -80,6 +82,14 @@ pub fn oldest_cluster_stack() -> &'static Stack {
     )
 }
 
+/// Runs only `drivers`' attach chains in the controller stack this process
+/// starts, so that a run that needs one driver (`make run`'s scene) needs
+/// only its binaries; the tests run them all. Called before the first
+/// [`cluster_stack`]; false when too late.
+pub fn cluster_stack_drivers(drivers: &[attacher::Driver]) -> bool {
+    CLUSTER.get().is_none() && CLUSTER_DRIVERS.set(drivers.to_vec()).is_ok()
+}
+
 /// How many times a private stack is started before giving up on kwok.
 const KWOK_ATTEMPTS: usize = 5;
 
@@ -88,7 +98,9 @@ fn start() -> anyhow::Result<Stack> {
         "NODE_FENCER_CLUSTER_STACK_DIR",
         "cluster",
         &[],
-        &attacher::Driver::ALL,
+        CLUSTER_DRIVERS
+            .get()
+            .map_or(&attacher::Driver::ALL[..], Vec::as_slice),
     )
 }
 

@@ -41,12 +41,14 @@
 #                                   schema of the types infra/ uses
 #   $CACHE/env.sh                   `source` it: NODE_FENCER_* variables, venv bin on PATH
 #
-# Usage: tests/stack/setup.sh [--for-run] [--skip-checks] [--only-checks] [--only-python]
-#                             [--skip-controllers] [--only-terraform]
+# Usage: tests/stack/setup.sh [--for-run [--cloud=aws|gce|redfish]] [--skip-checks] [--only-checks]
+#                             [--only-python] [--skip-controllers] [--only-terraform]
 #   --for-run           only what `make run` runs: the stack and Redfish venvs, etcd, the Kubernetes
 #                       binaries, kwok and the CSI attach chain (no test-only tools: the infra and GCE venvs,
 #                       hclfmt, cargo-fuzz, Alertmanager, promtool, OpenTofu, tflint, the old control plane,
 #                       the hollow kubelet)
+#   --cloud=CLOUD       with --for-run, only what that scene of `make run` runs: the PD CSI driver for
+#                       gce alone, the Redfish venv for redfish alone (aws, the default scene, has neither)
 #   --skip-checks       what the integration tests run (the stack, the old control plane, the hollow
 #                       kubelets, Alertmanager), not the tools of the checks after them: the infra and GCE
 #                       venvs, hclfmt, cargo-fuzz, amtool, promtool, OpenTofu, tflint, the provider mirror
@@ -72,11 +74,17 @@ main() {
 	SKIP_CONTROLLERS=0
 	ONLY_TERRAFORM=0
 	FOR_RUN=0
+	RUN_CLOUD=""
 	SKIP_CHECKS=0
 	ONLY_CHECKS=0
 	for arg in "$@"; do
 		case "$arg" in
 		--for-run) FOR_RUN=1 ;;
+		--cloud=aws | --cloud=gce | --cloud=redfish) RUN_CLOUD=${arg#--cloud=} ;;
+		--cloud=* | --cloud)
+			echo "setup.sh: $arg: the scene is aws, gce or redfish, as --cloud=CLOUD" >&2
+			exit 2
+			;;
 		--skip-checks) SKIP_CHECKS=1 ;;
 		--only-checks) ONLY_CHECKS=1 ;;
 		--only-python) ONLY_PYTHON=1 ;;
@@ -95,6 +103,10 @@ main() {
 	done
 	if [ "$SKIP_CHECKS" = 1 ] && [ "$ONLY_CHECKS" = 1 ]; then
 		echo "setup.sh: --skip-checks and --only-checks exclude each other" >&2
+		exit 2
+	fi
+	if [ -n "$RUN_CLOUD" ] && [ "$FOR_RUN" = 0 ]; then
+		echo "setup.sh: --cloud=$RUN_CLOUD picks a scene of make run: it goes with --for-run" >&2
 		exit 2
 	fi
 
@@ -304,6 +316,8 @@ main() {
 	want_kubernetes() { [ "$ONLY_PYTHON" = 0 ] && [ "$ONLY_TERRAFORM" = 0 ]; }
 	want_controllers() { want_kubernetes && [ "$SKIP_CONTROLLERS" = 0 ]; }
 	want_terraform() { [ "$ONLY_PYTHON" = 0 ] && want_checks; }
+	# The tools of one cloud's scene: every scene's, unless `make run` names one.
+	want_cloud() { [ -z "$RUN_CLOUD" ] || [ "$RUN_CLOUD" = "$1" ]; }
 
 	# --- Go binaries -----------------------------------------------------------------
 
@@ -555,7 +569,9 @@ main() {
 	BG_PIDS=()
 	csi_steps() {
 		bin_step csi-attacher "$EXTERNAL_ATTACHER_VERSION" "$CSI_ATTACHER_BIN" "~3-5 min" 4 -- build_csi_attacher
-		bin_step gce-pd-csi-driver "$PD_CSI_VERSION" "$PD_CSI_BIN" "~3-5 min" 4 -- build_pd_csi
+		if want_cloud gce; then
+			bin_step gce-pd-csi-driver "$PD_CSI_VERSION" "$PD_CSI_BIN" "~3-5 min" 4 -- build_pd_csi
+		fi
 		bin_step csi-controller "$CSI_CONTROLLER_SHA" "$CSI_CONTROLLER_BIN" "~1-2 min" 2 -- build_csi_controller
 	}
 	in_background() { # in_background FUNCTION: runs it now when planning
@@ -586,7 +602,7 @@ main() {
 		fi
 		# The stack venv also fetches the provider packages PyPI carries (the mirror).
 		venv_step stack "$STACK_VENV" "$HERE/requirements.txt"
-		if want_stack; then
+		if want_stack && want_cloud redfish; then
 			venv_step redfish "$REDFISH_VENV" "$REPO/tests/redfish/requirements.txt"
 		fi
 		if want_checks; then
@@ -656,7 +672,7 @@ main() {
 	wait_bg
 	[ -x "$STACK_VENV/bin/moto_server" ] || die "moto_server missing from $STACK_VENV (delete it and rerun)"
 	[ -x "$STACK_VENV/bin/cargo-lambda" ] || die "cargo-lambda missing from $STACK_VENV (delete it and rerun)"
-	! want_stack || [ -x "$REDFISH_VENV/bin/sushy-emulator" ] || die "sushy-emulator missing from $REDFISH_VENV (delete it and rerun)"
+	! want_stack || ! want_cloud redfish || [ -x "$REDFISH_VENV/bin/sushy-emulator" ] || die "sushy-emulator missing from $REDFISH_VENV (delete it and rerun)"
 
 	# --- env.sh ------------------------------------------------------------------------
 

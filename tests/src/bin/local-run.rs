@@ -18,7 +18,7 @@
 use std::time::{Duration, Instant, SystemTime};
 
 use node_fencer_tests::attacher::Driver;
-use node_fencer_tests::cluster::cluster_stack;
+use node_fencer_tests::cluster::{cluster_stack, cluster_stack_drivers};
 use node_fencer_tests::fixtures::{event_time, fenced_at, node_events, volume};
 use node_fencer_tests::gce::fake_compute;
 use node_fencer_tests::lambda::{WEBHOOK_TOKEN, start_gce_emulator, start_harness_emulator};
@@ -34,11 +34,12 @@ usage: local-run [--cloud aws|gce|redfish] [--keep]
 
 Runs node-fencer's main job on the local stack: etcd, kube-apiserver,
 kube-controller-manager, kube-scheduler, kwok nodes, moto (EC2), the fake
-Compute Engine and the real CSI external-attacher sidecars (in front of the
-real PD CSI driver and our EBS and cStor controllers), with node-fencer under
-cargo lambda watch. Replays the seed scenario: a StatefulSet and a Deployment with
-ReadWriteOnce volumes on a node whose machine stops; Kubernetes alone leaves
-them stuck; node-fencer lets them move, volumes included.
+Compute Engine and the real CSI external-attacher sidecar in front of the
+scene's driver (our EBS controller, the real PD CSI driver, or our cStor
+controller), with node-fencer under cargo lambda watch. Replays the seed
+scenario: a StatefulSet and a Deployment with ReadWriteOnce volumes on a
+node whose machine stops; Kubernetes alone leaves them stuck; node-fencer
+lets them move, volumes included.
 
   --cloud aws   (the default) EC2 instances in moto and EBS volumes; the
                 trigger is the EventBridge `stopped` event
@@ -88,14 +89,21 @@ async fn main() -> anyhow::Result<()> {
             bad => anyhow::bail!("unknown argument {bad:?} (see --help)"),
         }
     }
+    // Only the scene's driver runs, so that `make run` builds only its
+    // binaries (`setup.sh --for-run --cloud=...`).
+    let driver = match (gce, onprem) {
+        (_, true) => Driver::Cstor,
+        (true, _) => Driver::Pd,
+        _ => Driver::Ebs,
+    };
+    cluster_stack_drivers(&[driver]);
     if onprem {
         return onprem::run(keep).await;
     }
-    let driver = if gce { Driver::Pd } else { Driver::Ebs };
     let t0 = Instant::now();
     step(
         t0,
-        "starting the local stack (etcd, kube-apiserver, controllers, kwok, moto, fake Compute Engine, CSI external-attachers and drivers)",
+        "starting the local stack (etcd, kube-apiserver, controllers, kwok, moto, fake Compute Engine, the CSI external-attacher and the scene's driver)",
     );
     let s = cluster_stack();
     let admin = s.admin().await?;
@@ -137,7 +145,7 @@ async fn main() -> anyhow::Result<()> {
         ),
     );
     // kwok plays every kubelet here: the hollow kubelet is a test-only
-    // build (tests/README.md, "Real kubelets").
+    // build (tests/docs/real-kubelets.md).
     let hosts = if driver.on_gce() {
         Hosts::Gce
     } else {
@@ -444,7 +452,7 @@ mod onprem {
         let inventory_path = bmc.dir.join("inventory.json");
         inventory.write(&inventory_path)?;
         let credentials = bmc.credentials_dir(None)?;
-        let binary = std::env::current_exe()?.with_file_name("node-fencer-gce");
+        let binary = std::env::current_exe()?.with_file_name("node-fencer-full");
         step(
             t0,
             "node-fencer serve, off the cluster: Alertmanager's route, the BMC inventory",
