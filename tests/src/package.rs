@@ -105,12 +105,127 @@ fn newest_glibc(binary: &[u8]) -> Option<(u32, u32)> {
 
 #[cfg(test)]
 mod tests {
-    use super::newest_glibc;
+    use std::path::{Path, PathBuf};
+    use std::process::Command;
+
+    use super::{check_zip, newest_glibc};
 
     #[test]
     fn the_newest_glibc_version_named_is_found() {
         let binary = b"\0GLIBC_2.2.5\0GLIBC_2.17\0GLIBC_2.3.4\0GLIBC_PRIVATE\0";
         assert_eq!(newest_glibc(binary), Some((2, 17)));
         assert_eq!(newest_glibc(b"no versions"), None);
+    }
+
+    /// The first bytes of an ELF file for `machine` (62 is x86-64, 183
+    /// aarch64), then `tail`.
+    fn elf(machine: u8, tail: &[u8]) -> Vec<u8> {
+        let mut header = vec![0u8; 64];
+        header[..6].copy_from_slice(b"\x7fELF\x02\x01");
+        header[18] = machine;
+        header.extend_from_slice(tail);
+        header
+    }
+
+    /// A zip in a directory of its own holding `entries` (name, Unix mode),
+    /// each with `binary`'s bytes, written by Python's zipfile as cargo
+    /// lambda's is read; and the file `bootstrap` beside it.
+    fn zip(test: &str, entries: &[(&str, u32)], binary: &[u8]) -> (PathBuf, PathBuf) {
+        let dir = std::env::temp_dir().join(format!("nf-zip-{test}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a temporary directory");
+        let bootstrap = dir.join("bootstrap");
+        std::fs::write(&bootstrap, binary).expect("writing bootstrap");
+        let zip = dir.join("bootstrap.zip");
+        let mut command = Command::new("python3");
+        command.arg("-c").arg(
+            "import sys, zipfile\n\
+             z = zipfile.ZipFile(sys.argv[1], 'w')\n\
+             data = open(sys.argv[2], 'rb').read()\n\
+             for name, mode in zip(sys.argv[3::2], sys.argv[4::2]):\n\
+             \x20   info = zipfile.ZipInfo(name)\n\
+             \x20   info.external_attr = int(mode, 8) << 16\n\
+             \x20   z.writestr(info, data)\n\
+             z.close()",
+        );
+        command.arg(&zip).arg(&bootstrap);
+        for (name, mode) in entries {
+            command.arg(name).arg(format!("{mode:o}"));
+        }
+        let status = command.status().expect("python3 writes the zip");
+        assert!(status.success(), "writing {}", zip.display());
+        (zip, bootstrap)
+    }
+
+    fn problem(test: &str, entries: &[(&str, u32)], binary: &[u8]) -> String {
+        let (zip, bootstrap) = zip(test, entries, binary);
+        let found = check_zip(&zip, &bootstrap);
+        let _ = std::fs::remove_dir_all(zip.parent().unwrap_or(Path::new("/nonexistent")));
+        match found {
+            Ok(facts) => panic!("{test}: accepted: {facts:?}"),
+            Err(e) => format!("{e:#}"),
+        }
+    }
+
+    #[test]
+    fn a_zip_as_provided_al2023_takes_it_is_accepted() {
+        let (zip, bootstrap) = zip(
+            "good",
+            &[("bootstrap", 0o100_755)],
+            &elf(62, b"\0GLIBC_2.28\0GLIBC_2.34\0"),
+        );
+        let facts = check_zip(&zip, &bootstrap).expect("a good zip");
+        let _ = std::fs::remove_dir_all(zip.parent().unwrap_or(Path::new("/nonexistent")));
+        assert!(facts[2].contains("glibc 2.34 at most"), "{facts:?}");
+    }
+
+    /// A zip's entries (name, Unix mode), its bootstrap's bytes, and what
+    /// the error must say.
+    type Case<'a> = (&'a str, &'a [(&'a str, u32)], Vec<u8>, &'a str);
+
+    #[test]
+    fn each_way_a_zip_fails_provided_al2023_is_named() {
+        let x86 = elf(62, b"\0GLIBC_2.17\0");
+        let cases: [Case; 6] = [
+            (
+                "folder",
+                &[("target/bootstrap", 0o100_755)],
+                x86.clone(),
+                "not bootstrap at its root",
+            ),
+            (
+                "mode",
+                &[("bootstrap", 0o100_644)],
+                x86.clone(),
+                "not an executable",
+            ),
+            (
+                "two",
+                &[("bootstrap", 0o100_755), ("README", 0o100_644)],
+                x86.clone(),
+                "not one bootstrap",
+            ),
+            (
+                "script",
+                &[("bootstrap", 0o100_755)],
+                b"#!/bin/sh\n".to_vec(),
+                "not an ELF file",
+            ),
+            (
+                "arm",
+                &[("bootstrap", 0o100_755)],
+                elf(183, b""),
+                "not a 64-bit x86-64 ELF",
+            ),
+            (
+                "glibc",
+                &[("bootstrap", 0o100_755)],
+                elf(62, b"\0GLIBC_2.38\0"),
+                "glibc 2.38, newer",
+            ),
+        ];
+        for (test, entries, binary, expected) in cases {
+            let message = problem(test, entries, &binary);
+            assert!(message.contains(expected), "{test}: {message}");
+        }
     }
 }
