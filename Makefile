@@ -39,14 +39,18 @@ unit: ## the pure core's unit and property tests (no stack needed)
 	cargo test --locked -p node-fencer
 
 # `make test` runs in three phases, each filling both cores of a small machine.
-# 1. The tools the integration tests run (`setup.sh --skip-checks`, [setup]
-#    lines) build beside the lint, the Rust test build and the Lambda build the
-#    emulators run ([cargo] lines): on a cold machine each leaves a core idle for
-#    long stretches (rustc on the AWS SDK's largest crates, the Go linker).
-# 2. The integration tests, whose controllers keep time, with the tools of the
-#    checks after them (`setup.sh --only-checks`) and the fuzz targets building
-#    beside them at the lowest CPU priority ([checks] lines): the tests mostly
-#    wait on timers and leave the cores idle, and a niced build takes only that.
+# 1. The tools the integration tests run from their start (`setup.sh
+#    --skip-checks --skip-old-planes`, [setup] lines) build beside the lint, the
+#    Rust test build and the Lambda build the emulators run ([cargo] lines): on
+#    a cold machine each leaves a core idle for long stretches (rustc on the AWS
+#    SDK's largest crates, the Go linker).
+# 2. The integration tests, whose controllers keep time, with the old control
+#    planes (`setup.sh --only-old-planes`), the tools of the checks after them
+#    (`setup.sh --only-checks`) and the fuzz targets building beside them at the
+#    lowest CPU priority ([checks] lines): the tests mostly wait on timers and
+#    leave the cores idle, and a niced build takes only that. The legacy and
+#    1.15 tests wait for their control plane while that build runs
+#    (NODE_FENCER_LATE_BUILD_PID names it; tests/src/late_build.rs).
 # 3. The fuzz run (one libFuzzer process at a time) beside the infra and GCE
 #    checks (mostly one core each), and the Redfish checks beside both: they
 #    mostly wait for the emulator's power changes (1 to 11 s each).
@@ -55,14 +59,14 @@ unit: ## the pure core's unit and property tests (no stack needed)
 # beside it.
 test: ## everything CI runs: lint, unit, integration against the real stack, infra, GCE and Redfish checks, a short fuzz run
 	@echo "==> make test: the stack's tools ([setup] lines) build beside the lint and the Rust builds ([cargo] lines); cached, so only the first run is long"
-	( set -o pipefail; bash tests/stack/setup.sh --skip-checks 2>&1 | sed -u 's/^/[setup] /' ) & setup=$$!; \
+	( set -o pipefail; bash tests/stack/setup.sh --skip-checks --skip-old-planes 2>&1 | sed -u 's/^/[setup] /' ) & setup=$$!; \
 	( set -o pipefail; { $(MAKE) --no-print-directory lint && cargo test --workspace --locked --no-run \
 	  && cargo build --locked -p node-fencer --bin node-fencer; } 2>&1 | sed -u 's/^/[cargo] /' ) \
 	  || { wait $$setup || true; exit 1; }; \
 	wait $$setup
-	@echo "==> the integration tests; the checks' tools and the fuzz targets ([checks] lines) build beside them at the lowest CPU priority"
-	setsid -w bash -c 'set -o pipefail; { nice -n 19 bash tests/stack/setup.sh --only-checks && nice -n 19 bash handler/fuzz/run.sh --build; } 2>&1 | sed -u "s/^/[checks] /"' & checks=$$!; \
-	$(TOOLS) && cargo test --workspace --locked \
+	@echo "==> the integration tests; the old control planes, the checks' tools and the fuzz targets ([checks] lines) build beside them at the lowest CPU priority"
+	setsid -w bash -c 'set -o pipefail; { nice -n 19 bash tests/stack/setup.sh --only-old-planes && nice -n 19 bash tests/stack/setup.sh --only-checks && nice -n 19 bash handler/fuzz/run.sh --build; } 2>&1 | sed -u "s/^/[checks] /"' & checks=$$!; \
+	$(TOOLS) && NODE_FENCER_LATE_BUILD_PID=$$checks cargo test --workspace --locked \
 	  || { kill -- -$$checks 2>/dev/null || true; exit 1; }; \
 	wait $$checks
 	( set -o pipefail; $(MAKE) --no-print-directory fuzz 2>&1 | sed -u 's/^/[fuzz] /' ) & fuzz=$$!; \

@@ -30,7 +30,7 @@ use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::json;
 
 use crate::scene::{SCENE_LABEL, stop_heartbeats, wait_until};
-use crate::{Stack, apply_rbac, attacher, repo_root};
+use crate::{Stack, apply_rbac, attacher, late_build, repo_root};
 
 static CLUSTER: OnceLock<Result<Stack, String>> = OnceLock::new();
 /// The drivers whose attach chains the controller stack runs, when not all.
@@ -105,6 +105,7 @@ fn start() -> anyhow::Result<Stack> {
 }
 
 fn start_oldest() -> anyhow::Result<Stack> {
+    late_build::wait_for(&late_build::oldest_plane()?, "the oldest control plane")?;
     start_private(
         "NODE_FENCER_OLDEST_CLUSTER_STACK_DIR",
         "oldest-cluster",
@@ -114,6 +115,7 @@ fn start_oldest() -> anyhow::Result<Stack> {
 }
 
 fn start_old() -> anyhow::Result<Stack> {
+    late_build::wait_for(&late_build::old_plane()?, "the old control plane")?;
     start_private(
         "NODE_FENCER_OLD_CLUSTER_STACK_DIR",
         "old-cluster",

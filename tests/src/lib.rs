@@ -17,6 +17,7 @@ pub mod gce;
 pub mod http_stub;
 pub mod kubelet;
 pub mod lambda;
+pub mod late_build;
 pub mod package;
 pub mod process;
 pub mod recovery_timeline;

@@ -42,6 +42,7 @@
 #   $CACHE/env.sh                   `source` it: NODE_FENCER_* variables, venv bin on PATH
 #
 # Usage: tests/stack/setup.sh [--for-run [--cloud=aws|gce|redfish]] [--skip-checks] [--only-checks]
+#                             [--skip-old-planes | --only-old-planes]
 #                             [--only-python] [--skip-controllers] [--only-terraform]
 #   --for-run           only what `make run` runs: the stack and Redfish venvs, etcd, the Kubernetes
 #                       binaries, kwok and the CSI attach chain (no test-only tools: the infra and GCE venvs,
@@ -54,6 +55,10 @@
 #                       venvs, hclfmt, cargo-fuzz, amtool, promtool, OpenTofu, tflint, the provider mirror
 #   --only-checks       only those tools of the checks (`make test` builds them beside the integration
 #                       tests, at the lowest CPU priority)
+#   --skip-old-planes   not the old control planes (v1.25.15 with its hollow kubelet, and 1.15), which
+#                       only the legacy and 1.15 tests run
+#   --only-old-planes   only those, and nothing else (`make test` builds them first beside the
+#                       integration tests, at the lowest CPU priority; those tests wait for them)
 #   --only-python       only the Python venvs (and env.sh)
 #   --skip-controllers  skip kube-controller-manager, kube-scheduler, kwok and the CSI attach chain
 #   --only-terraform    of the binaries, only tofu, tflint, the schema-only provider and its mirror
@@ -77,6 +82,7 @@ main() {
 	RUN_CLOUD=""
 	SKIP_CHECKS=0
 	ONLY_CHECKS=0
+	OLD_PLANES=build # build, skip or only
 	for arg in "$@"; do
 		case "$arg" in
 		--for-run) FOR_RUN=1 ;;
@@ -87,6 +93,14 @@ main() {
 			;;
 		--skip-checks) SKIP_CHECKS=1 ;;
 		--only-checks) ONLY_CHECKS=1 ;;
+		--skip-old-planes | --only-old-planes)
+			if [ "$OLD_PLANES" != build ]; then
+				echo "setup.sh: --skip-old-planes and --only-old-planes exclude each other" >&2
+				exit 2
+			fi
+			OLD_PLANES=${arg%-old-planes}
+			OLD_PLANES=${OLD_PLANES#--}
+			;;
 		--only-python) ONLY_PYTHON=1 ;;
 		--skip-controllers) SKIP_CONTROLLERS=1 ;;
 		--only-terraform) ONLY_TERRAFORM=1 ;;
@@ -103,6 +117,11 @@ main() {
 	done
 	if [ "$SKIP_CHECKS" = 1 ] && [ "$ONLY_CHECKS" = 1 ]; then
 		echo "setup.sh: --skip-checks and --only-checks exclude each other" >&2
+		exit 2
+	fi
+	if [ "$OLD_PLANES" = only ] &&
+		[ "$FOR_RUN$SKIP_CHECKS$ONLY_CHECKS$ONLY_PYTHON$SKIP_CONTROLLERS$ONLY_TERRAFORM" != 000000 ]; then
+		echo "setup.sh: --only-old-planes goes alone: it builds the old control planes and nothing else" >&2
 		exit 2
 	fi
 	if [ -n "$RUN_CLOUD" ] && [ "$FOR_RUN" = 0 ]; then
@@ -596,7 +615,22 @@ main() {
 		BG_PIDS=()
 		[ "$failed" = 0 ] || die "the CSI attach chain's build failed (its lines above start with [csi])"
 	}
+	# The old control planes run only the legacy mode's scenarios (v1.25.15,
+	# with its hollow kubelet) and the 1.15 tests.
+	old_plane_steps() {
+		bin_step "kube-apiserver (old)" "$KUBE_LEGACY_VERSION" "$KUBE_LEGACY_BIN/kube-apiserver" "~3 min" 3 -- build_kube_legacy kube-apiserver
+		bin_step "kube-controller-manager (old)" "$KUBE_LEGACY_VERSION" "$KUBE_LEGACY_BIN/kube-controller-manager" "~1 min" 1 -- build_kube_legacy kube-controller-manager
+		bin_step "kube-scheduler (old)" "$KUBE_LEGACY_VERSION" "$KUBE_LEGACY_BIN/kube-scheduler" "<1 min" 1 -- build_kube_legacy kube-scheduler
+		bin_step "hollow-kubelet (old)" "$KUBE_LEGACY_VERSION" "$HOLLOW_KUBELET_LEGACY_BIN" "~2-4 min" 3 -- build_hollow_kubelet_legacy
+		bin_step "kube-apiserver (oldest)" "$KUBE_OLDEST_VERSION" "$KUBE_OLDEST_BIN/kube-apiserver" "~3-4 min" 4 -- build_kube_oldest kube-apiserver
+		bin_step "kube-controller-manager (oldest)" "$KUBE_OLDEST_VERSION" "$KUBE_OLDEST_BIN/kube-controller-manager" "<1 min" 1 -- build_kube_oldest kube-controller-manager
+		bin_step "kube-scheduler (oldest)" "$KUBE_OLDEST_VERSION" "$KUBE_OLDEST_BIN/kube-scheduler" "<1 min" 1 -- build_kube_oldest kube-scheduler
+	}
 	steps() {
+		if [ "$OLD_PLANES" = only ]; then
+			old_plane_steps
+			return 0
+		fi
 		if want_stack && want_controllers; then
 			in_background csi_steps
 		fi
@@ -618,16 +652,9 @@ main() {
 				bin_step kwok "$KWOK_VERSION" "$KWOK_BIN" "~1-2 min" 2 -- \
 					go_install "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION" kwok "-X sigs.k8s.io/kwok/pkg/consts.Version=${KWOK_VERSION#v}"
 			fi
-			# The old control plane runs only the legacy mode's scenarios.
 			if want_controllers && want_test_tools; then
 				bin_step hollow-kubelet "$KUBE_VERSION" "$HOLLOW_KUBELET_BIN" "~2-3 min" 3 -- build_hollow_kubelet
-				bin_step "kube-apiserver (old)" "$KUBE_LEGACY_VERSION" "$KUBE_LEGACY_BIN/kube-apiserver" "~3 min" 3 -- build_kube_legacy kube-apiserver
-				bin_step "kube-controller-manager (old)" "$KUBE_LEGACY_VERSION" "$KUBE_LEGACY_BIN/kube-controller-manager" "~1 min" 1 -- build_kube_legacy kube-controller-manager
-				bin_step "kube-scheduler (old)" "$KUBE_LEGACY_VERSION" "$KUBE_LEGACY_BIN/kube-scheduler" "<1 min" 1 -- build_kube_legacy kube-scheduler
-				bin_step "hollow-kubelet (old)" "$KUBE_LEGACY_VERSION" "$HOLLOW_KUBELET_LEGACY_BIN" "~2-4 min" 3 -- build_hollow_kubelet_legacy
-				bin_step "kube-apiserver (oldest)" "$KUBE_OLDEST_VERSION" "$KUBE_OLDEST_BIN/kube-apiserver" "~3-4 min" 4 -- build_kube_oldest kube-apiserver
-				bin_step "kube-controller-manager (oldest)" "$KUBE_OLDEST_VERSION" "$KUBE_OLDEST_BIN/kube-controller-manager" "<1 min" 1 -- build_kube_oldest kube-controller-manager
-				bin_step "kube-scheduler (oldest)" "$KUBE_OLDEST_VERSION" "$KUBE_OLDEST_BIN/kube-scheduler" "<1 min" 1 -- build_kube_oldest kube-scheduler
+				[ "$OLD_PLANES" = skip ] || old_plane_steps
 			fi
 			# kubectl: a test's NodeCleanup deletes its Nodes with it on drop (a drop
 			# cannot await); `make run --keep` names it to look at the stack.
@@ -670,9 +697,9 @@ main() {
 	fi
 	STEP=build steps
 	wait_bg
-	[ -x "$STACK_VENV/bin/moto_server" ] || die "moto_server missing from $STACK_VENV (delete it and rerun)"
-	[ -x "$STACK_VENV/bin/cargo-lambda" ] || die "cargo-lambda missing from $STACK_VENV (delete it and rerun)"
-	! want_stack || ! want_cloud redfish || [ -x "$REDFISH_VENV/bin/sushy-emulator" ] || die "sushy-emulator missing from $REDFISH_VENV (delete it and rerun)"
+	[ "$OLD_PLANES" = only ] || [ -x "$STACK_VENV/bin/moto_server" ] || die "moto_server missing from $STACK_VENV (delete it and rerun)"
+	[ "$OLD_PLANES" = only ] || [ -x "$STACK_VENV/bin/cargo-lambda" ] || die "cargo-lambda missing from $STACK_VENV (delete it and rerun)"
+	[ "$OLD_PLANES" = only ] || ! want_stack || ! want_cloud redfish || [ -x "$REDFISH_VENV/bin/sushy-emulator" ] || die "sushy-emulator missing from $REDFISH_VENV (delete it and rerun)"
 
 	# --- env.sh ------------------------------------------------------------------------
 
