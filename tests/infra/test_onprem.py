@@ -380,6 +380,11 @@ def serve_port() -> int:
     return 8080
 
 
+def metrics_port() -> int:
+    """The port serve answers /metrics on: the Deployment's METRICS_PORT."""
+    return int(deployment_env()["METRICS_PORT"]["value"])
+
+
 def test_onprem_deployment_is_one_recreated_replica_of_the_image():
     spec = deployment()["spec"]
     assert spec["replicas"] == 1
@@ -390,7 +395,10 @@ def test_onprem_deployment_is_one_recreated_replica_of_the_image():
         "the placeholder must be the Cloud Run module's, with the on-premises image's name"
     )
     ports = container()["ports"]
-    assert ports == [{"name": "http", "containerPort": serve_port(), "protocol": "TCP"}], ports
+    assert ports == [
+        {"name": "http", "containerPort": serve_port(), "protocol": "TCP"},
+        {"name": "metrics", "containerPort": metrics_port(), "protocol": "TCP"},
+    ], ports
 
 
 def test_onprem_container_is_non_root_read_only_without_escalation():
@@ -489,7 +497,7 @@ def test_onprem_secrets_example_holds_marked_placeholders_only():
     assert {r for r in referenced if r[0] == "secret"} == examples, "every Secret the Deployment reads is in the example, and no other"
 
 
-def test_onprem_network_policy_admits_the_serve_port_only():
+def test_onprem_network_policy_admits_the_serve_and_metrics_ports_only():
     objects = kube_objects()
     policy = one(objects, "NetworkPolicy")
     pod_labels = deployment()["spec"]["template"]["metadata"]["labels"]
@@ -498,11 +506,12 @@ def test_onprem_network_policy_admits_the_serve_port_only():
     assert "Ingress" in policy["spec"]["policyTypes"]
     rules = policy["spec"]["ingress"]
     assert rules, "an empty ingress list would refuse the webhook too"
-    for rule in rules:
-        assert rule.get("ports") == [{"protocol": "TCP", "port": serve_port()}], f"ingress beyond the serve port: {rule}"
+    admitted = [rule.get("ports") for rule in rules]
+    allowed = [[{"protocol": "TCP", "port": serve_port()}], [{"protocol": "TCP", "port": metrics_port()}]]
+    assert admitted == allowed, f"ingress beyond the serve and metrics ports: {rules}"
     service = one(objects, "Service")
     assert service["spec"]["selector"].items() <= pod_labels.items()
-    assert [p["targetPort"] for p in service["spec"]["ports"]] in (["http"], [serve_port()])
+    assert [p["targetPort"] for p in service["spec"]["ports"]] == ["http", "metrics"]
 
 
 def test_onprem_checkov_kubernetes_has_no_failed_check():

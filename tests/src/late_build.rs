@@ -1,8 +1,9 @@
 //! Binaries `make test` builds beside the integration tests rather than
 //! before them: the old control planes (`setup.sh --only-old-planes`), which
-//! only the legacy and 1.15 tests run. Building them while the other tests
-//! wait on their controllers' timers takes them off the cold run's critical
-//! path.
+//! only the legacy and 1.15 tests run, then the checks' tools (`setup.sh
+//! --only-checks`), of which the witness test runs promtool. Building them
+//! while the other tests wait on their controllers' timers takes them off
+//! the cold run's critical path.
 //!
 //! `make test` names that build's process in `NODE_FENCER_LATE_BUILD_PID`.
 //! A stack that needs one of its binaries waits for it while that process
@@ -33,6 +34,14 @@ pub fn old_plane() -> anyhow::Result<Vec<PathBuf>> {
 /// The binaries the oldest control plane's stack runs.
 pub fn oldest_plane() -> anyhow::Result<Vec<PathBuf>> {
     plane("NODE_FENCER_KUBE_OLDEST_BIN")
+}
+
+/// A tool of the checks `setup.sh` builds, named by `var` in `env.sh`
+/// (`NODE_FENCER_PROMTOOL`), once it is built.
+pub fn checks_tool(var: &str) -> anyhow::Result<PathBuf> {
+    let path = env_path(var)?;
+    wait_for(std::slice::from_ref(&path), var)?;
+    Ok(path)
 }
 
 fn plane(var: &str) -> anyhow::Result<Vec<PathBuf>> {

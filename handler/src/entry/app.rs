@@ -2,7 +2,7 @@
 //! run the pipeline, and shape the answer (a report, or a Function URL
 //! response). Shared by the Lambda entry point and the command line.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use lambda_runtime::Diagnostic;
 use serde_json::{Value, json};
@@ -14,6 +14,7 @@ use crate::core::inbound::trigger::{self, InputError, Trigger, function_url, web
 use crate::core::outbound::log_metrics;
 use crate::core::outbound::metrics::{self, Dependency, Meter};
 use crate::core::outbound::notice;
+use crate::core::outbound::prometheus::Registry;
 use crate::core::outbound::report::Report;
 use crate::core::rules::mode::ServerVersion;
 use crate::core::settings::config::Config;
@@ -117,17 +118,19 @@ impl From<HandlerError> for Diagnostic {
 
 /// The long-lived state of one execution environment.
 pub struct App {
-    clients: Clients,
+    pub(super) clients: Clients,
     config: Config,
-    reporter: String,
+    pub(super) reporter: String,
     metrics: Option<MetricLines>,
+    /// What `/metrics` serves, counted over every run of the process.
+    prometheus: Option<Arc<Mutex<Registry>>>,
     /// The API server's version, asked once per execution environment.
-    server_version: Arc<OnceCell<ServerVersion>>,
+    pub(super) server_version: Arc<OnceCell<ServerVersion>>,
     /// Where each fencing, refusal, power-off and recovery is told; an
     /// error when `NOTIFY_TOPIC` names a topic this build cannot reach.
     notifier: Option<Result<Notifier, String>>,
     /// The on-premises machines, when `REDFISH_INVENTORY` names them.
-    onprem: Option<OnPrem>,
+    pub(super) onprem: Option<OnPrem>,
 }
 
 impl App {
@@ -142,6 +145,7 @@ impl App {
             config,
             reporter: reporter.into(),
             metrics: None,
+            prometheus: None,
             server_version: Arc::default(),
             notifier,
             onprem: None,
@@ -162,6 +166,17 @@ impl App {
     pub fn with_log_metrics(mut self) -> Self {
         self.metrics = Some(MetricLines::CloudLogging);
         self
+    }
+
+    /// Also counts every run for Prometheus ([`Self::prometheus`]).
+    pub fn with_prometheus(mut self) -> Self {
+        self.prometheus = Some(Arc::default());
+        self
+    }
+
+    /// What `/metrics` serves, when [`Self::with_prometheus`] asked for it.
+    pub fn prometheus(&self) -> Option<&Mutex<Registry>> {
+        self.prometheus.as_deref()
     }
 
     /// Reads the on-premises inventory and builds its BMCs' clients, when
@@ -291,6 +306,11 @@ impl App {
         if let (Ok(report), false) = (&result, call.dry_run) {
             let now_secs = i64::try_from(now.as_secs()).unwrap_or(i64::MAX);
             self.tell(report, &meter, now_secs).await;
+        }
+        if let Some(registry) = self.prometheus()
+            && let Ok(mut registry) = registry.lock()
+        {
+            registry.record_run(result.as_ref().ok(), &meter.measured());
         }
         if let Some(format) = self.metrics {
             let now_ms = u64::try_from(now.as_millis()).unwrap_or(u64::MAX);

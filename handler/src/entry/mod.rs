@@ -1,7 +1,8 @@
 //! The entry points: one invocation end to end ([`app`]), served by the
 //! Lambda runtime ([`lambda`]), over HTTP on Cloud Run or on-premises (`serve`,
 //! with the `serve` feature) or run from the command line ([`cli`]), plus the set-up
-//! check ([`preflight`]) and logging ([`telemetry`]).
+//! check ([`preflight`]), the witness round of `serve` on-premises
+//! (`witness`, with the `redfish` feature) and logging ([`telemetry`]).
 
 pub mod app;
 pub mod cli;
@@ -10,3 +11,5 @@ pub mod preflight;
 #[cfg(feature = "serve")]
 pub mod serve;
 pub mod telemetry;
+#[cfg(feature = "redfish")]
+pub mod witness;

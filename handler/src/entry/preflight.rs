@@ -257,7 +257,13 @@ pub async fn run(clients: &Clients, config: &Config, onprem: Option<&OnPrem>) ->
     }
     clouds::check(clients, config, nodes.as_deref(), &mut checks).await;
     #[cfg(feature = "redfish")]
-    bmcs::check(onprem, nodes.as_deref(), &mut checks).await;
+    bmcs::check(
+        onprem,
+        nodes.as_deref(),
+        config.policy.active_fencing.is_some(),
+        &mut checks,
+    )
+    .await;
     Preflight::new(checks)
 }
 

@@ -13,6 +13,10 @@
 //! Who is calling is settled from the headers before any of the body is
 //! read, and a body is read no further than its route's bound: a caller
 //! without a token costs its headers, whatever it sends after them.
+//!
+//! On-premises, `METRICS_PORT` adds Prometheus' `/metrics` on a port of its
+//! own, and a sweep of its own (`SWEEP_INTERVAL_SECONDS`) comes with the
+//! witness round of every Node's BMC on the same schedule.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -32,6 +36,7 @@ use crate::core::inbound::suspect::Batch;
 use crate::core::inbound::trigger::{
     self, Auth, Body, InputError, RouteGroup, Trigger, direct, webhook,
 };
+use crate::core::outbound::prometheus::{self, SweepResult};
 use crate::core::settings::config::{Config, LogFormat, ServeRoutes};
 use crate::entry::app::{App, Call, HandlerError};
 use crate::entry::telemetry;
@@ -78,6 +83,7 @@ pub async fn serve(port: u16) -> Result<(), String> {
     };
     let reporter = std::env::var("K_SERVICE").unwrap_or_else(|_| "node-fencer".into());
     let sweep_interval = config.sweep_interval;
+    let metrics_port = config.metrics_port;
     let clients = Clients::new(sdk_config().await, &config);
     clients.prewarm().await;
     let paths: Vec<&str> = trigger::SOURCES
@@ -86,10 +92,13 @@ pub async fn serve(port: u16) -> Result<(), String> {
         .filter(|r| routes.serves(r.group))
         .map(|r| r.path)
         .collect();
-    let app = App::new(clients, config, reporter)
+    let mut app = App::new(clients, config, reporter)
         .with_log_metrics()
         .with_onprem()
         .map_err(|e| format!("configuration: {e}"))?;
+    if metrics_port.is_some() {
+        app = app.with_prometheus();
+    }
     let server = Rc::new(Server { app, push, routes });
     let addr = SocketAddr::from(([0, 0, 0, 0], port));
     let listener = TcpListener::bind(addr)
@@ -100,14 +109,84 @@ pub async fn serve(port: u16) -> Result<(), String> {
     // Send: connections run as local tasks on this one thread, which is
     // all a Cloud Run instance with its few requests at a time needs.
     let local = tokio::task::LocalSet::new();
+    if let Some(port) = metrics_port {
+        let addr = SocketAddr::from(([0, 0, 0, 0], port));
+        let metrics = TcpListener::bind(addr)
+            .await
+            .map_err(|e| format!("METRICS_PORT: cannot listen on {addr}: {e}"))?;
+        info!(%addr, "serving Prometheus' /metrics");
+        local.spawn_local(accept(metrics, server.clone(), Listener::Metrics));
+    }
     if let Some(every) = sweep_interval {
         info!(
             every_seconds = every.as_secs(),
             "sweeping on a schedule of its own"
         );
         local.spawn_local(sweep_every(server.clone(), every));
+        #[cfg(feature = "redfish")]
+        local.spawn_local(witness_every(server.clone(), every));
     }
-    local.run_until(accept(listener, server)).await
+    local
+        .run_until(accept(listener, server, Listener::Triggers))
+        .await
+}
+
+/// What a listener answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Listener {
+    /// The triggers' routes and `/healthz`.
+    Triggers,
+    /// `/metrics` alone, on a port of its own: Prometheus' scrape never
+    /// shares the webhook's port, which may face the internet.
+    Metrics,
+}
+
+/// The witness of every Node's machine, looked at every `every`, the first
+/// right away, beside the sweeps and never holding one up: a round over
+/// many BMCs takes its time, and a fencing must not wait for it.
+#[cfg(feature = "redfish")]
+async fn witness_every(server: Rc<Server>, every: std::time::Duration) {
+    let mut ticks = tokio::time::interval(every);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut known = crate::core::rules::witness::Known::new();
+    loop {
+        ticks.tick().await;
+        let correlation_id = uuid::Uuid::new_v4().to_string();
+        let span = info_span!("witness", correlation_id = %correlation_id);
+        let round = server
+            .app
+            .witness_round(&known, &correlation_id)
+            .instrument(span)
+            .await;
+        match round {
+            None => return,
+            Some(Ok(round)) => {
+                let failing = round.iter().filter(|w| w.verdict.is_err()).count();
+                info!(
+                    correlation_id,
+                    machines = round.len(),
+                    failing,
+                    "witness round done"
+                );
+                if let Some(registry) = server.app.prometheus()
+                    && let Ok(mut registry) = registry.lock()
+                {
+                    registry.record_witnesses(&round, unix_now());
+                }
+                known = crate::core::rules::witness::known_after(&round);
+            }
+            Some(Err(e)) => {
+                warn!(correlation_id, error = %e, "the witness round failed; the next one retries")
+            }
+        }
+    }
+}
+
+/// The Unix time, in seconds.
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
 }
 
 /// Runs the sweep every `every`, the first right away: off-cluster, where
@@ -122,20 +201,34 @@ async fn sweep_every(server: Rc<Server>, every: std::time::Duration) {
         let correlation_id = uuid::Uuid::new_v4().to_string();
         let span = info_span!("sweep", correlation_id = %correlation_id);
         let call = Call::new(&correlation_id);
-        match server.app.run(direct::sweep(), call).instrument(span).await {
+        let result = match server.app.run(direct::sweep(), call).instrument(span).await {
             Ok(report) if report.incomplete() => {
-                warn!(correlation_id, report = %to_value(&report), "the sweep left work undone; the next one retries")
+                warn!(correlation_id, report = %to_value(&report), "the sweep left work undone; the next one retries");
+                SweepResult::Incomplete
             }
-            Ok(report) => info!(correlation_id, report = %to_value(&report), "sweep done"),
+            Ok(report) => {
+                info!(correlation_id, report = %to_value(&report), "sweep done");
+                SweepResult::Done
+            }
             Err(e) => {
-                error!(correlation_id, kind = e.kind(), error = %e, "the sweep failed; the next one retries")
+                error!(correlation_id, kind = e.kind(), error = %e, "the sweep failed; the next one retries");
+                SweepResult::Failed
             }
+        };
+        if let Some(registry) = server.app.prometheus()
+            && let Ok(mut registry) = registry.lock()
+        {
+            registry.record_sweep(result, unix_now());
         }
     }
 }
 
 /// Takes connections until the process is stopped.
-async fn accept(listener: TcpListener, server: Rc<Server>) -> Result<(), String> {
+async fn accept(
+    listener: TcpListener,
+    server: Rc<Server>,
+    answers: Listener,
+) -> Result<(), String> {
     loop {
         let (stream, _) = match listener.accept().await {
             Ok(accepted) => accepted,
@@ -148,7 +241,12 @@ async fn accept(listener: TcpListener, server: Rc<Server>) -> Result<(), String>
         tokio::task::spawn_local(async move {
             let service = service_fn(move |req| {
                 let server = server.clone();
-                async move { Ok::<_, Infallible>(server.answer(req).await) }
+                async move {
+                    Ok::<_, Infallible>(match answers {
+                        Listener::Triggers => server.answer(req).await,
+                        Listener::Metrics => server.metrics(&req),
+                    })
+                }
             });
             if let Err(e) = http1::Builder::new()
                 .serve_connection(TokioIo::new(stream), service)
@@ -161,6 +259,34 @@ async fn accept(listener: TcpListener, server: Rc<Server>) -> Result<(), String>
 }
 
 impl Server {
+    /// `GET /metrics`: the exposition of every run, sweep and witness
+    /// round of this process.
+    fn metrics<B>(&self, req: &Request<B>) -> Response<Full<Bytes>> {
+        if req.uri().path() != "/metrics" {
+            return reply(
+                StatusCode::NOT_FOUND,
+                &json!({"error": "only /metrics here"}),
+            );
+        }
+        if req.method() != Method::GET {
+            return reply(
+                StatusCode::METHOD_NOT_ALLOWED,
+                &json!({"error": "only GET is accepted"}),
+            );
+        }
+        let text = self
+            .app
+            .prometheus()
+            .and_then(|r| r.lock().ok().map(|r| r.render()))
+            .unwrap_or_default();
+        let mut response = Response::new(Full::new(Bytes::from(text)));
+        response.headers_mut().insert(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static(prometheus::CONTENT_TYPE),
+        );
+        response
+    }
+
     async fn answer(&self, req: Request<Incoming>) -> Response<Full<Bytes>> {
         let correlation_id = uuid::Uuid::new_v4().to_string();
         let span =

@@ -21,6 +21,7 @@ mod redfish;
 mod runtime;
 mod scale;
 mod scenario;
+mod witness;
 
 use node_fencer::core::inbound::suspect::{Batch, Intent, NodeRef, Origin, Suspect};
 use node_fencer::core::model::instance::InstanceId;

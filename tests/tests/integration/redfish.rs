@@ -26,7 +26,11 @@ const OUT_OF_SERVICE: &str = "node.kubernetes.io/out-of-service:NoExecute";
 
 /// A NotReady Node (silent since long ago) whose kubelet read `uuid`, with
 /// no provider id, labelled with `machine` for the inventory's label.
-async fn bmc_node(s: &Stack, machine: &str, uuid: &str) -> anyhow::Result<(String, NodeCleanup)> {
+pub(crate) async fn bmc_node(
+    s: &Stack,
+    machine: &str,
+    uuid: &str,
+) -> anyhow::Result<(String, NodeCleanup)> {
     let admin = s.admin().await?;
     let mut spec = NodeSpec::for_machine(&node_fencer_tests::fixtures::Machine::of_system(machine));
     spec.provider_id = None;
@@ -52,7 +56,7 @@ async fn bmc_node(s: &Stack, machine: &str, uuid: &str) -> anyhow::Result<(Strin
 }
 
 /// Where a test's BMC keeps its state.
-fn bmc_dir(s: &Stack) -> PathBuf {
+pub(crate) fn bmc_dir(s: &Stack) -> PathBuf {
     s.dir.join(unique("bmc"))
 }
 
@@ -104,7 +108,7 @@ fn cli_with(
     Ok((out.status.code().unwrap_or(-1), report))
 }
 
-async fn is_tainted(s: &Stack, node: &str) -> anyhow::Result<bool> {
+pub(crate) async fn is_tainted(s: &Stack, node: &str) -> anyhow::Result<bool> {
     Ok(taints(&get_node(&s.admin().await?, node).await?).contains(&OUT_OF_SERVICE.to_owned()))
 }
 
@@ -450,27 +454,7 @@ async fn serve_sweeps_on_its_own_schedule() -> anyhow::Result<()> {
     let off = SystemSpec::new("rack3-off", false);
     let bmc = Bmc::start(&bmc_dir(s), std::slice::from_ref(&off), false).await?;
     let (node, _c) = bmc_node(s, &off.name, &off.uuid).await?;
-    let inventory = bmc.dir.join("inventory.json");
-    Inventory::default()
-        .machine(&bmc, &off.name, &bmc.url, None)?
-        .write(&inventory)?;
-    let credentials = bmc.credentials_dir(None)?;
-    let serve = Serve::start(
-        env!("CARGO_BIN_EXE_node-fencer-full"),
-        s,
-        bmc.dir.join("serve.log"),
-        &[
-            ("REDFISH_INVENTORY", path(&inventory)?),
-            ("REDFISH_CREDENTIALS_DIR", path(&credentials)?),
-            ("SWEEP_INTERVAL_SECONDS", "30"),
-            ("RECOVERY_SETTLE_SECONDS", "0"),
-            // The bare stack is shared: this sweep fences this test's Node
-            // alone, and asks no EC2 about the other tests' machines.
-            ("NODE_SELECTOR", &format!("{NODE_LABEL}={}", off.name)),
-            ("AWS_ENDPOINT_URL", "http://127.0.0.1:9"),
-        ],
-    )
-    .await?;
+    let serve = sweeping_serve(s, &bmc, &off.name, &[("RECOVERY_SETTLE_SECONDS", "0")]).await?;
     let fenced = wait_until(
         "the first sweep to fence",
         Duration::from_secs(30),
@@ -499,7 +483,40 @@ async fn serve_sweeps_on_its_own_schedule() -> anyhow::Result<()> {
     Ok(())
 }
 
-fn path(p: &std::path::Path) -> anyhow::Result<&str> {
+/// `serve` sweeping every 30 s on its own, with an inventory of `bmc`'s
+/// System `machine` (backing the Node labelled for it) and `env` beside.
+pub(crate) async fn sweeping_serve(
+    s: &Stack,
+    bmc: &Bmc,
+    machine: &str,
+    env: &[(&str, &str)],
+) -> anyhow::Result<Serve> {
+    let inventory = bmc.dir.join("inventory.json");
+    Inventory::default()
+        .machine(bmc, machine, &bmc.url, None)?
+        .write(&inventory)?;
+    let credentials = bmc.credentials_dir(None)?;
+    let selector = format!("{NODE_LABEL}={machine}");
+    let mut all = vec![
+        ("REDFISH_INVENTORY", path(&inventory)?),
+        ("REDFISH_CREDENTIALS_DIR", path(&credentials)?),
+        ("SWEEP_INTERVAL_SECONDS", "30"),
+        // The bare stack is shared: this sweep looks at this test's Node
+        // alone, and asks no EC2 about the other tests' machines.
+        ("NODE_SELECTOR", selector.as_str()),
+        ("AWS_ENDPOINT_URL", "http://127.0.0.1:9"),
+    ];
+    all.extend_from_slice(env);
+    Serve::start(
+        env!("CARGO_BIN_EXE_node-fencer-full"),
+        s,
+        bmc.dir.join("serve.log"),
+        &all,
+    )
+    .await
+}
+
+pub(crate) fn path(p: &std::path::Path) -> anyhow::Result<&str> {
     p.to_str()
         .ok_or_else(|| anyhow::anyhow!("{} is not UTF-8", p.display()))
 }

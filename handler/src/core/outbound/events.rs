@@ -8,6 +8,7 @@ use crate::core::rules::decide::Skip;
 use crate::core::rules::power::Refusal;
 use crate::core::rules::recovery::Hold;
 use crate::core::rules::silence;
+use crate::core::rules::witness::Failing;
 
 /// Why an Event is recorded (its `reason`, CamelCase as Kubernetes spells them).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -56,6 +57,11 @@ pub enum Reason {
     /// should look, since the taint frees the volumes of a machine that may
     /// still write.
     OthersTaintOnLiveMachine,
+    /// The witness of the Node's machine (its BMC) could not serve a
+    /// fencing now: a person should mend it before the Node dies.
+    WitnessFailing,
+    /// The witness of the Node's machine serves again.
+    WitnessRestored,
 }
 
 impl Reason {
@@ -80,6 +86,8 @@ impl Reason {
             Self::MarkedNotReady => "MarkedNotReady",
             Self::KubeletHeardAfterStop => "KubeletHeardAfterStop",
             Self::OthersTaintOnLiveMachine => "OutOfServiceTaintOnLiveMachine",
+            Self::WitnessFailing => "WitnessFailing",
+            Self::WitnessRestored => "WitnessRestored",
         }
     }
 
@@ -102,12 +110,13 @@ impl Reason {
             | Self::RecoveryConfirmed
             | Self::OutOfServiceTaintRemoved
             | Self::FencingEnded => "Recover",
+            Self::WitnessFailing | Self::WitnessRestored => "Witness",
         }
     }
 
-    /// True for a `Warning` Event, false for `Normal`: only a refusal, or
-    /// a contradiction between the cloud and the kubelet, asks a person to
-    /// look.
+    /// True for a `Warning` Event, false for `Normal`: only a refusal, a
+    /// contradiction between the cloud and the kubelet, or a witness that
+    /// could not serve, asks a person to look.
     pub fn warning(self) -> bool {
         matches!(
             self,
@@ -116,6 +125,7 @@ impl Reason {
                 | Self::KubeletHeardAfterStop
                 | Self::UnidentifiedMachine
                 | Self::OthersTaintOnLiveMachine
+                | Self::WitnessFailing
         )
     }
 }
@@ -230,6 +240,27 @@ impl NodeEvent {
                 values::rfc3339(stopped_at),
                 values::rfc3339(renewed_at),
             ),
+        )
+    }
+
+    /// The witness of `machine` could not serve a fencing now.
+    pub fn witness_failing(machine: &str, failing: &Failing) -> Self {
+        Self::new(
+            Reason::WitnessFailing,
+            format!(
+                "node-fencer could not fence this Node if it died now: the witness of {machine} fails ({}): {}; {}",
+                failing.reason.code(),
+                failing.detail,
+                failing.reason.fix()
+            ),
+        )
+    }
+
+    /// The witness of `machine` serves again.
+    pub fn witness_restored(machine: &str) -> Self {
+        Self::new(
+            Reason::WitnessRestored,
+            format!("the witness of {machine} answers for this Node's machine again"),
         )
     }
 
@@ -424,6 +455,8 @@ mod tests {
             Reason::OthersTaintOnLiveMachine,
             Reason::MachineFoundOff,
             Reason::UnidentifiedMachine,
+            Reason::WitnessFailing,
+            Reason::WitnessRestored,
         ];
         let warnings: Vec<_> = all.iter().filter(|r| r.warning()).collect();
         assert_eq!(
@@ -433,12 +466,13 @@ mod tests {
                 &Reason::PowerOffRefused,
                 &Reason::KubeletHeardAfterStop,
                 &Reason::OthersTaintOnLiveMachine,
-                &Reason::UnidentifiedMachine
+                &Reason::UnidentifiedMachine,
+                &Reason::WitnessFailing
             ]
         );
         for r in all {
             assert!(
-                ["Fence", "Detach", "Recover", "PowerOff"].contains(&r.action()),
+                ["Fence", "Detach", "Recover", "PowerOff", "Witness"].contains(&r.action()),
                 "{r:?}"
             );
             assert!(r.as_str().chars().all(|c| c.is_ascii_alphabetic()), "{r:?}");

@@ -3,7 +3,8 @@
 //! another writer tainted, the cap, active fencing's power-off, the fencing
 //! mode, the plan per node, the disks to free (and, in legacy mode, the
 //! volumes to release from a dead Node's `volumesInUse`), recovery, the Lease and the
-//! kill switch, and when to retry.
+//! kill switch, when to retry, and whether each Node's witness could serve a
+//! fencing now.
 
 pub mod cap;
 pub mod compat;
@@ -23,3 +24,4 @@ pub mod retry;
 pub mod silence;
 pub mod view;
 pub mod volumes;
+pub mod witness;

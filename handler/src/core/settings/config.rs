@@ -108,6 +108,8 @@ pub struct Config {
     /// How often `serve` runs the sweep itself; `None`: never (a scheduler
     /// calls `/sweep`).
     pub sweep_interval: Option<Duration>,
+    /// The port `serve` answers Prometheus' `/metrics` on; `None`: none.
+    pub metrics_port: Option<u16>,
 }
 
 impl Config {
@@ -173,6 +175,7 @@ impl Config {
             notify,
             redfish: redfish::files(&get)?,
             sweep_interval: sweep_interval(&get)?,
+            metrics_port: metrics_port(&get)?,
         })
     }
 }
@@ -258,6 +261,22 @@ fn sweep_interval(get: &impl Fn(&str) -> Option<String>) -> Result<Option<Durati
         "an integer from 30 to 3600",
     )?;
     Ok(Some(Duration::from_secs(seconds as u64)))
+}
+
+/// `METRICS_PORT`: unset, `serve` exposes no metrics.
+fn metrics_port(get: &impl Fn(&str) -> Option<String>) -> Result<Option<u16>, ConfigError> {
+    if get("METRICS_PORT").is_none() {
+        return Ok(None);
+    }
+    let port = int(
+        get,
+        "METRICS_PORT",
+        9090,
+        1,
+        usize::from(u16::MAX),
+        "a port number from 1 to 65535",
+    )?;
+    Ok(u16::try_from(port).ok())
 }
 
 /// `NODE_SELECTOR`: every Node when unset.

@@ -131,7 +131,8 @@ pub const MANIFEST_PATH: &str = "infra/manifest.json";
 /// as one JSON document (`node-fencer manifest`): the AWS actions and
 /// Google permissions (those of active fencing and of the notifications
 /// apart), the Kubernetes rules cluster-wide and in the control namespace, every
-/// environment variable with what it accepts, and the Lease wait.
+/// environment variable with what it accepts, the metrics (CloudWatch's and
+/// Prometheus'), and the Lease wait.
 pub fn manifest() -> serde_json::Value {
     let rules = |rules: &[(&str, &str, &[&str])]| -> Vec<serde_json::Value> {
         rules
@@ -157,6 +158,7 @@ pub fn manifest() -> serde_json::Value {
         "node_lease_rules": rules(NODE_LEASE_RULES),
         "variables": variables,
         "metrics": metrics(),
+        "prometheus_metrics": prometheus_metrics(),
         "lease_wait_seconds": crate::core::rules::control::LEASE_WAIT.as_secs(),
     })
 }
@@ -174,6 +176,18 @@ fn metrics() -> serde_json::Value {
         })
         .collect();
     serde_json::json!({"namespace": NAMESPACE, "metrics": metrics})
+}
+
+/// The families `serve`'s `/metrics` exposes (on-premises): each name,
+/// type and label set, against which infra/onprem's rules and dashboard
+/// are checked.
+fn prometheus_metrics() -> Vec<serde_json::Value> {
+    crate::core::outbound::prometheus::FAMILIES
+        .iter()
+        .map(|(name, kind, labels, _)| {
+            serde_json::json!({"name": name, "type": kind, "labels": labels})
+        })
+        .collect()
 }
 
 #[cfg(test)]

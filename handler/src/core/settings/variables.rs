@@ -159,6 +159,10 @@ pub(crate) const VARIABLES: &[(&str, &str)] = &[
         "integer 30..=3600 (`serve`; default unset: only when /sweep is called): run the sweep every so many seconds, off-cluster where no scheduler calls it",
     ),
     (
+        "METRICS_PORT",
+        "port 1..=65535 (`serve`; default unset: no metrics): answer Prometheus' GET /metrics on this port, apart from the triggers' (on-premises; the counts, latencies, sweeps and each Node's witness, docs/witness.md)",
+    ),
+    (
         "WEBHOOK_TOKEN_SECRET_ID",
         "Secrets Manager secret holding the Alertmanager bearer token",
     ),

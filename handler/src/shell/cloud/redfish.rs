@@ -161,6 +161,39 @@ impl Redfish {
         }
     }
 
+    /// Each machine of `ids` read as a fencing reads it, its UUID held
+    /// unique as in a fencing, with whether a forced power-off could be
+    /// posted to it (`Err` with why not): the witness of its Node. At most
+    /// [`CENSUS_PARALLEL`] BMCs are asked at once, so that a large
+    /// inventory is not probed all at the same moment.
+    pub async fn witness_each(&self, ids: &[InstanceId]) -> Vec<(InstanceId, WitnessLook)> {
+        let looks = ids.iter().map(|id| async move {
+            let call = CloudCall::DescribeMachines;
+            let look = self.system(id, &call).await.map(|(_, system, path)| {
+                let force_off = system.force_off_target(&path).map(drop);
+                (system.facts, force_off)
+            });
+            (id.clone(), look)
+        });
+        let mut looked: Vec<(InstanceId, WitnessLook)> = futures::stream::iter(looks)
+            .buffer_unordered(CENSUS_PARALLEL)
+            .collect()
+            .await;
+        let mut found: Vec<InstanceFacts> = looked
+            .iter()
+            .filter_map(|(_, look)| look.as_ref().ok().map(|(facts, _)| facts.clone()))
+            .collect();
+        self.hold_unique(&mut found).await;
+        for (_, look) in &mut looked {
+            if let Ok((facts, _)) = look
+                && let Some(held) = found.iter().find(|f| f.id == facts.id)
+            {
+                facts.identity.system_uuid = held.identity.system_uuid;
+            }
+        }
+        looked
+    }
+
     /// The machine's BMC, its client and its credentials.
     fn reach(&self, id: &InstanceId, call: &CloudCall) -> Result<Reach<'_>, CloudError> {
         let fail = |message: String| CloudError::new(Provider::Redfish, call.clone(), message);
@@ -218,6 +251,10 @@ impl Redfish {
     }
 }
 
+/// What a witness round saw of one machine: its facts and whether a
+/// forced power-off could be posted, or why it could not be read.
+pub type WitnessLook = Result<(InstanceFacts, Result<(), String>), CloudError>;
+
 /// What one machine's calls go through.
 struct Reach<'a> {
     bmc: &'a Bmc,
@@ -268,14 +305,22 @@ impl Reach<'_> {
                 .header(http::header::CONTENT_TYPE, "application/json")
                 .body(body.to_string());
         }
-        let response = request.send().await.map_err(|e| Failure {
-            code: Some(if e.is_timeout() {
-                "Timeout"
-            } else {
-                "Unreachable"
-            }),
-            message: format!("{what}: {}", error_chain(&e)),
-            transient: true,
+        let response = request.send().await.map_err(|e| {
+            let chain = error_chain(&e);
+            // A certificate the CA bundle does not trust stays untrusted on
+            // a second try: told apart, and not retried.
+            let tls = !e.is_timeout() && chain.contains("certificate");
+            Failure {
+                code: Some(if e.is_timeout() {
+                    "Timeout"
+                } else if tls {
+                    "TlsRejected"
+                } else {
+                    "Unreachable"
+                }),
+                message: format!("{what}: {chain}"),
+                transient: !tls,
+            }
         })?;
         let status = response.status();
         let text = response.text().await.map_err(|e| Failure {
