@@ -44,33 +44,34 @@ unit: ## the pure core's unit and property tests (no stack needed)
 #    Rust test build and the Lambda build the emulators run ([cargo] lines): on
 #    a cold machine each leaves a core idle for long stretches (rustc on the AWS
 #    SDK's largest crates, the Go linker).
-# 2. The integration tests, whose controllers keep time. The rest of the tools
-#    build beside them at the lowest CPU priority ([checks] lines): the old
-#    control planes (`setup.sh --only-old-planes`), the tools of the checks
-#    (`setup.sh --only-checks`) and the fuzz targets. That build starts as soon
-#    as the first set-up ends, while the Rust build may still run: a niced
-#    build takes only what rustc and the tests leave idle. The legacy and 1.15
-#    tests wait for their control plane, and the witness test for promtool,
-#    while it runs (NODE_FENCER_LATE_BUILD_PID names it; tests/src/late_build.rs).
+# 2. The integration tests, whose controllers keep time, with the old control
+#    planes (`setup.sh --only-old-planes`), the tools of the checks after them
+#    (`setup.sh --only-checks`) and the fuzz targets building beside them at the
+#    lowest CPU priority ([checks] lines): the tests mostly wait on timers and
+#    leave the cores idle, and a niced build takes only that. The legacy and
+#    1.15 tests wait for their control plane, and the witness test for
+#    promtool, while that build runs (NODE_FENCER_LATE_BUILD_PID names it;
+#    tests/src/late_build.rs). It starts only once the Rust build is done:
+#    started beside it, niced, it still slowed the Rust test build from
+#    8 m 35 s to 14 m 15 s on 2 cores, ending phase 1 at 38 m 29 s.
 # 3. The fuzz run (one libFuzzer process at a time) beside the infra and GCE
 #    checks (mostly one core each), and the Redfish checks beside both: they
 #    mostly wait for the emulator's power changes (1 to 11 s each).
 # Each runs in a subshell with pipefail, so that its own failure, not its
-# prefixing `sed`'s, is what `wait` reports; a failure stops the builds beside it.
-LATE_BUILD := nice -n 19 bash tests/stack/setup.sh --only-old-planes \
-	&& nice -n 19 bash tests/stack/setup.sh --only-checks && nice -n 19 bash handler/fuzz/run.sh --build
+# prefixing `sed`'s, is what `wait` reports; a failed phase stops the builds
+# beside it.
 test: ## everything CI runs: lint, unit, integration against the real stack, infra, GCE and Redfish checks, a short fuzz run
-	@echo "==> make test: the stack's tools ([setup] lines) build beside the lint and the Rust builds ([cargo] lines), then the rest ([checks] lines) beside the Rust build and the integration tests; cached, so only the first run is long"
+	@echo "==> make test: the stack's tools ([setup] lines) build beside the lint and the Rust builds ([cargo] lines); cached, so only the first run is long"
 	( set -o pipefail; bash tests/stack/setup.sh --skip-checks --skip-old-planes 2>&1 | sed -u 's/^/[setup] /' ) & setup=$$!; \
 	( set -o pipefail; { $(MAKE) --no-print-directory lint && cargo test --workspace --locked --no-run \
-	  && cargo build --locked -p node-fencer --bin node-fencer; } 2>&1 | sed -u 's/^/[cargo] /' ) & rust=$$!; \
-	wait $$setup || { wait $$rust || true; exit 1; }; \
-	setsid -w bash -c 'set -o pipefail; { $(LATE_BUILD); } 2>&1 | sed -u "s/^/[checks] /"' & late=$$!; \
-	wait $$rust || { kill -- -$$late 2>/dev/null || true; exit 1; }; \
-	echo "==> the integration tests; the rest of the tools ([checks] lines) build beside them at the lowest CPU priority"; \
-	$(TOOLS) && NODE_FENCER_LATE_BUILD_PID=$$late cargo test --workspace --locked \
-	  || { kill -- -$$late 2>/dev/null || true; exit 1; }; \
-	wait $$late
+	  && cargo build --locked -p node-fencer --bin node-fencer; } 2>&1 | sed -u 's/^/[cargo] /' ) \
+	  || { wait $$setup || true; exit 1; }; \
+	wait $$setup
+	@echo "==> the integration tests; the old control planes, the checks' tools and the fuzz targets ([checks] lines) build beside them at the lowest CPU priority"
+	setsid -w bash -c 'set -o pipefail; { nice -n 19 bash tests/stack/setup.sh --only-old-planes && nice -n 19 bash tests/stack/setup.sh --only-checks && nice -n 19 bash handler/fuzz/run.sh --build; } 2>&1 | sed -u "s/^/[checks] /"' & checks=$$!; \
+	$(TOOLS) && NODE_FENCER_LATE_BUILD_PID=$$checks cargo test --workspace --locked \
+	  || { kill -- -$$checks 2>/dev/null || true; exit 1; }; \
+	wait $$checks
 	( set -o pipefail; $(MAKE) --no-print-directory fuzz 2>&1 | sed -u 's/^/[fuzz] /' ) & fuzz=$$!; \
 	( set -o pipefail; $(MAKE) --no-print-directory redfish-test 2>&1 | sed -u 's/^/[redfish] /' ) & redfish=$$!; \
 	{ $(MAKE) --no-print-directory infra-test && $(MAKE) --no-print-directory gce-test; } \
