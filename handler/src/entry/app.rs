@@ -307,14 +307,15 @@ impl App {
             let now_secs = i64::try_from(now.as_secs()).unwrap_or(i64::MAX);
             self.tell(report, &meter, now_secs).await;
         }
+        // Read once, after the notifications counted their failures.
+        let (report, measured) = (result.as_ref().ok(), &meter.measured());
         if let Some(registry) = self.prometheus()
             && let Ok(mut registry) = registry.lock()
         {
-            registry.record_run(result.as_ref().ok(), &meter.measured());
+            registry.record_run(report, measured);
         }
         if let Some(format) = self.metrics {
             let now_ms = u64::try_from(now.as_millis()).unwrap_or(u64::MAX);
-            let (report, measured) = (result.as_ref().ok(), &meter.measured());
             let lines = match format {
                 MetricLines::Emf => {
                     metrics::emf_lines(&self.reporter, correlation_id, report, measured, now_ms)
