@@ -668,16 +668,12 @@ async fn gce_active_fencing_powers_off_a_hung_node_then_fences_it() -> anyhow::R
         sent.elapsed(),
         not_ready.elapsed()
     );
-    assert_node_events(
-        &admin,
-        &node2,
-        &[
-            "PoweredOff",
-            "OutOfServiceTaintApplied",
-            "VolumesForceDetached",
-        ],
-    )
-    .await?;
+    // No `VolumesForceDetached` is required, as on EC2: once the taint is
+    // on, the attach/detach controller and the PD CSI driver may free both
+    // disks before node-fencer's own detach reaches them, and the Event
+    // names only the detaches it sent. The disks' outcome above covers
+    // the end state either way.
+    assert_node_events(&admin, &node2, &["PoweredOff", "OutOfServiceTaintApplied"]).await?;
 
     let report = alert(emu, &node2)?;
     let r = only_result(&report, &node2);
