@@ -931,7 +931,7 @@ def test_the_metric_alarms_watch_metrics_the_code_emits():
     emitted = emitted_metrics()
     alarms = L.blocks(module(), "resource", "aws_cloudwatch_metric_alarm")
     own = {k: a for k, a in alarms.items() if L.value(a["namespace"]) == "NodeFencer"}
-    assert set(own) == {"cap_reached", "dependency_errors"}, sorted(own)
+    assert set(own) == {"cap_reached", "dependency_errors", "witness_failing"}, sorted(own)
     for key, alarm in own.items():
         metric = L.value(alarm["metric_name"])
         dimensions = L.value(alarm["dimensions"])
@@ -1191,6 +1191,7 @@ ALLOWED_NODE_LEASE_RULES = {
 }
 CONTROL_OBJECT = "node-fencer"
 CENSUS_OBJECT = "node-fencer-census"
+WITNESS_OBJECT = "node-fencer-witness"
 CONTROL_NAMESPACE = "kube-system"
 NODE_LEASE_NAMESPACE = "kube-node-lease"
 
@@ -1296,8 +1297,10 @@ def test_role_is_exactly_what_the_code_needs_in_the_control_namespace():
                 # RBAC authorizes create before the object, and so its name, exists.
                 assert names is None, f"create with resourceNames is never allowed by RBAC: {rule}"
             else:
-                # Leases: the fencing Lease and the sweep's census; the kill switch alone otherwise.
-                allowed = [CONTROL_OBJECT, CENSUS_OBJECT] if rule["resources"] == ["leases"] else [CONTROL_OBJECT]
+                # Leases: the fencing Lease, the sweep's census and the witness's record; the kill switch alone otherwise.
+                allowed = (
+                    [CONTROL_OBJECT, CENSUS_OBJECT, WITNESS_OBJECT] if rule["resources"] == ["leases"] else [CONTROL_OBJECT]
+                )
                 assert names == allowed, f"{verb} must be restricted to resourceNames {allowed!r}: {rule}"
         granted |= granted_by(rule)
     expected = code_control_rules()
@@ -1920,14 +1923,16 @@ def test_gcp_receiver_output_is_the_aws_template_at_the_alertmanager_route():
     }
 
 
-def test_gcp_alert_policies_watch_the_dead_letters_and_5xx():
+def test_gcp_alert_policies_watch_the_dead_letters_5xx_and_the_witness():
     policies = L.blocks(gcp_module(), "resource", "google_monitoring_alert_policy")
-    assert set(policies) == {"dead_letter", "errors"}
+    assert set(policies) == {"dead_letter", "errors", "witness"}
     # The parser keeps the HCL string's escapes.
     filters = {name: L.value(p["conditions"][0]["condition_threshold"][0]["filter"]).replace('\\"', '"') for name, p in policies.items()}
     assert 'metric.type = "pubsub.googleapis.com/subscription/num_undelivered_messages"' in filters["dead_letter"]
     assert "${google_pubsub_subscription.dead_letter.name}" in filters["dead_letter"]
     assert 'metric.labels.response_code_class = "5xx"' in filters["errors"]
+    # The witness's policy reads the log-based metric of WitnessFailures.
+    assert 'google_logging_metric.this["WitnessFailures"].name' in filters["witness"]
     for name, policy in policies.items():
         threshold = policy["conditions"][0]["condition_threshold"][0]
         assert L.value(threshold["comparison"]) == "COMPARISON_GT" and L.value(threshold["threshold_value"]) == 0, name

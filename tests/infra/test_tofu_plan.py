@@ -161,6 +161,7 @@ def expected_resources(case: dict[str, Any]) -> set[str]:
         'aws_cloudwatch_metric_alarm.cap_reached["main"]',
         'aws_cloudwatch_metric_alarm.dependency_errors["main-ec2"]',
         'aws_cloudwatch_metric_alarm.dependency_errors["main-kubernetes"]',
+        "aws_cloudwatch_metric_alarm.witness_failing",
         "aws_cloudwatch_dashboard.this",
         "aws_iam_role.this",
         "aws_iam_role_policy.this",

@@ -163,6 +163,7 @@ def expected_resources(case: dict[str, Any]) -> set[str]:
         "google_pubsub_subscription_iam_member.dead_letter_subscriber",
         "google_monitoring_alert_policy.dead_letter",
         "google_monitoring_alert_policy.errors",
+        "google_monitoring_alert_policy.witness",
         "google_monitoring_dashboard.this",
         *(f'google_logging_metric.this["{m["name"]}"]' for m in manifest()["metrics"]["metrics"]),
     }

@@ -579,6 +579,15 @@ pub async fn node_event_notes(
         .collect())
 }
 
+/// How many Events of `reason` the Node `node` carries.
+pub async fn count_node_events(admin: &Client, node: &str, reason: &str) -> anyhow::Result<usize> {
+    Ok(node_events(admin, node)
+        .await?
+        .iter()
+        .filter(|(r, _)| r == reason)
+        .count())
+}
+
 /// Asserts that the Node carries an Event of each of the `reasons`.
 pub async fn assert_node_events(
     admin: &Client,

@@ -295,8 +295,17 @@ impl App {
     /// Runs the pipeline over a parsed batch.
     pub async fn run(&self, batch: Batch, call: Call<'_>) -> Result<Report, HandlerError> {
         let correlation_id = call.id;
+        let sweep = batch.sweep;
         let meter = Meter::default();
-        let result = self.run_metered(batch, call, &meter).await;
+        let mut result = self.run_metered(batch, call, &meter).await;
+        // A sweep ends with the witness round over the clouds' machines,
+        // after its own work, so that it never delays a fencing; a plan or
+        // a dry run tells nothing and keeps nothing.
+        if sweep && let Ok(report) = &mut result {
+            let record = !(call.dry_run || report.dry_run);
+            let witness = self.cloud_witness(correlation_id, record, call.deadline);
+            report.witness = Some(witness.await);
+        }
         // One clock reading for the messages and the metrics of the run.
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)

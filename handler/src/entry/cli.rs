@@ -80,9 +80,12 @@ enum Command {
         fenced_at: Option<String>,
     },
     /// Look for NotReady nodes that no event named, fence those whose
-    /// instance EC2 reports off, re-check every node node-fencer fenced, and
+    /// instance EC2 reports off, re-check every node node-fencer fenced,
     /// count the nodes others put out of service for the events until the
-    /// next sweep (what the scheduled invocation does).
+    /// next sweep, then check that every node's machine could be fenced if
+    /// it died now (the witness: the cloud answers for it, the permissions
+    /// a fencing needs are granted), telling each change as an Event (what
+    /// the scheduled invocation does).
     Sweep,
     /// Check the set-up without changing anything: API server, fencing mode,
     /// every Kubernetes permission, every EC2 or Compute Engine permission

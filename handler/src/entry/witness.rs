@@ -1,21 +1,35 @@
-//! The witness round of `serve` on-premises: every Node in reach that the
-//! inventory places is looked at on its BMC as a fencing would look at it
-//! ([`Redfish::witness_each`]), and judged ([`witness::judge`]); each change
-//! is an Event on the Node, and the round's verdicts are `/metrics`' gauges.
+//! The witness rounds: every Node in reach is looked at on its machine's
+//! provider as a fencing would look at it, and judged ([`witness::judge`]);
+//! each change is an Event on the Node. On-premises, `serve` runs a round
+//! over the BMCs on its sweep's schedule, as a task of its own, and its
+//! verdicts are `/metrics`' gauges ([`App::witness_round`]). In the clouds,
+//! every sweep ends with a round over the EC2 instances and Compute Engine
+//! VMs ([`App::cloud_witness`]): its verdicts are in the sweep's report, and
+//! what it told is kept in a Lease of the control namespace, so that the
+//! next invocation, with no memory of this one, tells only what changed.
 //! Nothing else is written: no taint, no mark, no power-off.
+
+use std::collections::HashMap;
 
 use tracing::{info, warn};
 
 use crate::core::model::facts::NodeFacts;
 use crate::core::model::instance::{InstanceId, Provider};
 use crate::core::outbound::events::{NodeEvent, event_name};
-use crate::core::rules::identity;
+use crate::core::outbound::report::{WitnessChange, WitnessSummary};
 use crate::core::rules::reach::Reach;
-use crate::core::rules::witness::{self, Known, Look, Witnessed};
+use crate::core::rules::witness::{self, Witnessed};
 use crate::entry::app::App;
-use crate::shell::cloud::redfish::Redfish;
+use crate::shell::cloud::witness::{CloudLook, look_ec2};
 use crate::shell::cluster::{ClusterReads, FencingWrites, Kube};
+#[cfg(feature = "redfish")]
+use {
+    crate::core::rules::identity,
+    crate::core::rules::witness::{Known, Look},
+    crate::shell::cloud::redfish::Redfish,
+};
 
+#[cfg(feature = "redfish")]
 impl App {
     /// One round over every Node the inventory places and `NODE_SELECTOR`
     /// reaches; `known` is what the round before saw, against which the
@@ -59,6 +73,7 @@ impl App {
 /// machine, judged on what its BMC answers now ([`Redfish::witness_each`]);
 /// `active`: whether a forced power-off must be possible too. The round's
 /// verdicts, and preflight's.
+#[cfg(feature = "redfish")]
 pub(crate) async fn look_at(
     bmcs: &Redfish,
     nodes: &[NodeFacts],
@@ -97,6 +112,160 @@ pub(crate) async fn look_at(
             })
         })
         .collect()
+}
+
+/// How long before the invocation's deadline the witness round stops: the
+/// report must still be written and returned.
+const DEADLINE_MARGIN: std::time::Duration = std::time::Duration::from_secs(5);
+
+impl App {
+    /// The round over the clouds' machines that ends a sweep: what it
+    /// found, for the sweep's report. `record`: whether the changes are
+    /// told as Events and kept (not in a dry run). A round that cannot run
+    /// says why in its summary; it never fails the sweep.
+    /// `deadline`: the invocation's, which the round never outlasts.
+    pub(super) async fn cloud_witness(
+        &self,
+        correlation_id: &str,
+        record: bool,
+        deadline: Option<tokio::time::Instant>,
+    ) -> WitnessSummary {
+        let round = self.cloud_round(correlation_id, record);
+        let outcome = match deadline {
+            None => round.await,
+            Some(deadline) => match deadline
+                .checked_sub(DEADLINE_MARGIN)
+                .filter(|until| *until > tokio::time::Instant::now())
+            {
+                None => Err("not run: the sweep left too little of the invocation's time".into()),
+                Some(until) => tokio::time::timeout_at(until, round)
+                    .await
+                    .unwrap_or_else(|_| Err("cut short by the invocation's deadline".into())),
+            },
+        };
+        outcome.unwrap_or_else(|error| {
+            warn!(error = %error, "the witness round failed; the next sweep retries");
+            WitnessSummary {
+                error: Some(error),
+                ..WitnessSummary::default()
+            }
+        })
+    }
+
+    async fn cloud_round(
+        &self,
+        correlation_id: &str,
+        record: bool,
+    ) -> Result<WitnessSummary, String> {
+        let client = self.clients.kube().await.map_err(|e| e.to_string())?;
+        let cluster =
+            Kube::new(client, self.reporter.clone()).sharing_version(self.server_version.clone());
+        let nodes = cluster.list_nodes().await.map_err(|e| e.to_string())?;
+        let config = self.config();
+        let active = config.policy.active_fencing.is_some();
+        let round = self
+            .look_at_clouds(&nodes, &config.policy.reach, active)
+            .await;
+        if round.is_empty() {
+            return Ok(WitnessSummary::of(&round, Vec::new()));
+        }
+        let failing = round.iter().filter(|w| w.verdict.is_err()).count();
+        info!(machines = round.len(), failing, "witness round done");
+        if !record {
+            return Ok(WitnessSummary::of(&round, Vec::new()));
+        }
+        let namespace = &config.policy.control_namespace;
+        let kept = cluster.read_witness_record(namespace).await;
+        let known = match &kept {
+            Ok(text) => text
+                .as_deref()
+                .and_then(witness::known_from_record)
+                .unwrap_or_default(),
+            Err(e) => {
+                // Without what was told before, every failure would be told
+                // again at each sweep: this round tells nothing.
+                let mut summary = WitnessSummary::of(&round, Vec::new());
+                summary.error = Some(format!("the witness record could not be read: {e}"));
+                return Ok(summary);
+            }
+        };
+        let changes = witness::changes(&known, &round);
+        for change in &changes {
+            tell(&cluster, change, true, correlation_id).await;
+        }
+        let told = changes.into_iter().map(WitnessChange::of).collect();
+        let mut summary = WitnessSummary::of(&round, told);
+        // Written only when it changes: a fleet whose witnesses all serve
+        // never creates it.
+        let now = witness::record_text(&witness::known_after(&round));
+        let before = kept.ok().flatten().unwrap_or_else(|| "{}".into());
+        if before != now
+            && let Err(e) = cluster
+                .write_witness_record(namespace, &now, &self.reporter)
+                .await
+        {
+            summary.error = Some(format!("the witness record could not be written: {e}"));
+        }
+        Ok(summary)
+    }
+
+    /// Each of `nodes` that `reach` reaches and whose machine is an EC2
+    /// instance or a Compute Engine VM, judged on what its cloud answers.
+    async fn look_at_clouds(
+        &self,
+        nodes: &[NodeFacts],
+        reach: &Reach,
+        active: bool,
+    ) -> Vec<Witnessed> {
+        let placed: Vec<(&NodeFacts, InstanceId)> = nodes
+            .iter()
+            .filter(|n| reach.exemption(&n.labels).is_none())
+            .filter_map(|n| n.instance.clone().map(|id| (n, id)))
+            .filter(|(_, id)| id.provider() != Provider::Redfish)
+            .collect();
+        let of = |provider: Provider| -> Vec<InstanceId> {
+            placed
+                .iter()
+                .filter(|(_, id)| id.provider() == provider)
+                .map(|(_, id)| id.clone())
+                .collect()
+        };
+        let mut looks: HashMap<InstanceId, CloudLook> = HashMap::new();
+        let instances = of(Provider::Aws);
+        if !instances.is_empty() {
+            looks.extend(look_ec2(&self.clients.ec2, &instances, active).await);
+        }
+        #[cfg(feature = "google-cloud")]
+        {
+            let vms = of(Provider::Gce);
+            if !vms.is_empty() {
+                match self.clients.gce().await {
+                    Some(compute) => looks.extend(
+                        crate::shell::cloud::witness::look_gce(compute, &vms, active).await,
+                    ),
+                    None => looks.extend(vms.into_iter().map(|id| {
+                        let e = crate::shell::cloud::CloudError::new(
+                            Provider::Gce,
+                            crate::shell::cloud::CloudCall::DescribeMachines,
+                            "no Compute Engine client could be built (see the log)",
+                        );
+                        (id, CloudLook::Failed(e))
+                    })),
+                }
+            }
+        }
+        placed
+            .iter()
+            .filter_map(|(node, id)| {
+                let look = looks.get(id)?;
+                Some(Witnessed {
+                    node: node.name.clone(),
+                    machine: id.to_string(),
+                    verdict: witness::judge(node, &look.as_look()),
+                })
+            })
+            .collect()
+    }
 }
 
 /// The change of one Node's witness, as a log line and, when `record`,

@@ -153,6 +153,7 @@ impl<'p> Invocation<'p> {
             recoveries: self.recoveries,
             ignored: self.ignored,
             errors: self.switch.errors().to_vec(),
+            witness: None,
         }
     }
 }

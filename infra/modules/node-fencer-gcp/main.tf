@@ -771,6 +771,39 @@ resource "google_monitoring_alert_policy" "errors" {
   }
 }
 
+# A Node whose machine node-fencer could not fence if it died now (the witness
+# round that ends each sweep: a permission the service account lost, a VM the
+# project does not have), in the sweeps of 15 minutes running.
+resource "google_monitoring_alert_policy" "witness" {
+  project               = var.project_id
+  display_name          = "${var.name}: a Node it could not fence now"
+  combiner              = "OR"
+  notification_channels = var.notification_channels
+  user_labels           = var.labels
+
+  conditions {
+    display_name = "${var.name}'s witness fails for a Node"
+
+    condition_threshold {
+      filter          = "resource.type = \"cloud_run_revision\" AND metric.type = \"logging.googleapis.com/user/${google_logging_metric.this["WitnessFailures"].name}\""
+      comparison      = "COMPARISON_GT"
+      threshold_value = 0
+      duration        = "900s"
+
+      aggregations {
+        alignment_period     = "900s"
+        per_series_aligner   = "ALIGN_SUM"
+        cross_series_reducer = "REDUCE_SUM"
+      }
+    }
+  }
+
+  documentation {
+    mime_type = "text/markdown"
+    content   = "${var.name} could not fence some Node if it died now: the witness round of its sweeps fails for it. The WitnessFailing Events on those Nodes, and the sweep's report (witness.failing), say why and what mends it; node-fencer preflight checks the permissions."
+  }
+}
+
 ################################################################################
 # Log-based metrics and the dashboard
 ################################################################################
@@ -787,6 +820,7 @@ locals {
     Recoveries      = ["RecoveryOutcome", "Reason"]
     Errors          = ["Dependency"]
     VolumesDetached = []
+    WitnessFailures = []
     ConfirmLatency  = []
     TaintLatency    = []
     DetachLatency   = []
@@ -850,6 +884,7 @@ locals {
     { title = "Recoveries by outcome", metric = "Recoveries", by = "RecoveryOutcome", where = "" },
     { title = "Suspects by trigger", metric = "Suspects", by = "Trigger", where = "" },
     { title = "Volumes detached", metric = "VolumesDetached", by = "Function", where = "" },
+    { title = "Nodes it could not fence now (witness)", metric = "WitnessFailures", by = "Function", where = "" },
   ]
   latency_charts = [
     { title = "Time to taint and to detach (ms)", metrics = ["TaintLatency", "DetachLatency"] },

@@ -509,6 +509,28 @@ resource "aws_cloudwatch_metric_alarm" "dependency_errors" {
   tags                = var.tags
 }
 
+# A Node whose machine node-fencer could not fence if it died now (the
+# witness round that ends each sweep: a permission the role lost, an instance
+# the region does not have), in two 15-minute windows running: a person should
+# mend it before the node dies. Sweeps run on the main function.
+resource "aws_cloudwatch_metric_alarm" "witness_failing" {
+  alarm_name          = "${local.functions["main"].name}-witness-failing"
+  alarm_description   = "${local.functions["main"].name} could not fence some Node if it died now: the witness round of its sweeps fails for it. The WitnessFailing Events on those Nodes, and the sweep's report (witness.failing), say why and what mends it; node-fencer preflight checks the permissions."
+  namespace           = "NodeFencer"
+  metric_name         = "WitnessFailures"
+  dimensions          = { Function = local.functions["main"].name }
+  statistic           = "Maximum"
+  period              = 900
+  evaluation_periods  = 2
+  datapoints_to_alarm = 2
+  threshold           = 0
+  comparison_operator = "GreaterThanThreshold"
+  treat_missing_data  = "notBreaching"
+  alarm_actions       = local.alarm_actions
+  ok_actions          = local.alarm_actions
+  tags                = var.tags
+}
+
 locals {
   dependency_alarms = {
     for pair in setproduct(keys(local.functions), ["EC2", "Kubernetes"]) :

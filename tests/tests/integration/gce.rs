@@ -26,7 +26,7 @@ use node_fencer::core::model::kube_read::{ANNOTATION_VOLUMES, csi_unique_name};
 use node_fencer::core::rules::volumes::attachment_name;
 use node_fencer_tests::attacher::Driver;
 use node_fencer_tests::cluster::{cluster_serial, cluster_stack};
-use node_fencer_tests::fixtures::{assert_node_events, node_events};
+use node_fencer_tests::fixtures::{assert_node_events, count_node_events, node_events};
 use node_fencer_tests::gce::{Compute, PD_DRIVER, Vm, fake_compute};
 use node_fencer_tests::lambda::{Emulator, WEBHOOK_TOKEN, start_gce_emulator};
 use node_fencer_tests::scene::*;
@@ -526,6 +526,7 @@ async fn gce_a_running_suspended_or_recreated_vm_is_left_alone() -> anyhow::Resu
     let vm = vm_of(&seed);
 
     preflight_tests_the_permissions_on_a_ready_vm(emu, &compute, &seed).await?;
+    the_witness_tells_a_denied_permission_once(emu, &compute, &admin, &seed).await?;
 
     // Split brain: heartbeats stop, the VM runs (and writes).
     for (how, report) in [
@@ -761,6 +762,71 @@ async fn preflight_tests_the_permissions_on_a_ready_vm(
             .is_some_and(|f| f.contains("infra/modules/node-fencer-gcp")),
         "{row:#}"
     );
+    Ok(())
+}
+
+/// Issue 48: the witness round that ends a sweep, on Compute Engine. With
+/// `compute.instances.detachDisk` denied, every seed Node's witness fails
+/// (`forbidden`, with the permission and where to grant it in the sweep's
+/// report), told once as a `WitnessFailing` Warning on the Ready node 1
+/// however many sweeps see it; granted again, a `WitnessRestored`. Nothing
+/// is fenced.
+async fn the_witness_tells_a_denied_permission_once(
+    emu: &Emulator,
+    compute: &Compute,
+    admin: &kube::Client,
+    seed: &Seed,
+) -> anyhow::Result<()> {
+    let node1 = seed.workers[0].name.clone();
+    let sweep = || -> anyhow::Result<Value> {
+        let out = emu.invoke(&json!({"action": "sweep"}))?;
+        anyhow::ensure!(!out.error, "the sweep failed: {}", out.output);
+        Ok(serde_json::from_str(&out.output)?)
+    };
+    let reason_of = |report: &Value, node: &str| -> Option<String> {
+        report["witness"]["failing"]
+            .as_array()?
+            .iter()
+            .find(|f| f["node"] == json!(node))
+            .and_then(|f| f["reason"].as_str().map(str::to_owned))
+    };
+    let before = sweep()?;
+    assert_eq!(reason_of(&before, &node1), None, "{before:#}");
+
+    compute
+        .deny_permissions(&["compute.instances.detachDisk"])
+        .await?;
+    let denied: anyhow::Result<Vec<Value>> = (0..2).map(|_| sweep()).collect();
+    compute.deny_permissions(&[]).await?;
+    for (round, report) in denied?.iter().enumerate() {
+        for w in &seed.workers {
+            assert_eq!(
+                reason_of(report, &w.name).as_deref(),
+                Some("forbidden"),
+                "{}: {report:#}",
+                w.name
+            );
+        }
+        let failing = report["witness"]["failing"].to_string();
+        assert!(
+            failing.contains("compute.instances.detachDisk"),
+            "{failing}"
+        );
+        assert!(failing.contains("node-fencer-gcp"), "the fix: {failing}");
+        if round == 1 {
+            let told = report["witness"]["changes"].as_array().map_or(0, Vec::len);
+            assert_eq!(told, 0, "told once: {report:#}");
+        }
+    }
+    assert_eq!(count_node_events(admin, &node1, "WitnessFailing").await?, 1);
+
+    let after = sweep()?;
+    assert_eq!(reason_of(&after, &node1), None, "{after:#}");
+    assert_eq!(
+        count_node_events(admin, &node1, "WitnessRestored").await?,
+        1
+    );
+    assert!(!is_fenced(admin, &node1).await?);
     Ok(())
 }
 

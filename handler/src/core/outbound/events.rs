@@ -251,7 +251,7 @@ impl NodeEvent {
                 "node-fencer could not fence this Node if it died now: the witness of {machine} fails ({}): {}; {}",
                 failing.reason.code(),
                 failing.detail,
-                failing.reason.fix()
+                failing.fix
             ),
         )
     }

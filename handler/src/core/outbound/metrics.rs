@@ -31,6 +31,7 @@ pub const CATALOG: &[(&str, &str, &[&str])] = &[
     ("Recoveries", "Count", &["RecoveryOutcome", "Reason"]),
     ("Errors", "Count", &["Dependency"]),
     ("VolumesDetached", "Count", &[]),
+    ("WitnessFailures", "Count", &[]),
     ("ConfirmLatency", "Milliseconds", &[]),
     ("TaintLatency", "Milliseconds", &[]),
     ("DetachLatency", "Milliseconds", &[]),
@@ -237,6 +238,11 @@ pub(crate) fn counts(report: &Report) -> Vec<Count<'_>> {
     for ((outcome, reason), n) in tally(recoveries) {
         let dimensions = vec![("RecoveryOutcome", outcome), ("Reason", reason)];
         out.push(("Recoveries", dimensions, n));
+    }
+    // Zero too: a sweep whose witnesses all serve is what ends an alarm.
+    if let Some(witness) = &report.witness {
+        let failing = u64::try_from(witness.failing.len()).unwrap_or(u64::MAX);
+        out.push(("WitnessFailures", Vec::new(), failing));
     }
     out
 }
@@ -455,6 +461,7 @@ mod tests {
             errors: Vec::new(),
             origins: vec![Origin::Sweep],
         }];
+        r.witness = Some(crate::core::outbound::report::WitnessSummary::default());
         let lines = emf_lines("fn", "c", Some(&r), &meter.measured(), 0);
         let mut seen = std::collections::BTreeSet::new();
         for l in &lines {

@@ -9,7 +9,7 @@ use crate::core::inbound::suspect::Origin;
 use crate::core::model::instance::{InstanceId, InstanceState, Provider, VolumeId};
 use crate::core::model::values;
 use crate::core::outbound::report::{
-    NodeReport, Outcome, RecoveryOutcome, RecoveryReport, Report, VolumeOutcome,
+    NodeReport, Outcome, RecoveryOutcome, RecoveryReport, Report, VolumeOutcome, WitnessChange,
 };
 use crate::core::rules::decide::Skip;
 use crate::core::rules::power::{PowerOutcome, PowerReport, Refusal};
@@ -33,6 +33,9 @@ pub enum Kind {
     PowerOff,
     /// A fencing ended: the Node is back in service.
     Recovery,
+    /// The witness of a Node's machine started failing (node-fencer could
+    /// not fence the Node if it died now) or answers again.
+    Witness,
 }
 
 impl Kind {
@@ -43,6 +46,7 @@ impl Kind {
             Self::Refusal => "refusal",
             Self::PowerOff => "power_off",
             Self::Recovery => "recovery",
+            Self::Witness => "witness",
         }
     }
 }
@@ -170,6 +174,8 @@ impl Notice {
             (Kind::PowerOff, _) => "powered off",
             (Kind::Recovery, "failed") => "recovery failed",
             (Kind::Recovery, _) => "recovered",
+            (Kind::Witness, "restored") => "can be fenced again",
+            (Kind::Witness, _) => "could not be fenced now",
         };
         // SNS subjects stop at 100 characters.
         let subject = format!("node-fencer: {} {what}{planned}{cluster}", self.node);
@@ -228,19 +234,7 @@ pub fn notices(report: &Report, cluster: Option<&str>, now_secs: i64) -> Vec<Not
         let Some(outcome) = of_recovery(r) else {
             continue;
         };
-        let reason = Reason {
-            code: outcome.to_owned(),
-            text: r.reason.clone(),
-        };
-        let done = Done {
-            taint_removed: r.taint_removed,
-            ..Done::default()
-        };
-        let evidence = Evidence {
-            triggers: r.origins.clone(),
-            errors: r.errors.clone(),
-            ..Evidence::default()
-        };
+        let (reason, done, evidence) = recovery_told(r, outcome);
         let machine = machine(r.instance_id.as_ref(), r.instance_state.as_ref());
         out.push(message(
             Kind::Recovery,
@@ -252,7 +246,54 @@ pub fn notices(report: &Report, cluster: Option<&str>, now_secs: i64) -> Vec<Not
             evidence,
         ));
     }
+    // The witness's changes, each told once (the sweep's round keeps what
+    // it told): nothing was done, the sweep named the Node.
+    for change in report.witness.iter().flat_map(|w| &w.changes) {
+        let (reason, id, evidence) = of_witness(change);
+        let machine = machine(id.as_ref(), None);
+        let node = &change.node;
+        out.push(message(
+            Kind::Witness,
+            change.outcome,
+            reason,
+            node,
+            machine,
+            Done::default(),
+            evidence,
+        ));
+    }
     out
+}
+
+/// An ended recovery: why, what it changed, what it rested on.
+fn recovery_told(r: &RecoveryReport, outcome: &str) -> (Reason, Done, Evidence) {
+    let reason = Reason {
+        code: outcome.to_owned(),
+        text: r.reason.clone(),
+    };
+    let done = Done {
+        taint_removed: r.taint_removed,
+        ..Done::default()
+    };
+    let evidence = Evidence {
+        triggers: r.origins.clone(),
+        errors: r.errors.clone(),
+        ..Evidence::default()
+    };
+    (reason, done, evidence)
+}
+
+/// A witness's change: why, its machine, and the sweep that saw it.
+fn of_witness(change: &WitnessChange) -> (Reason, Option<InstanceId>, Evidence) {
+    let reason = Reason {
+        code: change.reason.to_owned(),
+        text: change.text.clone(),
+    };
+    let evidence = Evidence {
+        triggers: vec![Origin::Sweep],
+        ..Evidence::default()
+    };
+    (reason, InstanceId::parse(&change.machine), evidence)
 }
 
 fn machine(id: Option<&InstanceId>, state: Option<&InstanceState>) -> Option<Machine> {
@@ -588,6 +629,59 @@ mod tests {
         let mut report = Report::of("c", vec![NodeReport::of("n5", Outcome::Planned)]);
         report.kill_switch = true;
         assert!(notices(&report, None, 0)[0].dry_run);
+    }
+
+    #[test]
+    fn each_change_of_a_witness_is_told_with_what_mends_it() {
+        use crate::core::outbound::report::{WitnessChange, WitnessSummary};
+        use crate::core::rules::witness::{Failing, Reason as Class, Witnessed};
+        let vm = "gce://proj-fencer/europe-west1-b/gke-1";
+        let failing = Witnessed {
+            node: "gke-1".into(),
+            machine: vm.into(),
+            verdict: Err(Failing {
+                reason: Class::Forbidden,
+                detail: "compute.instances.detachDisk denied".into(),
+                fix: "grant the custom role",
+            }),
+        };
+        let restored = Witnessed {
+            node: "ip-10-0-0-1".into(),
+            machine: "i-0123456789abcdef0".into(),
+            verdict: Ok(()),
+        };
+        let mut report = Report::of("c", Vec::new());
+        report.witness = Some(WitnessSummary::of(
+            &[failing.clone(), restored.clone()],
+            vec![WitnessChange::of(&failing), WitnessChange::of(&restored)],
+        ));
+        let out = notices(&report, Some("prod"), 0);
+        assert_eq!(
+            told(&out),
+            [
+                (Kind::Witness, "failing", "forbidden"),
+                (Kind::Witness, "restored", "restored")
+            ]
+        );
+        let first = json_of(&out[0]);
+        assert_eq!(first["kind"], "witness");
+        assert_eq!(first["machine"], json!({"cloud": "gce", "id": vm}));
+        assert_eq!(
+            first["reason"]["text"],
+            "compute.instances.detachDisk denied; grant the custom role"
+        );
+        assert_eq!(first["done"]["taint_applied"], false);
+        assert_eq!(
+            out[0].subject(),
+            "node-fencer: gke-1 could not be fenced now in prod"
+        );
+        assert_eq!(
+            out[1].subject(),
+            "node-fencer: ip-10-0-0-1 can be fenced again in prod"
+        );
+        // A round whose witnesses changed not: nothing to tell.
+        report.witness = Some(WitnessSummary::of(&[failing], Vec::new()));
+        assert!(notices(&report, None, 0).is_empty());
     }
 
     #[test]

@@ -63,6 +63,12 @@ pub const FAMILIES: &[(&str, &str, &[&str], &str)] = &[
         "Volumes force-detached and let go.",
     ),
     (
+        "node_fencer_witness_failures_total",
+        "counter",
+        &[],
+        "Nodes whose machine a sweep's witness round found it could not fence, summed over the sweeps.",
+    ),
+    (
         "node_fencer_confirm_latency_seconds",
         "histogram",
         &[],
@@ -499,6 +505,7 @@ mod tests {
             verdict: Err(Failing {
                 reason: Reason::Unauthorized,
                 detail: "401".into(),
+                fix: "check the password",
             }),
         };
         let fine = Witnessed {

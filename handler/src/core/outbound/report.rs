@@ -229,6 +229,7 @@ impl Report {
             recoveries: Vec::new(),
             ignored: Vec::new(),
             errors: Vec::new(),
+            witness: None,
         }
     }
 }
@@ -336,6 +337,134 @@ pub struct Report {
     /// Failures that concern the whole invocation (e.g. an unreadable kill switch).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub errors: Vec<String>,
+    /// The witness round that ends a sweep: whether node-fencer could act
+    /// on each Node's machine if it died now. Never work left undone.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub witness: Option<WitnessSummary>,
+}
+
+/// What a witness round found (`core::rules::witness`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct WitnessSummary {
+    /// How many Nodes' machines were looked at.
+    pub machines: usize,
+    /// Those whose witness fails, with why and what mends it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub failing: Vec<WitnessFailure>,
+    /// The Nodes whose witness changed since the round before, each told
+    /// as an Event on the Node and a notice (none in a dry run, which
+    /// keeps nothing to tell changes against).
+    pub changes: Vec<WitnessChange>,
+    /// Why the round could not run to its end (its Events unsent).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// One Node whose witness fails.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct WitnessFailure {
+    /// The Node.
+    pub node: String,
+    /// Its machine.
+    pub machine: String,
+    /// The class (`core::rules::witness::Reason`'s code).
+    pub reason: &'static str,
+    /// What was seen.
+    pub detail: String,
+    /// What mends it.
+    pub fix: &'static str,
+}
+
+/// One Node whose witness changed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct WitnessChange {
+    /// The Node.
+    pub node: String,
+    /// Its machine.
+    pub machine: String,
+    /// `failing` or `restored`.
+    pub outcome: &'static str,
+    /// The failure's class, or `restored`.
+    pub reason: &'static str,
+    /// What was seen and what mends it, for a person.
+    pub text: String,
+}
+
+impl WitnessChange {
+    /// The change `w` is.
+    pub fn of(w: &crate::core::rules::witness::Witnessed) -> Self {
+        let (outcome, reason, text) = match &w.verdict {
+            Err(failing) => (
+                "failing",
+                failing.reason.code(),
+                format!("{}; {}", failing.detail, failing.fix),
+            ),
+            Ok(()) => (
+                "restored",
+                "restored",
+                format!(
+                    "the witness of {} answers for this Node's machine again",
+                    w.machine
+                ),
+            ),
+        };
+        Self {
+            node: w.node.clone(),
+            machine: w.machine.clone(),
+            outcome,
+            reason,
+            text,
+        }
+    }
+}
+
+impl WitnessSummary {
+    /// The lines of the command line's report.
+    fn to_text(&self) -> String {
+        let mut out = format!(
+            "witness: {} machine(s), {} failing, {} change(s)\n",
+            self.machines,
+            self.failing.len(),
+            self.changes.len()
+        );
+        for f in &self.failing {
+            let _ = writeln!(
+                out,
+                "  {} ({}): {}: {}; {}",
+                f.node, f.machine, f.reason, f.detail, f.fix
+            );
+        }
+        if let Some(e) = &self.error {
+            let _ = writeln!(out, "  witness error: {e}");
+        }
+        out
+    }
+
+    /// The summary of `round`, with the `changes` told.
+    pub fn of(
+        round: &[crate::core::rules::witness::Witnessed],
+        changes: Vec<WitnessChange>,
+    ) -> Self {
+        let failing = round
+            .iter()
+            .filter_map(|w| {
+                let failing = w.verdict.as_ref().err()?;
+                Some(WitnessFailure {
+                    node: w.node.clone(),
+                    machine: w.machine.clone(),
+                    reason: failing.reason.code(),
+                    detail: failing.detail.clone(),
+                    fix: failing.fix,
+                })
+            })
+            .collect();
+        Self {
+            machines: round.len(),
+            failing,
+            changes,
+            error: None,
+        }
+    }
 }
 
 impl Report {
@@ -413,6 +542,9 @@ impl Report {
         }
         if self.kill_switch {
             out.push_str("kill switch on: every action was a dry run\n");
+        }
+        if let Some(w) = &self.witness {
+            out.push_str(&w.to_text());
         }
         if self.results.is_empty() && self.ignored.is_empty() && self.recoveries.is_empty() {
             out.push_str("nothing to do\n");

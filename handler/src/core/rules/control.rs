@@ -16,6 +16,13 @@ pub const CENSUS_OTHERS: &str = "node-fencer.io/others-out-of-service";
 /// The census' annotation naming the machines more than one Node named when
 /// it was counted (`ID=NODE,NODE;...`).
 pub const CENSUS_SHARED: &str = "node-fencer.io/shared-machines";
+/// The Lease in the same namespace where the witness round that ends each
+/// sweep leaves what it told (renewed at each change; nobody holds it), so
+/// that the next invocation tells only what changed since.
+pub const WITNESS_NAME: &str = "node-fencer-witness";
+/// The witness record's annotation on it: the Nodes whose witness fails,
+/// with why (`{"node":"reason"}`, `core::rules::witness::record_text`).
+pub const WITNESS_FAILING: &str = "node-fencer.io/witness-failing";
 /// The kill switch's key in the ConfigMap's data.
 pub const KILL_SWITCH_KEY: &str = "dry-run";
 /// How long a Lease is held without renewal before another invocation may

@@ -1,16 +1,21 @@
 //! Whether node-fencer could act on a Node if it died now: the witness of
-//! its machine (its BMC on-premises) answers, for the Node's own machine,
-//! and would take a forced power-off when active fencing may send one. A
-//! BMC with a changed password, a rotated certificate or a board whose UUID
-//! is no longer the Node's is found here, on a quiet day, and not during
-//! the outage, when the Node waits for a person.
+//! its machine (its BMC on-premises, EC2 or Compute Engine in the clouds)
+//! answers, for the Node's own machine, with the permissions a fencing
+//! needs, and would take a forced power-off when active fencing may send
+//! one. A BMC with a changed password, a rotated certificate, a board whose
+//! UUID is no longer the Node's, or a role that lost a permission is found
+//! here, on a quiet day, and not during the outage, when the Node waits for
+//! a person.
 //!
 //! Nothing here changes anything: the verdicts feed a metric per machine,
-//! an Event on the Node and a notice, each told once per change.
+//! an Event on the Node and a notice, each told once per change. What was
+//! told is kept in the cluster ([`record_text`], [`known_from_record`]), so
+//! a function with no memory between invocations tells a change once too.
 
 use std::collections::BTreeMap;
 
 use crate::core::model::facts::{InstanceFacts, NodeFacts};
+use crate::core::model::instance::Provider;
 use crate::core::rules::identity;
 
 /// Why a witness cannot be relied on. The codes are the `reason` label of
@@ -24,9 +29,11 @@ pub enum Reason {
     /// Its TLS certificate is not one the configured CA bundle trusts (a
     /// rotated or self-signed certificate).
     TlsRejected,
-    /// The account may not read what a fencing reads.
+    /// The account may not read what a fencing reads, or make a call a
+    /// fencing makes (a cloud role that lost a permission).
     Forbidden,
-    /// The machine is not there (a wrong path, a System removed).
+    /// The machine is not there (a wrong path, a System removed, an
+    /// instance the cloud does not know).
     NotFound,
     /// The machine that answered is not the Node's: its UUID is another.
     NotOwnMachine,
@@ -68,8 +75,54 @@ impl Reason {
         }
     }
 
-    /// What mends it, for the Event and the notice.
-    pub fn fix(self) -> &'static str {
+    /// What mends it on `provider`, for the Event and the notice.
+    pub fn fix(self, provider: Provider) -> &'static str {
+        match provider {
+            Provider::Redfish => self.bmc_fix(),
+            Provider::Aws | Provider::Gce => self.cloud_fix(provider),
+        }
+    }
+
+    fn cloud_fix(self, provider: Provider) -> &'static str {
+        let aws = provider == Provider::Aws;
+        match self {
+            Self::Unreachable if aws => {
+                "check the function's region and its network path to EC2 (a VPC endpoint or a NAT)"
+            }
+            Self::Unreachable => "check COMPUTE_ENDPOINT and the network path to Compute Engine",
+            Self::Unauthorized if aws => "the function's credentials were refused: check its role",
+            Self::Unauthorized => {
+                "the service's credentials were refused: check its service account"
+            }
+            Self::TlsRejected => {
+                "the endpoint's TLS certificate is not trusted: check the endpoint and the system's CA certificates"
+            }
+            Self::Forbidden if aws => {
+                "grant the manifest's aws_actions to the function's role (infra/modules/node-fencer); run preflight for the list"
+            }
+            Self::Forbidden => {
+                "grant the custom role of infra/modules/node-fencer-gcp to the service account; run preflight for the list"
+            }
+            Self::NotFound if aws => {
+                "the Node's providerID names an instance this region and account do not have: check the function's region, or delete the stale Node"
+            }
+            Self::NotFound => {
+                "the Node's providerID names a VM the project does not have: check the service's project, or delete the stale Node"
+            }
+            Self::NotOwnMachine | Self::IdentityInDoubt => {
+                "the machine of that name is not the one the Node registered on: delete the stale Node, its kubelet registers it again"
+            }
+            Self::NoForceOff if aws => {
+                "active fencing needs ec2:StopInstances on the cluster's tagged instances (power_off_instance_tag)"
+            }
+            Self::NoForceOff => {
+                "active fencing needs compute.instances.stop: set active_fencing = true in infra/modules/node-fencer-gcp"
+            }
+            Self::Failed => "see the detail",
+        }
+    }
+
+    fn bmc_fix(self) -> &'static str {
         match self {
             Self::Unreachable => "check the BMC's endpoint, its power and the network path to it",
             Self::Unauthorized => {
@@ -95,14 +148,22 @@ impl Reason {
         }
     }
 
-    /// The reason of a failed look, from the code the shell gave its error.
+    /// The reason of a failed look, from the code the shell gave its error
+    /// (a BMC's class, EC2's error code, Compute Engine's status).
     pub fn of_error(code: Option<&str>) -> Self {
         match code {
             Some("Unreachable" | "Timeout") => Self::Unreachable,
-            Some("Unauthorized") => Self::Unauthorized,
+            Some(
+                "Unauthorized"
+                | "AuthFailure"
+                | "InvalidClientTokenId"
+                | "ExpiredToken"
+                | "UnrecognizedClientException"
+                | "401",
+            ) => Self::Unauthorized,
             Some("TlsRejected") => Self::TlsRejected,
-            Some("Forbidden") => Self::Forbidden,
-            Some("NotFound" | "NoSystem") => Self::NotFound,
+            Some("Forbidden" | "UnauthorizedOperation" | "AccessDenied" | "403") => Self::Forbidden,
+            Some("NotFound" | "NoSystem" | "InvalidInstanceID.NotFound" | "404") => Self::NotFound,
             _ => Self::Failed,
         }
     }
@@ -115,6 +176,8 @@ pub struct Failing {
     pub reason: Reason,
     /// What was seen.
     pub detail: String,
+    /// What mends it, on the machine's provider.
+    pub fix: &'static str,
 }
 
 /// What the witness answered for one machine.
@@ -136,17 +199,45 @@ pub enum Look<'a> {
         /// The error.
         message: &'a str,
     },
+    /// The provider answered, and does not know the machine.
+    Unknown,
 }
 
 /// Whether `node`'s witness could serve a fencing, from one `look`.
 pub fn judge(node: &NodeFacts, look: &Look<'_>) -> Result<(), Failing> {
-    let fail = |reason, detail: String| Err(Failing { reason, detail });
+    let provider = node
+        .instance
+        .as_ref()
+        .map_or(Provider::Redfish, |i| i.provider());
+    let fail = |reason: Reason, detail: String| {
+        Err(Failing {
+            reason,
+            detail,
+            fix: reason.fix(provider),
+        })
+    };
     match look {
         Look::Failed { code, message } => fail(Reason::of_error(*code), (*message).to_owned()),
+        Look::Unknown => fail(
+            Reason::NotFound,
+            format!(
+                "{}: the provider does not know this machine",
+                node.instance
+                    .as_ref()
+                    .map_or("the Node's machine", |i| i.as_str())
+            ),
+        ),
         Look::Answered { facts, force_off } => {
             if !facts.identity.may_be_machine_of(&node.machine) {
                 return match identity::doubt(node, facts.identity.system_uuid) {
                     Some(doubt) => fail(Reason::IdentityInDoubt, format!("{}: {doubt}", facts.id)),
+                    None if provider != Provider::Redfish => fail(
+                        Reason::NotOwnMachine,
+                        format!(
+                            "{}: the machine of this name was created after Node {} registered, or carries another id: it is another machine",
+                            facts.id, node.name
+                        ),
+                    ),
                     None => fail(
                         Reason::NotOwnMachine,
                         format!(
@@ -202,6 +293,32 @@ pub fn changes<'a>(before: &Known, now: &'a [Witnessed]) -> Vec<&'a Witnessed> {
 /// so that a Node deleted and registered again is told afresh.
 pub fn known_after(now: &[Witnessed]) -> Known {
     now.iter().map(|w| (w.node.clone(), w.reason())).collect()
+}
+
+/// `known` as the cluster keeps it between invocations: the failing Nodes
+/// and their reasons, as JSON (`{"node":"reason"}`). A Node that serves is
+/// left out: for [`changes`], a Node not in the record and one known to
+/// serve are the same (only its failure is news).
+pub fn record_text(known: &Known) -> String {
+    let failing: BTreeMap<&str, &str> = known
+        .iter()
+        .filter_map(|(node, reason)| Some((node.as_str(), reason.as_ref()?.code())))
+        .collect();
+    serde_json::to_string(&failing).unwrap_or_else(|_| "{}".into())
+}
+
+/// The record [`record_text`] wrote, read back; `None` when it is not one
+/// (written by hand, or by another version): the round then tells as
+/// after a start, failures only.
+pub fn known_from_record(text: &str) -> Option<Known> {
+    let failing: BTreeMap<String, String> = serde_json::from_str(text).ok()?;
+    failing
+        .into_iter()
+        .map(|(node, code)| {
+            let reason = Reason::ALL.into_iter().find(|r| r.code() == code)?;
+            Some((node, Some(reason)))
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -292,6 +409,106 @@ mod tests {
         assert!(got.detail.contains("ForceOff"), "{got:?}");
     }
 
+    fn vm_node() -> NodeFacts {
+        let mut n = NodeFacts::bare("gke-1", Readiness::Ready);
+        n.instance = InstanceId::parse("gce://proj-fencer/europe-west1-b/gke-1");
+        n
+    }
+
+    #[test]
+    fn a_clouds_answers_are_classed_and_mended_on_that_cloud() {
+        let ec2 = {
+            let mut n = NodeFacts::bare("ip-10-0-0-1", Readiness::Ready);
+            n.instance = InstanceId::parse("i-0123456789abcdef0");
+            n
+        };
+        let cases = [
+            (
+                &ec2,
+                Some("UnauthorizedOperation"),
+                Reason::Forbidden,
+                "aws_actions",
+            ),
+            (&ec2, Some("AuthFailure"), Reason::Unauthorized, "role"),
+            (
+                &ec2,
+                Some("InvalidInstanceID.NotFound"),
+                Reason::NotFound,
+                "region",
+            ),
+            (
+                &vm_node(),
+                Some("403"),
+                Reason::Forbidden,
+                "node-fencer-gcp",
+            ),
+            (
+                &vm_node(),
+                Some("401"),
+                Reason::Unauthorized,
+                "service account",
+            ),
+            (&vm_node(), Some("500"), Reason::Failed, "detail"),
+        ];
+        for (node, code, want, fix) in cases {
+            let look = Look::Failed {
+                code,
+                message: "ec2:DetachVolume: denied",
+            };
+            let got = judge(node, &look).expect_err("failed");
+            assert_eq!(got.reason, want, "{code:?}");
+            assert!(got.fix.contains(fix), "{code:?}: {}", got.fix);
+        }
+        let gone = judge(&vm_node(), &Look::Unknown).expect_err("unknown");
+        assert_eq!(gone.reason, Reason::NotFound);
+        assert!(gone.detail.contains("gke-1"), "{gone:?}");
+        assert!(gone.fix.contains("project"), "{gone:?}");
+        assert!(
+            judge(&ec2, &Look::Unknown)
+                .expect_err("unknown")
+                .fix
+                .contains("region")
+        );
+    }
+
+    #[test]
+    fn a_vm_of_the_nodes_name_made_after_it_registered_is_not_its_machine() {
+        let mut node = vm_node();
+        node.machine.created_at = Some(1_000);
+        let id = node.instance.clone().expect("a VM");
+        let mut later = InstanceFacts::bare(id, InstanceState::Running);
+        later.identity.created_at = Some(2_000);
+        let got = judge(&node, &answered(&later, None)).expect_err("recreated");
+        assert_eq!(got.reason, Reason::NotOwnMachine);
+        assert!(got.detail.contains("created after Node gke-1"), "{got:?}");
+        later.identity.created_at = Some(900);
+        assert_eq!(judge(&node, &answered(&later, None)), Ok(()));
+    }
+
+    #[test]
+    fn the_record_keeps_what_is_news_across_invocations() {
+        let first = [
+            witnessed("a", None),
+            witnessed("b", Some(Reason::Forbidden)),
+        ];
+        let text = record_text(&known_after(&first));
+        assert_eq!(text, r#"{"b":"forbidden"}"#);
+        let kept = known_from_record(&text).expect("a record");
+        assert!(
+            changes(&kept, &first).is_empty(),
+            "the same again is no news"
+        );
+        let then = [witnessed("a", Some(Reason::NotFound)), witnessed("b", None)];
+        let told: Vec<&str> = changes(&kept, &then)
+            .iter()
+            .map(|w| w.node.as_str())
+            .collect();
+        assert_eq!(told, ["a", "b"], "a new failure and a restored witness");
+        assert_eq!(known_from_record("{}"), Some(Known::new()));
+        assert_eq!(known_from_record(r#"{"b":"gone"}"#), None);
+        assert_eq!(known_from_record("not json"), None);
+    }
+
     #[test]
     fn every_reason_has_its_own_code() {
         let codes: std::collections::BTreeSet<&str> =
@@ -308,6 +525,7 @@ mod tests {
                 Some(reason) => Err(Failing {
                     reason,
                     detail: String::new(),
+                    fix: reason.fix(Provider::Redfish),
                 }),
             },
         }

@@ -140,7 +140,7 @@ pub(crate) const VARIABLES: &[(&str, &str)] = &[
     ),
     (
         "NOTIFY_TOPIC",
-        "an SNS topic ARN (arn:aws:sns:REGION:ACCOUNT:NAME, standard) or a Pub/Sub topic (projects/PROJECT/topics/TOPIC) (default unset: no notifications): one JSON message per fencing, refusal, power-off and recovery (schema node-fencer.io/notice/v1, docs/notifications.md); a failure to publish is logged and counted, never fails the fencing; needs sns:Publish, or pubsub.topics.publish",
+        "an SNS topic ARN (arn:aws:sns:REGION:ACCOUNT:NAME, standard) or a Pub/Sub topic (projects/PROJECT/topics/TOPIC) (default unset: no notifications): one JSON message per fencing, refusal, power-off, recovery and change of a Node's witness (schema node-fencer.io/notice/v1, docs/notifications.md); a failure to publish is logged and counted, never fails the fencing; needs sns:Publish, or pubsub.topics.publish",
     ),
     (
         "PUBSUB_ENDPOINT",

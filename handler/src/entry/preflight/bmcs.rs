@@ -58,7 +58,7 @@ pub(super) async fn check(
                     failing.reason.code(),
                     failing.detail
                 ),
-                failing.reason.fix(),
+                failing.fix,
             )),
         }
     }

@@ -309,6 +309,20 @@ pub async fn status_probe(ec2: &aws_sdk_ec2::Client) -> (&'static str, Result<()
     ("DescribeInstanceStatus", answer)
 }
 
+/// Asks EC2, with `DryRun=true`, whether a forced stop of `instance` is
+/// allowed (active fencing): the grant is held to the cluster's tagged
+/// instances, so it is asked on one of them. Stops nothing.
+pub async fn stop_probe(ec2: &aws_sdk_ec2::Client, instance: &InstanceId) -> Result<(), String> {
+    ec2.stop_instances()
+        .instance_ids(instance.as_str())
+        .force(true)
+        .dry_run(true)
+        .send()
+        .await
+        .map(|_| ())
+        .map_err(code_of)
+}
+
 /// Every private address of the instance: the primary one and those of each
 /// network interface.
 /// The EBS volume mapped at the instance's root device.

@@ -496,10 +496,13 @@ impl Cloud for Gce {
                 )
             })?;
             let found = self.get(&vm).await.map_err(|e| {
+                // The HTTP status is the code: the witness classes a 403.
+                let status = e.http_status_code().map(|s| s.to_string());
                 compute(
                     CloudCall::DescribeMachines,
                     format!("instances.get {vm}: {e}"),
                 )
+                .with_code(status.as_deref())
             })?;
             Ok::<_, CloudError>(instance_facts(id, found))
         });

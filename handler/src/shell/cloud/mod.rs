@@ -9,6 +9,7 @@ pub mod aws;
 pub mod gce;
 #[cfg(feature = "redfish")]
 pub mod redfish;
+pub mod witness;
 
 use async_trait::async_trait;
 
@@ -46,6 +47,8 @@ pub enum CloudCall {
     PowerOff(String),
     /// The machines' status checks.
     StatusChecks,
+    /// A permission a fencing needs, tested without acting (a dry run).
+    Permission(String),
 }
 
 impl std::fmt::Display for CloudCall {
@@ -56,6 +59,7 @@ impl std::fmt::Display for CloudCall {
             Self::Detach(volume) => write!(f, "detaching {volume}"),
             Self::PowerOff(machine) => write!(f, "powering off {machine}"),
             Self::StatusChecks => f.write_str("reading status checks"),
+            Self::Permission(permission) => write!(f, "testing {permission}"),
         }
     }
 }

@@ -1,5 +1,6 @@
 //! [`Coordination`] over `kube`: the fencing Lease (taken, renewed and
-//! released with its resourceVersion), the census Lease, the kill switch.
+//! released with its resourceVersion), the census Lease, the kill switch;
+//! and the witness's record, a Lease too.
 
 use super::*;
 #[async_trait]
@@ -21,65 +22,20 @@ impl Coordination for Kube {
         census: &Census,
         holder: &str,
     ) -> Result<(), ClusterError> {
-        let api: Api<Lease> = Api::namespaced(self.client.clone(), namespace);
-        let failed = |source| ClusterError::Lease {
-            namespace: namespace.into(),
-            source,
-        };
         let counted_at = k8s_openapi::jiff::Timestamp::from_second(census.counted_at)
             .unwrap_or_else(|_| k8s_openapi::jiff::Timestamp::now());
-        let fill = |lease: &mut Lease| {
-            lease
-                .metadata
-                .annotations
-                .get_or_insert_with(Default::default)
-                .extend([
-                    (control::CENSUS_OTHERS.into(), census.others.to_string()),
-                    (control::CENSUS_SHARED.into(), census.shared_text()),
-                ]);
-            lease.spec = Some(LeaseSpec {
-                holder_identity: Some(holder.into()),
-                renew_time: Some(MicroTime(counted_at)),
-                ..LeaseSpec::default()
-            });
-        };
-        let params = PostParams::default();
-        // A sweep that meets another's write (a conflict, or a create that
-        // finds the object) reads once more and writes its newer count.
-        for _ in 0..2 {
-            let found = retrying("get census", || api.get_opt(control::CENSUS_NAME))
-                .await
-                .map_err(failed)?;
-            let written = match found {
-                Some(mut lease) => {
-                    fill(&mut lease);
-                    retrying("replace census", || {
-                        api.replace(control::CENSUS_NAME, &params, &lease)
-                    })
-                    .await
-                }
-                None => {
-                    let mut lease = Lease {
-                        metadata: ObjectMeta {
-                            name: Some(control::CENSUS_NAME.into()),
-                            namespace: Some(namespace.into()),
-                            ..ObjectMeta::default()
-                        },
-                        spec: None,
-                    };
-                    fill(&mut lease);
-                    retrying("create census", || api.create(&params, &lease)).await
-                }
-            };
-            match written {
-                Ok(_) => return Ok(()),
-                Err(kube::Error::Api(status)) if status.code == 409 => continue,
-                Err(e) => return Err(failed(e)),
-            }
-        }
-        // Two sweeps kept writing at once: the other's count, as recent as
-        // this one, stands.
-        Ok(())
+        let annotations = [
+            (control::CENSUS_OTHERS, census.others.to_string()),
+            (control::CENSUS_SHARED, census.shared_text()),
+        ];
+        self.write_record(
+            namespace,
+            control::CENSUS_NAME,
+            &annotations,
+            holder,
+            counted_at,
+        )
+        .await
     }
 
     async fn kill_switch(&self, namespace: &str) -> Result<KillSwitch, ClusterError> {
@@ -348,6 +304,107 @@ fn census_of(lease: &Lease) -> Option<Census> {
         counted_at,
         shared,
     })
+}
+
+impl Kube {
+    /// What the last witness round left in the witness Lease in
+    /// `namespace` ([`control::WITNESS_NAME`]); `None` before the first.
+    pub async fn read_witness_record(
+        &self,
+        namespace: &str,
+    ) -> Result<Option<String>, ClusterError> {
+        let api: Api<Lease> = Api::namespaced(self.client.clone(), namespace);
+        let found = retrying("get witness record", || api.get_opt(control::WITNESS_NAME))
+            .await
+            .map_err(|source| ClusterError::Lease {
+                namespace: namespace.into(),
+                source,
+            })?;
+        Ok(found
+            .and_then(|lease| lease.metadata.annotations)
+            .and_then(|mut a| a.remove(control::WITNESS_FAILING)))
+    }
+
+    /// Leaves `record` in the witness Lease in `namespace`, as `holder`.
+    pub async fn write_witness_record(
+        &self,
+        namespace: &str,
+        record: &str,
+        holder: &str,
+    ) -> Result<(), ClusterError> {
+        let annotations = [(control::WITNESS_FAILING, record.to_owned())];
+        let now = k8s_openapi::jiff::Timestamp::now();
+        self.write_record(namespace, control::WITNESS_NAME, &annotations, holder, now)
+            .await
+    }
+
+    /// Leaves `annotations` on the Lease `name` in `namespace`, renewed at
+    /// `at` by `holder`: a record nobody holds (the census, the witness's),
+    /// created by the first writer.
+    async fn write_record(
+        &self,
+        namespace: &str,
+        name: &str,
+        annotations: &[(&str, String)],
+        holder: &str,
+        at: k8s_openapi::jiff::Timestamp,
+    ) -> Result<(), ClusterError> {
+        let api: Api<Lease> = Api::namespaced(self.client.clone(), namespace);
+        let failed = |source| ClusterError::Lease {
+            namespace: namespace.into(),
+            source,
+        };
+        let fill = |lease: &mut Lease| {
+            lease
+                .metadata
+                .annotations
+                .get_or_insert_with(Default::default)
+                .extend(
+                    annotations
+                        .iter()
+                        .map(|(k, v)| ((*k).to_owned(), v.clone())),
+                );
+            lease.spec = Some(LeaseSpec {
+                holder_identity: Some(holder.into()),
+                renew_time: Some(MicroTime(at)),
+                ..LeaseSpec::default()
+            });
+        };
+        let params = PostParams::default();
+        // A writer that meets another's write (a conflict, or a create that
+        // finds the object) reads once more and writes its newer record.
+        for _ in 0..2 {
+            let found = retrying("get record", || api.get_opt(name))
+                .await
+                .map_err(failed)?;
+            let written = match found {
+                Some(mut lease) => {
+                    fill(&mut lease);
+                    retrying("replace record", || api.replace(name, &params, &lease)).await
+                }
+                None => {
+                    let mut lease = Lease {
+                        metadata: ObjectMeta {
+                            name: Some(name.into()),
+                            namespace: Some(namespace.into()),
+                            ..ObjectMeta::default()
+                        },
+                        spec: None,
+                    };
+                    fill(&mut lease);
+                    retrying("create record", || api.create(&params, &lease)).await
+                }
+            };
+            match written {
+                Ok(_) => return Ok(()),
+                Err(kube::Error::Api(status)) if status.code == 409 => continue,
+                Err(e) => return Err(failed(e)),
+            }
+        }
+        // Two writers kept writing at once: the other's record, as recent
+        // as this one, stands.
+        Ok(())
+    }
 }
 
 fn held_by_holder(lease: &Lease, holder: &str) -> bool {
