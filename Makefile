@@ -41,21 +41,26 @@ lint: ## rustfmt check and clippy with warnings as errors: the workspace, each s
 # denied, while the dependencies build with rustc as ever. The dependencies (the
 # AWS SDK above all) then compile once, for the build, instead of once checked
 # for `make lint` and once built: on 2 cores that check took 17 to 21 minutes
-# of a cold run. The same targets as `make lint`: `cargo test --no-run` builds
-# the lib, its tests, the bins and the integration tests, which is what
-# `--all-targets` checks (there are no examples or benches). The integration
-# tests run under the same variables, so nothing is built again between the
-# phases, the emulators' builds of the function included.
+# of a cold run. `cargo test --no-run` of the workspace builds every target
+# (lib, tests, bins, integration tests: what `--all-targets` checks) with the
+# features unified, every image's; then each shipped build's lib and binary
+# with its own features: Lambda (the build the emulators run, so the tests
+# build nothing of it again), Cloud Run, on-premises, and the core alone. Those
+# four build no test targets: each test build is a full compile of the crate
+# again (about a minute cold on 2 cores), and the tests' code is the same in
+# every image; `make lint` still checks them under each feature set. The
+# integration tests run under the same variables, so nothing is built again
+# between the phases. The fuzz targets are linted by their own build
+# (handler/fuzz/run.sh), which `make test` runs beside the integration tests.
 LINTING_BUILD := export RUSTC_WORKSPACE_WRAPPER=clippy-driver CLIPPY_ARGS=-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__
-lint-build: ## what make test runs for the lint: rustfmt check, then each `make lint` pass as a build with clippy's driver (warnings denied)
+lint-build: ## what make test runs for the lint: rustfmt check, then the workspace's test build and each shipped build, compiled by clippy's driver (warnings denied)
 	cargo fmt --all --check
 	cargo fmt --manifest-path handler/fuzz/Cargo.toml --check
 	$(LINTING_BUILD) && cargo test --workspace --locked --no-run
-	$(LINTING_BUILD) && cargo test -p node-fencer --locked --no-run
-	$(LINTING_BUILD) && cargo test -p node-fencer --features serve,google-cloud --locked --no-run
-	$(LINTING_BUILD) && cargo test -p node-fencer --features serve,redfish --locked --no-run
-	$(LINTING_BUILD) && cargo test -p node-fencer --no-default-features --locked --no-run
-	cargo clippy --manifest-path handler/fuzz/Cargo.toml --all-targets --locked -- -D warnings
+	$(LINTING_BUILD) && cargo build -p node-fencer --locked --bins
+	$(LINTING_BUILD) && cargo build -p node-fencer --features serve,google-cloud --locked --bins
+	$(LINTING_BUILD) && cargo build -p node-fencer --features serve,redfish --locked --bins
+	$(LINTING_BUILD) && cargo build -p node-fencer --no-default-features --locked --lib
 
 unit: ## the pure core's unit and property tests (no stack needed)
 	cargo test --locked -p node-fencer
@@ -63,10 +68,10 @@ unit: ## the pure core's unit and property tests (no stack needed)
 # `make test` runs in three phases, each filling both cores of a small machine.
 # 1. The tools the integration tests run from their start (`setup.sh
 #    --skip-checks --skip-old-planes`, [setup] lines) build beside the Rust
-#    test builds, which are the lint too (`make lint-build`), and the Lambda
-#    build the emulators run ([cargo] lines): on a cold machine each leaves a
-#    core idle for long stretches (rustc on the AWS SDK's largest crates, the
-#    Go linker).
+#    builds, which are the lint too (`make lint-build`: the test build and
+#    the Lambda build the emulators run, [cargo] lines): on a cold machine
+#    each leaves a core idle for long stretches (rustc on the AWS SDK's
+#    largest crates, the Go linker).
 # 2. The integration tests, whose controllers keep time, with the old control
 #    planes (`setup.sh --only-old-planes`), the tools of the checks after them
 #    (`setup.sh --only-checks`) and the fuzz targets building beside them at the
@@ -86,8 +91,7 @@ unit: ## the pure core's unit and property tests (no stack needed)
 test: ## everything CI runs: lint, unit, integration against the real stack, infra, GCE and Redfish checks, a short fuzz run
 	@echo "==> make test: the stack's tools ([setup] lines) build beside the lint and the Rust builds ([cargo] lines); cached, so only the first run is long"
 	( set -o pipefail; bash tests/stack/setup.sh --skip-checks --skip-old-planes 2>&1 | sed -u 's/^/[setup] /' ) & setup=$$!; \
-	( set -o pipefail; { $(MAKE) --no-print-directory lint-build \
-	  && $(LINTING_BUILD) && cargo build --locked -p node-fencer --bin node-fencer; } 2>&1 | sed -u 's/^/[cargo] /' ) \
+	( set -o pipefail; $(MAKE) --no-print-directory lint-build 2>&1 | sed -u 's/^/[cargo] /' ) \
 	  || { wait $$setup || true; exit 1; }; \
 	wait $$setup
 	@echo "==> the integration tests; the old control planes, the checks' tools and the fuzz targets ([checks] lines) build beside them at the lowest CPU priority"

@@ -53,8 +53,13 @@ export CARGO_TARGET_DIR="$CACHE/fuzz-target"
 # cargo-fuzz hands rustc `-Z` sanitizer flags; RUSTC_BOOTSTRAP lets the stable
 # toolchain, the only one these machines are sure to have, accept them.
 export RUSTC_BOOTSTRAP=1
+# The build is also the targets' clippy pass, warnings denied: clippy's driver
+# compiles this workspace's crate (what `cargo clippy` sets), so `make test`
+# lints them without compiling them a second time. Set for the runs too: cargo
+# would build again for a change of the compiler.
+export RUSTC_WORKSPACE_WRAPPER=clippy-driver CLIPPY_ARGS=-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__
 
-echo "==> building the fuzz targets (address sanitizer, coverage)"
+echo "==> building the fuzz targets (address sanitizer, coverage; clippy warnings denied)"
 "$NODE_FENCER_CARGO_FUZZ" build --fuzz-dir fuzz -O
 [ "$build_only" = 0 ] || exit 0
 mkdir -p "$CACHE/fuzz-logs"
