@@ -256,6 +256,21 @@ impl FaultProxy {
         });
     }
 
+    /// Denies the EC2 `action` to the role from now on, as EC2 answers its
+    /// dry run when the permission is missing (`UnauthorizedOperation`,
+    /// 403): what the witness's probes and preflight see.
+    pub fn deny_ec2_dry_run(&self, action: &str) {
+        self.inject(
+            Match::ec2(action).body("DryRun=true"),
+            Fault::ec2_error(
+                403,
+                "UnauthorizedOperation",
+                "You are not authorized to perform this operation.",
+            ),
+            usize::MAX,
+        );
+    }
+
     /// Removes every rule that is left.
     pub fn heal(&self) {
         let mut state = lock(&self.shared.state);

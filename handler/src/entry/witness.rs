@@ -9,7 +9,9 @@
 //! next invocation, with no memory of this one, tells only what changed.
 //! Nothing else is written: no taint, no mark, no power-off.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
+
+use futures::StreamExt;
 
 use tracing::{info, warn};
 
@@ -130,17 +132,21 @@ impl App {
         record: bool,
         deadline: Option<tokio::time::Instant>,
     ) -> WitnessSummary {
-        let round = self.cloud_round(correlation_id, record);
         let outcome = match deadline {
-            None => round.await,
+            None => self.cloud_round(correlation_id, record, None).await,
             Some(deadline) => match deadline
                 .checked_sub(DEADLINE_MARGIN)
                 .filter(|until| *until > tokio::time::Instant::now())
             {
                 None => Err("not run: the sweep left too little of the invocation's time".into()),
-                Some(until) => tokio::time::timeout_at(until, round)
-                    .await
-                    .unwrap_or_else(|_| Err("cut short by the invocation's deadline".into())),
+                // The round stops telling in time to keep what it told; the
+                // timeout is for a look or a read that outlasts the rest.
+                Some(until) => tokio::time::timeout_at(
+                    until,
+                    self.cloud_round(correlation_id, record, Some(until)),
+                )
+                .await
+                .unwrap_or_else(|_| Err("cut short by the invocation's deadline".into())),
             },
         };
         outcome.unwrap_or_else(|error| {
@@ -156,6 +162,7 @@ impl App {
         &self,
         correlation_id: &str,
         record: bool,
+        until: Option<tokio::time::Instant>,
     ) -> Result<WitnessSummary, String> {
         let client = self.clients.kube().await.map_err(|e| e.to_string())?;
         let cluster =
@@ -189,15 +196,27 @@ impl App {
                 return Ok(summary);
             }
         };
-        let changes = witness::changes(&known, &round);
-        for change in &changes {
-            tell(&cluster, change, true, correlation_id).await;
+        let (changes, held) = witness::fitting(&known, &round, witness::changes(&known, &round));
+        let stop = until.and_then(|until| until.checked_sub(RECORD_MARGIN));
+        let told = tell_all(&changes, stop, |change| {
+            tell(&cluster, change, true, correlation_id)
+        })
+        .await;
+        let untold = held + changes.len() - told.len();
+        if untold > 0 {
+            warn!(
+                untold,
+                held,
+                "witness changes left for the next round: the record is full, or the invocation's time spent"
+            );
         }
-        let told = changes.into_iter().map(WitnessChange::of).collect();
-        let mut summary = WitnessSummary::of(&round, told);
+        let names: BTreeSet<&str> = told.iter().copied().map(|w| w.node.as_str()).collect();
+        let mut summary =
+            WitnessSummary::of(&round, told.into_iter().map(WitnessChange::of).collect());
+        summary.untold = untold;
         // Written only when it changes: a fleet whose witnesses all serve
         // never creates it.
-        let now = witness::record_text(&witness::known_after(&round));
+        let now = witness::record_text(&witness::known_told(&known, &round, &names));
         let before = kept.ok().flatten().unwrap_or_else(|| "{}".into());
         if before != now
             && let Err(e) = cluster
@@ -268,6 +287,51 @@ impl App {
     }
 }
 
+/// How many Events a round writes at once: a fleet-wide change (a role
+/// that lost a permission) is one per Node.
+const TELL_AT_ONCE: usize = 8;
+
+/// How long before the round's end its telling stops, to keep what it
+/// told: the record's read and write.
+const RECORD_MARGIN: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Each of `changes` told by `tell`, [`TELL_AT_ONCE`] at a time, until
+/// `stop`; those told. One untold stays news for the next round.
+async fn tell_all<'a, F, Fut>(
+    changes: &[&'a Witnessed],
+    stop: Option<tokio::time::Instant>,
+    tell: F,
+) -> Vec<&'a Witnessed>
+where
+    F: Fn(&'a Witnessed) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let mut tells = futures::stream::iter(changes.iter().copied())
+        .map(|change| {
+            let told = tell(change);
+            async move {
+                told.await;
+                change
+            }
+        })
+        .buffer_unordered(TELL_AT_ONCE);
+    let mut told = Vec::with_capacity(changes.len());
+    loop {
+        let next = match stop {
+            None => tells.next().await,
+            Some(stop) => match tokio::time::timeout_at(stop, tells.next()).await {
+                Ok(next) => next,
+                Err(_) => break,
+            },
+        };
+        match next {
+            Some(change) => told.push(change),
+            None => break,
+        }
+    }
+    told
+}
+
 /// The change of one Node's witness, as a log line and, when `record`,
 /// an Event on the Node.
 async fn tell(cluster: &Kube, change: &Witnessed, record: bool, correlation_id: &str) {
@@ -287,5 +351,43 @@ async fn tell(cluster: &Kube, change: &Witnessed, record: bool, correlation_id: 
     let name = event_name(&change.node, event.reason, correlation_id);
     if let Err(e) = cluster.node_event(&change.node, &event, &name).await {
         warn!(node = %change.node, error = %e, "the witness's Event could not be recorded");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn round(n: usize) -> Vec<Witnessed> {
+        (0..n)
+            .map(|i| Witnessed {
+                node: format!("n{i:02}"),
+                machine: format!("i-{i:017x}"),
+                verdict: Ok(()),
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn telling_stops_in_time_and_names_only_what_it_told() {
+        let round = round(40);
+        let changes: Vec<&Witnessed> = round.iter().collect();
+        // The first 16 are told at once; the others never end (an
+        // apiserver that stopped answering): the stop ends the telling,
+        // and the 16 are what the record keeps.
+        let stop = tokio::time::Instant::now() + std::time::Duration::from_millis(300);
+        let told = tell_all(&changes, Some(stop), |change| async move {
+            if change.node.as_str() >= "n16" {
+                std::future::pending::<()>().await;
+            }
+        })
+        .await;
+        let mut names: Vec<&str> = told.iter().map(|w| w.node.as_str()).collect();
+        names.sort_unstable();
+        let first: Vec<String> = (0..16).map(|i| format!("n{i:02}")).collect();
+        assert_eq!(names, first);
+
+        let all = tell_all(&changes, None, |_| async {}).await;
+        assert_eq!(all.len(), 40);
     }
 }

@@ -51,7 +51,10 @@ Interface Emulator against the test stack and prints medians with min/max:
                   fresh census and its recorded volumes read by name, and
                   for one with no census whose volumes are not recorded
                   (every Node, PV and VolumeAttachment listed), with
-                  apiserver requests and bytes counted at the proxy
+                  apiserver requests and bytes counted at the proxy; then
+                  the sweep's witness round over every Node's instance:
+                  3 sweeps with nothing new, one where the role lost
+                  ec2:DetachVolume, one where it is granted again
 
 Set NODE_FENCER_STACK_DIR to use a running stack; otherwise one is started.";
 
@@ -618,8 +621,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
         );
     }
     drop(f);
-    let scale = if args.scale.is_empty() {
-        Vec::new()
+    let (scale, witness) = if args.scale.is_empty() {
+        (Vec::new(), Vec::new())
     } else {
         scale::run(
             stack,
@@ -647,6 +650,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
     if !scale.is_empty() {
         println!("\n### One event, growing clusters (medians of 3)\n");
         for l in &scale {
+            println!("{l}");
+        }
+        println!("\n### The sweep's witness round, growing clusters (nothing new: medians of 3)\n");
+        for l in &witness {
             println!("{l}");
         }
     }
@@ -685,7 +692,7 @@ mod scale {
     use k8s_openapi::api::storage::v1::VolumeAttachment;
     use kube::Api;
     use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
-    use node_fencer::core::rules::control::CENSUS_NAME;
+    use node_fencer::core::rules::control::{CENSUS_NAME, WITNESS_FAILING, WITNESS_NAME};
     use node_fencer_tests::Stack;
     use node_fencer_tests::bench::{Clock, median};
     use node_fencer_tests::faults::FaultProxy;
@@ -702,9 +709,9 @@ mod scale {
     /// The label of the Nodes this bench adds.
     const BULK: &str = "node-fencer.io/bench-bulk";
 
-    /// A Ready Node as kwok or a kubelet reports one, with a provider id of
-    /// an instance EC2 does not know.
-    fn bulk_node(i: usize) -> Value {
+    /// A Ready Node as kwok or a kubelet reports one, on the running
+    /// instance `instance` (launched before it, as a Node's machine is).
+    fn bulk_node(i: usize, instance: &str) -> Value {
         let name = format!("bulk-{i:05}");
         let images: Vec<Value> = (0..8)
             .map(|k| {
@@ -728,7 +735,7 @@ mod scale {
                 BULK: "true", "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
                 "node.kubernetes.io/instance-type": "m5.large",
                 "topology.kubernetes.io/zone": "us-east-1a"}},
-            "spec": {"providerID": format!("aws:///us-east-1a/i-{:017x}", 0xb000_0000_u64 + i as u64)},
+            "spec": {"providerID": format!("aws:///us-east-1a/{instance}")},
             "status": {
                 "capacity": {"cpu": "2", "memory": "7935360Ki", "pods": "29"},
                 "allocatable": {"cpu": "1930m", "memory": "7246208Ki", "pods": "29"},
@@ -794,14 +801,15 @@ mod scale {
             .items
             .len();
         clock.say(&format!(
-            "growing the cluster by {} Nodes",
+            "growing the cluster by {} Nodes, each on a running instance",
             n.saturating_sub(have)
         ));
-        futures::stream::iter(have..n)
-            .map(|i| {
+        let instances = launch_many(&stack.ec2().await, n.saturating_sub(have)).await?;
+        futures::stream::iter((have..n).zip(instances))
+            .map(|(i, instance)| {
                 let (nodes, pvs, vas) = (nodes.clone(), pvs.clone(), vas.clone());
                 async move {
-                    let full = bulk_node(i);
+                    let full = bulk_node(i, &instance);
                     let name = full["metadata"]["name"]
                         .as_str()
                         .unwrap_or_default()
@@ -903,6 +911,128 @@ mod scale {
         })
     }
 
+    /// What one sweep cost, and what its witness round told and kept.
+    struct SweepCost {
+        cost: Cost,
+        events: usize,
+        /// Pages of a list of every Node (500 a page).
+        node_pages: usize,
+        changes: usize,
+        untold: usize,
+        record: usize,
+    }
+
+    /// The witness record's size as the Lease keeps it, in bytes.
+    async fn record_size(leases: &Api<Lease>) -> anyhow::Result<usize> {
+        let lease = leases.get_opt(WITNESS_NAME).await?;
+        Ok(lease
+            .and_then(|l| l.metadata.annotations)
+            .and_then(|a| a.get(WITNESS_FAILING).map(String::len))
+            .unwrap_or(0))
+    }
+
+    /// One sweep, measured at the proxies; fails unless its witness round
+    /// ran to its end.
+    async fn sweep(
+        f: &Function,
+        ec2: &FaultProxy,
+        kube: &FaultProxy,
+        leases: &Api<Lease>,
+    ) -> anyhow::Result<SweepCost> {
+        let (k0, e0) = (kube.seen().len(), ec2.seen().len());
+        let (answer, cpu, wall) = f.invoke(json!({"action": "sweep"})).await?;
+        let report: Value = match answer.body["body"].as_str() {
+            Some(body) => serde_json::from_str(body)?,
+            None => answer.body.clone(),
+        };
+        let witness = &report["witness"];
+        if answer.error || witness.is_null() || !witness["error"].is_null() {
+            bail!("the sweep's witness round did not end: {}", answer.body);
+        }
+        let seen = kube.seen();
+        let new = &seen[k0..];
+        let path = |s: &node_fencer_tests::faults::Seen| {
+            s.path.split('?').next().unwrap_or_default().to_owned()
+        };
+        Ok(SweepCost {
+            events: new
+                .iter()
+                .filter(|s| s.method == http::Method::POST && path(s).ends_with("/events"))
+                .count(),
+            node_pages: new
+                .iter()
+                .filter(|s| s.method == http::Method::GET && path(s) == "/api/v1/nodes")
+                .count(),
+            changes: witness["changes"].as_array().map_or(0, Vec::len),
+            untold: witness["untold"].as_u64().unwrap_or(0) as usize,
+            record: record_size(leases).await?,
+            cost: Cost {
+                requests: new.len(),
+                bytes: new.iter().map(|s| s.bytes).sum(),
+                ec2: ec2.seen().len() - e0,
+                cpu,
+                wall: wall.as_secs_f64() * 1000.0,
+                to_taint: None,
+            },
+        })
+    }
+
+    fn sweep_line(n: usize, case: &str, costs: &[SweepCost]) -> String {
+        let c: Vec<&Cost> = costs.iter().map(|s| &s.cost).collect();
+        format!(
+            "| {n} | {case} | {} | {} | {} KiB | {} | {} | {} | {} B | {} ms | {} ms |",
+            med(c.iter().map(|c| c.requests as f64)),
+            med(costs.iter().map(|s| s.node_pages as f64)),
+            med(c.iter().map(|c| c.bytes as f64 / 1024.0)),
+            med(c.iter().map(|c| c.ec2 as f64)),
+            med(costs.iter().map(|s| s.events as f64)),
+            med(costs.iter().map(|s| (s.changes + s.untold) as f64)),
+            med(costs.iter().map(|s| s.record as f64)),
+            med(c.iter().map(|c| c.cpu)),
+            med(c.iter().map(|c| c.wall)),
+        )
+    }
+
+    /// The witness round that ends each sweep, at `n` Nodes: a sweep with
+    /// nothing new, then one where the role has lost `ec2:DetachVolume`
+    /// (its dry run denied at the proxy: every Node's witness fails), then
+    /// one where it is granted again.
+    async fn witness_rounds(
+        f: &Function,
+        leases: &Api<Lease>,
+        n: usize,
+        ec2: &FaultProxy,
+        kube: &FaultProxy,
+        clock: &Clock,
+        out: &mut Vec<String>,
+    ) -> anyhow::Result<()> {
+        clock.say(&format!("{n} Nodes: sweeps whose witness has nothing new"));
+        let mut costs = Vec::new();
+        for _ in 0..EVENTS {
+            costs.push(sweep(f, ec2, kube, leases).await?);
+        }
+        keep(out, sweep_line(n, "nothing new", &costs));
+        clock.say(&format!("{n} Nodes: the role loses ec2:DetachVolume"));
+        ec2.deny_ec2_dry_run("DetachVolume");
+        let denied = sweep(f, ec2, kube, leases).await;
+        ec2.heal();
+        let denied = denied?;
+        if denied.changes + denied.untold < n {
+            bail!(
+                "a denied permission changed {} of {n} Nodes' witness",
+                denied.changes + denied.untold
+            );
+        }
+        keep(
+            out,
+            sweep_line(n, "every witness fails: a permission denied", &[denied]),
+        );
+        clock.say(&format!("{n} Nodes: the permission granted again"));
+        let restored = sweep(f, ec2, kube, leases).await?;
+        keep(out, sweep_line(n, "every witness restored", &[restored]));
+        Ok(())
+    }
+
     fn med(values: impl Iterator<Item = f64>) -> String {
         let v: Vec<f64> = values.collect();
         median(&v).map_or("-".into(), |(m, _, _)| format!("{m:.1}"))
@@ -936,7 +1066,7 @@ mod scale {
         ec2: &FaultProxy,
         kube: &FaultProxy,
         clock: &Clock,
-    ) -> anyhow::Result<Vec<String>> {
+    ) -> anyhow::Result<(Vec<String>, Vec<String>)> {
         let mut env = env.to_vec();
         env.push(("CLUSTER_VPC_ID", default_vpc(stack).await?));
         env.push(("CLUSTER_TAG", format!("kubernetes.io/cluster/{CLUSTER}")));
@@ -946,6 +1076,10 @@ mod scale {
         let mut out = vec![
             "| Nodes | event | apiserver requests | read from the apiserver | EC2 calls | own CPU | wall | event → taint |".to_owned(),
             "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |".to_owned(),
+        ];
+        let mut witness = vec![
+            "| Nodes | sweep | apiserver requests | Node list pages | read from the apiserver | EC2 calls | Events | witness changes | record | own CPU | wall |".to_owned(),
+            "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |".to_owned(),
         ];
         for &n in sizes {
             grow(stack, n, clock).await?;
@@ -982,7 +1116,8 @@ mod scale {
             for (case, costs) in &cases {
                 keep(&mut out, line(n, case, costs));
             }
+            witness_rounds(&f, &leases, n, ec2, kube, clock, &mut witness).await?;
         }
-        Ok(out)
+        Ok((out, witness))
     }
 }

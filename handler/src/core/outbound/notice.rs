@@ -3,6 +3,8 @@
 //! (`docs/notifications.md`). Sent to an SNS or a Pub/Sub topic by the
 //! shell; what is sent is decided here.
 
+use std::collections::{BTreeMap, BTreeSet};
+
 use serde::Serialize;
 
 use crate::core::inbound::suspect::Origin;
@@ -121,6 +123,10 @@ pub struct Notice {
     /// Its machine, when one is known.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub machine: Option<Machine>,
+    /// A witness change told once for many Nodes: then `node` says how
+    /// many, and this names them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub group: Option<Group>,
     /// The cluster, when its name is configured.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cluster: Option<String>,
@@ -135,6 +141,26 @@ pub struct Notice {
     /// When the message was written (RFC 3339, UTC).
     pub at: String,
 }
+
+/// The Nodes one witness notice is about, when the same change (outcome
+/// and reason) came to more than [`WITNESS_EACH_MAX`] Nodes in one round.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Group {
+    /// How many Nodes.
+    pub count: usize,
+    /// The first [`GROUP_NAMES_MAX`] of them by name; each has its Event.
+    pub nodes: Vec<String>,
+}
+
+/// How many Nodes a witness change (the same outcome and reason, in one
+/// round) is told to one notice each. Past it, one notice tells it for
+/// them all: a role that lost a permission fails every Node's witness at
+/// once, and a notice per Node would bury the channel, and spend the
+/// notifications' time budget long before the last.
+pub const WITNESS_EACH_MAX: usize = 10;
+
+/// How many Nodes a grouped notice names: SNS takes 256 KiB a message.
+pub const GROUP_NAMES_MAX: usize = 50;
 
 impl Notice {
     /// The message's JSON body.
@@ -196,6 +222,7 @@ pub fn notices(report: &Report, cluster: Option<&str>, now_secs: i64) -> Vec<Not
         reason,
         node: node.to_owned(),
         machine,
+        group: None,
         cluster: cluster.map(str::to_owned),
         dry_run,
         done,
@@ -248,21 +275,73 @@ pub fn notices(report: &Report, cluster: Option<&str>, now_secs: i64) -> Vec<Not
     }
     // The witness's changes, each told once (the sweep's round keeps what
     // it told): nothing was done, the sweep named the Node.
-    for change in report.witness.iter().flat_map(|w| &w.changes) {
+    let changes: Vec<&WitnessChange> = report.witness.iter().flat_map(|w| &w.changes).collect();
+    out.extend(witness_notices(&changes, message));
+    out
+}
+
+/// The notices of a witness round's `changes`, each written by `message`:
+/// one per Node, but one for all the Nodes of a change (the same outcome
+/// and reason) that came to more than [`WITNESS_EACH_MAX`] at once.
+fn witness_notices<F>(changes: &[&WitnessChange], message: F) -> Vec<Notice>
+where
+    F: Fn(Kind, &'static str, Reason, &str, Option<Machine>, Done, Evidence) -> Notice,
+{
+    let mut groups: BTreeMap<(&str, &str), Vec<&str>> = BTreeMap::new();
+    for change in changes {
+        groups
+            .entry((change.outcome, change.reason))
+            .or_default()
+            .push(&change.node);
+    }
+    let mut out = Vec::new();
+    let mut grouped = BTreeSet::new();
+    for change in changes {
+        let key = (change.outcome, change.reason);
         let (reason, id, evidence) = of_witness(change);
-        let machine = machine(id.as_ref(), None);
-        let node = &change.node;
-        out.push(message(
-            Kind::Witness,
-            change.outcome,
-            reason,
-            node,
-            machine,
-            Done::default(),
-            evidence,
-        ));
+        let nodes = groups.get(&key).map_or(&[][..], Vec::as_slice);
+        if nodes.len() <= WITNESS_EACH_MAX {
+            let machine = machine(id.as_ref(), None);
+            let notice = message(
+                Kind::Witness,
+                change.outcome,
+                reason,
+                &change.node,
+                machine,
+                Done::default(),
+                evidence,
+            );
+            out.push(notice);
+        } else if grouped.insert(key) {
+            let count = format!("{} Nodes", nodes.len());
+            let mut notice = message(
+                Kind::Witness,
+                change.outcome,
+                reason,
+                &count,
+                None,
+                Done::default(),
+                evidence,
+            );
+            notice.group = Some(group_of(nodes));
+            out.push(notice);
+        }
     }
     out
+}
+
+/// The group a notice names: how many, and the first by name.
+fn group_of(nodes: &[&str]) -> Group {
+    let mut names: Vec<&str> = nodes.to_vec();
+    names.sort_unstable();
+    Group {
+        count: nodes.len(),
+        nodes: names
+            .into_iter()
+            .take(GROUP_NAMES_MAX)
+            .map(str::to_owned)
+            .collect(),
+    }
 }
 
 /// An ended recovery: why, what it changed, what it rested on.
@@ -682,6 +761,70 @@ mod tests {
         // A round whose witnesses changed not: nothing to tell.
         report.witness = Some(WitnessSummary::of(&[failing], Vec::new()));
         assert!(notices(&report, None, 0).is_empty());
+    }
+
+    #[test]
+    fn a_witness_change_on_many_nodes_is_one_notice() {
+        use crate::core::outbound::report::{WitnessChange, WitnessSummary};
+        use crate::core::rules::witness::{Failing, Reason as Class, Witnessed};
+        let denied = |i: usize| Witnessed {
+            node: format!("ip-10-0-{}-{}", i / 256, i % 256),
+            machine: format!("i-{i:017x}"),
+            verdict: Err(Failing {
+                reason: Class::Forbidden,
+                detail: "ec2:DetachVolume is denied (dry run)".into(),
+                fix: "the manifest's aws_actions",
+            }),
+        };
+        let gone = Witnessed {
+            node: "stale".into(),
+            machine: "i-0000000000000dead".into(),
+            verdict: Err(Failing {
+                reason: Class::NotFound,
+                detail: "the provider does not know this machine".into(),
+                fix: "delete the stale Node",
+            }),
+        };
+        let mut round: Vec<Witnessed> = (0..5_000).rev().map(denied).collect();
+        round.push(gone);
+        let mut report = Report::of("c", Vec::new());
+        let changes = round.iter().map(WitnessChange::of).collect();
+        report.witness = Some(WitnessSummary::of(&round, changes));
+        let out = notices(&report, Some("prod"), 0);
+        assert_eq!(
+            told(&out),
+            [
+                (Kind::Witness, "failing", "forbidden"),
+                (Kind::Witness, "failing", "not_found")
+            ]
+        );
+        let group = out[0].group.as_ref().expect("a group");
+        assert_eq!(group.count, 5_000);
+        assert_eq!(group.nodes.len(), GROUP_NAMES_MAX);
+        assert_eq!(group.nodes[0], "ip-10-0-0-0", "by name");
+        assert_eq!(out[0].node, "5000 Nodes");
+        assert!(out[0].machine.is_none());
+        assert!(out[0].body().len() < 16 * 1024, "{}", out[0].body().len());
+        assert_eq!(
+            out[0].subject(),
+            "node-fencer: 5000 Nodes could not be fenced now in prod"
+        );
+        assert_eq!(out[1].node, "stale");
+        assert!(out[1].group.is_none());
+        assert!(
+            !json_of(&out[1])
+                .as_object()
+                .expect("an object")
+                .contains_key("group")
+        );
+
+        // At the bound, one notice per Node still.
+        let few: Vec<Witnessed> = (0..WITNESS_EACH_MAX).map(denied).collect();
+        let changes = few.iter().map(WitnessChange::of).collect();
+        report.witness = Some(WitnessSummary::of(&few, changes));
+        let out = notices(&report, None, 0);
+        assert_eq!(out.len(), WITNESS_EACH_MAX);
+        assert!(out.iter().all(|n| n.group.is_none()));
     }
 
     #[test]

@@ -355,6 +355,11 @@ pub struct WitnessSummary {
     /// as an Event on the Node and a notice (none in a dry run, which
     /// keeps nothing to tell changes against).
     pub changes: Vec<WitnessChange>,
+    /// Changes seen but left for a later round: the record full (new
+    /// failures past [`RECORD_MAX`](crate::core::rules::witness::RECORD_MAX)),
+    /// or the invocation's time spent. `failing` lists them all the same.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub untold: usize,
     /// Why the round could not run to its end (its Events unsent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -434,6 +439,13 @@ impl WitnessSummary {
                 f.node, f.machine, f.reason, f.detail, f.fix
             );
         }
+        if self.untold > 0 {
+            let _ = writeln!(
+                out,
+                "  {} change(s) left for the next round (the record full, or the time spent)",
+                self.untold
+            );
+        }
         if let Some(e) = &self.error {
             let _ = writeln!(out, "  witness error: {e}");
         }
@@ -462,6 +474,7 @@ impl WitnessSummary {
             machines: round.len(),
             failing,
             changes,
+            untold: 0,
             error: None,
         }
     }

@@ -12,7 +12,10 @@
 //! told is kept in the cluster ([`record_text`], [`known_from_record`]), so
 //! a function with no memory between invocations tells a change once too.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
 
 use crate::core::model::facts::{InstanceFacts, NodeFacts};
 use crate::core::model::instance::Provider;
@@ -295,30 +298,144 @@ pub fn known_after(now: &[Witnessed]) -> Known {
     now.iter().map(|w| (w.node.clone(), w.reason())).collect()
 }
 
-/// `known` as the cluster keeps it between invocations: the failing Nodes
-/// and their reasons, as JSON (`{"node":"reason"}`). A Node that serves is
-/// left out: for [`changes`], a Node not in the record and one known to
-/// serve are the same (only its failure is news).
-pub fn record_text(known: &Known) -> String {
-    let failing: BTreeMap<&str, &str> = known
-        .iter()
-        .filter_map(|(node, reason)| Some((node.as_str(), reason.as_ref()?.code())))
-        .collect();
-    serde_json::to_string(&failing).unwrap_or_else(|_| "{}".into())
-}
-
-/// The record [`record_text`] wrote, read back; `None` when it is not one
-/// (written by hand, or by another version): the round then tells as
-/// after a start, failures only.
-pub fn known_from_record(text: &str) -> Option<Known> {
-    let failing: BTreeMap<String, String> = serde_json::from_str(text).ok()?;
-    failing
-        .into_iter()
-        .map(|(node, code)| {
-            let reason = Reason::ALL.into_iter().find(|r| r.code() == code)?;
-            Some((node, Some(reason)))
+/// `before` brought up to `now` for the changes `told` names only: a
+/// change left untold (the record full, or the invocation's time spent)
+/// keeps what `before` said, so that the next round tells it. Nodes no
+/// longer looked at are forgotten.
+pub fn known_told(before: &Known, now: &[Witnessed], told: &BTreeSet<&str>) -> Known {
+    now.iter()
+        .filter_map(|w| {
+            if told.contains(w.node.as_str()) {
+                Some((w.node.clone(), w.reason()))
+            } else {
+                Some((w.node.clone(), *before.get(&w.node)?))
+            }
         })
         .collect()
+}
+
+/// The largest record kept, encoded: the Lease's annotations share
+/// Kubernetes' 256 KiB with the others' and the `last-applied` a hand may
+/// leave. 5,000 failing Nodes named as EKS or GKE names them take a few
+/// KiB compressed; names that do not compress are what this bounds.
+pub const RECORD_MAX: usize = 128 * 1024;
+
+/// Above this, the record is kept compressed (gzip, then base64, behind
+/// [`COMPRESSED`]); below it, as JSON a person can read.
+const RECORD_PLAIN_MAX: usize = 4 * 1024;
+
+/// What starts a compressed record.
+const COMPRESSED: &str = "gzip+base64:";
+
+/// The most a compressed record may inflate to: a record that claims more
+/// is not one node-fencer wrote.
+const RECORD_INFLATED_MAX: u64 = 16 * 1024 * 1024;
+
+/// Of `changes` (against `before`, for the round `now`), those the record
+/// can keep, and how many are held back. A restored witness, or a failure
+/// of a Node already recorded, never grows the record and is always taken,
+/// first; new failures follow by Node name while the encoded record stays
+/// within [`RECORD_MAX`]. One held back is told by a later round, once
+/// others restore; the metric counts it meanwhile.
+pub fn fitting<'a>(
+    before: &Known,
+    now: &[Witnessed],
+    changes: Vec<&'a Witnessed>,
+) -> (Vec<&'a Witnessed>, usize) {
+    let grows =
+        |w: &Witnessed| w.reason().is_some() && !matches!(before.get(&w.node), Some(Some(_)));
+    let (mut new, mut taken): (Vec<&Witnessed>, Vec<&Witnessed>) =
+        changes.into_iter().partition(|w| grows(w));
+    new.sort_by(|a, b| a.node.cmp(&b.node));
+    let fits = |k: usize| {
+        let told: BTreeSet<&str> = taken
+            .iter()
+            .chain(&new[..k])
+            .map(|w| w.node.as_str())
+            .collect();
+        record_text(&known_told(before, now, &told)).len() <= RECORD_MAX
+    };
+    // The largest count of new failures that fits: the record grows with
+    // each one taken, so a binary search finds it.
+    let (mut lo, mut hi) = (0, new.len());
+    if !fits(hi) {
+        while lo < hi {
+            let mid = (lo + hi).div_ceil(2);
+            if fits(mid) {
+                lo = mid;
+            } else {
+                hi = mid - 1;
+            }
+        }
+        hi = lo;
+    }
+    let held = new.len() - hi;
+    new.truncate(hi);
+    taken.extend(new);
+    (taken, held)
+}
+
+/// `known` as the cluster keeps it between invocations: the failing Nodes
+/// under their reason's code, as JSON (`{"forbidden":["node-a","node-b"]}`),
+/// compressed when larger than a few KiB. A Node that serves is left out:
+/// for [`changes`], a Node not in the record and one known to serve are the
+/// same (only its failure is news).
+pub fn record_text(known: &Known) -> String {
+    let mut failing: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for (node, reason) in known {
+        if let Some(reason) = reason {
+            failing.entry(reason.code()).or_default().push(node);
+        }
+    }
+    let json = serde_json::to_string(&failing).unwrap_or_else(|_| "{}".into());
+    if json.len() <= RECORD_PLAIN_MAX {
+        return json;
+    }
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    match std::io::Write::write_all(&mut gz, json.as_bytes()).and_then(|()| gz.finish()) {
+        Ok(bytes) => format!("{COMPRESSED}{}", BASE64.encode(bytes)),
+        // Writing to memory does not fail; were it to, the plain record
+        // still says the same.
+        Err(_) => json,
+    }
+}
+
+/// The record [`record_text`] wrote, read back (or the one the version
+/// before wrote, `{"node":"reason"}`); `None` when it is not one (written
+/// by hand, or by another version): the round then tells as after a start,
+/// failures only.
+pub fn known_from_record(text: &str) -> Option<Known> {
+    let json = match text.strip_prefix(COMPRESSED) {
+        Some(encoded) => inflate(encoded)?,
+        None => text.to_owned(),
+    };
+    let reason_of = |code: &str| Reason::ALL.into_iter().find(|r| r.code() == code);
+    if let Ok(by_reason) = serde_json::from_str::<BTreeMap<String, Vec<String>>>(&json) {
+        let mut known = Known::new();
+        for (code, nodes) in by_reason {
+            let reason = reason_of(&code)?;
+            known.extend(nodes.into_iter().map(|node| (node, Some(reason))));
+        }
+        return Some(known);
+    }
+    let by_node: BTreeMap<String, String> = serde_json::from_str(&json).ok()?;
+    by_node
+        .into_iter()
+        .map(|(node, code)| Some((node, Some(reason_of(&code)?))))
+        .collect()
+}
+
+/// A compressed record's JSON; `None` when it does not decode, or would
+/// inflate past [`RECORD_INFLATED_MAX`].
+fn inflate(encoded: &str) -> Option<String> {
+    use std::io::Read;
+    let bytes = BASE64.decode(encoded.trim()).ok()?;
+    let mut json = String::new();
+    flate2::read::GzDecoder::new(bytes.as_slice())
+        .take(RECORD_INFLATED_MAX + 1)
+        .read_to_string(&mut json)
+        .ok()?;
+    (json.len() as u64 <= RECORD_INFLATED_MAX).then_some(json)
 }
 
 #[cfg(test)]
@@ -492,7 +609,7 @@ mod tests {
             witnessed("b", Some(Reason::Forbidden)),
         ];
         let text = record_text(&known_after(&first));
-        assert_eq!(text, r#"{"b":"forbidden"}"#);
+        assert_eq!(text, r#"{"forbidden":["b"]}"#);
         let kept = known_from_record(&text).expect("a record");
         assert!(
             changes(&kept, &first).is_empty(),
@@ -505,8 +622,136 @@ mod tests {
             .collect();
         assert_eq!(told, ["a", "b"], "a new failure and a restored witness");
         assert_eq!(known_from_record("{}"), Some(Known::new()));
+        assert_eq!(known_from_record(r#"{"gone":["b"]}"#), None);
         assert_eq!(known_from_record(r#"{"b":"gone"}"#), None);
         assert_eq!(known_from_record("not json"), None);
+        // The record the version before wrote, one reason per Node.
+        assert_eq!(
+            known_from_record(r#"{"b":"forbidden"}"#),
+            Some(Known::from([("b".to_owned(), Some(Reason::Forbidden))]))
+        );
+    }
+
+    /// `n` Nodes named as EKS names them, each failing for `reason`.
+    fn fleet(n: usize, reason: Option<Reason>) -> Vec<Witnessed> {
+        (0..n)
+            .map(|i| {
+                let name = format!(
+                    "ip-10-{}-{}-{}.eu-west-1.compute.internal",
+                    i / 65_536,
+                    (i / 256) % 256,
+                    i % 256
+                );
+                witnessed(&name, reason)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn five_thousand_failing_nodes_fit_the_record_compressed() {
+        let round = fleet(5_000, Some(Reason::Forbidden));
+        let text = record_text(&known_after(&round));
+        assert!(text.starts_with(COMPRESSED), "{}", &text[..40]);
+        // Plain, it would be 5,000 names of about 40 bytes: past the
+        // annotations' 256 KiB.
+        assert!(text.len() < 64 * 1024, "{} bytes", text.len());
+        let kept = known_from_record(&text).expect("the record reads back");
+        assert_eq!(kept, known_after(&round));
+        assert!(changes(&kept, &round).is_empty());
+        let small = record_text(&known_after(&fleet(3, Some(Reason::Forbidden))));
+        assert!(small.starts_with('{'), "a small record stays readable");
+    }
+
+    #[test]
+    fn a_record_that_does_not_decode_or_inflates_too_far_is_none() {
+        assert_eq!(known_from_record("gzip+base64:not base64!"), None);
+        assert_eq!(
+            known_from_record(&format!("{COMPRESSED}{}", BASE64.encode(b"not gzip"))),
+            None
+        );
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        let zeros = vec![b' '; 1024 * 1024];
+        for _ in 0..=RECORD_INFLATED_MAX / (1024 * 1024) {
+            std::io::Write::write_all(&mut gz, &zeros).expect("in memory");
+        }
+        let bomb = gz.finish().expect("in memory");
+        assert_eq!(
+            known_from_record(&format!("{COMPRESSED}{}", BASE64.encode(bomb))),
+            None
+        );
+    }
+
+    #[test]
+    fn an_untold_change_stays_news_for_the_next_round() {
+        let before = known_after(&[
+            witnessed("a", Some(Reason::Unreachable)),
+            witnessed("gone", Some(Reason::Unreachable)),
+        ]);
+        let now = [
+            witnessed("a", None),
+            witnessed("b", Some(Reason::Forbidden)),
+            witnessed("c", Some(Reason::Forbidden)),
+        ];
+        let known = known_told(&before, &now, &BTreeSet::from(["b"]));
+        assert_eq!(
+            known,
+            Known::from([
+                ("a".to_owned(), Some(Reason::Unreachable)),
+                ("b".to_owned(), Some(Reason::Forbidden)),
+            ]),
+            "a's restoration and c's failure were not told; the deleted Node is forgotten"
+        );
+        let next: Vec<&str> = changes(&known, &now)
+            .iter()
+            .map(|w| w.node.as_str())
+            .collect();
+        assert_eq!(next, ["a", "c"]);
+    }
+
+    #[test]
+    fn new_failures_past_the_record_are_held_and_restorations_never() {
+        // Names that do not compress: a hash each.
+        let name = |i: u64| {
+            let mut x = i.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0xD1B5_4A32_D192_ED03;
+            (0..4)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    format!("{x:016x}")
+                })
+                .collect::<String>()
+        };
+        let recorded = witnessed("already", Some(Reason::Unreachable));
+        let mut now: Vec<Witnessed> = (0..4_000)
+            .map(|i| witnessed(&name(i), Some(Reason::Forbidden)))
+            .collect();
+        now.push(witnessed("already", None));
+        let before = known_after(&[recorded]);
+        let (told, held) = fitting(&before, &now, changes(&before, &now));
+        assert!(held > 0, "4,000 names of 64 random digits do not fit");
+        assert_eq!(told.len() + held, 4_001);
+        assert!(
+            told.iter().any(|w| w.node == "already"),
+            "a restoration is always told"
+        );
+        let names: BTreeSet<&str> = told.iter().map(|w| w.node.as_str()).collect();
+        let record = record_text(&known_told(&before, &now, &names));
+        assert!(record.len() <= RECORD_MAX, "{} bytes", record.len());
+        // One more would not have fitted: the search took all it could.
+        let mut more = names.clone();
+        let next = now
+            .iter()
+            .map(|w| w.node.as_str())
+            .filter(|n| !names.contains(n))
+            .min()
+            .expect("one held");
+        more.insert(next);
+        assert!(record_text(&known_told(&before, &now, &more)).len() > RECORD_MAX);
+
+        let few = fleet(10, Some(Reason::Forbidden));
+        let (told, held) = fitting(&Known::new(), &few, changes(&Known::new(), &few));
+        assert_eq!((told.len(), held), (10, 0));
     }
 
     #[test]
