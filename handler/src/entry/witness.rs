@@ -296,7 +296,9 @@ const TELL_AT_ONCE: usize = 8;
 const RECORD_MARGIN: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Each of `changes` told by `tell`, [`TELL_AT_ONCE`] at a time, until
-/// `stop`; those told. One untold stays news for the next round.
+/// `stop`; those told. One untold stays news for the next round. One in
+/// flight at `stop` counts as untold: its Event may be written and told
+/// again by the next round, at least once and never lost.
 async fn tell_all<'a, F, Fut>(
     changes: &[&'a Witnessed],
     stop: Option<tokio::time::Instant>,
