@@ -298,34 +298,28 @@ where
     let mut grouped = BTreeSet::new();
     for change in changes {
         let key = (change.outcome, change.reason);
-        let (reason, id, evidence) = of_witness(change);
         let nodes = groups.get(&key).map_or(&[][..], Vec::as_slice);
-        if nodes.len() <= WITNESS_EACH_MAX {
-            let machine = machine(id.as_ref(), None);
-            let notice = message(
-                Kind::Witness,
-                change.outcome,
-                reason,
-                &change.node,
-                machine,
-                Done::default(),
-                evidence,
-            );
-            out.push(notice);
-        } else if grouped.insert(key) {
-            let count = format!("{} Nodes", nodes.len());
-            let mut notice = message(
-                Kind::Witness,
-                change.outcome,
-                reason,
-                &count,
-                None,
-                Done::default(),
-                evidence,
-            );
-            notice.group = Some(group_of(nodes));
-            out.push(notice);
+        let as_group = nodes.len() > WITNESS_EACH_MAX;
+        if as_group && !grouped.insert(key) {
+            continue;
         }
+        let (reason, id, evidence) = of_witness(change);
+        let (node, machine) = if as_group {
+            (format!("{} Nodes", nodes.len()), None)
+        } else {
+            (change.node.clone(), machine(id.as_ref(), None))
+        };
+        let mut notice = message(
+            Kind::Witness,
+            change.outcome,
+            reason,
+            &node,
+            machine,
+            Done::default(),
+            evidence,
+        );
+        notice.group = as_group.then(|| group_of(nodes));
+        out.push(notice);
     }
     out
 }

@@ -356,9 +356,10 @@ pub fn fitting<'a>(
         record_text(&known_told(before, now, &told)).len() <= RECORD_MAX
     };
     // The largest count of new failures that fits: the record grows with
-    // each one taken, so a binary search finds it.
+    // each one taken, so a binary search finds it. Without new failures
+    // the record cannot grow: nothing to encode.
     let (mut lo, mut hi) = (0, new.len());
-    if !fits(hi) {
+    if hi > 0 && !fits(hi) {
         while lo < hi {
             let mid = (lo + hi).div_ceil(2);
             if fits(mid) {
