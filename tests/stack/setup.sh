@@ -340,7 +340,12 @@ main() {
 
 	# --- Go binaries -----------------------------------------------------------------
 
-	export GOFLAGS="-trimpath -buildvcs=false"
+	# No DWARF: the binaries are linked without it (-ldflags -w) anyway, so the
+	# compiler need not write it either. tflint from an empty build cache, two
+	# builds each: 247 and 231 s of CPU with it, 218 and 234 s without, and a
+	# fifth less written to the build cache (544 MB against 683 MB). Stack
+	# traces keep their files and lines (those are pclntab, not DWARF).
+	export GOFLAGS="-trimpath -buildvcs=false -gcflags=all=-dwarf=false"
 	export CGO_ENABLED=0
 
 	# install_bin NAME VERSION DEST ESTIMATE -- COMMAND...: unless DEST exists, runs

@@ -52,7 +52,7 @@ WORK="${NODE_FENCER_KUBE115_SRC:-$CACHE/src-kubernetes-$VERSION}"
 mkdir -p "$WORK"
 WORK="$(cd "$WORK" && pwd)"
 
-export GOFLAGS="-trimpath -buildvcs=false -mod=readonly"
+export GOFLAGS="-trimpath -buildvcs=false -gcflags=all=-dwarf=false -mod=readonly"
 export CGO_ENABLED=0
 export GOWORK=off
 
