@@ -104,6 +104,13 @@ impl Driver {
     }
 }
 
+/// The external-attacher of the oldest control plane, 1.15: v2.0.0, the
+/// newest release the Go module proxy serves that reads VolumeAttachments
+/// and CSINodes at `storage.k8s.io/v1beta1` (v3 and later read CSINodes at
+/// v1, which 1.15 does not serve), built with that plane
+/// (`tests/stack/gomod/kubernetes-1.15`).
+pub const OLDEST_ATTACHER: &str = "NODE_FENCER_CSI_ATTACHER_OLDEST";
+
 /// A binary `tests/stack/setup.sh` builds, named by `var` in `env.sh`.
 pub(crate) fn tool(var: &str) -> anyhow::Result<PathBuf> {
     let path = std::env::var_os(var).map(PathBuf::from).with_context(|| {
@@ -124,7 +131,11 @@ pub(crate) fn tool(var: &str) -> anyhow::Result<PathBuf> {
 pub fn spawn(stack: &Stack, fake: &FakeCompute, drivers: &[Driver]) -> anyhow::Result<()> {
     let dir = stack.dir.join("csi");
     std::fs::create_dir_all(&dir)?;
-    let attacher = tool("NODE_FENCER_CSI_ATTACHER")?;
+    let attacher = tool(if stack.serves_csi_v1() {
+        "NODE_FENCER_CSI_ATTACHER"
+    } else {
+        OLDEST_ATTACHER
+    })?;
     let mut sidecars = Vec::new();
     for &driver in drivers {
         let socket = dir.join(format!("{}-{}.sock", driver.short(), std::process::id()));

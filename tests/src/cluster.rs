@@ -68,9 +68,11 @@ pub fn old_cluster_stack() -> &'static Stack {
 
 /// The same on the oldest Kubernetes node-fencer supports (`up.sh
 /// --oldest-control-plane`: 1.15, built from `tests/stack/gomod/kubernetes-1.15`),
-/// with kwok nodes and no CSI attach chain: the external-attacher of the
-/// other stacks needs `storage.k8s.io/v1` CSINodes, which 1.15 does not
-/// serve.
+/// with kwok nodes and the cStor driver's attach chain behind the
+/// external-attacher of 1.15's day ([`attacher::OLDEST_ATTACHER`]): the
+/// other stacks' attacher needs `storage.k8s.io/v1` CSINodes, which 1.15 does not
+/// serve. No CSIDriver object is registered there (1.15 serves it at
+/// v1beta1 only): a CSI driver without one needs attaching, as these do.
 ///
 /// # Panics
 /// When the stack cannot be started: the message says what to install.
@@ -110,7 +112,7 @@ fn start_oldest() -> anyhow::Result<Stack> {
         "NODE_FENCER_OLDEST_CLUSTER_STACK_DIR",
         "oldest-cluster",
         &["--oldest-control-plane"],
-        &[],
+        &[attacher::Driver::Cstor],
     )
 }
 

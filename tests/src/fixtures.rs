@@ -538,7 +538,9 @@ pub async fn run_as(
     Ok((report, meter.measured()))
 }
 
-/// Events recorded on a Node (events.k8s.io/v1, namespace default).
+/// Events recorded on a Node: where node-fencer writes them, events.k8s.io/v1
+/// in `default`, or on a server that does not serve it (1.15),
+/// events.k8s.io/v1beta1 in `kube-system`.
 pub async fn node_events(admin: &Client, node: &str) -> anyhow::Result<Vec<(String, String)>> {
     Ok(events_of_node(admin, node)
         .await?
@@ -551,13 +553,40 @@ async fn events_of_node(
     admin: &Client,
     node: &str,
 ) -> anyhow::Result<Vec<k8s_openapi::api::events::v1::Event>> {
-    let api: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(admin.clone(), "default");
-    let list = api.list(&Default::default()).await?;
-    Ok(list
-        .items
+    use k8s_openapi::api::events::v1::Event;
+    let api: Api<Event> = Api::namespaced(admin.clone(), "default");
+    let items = match api.list(&Default::default()).await {
+        Ok(list) => list.items,
+        Err(kube::Error::Api(e)) if e.code == 404 => v1beta1_events(admin).await?,
+        Err(e) => return Err(e.into()),
+    };
+    Ok(items
         .into_iter()
         .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(node))
         .collect())
+}
+
+/// The `events.k8s.io/v1beta1` Events of `kube-system`, read as v1's: the
+/// fields the tests read are the same in both.
+async fn v1beta1_events(
+    admin: &Client,
+) -> anyhow::Result<Vec<k8s_openapi::api::events::v1::Event>> {
+    use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("events.k8s.io", "v1beta1", "Event"),
+        "events",
+    );
+    let api: Api<DynamicObject> = Api::namespaced_with(admin.clone(), "kube-system", &resource);
+    api.list(&Default::default())
+        .await?
+        .items
+        .into_iter()
+        .map(|e| {
+            let mut value = serde_json::to_value(e)?;
+            value["apiVersion"] = json!("events.k8s.io/v1");
+            Ok(serde_json::from_value(value)?)
+        })
+        .collect()
 }
 
 /// When node-fencer fenced the node, from its `fenced-at` annotation

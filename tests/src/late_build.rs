@@ -31,9 +31,12 @@ pub fn old_plane() -> anyhow::Result<Vec<PathBuf>> {
     Ok(paths)
 }
 
-/// The binaries the oldest control plane's stack runs.
+/// The binaries the oldest control plane's stack runs, its external-attacher
+/// among them.
 pub fn oldest_plane() -> anyhow::Result<Vec<PathBuf>> {
-    plane("NODE_FENCER_KUBE_OLDEST_BIN")
+    let mut paths = plane("NODE_FENCER_KUBE_OLDEST_BIN")?;
+    paths.push(env_path(crate::attacher::OLDEST_ATTACHER)?);
+    Ok(paths)
 }
 
 /// A tool of the checks `setup.sh` builds, named by `var` in `env.sh`

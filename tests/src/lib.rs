@@ -254,14 +254,19 @@ impl Stack {
         })
     }
 
+    /// Whether the stack runs the oldest control plane, 1.15.
+    pub fn is_oldest(&self) -> bool {
+        self.vars
+            .get("NODE_FENCER_STACK_OLDEST_CONTROL_PLANE")
+            .map(String::as_str)
+            == Some("1")
+    }
+
     /// Whether the stack's Kubernetes serves the CSI objects at
     /// `storage.k8s.io/v1` (CSINode, CSIDriver: from 1.17 and 1.18; not
     /// the oldest control plane, 1.15).
     pub fn serves_csi_v1(&self) -> bool {
-        self.vars
-            .get("NODE_FENCER_STACK_OLDEST_CONTROL_PLANE")
-            .map(String::as_str)
-            != Some("1")
+        !self.is_oldest()
     }
 
     /// A variable of the stack's env file.

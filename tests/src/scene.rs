@@ -33,7 +33,8 @@ use crate::fixtures::{
     Machine, create_volume, ebs_attachment_name, launch, record_volumes, unique, volume,
 };
 use crate::gce::{
-    INSTANCE_ID_ANNOTATION, PD_DRIVER, PD_TOPOLOGY_KEY, ZONE, fake_compute, users_in,
+    INSTANCE_ID_ANNOTATION, PD_DRIVER, PD_TOPOLOGY_KEY, ZONE, fake_compute, fake_compute_on,
+    users_in,
 };
 use crate::kubelet::{Kubelet, KubeletSpec, lease_seconds};
 use crate::redfish::SystemSpec;
@@ -172,7 +173,9 @@ pub async fn add_workers_with(
 ) -> anyhow::Result<Vec<Worker>> {
     let admin = stack.admin().await?;
     let ec2 = stack.ec2().await;
-    let compute = fake_compute().client();
+    // The fake Compute Engine, started beside this stack unless it runs:
+    // the older planes' scenes start no other stack for it.
+    let compute = fake_compute_on(stack).client();
     let nodes: Api<Node> = Api::all(admin.clone());
     let csinodes: Api<CSINode> = Api::all(admin.clone());
     let mut workers = Vec::with_capacity(count);
@@ -247,8 +250,13 @@ pub async fn add_workers_with(
                 }])
             }
         };
-        let node: Node = create(&nodes, node).await?;
         if !stack.serves_csi_v1() {
+            // 1.15's kubelet writes each driver's node id here as well as
+            // in a v1beta1 CSINode; the external-attacher of its day (v2)
+            // reads it here when it finds no CSINode.
+            node["metadata"]["annotations"][NODE_ID_ANNOTATION] =
+                json!(node_ids(&drivers).to_string());
+            create::<Node>(&nodes, node).await?;
             workers.push(Worker {
                 name,
                 machine,
@@ -256,6 +264,7 @@ pub async fn add_workers_with(
             });
             continue;
         }
+        let node: Node = create(&nodes, node).await?;
         create(
             &csinodes,
             json!({
@@ -316,6 +325,20 @@ pub async fn add_workers_with(
         }
     }
     Ok(workers)
+}
+
+/// The Node annotation of the kubelets before CSINode: each driver's node id.
+const NODE_ID_ANNOTATION: &str = "csi.volume.kubernetes.io/nodeid";
+
+/// `{driver: nodeID}` of a CSINode's drivers, as [`NODE_ID_ANNOTATION`] holds them.
+fn node_ids(drivers: &Value) -> Value {
+    let ids: serde_json::Map<String, Value> = drivers
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|d| Some((d["name"].as_str()?.to_owned(), d["nodeID"].clone())))
+        .collect();
+    Value::Object(ids)
 }
 
 /// Starts the hollow kubelet of a worker on `machine`: it registers the
@@ -761,9 +784,15 @@ pub async fn seed_with(stack: &Stack, driver: Driver) -> anyhow::Result<Seed> {
 }
 
 /// [`seed`] with the volumes of `driver`, on `hosts`, node 2 a real
-/// kubelet ([`Kubelets::NODE2`]).
+/// kubelet ([`Kubelets::NODE2`]) where one is built for the stack's
+/// Kubernetes: not for 1.15, where all are kwok's.
 pub async fn seed_on(stack: &Stack, driver: Driver, hosts: Hosts<'_>) -> anyhow::Result<Seed> {
-    seed_on_with(stack, driver, hosts, Kubelets::NODE2).await
+    let kubelets = if stack.is_oldest() {
+        Kubelets::Kwok
+    } else {
+        Kubelets::NODE2
+    };
+    seed_on_with(stack, driver, hosts, kubelets).await
 }
 
 /// [`seed_on`] with the kubelets of `kubelets`.
@@ -1070,6 +1099,21 @@ pub struct Stuck {
     pub node2_attachments_kept: bool,
 }
 
+/// Waits until the seed shows the stuck state without node-fencer: db's pod
+/// Terminating on node 2 and app's replacement refused its volume
+/// (Multi-Attach); returns what [`stuck`] saw then.
+pub async fn wait_stuck(stack: &Stack, seed: &Seed, timeout: Duration) -> anyhow::Result<Stuck> {
+    wait_until(
+        "db Terminating on node 2 and app's replacement refused (Multi-Attach)",
+        timeout,
+        || async {
+            let st = stuck(stack, seed).await?;
+            Ok((st.db_terminating && !st.multi_attach.is_empty()).then_some(st))
+        },
+    )
+    .await
+}
+
 /// Looks at the seed scenario for the stuck state.
 pub async fn stuck(stack: &Stack, seed: &Seed) -> anyhow::Result<Stuck> {
     let admin = stack.admin().await?;
@@ -1284,9 +1328,8 @@ pub async fn teardown_seed(admin: &Client, seed: &Seed) {
         let _ = kubelet.kill();
     }
     teardown(admin, Some(&seed.namespace), &seed.node_names()).await;
-    let compute = fake_compute().client();
     for vm in seed.workers.iter().filter_map(|w| w.machine.vm.as_ref()) {
-        let _ = compute.delete_instance(vm).await;
+        let _ = fake_compute().client().delete_instance(vm).await;
     }
 }
 

@@ -202,6 +202,8 @@ main() {
 	KUBE_OLDEST_SHA="$(cd "$HERE/gomod/kubernetes-1.15" && find . -type f ! -name README.md -print0 | sort -z |
 		xargs -0 cat | sha256sum | cut -c1-16)"
 	KUBE_OLDEST_BIN="$CACHE/bin/kubernetes-$KUBE_OLDEST_VERSION-$KUBE_OLDEST_SHA"
+	# The external-attacher of 1.15's day, built there too (its version is build.sh's).
+	ATTACHER_OLDEST_VERSION="$(sed -n 's/^ATTACHER_VERSION=//p' "$HERE/gomod/kubernetes-1.15/build.sh")"
 	HOLLOW_KUBELET_SHA="$(cd "$HERE/gomod/kubernetes" && cat go.mod go.sum hollow-kubelet/*.go | sha256sum | cut -c1-16)"
 	HOLLOW_KUBELET_BIN="$CACHE/bin/hollow-kubelet-$KUBE_VERSION-$HOLLOW_KUBELET_SHA/hollow-kubelet"
 	HOLLOW_KUBELET_LEGACY_SHA="$(cd "$HERE/gomod/kubernetes-legacy" && cat go.mod go.sum hollow-kubelet/*.go | sha256sum | cut -c1-16)"
@@ -633,6 +635,7 @@ main() {
 		bin_step "kube-apiserver (oldest)" "$KUBE_OLDEST_VERSION" "$KUBE_OLDEST_BIN/kube-apiserver" "~3-4 min" 4 -- build_kube_oldest kube-apiserver
 		bin_step "kube-controller-manager (oldest)" "$KUBE_OLDEST_VERSION" "$KUBE_OLDEST_BIN/kube-controller-manager" "<1 min" 1 -- build_kube_oldest kube-controller-manager
 		bin_step "kube-scheduler (oldest)" "$KUBE_OLDEST_VERSION" "$KUBE_OLDEST_BIN/kube-scheduler" "<1 min" 1 -- build_kube_oldest kube-scheduler
+		bin_step "csi-attacher (oldest)" "$ATTACHER_OLDEST_VERSION" "$KUBE_OLDEST_BIN/csi-attacher" "<1 min" 1 -- build_kube_oldest csi-attacher
 	}
 	steps() {
 		if [ "$OLD_PLANES" = only ]; then
@@ -723,6 +726,7 @@ main() {
 		echo "export NODE_FENCER_HOLLOW_KUBELET=$(q "$HOLLOW_KUBELET_BIN")"
 		echo "export NODE_FENCER_HOLLOW_KUBELET_LEGACY=$(q "$HOLLOW_KUBELET_LEGACY_BIN")"
 		echo "export NODE_FENCER_CSI_ATTACHER=$(q "$CSI_ATTACHER_BIN")"
+		echo "export NODE_FENCER_CSI_ATTACHER_OLDEST=$(q "$KUBE_OLDEST_BIN/csi-attacher")"
 		echo "export NODE_FENCER_PD_CSI_DRIVER=$(q "$PD_CSI_BIN")"
 		echo "export NODE_FENCER_CSI_CONTROLLER=$(q "$CSI_CONTROLLER_BIN")"
 		echo "export NODE_FENCER_HCLFMT=$(q "$HCLFMT_BIN")"
@@ -752,7 +756,7 @@ main() {
 	for b in "$ETCD_BIN" "$KUBE_BIN/kube-apiserver" "$KUBE_BIN/kube-controller-manager" \
 		"$KUBE_BIN/kube-scheduler" "$KUBE_LEGACY_BIN/kube-apiserver" "$KUBE_LEGACY_BIN/kube-controller-manager" \
 		"$KUBE_LEGACY_BIN/kube-scheduler" "$KUBE_OLDEST_BIN/kube-apiserver" "$KUBE_OLDEST_BIN/kube-controller-manager" \
-		"$KUBE_OLDEST_BIN/kube-scheduler" "$KWOK_BIN" "$HOLLOW_KUBELET_BIN" "$HOLLOW_KUBELET_LEGACY_BIN" "$CSI_ATTACHER_BIN" "$PD_CSI_BIN" "$CSI_CONTROLLER_BIN" "$HCLFMT_BIN" "$CARGO_FUZZ_BIN" "$KUBE_BIN/kubectl" "$RIE_BIN" \
+		"$KUBE_OLDEST_BIN/kube-scheduler" "$KUBE_OLDEST_BIN/csi-attacher" "$KWOK_BIN" "$HOLLOW_KUBELET_BIN" "$HOLLOW_KUBELET_LEGACY_BIN" "$CSI_ATTACHER_BIN" "$PD_CSI_BIN" "$CSI_CONTROLLER_BIN" "$HCLFMT_BIN" "$CARGO_FUZZ_BIN" "$KUBE_BIN/kubectl" "$RIE_BIN" \
 		"$ALERTMANAGER_BIN/alertmanager" "$ALERTMANAGER_BIN/amtool" "$PROMTOOL_BIN" \
 		"$TOFU_BIN" "$TFLINT_BIN" "$SCHEMA_PROVIDER_BIN" "$TF_MIRROR"; do
 		[ -x "$b" ] || missing+=("${b#"$CACHE"/}")

@@ -29,7 +29,7 @@ use node_fencer::shell::cluster::{ClusterReads, Kube};
 use node_fencer_tests::Stack;
 use node_fencer_tests::attacher::Driver;
 use node_fencer_tests::bench::{Clock, median};
-use node_fencer_tests::cluster::{cluster_stack, old_cluster_stack};
+use node_fencer_tests::cluster::{cluster_stack, old_cluster_stack, oldest_cluster_stack};
 use node_fencer_tests::fixtures::{event_time, fenced_at, instance_state, stop, unique};
 use node_fencer_tests::lambda::{Emulator, WEBHOOK_TOKEN, start_emulator, start_gce_emulator};
 use node_fencer_tests::recovery_timeline::{self, Lane, Phase};
@@ -43,7 +43,8 @@ usage: bench-recovery [--runs N] [--mode both|lambda|in-process] [--baseline]
                       [--driver ebs|cstor] [--fencing taint|legacy] [--svg PATH] [--svg-docs]
                       [--event-at-stop] [--hung] [--cloud aws|gce]
                       [--no-fast-not-ready] [--kubelet-silent-first]
-                      [--graceful-shutdown SECS] [--old-control-plane]
+                      [--graceful-shutdown SECS]
+                      [--old-control-plane | --oldest-control-plane]
                       [--without-release]
 
 Runs the seed scenario (a StatefulSet and a Deployment with ReadWriteOnce
@@ -107,6 +108,12 @@ with min/max:
                        no out-of-service taint), with --fencing legacy; --baseline
                        adds the runbook of deleting the Node and its
                        VolumeAttachments by hand
+  --oldest-control-plane
+                       the same on the oldest Kubernetes node-fencer supports,
+                       1.15 (seed 001's, built by setup.sh from
+                       tests/stack/gomod/kubernetes-1.15), with its own
+                       external-attacher (v2.0.0); node 2 is a kwok node there
+                       (no hollow kubelet is built for 1.15)
   --without-release    in-process only: the legacy recipe without its release of
                        the freed volumes from the Node's volumesInUse (the call is
                        not made), as it was before, for the side-by-side
@@ -149,8 +156,47 @@ struct Args {
     fast_not_ready: bool,
     silent_first: bool,
     graceful_shutdown: Option<u64>,
-    old_control_plane: bool,
+    plane: Plane,
     without_release: bool,
+}
+
+/// The control plane the scenario runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Plane {
+    /// The stack's own Kubernetes.
+    Current,
+    /// The old one (1.25): no out-of-service taint.
+    Old,
+    /// The oldest node-fencer supports (1.15).
+    Oldest,
+}
+
+impl Plane {
+    /// Its pictures' suffix.
+    fn tag(self) -> &'static str {
+        match self {
+            Self::Current => "",
+            Self::Old => "-old",
+            Self::Oldest => "-oldest",
+        }
+    }
+
+    /// Its option.
+    fn option(self) -> &'static str {
+        match self {
+            Self::Current => "",
+            Self::Old => "--old-control-plane",
+            Self::Oldest => "--oldest-control-plane",
+        }
+    }
+
+    fn stack(self) -> &'static Stack {
+        match self {
+            Self::Current => cluster_stack(),
+            Self::Old => old_cluster_stack(),
+            Self::Oldest => oldest_cluster_stack(),
+        }
+    }
 }
 
 impl Args {
@@ -161,7 +207,7 @@ impl Args {
         if let Some(p) = &self.svg {
             return p.clone();
         }
-        let name = picture_name(self.driver, self.fencing, self.old_control_plane);
+        let name = picture_name(self.driver, self.fencing, self.plane);
         let dir = if self.svg_docs {
             repo_root().join("docs")
         } else {
@@ -188,9 +234,8 @@ fn bench_dir() -> PathBuf {
 }
 
 /// The picture's file name, by driver and mode.
-fn picture_name(driver: Driver, fencing: ModeSetting, old_control_plane: bool) -> String {
-    let old = if old_control_plane { "-old" } else { "" };
-    match (driver, fencing, old) {
+fn picture_name(driver: Driver, fencing: ModeSetting, plane: Plane) -> String {
+    match (driver, fencing, plane.tag()) {
         (Driver::Ebs, ModeSetting::Taint, "") => "recovery-timeline.svg".to_owned(),
         (d, f, old) => format!("recovery-timeline-{}-{}{old}.svg", driver_tag(d), f.name()),
     }
@@ -237,7 +282,7 @@ fn parse_args() -> anyhow::Result<Option<Args>> {
         fast_not_ready: true,
         silent_first: false,
         graceful_shutdown: None,
-        old_control_plane: false,
+        plane: Plane::Current,
         without_release: false,
     };
     let (mut storm_set, mut mode_set, mut driver_set) = (false, false, false);
@@ -301,7 +346,16 @@ fn parse_args() -> anyhow::Result<Option<Args>> {
                 args.graceful_shutdown =
                     Some(secs.parse().context("--graceful-shutdown: seconds")?);
             }
-            "--old-control-plane" => args.old_control_plane = true,
+            "--old-control-plane" | "--oldest-control-plane" => {
+                if args.plane != Plane::Current {
+                    bail!("--old-control-plane and --oldest-control-plane exclude each other");
+                }
+                args.plane = if a == "--old-control-plane" {
+                    Plane::Old
+                } else {
+                    Plane::Oldest
+                };
+            }
             "--without-release" => args.without_release = true,
             "--cloud" => {
                 args.gce = match value("--cloud")?.as_str() {
@@ -338,14 +392,15 @@ fn parse_args() -> anyhow::Result<Option<Args>> {
     Ok(Some(args))
 }
 
-/// What the old control plane and the recipe without its release go with.
+/// What the older control planes and the recipe without its release go with.
 fn check_old_control_plane(args: &Args) -> anyhow::Result<()> {
-    if args.old_control_plane
+    if args.plane != Plane::Current
         && (args.fencing != ModeSetting::Legacy || args.gce || args.hung || args.storm.is_some())
     {
         bail!(
-            "--old-control-plane: with --fencing legacy and --no-storm (the taint is not on \
-             there), not with --cloud gce or --hung"
+            "{}: with --fencing legacy and --no-storm (the taint is not on there), not with \
+             --cloud gce or --hung",
+            args.plane.option()
         );
     }
     if args.without_release && (args.lambda || args.fencing != ModeSetting::Legacy) {
@@ -1482,11 +1537,7 @@ async fn storm(
 async fn run(args: Args) -> anyhow::Result<()> {
     let clock = Clock::start();
     clock.say("starting the controller stack (etcd, kube-apiserver, controllers, kwok, moto, CSI attacher)");
-    let stack: &'static Stack = if args.old_control_plane {
-        old_cluster_stack()
-    } else {
-        cluster_stack()
-    };
+    let stack: &'static Stack = args.plane.stack();
     let admin = stack.admin().await?;
     ensure_storage_class(&admin).await?;
     let grace = grace_seconds(stack)?;
@@ -1610,11 +1661,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let mut baseline_lines = Vec::new();
     if args.baseline {
         clock.say(&format!(
-            "baseline: the seed scenario without node-fencer, watched for {} s (left alone, with the pods force-deleted, and on the old control plane with the Node and its VolumeAttachments deleted)",
+            "baseline: the seed scenario without node-fencer, watched for {} s (left alone, with the pods force-deleted, and on an older control plane with the Node and its VolumeAttachments deleted)",
             args.baseline_wait.as_secs()
         ));
         let node_runbook = async {
-            if args.old_control_plane {
+            if args.plane != Plane::Current {
                 let case = Remedy::DeleteNodeAndAttachments;
                 Some(baseline(stack, args.driver, case, args.baseline_wait, &clock).await)
             } else {
@@ -1728,11 +1779,12 @@ mod tests {
     /// and the docs' own picture is written only with every lane it shows.
     #[test]
     fn a_run_writes_no_tracked_file_unless_asked() {
-        for (driver, fencing, old) in [
-            (Driver::Ebs, ModeSetting::Taint, false),
-            (Driver::Cstor, ModeSetting::Legacy, true),
+        for (driver, fencing, plane) in [
+            (Driver::Ebs, ModeSetting::Taint, Plane::Current),
+            (Driver::Cstor, ModeSetting::Legacy, Plane::Old),
+            (Driver::Cstor, ModeSetting::Legacy, Plane::Oldest),
         ] {
-            let name = picture_name(driver, fencing, old);
+            let name = picture_name(driver, fencing, plane);
             let path = bench_dir().join(&name);
             assert!(
                 !path.starts_with(repo_root().join("docs")),

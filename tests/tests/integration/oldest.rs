@@ -1,15 +1,16 @@
 //! The oldest Kubernetes node-fencer supports, 1.15 (seed 001's), for real:
 //! a control plane built from `tests/stack/gomod/kubernetes-1.15` with its
-//! controllers and kwok nodes, the Lambda build under AWS's runtime
-//! emulator. Every call that differs by version is made there: the version
-//! probe that picks the legacy mode, the node count behind a percentage cap
-//! (1.15 does not count what is left of a paged list: counted page by
-//! page), the Events
-//! (`events.k8s.io/v1beta1`, in `kube-system`), the status patches, the
-//! VolumeAttachments. And a server older than 1.15 is refused, by the run
-//! and by `preflight`, with nothing written.
+//! controllers, kwok nodes and the cStor driver behind the external-attacher
+//! of 1.15's day (v2.0.0), the Lambda build under AWS's runtime emulator.
+//! Seed 001's own scene moves there. Every call that differs by version is
+//! made there: the version probe that picks the legacy mode, the node count
+//! behind a percentage cap (1.15 does not count what is left of a paged
+//! list: counted page by page), the Events (`events.k8s.io/v1beta1`, in
+//! `kube-system`), the status patches, the VolumeAttachments. And a server
+//! older than 1.15 is refused, by the run and by `preflight`, with nothing
+//! written.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use http::Method;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, Pod};
@@ -20,7 +21,7 @@ use node_fencer::core::model::facts::CsiVolume;
 use node_fencer::core::rules::volumes::attachment_name;
 use node_fencer::shell::cluster::{ClusterReads, Kube};
 use node_fencer_tests::Stack;
-use node_fencer_tests::attacher::DRIVER;
+use node_fencer_tests::attacher::{DRIVER, Driver};
 use node_fencer_tests::cluster::{oldest_cluster_serial, oldest_cluster_stack};
 use node_fencer_tests::faults::{Fault, FaultProxy, Match};
 use node_fencer_tests::fixtures::{attach_new_volume, stop, unique, volume};
@@ -30,6 +31,10 @@ use serde_json::{Value, json};
 
 /// Bound on a node turning NotReady (grace period 10 s, checked every 2 s).
 const NOT_READY: Duration = Duration::from_secs(40);
+/// Bound on the stuck state showing once the node is NotReady.
+const STUCK: Duration = Duration::from_secs(20);
+/// Bound on the recovery after legacy fencing, as on the old control plane.
+const RECOVERY: Duration = Duration::from_secs(30);
 
 /// The Events node-fencer wrote about `node` on 1.15: `events.k8s.io/v1beta1`
 /// in `kube-system`, their reasons.
@@ -48,6 +53,15 @@ async fn v1beta1_events(admin: &kube::Client, node: &str) -> anyhow::Result<Vec<
         .filter(|e| e.data["reportingController"] == "node-fencer.io/node-fencer")
         .filter_map(|e| e.data["reason"].as_str().map(str::to_owned))
         .collect())
+}
+
+/// The report's result for `node`, or null.
+fn result_of(report: &Value, node: &str) -> Value {
+    report["results"]
+        .as_array()
+        .and_then(|r| r.iter().find(|r| r["node"] == node))
+        .cloned()
+        .unwrap_or(Value::Null)
 }
 
 /// What the attach/detach controller and the external-attacher leave for
@@ -187,11 +201,7 @@ async fn on_kubernetes_1_15_the_legacy_fencing_makes_every_call_it_serves() -> a
     assert_eq!(answer.error_type(), None, "{}", answer.body);
     let report = answer.json()?;
     assert_eq!(report["mode"], "legacy", "{report:#}");
-    let result = report["results"]
-        .as_array()
-        .and_then(|r| r.iter().find(|r| r["node"] == node2.name.as_str()))
-        .cloned()
-        .unwrap_or(Value::Null);
+    let result = result_of(&report, &node2.name);
     assert_eq!(result["outcome"], "fenced", "{report:#}");
 
     let vas: Api<VolumeAttachment> = Api::all(admin.clone());
@@ -219,6 +229,76 @@ async fn on_kubernetes_1_15_the_legacy_fencing_makes_every_call_it_serves() -> a
         "the Events in kube-system, events.k8s.io/v1beta1: {reasons:?}"
     );
     scene.teardown().await;
+    Ok(())
+}
+
+/// Seed 001's own scene on its own Kubernetes: the cStor StatefulSet and
+/// Deployment of a node whose machine stopped. Without node-fencer 1.15's
+/// attach/detach controller refuses the replacement the volume (Multi-Attach)
+/// and the StatefulSet's pod stays Terminating; with it, `FENCING_MODE` at
+/// `auto` picks the legacy recipe, which deletes the pods and both
+/// VolumeAttachments and releases the volumes from `volumesInUse`, and the
+/// workloads run elsewhere with their volumes, attached by 1.15's attach/detach
+/// controller through the external-attacher of 1.15's day.
+#[tokio::test]
+async fn on_kubernetes_1_15_seed_001s_cstor_workloads_move_in_legacy_mode() -> anyhow::Result<()> {
+    let _g = oldest_cluster_serial().await;
+    let s = oldest_cluster_stack();
+    let admin = s.admin().await?;
+    let seed = seed_with(s, Driver::Cstor).await?;
+    let node2 = seed.node2().name.clone();
+    kill_node2(s, &seed, false).await?;
+    wait_not_ready(&admin, std::slice::from_ref(&node2), NOT_READY).await?;
+    let st = wait_stuck(s, &seed, STUCK).await?;
+    assert!(
+        st.db_stuck_on_node2 && st.app_replacement_without_volume && st.node2_attachments_kept,
+        "stuck without node-fencer: {st:?}"
+    );
+
+    let rie = Rie::start(s, Function::Lambda, 60, &[])?;
+    let sent = Instant::now();
+    let answer = rie
+        .invoke(&eventbridge_event(
+            &seed.node2().machine.instance,
+            "stopped",
+        ))
+        .await?;
+    assert_eq!(answer.error_type(), None, "{}", answer.body);
+    let report = answer.json()?;
+    assert_eq!(report["mode"], "legacy", "{report:#}");
+    let result = result_of(&report, &node2);
+    assert_eq!(result["outcome"], "fenced", "{report:#}");
+    assert_eq!(result["attachments_deleted"], 2, "{report:#}");
+    let rec = wait_recovered(s, &seed, RECOVERY).await?;
+    eprintln!(
+        "seed 001 on 1.15: db on {}, app on {} {:?} after the event",
+        rec.db_node,
+        rec.app_node,
+        sent.elapsed()
+    );
+    assert_ne!(rec.db_node, node2);
+    assert_ne!(rec.app_node, node2);
+    let left: Vec<String> = Api::<VolumeAttachment>::all(admin.clone())
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|va| va.spec.node_name == node2)
+        .filter_map(|va| va.metadata.name)
+        .collect();
+    assert!(left.is_empty(), "node 2's attachments are gone: {left:?}");
+    let reasons = v1beta1_events(&admin, &node2).await?;
+    for want in [
+        "FencedLegacy",
+        "PodsForceDeleted",
+        "VolumeAttachmentsDeleted",
+    ] {
+        assert!(
+            reasons.iter().any(|r| r == want),
+            "{want} among node-fencer's Events: {reasons:?}"
+        );
+    }
+    teardown_seed(&admin, &seed).await;
     Ok(())
 }
 

@@ -216,15 +216,7 @@ async fn seed_scenario_stuck_without_node_fencer_recovered_with_it() -> anyhow::
 
     // Without node-fencer: Kubernetes evicts (Terminating) but cannot move anything.
     let not_ready_at = Instant::now();
-    wait_until(
-        "db Terminating on node 2 and app's replacement refused (Multi-Attach)",
-        OBSERVE,
-        || async {
-            let st = stuck(s, &seed).await?;
-            Ok((st.db_terminating && !st.multi_attach.is_empty()).then_some(()))
-        },
-    )
-    .await?;
+    wait_stuck(s, &seed, OBSERVE).await?;
     tokio::time::sleep(OBSERVE.saturating_sub(not_ready_at.elapsed())).await;
     let st = stuck(s, &seed).await?;
     eprintln!("seed: after {OBSERVE:?} NotReady without node-fencer: {st:?}");
@@ -685,15 +677,7 @@ async fn cstor_legacy_stuck_without_node_fencer_recovered_with_it() -> anyhow::R
     let s = old_cluster_stack();
     let emu = legacy_emulator();
     let (admin, seed, node2) = seed_of_driver_with_node2_down(s, Driver::Cstor, false).await?;
-    let st = wait_until(
-        "db Terminating on node 2 and app's replacement refused (Multi-Attach)",
-        OBSERVE,
-        || async {
-            let st = stuck(s, &seed).await?;
-            Ok((st.db_terminating && !st.multi_attach.is_empty()).then_some(st))
-        },
-    )
-    .await?;
+    let st = wait_stuck(s, &seed, OBSERVE).await?;
     assert!(
         st.db_stuck_on_node2 && st.app_replacement_without_volume && st.node2_attachments_kept,
         "stuck without node-fencer: {st:?}"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # build.sh OUT_DIR [COMMAND...]: builds the Kubernetes v1.15.12 control plane
 # with the Go installed and writes OUT_DIR/COMMAND for each COMMAND, one of
-# kube-apiserver, kube-controller-manager, kube-scheduler (default: all three).
+# kube-apiserver, kube-controller-manager, kube-scheduler, and the CSI
+# external-attacher of 1.15's day, csi-attacher (default: all four).
 #
 # The module zip the Go proxy serves for k8s.io/kubernetes v1.15.12 lacks
 # pkg/generated/openapi/zz_generated.openapi.go, which kube-apiserver needs. So,
@@ -23,7 +24,10 @@ set -euo pipefail
 VERSION=v1.15.12
 GIT_COMMIT=e2a822d9f3c2fdb5c9bfbe64313cf9f657f0a725 # what the release binaries report
 MODULE_SUM="h1:qfh+43qBbugow5Km/j9RGoAhM/rKajFb/izO4f4qltc=" # go.sum line of k8s.io/kubernetes v1.15.12
-ALL_COMMANDS=(kube-apiserver kube-controller-manager kube-scheduler)
+ALL_COMMANDS=(kube-apiserver kube-controller-manager kube-scheduler csi-attacher)
+# v2.0.0: the newest release the Go module proxy serves that reads CSINodes at
+# storage.k8s.io/v1beta1 (v2.1 and v2.2 are refused; v3 reads them at v1).
+ATTACHER_VERSION=v2.0.0
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 log() { printf 'kubernetes-1.15/build.sh: %s\n' "$*" >&2; }
@@ -32,7 +36,7 @@ die() {
 	exit 1
 }
 
-[ $# -ge 1 ] && [ -n "$1" ] || die "usage: build.sh OUT_DIR [kube-apiserver|kube-controller-manager|kube-scheduler...]"
+[ $# -ge 1 ] && [ -n "$1" ] || die "usage: build.sh OUT_DIR [kube-apiserver|kube-controller-manager|kube-scheduler|csi-attacher...]"
 OUT_DIR=$1
 shift
 COMMANDS=("$@")
@@ -121,8 +125,17 @@ for cmd in "${COMMANDS[@]}"; do
 	t0=$SECONDS
 	tmp="$OUT_DIR/.$cmd.tmp.$$"
 	trap 'rm -f "$tmp"' EXIT
-	log "building $cmd $VERSION"
-	(cd "$WORK" && go build -ldflags "$LDFLAGS" -o "$tmp" "k8s.io/kubernetes/cmd/$cmd")
+	case $cmd in
+	csi-attacher)
+		log "building $cmd $ATTACHER_VERSION"
+		(cd "$WORK" && go build -ldflags "-s -w -X main.version=$ATTACHER_VERSION" -o "$tmp" \
+			github.com/kubernetes-csi/external-attacher/cmd/csi-attacher)
+		;;
+	*)
+		log "building $cmd $VERSION"
+		(cd "$WORK" && go build -ldflags "$LDFLAGS" -o "$tmp" "k8s.io/kubernetes/cmd/$cmd")
+		;;
+	esac
 	mv -f "$tmp" "$OUT_DIR/$cmd"
 	trap - EXIT
 	log "    $cmd built in $(elapsed $((SECONDS - t0))): $OUT_DIR/$cmd"

@@ -1,5 +1,6 @@
 // Helper module: builds the Kubernetes v1.15.12 control plane (kube-apiserver,
-// kube-controller-manager, kube-scheduler) with the Go installed. Read README.md:
+// kube-controller-manager, kube-scheduler) and the CSI external-attacher v2.0.0
+// with the Go installed. Read README.md:
 // build.sh copies these files next to a writable copy of k8s.io/kubernetes
 // (./kubernetes, with the generated OpenAPI file the module zip lacks) and
 // builds there; go commands do not work in this directory itself.
@@ -8,6 +9,7 @@ module node-fencer.test/stack/kubernetes-1.15
 go 1.19
 
 require (
+	github.com/kubernetes-csi/external-attacher v2.0.0+incompatible
 	k8s.io/kube-openapi v0.0.0-20190228160746-b3a7cee44a30
 	k8s.io/kube-proxy v0.0.0
 	k8s.io/kubelet v0.0.0
@@ -75,6 +77,7 @@ require (
 	github.com/kardianos/osext v0.0.0-20150410034420-8fef92e41e22 // indirect
 	github.com/konsorten/go-windows-terminal-sequences v1.0.1 // indirect
 	github.com/kr/fs v0.0.0-20131111012553-2788f0dbd169 // indirect
+	github.com/kubernetes-csi/csi-lib-utils v0.6.1 // indirect
 	github.com/libopenstorage/openstorage v0.0.0-20170906232338-093a0c388875 // indirect
 	github.com/liggitt/tabwriter v0.0.0-20181228230101-89fcab3d43de // indirect
 	github.com/mailru/easyjson v0.0.0-20180823135443-60711f1a8329 // indirect
