@@ -32,6 +32,8 @@ use node_fencer_tests::lambda::{Emulator, WEBHOOK_TOKEN, start_gce_emulator};
 use node_fencer_tests::scene::*;
 use serde_json::{Value, json};
 
+use crate::only_result;
+
 /// Bound on a node turning NotReady (grace period 10 s, checked every 2 s).
 const NOT_READY: Duration = Duration::from_secs(40);
 /// Bound on the recovery after fencing.
@@ -64,16 +66,6 @@ fn emulator() -> &'static Emulator {
 
 fn bearer() -> String {
     format!("Bearer {WEBHOOK_TOKEN}")
-}
-
-/// The report's one entry about `node`.
-fn only_result<'a>(report: &'a Value, node: &str) -> &'a Value {
-    let found: Vec<&Value> = report["results"]
-        .as_array()
-        .map(|r| r.iter().filter(|r| r["node"] == json!(node)).collect())
-        .unwrap_or_default();
-    assert_eq!(found.len(), 1, "one result for {node}: {report:#}");
-    found[0]
 }
 
 /// The outcome for `node` in an answer of `serve`, which must be a 200.

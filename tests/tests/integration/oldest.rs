@@ -27,7 +27,9 @@ use node_fencer_tests::faults::{Fault, FaultProxy, Match};
 use node_fencer_tests::fixtures::{attach_new_volume, stop, unique, volume};
 use node_fencer_tests::rie::{Function, Rie};
 use node_fencer_tests::scene::*;
-use serde_json::{Value, json};
+use serde_json::json;
+
+use crate::only_result;
 
 /// Bound on a node turning NotReady (grace period 10 s, checked every 2 s).
 const NOT_READY: Duration = Duration::from_secs(40);
@@ -53,15 +55,6 @@ async fn v1beta1_events(admin: &kube::Client, node: &str) -> anyhow::Result<Vec<
         .filter(|e| e.data["reportingController"] == "node-fencer.io/node-fencer")
         .filter_map(|e| e.data["reason"].as_str().map(str::to_owned))
         .collect())
-}
-
-/// The report's result for `node`, or null.
-fn result_of(report: &Value, node: &str) -> Value {
-    report["results"]
-        .as_array()
-        .and_then(|r| r.iter().find(|r| r["node"] == node))
-        .cloned()
-        .unwrap_or(Value::Null)
 }
 
 /// What the attach/detach controller and the external-attacher leave for
@@ -201,7 +194,7 @@ async fn on_kubernetes_1_15_the_legacy_fencing_makes_every_call_it_serves() -> a
     assert_eq!(answer.error_type(), None, "{}", answer.body);
     let report = answer.json()?;
     assert_eq!(report["mode"], "legacy", "{report:#}");
-    let result = result_of(&report, &node2.name);
+    let result = only_result(&report, &node2.name);
     assert_eq!(result["outcome"], "fenced", "{report:#}");
 
     let vas: Api<VolumeAttachment> = Api::all(admin.clone());
@@ -266,7 +259,7 @@ async fn on_kubernetes_1_15_seed_001s_cstor_workloads_move_in_legacy_mode() -> a
     assert_eq!(answer.error_type(), None, "{}", answer.body);
     let report = answer.json()?;
     assert_eq!(report["mode"], "legacy", "{report:#}");
-    let result = result_of(&report, &node2);
+    let result = only_result(&report, &node2);
     assert_eq!(result["outcome"], "fenced", "{report:#}");
     assert_eq!(result["attachments_deleted"], 2, "{report:#}");
     let rec = wait_recovered(s, &seed, RECOVERY).await?;

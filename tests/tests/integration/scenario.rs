@@ -29,6 +29,8 @@ use node_fencer_tests::lambda::{Emulator, WEBHOOK_TOKEN, start_emulator};
 use node_fencer_tests::scene::*;
 use serde_json::{Value, json};
 
+use crate::{only_result, results_for};
+
 /// How long the stuck state is watched before node-fencer is called.
 const OBSERVE: Duration = Duration::from_secs(20);
 /// Bound on the recovery after fencing (the pod garbage collector runs every 20 s).
@@ -110,20 +112,6 @@ fn active_emulator() -> &'static Emulator {
 
 fn bearer() -> String {
     format!("Bearer {WEBHOOK_TOKEN}")
-}
-
-/// The report's entries about `node`.
-fn results_for<'a>(report: &'a Value, node: &str) -> Vec<&'a Value> {
-    report["results"]
-        .as_array()
-        .map(|r| r.iter().filter(|r| r["node"] == json!(node)).collect())
-        .unwrap_or_default()
-}
-
-fn only_result<'a>(report: &'a Value, node: &str) -> &'a Value {
-    let found = results_for(report, node);
-    assert_eq!(found.len(), 1, "one result for {node}: {report:#}");
-    found[0]
 }
 
 async fn attached_instances(s: &Stack, volume_id: &str) -> anyhow::Result<Vec<String>> {
