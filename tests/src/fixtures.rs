@@ -566,9 +566,10 @@ async fn events_of_node(
         .collect())
 }
 
-/// The `events.k8s.io/v1beta1` Events of `kube-system`, read as v1's: the
-/// fields the tests read are the same in both.
-async fn v1beta1_events(
+/// The `events.k8s.io/v1beta1` Events of `kube-system`, where node-fencer
+/// writes them on a server older than 1.19, read as v1's: the fields the
+/// tests read are the same in both.
+pub async fn v1beta1_events(
     admin: &Client,
 ) -> anyhow::Result<Vec<k8s_openapi::api::events::v1::Event>> {
     use kube::core::{ApiResource, DynamicObject, GroupVersionKind};

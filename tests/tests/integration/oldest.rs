@@ -16,7 +16,6 @@ use http::Method;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, Pod};
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
-use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use node_fencer::core::model::facts::CsiVolume;
 use node_fencer::core::rules::volumes::attachment_name;
 use node_fencer::shell::cluster::{ClusterReads, Kube};
@@ -24,7 +23,7 @@ use node_fencer_tests::Stack;
 use node_fencer_tests::attacher::{DRIVER, Driver};
 use node_fencer_tests::cluster::{oldest_cluster_serial, oldest_cluster_stack};
 use node_fencer_tests::faults::{Fault, FaultProxy, Match};
-use node_fencer_tests::fixtures::{attach_new_volume, stop, unique, volume};
+use node_fencer_tests::fixtures::{self, attach_new_volume, stop, unique, volume};
 use node_fencer_tests::rie::{Function, Rie};
 use node_fencer_tests::scene::*;
 use serde_json::json;
@@ -41,19 +40,12 @@ const RECOVERY: Duration = Duration::from_secs(30);
 /// The Events node-fencer wrote about `node` on 1.15: `events.k8s.io/v1beta1`
 /// in `kube-system`, their reasons.
 async fn v1beta1_events(admin: &kube::Client, node: &str) -> anyhow::Result<Vec<String>> {
-    let resource = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("events.k8s.io", "v1beta1", "Event"),
-        "events",
-    );
-    let api: Api<DynamicObject> = Api::namespaced_with(admin.clone(), "kube-system", &resource);
-    Ok(api
-        .list(&ListParams::default())
+    Ok(fixtures::v1beta1_events(admin)
         .await?
-        .items
         .into_iter()
-        .filter(|e| e.data["regarding"]["name"] == node)
-        .filter(|e| e.data["reportingController"] == "node-fencer.io/node-fencer")
-        .filter_map(|e| e.data["reason"].as_str().map(str::to_owned))
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(node))
+        .filter(|e| e.reporting_controller.as_deref() == Some("node-fencer.io/node-fencer"))
+        .filter_map(|e| e.reason)
         .collect())
 }
 
