@@ -27,7 +27,7 @@ use crate::process::{signal, spawn_watched};
 
 /// The kubelet's default Lease duration (renewed every 10 s), a fifth of
 /// the node controller's default 50 s grace period.
-const DEFAULT_LEASE_SECONDS: u32 = 40;
+pub const DEFAULT_LEASE_SECONDS: u32 = 40;
 
 /// The Lease duration of a hollow kubelet on `stack`: the kubelet's
 /// default under a grace period of 50 s or more (Kubernetes' default, as
@@ -61,6 +61,9 @@ pub struct KubeletSpec {
     pub topology: Vec<(String, String)>,
     /// The Lease's duration (renewed every quarter of it).
     pub lease_seconds: u32,
+    /// How often it computes and posts its node status, changed or not
+    /// (seconds); `None`: the kubelet's 10 s and kubemark's 5 minutes.
+    pub status_every: Option<u32>,
 }
 
 /// One hollow kubelet process, ended when this is dropped.
@@ -125,6 +128,11 @@ impl Kubelet {
             .arg(format!("--root-dir={}", self.root.display()))
             .arg(format!("--node-lease-seconds={}", spec.lease_seconds))
             .arg("--v=2");
+        if let Some(every) = spec.status_every {
+            command
+                .arg(format!("--node-status-update-seconds={every}"))
+                .arg(format!("--node-status-report-seconds={every}"));
+        }
         if let Some(id) = &spec.provider_id {
             command.arg(format!("--provider-id={id}"));
         }
@@ -177,5 +185,68 @@ impl Drop for Kubelet {
     fn drop(&mut self) {
         let _ = self.kill();
         let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+/// A live kubelet whose clock runs `behind` the true time, as its Lease
+/// shows it: renewed every 2 s (an 8 s Lease, as the test stack's kubelets
+/// have), each `renewTime` stamped `behind` early. Kubernetes' kubelet
+/// takes its clock from the machine, which cannot be set back here, so this
+/// writes the Lease as such a kubelet does, owned by its Node, until
+/// dropped; the apiserver times each write on its own clock.
+pub struct SkewedLease {
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl SkewedLease {
+    /// Starts renewing the Lease of the Node `node`; returns once the first
+    /// renewal is written.
+    pub async fn start(
+        admin: &kube::Client,
+        node: &str,
+        behind: std::time::Duration,
+    ) -> anyhow::Result<Self> {
+        use k8s_openapi::api::coordination::v1::Lease;
+        use k8s_openapi::api::core::v1::Node;
+        let uid = kube::Api::<Node>::all(admin.clone())
+            .get(node)
+            .await?
+            .metadata
+            .uid
+            .context("the Node has no uid")?;
+        let leases: kube::Api<Lease> = kube::Api::namespaced(admin.clone(), "kube-node-lease");
+        let skew = k8s_openapi::jiff::SignedDuration::try_from(behind)?;
+        let name = node.to_owned();
+        let owner = name.clone();
+        let renew = move || -> anyhow::Result<Lease> {
+            let at = k8s_openapi::jiff::Timestamp::now().checked_sub(skew)?;
+            Ok(serde_json::from_value(serde_json::json!({
+                "metadata": {"name": owner, "namespace": "kube-node-lease",
+                    "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": owner, "uid": uid}]},
+                "spec": {"holderIdentity": owner, "leaseDurationSeconds": 8,
+                    "renewTime": k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(at)},
+            }))?)
+        };
+        let params = kube::api::PatchParams::apply("skewed-kubelet").force();
+        leases
+            .patch(&name, &params, &kube::api::Patch::Apply(renew()?))
+            .await?;
+        let task = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+                if let Ok(l) = renew() {
+                    let _ = leases
+                        .patch(&name, &params, &kube::api::Patch::Apply(l))
+                        .await;
+                }
+            }
+        });
+        Ok(Self { task })
+    }
+}
+
+impl Drop for SkewedLease {
+    fn drop(&mut self) {
+        self.task.abort();
     }
 }

@@ -224,14 +224,26 @@ impl Bmc {
     /// as a Secret mounted as a volume lays it out; returns its path.
     pub fn credentials_dir(&self, password: Option<&str>) -> anyhow::Result<PathBuf> {
         let dir = self.dir.join("credentials");
-        let lab = dir.join(CREDENTIALS);
-        std::fs::create_dir_all(&lab)?;
-        std::fs::write(lab.join("username"), format!("{}\n", self.user))?;
+        self.credentials_in(&dir, CREDENTIALS, password)?;
+        Ok(dir)
+    }
+
+    /// Writes this BMC's user and `password` (its own when `None`) as the
+    /// credentials `name` of the directory `dir`.
+    pub fn credentials_in(
+        &self,
+        dir: &Path,
+        name: &str,
+        password: Option<&str>,
+    ) -> anyhow::Result<()> {
+        let at = dir.join(name);
+        std::fs::create_dir_all(&at)?;
+        std::fs::write(at.join("username"), format!("{}\n", self.user))?;
         std::fs::write(
-            lab.join("password"),
+            at.join("password"),
             format!("{}\n", password.unwrap_or(&self.password)),
         )?;
-        Ok(dir)
+        Ok(())
     }
 }
 
@@ -246,17 +258,28 @@ impl Inventory {
     /// URL, or a proxy's in front of it), backing the Node `node` (or, when
     /// `None`, the Node labelled [`NODE_LABEL`] with the System's name).
     pub fn machine(
-        mut self,
+        self,
         bmc: &Bmc,
         system: &str,
         endpoint: &str,
+        node: Option<&str>,
+    ) -> anyhow::Result<Self> {
+        self.machine_with(bmc, system, (endpoint, CREDENTIALS), node)
+    }
+
+    /// [`Self::machine`], its BMC's credentials the ones named `credentials`.
+    pub fn machine_with(
+        mut self,
+        bmc: &Bmc,
+        system: &str,
+        (endpoint, credentials): (&str, &str),
         node: Option<&str>,
     ) -> anyhow::Result<Self> {
         let mut machine = json!({
             "name": system,
             "endpoint": endpoint,
             "system": bmc.system(system)?,
-            "credentials": CREDENTIALS,
+            "credentials": credentials,
             "caBundle": bmc.ca,
         });
         if let Some(node) = node {

@@ -17,7 +17,7 @@ use node_fencer::core::outbound::kube_patch::{Ending, PowerStamp, Stamp};
 use node_fencer::core::rules::control::KillSwitch;
 use node_fencer::core::rules::in_use::ReleaseOutcome;
 use node_fencer::core::rules::mode::ServerVersion;
-use node_fencer::core::rules::silence::KubeletLease;
+use node_fencer::core::rules::silence::LeaseRead;
 use node_fencer::core::rules::view::Census;
 use node_fencer::shell::cloud::{Cloud, CloudError, Detach, PowerOff, PowerOffAnswer};
 use node_fencer::shell::cluster::{
@@ -312,11 +312,7 @@ impl ClusterReads for TimingCluster<'_> {
             .time("ListPods", self.inner.pods_on_node(node, out_of_service))
             .await
     }
-    async fn node_lease(
-        &self,
-        node: &str,
-        uid: Option<&str>,
-    ) -> Result<KubeletLease, ClusterError> {
+    async fn node_lease(&self, node: &str, uid: Option<&str>) -> Result<LeaseRead, ClusterError> {
         self.timeline
             .time("GetNodeLease", self.inner.node_lease(node, uid))
             .await

@@ -383,10 +383,11 @@ impl App {
         #[cfg(not(feature = "google-cloud"))]
         let gce = None;
         #[cfg(feature = "redfish")]
-        let redfish = self
-            .onprem
-            .as_ref()
-            .map(|o| &o.bmcs as &dyn crate::shell::cloud::Cloud);
+        let redfish = self.onprem.as_ref().map(|o| {
+            // Read at the first round: a restart forgets no UUID.
+            o.bmcs.census_kept_in(self.census_store(&cluster));
+            &o.bmcs as &dyn crate::shell::cloud::Cloud
+        });
         #[cfg(not(feature = "redfish"))]
         let redfish = None;
         let cloud = Clouds {

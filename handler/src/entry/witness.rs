@@ -28,6 +28,7 @@ use crate::shell::cluster::{ClusterReads, FencingWrites, Kube};
 use {
     crate::core::rules::identity,
     crate::core::rules::witness::{Known, Look},
+    crate::shell::cloud::census::LeaseCensus,
     crate::shell::cloud::redfish::Redfish,
 };
 
@@ -46,6 +47,16 @@ impl App {
         Some(self.witness_with(&onprem.bmcs, known, correlation_id).await)
     }
 
+    /// Where the census of the inventory's UUIDs outlives the process: the
+    /// witness Lease in the control namespace.
+    pub(super) fn census_store(&self, cluster: &Kube) -> std::sync::Arc<LeaseCensus> {
+        std::sync::Arc::new(LeaseCensus {
+            cluster: cluster.clone(),
+            namespace: self.config().policy.control_namespace.clone(),
+            holder: self.reporter.clone(),
+        })
+    }
+
     async fn witness_with(
         &self,
         bmcs: &Redfish,
@@ -59,11 +70,16 @@ impl App {
             .placing(inventory);
         let nodes = cluster.list_nodes().await.map_err(|e| e.to_string())?;
         let config = self.config();
+        let census = self.census_store(&cluster);
+        bmcs.census_kept_in(census.clone());
         let active = config.policy.active_fencing.is_some();
         let round = look_at(bmcs, &nodes, &config.policy.reach, active).await;
-        // DRY_RUN changes nothing, Events included: the log and the metric
-        // still tell.
+        // DRY_RUN changes nothing, Events and the census' record included:
+        // the log and the metric still tell.
         let record = !config.policy.dry_run;
+        if record {
+            bmcs.keep_census(census.as_ref()).await;
+        }
         for change in witness::changes(known, &round) {
             tell(&cluster, change, record, correlation_id).await;
         }

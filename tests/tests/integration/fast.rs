@@ -1,8 +1,8 @@
 //! `FAST_NOT_READY` against the controller stack: the real node lifecycle
 //! controller (grace period 10 s, checked every 2 s), a real kubelet (the
 //! hollow kubelet of [`node_fencer_tests::kubelet`], renewing its Lease
-//! every 2 s) whose process lives and dies with its machine, moto recording
-//! the stop. The pipeline runs in-process as the node-fencer group under
+//! every 2 s, or at its default 10 s for a live kubelet) whose process
+//! lives and dies with its machine, moto recording the stop. The pipeline runs in-process as the node-fencer group under
 //! `infra/kubernetes/rbac.yaml`.
 
 use std::time::{Duration, Instant};
@@ -15,12 +15,16 @@ use node_fencer::core::inbound::trigger::eventbridge;
 use node_fencer::core::model::names::NodeName;
 use node_fencer::core::outbound::report::Outcome;
 use node_fencer::core::rules::decide::Skip;
-use node_fencer::core::rules::silence::{MARK_REASON, SKEW_MARGIN_SECS};
+use node_fencer::core::rules::silence::{
+    LATE_RENEWAL_MARGIN_SECS, MARK_REASON, SKEW_MARGIN_SECS, lease,
+};
 use node_fencer::core::settings::policy::Policy;
 use node_fencer_tests::cluster::{cluster_serial, cluster_stack};
 use node_fencer_tests::fixtures::{
-    assert_node_events, fence, node_events, settings, start_instance, stop, unique,
+    NodeSpec, assert_node_events, create_node, fence, node_events, settings, start_instance, stop,
+    unique,
 };
+use node_fencer_tests::kubelet::SkewedLease;
 use node_fencer_tests::scene::{
     Hosts, Kubelets, Worker, add_workers_with, eventbridge_event, node_taints, ready, teardown,
     wait_until,
@@ -39,10 +43,15 @@ fn fast() -> Policy {
 
 /// One worker on an EC2 instance, its kubelet a real one.
 async fn hollow_worker(scene: &str) -> anyhow::Result<Worker> {
+    worker_of(scene, Kubelets::Real(0)).await
+}
+
+/// One worker on an EC2 instance, its kubelet as `kubelets` says.
+async fn worker_of(scene: &str, kubelets: Kubelets) -> anyhow::Result<Worker> {
     let workers = add_workers_with(
         cluster_stack(),
         Hosts::Ec2,
-        Kubelets::Real(0),
+        kubelets,
         &unique(scene),
         1,
         |_| false,
@@ -61,12 +70,19 @@ fn kubelet(w: &Worker) -> anyhow::Result<&node_fencer_tests::kubelet::Kubelet> {
         .ok_or_else(|| anyhow::anyhow!("{} has no kubelet of its own", w.name))
 }
 
-/// Waits until the clock is more than the margin past the Lease's last
-/// renewal: a stop recorded then comes after the kubelet's silence, by the
-/// margin the proof asks for.
+/// Waits until the clock is past the Lease's last renewal by the margin
+/// and by its next renewal overdue (a quarter of the Lease's duration and
+/// the margin for a late one, a second more for the apiserver's rounding):
+/// a stop recorded then comes after the kubelet's silence, and the proof
+/// needs no wait.
 async fn past_the_margin(admin: &Client, node: &str) -> anyhow::Result<()> {
     let last = renewed_at(admin, node).await?;
-    while now() <= last + SKEW_MARGIN_SECS {
+    let lease = Api::<Lease>::namespaced(admin.clone(), "kube-node-lease")
+        .get(node)
+        .await?;
+    let every = lease::renew_every(lease.spec.and_then(|s| s.lease_duration_seconds));
+    let due = SKEW_MARGIN_SECS.max(every + LATE_RENEWAL_MARGIN_SECS + 1);
+    while now() <= last + due {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     Ok(())
@@ -298,6 +314,145 @@ async fn a_kubelet_heard_after_the_stop_request_is_proven_silent_only_by_the_sto
     }
     .await;
     let _ = kubelet(&w).and_then(|k| k.kill());
+    teardown(&admin, None, &nodes).await;
+    result
+}
+
+/// One worker on an EC2 instance whose kubelet is a real one at the
+/// kubelet's default Lease (renewed every 10 s), posting its status every
+/// 2 s so that the stack's 10 s grace period never finds it late.
+async fn live_worker(scene: &str) -> anyhow::Result<Worker> {
+    worker_of(scene, Kubelets::DefaultLease(0)).await
+}
+
+/// Waits for the Node's kubelet to renew its Lease (its resourceVersion
+/// changes) and returns when that was seen, on this clock.
+async fn next_renewal(admin: &Client, node: &str) -> anyhow::Result<Instant> {
+    let leases = Api::<Lease>::namespaced(admin.clone(), "kube-node-lease");
+    let version = |l: &Lease| l.metadata.resource_version.clone();
+    let before = version(&leases.get(node).await?);
+    let until = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < until {
+        if version(&leases.get(node).await?) != before {
+            return Ok(Instant::now());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    anyhow::bail!("the kubelet of {node} did not renew its Lease within 30 s")
+}
+
+/// Nothing of node-fencer's fast path on the Node: still Ready by its own
+/// kubelet, no mark, no taint, and the contradiction reported.
+async fn assert_not_marked(admin: &Client, node: &str, at: &str) -> anyhow::Result<()> {
+    let (status, reason) = ready_condition(admin, node).await?;
+    assert_eq!(status, "True", "{at}");
+    assert_ne!(reason.as_deref(), Some(MARK_REASON), "{at}");
+    assert!(!is_out_of_service(admin, node).await?, "{at}: not tainted");
+    let events: Vec<String> = node_events(admin, node)
+        .await?
+        .into_iter()
+        .map(|(r, _)| r)
+        .collect();
+    assert!(
+        !events.iter().any(|r| r == "MarkedNotReady"),
+        "{at}: {events:?}"
+    );
+    assert!(
+        events.iter().any(|r| r == "KubeletHeardAfterStop"),
+        "{at}: {events:?}"
+    );
+    Ok(())
+}
+
+/// Issue 58, item 1: a live kubelet at its default renewal (every 10 s)
+/// serving a Node whose providerID's machine the cloud calls stopped (a
+/// kubelet on another machine, a replacement that took over the name). The
+/// stop comes 2, 6 and 9 s into its renewal cycle, with EventBridge's
+/// `stopped` event at once, at the default settings: the Node is never
+/// marked nor fenced, whatever the phase. Before the proof asked for a
+/// missed renewal, a stop 5 s or more after a renewal was fenced within a
+/// second.
+#[tokio::test]
+async fn a_live_kubelet_at_its_default_renewal_is_never_marked_at_any_phase_of_its_cycle()
+-> anyhow::Result<()> {
+    let _g = cluster_serial().await;
+    let s = cluster_stack();
+    let admin = s.admin().await?;
+    let w = live_worker("live").await?;
+    let nodes = vec![w.name.clone()];
+    let ec2 = s.ec2().await;
+    let result = async {
+        wait_until(
+            "the kubelet's Node Ready",
+            Duration::from_secs(60),
+            || async {
+                Ok((ready(&admin, &w.name).await?.as_deref() == Some("True")).then_some(()))
+            },
+        )
+        .await?;
+        for phase in [2, 6, 9] {
+            let at = format!("a stop {phase} s after a renewal");
+            let renewed = next_renewal(&admin, &w.name).await?;
+            tokio::time::sleep_until((renewed + Duration::from_secs(phase)).into()).await;
+            stop(&ec2, &w.machine).await?;
+            let event = eventbridge::parse(eventbridge_event(&w.machine.instance, "stopped"))?;
+            // Long enough that a dead kubelet's Node would be marked within
+            // it: 15 s after its last renewal at the latest.
+            let wait = Policy {
+                not_ready_wait: Duration::from_secs(16),
+                ..fast()
+            };
+            let report = fence(s, event, wait).await?;
+            assert_eq!(
+                report.results[0].skip,
+                Some(Skip::NodeReady),
+                "{at}: {report:#?}"
+            );
+            assert_not_marked(&admin, &w.name, &at).await?;
+            start_instance(&ec2, &w.machine).await?;
+        }
+        anyhow::Ok(())
+    }
+    .await;
+    let _ = kubelet(&w).and_then(|k| k.kill());
+    teardown(&admin, None, &nodes).await;
+    result
+}
+
+/// Issue 58, item 1: a live kubelet whose clock runs 40 s behind stamps
+/// each renewal 40 s early, so its `renewTime` falls before any stop. The
+/// real kubelet's clock cannot be set back here, so the test writes its
+/// Lease as such a kubelet does, every 2 s (an 8 s Lease), on a Node it
+/// registered; the apiserver times each write on its own clock. At the
+/// default settings the Node is never marked nor fenced.
+#[tokio::test]
+async fn a_live_kubelet_whose_clock_runs_behind_is_never_marked() -> anyhow::Result<()> {
+    let _g = cluster_serial().await;
+    let s = cluster_stack();
+    let admin = s.admin().await?;
+    let ec2 = s.ec2().await;
+    let machine = node_fencer_tests::fixtures::launch(&ec2).await?;
+    let spec = NodeSpec {
+        ready: "True",
+        taints: Vec::new(),
+        ..NodeSpec::for_machine(&machine)
+    };
+    create_node(&admin, &spec).await?;
+    let nodes = vec![spec.name.clone()];
+    let kubelet = SkewedLease::start(&admin, &spec.name, Duration::from_secs(40)).await?;
+    let result = async {
+        stop(&ec2, &machine).await?;
+        let event = eventbridge::parse(eventbridge_event(&machine.instance, "stopped"))?;
+        let wait = Policy {
+            not_ready_wait: Duration::from_secs(8),
+            ..fast()
+        };
+        let report = fence(s, event, wait).await?;
+        assert_eq!(report.results[0].skip, Some(Skip::NodeReady), "{report:#?}");
+        assert_not_marked(&admin, &spec.name, "a kubelet 40 s behind").await
+    }
+    .await;
+    drop(kubelet);
     teardown(&admin, None, &nodes).await;
     result
 }

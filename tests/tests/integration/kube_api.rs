@@ -50,7 +50,65 @@ fn stamp() -> Stamp {
         mode: FenceMode::Taint,
         volumes: Vec::new(),
         no_schedule: false,
+        node_uid: None,
     }
+}
+
+/// Issue 58, item 3: a Node deleted and registered again under its name
+/// (a new instance that took the IP-based name) is another object. The
+/// taint held to the uid judged writes nothing on it; and a patch built on
+/// the old object, which names the old uid, is refused by the API server
+/// itself, whatever its resourceVersion.
+#[tokio::test]
+async fn a_node_registered_again_under_its_name_is_not_tainted() -> anyhow::Result<()> {
+    let s = stack();
+    let admin = s.admin().await?;
+    let cluster = Kube::new(s.fencer().await?, "tests");
+    let spec = spec("Unknown");
+    let judged = create_node(&admin, &spec).await?;
+    let nodes = Api::<Node>::all(admin.clone());
+    nodes.delete(&spec.name, &DeleteParams::default()).await?;
+    let again = create_node(&admin, &spec).await?;
+    assert_ne!(again.metadata.uid, judged.metadata.uid);
+    let held = Stamp {
+        node_uid: judged.metadata.uid.clone(),
+        ..stamp()
+    };
+    assert_eq!(
+        cluster.taint_node(&spec.name, &held).await?,
+        TaintOutcome::AnotherNode
+    );
+    assert!(!taints(&get_node(&admin, &spec.name).await?).contains(&OUT_OF_SERVICE.into()));
+    // The old object's patch, its resourceVersion swapped for the new one's.
+    let TaintPatch::Apply(mut patch) = kube_patch::taint_patch(&judged, &held) else {
+        panic!("the judged Node is fenced");
+    };
+    patch["metadata"]["resourceVersion"] = json!(
+        get_node(&admin, &spec.name)
+            .await?
+            .metadata
+            .resource_version
+    );
+    let err = Api::<Node>::all(s.fencer().await?)
+        .patch(&spec.name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect_err("a patch that names another uid must be refused");
+    assert!(
+        matches!(&err, kube::Error::Api(st) if st.code == 409 || st.code == 422),
+        "{err}"
+    );
+    assert!(!taints(&get_node(&admin, &spec.name).await?).contains(&OUT_OF_SERVICE.into()));
+    // The Node judged, with its uid, is fenced as ever.
+    let now = Stamp {
+        node_uid: again.metadata.uid.clone(),
+        ..stamp()
+    };
+    assert_eq!(
+        cluster.taint_node(&spec.name, &now).await?,
+        TaintOutcome::Applied
+    );
+    nodes.delete(&spec.name, &DeleteParams::default()).await?;
+    Ok(())
 }
 
 #[tokio::test]

@@ -444,6 +444,88 @@ async fn a_uuid_two_systems_serve_ties_a_node_to_neither() -> anyhow::Result<()>
     Ok(())
 }
 
+/// Issue 58, item 2: one BMC of the inventory dark from the start (a closed
+/// port) and one refusing the credentials. Neither is a veto over the
+/// other machines: each Node whose System is `Off` with a UUID of its own
+/// is fenced, by one process and then by another (a restart between), and
+/// preflight fails the two BMCs that cannot serve their own machines. Before
+/// the fix, every such Node was refused `instance_not_found`.
+#[tokio::test]
+async fn a_dark_bmc_holds_back_only_its_own_machine() -> anyhow::Result<()> {
+    let _g = serial().await;
+    let s = stack();
+    let (first, second) = (
+        SystemSpec::new("rack5-first", false),
+        SystemSpec::new("rack5-second", false),
+    );
+    let (dark, refusing) = (
+        SystemSpec::new("rack5-dark", true),
+        SystemSpec::new("rack5-refusing", true),
+    );
+    let bmc = Bmc::start(&bmc_dir(s), &[first.clone(), second.clone()], false).await?;
+    let bmc_dark = Bmc::start(&bmc_dir(s), std::slice::from_ref(&dark), false).await?;
+    let bmc_refusing = Bmc::start(&bmc_dir(s), std::slice::from_ref(&refusing), false).await?;
+    // A port nothing listens on: the dark BMC's.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let (node_1, _c1) = bmc_node(s, &first.name, &first.uuid).await?;
+    let (node_2, _c2) = bmc_node(s, &second.name, &second.uuid).await?;
+    // The Nodes of the two machines whose BMCs cannot answer.
+    let (_, _c3) = bmc_node(s, &dark.name, &dark.uuid).await?;
+    let (_, _c4) = bmc_node(s, &refusing.name, &refusing.uuid).await?;
+    let credentials = bmc.credentials_dir(None)?;
+    bmc_refusing.credentials_in(&credentials, "refusing", Some("a-password-it-refuses"))?;
+    let inventory = bmc.dir.join("inventory.json");
+    Inventory::default()
+        .machine(&bmc, &first.name, &bmc.url, None)?
+        .machine(&bmc, &second.name, &bmc.url, None)?
+        .machine(
+            &bmc_dark,
+            &dark.name,
+            &format!("https://127.0.0.1:{closed}"),
+            None,
+        )?
+        .machine_with(
+            &bmc_refusing,
+            &refusing.name,
+            (&bmc_refusing.url, "refusing"),
+            None,
+        )?
+        .write(&inventory)?;
+    drop(bmc_dark);
+
+    for node in [&node_1, &node_2] {
+        let (code, report) = cli(s, &inventory, &credentials, false, &["fence", node])?;
+        assert_eq!(code, 0, "{node}: {report:#}");
+        assert_eq!(
+            report["results"][0]["outcome"], "fenced",
+            "{node}: {report:#}"
+        );
+        assert!(is_tainted(s, node).await?, "{node}");
+    }
+
+    let (_, preflight) = cli(s, &inventory, &credentials, false, &["preflight"])?;
+    let status = |machine: &str| {
+        preflight["checks"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["check"] == json!(format!("BMC redfish://{machine}")))
+            .map(|c| c["status"].clone())
+            .unwrap_or(Value::Null)
+    };
+    assert_eq!(status(&dark.name), "fail", "{preflight:#}");
+    assert_eq!(status(&refusing.name), "fail", "{preflight:#}");
+    // Only the failing BMCs have a row of their own; the others answered.
+    assert_eq!(status(&first.name), Value::Null, "{preflight:#}");
+    assert!(
+        preflight.to_string().contains("2 of 4 Node(s)"),
+        "{preflight:#}"
+    );
+    Ok(())
+}
+
 /// `serve` off-cluster sweeps on its own schedule: a NotReady Node whose
 /// BMC reports its System off is fenced with no request made, and the
 /// fencing ends once the machine runs and the Node is Ready again.

@@ -316,9 +316,12 @@ pub fn may_detach(
 pub enum StopStep {
     /// The VM judged, still running: stop it.
     Stop,
-    /// The VM judged is off already (or Compute Engine says it no longer
-    /// exists): nothing to stop, the wait for it to be off ends at once.
+    /// The VM judged is off already: nothing to stop, the wait for it to
+    /// be off ends at once.
     AlreadyOff,
+    /// Compute Engine says the VM no longer exists: nothing to stop, and
+    /// nothing was powered off by node-fencer.
+    Deleted,
 }
 
 /// Why the look at a VM right before its stop holds the stop back.
@@ -373,7 +376,7 @@ pub fn may_stop(
         return Err(StopHeld::NotJudged);
     };
     let Some((id, status)) = found else {
-        return Ok(StopStep::AlreadyOff);
+        return Ok(StopStep::Deleted);
     };
     if id != Some(judged) {
         return Err(StopHeld::AnotherVm { judged, found: id });
@@ -566,7 +569,7 @@ mod tests {
                 Ok(StopStep::AlreadyOff)
             );
         }
-        assert_eq!(may_stop(Some(7), None), Ok(StopStep::AlreadyOff));
+        assert_eq!(may_stop(Some(7), None), Ok(StopStep::Deleted));
         for status in [
             GceStatus::Provisioning,
             GceStatus::Staging,

@@ -116,9 +116,6 @@ pub enum Doubt {
     SharedByNodes,
     /// Another System of the inventory serves the same UUID.
     SharedBySystems,
-    /// Not every other System of the inventory could be read, so the UUID
-    /// cannot be shown to be served by this System alone.
-    Unproven,
 }
 
 impl Doubt {
@@ -128,7 +125,6 @@ impl Doubt {
             Self::Placeholder => "placeholder",
             Self::SharedByNodes => "shared_by_nodes",
             Self::SharedBySystems => "shared_by_systems",
-            Self::Unproven => "unproven",
         }
     }
 }
@@ -144,9 +140,6 @@ impl fmt::Display for Doubt {
             }
             Self::SharedBySystems => {
                 "another System of the inventory serves the same UUID, so it names no one machine"
-            }
-            Self::Unproven => {
-                "not every other System of the inventory answered, so no one can show that this System alone serves the UUID"
             }
         })
     }
@@ -206,6 +199,23 @@ impl SystemUuid {
             Self::Known(a) => Some(a.min(swap_smbios_fields(a))),
             _ => None,
         }
+    }
+
+    /// The UUID as [`Self::parse`] reads it back (lowercase, hyphenated),
+    /// when it is known.
+    pub fn printed(self) -> Option<String> {
+        let Self::Known(b) = self else {
+            return None;
+        };
+        let hex: String = b.iter().map(|byte| format!("{byte:02x}")).collect();
+        Some(format!(
+            "{}-{}-{}-{}-{}",
+            &hex[0..8],
+            &hex[8..12],
+            &hex[12..16],
+            &hex[16..20],
+            &hex[20..32]
+        ))
     }
 
     /// True when both are the same machine's UUID. SMBIOS stores the first
@@ -277,6 +287,13 @@ mod tests {
             SystemUuid::parse(Some("27946B59-9E44-4FA7-8E91-F3527A1EF094"))
         );
         assert!(matches!(u, SystemUuid::Known(_)));
+        // Printed as it is read back, whatever the case it came in.
+        assert_eq!(
+            u.printed().as_deref(),
+            Some("27946b59-9e44-4fa7-8e91-f3527a1ef094")
+        );
+        assert_eq!(SystemUuid::parse(u.printed().as_deref()), u);
+        assert_eq!(SystemUuid::Missing.printed(), None);
         for bad in [
             None,
             Some(""),

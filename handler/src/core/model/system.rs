@@ -64,15 +64,44 @@ impl System {
         if self.force_off_allowed == Some(false) {
             return Err("the System does not list ForceOff among its reset types".into());
         }
-        let own = format!("{}/", system.trim_end_matches('/'));
         match self.reset_target.as_deref() {
-            Some(target) if target.starts_with(&own) && !target.contains("/../") => Ok(target),
+            Some(target) if is_under(target, system) => Ok(target),
             Some(target) => Err(format!(
                 "the System's reset target {target:?} is not under the System's own path {system}"
             )),
             None => Err("the System advertises no ComputerSystem.Reset action".into()),
         }
     }
+}
+
+/// Whether `target` names a resource under the path `system`, as the URL
+/// parser that posts to it will read it: `.` and `..` segments resolved,
+/// and never a backslash (read as `/`) or an encoded dot, slash or
+/// backslash (read as the character itself), which would let a target
+/// such as `Systems/1/%2e%2e/%2e%2e/Chassis/1` pass as the System's.
+fn is_under(target: &str, system: &str) -> bool {
+    let lower = target.to_ascii_lowercase();
+    if !target.starts_with('/')
+        || target.contains(['\\', '?', '#'])
+        || ["%2e", "%2f", "%5c"].iter().any(|e| lower.contains(e))
+    {
+        return false;
+    }
+    let own: Vec<&str> = system.trim_end_matches('/').split('/').collect();
+    let mut path: Vec<&str> = Vec::new();
+    for segment in target.split('/') {
+        match segment {
+            "." => {}
+            ".." => {
+                // Above the root is the root, as the parser has it.
+                if path.len() > 1 {
+                    path.pop();
+                }
+            }
+            s => path.push(s),
+        }
+    }
+    path.len() > own.len() && path.starts_with(&own) && path.last().is_some_and(|s| !s.is_empty())
 }
 
 /// What the look at a System right before its power-off allows.
@@ -106,16 +135,13 @@ pub fn may_force_off(judged: &MachineIdentity, now: &System) -> Result<ForceOffS
 }
 
 /// Whether a `ForceOff` the BMC refused is done all the same, by the
-/// System read right after: the System judged (its UUID), and `Off` or
-/// `PoweringOff`. A retry after a timeout, when the first `ForceOff` went
-/// through, may meet a BMC that refuses a second one; taking that refusal
-/// for a failure would take back a mark whose power-off happened.
+/// System read right after: the System judged (its UUID), and `Off`. A
+/// retry after a timeout, when the first `ForceOff` went through, may meet
+/// a BMC that refuses a second one; taking that refusal for a failure
+/// would take back a mark whose power-off happened. `PoweringOff` is not
+/// done: it is also a graceful shutdown that a hung guest may never finish.
 pub fn force_off_done(judged: &MachineIdentity, now: &System) -> bool {
-    judged.may_be_same_as(&now.facts.identity)
-        && matches!(
-            now.facts.state,
-            InstanceState::Stopped | InstanceState::Stopping
-        )
+    judged.may_be_same_as(&now.facts.identity) && now.facts.state == InstanceState::Stopped
 }
 
 /// The one System a `ComputerSystemCollection` lists: a BMC that lists
@@ -194,11 +220,37 @@ mod tests {
             "/redfish/v1/Managers/1/Actions/Manager.Reset",
             "/redfish/v1/Systems/10/Actions/ComputerSystem.Reset",
             "/redfish/v1/Systems/1/../../Chassis/1/Actions/Chassis.Reset",
+            // Issue 58, item 6: what the URL parser turns into a Chassis'
+            // reset, however it is spelt.
+            "/redfish/v1/Systems/1/%2e%2e/%2e%2e/Chassis/1/Actions/Chassis.Reset",
+            "/redfish/v1/Systems/1/%2E%2E/%2E%2E/Chassis/1/Actions/Chassis.Reset",
+            "/redfish/v1/Systems/1/.%2e/.%2E/Chassis/1/Actions/Chassis.Reset",
+            "/redfish/v1/Systems/1\\..\\..\\Chassis\\1\\Actions\\Chassis.Reset",
+            "/redfish/v1/Systems/1/..\\..\\Chassis/1/Actions/Chassis.Reset",
+            "/redfish/v1/Systems/1/Actions/../../../Managers/1/Actions/Manager.Reset",
+            "/redfish/v1/Systems/1/%2fChassis",
+            "/redfish/v1/Systems/1/",
+            "/redfish/v1/Systems/1",
+            "/redfish/v1/Systems/1/Actions/ComputerSystem.Reset?x=../../Chassis",
+            "redfish/v1/Systems/1/Actions/ComputerSystem.Reset",
+            "//evil.example/redfish/v1/Systems/1/Actions/ComputerSystem.Reset",
         ] {
             let mut other = doc.clone();
             other["Actions"]["#ComputerSystem.Reset"]["target"] = serde_json::json!(target);
             let system = System::read(id(), &other);
             assert!(system.force_off_target(OWN).is_err(), "{target}");
+        }
+
+        // Dot segments that stay under the System are what the parser
+        // makes of them too.
+        for target in [
+            "/redfish/v1/Systems/1/./Actions/ComputerSystem.Reset",
+            "/redfish/v1/Systems/1/Actions/../Actions/ComputerSystem.Reset",
+        ] {
+            let mut other = doc.clone();
+            other["Actions"]["#ComputerSystem.Reset"]["target"] = serde_json::json!(target);
+            let system = System::read(id(), &other);
+            assert_eq!(system.force_off_target(OWN), Ok(target));
         }
 
         let mut no_force = doc.clone();
@@ -240,9 +292,10 @@ mod tests {
     }
 
     /// Issue 45, item 6: a refused `ForceOff` is done when the System
-    /// judged reads `Off` or `PoweringOff` right after, and only then.
+    /// judged reads `Off` right after, and only then (issue 58, item 9:
+    /// not `PoweringOff`, which a hung guest's shutdown may never end).
     #[test]
-    fn a_refused_force_off_is_done_only_when_the_system_judged_is_going_off() {
+    fn a_refused_force_off_is_done_only_when_the_system_judged_is_off() {
         let doc = |power: &str, uuid: &str| serde_json::json!({"PowerState": power, "UUID": uuid});
         const UUID: &str = "27946b59-9e44-4fa7-8e91-f3527a1ef094";
         let judged = System::read(id(), &doc("On", UUID)).facts.identity;
@@ -250,7 +303,7 @@ mod tests {
             force_off_done(&judged, &System::read(id(), &doc(power, uuid)))
         };
         assert!(after("Off", UUID));
-        assert!(after("PoweringOff", UUID));
+        assert!(!after("PoweringOff", UUID));
         assert!(!after("On", UUID));
         assert!(!after("PoweringOn", UUID));
         assert!(!after("Paused", UUID));

@@ -197,6 +197,16 @@ impl NodeEvent {
         )
     }
 
+    /// The machine was deleted when its power-off was to be sent.
+    pub fn found_deleted(instance: &InstanceId) -> Self {
+        Self::new(
+            Reason::MachineFoundOff,
+            format!(
+                "{instance} was deleted when the power-off was to be sent: nothing sent, the power-off mark taken back; fencing follows as for a deleted machine"
+            ),
+        )
+    }
+
     /// The UUID that ties the Node to its machine names no one machine.
     pub fn unidentified_machine(instance: &InstanceId, doubt: Doubt) -> Self {
         Self::new(
@@ -208,37 +218,61 @@ impl NodeEvent {
     }
 
     /// The Node was marked `Ready=Unknown`: its kubelet proved silent
-    /// since the recorded stop.
-    pub fn marked_not_ready(instance: &InstanceId, stopped_at: i64, renewed_at: i64) -> Self {
+    /// since the recorded stop and past a renewal it was due to make.
+    pub fn marked_not_ready(instance: &InstanceId, proof: &silence::Proof) -> Self {
         Self::new(
             Reason::MarkedNotReady,
             format!(
-                "set Ready=Unknown without waiting for the node controller: {} reports {instance} off since {}, and the kubelet's Lease was last renewed at {}",
+                "set Ready=Unknown without waiting for the node controller: {} reports {instance} off since {}, the kubelet's Lease was last renewed at {}, and its renewal due every {} s has not come: unwritten for {} s {}",
                 instance.provider().api(),
-                values::rfc3339(stopped_at),
-                values::rfc3339(renewed_at)
+                values::rfc3339(proof.stopped_at),
+                values::rfc3339(proof.renewed_at),
+                proof.renew_every_secs,
+                proof.quiet_secs,
+                proof.clock.phrase(),
             ),
         )
     }
 
     /// The kubelet renewed its Lease after the machine's recorded stop.
-    pub fn heard_after_stop(instance: &InstanceId, stopped_at: i64, renewed_at: i64) -> Self {
-        let when = if renewed_at > stopped_at {
-            format!("{} s after the stop", renewed_at - stopped_at)
-        } else {
-            format!(
-                "{} s before the stop, within the {} s that clock skew may hide, so its silence since cannot be shown",
-                stopped_at - renewed_at,
-                silence::SKEW_MARGIN_SECS
-            )
+    pub fn heard_after_stop(
+        instance: &InstanceId,
+        (stopped_at, renewed_at): (i64, i64),
+        heard: silence::Heard,
+    ) -> Self {
+        let around = |at: i64| {
+            if at > stopped_at {
+                format!("{} s after the stop", at - stopped_at)
+            } else {
+                format!(
+                    "{} s before the stop, within the {} s that clock skew may hide, so its silence since cannot be shown",
+                    stopped_at - at,
+                    silence::SKEW_MARGIN_SECS
+                )
+            }
+        };
+        let when = match heard {
+            silence::Heard::RenewTime => format!(
+                "the kubelet renewed its Lease at {} ({})",
+                values::rfc3339(renewed_at),
+                around(renewed_at)
+            ),
+            silence::Heard::Written { written_at } => format!(
+                "the apiserver took a write of the kubelet's Lease at {} ({}), whatever its renewTime of {} says",
+                values::rfc3339(written_at),
+                around(written_at),
+                values::rfc3339(renewed_at)
+            ),
+            silence::Heard::Seen => {
+                "node-fencer saw the kubelet's Lease renewed while it looked".to_string()
+            }
         };
         Self::new(
             Reason::KubeletHeardAfterStop,
             format!(
-                "{} reports {instance} off since {}, but the kubelet renewed its Lease at {} ({when}): not marked NotReady; waiting for the node controller",
+                "{} reports {instance} off since {}, but {when}: not marked NotReady; waiting for the node controller",
                 instance.provider().api(),
                 values::rfc3339(stopped_at),
-                values::rfc3339(renewed_at),
             ),
         )
     }
@@ -485,11 +519,22 @@ mod tests {
     fn a_renewal_inside_the_margin_is_told_as_such() {
         let id = InstanceId::parse("i-0123456789abcdef0").expect("an id");
         const STOP: i64 = 1_795_000_000;
-        let before = NodeEvent::heard_after_stop(&id, STOP, STOP - 3).note;
+        let heard = silence::Heard::RenewTime;
+        let before = NodeEvent::heard_after_stop(&id, (STOP, STOP - 3), heard).note;
         assert!(before.contains("3 s before the stop"), "{before}");
         assert!(before.contains("clock skew"), "{before}");
-        let after = NodeEvent::heard_after_stop(&id, STOP, STOP + 4).note;
+        let after = NodeEvent::heard_after_stop(&id, (STOP, STOP + 4), heard).note;
         assert!(after.contains("4 s after the stop"), "{after}");
+        // Issue 58: a kubelet whose clock runs behind, heard by the
+        // apiserver's clock, and one seen renewing.
+        let written = silence::Heard::Written {
+            written_at: STOP + 2,
+        };
+        let skewed = NodeEvent::heard_after_stop(&id, (STOP, STOP - 38), written).note;
+        assert!(skewed.contains("apiserver took a write"), "{skewed}");
+        assert!(skewed.contains("2 s after the stop"), "{skewed}");
+        let seen = NodeEvent::heard_after_stop(&id, (STOP, STOP - 6), silence::Heard::Seen).note;
+        assert!(seen.contains("saw the kubelet's Lease renewed"), "{seen}");
     }
 
     #[test]

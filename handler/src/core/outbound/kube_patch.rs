@@ -47,16 +47,24 @@ pub fn power_mark_patch(stamp: &PowerStamp) -> Value {
 
 /// The merge patch that takes back a power-off mark whose stop the cloud
 /// refused: the machine runs as before, so neither the cap nor the
-/// never-twice rule may count it.
-pub fn power_unmark_patch() -> Value {
-    json!({"metadata": {
+/// never-twice rule may count it. The `fenced` label stays while `node`
+/// (as read now) carries a fencing's mark: it names the fenced Nodes the
+/// sweep re-checks for recovery. Guarded by the resourceVersion read.
+pub fn power_unmark_patch(node: &Node) -> Value {
+    let mut meta = json!({
         "annotations": {
             ANNOTATION_POWERED_OFF_AT: null,
             ANNOTATION_POWERED_OFF_BOOT_ID: null,
             ANNOTATION_POWER_OFF_REASON: null,
         },
-        "labels": {LABEL_FENCED: null},
-    }})
+    });
+    if fence_mark(node).is_none() {
+        meta["labels"] = json!({LABEL_FENCED: null});
+    }
+    if let Some(rv) = node.metadata.resource_version.as_deref() {
+        meta["resourceVersion"] = json!(rv);
+    }
+    json!({ "metadata": meta })
 }
 
 /// The out-of-service taint that evicts (any value).
@@ -104,6 +112,9 @@ pub struct Stamp {
     pub volumes: Vec<VolumeId>,
     /// Also apply the `NoSchedule` out-of-service taint.
     pub no_schedule: bool,
+    /// The `metadata.uid` of the Node judged, when it was read: a Node of
+    /// the same name read at patch time is written only if it is that one.
+    pub node_uid: Option<String>,
 }
 
 /// What the taint step found and did.
@@ -117,6 +128,9 @@ pub enum TaintOutcome {
     NodeReady,
     /// The Node no longer exists.
     NodeGone,
+    /// The Node of that name is another object than the one judged (another
+    /// uid, or another machine): deleted and registered again since.
+    AnotherNode,
 }
 
 /// What the recovery step found and did.
@@ -156,6 +170,8 @@ pub enum TaintPatch {
     AppliedByThisRun,
     /// The Node turned Ready since the decision: do not fence.
     NodeReady,
+    /// The Node is another object than the one judged (another uid).
+    AnotherNode,
     /// The Node has no resourceVersion to guard the write with.
     NoResourceVersion,
     /// An existing taint could not be restated; writing would drop it.
@@ -166,14 +182,28 @@ pub enum TaintPatch {
 /// (taint mode) and the annotations that record it. The patch carries the
 /// resourceVersion it was built from, so the API server refuses it (409) if
 /// anyone changed the Node in between, and it restates every existing taint,
-/// so none is dropped.
+/// so none is dropped. It is held to the Node judged: another uid gets
+/// nothing, and the uid it names is in the patch too, so the API server
+/// refuses it (the uid is immutable) if it ever met another object.
 pub fn taint_patch(node: &Node, stamp: &Stamp) -> TaintPatch {
+    let uid = node.metadata.uid.as_deref();
+    if stamp
+        .node_uid
+        .as_deref()
+        .is_some_and(|judged| uid != Some(judged))
+    {
+        return TaintPatch::AnotherNode;
+    }
     if readiness(node) == Readiness::Ready {
         return TaintPatch::NodeReady;
     }
     let Some(rv) = node.metadata.resource_version.as_deref() else {
         return TaintPatch::NoResourceVersion;
     };
+    let mut meta = json!({"resourceVersion": rv, "labels": {LABEL_FENCED: "true"}});
+    if let Some(uid) = uid {
+        meta["uid"] = json!(uid);
+    }
     let existing = node
         .spec
         .as_ref()
@@ -208,9 +238,8 @@ pub fn taint_patch(node: &Node, stamp: &Stamp) -> TaintPatch {
         annotations[ANNOTATION_BOOT_ID] = json!(boot);
     }
     if stamp.mode == FenceMode::Legacy {
-        return TaintPatch::Apply(json!({
-            "metadata": {"resourceVersion": rv, "annotations": annotations, "labels": {LABEL_FENCED: "true"}}
-        }));
+        meta["annotations"] = annotations;
+        return TaintPatch::Apply(json!({ "metadata": meta }));
     }
     // Restating a taint we cannot serialise would drop it: refuse instead.
     let Ok(mut taints) = existing
@@ -241,8 +270,9 @@ pub fn taint_patch(node: &Node, stamp: &Stamp) -> TaintPatch {
         ));
     }
     annotations[ANNOTATION_TAINT] = json!(applied.join(","));
+    meta["annotations"] = annotations;
     TaintPatch::Apply(json!({
-        "metadata": {"resourceVersion": rv, "annotations": annotations, "labels": {LABEL_FENCED: "true"}},
+        "metadata": meta,
         "spec": { "taints": taints }
     }))
 }
@@ -432,7 +462,62 @@ mod tests {
             mode: FenceMode::Taint,
             volumes: vec![VolumeId::parse("vol-0123456789abcdef0").unwrap()],
             no_schedule: false,
+            node_uid: None,
         }
+    }
+
+    /// Issue 58, item 8: taking a power-off mark back leaves the `fenced`
+    /// label of a Node that carries a fencing.
+    #[test]
+    fn taking_a_power_off_mark_back_keeps_a_fenced_nodes_label() {
+        let fenced = fenced_and_back();
+        let patch = power_unmark_patch(&fenced);
+        assert!(patch["metadata"].get("labels").is_none(), "{patch}");
+        assert!(patch["metadata"]["annotations"][ANNOTATION_POWERED_OFF_AT].is_null());
+        let bare = node("Unknown", json!([]), Some("7"));
+        let patch = power_unmark_patch(&bare);
+        assert!(
+            patch["metadata"]["labels"][LABEL_FENCED].is_null(),
+            "{patch}"
+        );
+        assert_eq!(patch["metadata"]["resourceVersion"], "7");
+    }
+
+    /// Issue 58, item 3: the taint is held to the Node judged. A Node
+    /// registered again under the name (another uid) gets nothing; the one
+    /// judged gets a patch that names its uid, which the API server holds
+    /// the object to (a uid cannot change), beside the resourceVersion.
+    #[test]
+    fn the_taint_is_held_to_the_uid_judged() {
+        let mut n = node("Unknown", json!([]), Some("5"));
+        n.metadata.uid = Some("uid-new".into());
+        let judged = Stamp {
+            node_uid: Some("uid-old".into()),
+            ..stamp()
+        };
+        assert_eq!(taint_patch(&n, &judged), TaintPatch::AnotherNode);
+        let legacy = Stamp {
+            mode: FenceMode::Legacy,
+            ..judged.clone()
+        };
+        assert_eq!(taint_patch(&n, &legacy), TaintPatch::AnotherNode);
+        // Even a Ready Node of another uid is told as another Node.
+        let mut ready = node("True", json!([]), Some("5"));
+        ready.metadata.uid = Some("uid-new".into());
+        assert_eq!(taint_patch(&ready, &judged), TaintPatch::AnotherNode);
+        n.metadata.uid = Some("uid-old".into());
+        for stamp in [judged, legacy] {
+            let TaintPatch::Apply(patch) = taint_patch(&n, &stamp) else {
+                panic!("the Node judged is fenced");
+            };
+            assert_eq!(patch["metadata"]["uid"], "uid-old");
+            assert_eq!(patch["metadata"]["resourceVersion"], "5");
+        }
+        // A Node whose uid was not read is held to its resourceVersion alone.
+        let TaintPatch::Apply(patch) = taint_patch(&n, &stamp()) else {
+            panic!("a patch");
+        };
+        assert_eq!(patch["metadata"]["uid"], "uid-old");
     }
 
     /// A Node fenced by `stamp()`, Ready again, with another taint beside ours.

@@ -436,7 +436,7 @@ fn of_power_off(p: &PowerReport) -> Option<(Kind, &'static str, Reason)> {
         }
         // Stopped but not yet seen off: the retry that sees it off tells.
         // Found off: nothing was powered off; the fencing that follows tells.
-        (PowerOutcome::StopPending | PowerOutcome::FoundOff, _) => None,
+        (PowerOutcome::StopPending | PowerOutcome::FoundOff | PowerOutcome::Deleted, _) => None,
     }
 }
 

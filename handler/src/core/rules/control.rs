@@ -23,6 +23,10 @@ pub const WITNESS_NAME: &str = "node-fencer-witness";
 /// The witness record's annotation on it: the Nodes whose witness fails,
 /// with why (`{"node":"reason"}`, `core::rules::witness::record_text`).
 pub const WITNESS_FAILING: &str = "node-fencer.io/witness-failing";
+/// The annotation on the witness Lease that keeps, across restarts, the
+/// UUID each System of the inventory served when last read
+/// (`{"redfish://NAME":"UUID"}`).
+pub const SYSTEM_UUIDS: &str = "node-fencer.io/system-uuids";
 /// The kill switch's key in the ConfigMap's data.
 pub const KILL_SWITCH_KEY: &str = "dry-run";
 /// How long a Lease is held without renewal before another invocation may

@@ -28,9 +28,12 @@ pub fn doubt_shared_by_nodes(nodes: &mut [NodeFacts]) {
     }
 }
 
-/// Whether the UUID a System shows is its own alone, given what every
-/// other System of the inventory served (`None` for one that could not be
-/// read): the UUID, or the doubt that makes it no identity.
+/// Whether the UUID a System shows is its own alone, given what the other
+/// Systems of the inventory served (`None` for one never read): the UUID,
+/// or the doubt that makes it no identity. A System never read holds back
+/// no other machine's fencing: it is that System's own witness failure.
+/// What it cannot rule out (that it, dark since it entered the inventory,
+/// serves the same UUID) is the residual risk docs/onprem.md names.
 pub fn unique_among_systems(
     uuid: SystemUuid,
     others: impl IntoIterator<Item = Option<SystemUuid>>,
@@ -38,19 +41,14 @@ pub fn unique_among_systems(
     let Some(key) = uuid.key() else {
         return uuid;
     };
-    let mut unread = false;
-    for other in others {
-        match other {
-            Some(o) if o.key() == Some(key) => return uuid.doubted(Doubt::SharedBySystems),
-            Some(_) => {}
-            None => unread = true,
-        }
+    if others
+        .into_iter()
+        .flatten()
+        .any(|other| other.key() == Some(key))
+    {
+        return uuid.doubted(Doubt::SharedBySystems);
     }
-    if unread {
-        uuid.doubted(Doubt::Unproven)
-    } else {
-        uuid
-    }
+    uuid
 }
 
 /// Why the UUIDs that tie `node` to its machine's answer are no identity,
@@ -91,7 +89,7 @@ mod tests {
     }
 
     #[test]
-    fn a_uuid_is_a_system_s_own_only_when_every_other_system_was_read() {
+    fn a_uuid_is_a_system_s_own_unless_another_system_that_answered_serves_it() {
         let a = SystemUuid::parse(Some(A));
         let b = SystemUuid::parse(Some(B));
         let swapped = SystemUuid::parse(Some(A_SWAPPED));
@@ -101,11 +99,11 @@ mod tests {
             unique_among_systems(a, [Some(b), Some(swapped)]),
             SystemUuid::Doubtful(Doubt::SharedBySystems)
         );
-        assert_eq!(
-            unique_among_systems(a, [Some(b), None]),
-            SystemUuid::Doubtful(Doubt::Unproven)
-        );
-        // A share found is the stronger word, whatever went unread.
+        // Issue 58, item 2: a System never read (its BMC dark, or refusing
+        // the credentials) is no veto over every other machine.
+        assert_eq!(unique_among_systems(a, [Some(b), None]), a);
+        assert_eq!(unique_among_systems(a, [None, None]), a);
+        // A share found is what counts, whatever went unread.
         assert_eq!(
             unique_among_systems(a, [None, Some(a)]),
             SystemUuid::Doubtful(Doubt::SharedBySystems)

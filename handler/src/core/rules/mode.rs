@@ -67,6 +67,16 @@ impl ServerVersion {
         })
     }
 
+    /// The version from `/version`: its `major` and `minor`, or, where
+    /// those do not read as numbers (some distributions leave them empty
+    /// or spell them otherwise), its `gitVersion` (`v1.28.3-eks-1a2b3c`).
+    pub fn read(major: &str, minor: &str, git_version: &str) -> Option<Self> {
+        Self::parse(major, minor).or_else(|| {
+            let mut parts = git_version.strip_prefix('v')?.split('.');
+            Self::parse(parts.next()?, parts.next()?)
+        })
+    }
+
     /// True when the out-of-service taint is available.
     pub fn has_out_of_service_taint(self) -> bool {
         self.major > 1 || (self.major == 1 && self.minor >= TAINT_SINCE_MINOR)
@@ -107,6 +117,20 @@ mod tests {
         );
         assert_eq!(ServerVersion::parse("1", ""), None);
         assert_eq!(ServerVersion::parse("", "28"), None);
+        // Issue 58, item 10: an unreadable major or minor falls back to
+        // the gitVersion.
+        assert_eq!(
+            ServerVersion::read("1", "", "v1.28.3-eks-1a2b3c"),
+            Some(v("1", "28"))
+        );
+        assert_eq!(ServerVersion::read("", "", "v1.15.12"), Some(v("1", "15")));
+        assert_eq!(
+            ServerVersion::read("1", "30", "v9.99.0"),
+            Some(v("1", "30"))
+        );
+        for git in ["", "v", "1.28.3", "v1", "vx.y", "v1.x"] {
+            assert_eq!(ServerVersion::read("", "?", git), None, "{git:?}");
+        }
         assert_eq!(choose(ModeSetting::Auto, v("1", "25")), FenceMode::Legacy);
         assert_eq!(choose(ModeSetting::Auto, v("1", "26")), FenceMode::Taint);
         assert_eq!(choose(ModeSetting::Auto, v("1", "36")), FenceMode::Taint);

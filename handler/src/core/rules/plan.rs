@@ -226,6 +226,8 @@ pub struct NodeRun {
     reference: String,
     /// The Node, if one matched.
     node: Option<String>,
+    /// Its `metadata.uid`, as judged: every write is held to it.
+    node_uid: Option<String>,
     /// The instance.
     instance_id: Option<InstanceId>,
     /// The state the cloud reported at decision time.
@@ -315,6 +317,7 @@ pub fn plan(
             NodeRun {
                 reference: target.reference.to_string(),
                 node: node.map(|n| n.name.clone()),
+                node_uid: node.and_then(|n| n.uid.clone()),
                 instance_id: instance
                     .map(|f| f.id.clone())
                     .or_else(|| target.instance.clone()),
@@ -344,6 +347,11 @@ impl NodeRun {
     /// The Node, if one matched.
     pub fn node(&self) -> Option<&str> {
         self.node.as_deref()
+    }
+
+    /// The Node's `metadata.uid` as judged, when it was read.
+    pub fn node_uid(&self) -> Option<&str> {
+        self.node_uid.as_deref()
     }
 
     /// The machine.
@@ -525,6 +533,7 @@ impl NodeRun {
             mode,
             volumes: plan.detaches().cloned().collect(),
             no_schedule,
+            node_uid: self.node_uid.clone(),
         })
     }
 
@@ -538,7 +547,10 @@ impl NodeRun {
             }
             Ok(None | Some(TaintOutcome::AlreadyPresent)) => Stage::Tainted,
             Ok(Some(TaintOutcome::NodeReady)) => Stage::Skipped(Skip::NodeReady),
-            Ok(Some(TaintOutcome::NodeGone)) => Stage::Skipped(Skip::NotInCluster),
+            // The Node judged is gone: the one of its name now is another.
+            Ok(Some(TaintOutcome::NodeGone | TaintOutcome::AnotherNode)) => {
+                Stage::Skipped(Skip::NotInCluster)
+            }
             Err(e) => {
                 self.errors.push(e);
                 Stage::TaintFailed
@@ -960,6 +972,7 @@ mod tests {
         NodeRun {
             reference: format!("node {name}"),
             node: Some(name.into()),
+            node_uid: None,
             instance_id: Some(id("i-0123456789abcdef0")),
             instance_state: Some(InstanceState::Stopped),
             origins: vec![Origin::Direct],

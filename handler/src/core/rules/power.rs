@@ -494,6 +494,10 @@ pub enum PowerOutcome {
     /// The machine was off already when the power-off was to be sent:
     /// nothing was sent, and the fencing goes on as for a stopped machine.
     FoundOff,
+    /// The machine was deleted when the power-off was to be sent: nothing
+    /// was sent, the power-off mark is taken back, and the fencing goes on
+    /// as for a deleted machine.
+    Deleted,
 }
 
 impl PowerOutcome {
@@ -506,6 +510,7 @@ impl PowerOutcome {
             Self::StopPending => "stop_pending",
             Self::Failed => "failed",
             Self::FoundOff => "found_off",
+            Self::Deleted => "deleted",
         }
     }
 }

@@ -43,6 +43,8 @@ struct CloudState {
     /// Instances that turn off on their own right before a power-off
     /// reaches them.
     off_before_stop: Vec<InstanceId>,
+    /// Instances deleted right before a power-off reaches them.
+    deleted_before_stop: Vec<InstanceId>,
 }
 
 impl FakeCloud {
@@ -122,6 +124,12 @@ impl FakeCloud {
     /// `id` turns off on its own right before a power-off reaches it.
     pub fn off_before_stop(&self, id: &InstanceId) {
         self.lock().off_before_stop.push(id.clone());
+    }
+
+    /// `id` is deleted right before a power-off reaches it (it reads
+    /// terminated from then on, as a deleted machine confirms off).
+    pub fn deleted_before_stop(&self, id: &InstanceId) {
+        self.lock().deleted_before_stop.push(id.clone());
     }
 
     /// A stop of `id` is accepted and never completes.
@@ -262,6 +270,7 @@ impl Cloud for FakeCloud {
         let mut state = self.lock();
         let hangs = state.stop_hangs.contains(instance);
         let turns_off = state.off_before_stop.contains(instance);
+        let deleted = state.deleted_before_stop.contains(instance);
         let Some(facts) = state.instances.get_mut(instance) else {
             return Err(failed(
                 CloudCall::PowerOff(instance.to_string()),
@@ -275,6 +284,10 @@ impl Cloud for FakeCloud {
                 CloudCall::PowerOff(instance.to_string()),
                 "MachineNotRunning",
             ));
+        }
+        if deleted {
+            facts.state = InstanceState::Terminated;
+            return Ok(PowerOffAnswer::Deleted);
         }
         if turns_off {
             facts.state = InstanceState::Stopped;

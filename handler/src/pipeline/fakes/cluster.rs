@@ -25,7 +25,7 @@ use crate::core::outbound::kube_patch::{
 use crate::core::rules::control::KillSwitch;
 use crate::core::rules::in_use::{self, ReleaseOutcome, ReleasePatch};
 use crate::core::rules::mode::ServerVersion;
-use crate::core::rules::silence::KubeletLease;
+use crate::core::rules::silence::{KubeletLease, LeaseRead};
 use crate::core::rules::view::Census;
 use crate::shell::cluster::{
     ClusterError, ClusterReads, Coordination, FencingWrites, JudgedNode, LeaseTaken, MarkOutcome,
@@ -75,7 +75,7 @@ struct ClusterState {
     /// The census Lease's count.
     census: Option<Census>,
     /// The kubelets' Leases in `kube-node-lease`, by Node.
-    kubelet_leases: BTreeMap<String, KubeletLease>,
+    kubelet_leases: BTreeMap<String, LeaseRead>,
     /// From the n-th read of a Node's kubelet Lease on (1-based), it reads
     /// renewed at this time: a kubelet heard between two reads.
     renews_at_read: Option<(String, usize, i64)>,
@@ -93,6 +93,10 @@ struct ClusterState {
     /// Right before the next `nodes/status` mark, this Node is deleted and
     /// registered again under its name (a new uid).
     reregistered_before_mark: Option<String>,
+    /// Likewise before the next taint write.
+    reregistered_before_taint: Option<String>,
+    /// Likewise while its pods are listed for the n-th time (1-based).
+    reregistered_listing_pods: Option<(String, usize)>,
 }
 
 impl ClusterState {
@@ -143,6 +147,8 @@ impl FakeCluster {
                 placed_on_lease: None,
                 mark_pause: None,
                 reregistered_before_mark: None,
+                reregistered_before_taint: None,
+                reregistered_listing_pods: None,
             }),
         }
     }
@@ -235,6 +241,18 @@ impl FakeCluster {
     /// registered again under its name: another Node object.
     pub fn reregistered_before_mark(&self, name: &str) {
         self.lock().reregistered_before_mark = Some(name.into());
+    }
+
+    /// Right before the next taint write, `name` is deleted and registered
+    /// again under its name: another Node object.
+    pub fn reregistered_before_taint(&self, name: &str) {
+        self.lock().reregistered_before_taint = Some(name.into());
+    }
+
+    /// While its pods are listed for the `nth` time (1-based), `name` is
+    /// deleted and registered again under its name: another Node object.
+    pub fn reregistered_listing_pods(&self, name: &str, nth: usize) {
+        self.lock().reregistered_listing_pods = Some((name.into(), nth));
     }
 
     /// The power-off mark's write takes `pause`.
@@ -503,13 +521,34 @@ impl FakeCluster {
         self.lock().pods.get(node).map_or(0, Vec::len)
     }
 
-    /// Sets what the Node's kubelet Lease holds.
+    /// Sets what the Node's kubelet Lease holds, written when the kubelet
+    /// says (its clock true), on the default cadence; each read is timed
+    /// by the wall clock, as the apiserver's `Date`.
     pub fn kubelet_lease(&self, node: &str, lease: KubeletLease) {
-        self.lock().kubelet_leases.insert(node.into(), lease);
+        let written_at = match lease {
+            KubeletLease::RenewedAt(at) => Some(at),
+            _ => None,
+        };
+        self.kubelet_lease_read(
+            node,
+            LeaseRead {
+                lease,
+                version: Some("1".into()),
+                written_at,
+                server_now: None,
+                renew_every_secs: 10,
+            },
+        );
+    }
+
+    /// Sets the Node's kubelet Lease as read, in full (`server_now` None:
+    /// the wall clock at each read).
+    pub fn kubelet_lease_read(&self, node: &str, read: LeaseRead) {
+        self.lock().kubelet_leases.insert(node.into(), read);
     }
 
     /// From the `nth` read of `node`'s kubelet Lease on, it reads renewed
-    /// at `at`: the kubelet is heard between two reads.
+    /// at `at`, a new version: the kubelet is heard between two reads.
     pub fn kubelet_renews_at_read(&self, node: &str, nth: usize, at: i64) {
         self.lock().renews_at_read = Some((node.into(), nth, at));
     }
@@ -732,11 +771,7 @@ impl ClusterReads for FakeCluster {
         Ok(self.lock().version)
     }
 
-    async fn node_lease(
-        &self,
-        node: &str,
-        _uid: Option<&str>,
-    ) -> Result<KubeletLease, ClusterError> {
+    async fn node_lease(&self, node: &str, _uid: Option<&str>) -> Result<LeaseRead, ClusterError> {
         if self.calls.call(format!("GetNodeLease {node}")) {
             return Err(ClusterError::GetNodeLease {
                 node: node.into(),
@@ -746,20 +781,26 @@ impl ClusterReads for FakeCluster {
         let mut state = self.lock();
         state.kubelet_lease_reads += 1;
         let reads = state.kubelet_lease_reads;
-        if let Some((_, _, at)) = state
+        let renewal = state
             .renews_at_read
             .clone()
-            .filter(|(n, nth, _)| n == node && reads >= *nth)
+            .filter(|(n, nth, _)| n == node && reads >= *nth);
+        if let Some((_, nth, at)) = renewal
+            && let Some(read) = state.kubelet_leases.get_mut(node)
         {
-            state
-                .kubelet_leases
-                .insert(node.into(), KubeletLease::RenewedAt(at));
+            read.lease = KubeletLease::RenewedAt(at);
+            read.written_at = read.written_at.map(|_| at);
+            read.version = Some(format!("renewed-{nth}"));
         }
-        Ok(state
+        let mut read = state
             .kubelet_leases
             .get(node)
-            .copied()
-            .unwrap_or(KubeletLease::Missing))
+            .cloned()
+            .unwrap_or_else(LeaseRead::missing);
+        read.server_now = read
+            .server_now
+            .or_else(|| Some(k8s_openapi::jiff::Timestamp::now().as_second()));
+        Ok(read)
     }
 
     async fn pods_on_node(
@@ -770,7 +811,19 @@ impl ClusterReads for FakeCluster {
         if self.calls.call(format!("ListPods {node}")) {
             return Err(ClusterError::Version("injected fault".into()));
         }
-        Ok(self.lock().pods.get(node).cloned().unwrap_or_default())
+        let mut state = self.lock();
+        if let Some((name, nth)) = state.reregistered_listing_pods.as_mut()
+            && name == node
+        {
+            *nth -= 1;
+            if *nth == 0 {
+                state.reregistered_listing_pods = None;
+                if let Some(n) = state.nodes.get_mut(node) {
+                    n.metadata.uid = Some(format!("uid-{node}-again"));
+                }
+            }
+        }
+        Ok(state.pods.get(node).cloned().unwrap_or_default())
     }
 }
 
@@ -788,11 +841,30 @@ impl FencingWrites for FakeCluster {
         if deleting.as_deref() == Some(node) {
             self.lock().nodes.remove(node);
         }
+        {
+            let mut state = self.lock();
+            if state.reregistered_before_taint.as_deref() == Some(node) {
+                state.reregistered_before_taint = None;
+                if let Some(n) = state.nodes.get_mut(node) {
+                    n.metadata.uid = Some(format!("uid-{node}-again"));
+                }
+            }
+        }
         let current = self.lock().nodes.get(node).cloned();
         let Some(current) = current else {
             return Ok(TaintOutcome::NodeGone);
         };
+        let judged = JudgedNode {
+            name: node,
+            uid: stamp.node_uid.as_deref(),
+            machine: &stamp.instance,
+        };
+        let now = self.lock().facts_of(&current);
+        if !judged.is(now.as_ref()) {
+            return Ok(TaintOutcome::AnotherNode);
+        }
         match kube_patch::taint_patch(&current, stamp) {
+            TaintPatch::AnotherNode => Ok(TaintOutcome::AnotherNode),
             TaintPatch::Apply(patch) => {
                 self.patch(node, &patch)?;
                 Ok(TaintOutcome::Applied)
@@ -966,8 +1038,9 @@ impl FencingWrites for FakeCluster {
         if self.calls.call(format!("ClearPowerMark {node}")) {
             return Err(ClusterError::PatchConflict { node: node.into() });
         }
-        if self.lock().nodes.contains_key(node) {
-            self.patch(node, &kube_patch::power_unmark_patch())?;
+        let current = self.lock().nodes.get(node).cloned();
+        if let Some(current) = current {
+            self.patch(node, &kube_patch::power_unmark_patch(&current))?;
         }
         Ok(())
     }

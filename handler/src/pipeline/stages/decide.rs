@@ -54,10 +54,11 @@ pub(crate) async fn run(ctx: &Ctx<'_>, inv: &mut Invocation<'_>) -> Result<(), P
         decision,
         ..
     } = inv;
-    let evidence = Evidence::new(policy, suspects);
+    let mut evidence = Evidence::new(policy, suspects);
     let mut first = true;
-    // Attempts at marking each Node; a Node not proven is not tried again.
-    let mut attempts: HashMap<String, u8> = HashMap::new();
+    // Attempts at marking each Node; a Node not proven is not tried again,
+    // one silent so far not before its renewal is overdue.
+    let mut attempts: HashMap<String, Attempt> = HashMap::new();
     // EC2's `stopped` comes before the node controller's grace period is
     // over: rather than fail and wait for Lambda's retries (1 and 2 minutes
     // later), look again until Kubernetes notices.
@@ -94,7 +95,7 @@ pub(crate) async fn run(ctx: &Ctx<'_>, inv: &mut Invocation<'_>) -> Result<(), P
                         looks.answers(),
                         &settings,
                     );
-                    to_mark.retain(|(n, _)| attempts.get(n).is_none_or(|a| *a < MARK_ATTEMPTS));
+                    to_mark.retain(|(n, _)| attempts.get(n).is_none_or(Attempt::may_try));
                     if !to_mark.is_empty() {
                         return Ok(true);
                     }
@@ -112,25 +113,51 @@ pub(crate) async fn run(ctx: &Ctx<'_>, inv: &mut Invocation<'_>) -> Result<(), P
         if to_mark.is_empty() || switch.is_on() {
             return Ok(());
         }
-        let marked = hasten::mark(ctx, &evidence, looks, (&to_mark, view.as_ref())).await;
+        let marked = hasten::mark(ctx, &mut evidence, looks, (&to_mark, view.as_ref())).await;
         count_attempts(&mut attempts, &to_mark, &marked);
         // The next look reads the Nodes again and decides over them.
         first = false;
     }
 }
 
-/// Counts one more attempt at each Node to be marked again; a Node marked,
-/// or not proven, is not tried again.
+/// How far the marking of one Node has got.
+#[derive(Clone, Copy, Debug, Default)]
+struct Attempt {
+    /// Writes that met a conflicting writer.
+    tries: u8,
+    /// Silent so far: not tried again before its renewal is overdue.
+    not_before: Option<Instant>,
+}
+
+impl Attempt {
+    fn may_try(&self) -> bool {
+        self.tries < MARK_ATTEMPTS && self.not_before.is_none_or(|t| t <= Instant::now())
+    }
+}
+
+/// Counts one more attempt at each Node to be marked again, and when a
+/// Node silent so far may be tried; a Node marked, or not proven, is not
+/// tried again.
 fn count_attempts(
-    attempts: &mut HashMap<String, u8>,
+    attempts: &mut HashMap<String, Attempt>,
     tried: &[(String, InstanceId)],
     marked: &HashMap<String, Marking>,
 ) {
     for (node, _) in tried {
-        let tries = attempts.entry(node.clone()).or_default();
-        *tries = match marked.get(node) {
-            Some(Marking::Again) => tries.saturating_add(1),
-            _ => MARK_ATTEMPTS,
+        let attempt = attempts.entry(node.clone()).or_default();
+        *attempt = match marked.get(node) {
+            Some(Marking::Again) => Attempt {
+                tries: attempt.tries.saturating_add(1),
+                not_before: None,
+            },
+            Some(Marking::Later(after)) => Attempt {
+                not_before: Some(Instant::now() + *after),
+                ..*attempt
+            },
+            _ => Attempt {
+                tries: MARK_ATTEMPTS,
+                not_before: None,
+            },
         };
     }
 }

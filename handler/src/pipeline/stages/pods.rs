@@ -33,8 +33,34 @@ pub(crate) async fn force_delete(
             return;
         }
     };
+    let going: Vec<&PodRef> = pods.iter().filter(|p| goes(p)).collect();
+    // Pods are bound by name. The Node judged still there after the list
+    // (a uid never comes back) means every pod listed was bound to it; a
+    // Node registered again under the name holds pods of a live machine.
+    if let Some(judged) = run
+        .node_uid()
+        .filter(|_| !going.is_empty())
+        .map(str::to_owned)
+    {
+        match ctx.reads.get_node(node).await {
+            Ok(Some(now)) if now.uid.as_deref() == Some(judged.as_str()) => {}
+            Ok(_) => {
+                warn!(
+                    "the Node of that name is no longer the one judged: its pods are not deleted"
+                );
+                run.failed_with([format!(
+                    "node {node} was deleted or registered again (uid {judged} is gone): its pods are not deleted"
+                )]);
+                return;
+            }
+            Err(e) => {
+                tally(ctx, run, vec![Err(e)]);
+                return;
+            }
+        }
+    }
     let mut results = Vec::new();
-    for pod in pods.iter().filter(|p| goes(p)) {
+    for pod in going {
         results.push(ctx.writes.force_delete_pod(pod).await);
     }
     let deleted = tally(ctx, run, results);

@@ -336,7 +336,7 @@ async fn power_off(
         let report = stop(ctx, hold, a, node, until).await;
         if matches!(
             report.outcome,
-            PowerOutcome::StopPending | PowerOutcome::FoundOff
+            PowerOutcome::StopPending | PowerOutcome::FoundOff | PowerOutcome::Deleted
         ) {
             sent.push((a.target, a.machine.id.clone()));
         }
@@ -407,6 +407,21 @@ async fn stop(
             acted(
                 PowerOutcome::FoundOff,
                 "found off already when the power-off was to be sent: nothing sent".into(),
+            )
+        }
+        Ok(PowerOffAnswer::Deleted) => {
+            // Nothing of node-fencer's was powered off: the mark goes, so
+            // neither the cap nor the never-twice rule counts it.
+            info!(node = a.node, instance = %id, "deleted already: no power-off sent");
+            ctx.record(&a.node, NodeEvent::found_deleted(id)).await;
+            acted(
+                PowerOutcome::Deleted,
+                unmark(
+                    ctx,
+                    &a.node,
+                    "deleted already when the power-off was to be sent: nothing sent".into(),
+                )
+                .await,
             )
         }
         Err(e) => {

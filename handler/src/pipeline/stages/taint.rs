@@ -93,6 +93,11 @@ async fn one(
             FenceMode::Legacy => info!("fenced the legacy way (marked)"),
         },
         Ok(TaintOutcome::AlreadyPresent) => info!("already fenced"),
+        Ok(TaintOutcome::AnotherNode) => {
+            warn!(
+                "the Node of that name is no longer the one judged (another uid or machine): not tainted"
+            )
+        }
         Ok(TaintOutcome::NodeReady | TaintOutcome::NodeGone) => {}
         Err(e) => {
             ctx.meter.error(Dependency::Kubernetes);

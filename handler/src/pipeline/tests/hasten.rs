@@ -6,7 +6,9 @@
 use super::*;
 use crate::core::inbound::suspect::{AuditOrigin, Delivery};
 use crate::core::outbound::report::Outcome;
-use crate::core::rules::silence::{KubeletLease, MARK_REASON, SKEW_MARGIN_SECS};
+use crate::core::rules::silence::{
+    KubeletLease, LATE_RENEWAL_MARGIN_SECS, LeaseRead, MARK_REASON, SKEW_MARGIN_SECS,
+};
 
 fn now() -> i64 {
     k8s_openapi::jiff::Timestamp::now().as_second()
@@ -25,8 +27,13 @@ fn fast() -> Policy {
 
 /// [`fast`], with a wait short enough for a test that waits it out.
 fn short() -> Policy {
+    short_of(Duration::from_millis(200))
+}
+
+/// [`fast`], waiting `wait` for the node controller.
+fn short_of(wait: Duration) -> Policy {
     Policy {
-        not_ready_wait: Duration::from_millis(200),
+        not_ready_wait: wait,
         ..fast()
     }
 }
@@ -380,4 +387,109 @@ async fn fast_not_ready_an_event_timed_in_the_future_is_not_believed() {
     assert_eq!(report.results[0].skip, Some(Skip::NodeReady));
     assert_eq!(count(&w, &format!("MarkNotReady {NODE}")), 0);
     assert_eq!(w.cluster.events(NODE), ["KubeletHeardAfterStop"]);
+}
+
+/// The seed node Ready on a machine EC2 stopped 8 s ago, its kubelet's
+/// last renewal 6 s before that: 14 s ago by the apiserver's clock, so a
+/// renewal is overdue (by the margin) in a second.
+fn renewed_before_the_stop() -> World {
+    let stop = now() - 8;
+    ready_on_a_stopped_machine(Some(stop), KubeletLease::RenewedAt(stop - 6))
+}
+
+/// Issue 58, item 1: a live kubelet whose last renewal fell 6 s before the
+/// recorded stop (one serving the Node's name from another machine) was
+/// marked and fenced at once. Now nothing is proven before its next
+/// renewal is overdue, and the renewal, on time, is heard.
+#[tokio::test]
+async fn fast_not_ready_a_live_kubelet_is_heard_at_its_next_renewal_and_never_marked() {
+    let w = renewed_before_the_stop();
+    w.cluster.kubelet_renews_at_read(NODE, 2, now());
+    let report = w.fence(&short_of(Duration::from_secs(3))).await.unwrap();
+    assert_eq!(report.results[0].skip, Some(Skip::NodeReady), "{report:#?}");
+    assert_eq!(count(&w, &format!("MarkNotReady {NODE}")), 0);
+    assert_eq!(w.cluster.ready_condition(NODE).unwrap().0, "True");
+    assert_eq!(w.out_of_service_taints(NODE), 0);
+    assert_eq!(w.cluster.events(NODE), ["KubeletHeardAfterStop"]);
+    assert_eq!(count(&w, &format!("GetNodeLease {NODE}")), 2);
+}
+
+/// The same kubelet dead: its renewal never comes, and the Node is marked
+/// once it is overdue by the margin on the apiserver's clock, then fenced;
+/// not before.
+#[tokio::test]
+async fn fast_not_ready_a_dead_kubelet_is_marked_once_its_renewal_is_overdue() {
+    let w = renewed_before_the_stop();
+    let started = std::time::Instant::now();
+    let report = w.fence(&fast()).await.unwrap();
+    let took = started.elapsed();
+    assert_eq!(report.results[0].outcome, Outcome::Fenced, "{report:#?}");
+    assert!(
+        took >= Duration::from_millis(500),
+        "not before the renewal is overdue: {took:?}"
+    );
+    assert!(took < Duration::from_secs(3), "then at once: {took:?}");
+    let (status, reason, message) = w.cluster.ready_condition(NODE).unwrap();
+    assert_eq!(
+        (status.as_str(), reason.as_deref()),
+        ("Unknown", Some(MARK_REASON))
+    );
+    let message = message.unwrap_or_default();
+    assert!(message.contains("by the apiserver's clock"), "{message}");
+    assert_eq!(w.cluster.events(NODE)[0], "MarkedNotReady");
+}
+
+/// Issue 58, item 1: a live kubelet whose clock runs 40 s behind stamps
+/// `renewTime` 40 s early, long before the stop; the apiserver's time of
+/// its last write, after the stop, is what it is heard by.
+#[tokio::test]
+async fn fast_not_ready_a_kubelet_whose_clock_runs_behind_is_never_marked() {
+    let stop = now() - 3;
+    let w = ready_on_a_stopped_machine(Some(stop), KubeletLease::RenewedAt(stop - 38));
+    w.cluster.kubelet_lease_read(
+        NODE,
+        LeaseRead {
+            lease: KubeletLease::RenewedAt(stop - 38),
+            version: Some("9".into()),
+            written_at: Some(stop + 2),
+            server_now: None,
+            renew_every_secs: 10,
+        },
+    );
+    let report = w.fence(&short()).await.unwrap();
+    assert_eq!(report.results[0].skip, Some(Skip::NodeReady), "{report:#?}");
+    assert_eq!(count(&w, &format!("MarkNotReady {NODE}")), 0);
+    assert_eq!(w.out_of_service_taints(NODE), 0);
+    assert_eq!(w.cluster.events(NODE), ["KubeletHeardAfterStop"]);
+}
+
+/// Where the apiserver keeps no managed fields (before 1.18), the Lease
+/// unchanged on node-fencer's own clock for a renewal interval and the
+/// margin is the proof (the shortest cadence here, a second, so 6 s).
+#[tokio::test]
+async fn fast_not_ready_without_the_apiservers_time_node_fencers_clock_proves_it() {
+    let stop = now() - 60;
+    let w = ready_on_a_stopped_machine(Some(stop), KubeletLease::Missing);
+    w.cluster.kubelet_lease_read(
+        NODE,
+        LeaseRead {
+            lease: KubeletLease::RenewedAt(stop - 30),
+            version: Some("3".into()),
+            written_at: None,
+            server_now: None,
+            renew_every_secs: 1,
+        },
+    );
+    let started = std::time::Instant::now();
+    let report = w.fence(&fast()).await.unwrap();
+    assert_eq!(report.results[0].outcome, Outcome::Fenced, "{report:#?}");
+    let due = Duration::from_secs((1 + LATE_RENEWAL_MARGIN_SECS).unsigned_abs());
+    assert!(started.elapsed() >= due, "{:?}", started.elapsed());
+    let message = w
+        .cluster
+        .ready_condition(NODE)
+        .unwrap()
+        .2
+        .unwrap_or_default();
+    assert!(message.contains("node-fencer's own clock"), "{message}");
 }

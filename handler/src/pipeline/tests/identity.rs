@@ -268,6 +268,32 @@ async fn a_machine_found_off_is_reported_so_and_fenced() {
     }
 }
 
+/// Issue 58, item 11: a machine deleted between the look under the Lease
+/// and the power-off is reported deleted, not found off, and its power-off
+/// mark is taken back (nothing of node-fencer's was powered off); the
+/// fencing follows as for any deleted machine.
+#[tokio::test]
+async fn a_machine_deleted_before_its_power_off_is_reported_so_and_its_mark_taken_back() {
+    let w = World::hung_on(On::Gce);
+    w.cloud.deleted_before_stop(&w.instance(1));
+    let report = w.run(&active(), power_off()).await.unwrap();
+    assert_eq!(
+        World::power_report(&report).outcome,
+        PowerOutcome::Deleted,
+        "{report:#?}"
+    );
+    assert!(w.cloud.power_offs().is_empty(), "nothing sent");
+    assert!(
+        w.called(&format!("ClearPowerMark {NODE}")),
+        "{:?}",
+        w.writes()
+    );
+    assert!(w.cluster.facts(NODE).unwrap().power.powered_off.is_none());
+    assert_eq!(report.results[0].outcome, Outcome::Fenced, "{report:#?}");
+    let notes = w.cluster.event_notes(NODE);
+    assert!(notes.iter().any(|n| n.contains("was deleted")), "{notes:?}");
+}
+
 impl World {
     /// The seed node named by an operator's `fence NODE`.
     async fn fence_node(&self) -> Report {
@@ -280,5 +306,46 @@ impl World {
             ..Batch::default()
         };
         self.run(&policy(), fence).await.unwrap()
+    }
+}
+
+/// Issue 58, item 3: the Node deleted and registered again under its name
+/// (a new instance taking the IP-based name) between the decision and the
+/// taint is another Node object: neither the taint nor a detach is written
+/// for it, in either fencing mode.
+#[tokio::test]
+async fn a_node_registered_again_before_the_taint_gets_neither_taint_nor_detach() {
+    for mode in [ModeSetting::Taint, ModeSetting::Legacy] {
+        let w = World::stopped();
+        w.cluster.reregistered_before_taint(NODE);
+        let fencing = Policy { mode, ..policy() };
+        let report = w.fence(&fencing).await.unwrap();
+        assert_eq!(
+            report.results[0].skip,
+            Some(Skip::NotInCluster),
+            "{mode:?}: {report:#?}"
+        );
+        assert_eq!(w.out_of_service_taints(NODE), 0, "{mode:?}");
+        assert!(w.cluster.facts(NODE).unwrap().fenced.is_none(), "{mode:?}");
+        assert!(!w.called("DetachVolume"), "{mode:?}: {:?}", w.writes());
+        assert!(!w.called("DeletePod"), "{mode:?}: {:?}", w.writes());
+    }
+}
+
+/// Issue 58, item 3: pods are bound by the Node's name. A Node registered
+/// again under the name while the fenced Node's pods are listed holds pods
+/// of a live machine: none is deleted, and the run says why.
+#[tokio::test]
+async fn a_node_registered_again_while_its_pods_are_listed_keeps_its_pods() {
+    for mode in [ModeSetting::Taint, ModeSetting::Legacy] {
+        let w = World::stopped();
+        w.cluster.pod(NODE, "db-0");
+        // The first list plans the fencing; the second comes at act time.
+        w.cluster.reregistered_listing_pods(NODE, 2);
+        let report = w.fence(&Policy { mode, ..policy() }).await.unwrap();
+        assert!(!w.called("DeletePod"), "{mode:?}: {:?}", w.writes());
+        assert_eq!(w.cluster.pods(NODE), 1, "{mode:?}");
+        let errors = format!("{:?}", report.results[0].errors);
+        assert!(errors.contains("registered again"), "{mode:?}: {report:#?}");
     }
 }

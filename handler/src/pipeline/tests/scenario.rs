@@ -68,6 +68,9 @@ async fn a_stopped_silent_node_is_tainted_and_its_volume_freed_in_this_order() {
             // delete on its next pass, right after the taint.
             "DescribeInstances".into(),
             format!("ListPods {NODE}"),
+            // Issue 58, item 3: the Node judged still there after the
+            // list, so every pod listed was bound to it.
+            format!("GetNode {NODE}"),
             "DeletePod db-0".into(),
             format!("CreateEvent {NODE}"),
             // Issue 33, item 4: confirmed off once more, this node's machine

@@ -626,6 +626,7 @@ impl Cloud for Gce {
         let seen = found.as_ref().map(|i| (i.id, status_of(i)));
         match gce::may_stop(order.machine.identity.uid, seen) {
             Ok(StopStep::AlreadyOff) => return Ok(PowerOffAnswer::FoundOff),
+            Ok(StopStep::Deleted) => return Ok(PowerOffAnswer::Deleted),
             Ok(StopStep::Stop) => {}
             Err(held) => return Err(fail(Some("MachineNotRunning"), format!("{vm}: {held}"))),
         }

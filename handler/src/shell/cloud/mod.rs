@@ -5,6 +5,8 @@
 //! own. SDK types never leave their module.
 
 pub mod aws;
+#[cfg(feature = "redfish")]
+pub mod census;
 #[cfg(feature = "google-cloud")]
 pub mod gce;
 #[cfg(feature = "redfish")]
@@ -222,6 +224,9 @@ pub enum PowerOffAnswer {
     Sent,
     /// The machine was off already: nothing was sent.
     FoundOff,
+    /// The machine no longer exists (Compute Engine's own `notFound` for
+    /// it): nothing was sent.
+    Deleted,
 }
 
 /// Every provider this build can ask: each machine and each disk goes to

@@ -15,12 +15,12 @@ use async_trait::async_trait;
 use futures::StreamExt;
 use serde_json::{Value, json};
 
+use super::census::{self, CENSUS_PARALLEL, Census, CensusStore};
 use super::{Cloud, CloudCall, CloudError, Described, Detach, PowerOff, PowerOffAnswer};
 use crate::core::model::facts::{InstanceFacts, StatusChecks, VolumeFacts};
 use crate::core::model::instance::{InstanceId, Provider, VolumeId};
 use crate::core::model::redfish::SystemUuid;
 use crate::core::model::system::{self, ForceOffStep, System};
-use crate::core::rules::identity;
 use crate::core::rules::retry;
 use crate::core::settings::redfish::{Bmc, Inventory};
 use crate::shell::error_chain;
@@ -32,29 +32,20 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(8);
 /// How much of a BMC's error body a message quotes.
 const QUOTED: usize = 300;
-/// How long the UUIDs the inventory's Systems served count as current: a
-/// look that needs them reads every System again after that.
-const CENSUS_AGE: Duration = Duration::from_secs(60);
-/// How many BMCs the census reads at once.
-const CENSUS_PARALLEL: usize = 8;
-
 /// [`Cloud`] over the inventory's BMCs.
 pub struct Redfish {
+    bmcs: Arc<Bmcs>,
+    /// The UUID each System of the inventory served when last read: a UUID
+    /// is a machine's identity only when no other System serves it.
+    census: Arc<Census>,
+}
+
+/// How the inventory's BMCs are reached.
+struct Bmcs {
     inventory: Arc<Inventory>,
     credentials_dir: PathBuf,
     /// One client per CA bundle (`None`: the system's trust store).
     clients: BTreeMap<Option<String>, reqwest::Client>,
-    /// The UUID each System of the inventory served when last read, and
-    /// when every System was last asked: a UUID is a machine's identity
-    /// only when no other System serves it.
-    census: tokio::sync::Mutex<Census>,
-}
-
-/// The UUIDs the inventory's Systems served.
-#[derive(Default)]
-struct Census {
-    asked_at: Option<std::time::Instant>,
-    uuids: BTreeMap<InstanceId, SystemUuid>,
 }
 
 /// A BMC password, never printed.
@@ -87,78 +78,41 @@ impl Redfish {
             clients.insert(bmc.ca_bundle.clone(), client);
         }
         Ok(Self {
-            inventory,
-            credentials_dir,
-            clients,
-            census: tokio::sync::Mutex::default(),
+            bmcs: Arc::new(Bmcs {
+                inventory,
+                credentials_dir,
+                clients,
+            }),
+            census: Arc::default(),
         })
     }
 
-    /// The UUID the System of `id` serves, `None` when it cannot be read.
-    async fn uuid_of(&self, id: InstanceId) -> (InstanceId, Option<SystemUuid>) {
-        let call = CloudCall::DescribeMachines;
-        match self.system(&id, &call).await {
-            Ok((_, system, _)) => {
-                let uuid = system.facts.identity.system_uuid;
-                (id, Some(uuid))
-            }
-            Err(e) => {
-                tracing::warn!(machine = %id, error = %e, "the census of the inventory's UUIDs could not read this System");
-                (id, None)
-            }
-        }
+    /// Reads the census an earlier process left in `store` at this one's
+    /// first round.
+    pub fn census_kept_in(&self, store: Arc<dyn CensusStore>) {
+        self.census.kept_in(store);
     }
 
-    /// Holds each UUID of `found` to every other System of the inventory:
-    /// one another System serves too, or one not every other System could
-    /// be read to rule out, is no identity ([`identity::unique_among_systems`]).
-    /// The other Systems are read at most every [`CENSUS_AGE`]; a System that
-    /// does not answer keeps the UUID it served when last read.
+    /// Leaves the census in `store` for the next process.
+    pub async fn keep_census(&self, store: &dyn CensusStore) {
+        self.census.save(store).await;
+    }
+
+    /// Holds each UUID of `found` to every other System of the inventory
+    /// ([`census::hold_unique`]).
     async fn hold_unique(&self, found: &mut [InstanceFacts]) {
-        let mut census = self.census.lock().await;
-        for facts in found.iter() {
-            census
-                .uuids
-                .insert(facts.id.clone(), facts.identity.system_uuid);
-        }
-        if found.iter().all(|f| f.identity.system_uuid.key().is_none()) {
-            return;
-        }
         let all: Vec<InstanceId> = self
+            .bmcs
             .inventory
             .machines()
             .map(|b| InstanceId::redfish(&b.machine))
             .collect();
-        let stale = census.asked_at.is_none_or(|at| at.elapsed() > CENSUS_AGE);
-        if stale {
-            let asked: Vec<InstanceId> = all
-                .iter()
-                .filter(|id| !found.iter().any(|f| &f.id == *id))
-                .cloned()
-                .collect();
-            let reads: Vec<_> = asked.into_iter().map(|id| self.uuid_of(id)).collect();
-            let read: Vec<(InstanceId, Option<SystemUuid>)> = futures::stream::iter(reads)
-                .buffer_unordered(CENSUS_PARALLEL)
-                .collect()
-                .await;
-            for (id, uuid) in read {
-                if let Some(uuid) = uuid {
-                    census.uuids.insert(id, uuid);
-                }
-            }
-            census.asked_at = Some(std::time::Instant::now());
-        }
-        for facts in found.iter_mut() {
-            let others = all
-                .iter()
-                .filter(|id| **id != facts.id)
-                .map(|id| census.uuids.get(id).copied());
-            let held = identity::unique_among_systems(facts.identity.system_uuid, others);
-            if let Some(doubt) = held.doubt() {
-                tracing::warn!(machine = %facts.id, reason = doubt.code(), "{doubt}");
-            }
-            facts.identity.system_uuid = held;
-        }
+        let bmcs = self.bmcs.clone();
+        let read = move |id| {
+            let bmcs = bmcs.clone();
+            async move { bmcs.uuid_of(id).await }
+        };
+        census::hold_unique(&self.census, all, found, read).await;
     }
 
     /// Each machine of `ids` read as a fencing reads it, its UUID held
@@ -192,6 +146,32 @@ impl Redfish {
             }
         }
         looked
+    }
+
+    /// The machine's System, read, and the path it was read from.
+    async fn system(
+        &self,
+        id: &InstanceId,
+        call: &CloudCall,
+    ) -> Result<(Reach<'_>, System, String), CloudError> {
+        self.bmcs.system(id, call).await
+    }
+}
+
+impl Bmcs {
+    /// The UUID the System of `id` serves, `None` when it cannot be read.
+    async fn uuid_of(&self, id: InstanceId) -> (InstanceId, Option<SystemUuid>) {
+        let call = CloudCall::DescribeMachines;
+        match self.system(&id, &call).await {
+            Ok((_, system, _)) => {
+                let uuid = system.facts.identity.system_uuid;
+                (id, Some(uuid))
+            }
+            Err(e) => {
+                tracing::warn!(machine = %id, error = %e, "the census of the inventory's UUIDs could not read this System");
+                (id, None)
+            }
+        }
     }
 
     /// The machine's BMC, its client and its credentials.
@@ -506,7 +486,7 @@ impl Cloud for Redfish {
                 .as_ref()
                 .is_some_and(|(_, now, _)| system::force_off_done(&order.machine.identity, now));
             if done {
-                tracing::info!(machine = %id, error = %f.message, "the ForceOff was refused, but the System is off or powering off: taken as done");
+                tracing::info!(machine = %id, error = %f.message, "the ForceOff was refused, but the System is off: taken as done");
                 return Ok(PowerOffAnswer::Sent);
             }
             return Err(fail(

@@ -313,6 +313,16 @@ impl Kube {
         &self,
         namespace: &str,
     ) -> Result<Option<String>, ClusterError> {
+        self.witness_annotation(namespace, control::WITNESS_FAILING)
+            .await
+    }
+
+    /// The annotation `key` of the witness Lease in `namespace`.
+    async fn witness_annotation(
+        &self,
+        namespace: &str,
+        key: &str,
+    ) -> Result<Option<String>, ClusterError> {
         let api: Api<Lease> = Api::namespaced(self.client.clone(), namespace);
         let found = retrying("get witness record", || api.get_opt(control::WITNESS_NAME))
             .await
@@ -322,7 +332,26 @@ impl Kube {
             })?;
         Ok(found
             .and_then(|lease| lease.metadata.annotations)
-            .and_then(|mut a| a.remove(control::WITNESS_FAILING)))
+            .and_then(|mut a| a.remove(key)))
+    }
+
+    /// The census of the inventory's UUIDs an earlier process left on the
+    /// witness Lease in `namespace` ([`control::SYSTEM_UUIDS`]).
+    pub async fn read_system_uuids(&self, namespace: &str) -> Result<Option<String>, ClusterError> {
+        self.witness_annotation(namespace, control::SYSTEM_UUIDS)
+            .await
+    }
+
+    /// Leaves the census `text` on the witness Lease in `namespace`, as
+    /// `holder`.
+    pub async fn write_system_uuids(
+        &self,
+        namespace: &str,
+        text: &str,
+        holder: &str,
+    ) -> Result<(), ClusterError> {
+        self.write_witness_annotation(namespace, (control::SYSTEM_UUIDS, text), holder)
+            .await
     }
 
     /// Leaves `record` in the witness Lease in `namespace`, as `holder`.
@@ -332,7 +361,19 @@ impl Kube {
         record: &str,
         holder: &str,
     ) -> Result<(), ClusterError> {
-        let annotations = [(control::WITNESS_FAILING, record.to_owned())];
+        self.write_witness_annotation(namespace, (control::WITNESS_FAILING, record), holder)
+            .await
+    }
+
+    /// Leaves the annotation `key: text` on the witness Lease in
+    /// `namespace`, as `holder`; its other annotations stay.
+    async fn write_witness_annotation(
+        &self,
+        namespace: &str,
+        (key, text): (&str, &str),
+        holder: &str,
+    ) -> Result<(), ClusterError> {
+        let annotations = [(key, text.to_owned())];
         let now = k8s_openapi::jiff::Timestamp::now();
         self.write_record(namespace, control::WITNESS_NAME, &annotations, holder, now)
             .await

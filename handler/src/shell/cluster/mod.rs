@@ -35,7 +35,7 @@ use crate::core::rules::control::{self, KillSwitch, LeaseFacts, LeaseStep};
 use crate::core::rules::in_use::{self, ReleaseOutcome, ReleasePatch};
 use crate::core::rules::mode::ServerVersion;
 use crate::core::rules::retry::{self, KUBERNETES};
-use crate::core::rules::silence::{self, KubeletLease, MarkPatch};
+use crate::core::rules::silence::{self, LeaseRead, MarkPatch};
 use crate::core::rules::view::Census;
 use crate::core::settings::redfish::Inventory;
 use crate::shell::slim;
@@ -256,9 +256,8 @@ pub trait ClusterReads: Send + Sync {
     /// The API server's version.
     async fn server_version(&self) -> Result<ServerVersion, ClusterError>;
     /// The Node's kubelet Lease (`kube-node-lease/<node>`), as the proof
-    /// of a silent kubelet reads it.
-    async fn node_lease(&self, node: &str, uid: Option<&str>)
-    -> Result<KubeletLease, ClusterError>;
+    /// of a silent kubelet reads it: with the apiserver's time of the read.
+    async fn node_lease(&self, node: &str, uid: Option<&str>) -> Result<LeaseRead, ClusterError>;
     /// The pods bound to a Node (legacy mode).
     async fn pods_on_node(
         &self,
@@ -462,6 +461,51 @@ impl Kube {
             Err(e) if is_not_found(&e) => Ok(None),
             Err(e) => Err(e),
         }
+    }
+
+    /// Reads the kubelet Lease of `node` with the apiserver's `Date` of the
+    /// answer (Unix seconds): the proof of a silent kubelet times the
+    /// Lease's last write on the apiserver's clock, not the kubelet's.
+    /// `None` for no Lease of that name.
+    async fn get_dated_lease(
+        &self,
+        node: &str,
+    ) -> Result<(Option<Lease>, Option<i64>), kube::Error> {
+        let request = kube::core::Request::new(format!(
+            "/apis/coordination.k8s.io/v1/namespaces/{NODE_LEASE_NAMESPACE}/leases"
+        ))
+        .get(node, &kube::api::GetParams::default())
+        .map_err(kube::Error::BuildRequest)?;
+        let response = self
+            .client
+            .send(request.map(kube::client::Body::from))
+            .await?;
+        let status = response.status();
+        let server_now = response
+            .headers()
+            .get(http::header::DATE)
+            .and_then(|d| d.to_str().ok())
+            .and_then(silence::lease::http_date);
+        let body = response.into_body().collect_bytes().await?;
+        if status.is_success() {
+            let lease = serde_json::from_slice(&body).map_err(kube::Error::SerdeError)?;
+            return Ok((Some(lease), server_now));
+        }
+        let code = status.as_u16();
+        let failure = match serde_json::from_slice::<kube::core::Status>(&body) {
+            Ok(s) if s.code != 0 => s,
+            Ok(s) => s.with_code(code),
+            Err(_) => {
+                let text = String::from_utf8_lossy(&body);
+                kube::core::Status::failure(&truncate(text.trim(), 512), "unparsable error body")
+                    .with_code(code)
+            }
+        };
+        let error = kube::Error::Api(failure.boxed());
+        if is_not_found(&error) {
+            return Ok((None, server_now));
+        }
+        Err(error)
     }
 
     /// One request for the objects at `path` that `params` select.

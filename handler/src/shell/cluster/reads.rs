@@ -116,29 +116,24 @@ impl ClusterReads for Kube {
             let info = retrying("get version", || self.client.apiserver_version())
                 .await
                 .map_err(|e| ClusterError::Version(e.to_string()))?;
-            ServerVersion::parse(&info.major, &info.minor).ok_or_else(|| {
+            ServerVersion::read(&info.major, &info.minor, &info.git_version).ok_or_else(|| {
                 ClusterError::Version(format!(
-                    "unreadable version major={:?} minor={:?}",
-                    info.major, info.minor
+                    "unreadable version major={:?} minor={:?} gitVersion={:?}",
+                    info.major, info.minor, info.git_version
                 ))
             })
         };
         self.version.get_or_try_init(ask).await.copied()
     }
 
-    async fn node_lease(
-        &self,
-        node: &str,
-        uid: Option<&str>,
-    ) -> Result<KubeletLease, ClusterError> {
-        let api: Api<Lease> = Api::namespaced(self.client.clone(), NODE_LEASE_NAMESPACE);
-        let lease = retrying("get node lease", || api.get_opt(node))
+    async fn node_lease(&self, node: &str, uid: Option<&str>) -> Result<LeaseRead, ClusterError> {
+        let (lease, server_now) = retrying("get node lease", || self.get_dated_lease(node))
             .await
             .map_err(|source| ClusterError::GetNodeLease {
                 node: node.into(),
                 source,
             })?;
-        Ok(silence::kubelet_lease(lease.as_ref(), uid))
+        Ok(silence::lease::read(lease.as_ref(), uid, server_now))
     }
 
     async fn pods_on_node(

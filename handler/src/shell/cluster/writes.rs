@@ -5,11 +5,20 @@ use super::*;
 #[async_trait]
 impl FencingWrites for Kube {
     async fn taint_node(&self, node: &str, stamp: &Stamp) -> Result<TaintOutcome, ClusterError> {
+        let judged = JudgedNode {
+            name: node,
+            uid: stamp.node_uid.as_deref(),
+            machine: &stamp.instance,
+        };
         self.guarded_patch(
             node,
             TaintOutcome::NodeGone,
             // A taint whose answer was lost shows as this run's own.
             |current, _| match kube_patch::taint_patch(current, stamp) {
+                _ if !judged.is(self.facts(current.clone()).as_ref()) => {
+                    Write::Answer(TaintOutcome::AnotherNode)
+                }
+                TaintPatch::AnotherNode => Write::Answer(TaintOutcome::AnotherNode),
                 TaintPatch::Apply(patch) => Write::Patch(patch, TaintOutcome::Applied),
                 TaintPatch::AlreadyPresent => Write::Answer(TaintOutcome::AlreadyPresent),
                 TaintPatch::AppliedByThisRun => Write::Answer(TaintOutcome::Applied),
@@ -174,19 +183,13 @@ impl FencingWrites for Kube {
     }
 
     async fn clear_power_mark(&self, node: &str) -> Result<(), ClusterError> {
-        let nodes: Api<Node> = Api::all(self.client.clone());
-        let patch = kube_patch::power_unmark_patch();
-        let params = PatchParams::default();
-        let merge = Patch::Merge(&patch);
-        // Annotations only: written under the Lease that wrote the mark.
-        match retrying("patch node", || nodes.patch(node, &params, &merge)).await {
-            Ok(_) => Ok(()),
-            Err(e) if is_not_found(&e) => Ok(()),
-            Err(source) => Err(ClusterError::PatchNode {
-                node: node.into(),
-                source,
-            }),
-        }
+        // Written under the Lease that wrote the mark; guarded by the
+        // resourceVersion, since whether the label goes depends on the
+        // Node as read.
+        self.guarded_patch(node, (), |current, _| {
+            Write::Patch(kube_patch::power_unmark_patch(current), ())
+        })
+        .await
     }
 
     async fn force_delete_pod(&self, pod: &PodRef) -> Result<(), ClusterError> {

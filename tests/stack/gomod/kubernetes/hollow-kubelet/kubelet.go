@@ -52,6 +52,9 @@ func configure(o *options, flags *kubeletoptions.KubeletFlags, kc *kubeletconfig
 	kc.ProviderID = o.providerID
 	kc.NodeLeaseDurationSeconds = int32(o.leaseSeconds)
 	kc.NodeStatusUpdateFrequency.Duration = time.Duration(o.statusSeconds) * time.Second
+	if o.reportSeconds > 0 {
+		kc.NodeStatusReportFrequency.Duration = time.Duration(o.reportSeconds) * time.Second
+	}
 	// The attach/detach controller attaches, as on every cluster node-fencer
 	// serves; the kubelet only waits for the attachment and mounts.
 	kc.EnableControllerAttachDetach = true

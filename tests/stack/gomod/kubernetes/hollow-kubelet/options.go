@@ -27,6 +27,7 @@ type options struct {
 	rootDir       string
 	leaseSeconds  int
 	statusSeconds int
+	reportSeconds int
 	labels        keyValues
 	drivers       keyValues
 	topology      keyValues
@@ -73,6 +74,7 @@ func parse() (*options, error) {
 	fs.StringVar(&o.rootDir, "root-dir", "", "the kubelet's state directory, created if missing (required)")
 	fs.IntVar(&o.leaseSeconds, "node-lease-seconds", 40, "the Lease's duration; the kubelet renews it every quarter of it")
 	fs.IntVar(&o.statusSeconds, "node-status-update-seconds", 10, "how often the kubelet computes its node status")
+	fs.IntVar(&o.reportSeconds, "node-status-report-seconds", 0, "how often the kubelet posts its node status when nothing changed (0: kubemark's 5 minutes)")
 	fs.Var(&o.labels, "node-labels", "labels the kubelet registers the Node with (KEY=VALUE, repeatable)")
 	fs.Var(&o.drivers, "csi-driver", "a CSI driver to serve and register: NAME=NODE_ID (repeatable)")
 	fs.Var(&o.topology, "csi-topology", "the CSI node's accessible topology (KEY=VALUE, repeatable)")
@@ -85,8 +87,8 @@ func parse() (*options, error) {
 			return nil, fmt.Errorf("--%s is required", flagName)
 		}
 	}
-	if o.leaseSeconds < 1 || o.statusSeconds < 1 {
-		return nil, errors.New("--node-lease-seconds and --node-status-update-seconds must be at least 1")
+	if o.leaseSeconds < 1 || o.statusSeconds < 1 || o.reportSeconds < 0 {
+		return nil, errors.New("--node-lease-seconds and --node-status-update-seconds must be at least 1, --node-status-report-seconds at least 0")
 	}
 	if o.bootID == "" {
 		b := make([]byte, 16)
