@@ -440,9 +440,13 @@ impl Coordination for TimingCluster<'_> {
         &self,
         namespace: &str,
         holder: &str,
+        until: Option<std::time::Instant>,
     ) -> Result<LeaseTaken, ClusterError> {
         self.timeline
-            .time("AcquireLease", self.inner.acquire_lease(namespace, holder))
+            .time(
+                "AcquireLease",
+                self.inner.acquire_lease(namespace, holder, until),
+            )
             .await
     }
     async fn release_lease(&self, namespace: &str, holder: &str) -> Result<(), ClusterError> {

@@ -101,9 +101,11 @@ pub(crate) async fn under_lease<T>(
     work: impl AsyncFnOnce(&Hold, &mut Invocation<'_>) -> T,
 ) -> Result<T, PipelineError> {
     let namespace = inv.policy.control_namespace.clone();
+    // The wait for another holder ends before the request does.
+    let until = inv.left().map(|left| std::time::Instant::now() + left);
     let taken = ctx
         .control
-        .acquire_lease(&namespace, &ctx.correlation_id)
+        .acquire_lease(&namespace, &ctx.correlation_id, until)
         .await
         .inspect_err(|_| ctx.meter.error(Dependency::Kubernetes))?;
     if taken.waited {

@@ -118,7 +118,7 @@ variable "fence_hibernated" {
 }
 
 variable "fast_not_ready" {
-  description = "FAST_NOT_READY: when true (the default), a Node still Ready whose machine the cloud confirms off is marked Ready=Unknown at once if the cloud recorded when the machine stopped and the kubelet's Lease in kube-node-lease was last renewed at least 5 s before that; when false, or without that proof, the node controller's grace period is waited out."
+  description = "FAST_NOT_READY: when true (the default), a Node still Ready whose machine the cloud confirms off is marked Ready=Unknown if the cloud recorded when the machine stopped, the kubelet's Lease in kube-node-lease was last written at least 5 s before that, and the kubelet has missed a renewal it was due to make (on the apiserver's clock or node-fencer's own); when false, or without that proof, the node controller's grace period is waited out."
   type        = bool
   default     = true
 }

@@ -7,7 +7,7 @@ variable "dry_run" {
 }
 
 variable "fast_not_ready" {
-  description = "FAST_NOT_READY: mark a Node Ready=Unknown at once when the cloud recorded its machine's stop and the kubelet's Lease was last renewed at least 5 s before it, instead of waiting out the node controller's grace period."
+  description = "FAST_NOT_READY: mark a Node Ready=Unknown when the cloud recorded its machine's stop, the kubelet's Lease was last written at least 5 s before it, and the kubelet has missed a renewal it was due to make, instead of waiting out the node controller's grace period."
   type        = bool
 }
 

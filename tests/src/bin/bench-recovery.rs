@@ -88,8 +88,9 @@ with min/max:
                        is waited for until the node controller marks it. By
                        default (FAST_NOT_READY=true, node-fencer's own default),
                        one whose kubelet has not renewed its Lease since the
-                       cloud's recorded stop (by 5 s) is marked Ready=Unknown
-                       at once
+                       cloud's recorded stop (by 5 s), and has missed a renewal
+                       it was due to make (by 5 s), is marked Ready=Unknown
+                       then
   --kubelet-silent-first
                        node 2's heartbeats stop 7 s before its instance does (a
                        kubelet dead before its machine is stopped), so that the
@@ -136,7 +137,9 @@ Set NODE_FENCER_CLUSTER_STACK_DIR to use a stack started with
 `tests/stack/up.sh DIR --controllers`; otherwise one is started and stopped.";
 
 /// With `--kubelet-silent-first`, how long before its instance node 2's
-/// heartbeats stop: the 5 s margin, and kwok's 2 s renewal interval.
+/// heartbeats stop: the 5 s margin, and kwok's 2 s renewal interval (the
+/// missed renewal the proof also asks for comes up to 15 s after the
+/// last one, with the real kubelet's 10 s cadence).
 const SILENT_FIRST_SECS: u64 = 7;
 
 struct Args {

@@ -76,7 +76,7 @@ pub(crate) const VARIABLES: &[(&str, &str)] = &[
     ),
     (
         "FAST_NOT_READY",
-        "true|false (default true): when the cloud recorded when the machine stopped and the kubelet's Lease in kube-node-lease was last renewed at least 5 s before that, set the Node Ready=Unknown at once instead of waiting out the node controller's grace period; false waits it out",
+        "true|false (default true): when the cloud recorded when the machine stopped, the kubelet's Lease in kube-node-lease was last written at least 5 s before that, and the kubelet has missed a renewal it was due to make (on the apiserver's clock or node-fencer's own), set the Node Ready=Unknown then instead of waiting out the node controller's grace period; false waits it out",
     ),
     (
         "VOLUME_DETACH_TIMEOUT_SECONDS",

@@ -1144,6 +1144,7 @@ impl Coordination for FakeCluster {
         &self,
         namespace: &str,
         holder: &str,
+        until: Option<std::time::Instant>,
     ) -> Result<LeaseTaken, ClusterError> {
         if self.calls.call("AcquireLease".into()) {
             return Err(ClusterError::Lease {
@@ -1156,6 +1157,14 @@ impl Coordination for FakeCluster {
         // invocation at a time, and the stack tests hold the real one.
         let pause = self.lock().lease_held_for.take();
         if let Some(pause) = pause {
+            // As the shell: a holder that keeps it past the request's end
+            // is waited for until then, not longer.
+            if let Some(until) = until.filter(|u| *u < std::time::Instant::now() + pause) {
+                tokio::time::sleep_until(until.into()).await;
+                return Err(ClusterError::LeaseBusy {
+                    holder: "another invocation".into(),
+                });
+            }
             tokio::time::sleep(pause).await;
         }
         let mut state = self.lock();

@@ -483,3 +483,28 @@ async fn detaches_that_may_outlast_the_request_are_left_for_its_retry() {
         Some(VolumeState::Available)
     );
 }
+
+/// Issue 58, item 5: another invocation's Lease, held past the request's
+/// end, is waited for only until the request's time is up (its answer's
+/// reserve kept), not for the Lease wait's full 30 s: the invocation
+/// answers before the runtime kills it, writes nothing, and leaves the node
+/// to its retry.
+#[tokio::test]
+async fn the_wait_for_another_holders_lease_ends_before_the_request_does() {
+    let w = World::stopped();
+    w.cluster.lease_held_for(Duration::from_secs(60));
+    let started = std::time::Instant::now();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(8);
+    let result = w.fence_within(&policy(), deadline).await;
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(5),
+        "ended with the reserve left: {took:?}"
+    );
+    match result {
+        Err(e) => assert!(e.to_string().contains("lease"), "{e}"),
+        Ok(report) => assert!(report.incomplete(), "{report:#?}"),
+    }
+    assert_eq!(w.out_of_service_taints(NODE), 0);
+    assert!(!w.called("DetachVolume"), "{:?}", w.writes());
+}

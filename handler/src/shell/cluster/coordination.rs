@@ -58,13 +58,15 @@ impl Coordination for Kube {
         &self,
         namespace: &str,
         holder: &str,
+        until: Option<Instant>,
     ) -> Result<LeaseTaken, ClusterError> {
         let api: Api<Lease> = Api::namespaced(self.client.clone(), namespace);
         let failed = |source| ClusterError::Lease {
             namespace: namespace.into(),
             source,
         };
-        let deadline = Instant::now() + control::LEASE_WAIT;
+        let own = Instant::now() + control::LEASE_WAIT;
+        let deadline = until.map_or(own, |until| own.min(until));
         let mut waited = false;
         loop {
             // The time written into the Lease, and the same moment on this

@@ -143,8 +143,9 @@ pub enum ClusterError {
         #[source]
         source: kube::Error,
     },
-    /// Another invocation held the Lease for longer than node-fencer waits.
-    #[error("the fencing lease is held by {holder} for longer than {}s; retry later", control::LEASE_WAIT.as_secs())]
+    /// Another invocation held the Lease for longer than node-fencer waits
+    /// (at most [`control::LEASE_WAIT`], and never past the request's end).
+    #[error("the fencing lease is held by {holder} for longer than this invocation may wait (at most {}s); retry later", control::LEASE_WAIT.as_secs())]
     LeaseBusy {
         /// The holder.
         holder: String,
@@ -345,11 +346,13 @@ pub trait Coordination: Send + Sync {
     /// Reads the kill switch in `namespace`.
     async fn kill_switch(&self, namespace: &str) -> Result<KillSwitch, ClusterError>;
     /// Takes the fencing Lease in `namespace` for `holder`, waiting up to
-    /// [`control::LEASE_WAIT`] for another holder to release it.
+    /// [`control::LEASE_WAIT`], and never past `until` (the request's end,
+    /// its answer's reserve kept), for another holder to release it.
     async fn acquire_lease(
         &self,
         namespace: &str,
         holder: &str,
+        until: Option<Instant>,
     ) -> Result<LeaseTaken, ClusterError>;
     /// Releases the Lease if `holder` still holds it.
     async fn release_lease(&self, namespace: &str, holder: &str) -> Result<(), ClusterError>;
