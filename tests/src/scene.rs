@@ -1241,18 +1241,28 @@ async fn kill_on_power_off(stack: &Stack, worker: &Worker) {
 
 /// [`kill_node2`] as a machine whose kubelet died more than `margin_secs`
 /// before the cloud recorded the stop (a kubelet dead before its machine
-/// is stopped): what `FAST_NOT_READY`'s proof asks for.
+/// is stopped), and long enough before it that its next renewal is overdue
+/// (a quarter of the Lease's duration, the margin for a late one and a
+/// second for the apiserver's rounding): what `FAST_NOT_READY`'s proof
+/// asks for, all of it there at the stop.
 pub async fn kill_node2_after_its_kubelet(
     stack: &Stack,
     seed: &Seed,
     margin_secs: i64,
 ) -> anyhow::Result<()> {
+    use node_fencer::core::rules::silence::{LATE_RENEWAL_MARGIN_SECS, lease};
     silence(stack, seed.node2()).await?;
     let admin = stack.admin().await?;
-    let last = renewed_at(&admin, &seed.node2().name)
+    let spec = node_lease(&admin, &seed.node2().name)
         .await?
+        .context("node 2 has no Lease")?;
+    let last = spec
+        .renew_time
+        .map(|t| t.0.as_second())
         .context("node 2's Lease was never renewed")?;
-    while k8s_openapi::jiff::Timestamp::now().as_second() <= last + margin_secs {
+    let every = lease::renew_every(spec.lease_duration_seconds);
+    let wait = margin_secs.max(every + LATE_RENEWAL_MARGIN_SECS + 1);
+    while k8s_openapi::jiff::Timestamp::now().as_second() <= last + wait {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     kill_node2(stack, seed, false).await

@@ -116,15 +116,24 @@ fn kubelet_lease(lease: &Lease, node_uid: Option<&str>) -> KubeletLease {
     }
 }
 
-/// The apiserver's time of the Lease's last write: the latest of its
-/// managed fields' times, a second later, since the apiserver writes them
-/// truncated to the second and the write may have come any time in it.
+/// The apiserver's time of the Lease's last renewal: the latest time of the
+/// managed fields' entries that own `spec.renewTime` (a writer that changes
+/// a field takes it, and the apiserver stamps its entry then; a renewal
+/// always changes `renewTime`, another writer's edit of other fields does
+/// not), a second later, since the apiserver writes the times truncated to
+/// the second and the write may have come any time in it. None where no
+/// entry owns it (managed fields off): node-fencer's own clock decides.
 fn last_write(lease: &Lease) -> Option<i64> {
     lease
         .metadata
         .managed_fields
         .iter()
         .flatten()
+        .filter(|m| {
+            m.fields_v1
+                .as_ref()
+                .is_some_and(|f| f.0.pointer("/f:spec/f:renewTime").is_some())
+        })
         .filter_map(|m| m.time.as_ref())
         .map(|t| t.0.as_second().saturating_add(1))
         .max()
@@ -213,6 +222,25 @@ mod tests {
         assert_eq!(r.server_now, Some(at + 3));
         assert_eq!(r.version.as_deref(), Some("77"));
         assert_eq!(r.renew_every_secs, 10);
+        // Another writer's edit of other fields (a test taking the Lease
+        // from kwok, an operator's annotation) is no renewal.
+        let mut edited = skewed.clone();
+        let other: k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry =
+            serde_json::from_value(
+                serde_json::json!({"manager": "kubectl", "operation": "Update",
+                "time": "2026-11-26T12:05:00Z", "fieldsType": "FieldsV1",
+                "fieldsV1": {"f:spec": {"f:holderIdentity": {}}}}),
+            )
+            .unwrap();
+        edited
+            .metadata
+            .managed_fields
+            .get_or_insert_default()
+            .push(other);
+        assert_eq!(
+            read(Some(&edited), Some("uid-2"), None).written_at,
+            Some(at + 1)
+        );
         // No managed fields (a cluster before 1.18): no apiserver time.
         let old = lease("uid-2", Some("2026-11-26T12:00:00Z"), &[], Some(8));
         let r = read(Some(&old), Some("uid-2"), Some(at));
