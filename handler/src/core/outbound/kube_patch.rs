@@ -187,11 +187,7 @@ pub enum TaintPatch {
 /// refuses it (the uid is immutable) if it ever met another object.
 pub fn taint_patch(node: &Node, stamp: &Stamp) -> TaintPatch {
     let uid = node.metadata.uid.as_deref();
-    if stamp
-        .node_uid
-        .as_deref()
-        .is_some_and(|judged| uid != Some(judged))
-    {
+    if is_another_node(uid, stamp) {
         return TaintPatch::AnotherNode;
     }
     if readiness(node) == Readiness::Ready {
@@ -226,17 +222,7 @@ pub fn taint_patch(node: &Node, stamp: &Stamp) -> TaintPatch {
             TaintPatch::AlreadyPresent
         };
     }
-    let volumes: Vec<&str> = stamp.volumes.iter().map(VolumeId::as_str).collect();
-    let mut annotations = json!({
-        ANNOTATION_FENCED_AT: stamp.at,
-        ANNOTATION_INSTANCE: format!("{}={}", stamp.instance, stamp.state),
-        ANNOTATION_CORRELATION: stamp.correlation_id,
-        ANNOTATION_MODE: stamp.mode.name(),
-        ANNOTATION_VOLUMES: volumes.join(","),
-    });
-    if let Some(boot) = boot_id(node) {
-        annotations[ANNOTATION_BOOT_ID] = json!(boot);
-    }
+    let mut annotations = fence_annotations(node, stamp);
     if stamp.mode == FenceMode::Legacy {
         meta["annotations"] = annotations;
         return TaintPatch::Apply(json!({ "metadata": meta }));
@@ -275,6 +261,32 @@ pub fn taint_patch(node: &Node, stamp: &Stamp) -> TaintPatch {
         "metadata": meta,
         "spec": { "taints": taints }
     }))
+}
+
+/// True when the Node of uid `uid` is another object than the one `stamp`
+/// was judged on (when its uid was read).
+fn is_another_node(uid: Option<&str>, stamp: &Stamp) -> bool {
+    stamp
+        .node_uid
+        .as_deref()
+        .is_some_and(|judged| uid != Some(judged))
+}
+
+/// The annotations that record a fencing of `node` by `stamp` (the taint
+/// applied is added by the taint mode).
+fn fence_annotations(node: &Node, stamp: &Stamp) -> Value {
+    let volumes: Vec<&str> = stamp.volumes.iter().map(VolumeId::as_str).collect();
+    let mut annotations = json!({
+        ANNOTATION_FENCED_AT: stamp.at,
+        ANNOTATION_INSTANCE: format!("{}={}", stamp.instance, stamp.state),
+        ANNOTATION_CORRELATION: stamp.correlation_id,
+        ANNOTATION_MODE: stamp.mode.name(),
+        ANNOTATION_VOLUMES: volumes.join(","),
+    });
+    if let Some(boot) = boot_id(node) {
+        annotations[ANNOTATION_BOOT_ID] = json!(boot);
+    }
+    annotations
 }
 
 /// What confirming a fencing's end did.

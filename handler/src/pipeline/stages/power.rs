@@ -32,7 +32,7 @@ use crate::pipeline::invocation::Invocation;
 use crate::pipeline::lease::{self, Hold};
 use crate::pipeline::stages::decide::decide_all;
 use crate::pipeline::{nodes, wait};
-use crate::shell::cloud::{PowerOff, PowerOffAnswer};
+use crate::shell::cloud::{CloudError, PowerOff, PowerOffAnswer};
 
 /// How often the cloud is asked while a powered-off machine is stopping: a
 /// forced stop takes tens of seconds, and each look is a describe call.
@@ -355,7 +355,6 @@ async fn stop(
     until: Instant,
 ) -> PowerReport {
     let machine = &a.machine;
-    let id = &machine.id;
     let acted = |outcome, reason: String| {
         PowerReport::new(outcome, reason, Some(a.not_ready_for), a.checks.clone())
     };
@@ -392,10 +391,27 @@ async fn stop(
         fencing: &fencing,
         until,
     };
-    match ctx.cloud.power_off(&order).await {
+    let answer = ctx.cloud.power_off(&order).await;
+    answered(ctx, a, &why, answer).await
+}
+
+/// What the cloud's answer to the power-off of `a` makes of it: reported,
+/// recorded, and its mark taken back when nothing of node-fencer's was
+/// powered off.
+async fn answered(
+    ctx: &Ctx<'_>,
+    a: &Allowed,
+    why: &str,
+    answer: Result<PowerOffAnswer, CloudError>,
+) -> PowerReport {
+    let id = &a.machine.id;
+    let acted = |outcome, reason: String| {
+        PowerReport::new(outcome, reason, Some(a.not_ready_for), a.checks.clone())
+    };
+    match answer {
         Ok(PowerOffAnswer::Sent) => {
             info!(node = a.node, instance = %id, "powered off: {why}");
-            ctx.record(&a.node, NodeEvent::powered_off(id, &why)).await;
+            ctx.record(&a.node, NodeEvent::powered_off(id, why)).await;
             acted(PowerOutcome::StopPending, format!("powered off; {why}"))
         }
         Ok(PowerOffAnswer::FoundOff) => {
