@@ -860,7 +860,7 @@ impl FencingWrites for FakeCluster {
             machine: &stamp.instance,
         };
         let now = self.lock().facts_of(&current);
-        if !judged.is(now.as_ref()) {
+        if !judged.is_same_object(now.as_ref()) {
             return Ok(TaintOutcome::AnotherNode);
         }
         match kube_patch::taint_patch(&current, stamp) {

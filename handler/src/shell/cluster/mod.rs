@@ -209,6 +209,21 @@ pub struct JudgedNode<'a> {
 
 impl JudgedNode<'_> {
     /// True when `now`, the Node of that name read at write time, is the
+    /// same object as the one judged: the same uid (when both are known),
+    /// and the machine judged when it names one. A Node with no provider
+    /// id names none in its facts (its machine was found by its address
+    /// in the cluster's VPC when it was judged): the uid holds it.
+    pub fn is_same_object(&self, now: Option<&NodeFacts>) -> bool {
+        now.is_some_and(|n| {
+            let uid = match (self.uid, n.uid.as_deref()) {
+                (Some(judged), Some(now)) => judged == now,
+                _ => true,
+            };
+            uid && n.instance.as_ref().is_none_or(|m| m == self.machine)
+        })
+    }
+
+    /// True when `now`, the Node of that name read at write time, is the
     /// one judged: the same uid (when both are known) and the same machine.
     pub fn is(&self, now: Option<&NodeFacts>) -> bool {
         now.is_some_and(|n| {
@@ -710,4 +725,38 @@ pub async fn can(
         .create(&PostParams::default(), &review)
         .await?;
     Ok(answer.status.is_some_and(|s| s.allowed))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::model::facts::Readiness;
+
+    /// Issue 58, item 3: the taint is held to the object judged, its uid,
+    /// and its machine where the Node names one; a Node without a provider
+    /// id (its machine found by its address in the cluster's VPC) is held
+    /// by its uid alone.
+    #[test]
+    fn a_write_is_held_to_the_object_judged() {
+        let machine = InstanceId::parse("i-0123456789abcdef0").unwrap();
+        let other = InstanceId::parse("i-0fedcba9876543210").unwrap();
+        let judged = JudgedNode {
+            name: "worker-2",
+            uid: Some("uid-1"),
+            machine: &machine,
+        };
+        let node = |uid: &str, on: Option<&InstanceId>| {
+            let mut n = NodeFacts::bare("worker-2", Readiness::Unknown);
+            n.uid = Some(uid.into());
+            n.instance = on.cloned();
+            n
+        };
+        assert!(judged.is_same_object(Some(&node("uid-1", Some(&machine)))));
+        assert!(judged.is_same_object(Some(&node("uid-1", None))));
+        assert!(!judged.is_same_object(Some(&node("uid-2", None))));
+        assert!(!judged.is_same_object(Some(&node("uid-1", Some(&other)))));
+        assert!(!judged.is_same_object(None));
+        // The mark still wants the machine named.
+        assert!(!judged.is(Some(&node("uid-1", None))));
+    }
 }

@@ -15,7 +15,7 @@ impl FencingWrites for Kube {
             TaintOutcome::NodeGone,
             // A taint whose answer was lost shows as this run's own.
             |current, _| match kube_patch::taint_patch(current, stamp) {
-                _ if !judged.is(self.facts(current.clone()).as_ref()) => {
+                _ if !judged.is_same_object(self.facts(current.clone()).as_ref()) => {
                     Write::Answer(TaintOutcome::AnotherNode)
                 }
                 TaintPatch::AnotherNode => Write::Answer(TaintOutcome::AnotherNode),
