@@ -393,6 +393,7 @@ impl FencingWrites for TimingCluster<'_> {
     async fn release_volumes_in_use(
         &self,
         node: &str,
+        uid: Option<&str>,
         names: &[String],
     ) -> Result<ReleaseOutcome, ClusterError> {
         if self
@@ -405,7 +406,7 @@ impl FencingWrites for TimingCluster<'_> {
         self.timeline
             .time(
                 "ReleaseVolumesInUse",
-                self.inner.release_volumes_in_use(node, names),
+                self.inner.release_volumes_in_use(node, uid, names),
             )
             .await
     }

@@ -17,6 +17,7 @@ use crate::core::rules::power::PowerReport;
 use crate::core::rules::view::NodeView;
 use crate::core::settings::policy::Policy;
 use crate::pipeline::looks::Looks;
+use crate::pipeline::stages::hasten::Pending;
 
 /// What one run learnt and decided, and how far each node got.
 pub(crate) struct Invocation<'p> {
@@ -40,6 +41,8 @@ pub(crate) struct Invocation<'p> {
     pub mode: Option<FenceMode>,
     /// One per decided target, from the plan on.
     pub runs: Vec<NodeRun>,
+    /// The Nodes `FAST_NOT_READY` proved dead, marked at admission.
+    pub pending: Option<Pending>,
     /// The recovery check's reports.
     pub recoveries: Vec<RecoveryReport>,
     /// The fencing an operator's confirmation names, when it names one.
@@ -82,6 +85,7 @@ impl<'p> Invocation<'p> {
             decision: Decision::default(),
             mode: None,
             runs: Vec::new(),
+            pending: None,
             recoveries: Vec::new(),
             confirming: batch.fenced_at,
             deadline: None,

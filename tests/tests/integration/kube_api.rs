@@ -292,7 +292,17 @@ async fn the_legacy_release_takes_only_the_names_given_out_of_volumes_in_use() -
     let stale = get_node(&admin, &spec.name).await?;
 
     let names = [freed.to_owned()];
-    let outcome = cluster.release_volumes_in_use(&spec.name, &names).await?;
+    // Held to the Node judged: another uid is another Node object.
+    assert_eq!(
+        cluster
+            .release_volumes_in_use(&spec.name, Some("another-uid"), &names)
+            .await?,
+        ReleaseOutcome::NodeGone
+    );
+    let uid = stale.metadata.uid.clone();
+    let outcome = cluster
+        .release_volumes_in_use(&spec.name, uid.as_deref(), &names)
+        .await?;
     assert_eq!(outcome, ReleaseOutcome::Released(1));
     let status = get_node(&admin, &spec.name)
         .await?
@@ -305,7 +315,9 @@ async fn the_legacy_release_takes_only_the_names_given_out_of_volumes_in_use() -
         "the conditions stay as they were"
     );
     assert_eq!(
-        cluster.release_volumes_in_use(&spec.name, &names).await?,
+        cluster
+            .release_volumes_in_use(&spec.name, uid.as_deref(), &names)
+            .await?,
         ReleaseOutcome::NoneListed
     );
 
@@ -322,7 +334,7 @@ async fn the_legacy_release_takes_only_the_names_given_out_of_volumes_in_use() -
     );
     assert_eq!(
         cluster
-            .release_volumes_in_use("no-such-node", &names)
+            .release_volumes_in_use("no-such-node", None, &names)
             .await?,
         ReleaseOutcome::NodeGone
     );

@@ -62,6 +62,9 @@ struct ClusterState {
     switch_at: Option<(usize, KillSwitch)>,
     /// The next Lease taken is taken after waiting for another holder.
     lease_held: bool,
+    /// The Lease's holder is an invocation still at work (one run beside
+    /// another on this world): it is waited for.
+    lease_live: bool,
     /// From the n-th renewal on (1-based), another invocation holds the Lease.
     lease_taken_at: Option<usize>,
     /// The next Lease is taken only after waiting this long for another holder.
@@ -97,6 +100,8 @@ struct ClusterState {
     reregistered_before_taint: Option<String>,
     /// Likewise while its pods are listed for the n-th time (1-based).
     reregistered_listing_pods: Option<(String, usize)>,
+    /// Re-registered right before the next release of `volumesInUse`.
+    reregistered_before_release: Option<String>,
 }
 
 impl ClusterState {
@@ -133,6 +138,7 @@ impl FakeCluster {
                 switch_at: None,
                 switch_reads: 0,
                 lease_held: false,
+                lease_live: false,
                 lease_taken_at: None,
                 lease_held_for: None,
                 renewals: 0,
@@ -149,6 +155,7 @@ impl FakeCluster {
                 reregistered_before_mark: None,
                 reregistered_before_taint: None,
                 reregistered_listing_pods: None,
+                reregistered_before_release: None,
             }),
         }
     }
@@ -247,6 +254,12 @@ impl FakeCluster {
     /// again under its name: another Node object.
     pub fn reregistered_before_taint(&self, name: &str) {
         self.lock().reregistered_before_taint = Some(name.into());
+    }
+
+    /// Right before the next release of its `volumesInUse` (legacy mode),
+    /// `name` is deleted and registered again under its name.
+    pub fn reregistered_before_release(&self, name: &str) {
+        self.lock().reregistered_before_release = Some(name.into());
     }
 
     /// While its pods are listed for the `nth` time (1-based), `name` is
@@ -1071,6 +1084,7 @@ impl FencingWrites for FakeCluster {
     async fn release_volumes_in_use(
         &self,
         node: &str,
+        uid: Option<&str>,
         names: &[String],
     ) -> Result<ReleaseOutcome, ClusterError> {
         if self.calls.call(format!("ReleaseVolumesInUse {node}")) {
@@ -1080,9 +1094,18 @@ impl FencingWrites for FakeCluster {
             });
         }
         let mut state = self.lock();
+        if state.reregistered_before_release.as_deref() == Some(node) {
+            state.reregistered_before_release = None;
+            if let Some(n) = state.nodes.get_mut(node) {
+                n.metadata.uid = Some(format!("uid-{node}-again"));
+            }
+        }
         let Some(current) = state.nodes.get_mut(node) else {
             return Ok(ReleaseOutcome::NodeGone);
         };
+        if uid.is_some_and(|uid| current.metadata.uid.as_deref() != Some(uid)) {
+            return Ok(ReleaseOutcome::NodeGone);
+        }
         match in_use::release_patch(current, names) {
             ReleasePatch::Apply(patch, n) => {
                 current.status.get_or_insert_default().volumes_in_use =
@@ -1167,12 +1190,14 @@ impl Coordination for FakeCluster {
             }
             tokio::time::sleep(pause).await;
         }
+        let held = self.wait_for_live_holder(namespace, holder, until).await?;
         let mut state = self.lock();
         state.lease = Some(holder.into());
+        state.lease_live = true;
         if let Some((node, machine)) = state.placed_on_lease.take() {
             state.placed.insert(node, machine);
         }
-        let waited = std::mem::take(&mut state.lease_held) || pause.is_some();
+        let waited = std::mem::take(&mut state.lease_held) || pause.is_some() || held;
         Ok(LeaseTaken {
             waited,
             stamped: std::time::Instant::now(),
@@ -1190,6 +1215,7 @@ impl Coordination for FakeCluster {
         state.renewals += 1;
         if state.lease_taken_at.is_some_and(|n| state.renewals >= n) {
             state.lease = Some("another invocation".into());
+            state.lease_live = false;
         }
         Ok(state.lease.as_deref() == Some(holder))
     }
@@ -1204,10 +1230,48 @@ impl Coordination for FakeCluster {
         let mut state = self.lock();
         if state.lease.as_deref() == Some(holder) {
             state.lease = None;
+            state.lease_live = false;
         }
         Ok(())
     }
 }
+
+impl FakeCluster {
+    /// Waits while another invocation at work holds the Lease, as the
+    /// shell does, up to `until`; for at most [`LIVE_HOLDER_FOR`], after
+    /// which it counts as expired. True when it waited.
+    async fn wait_for_live_holder(
+        &self,
+        namespace: &str,
+        holder: &str,
+        until: Option<std::time::Instant>,
+    ) -> Result<bool, ClusterError> {
+        let give_up = std::time::Instant::now() + LIVE_HOLDER_FOR;
+        let mut waited = false;
+        loop {
+            let busy = {
+                let state = self.lock();
+                state.lease_live && state.lease.as_deref().is_some_and(|h| h != holder)
+            };
+            let now = std::time::Instant::now();
+            if !busy || now >= give_up {
+                return Ok(waited);
+            }
+            if until.is_some_and(|u| now >= u) {
+                return Err(ClusterError::LeaseBusy {
+                    holder: format!("another invocation in {namespace}"),
+                });
+            }
+            waited = true;
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+}
+
+/// How long a Lease held by an invocation at work keeps others waiting
+/// in the fakes: one that never lets go (a test's failure) holds no other
+/// test up for long.
+const LIVE_HOLDER_FOR: Duration = Duration::from_secs(2);
 
 /// The CSI driver that attaches `volume`: EBS's or Persistent Disk's.
 fn driver_of(volume: &VolumeId) -> &'static str {

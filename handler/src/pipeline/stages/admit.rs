@@ -2,9 +2,10 @@
 //! optional delay, an invocation about to write new taints takes the
 //! cluster's Lease ([`crate::pipeline::lease`]), recounts the cap against
 //! the Nodes as they are now, asks the cloud again, writes the taints
-//! ([`super::taint`]) while its hold lasts, and lets the Lease go. The
-//! Events wait until the Lease is released. Dry runs take no Lease and no
-//! cap room.
+//! ([`super::taint`]), each Node `FAST_NOT_READY` proved dead marked
+//! right before its taint ([`super::hasten`]), while its hold lasts, and
+//! lets the Lease go. The Events wait until the Lease is released. Dry
+//! runs take no Lease and no cap room.
 
 use std::collections::HashMap;
 
@@ -95,6 +96,9 @@ pub(crate) async fn run(ctx: &Ctx<'_>, inv: &mut Invocation<'_>) -> Result<(), P
             refused(ctx, node, reason).await;
         }
     }
+    if let Some(pending) = &inv.pending {
+        pending.record(ctx).await;
+    }
     taint::record(ctx, mode, &inv.runs).await;
     Ok(())
 }
@@ -140,6 +144,11 @@ async fn admit(
         if let Stage::Skipped(reason) = run.stage() {
             warn!(node = run.node().unwrap_or("-"), %reason, "re-confirmation did not confirm; not fencing");
         }
+    }
+    // `FAST_NOT_READY`'s marks, after the recount and right before the
+    // taints: a Node refused is never marked.
+    if let Some(pending) = inv.pending.as_mut() {
+        pending.mark(ctx, &again, hold, &mut inv.runs).await;
     }
     taint::nodes(ctx, mode, policy.no_schedule_too, hold, &mut inv.runs).await;
     Ok(refused_now)

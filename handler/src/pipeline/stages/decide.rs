@@ -5,8 +5,8 @@
 //! and over a partial view decides again over every Node. A machine the
 //! cloud reports off on a Node still Ready is waited for, within the
 //! invocation, until Kubernetes notices; with `FAST_NOT_READY`, one whose
-//! kubelet is proven silent since the stop is marked so at once
-//! ([`super::hasten`]).
+//! kubelet is proven silent since the stop is decided as marked at once,
+//! and marked at admission ([`super::hasten`]).
 
 use std::collections::HashMap;
 
@@ -31,14 +31,11 @@ use crate::pipeline::invocation::Invocation;
 use crate::pipeline::looks::Looks;
 use crate::pipeline::{nodes, wait};
 
-use super::hasten::{self, Evidence, Marking};
-
-/// How often one Node's marking may meet a conflicting writer before the
-/// wait is left to the node controller.
-const MARK_ATTEMPTS: u8 = 3;
+use super::hasten::{Marking, Pending};
 
 /// Decides every suspect; waits for Nodes still Ready on machines off, or
-/// marks them when their kubelet is proven silent.
+/// decides as marked those whose kubelet is proven silent (the mark is
+/// written at admission, [`super::hasten`]).
 pub(crate) async fn run(ctx: &Ctx<'_>, inv: &mut Invocation<'_>) -> Result<(), PipelineError> {
     if inv.suspects.is_empty() {
         return Ok(());
@@ -52,12 +49,13 @@ pub(crate) async fn run(ctx: &Ctx<'_>, inv: &mut Invocation<'_>) -> Result<(), P
         suspects,
         view,
         decision,
+        pending,
         ..
     } = inv;
-    let mut evidence = Evidence::new(policy, suspects);
+    let proven = pending.insert(Pending::new(policy, suspects));
     let mut first = true;
-    // Attempts at marking each Node; a Node not proven is not tried again,
-    // one silent so far not before its renewal is overdue.
+    // When each Node silent so far may be proven again; a Node proven, or
+    // not proven, is not tried again.
     let mut attempts: HashMap<String, Attempt> = HashMap::new();
     // EC2's `stopped` comes before the node controller's grace period is
     // over: rather than fail and wait for Lambda's retries (1 and 2 minutes
@@ -65,7 +63,7 @@ pub(crate) async fn run(ctx: &Ctx<'_>, inv: &mut Invocation<'_>) -> Result<(), P
     let ns = &policy.control_namespace;
     let every = policy.poll_interval;
     loop {
-        let mut to_mark: Vec<(String, InstanceId)> = Vec::new();
+        let mut to_prove: Vec<(String, InstanceId)> = Vec::new();
         wait::poll(
             ctx,
             switch,
@@ -80,7 +78,8 @@ pub(crate) async fn run(ctx: &Ctx<'_>, inv: &mut Invocation<'_>) -> Result<(), P
                     *current = nodes::refresh(ctx, policy, current).await?;
                 }
                 let (targets, verdicts) =
-                    decide_whole(ctx, policy, dry_run, suspects, current, looks).await?;
+                    decide_whole(ctx, policy, dry_run, suspects, (current, &*proven), looks)
+                        .await?;
                 let waiting = ready_but_off(&targets, &verdicts, current);
                 decision.targets = targets;
                 decision.verdicts = verdicts;
@@ -89,14 +88,14 @@ pub(crate) async fn run(ctx: &Ctx<'_>, inv: &mut Invocation<'_>) -> Result<(), P
                 }
                 if policy.fast_not_ready {
                     let settings = policy.decision(dry_run, current.cluster_size());
-                    to_mark = fenced_once_not_ready(
+                    to_prove = fenced_once_not_ready(
                         &decision.targets,
                         current,
                         looks.answers(),
                         &settings,
                     );
-                    to_mark.retain(|(n, _)| attempts.get(n).is_none_or(Attempt::may_try));
-                    if !to_mark.is_empty() {
+                    to_prove.retain(|(n, _)| attempts.get(n).is_none_or(Attempt::may_try));
+                    if !to_prove.is_empty() {
                         return Ok(true);
                     }
                 }
@@ -109,56 +108,52 @@ pub(crate) async fn run(ctx: &Ctx<'_>, inv: &mut Invocation<'_>) -> Result<(), P
             },
         )
         .await?;
-        // The switch is read again after every wait: on, nothing is marked.
-        if to_mark.is_empty() || switch.is_on() {
+        // The switch is read again after every wait: on, nothing is proven
+        // (and admission marks nothing).
+        if to_prove.is_empty() || switch.is_on() {
             return Ok(());
         }
-        let marked = hasten::mark(ctx, &mut evidence, looks, (&to_mark, view.as_ref())).await;
-        count_attempts(&mut attempts, &to_mark, &marked);
-        // The next look reads the Nodes again and decides over them.
-        first = false;
+        let markings = proven.prove(ctx, looks, (&to_prove, view.as_ref())).await;
+        count_attempts(&mut attempts, &to_prove, &markings);
+        // Decided again over the same read, the Nodes proven as marked.
+        first = true;
     }
 }
 
-/// How far the marking of one Node has got.
+/// When one Node silent so far may be proven again.
 #[derive(Clone, Copy, Debug, Default)]
 struct Attempt {
-    /// Writes that met a conflicting writer.
-    tries: u8,
+    /// Proven, or not proven: not tried again.
+    done: bool,
     /// Silent so far: not tried again before its renewal is overdue.
     not_before: Option<Instant>,
 }
 
 impl Attempt {
     fn may_try(&self) -> bool {
-        self.tries < MARK_ATTEMPTS && self.not_before.is_none_or(|t| t <= Instant::now())
+        !self.done && self.not_before.is_none_or(|t| t <= Instant::now())
     }
 }
 
-/// Counts one more attempt at each Node to be marked again, and when a
-/// Node silent so far may be tried; a Node marked, or not proven, is not
-/// tried again.
+/// Records when each Node silent so far may be proven again; a Node
+/// proven, or not proven, is not tried again.
 fn count_attempts(
     attempts: &mut HashMap<String, Attempt>,
     tried: &[(String, InstanceId)],
-    marked: &HashMap<String, Marking>,
+    markings: &HashMap<String, Marking>,
 ) {
     for (node, _) in tried {
-        let attempt = attempts.entry(node.clone()).or_default();
-        *attempt = match marked.get(node) {
-            Some(Marking::Again) => Attempt {
-                tries: attempt.tries.saturating_add(1),
-                not_before: None,
-            },
+        let attempt = match markings.get(node) {
             Some(Marking::Later(after)) => Attempt {
+                done: false,
                 not_before: Some(Instant::now() + *after),
-                ..*attempt
             },
             _ => Attempt {
-                tries: MARK_ATTEMPTS,
+                done: true,
                 not_before: None,
             },
         };
+        attempts.insert(node.clone(), attempt);
     }
 }
 
@@ -220,19 +215,18 @@ fn fenced_once_not_ready(
         .collect()
 }
 
-/// Resolves, confirms (asking the cloud only about machines not asked
-/// about yet) and decides every suspect against `view`.
-/// [`decide`] over `view`; a refusal by the cap over a partial view (which
+/// [`decide`] over `view`, the Nodes `proven` dead read as marked; a refusal by the cap over a partial view (which
 /// only admits) is decided again over the whole cluster, as it always was.
 async fn decide_whole(
     ctx: &Ctx<'_>,
     policy: &Policy,
     dry_run: bool,
     suspects: &[Suspect],
-    view: &mut NodeView,
+    (view, proven): (&mut NodeView, &Pending),
     looks: &mut Looks,
 ) -> Result<(Vec<Target>, Vec<Verdict>), PipelineError> {
     loop {
+        proven.as_marked(view);
         let (targets, verdicts) = decide(ctx, policy, dry_run, suspects, view, looks).await;
         if view.is_partial() && verdicts.iter().any(by_cap) {
             info!("the cap would refuse: deciding again over every Node");
@@ -243,6 +237,8 @@ async fn decide_whole(
     }
 }
 
+/// Resolves, confirms (asking the cloud only about machines not asked
+/// about yet) and decides every suspect against `view`.
 async fn decide(
     ctx: &Ctx<'_>,
     policy: &Policy,

@@ -3,11 +3,17 @@
 //! ([`crate::core::rules::silence`]): silent since the machine's recorded
 //! stop and past a renewal it was due to make, on a clock node-fencer
 //! trusts, instead of waiting out the node controller's grace period. The
-//! proof is made twice: on the first look and the kubelet's Lease, then on
-//! a fresh look and the Lease read again right before the `nodes/status`
-//! write. A renewal not yet overdue is looked at again when it will be.
-//! Nothing here fails the invocation: whatever is not proven, or not
-//! written, is left to the wait as without the setting.
+//! proof is made twice: in the decision, on the first look and the
+//! kubelet's Lease ([`Pending::prove`]); then at admission, under the
+//! fencing Lease and after the cap's recount, on the second look and the
+//! Lease read again right before the `nodes/status` write and the taint
+//! ([`Pending::mark`]). A Node the recount refuses is never marked: the
+//! node controller marks a Node's pods NotReady only on a Ready
+//! transition it sees itself, so a mark with no fencing after it would
+//! keep dead pods as Ready endpoints until their eviction. A renewal not
+//! yet overdue is looked at again when it will be. Nothing here fails the
+//! invocation: whatever is not proven, or not written, is left to the
+//! wait (in the decision) or to the retry (at admission).
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
@@ -18,30 +24,185 @@ use tokio::time::Instant;
 use tracing::{info, warn};
 
 use crate::core::inbound::suspect::Suspect;
-use crate::core::model::facts::{Confirmation, NodeFacts};
+use crate::core::model::facts::{Confirmation, Readiness};
 use crate::core::model::instance::InstanceId;
 use crate::core::outbound::events::NodeEvent;
 use crate::core::outbound::metrics::Dependency;
+use crate::core::rules::decide::Skip;
+use crate::core::rules::plan::{NodeRun, Stage};
 use crate::core::rules::silence::{self, Proof, Silence, Watched};
 use crate::core::rules::view::NodeView;
 use crate::core::settings::policy::Policy;
 use crate::pipeline::ctx::Ctx;
+use crate::pipeline::lease::Hold;
 use crate::pipeline::looks::Looks;
 use crate::shell::cluster::{JudgedNode, MarkOutcome};
 
-/// How one Node's marking ended.
+/// How often one Node's mark may meet a conflicting writer before it is
+/// left to the retry.
+const MARK_ATTEMPTS: u8 = 3;
+
+/// How the decision's proof of one Node ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Marking {
-    /// Marked `Ready=Unknown` (or found no longer `Ready`): decide again.
-    Done,
-    /// A writer changed the Node between the read and the write: worth
-    /// another attempt after the next look.
-    Again,
+    /// Proven dead: decided as if marked, the mark written at admission.
+    Proven,
     /// Silent since the stop, but no renewal overdue yet: try again after
     /// this long.
     Later(Duration),
     /// Not proven, or heard after the stop: the wait, as without the setting.
     Wait,
+}
+
+/// The Nodes the decision proved dead, each with the uid judged and its
+/// machine, waiting for their mark at admission; and the evidence both
+/// proofs weigh.
+pub(crate) struct Pending {
+    evidence: Evidence,
+    proven: HashMap<String, (Option<String>, InstanceId)>,
+    /// Marked at admission: their Events wait until the Lease is free.
+    marked: Vec<(String, InstanceId, Proof)>,
+}
+
+impl Pending {
+    /// Nothing proven yet, over one invocation's policy and suspects.
+    pub(crate) fn new(policy: &Policy, suspects: &[Suspect]) -> Self {
+        Self {
+            evidence: Evidence::new(policy, suspects),
+            proven: HashMap::new(),
+            marked: Vec::new(),
+        }
+    }
+
+    /// `view` as the Nodes proven dead would read once marked: the
+    /// decision fences them, and the taint writes the mark first. Only the
+    /// object judged (its uid) reads so; node-fencer's view alone, never
+    /// written back.
+    pub(crate) fn as_marked(&self, view: &mut NodeView) {
+        for node in &mut view.nodes {
+            if let Some((uid, _)) = self.proven.get(&node.name)
+                && node.uid == *uid
+                && node.readiness == Readiness::Ready
+            {
+                node.readiness = Readiness::Unknown;
+            }
+        }
+    }
+
+    /// The decision's proof of each of `nodes` (name, machine) on the first
+    /// look, each held to the Node as judged in `judged` (its uid).
+    pub(crate) async fn prove(
+        &mut self,
+        ctx: &Ctx<'_>,
+        looks: &Looks,
+        (nodes, judged): (&[(String, InstanceId)], Option<&NodeView>),
+    ) -> HashMap<String, Marking> {
+        let mut out = HashMap::new();
+        for (node, id) in nodes {
+            let uid = judged
+                .and_then(|v| v.nodes.iter().find(|n| n.name == *node))
+                .and_then(|n| n.uid.clone());
+            let marking = match looks.get(id) {
+                Some(answer) => {
+                    let target = JudgedNode {
+                        name: node,
+                        uid: uid.as_deref(),
+                        machine: id,
+                    };
+                    match (
+                        answer,
+                        prove(ctx, &mut self.evidence, &target, answer).await,
+                    ) {
+                        // Only a machine the cloud described is marked: its
+                        // second look is held to the first.
+                        (Confirmation::Seen(_), Judged::Proven(_)) => Marking::Proven,
+                        (_, judged) => judged.marking(),
+                    }
+                }
+                None => Marking::Wait,
+            };
+            if marking == Marking::Proven {
+                self.proven.insert(node.clone(), (uid, id.clone()));
+            }
+            out.insert(node.clone(), marking);
+        }
+        out
+    }
+
+    /// Marks each admitted run's Node the decision proved dead, proven
+    /// again on `again` (the second look) and the Lease read again, right
+    /// before its taint and only while `hold` says the fencing Lease is
+    /// ours. A Node not proven again, or not marked, is skipped as still
+    /// Ready, for the retry.
+    pub(crate) async fn mark(
+        &mut self,
+        ctx: &Ctx<'_>,
+        again: &HashMap<InstanceId, Confirmation>,
+        hold: Option<&Hold>,
+        runs: &mut [NodeRun],
+    ) {
+        for run in runs.iter_mut().filter(|r| *r.stage() == Stage::Admitted) {
+            let Some(node) = run.node().map(str::to_owned) else {
+                continue;
+            };
+            let Some((uid, id)) = self.proven.get(&node).cloned() else {
+                continue;
+            };
+            if hold.is_some_and(|h| h.left().is_none()) {
+                // The taint reports the Lease lost; a mark alone would be
+                // a mark with no fencing after it.
+                continue;
+            }
+            // The second look, held to the machine first judged.
+            let answer = again.get(&id).cloned().unwrap_or(Confirmation::NotFound);
+            let target = JudgedNode {
+                name: &node,
+                uid: uid.as_deref(),
+                machine: &id,
+            };
+            match self.mark_one(ctx, &target, &answer).await {
+                Some(Some(proof)) => self.marked.push((node, id, proof)),
+                // No longer Ready, or gone: the taint sees which.
+                Some(None) => {}
+                None => run.skip(Skip::NodeReady),
+            }
+        }
+    }
+
+    /// Proves `target` again and writes its mark, again after a writer
+    /// that raced it: the proof of a Node marked, `Some(None)` for one that
+    /// needed no mark, `None` for one not proven or not marked.
+    async fn mark_one(
+        &mut self,
+        ctx: &Ctx<'_>,
+        target: &JudgedNode<'_>,
+        answer: &Confirmation,
+    ) -> Option<Option<Proof>> {
+        for _ in 0..MARK_ATTEMPTS {
+            let Judged::Proven(proof) = prove(ctx, &mut self.evidence, target, answer).await else {
+                return None;
+            };
+            match write(ctx, target, &proof).await {
+                Written::Marked => return Some(Some(proof)),
+                Written::NoNeed => return Some(None),
+                Written::Again => continue,
+                Written::No => return None,
+            }
+        }
+        warn!(
+            node = target.name,
+            "the Node kept changing under the mark: left for the retry"
+        );
+        None
+    }
+
+    /// The Events of the marks written, once the Lease is free.
+    pub(crate) async fn record(&self, ctx: &Ctx<'_>) {
+        for (node, id, proof) in &self.marked {
+            ctx.record(node, NodeEvent::marked_not_ready(id, proof))
+                .await;
+        }
+    }
 }
 
 /// What the proof weighs beside the cloud's look and the Lease: whether a
@@ -83,69 +244,6 @@ impl Evidence {
             Entry::Occupied(_) => Watched::Renewed,
         }
     }
-}
-
-/// Tries to mark each of `nodes` (name, machine) `Ready=Unknown`, each
-/// write held to the Node as judged in `judged` (its uid).
-pub(crate) async fn mark(
-    ctx: &Ctx<'_>,
-    evidence: &mut Evidence,
-    looks: &mut Looks,
-    (nodes, judged): (&[(String, InstanceId)], Option<&NodeView>),
-) -> HashMap<String, Marking> {
-    let mut out = HashMap::new();
-    let mut proven = Vec::new();
-    let judged: &[NodeFacts] = judged.map(|v| v.nodes.as_slice()).unwrap_or_default();
-    let uid = |node: &str| {
-        judged
-            .iter()
-            .find(|n| n.name == node)
-            .and_then(|n| n.uid.as_deref())
-    };
-    for (node, id) in nodes {
-        let Some(answer) = looks.get(id).cloned() else {
-            out.insert(node.clone(), Marking::Wait);
-            continue;
-        };
-        let target = JudgedNode {
-            name: node,
-            uid: uid(node),
-            machine: id,
-        };
-        match (&answer, prove(ctx, evidence, &target, &answer).await) {
-            (Confirmation::Seen(first), Judged::Proven(_)) => {
-                proven.push((node, id, first.clone()))
-            }
-            (_, judged) => {
-                out.insert(node.clone(), judged.marking());
-            }
-        }
-    }
-    if proven.is_empty() {
-        return out;
-    }
-    // The status write acts like the taint on what the controllers do with
-    // the Node's pods: the machine is confirmed off again first.
-    let ids: Vec<InstanceId> = proven.iter().map(|(_, id, _)| (*id).clone()).collect();
-    let again = looks.again(ctx, &ids).await;
-    for (node, id, first) in proven {
-        // Another machine under the name (a recreated VM) is not the one
-        // the first look judged: its stop proves nothing of this kubelet.
-        let answer = again
-            .get(id)
-            .map_or(Confirmation::NotFound, |a| first.same_machine(a));
-        let target = JudgedNode {
-            name: node,
-            uid: uid(node),
-            machine: id,
-        };
-        let marking = match prove(ctx, evidence, &target, &answer).await {
-            Judged::Proven(proof) => write(ctx, &target, &proof).await,
-            judged => judged.marking(),
-        };
-        out.insert(node.clone(), marking);
-    }
-    out
 }
 
 /// How one proof ended.
@@ -222,9 +320,21 @@ async fn prove(
     }
 }
 
-/// Writes `Ready=Unknown` on `node`.
-async fn write(ctx: &Ctx<'_>, judged: &JudgedNode<'_>, proof: &Proof) -> Marking {
-    let (node, id) = (judged.name, judged.machine);
+/// How one mark's write ended.
+enum Written {
+    /// Marked.
+    Marked,
+    /// Found no longer `Ready`, or gone.
+    NoNeed,
+    /// A writer changed the Node between the read and the write.
+    Again,
+    /// Not written: another Node of that name, or an error.
+    No,
+}
+
+/// Writes `Ready=Unknown` on `node`; its Event is recorded later.
+async fn write(ctx: &Ctx<'_>, judged: &JudgedNode<'_>, proof: &Proof) -> Written {
+    let node = judged.name;
     let message = silence::mark_message(proof);
     match ctx.writes.mark_not_ready(judged, &message).await {
         Ok(MarkOutcome::Marked) => {
@@ -232,23 +342,21 @@ async fn write(ctx: &Ctx<'_>, judged: &JudgedNode<'_>, proof: &Proof) -> Marking
                 node,
                 "marked Ready=Unknown: the kubelet is silent since the stop"
             );
-            ctx.record(node, NodeEvent::marked_not_ready(id, proof))
-                .await;
-            Marking::Done
+            Written::Marked
         }
-        Ok(MarkOutcome::AlreadyNotReady | MarkOutcome::NodeGone) => Marking::Done,
+        Ok(MarkOutcome::AlreadyNotReady | MarkOutcome::NodeGone) => Written::NoNeed,
         Ok(MarkOutcome::AnotherNode) => {
             warn!(
                 node,
                 "the Node of that name is no longer the one judged (another uid or machine): not marked"
             );
-            Marking::Wait
+            Written::No
         }
-        Ok(MarkOutcome::Conflict) => Marking::Again,
+        Ok(MarkOutcome::Conflict) => Written::Again,
         Err(e) => {
             ctx.meter.error(Dependency::Kubernetes);
-            warn!(node, error = %e, "could not mark the node: waiting for the node controller");
-            Marking::Wait
+            warn!(node, error = %e, "could not mark the node: left for the retry");
+            Written::No
         }
     }
 }

@@ -81,7 +81,11 @@ async fn release(ctx: &Ctx<'_>, node: &str, run: &NodeRun) {
     if names.is_empty() {
         return;
     }
-    match ctx.writes.release_volumes_in_use(node, &names).await {
+    match ctx
+        .writes
+        .release_volumes_in_use(node, run.node_uid(), &names)
+        .await
+    {
         Ok(ReleaseOutcome::Released(n)) => {
             info!(
                 released = n,

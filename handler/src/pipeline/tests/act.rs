@@ -198,6 +198,21 @@ async fn legacy_mode_releases_the_freed_volumes_from_volumes_in_use() {
     assert!(!w.called("ReleaseVolumesInUse"));
 }
 
+/// Issue 58, item 3: the release is held to the Node judged. A Node deleted
+/// and registered again under its name right before it is another object,
+/// whose `volumesInUse` is its own kubelet's: left as it is.
+#[tokio::test]
+async fn legacy_mode_releases_nothing_from_a_node_registered_again() {
+    let ebs = format!("kubernetes.io/csi/ebs.csi.aws.com^{}", volume(1));
+    let w = World::stopped();
+    w.cluster.report_in_use(NODE, &[&ebs]);
+    w.cluster.reregistered_before_release(NODE);
+    w.fence(&legacy()).await.unwrap();
+    assert!(w.called("ReleaseVolumesInUse"));
+    assert_eq!(w.cluster.volumes_in_use(NODE), [ebs.as_str()]);
+    assert!(!w.cluster.events(NODE).contains(&"VolumesInUseReleased"));
+}
+
 /// A failed release costs speed only: the attachments are deleted all the
 /// same, and the fencing is done.
 #[tokio::test]

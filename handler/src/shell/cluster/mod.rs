@@ -226,13 +226,7 @@ impl JudgedNode<'_> {
     /// True when `now`, the Node of that name read at write time, is the
     /// one judged: the same uid (when both are known) and the same machine.
     pub fn is(&self, now: Option<&NodeFacts>) -> bool {
-        now.is_some_and(|n| {
-            let uid = match (self.uid, n.uid.as_deref()) {
-                (Some(judged), Some(now)) => judged == now,
-                _ => true,
-            };
-            uid && n.instance.as_ref() == Some(self.machine)
-        })
+        self.is_same_object(now) && now.is_some_and(|n| n.instance.as_ref() == Some(self.machine))
     }
 }
 
@@ -337,10 +331,12 @@ pub trait FencingWrites: Send + Sync {
     /// Takes `names` out of the Node's `status.volumesInUse` (legacy mode,
     /// once its machine is confirmed off and its pods force-deleted),
     /// guarded by the resourceVersion read; a conflict is read and decided
-    /// again.
+    /// again. Only on the Node object judged (`uid`, when it was read): a
+    /// Node registered again under the name is another, and is left alone.
     async fn release_volumes_in_use(
         &self,
         node: &str,
+        uid: Option<&str>,
         names: &[String],
     ) -> Result<ReleaseOutcome, ClusterError>;
 }

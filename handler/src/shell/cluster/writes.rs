@@ -237,9 +237,13 @@ impl FencingWrites for Kube {
     async fn release_volumes_in_use(
         &self,
         node: &str,
+        uid: Option<&str>,
         names: &[String],
     ) -> Result<ReleaseOutcome, ClusterError> {
         self.guarded_patch(node, ReleaseOutcome::NodeGone, |current, sent| {
+            if uid.is_some_and(|uid| current.metadata.uid.as_deref() != Some(uid)) {
+                return Write::Answer(ReleaseOutcome::NodeGone);
+            }
             match in_use::release_patch(current, names) {
                 ReleasePatch::Apply(patch, n) => {
                     Write::PatchStatus(patch, ReleaseOutcome::Released(n))
