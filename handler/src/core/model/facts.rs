@@ -337,6 +337,10 @@ pub struct InstanceFacts {
     /// records one: EC2's `StateTransitionReason`, Compute Engine's
     /// `lastStopTimestamp`; what the rules make of it is theirs to say.
     pub stopped_at: Option<i64>,
+    /// When the machine last started (Unix seconds), where the cloud
+    /// records it: EC2's `LaunchTime` (the last start, not the first
+    /// launch), Compute Engine's `lastStartTimestamp`. A BMC records none.
+    pub started_at: Option<i64>,
 }
 
 impl InstanceFacts {
@@ -403,6 +407,7 @@ impl InstanceFacts {
             root_volume: None,
             identity: Default::default(),
             stopped_at: None,
+            started_at: None,
         }
     }
 }

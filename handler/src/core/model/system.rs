@@ -41,6 +41,7 @@ impl System {
                 ..MachineIdentity::default()
             },
             stopped_at: None,
+            started_at: None,
         };
         Self {
             facts,

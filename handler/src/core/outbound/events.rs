@@ -42,6 +42,9 @@ pub enum Reason {
     PowerOffRefused,
     /// Active fencing found the node's machine off already: nothing sent.
     MachineFoundOff,
+    /// An earlier power-off mark never took effect (its stop never came):
+    /// it no longer holds the machine back.
+    PowerOffLapsed,
     /// The UUID that ties the Node to its machine names no one machine (a
     /// placeholder, or shared): the machine counts as unidentified, and a
     /// person should look.
@@ -82,6 +85,7 @@ impl Reason {
             Self::PoweredOff => "PoweredOff",
             Self::PowerOffRefused => "PowerOffRefused",
             Self::MachineFoundOff => "MachineFoundOff",
+            Self::PowerOffLapsed => "PowerOffLapsed",
             Self::UnidentifiedMachine => "UnidentifiedMachine",
             Self::MarkedNotReady => "MarkedNotReady",
             Self::KubeletHeardAfterStop => "KubeletHeardAfterStop",
@@ -104,7 +108,10 @@ impl Reason {
             | Self::KubeletHeardAfterStop
             | Self::UnidentifiedMachine
             | Self::OthersTaintOnLiveMachine => "Fence",
-            Self::PoweredOff | Self::PowerOffRefused | Self::MachineFoundOff => "PowerOff",
+            Self::PoweredOff
+            | Self::PowerOffRefused
+            | Self::MachineFoundOff
+            | Self::PowerOffLapsed => "PowerOff",
             Self::VolumesForceDetached => "Detach",
             Self::RecoveryWaiting
             | Self::RecoveryConfirmed
@@ -122,6 +129,7 @@ impl Reason {
             self,
             Self::FencingRefused
                 | Self::PowerOffRefused
+                | Self::PowerOffLapsed
                 | Self::KubeletHeardAfterStop
                 | Self::UnidentifiedMachine
                 | Self::OthersTaintOnLiveMachine
@@ -183,6 +191,17 @@ impl NodeEvent {
             Reason::PoweredOff,
             format!(
                 "powered off {instance} (forced, no OS shutdown): {why}; fencing follows once the cloud reports it off"
+            ),
+        )
+    }
+
+    /// node-fencer's power-off marked at `at` never took effect: the
+    /// machine runs the boot the mark recorded and has not started since.
+    pub fn power_off_lapsed(at: &str) -> Self {
+        Self::new(
+            Reason::PowerOffLapsed,
+            format!(
+                "node-fencer's power-off marked at {at} never took effect: the machine still runs the boot it recorded and has not started since, so the mark no longer holds back a power-off"
             ),
         )
     }
@@ -488,6 +507,7 @@ mod tests {
             Reason::KubeletHeardAfterStop,
             Reason::OthersTaintOnLiveMachine,
             Reason::MachineFoundOff,
+            Reason::PowerOffLapsed,
             Reason::UnidentifiedMachine,
             Reason::WitnessFailing,
             Reason::WitnessRestored,
@@ -500,6 +520,7 @@ mod tests {
                 &Reason::PowerOffRefused,
                 &Reason::KubeletHeardAfterStop,
                 &Reason::OthersTaintOnLiveMachine,
+                &Reason::PowerOffLapsed,
                 &Reason::UnidentifiedMachine,
                 &Reason::WitnessFailing
             ]

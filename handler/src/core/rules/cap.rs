@@ -47,7 +47,29 @@ fn dead(node: &NodeFacts, known: &HashMap<InstanceId, Confirmation>) -> bool {
 /// powered off by node-fencer and not fenced yet (a power-off in flight),
 /// and not known dead. A lookup that failed proves nothing: the Node counts.
 pub fn counts(node: &NodeFacts, known: &HashMap<InstanceId, Confirmation>) -> bool {
-    (node.is_out_of_service() || node.power_off_in_flight()) && !dead(node, known)
+    let in_flight = node.power_off_in_flight() && !never_took_effect(node, known);
+    (node.is_out_of_service() || in_flight) && !dead(node, known)
+}
+
+/// True for a power-off mark on a Node that reports Ready again on the
+/// boot the mark recorded, whose machine the cloud reports running and
+/// started before the mark: it has not been off since, so the power-off
+/// never took effect (a process that died between the mark and the stop)
+/// and takes no room. Without the cloud's record of the last start, it
+/// counts.
+fn never_took_effect(node: &NodeFacts, known: &HashMap<InstanceId, Confirmation>) -> bool {
+    let at = node
+        .powered_off_before()
+        .and_then(crate::core::model::values::unix_seconds);
+    let machine = node.instance.as_ref().and_then(|id| known.get(id));
+    match (at, machine) {
+        (Some(at), Some(Confirmation::Seen(m))) if node.readiness == Readiness::Ready => {
+            Some(&m.id) == node.instance.as_ref()
+                && m.state == InstanceState::Running
+                && m.started_at.is_some_and(|started| started < at)
+        }
+        _ => false,
+    }
 }
 
 /// How many Nodes take room under the cap.
@@ -196,5 +218,32 @@ mod tests {
         // Booted since: the power-off is over.
         n.power.boot_id = Some("boot-2".into());
         assert!(!counts(&n, &HashMap::new()));
+    }
+
+    /// Issue 58, item 7: a power-off mark on a Node Ready again on the boot
+    /// it recorded, whose machine runs and started before the mark, never
+    /// took effect and takes no room; without the cloud's record of the
+    /// start, or on a Node still dark, it counts.
+    #[test]
+    fn a_power_off_that_never_took_effect_takes_no_room() {
+        let mut n = NodeFacts::bare("n1", Readiness::Ready);
+        n.instance = Some(id(1));
+        n.power.boot_id = Some("boot-1".into());
+        n.power.powered_off = Some(crate::core::model::facts::PowerMark {
+            at: "2026-11-26T10:00:00Z".into(),
+            boot_id: Some("boot-1".into()),
+        });
+        let marked = crate::core::model::values::unix_seconds("2026-11-26T10:00:00Z").unwrap();
+        let machine = |started_at: Option<i64>| {
+            let mut facts = InstanceFacts::bare(id(1), InstanceState::Running);
+            facts.started_at = started_at;
+            HashMap::from([(id(1), Confirmation::Seen(facts))])
+        };
+        assert!(!counts(&n, &machine(Some(marked - 600))));
+        assert!(counts(&n, &machine(Some(marked + 60))), "started since");
+        assert!(counts(&n, &machine(None)), "no start recorded");
+        assert!(counts(&n, &HashMap::new()), "not asked");
+        n.readiness = Readiness::Unknown;
+        assert!(counts(&n, &machine(Some(marked - 600))), "still dark");
     }
 }

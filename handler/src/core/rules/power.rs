@@ -270,6 +270,10 @@ pub enum PowerVerdict {
     PowerOff {
         /// How long it has been NotReady, in seconds.
         not_ready_for: u64,
+        /// The time of node-fencer's earlier power-off mark that never
+        /// took effect ([`mark_lapsed`]), when there was one.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        lapsed: Option<String>,
     },
     /// Leave it running.
     Refuse {
@@ -364,7 +368,9 @@ pub fn judge(
         .iter()
         .map(|c| {
             let verdict = judge_one(c, around, settings, taken);
-            if matches!(verdict, PowerVerdict::PowerOff { .. }) {
+            // A lapsed mark counted its Node already; its new power-off
+            // takes the same room.
+            if matches!(verdict, PowerVerdict::PowerOff { lapsed: None, .. }) {
                 taken += 1;
             }
             verdict
@@ -413,9 +419,20 @@ fn judge_one(
             needed,
         });
     };
-    if let Some(at) = node.powered_off_before() {
-        return refuse(Refusal::PoweredOffBefore { at: at.to_owned() });
-    }
+    // A mark whose stop never came no longer holds the machine back.
+    let lapsed = match node.powered_off_before() {
+        None => None,
+        Some(at) if !mark_lapsed(node, c.confirmation, around.now, settings.wait) => {
+            return refuse(Refusal::PoweredOffBefore { at: at.to_owned() });
+        }
+        Some(at) => Some(at.to_owned()),
+    };
+    // Its own mark counted it as a power-off in flight already.
+    let taken = if lapsed.is_some() && !node.is_out_of_service() {
+        taken.saturating_sub(1)
+    } else {
+        taken
+    };
     let zone = node.power.zone.as_deref();
     if let Some(refusal) = partition(around.nodes, zone, settings.partition_percent, around.now) {
         return refuse(refusal);
@@ -426,7 +443,40 @@ fn judge_one(
             taken,
         });
     }
-    PowerVerdict::PowerOff { not_ready_for }
+    PowerVerdict::PowerOff {
+        not_ready_for,
+        lapsed,
+    }
+}
+
+/// True when node-fencer's power-off mark on `node` never took effect (a
+/// process that died between the mark and the stop, or a stop never
+/// taken): `wait` (`POWER_OFF_WAIT`) has passed since the mark, the cloud
+/// reports the Node's own machine running on the boot the mark recorded,
+/// and its last start, as the cloud records it, came before the mark, so
+/// it has not been off since. Where the cloud records no start (a BMC),
+/// the mark stands: a machine powered off and started again by a person,
+/// whose kubelet never reported, is never powered off a second time.
+pub fn mark_lapsed(
+    node: &NodeFacts,
+    confirmation: Option<&Confirmation>,
+    now: i64,
+    wait: Duration,
+) -> bool {
+    let Some(at) = node
+        .powered_off_before()
+        .and_then(crate::core::model::values::unix_seconds)
+    else {
+        return false;
+    };
+    let Some(Confirmation::Seen(machine)) = confirmation else {
+        return false;
+    };
+    let wait = i64::try_from(wait.as_secs()).unwrap_or(i64::MAX);
+    node.instance.as_ref() == Some(&machine.id)
+        && machine.state == InstanceState::Running
+        && machine.started_at.is_some_and(|started| started < at)
+        && now.saturating_sub(at) > wait
 }
 
 /// Whether the Node and its machine, read again under the Lease, are still
@@ -839,7 +889,10 @@ mod tests {
         fn a_node_dark_long_enough_on_a_running_machine_is_powered_off() {
             assert_eq!(
                 verdict(&cluster(121)),
-                PowerVerdict::PowerOff { not_ready_for: 121 }
+                PowerVerdict::PowerOff {
+                    not_ready_for: 121,
+                    lapsed: None
+                }
             );
         }
 
@@ -985,6 +1038,75 @@ mod tests {
             assert_eq!(refusal(verdict(&nodes)), None);
         }
 
+        /// Issue 58, item 7: a mark whose stop never came (the process died
+        /// between the two) lapses once `POWER_OFF_WAIT` has passed, the
+        /// machine running the boot the mark recorded and started before
+        /// it; not before the wait, not after a start since the mark, and
+        /// not where the cloud records no start.
+        #[test]
+        fn a_power_off_mark_whose_stop_never_came_lapses_after_the_wait() {
+            let wait = i64::try_from(settings().wait.as_secs()).expect("seconds");
+            let stamp = |at: i64| {
+                k8s_openapi::jiff::Timestamp::from_second(at)
+                    .expect("a time")
+                    .to_string()
+            };
+            let marked = |at: i64| {
+                let mut nodes = cluster(600);
+                nodes[0].power.powered_off = Some(PowerMark {
+                    at: stamp(at),
+                    boot_id: Some("boot-0".into()),
+                });
+                nodes
+            };
+            let started = |at: Option<i64>| {
+                let mut facts = InstanceFacts::bare(id(0), InstanceState::Running);
+                facts.started_at = at;
+                Confirmation::Seen(facts)
+            };
+            let long_ago = NOW - 3 * wait;
+            let lapsed = marked(NOW - wait - 1);
+            assert_eq!(
+                verdict_with(&lapsed, &started(Some(long_ago))),
+                PowerVerdict::PowerOff {
+                    not_ready_for: 600,
+                    lapsed: Some(stamp(NOW - wait - 1)),
+                }
+            );
+            let cases = [
+                ("within the wait", marked(NOW - wait + 1), started(Some(long_ago))),
+                ("started since", lapsed.clone(), started(Some(NOW - wait))),
+                ("no start recorded", lapsed.clone(), started(None)),
+            ];
+            for (name, nodes, machine) in cases {
+                assert!(
+                    matches!(
+                        refusal(verdict_with(&nodes, &machine)),
+                        Some(Refusal::PoweredOffBefore { .. })
+                    ),
+                    "{name}"
+                );
+            }
+            // Its room under the cap is its own: counted once, not twice.
+            let around = Surroundings {
+                reach: &Reach::EVERYWHERE,
+                nodes: &lapsed,
+                out_of_service: 3,
+                limit: 3,
+                now: NOW,
+            };
+            let machine = started(Some(long_ago));
+            let candidate = Candidate {
+                node: &lapsed[0],
+                confirmation: Some(&machine),
+            };
+            let verdicts = judge(&[candidate], &around, Some(&settings()));
+            assert!(
+                matches!(verdicts[0], PowerVerdict::PowerOff { .. }),
+                "{verdicts:?}"
+            );
+        }
+
         #[test]
         fn the_cap_counts_fenced_nodes_power_offs_in_flight_and_earlier_candidates() {
             let mut nodes = cluster(600);
@@ -1025,7 +1147,13 @@ mod tests {
                 },
             ];
             let verdicts = judge(&candidates, &around, Some(&settings));
-            assert_eq!(verdicts[0], PowerVerdict::PowerOff { not_ready_for: 600 });
+            assert_eq!(
+                verdicts[0],
+                PowerVerdict::PowerOff {
+                    not_ready_for: 600,
+                    lapsed: None
+                }
+            );
             assert_eq!(
                 refusal(verdicts[1].clone()),
                 Some(Refusal::CapReached { limit: 3, taken: 3 })

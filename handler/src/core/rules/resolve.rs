@@ -194,6 +194,7 @@ mod tests {
             root_volume: None,
             identity: Default::default(),
             stopped_at: None,
+            started_at: None,
         }
     }
 

@@ -173,7 +173,7 @@ async fn first_judgement(
                 let dark_for = node.and_then(|n| power::not_ready_for(n, now()));
                 PowerReport::refused(refusal, dark_for, checks)
             }
-            PowerVerdict::PowerOff { not_ready_for } if dry_run => PowerReport::new(
+            PowerVerdict::PowerOff { not_ready_for, .. } if dry_run => PowerReport::new(
                 PowerOutcome::Planned,
                 format!(
                     "would power off: NotReady for {not_ready_for} s and the cloud reports it running"
@@ -181,7 +181,18 @@ async fn first_judgement(
                 Some(not_ready_for),
                 checks,
             ),
-            PowerVerdict::PowerOff { not_ready_for } => {
+            PowerVerdict::PowerOff {
+                not_ready_for,
+                lapsed,
+            } => {
+                if let Some(at) = lapsed {
+                    warn!(
+                        node = name,
+                        marked_at = at,
+                        "an earlier power-off never took effect: the machine runs the boot it recorded and has not started since"
+                    );
+                    ctx.record(name, NodeEvent::power_off_lapsed(&at)).await;
+                }
                 let judged = node
                     .and_then(|n| n.instance.as_ref())
                     .and_then(|id| inv.looks.judged(id));

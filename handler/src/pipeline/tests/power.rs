@@ -243,6 +243,11 @@ async fn a_node_is_not_powered_off_twice_without_booting_in_between() {
         w.run(&active(), power_off()).await.unwrap();
         assert_eq!(w.stops(), 1);
         w.cloud.instance(&w.instance(1), InstanceState::Running);
+        // Started again after the mark, as the cloud records it: the mark
+        // took effect and stands, however long ago it was written.
+        let now = k8s_openapi::jiff::Timestamp::now().as_second();
+        w.cloud
+            .describe_as(&w.instance(1), |f| f.started_at = Some(now + 1));
         let report = w.run(&active(), power_off()).await.unwrap();
         assert!(
             matches!(
@@ -260,6 +265,48 @@ async fn a_node_is_not_powered_off_twice_without_booting_in_between() {
             "{report:#?}"
         );
         assert_eq!(w.stops(), 2);
+    }
+}
+
+/// Issue 58, item 7: a process that died between the power-off mark and
+/// the stop left the Node refused `PoweredOffBefore` for ever. Once
+/// `POWER_OFF_WAIT` has passed, with the machine running the boot the mark
+/// recorded and started before it, the mark lapses with a Warning and the
+/// machine is powered off; where the cloud records no start, the mark
+/// stands.
+#[tokio::test]
+async fn a_power_off_mark_whose_stop_never_came_lapses_after_the_wait() {
+    use crate::core::outbound::kube_patch::PowerStamp;
+    use crate::shell::cluster::FencingWrites;
+    let now = k8s_openapi::jiff::Timestamp::now().as_second();
+    let stamp = PowerStamp {
+        at: k8s_openapi::jiff::Timestamp::from_second(now - 5)
+            .unwrap()
+            .to_string(),
+        boot_id: Some("boot-1".into()),
+        reason: "an earlier invocation that died before its stop".into(),
+    };
+    for on in CLOUDS {
+        for started_at in [Some(now - 3600), None] {
+            let w = World::hung_on(on);
+            w.cloud
+                .describe_as(&w.instance(1), |f| f.started_at = started_at);
+            w.cluster.mark_powered_off(NODE, &stamp).await.unwrap();
+            let report = w.run(&active(), power_off()).await.unwrap();
+            let power = World::power_report(&report);
+            if started_at.is_some() {
+                assert_eq!(power.outcome, PowerOutcome::Stopped, "{report:#?}");
+                assert_eq!(w.stops(), 1);
+                assert_eq!(w.cluster.events(NODE)[0], "PowerOffLapsed");
+            } else {
+                assert!(
+                    matches!(power.refusal, Some(Refusal::PoweredOffBefore { .. })),
+                    "{report:#?}"
+                );
+                assert_eq!(w.stops(), 0);
+                assert!(!w.cluster.events(NODE).contains(&"PowerOffLapsed"));
+            }
+        }
     }
 }
 

@@ -109,6 +109,7 @@ impl Cloud for Ec2 {
                         stopped_at: instance
                             .state_transition_reason()
                             .and_then(silence::ec2_stop_time),
+                        started_at: instance.launch_time().map(|t| t.secs()),
                     });
                 }
             }

@@ -21,6 +21,7 @@ use crate::core::model::gce::{self, DiskLocation, GceInstance, GceStatus, PdDisk
 use crate::core::model::instance::{
     AttachmentState, InstanceId, InstanceState, Provider, VolumeId, VolumeState,
 };
+use crate::core::model::values;
 use crate::core::rules::retry::{self, RetryPolicy};
 use crate::core::rules::silence;
 use crate::shell::timeouts::Timeouts;
@@ -435,6 +436,7 @@ fn instance_facts(id: &InstanceId, found: Option<Instance>) -> InstanceFacts {
             root_volume: None,
             identity: MachineIdentity::default(),
             stopped_at: None,
+            started_at: None,
         };
     };
     let status = status_of(&vm);
@@ -471,6 +473,10 @@ fn instance_facts(id: &InstanceId, found: Option<Instance>) -> InstanceFacts {
             .last_stop_timestamp
             .as_deref()
             .and_then(silence::gce_stop_time),
+        started_at: vm
+            .last_start_timestamp
+            .as_deref()
+            .and_then(values::unix_seconds),
     }
 }
 
