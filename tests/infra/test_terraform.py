@@ -1687,6 +1687,7 @@ def test_gcp_env_names_are_the_contract():
         "RUST_LOG",
         *ACTIVE_FENCING_VARIABLES,
         "NOTIFY_TOPIC",
+        "REQUEST_TIMEOUT_SECONDS",
     }
     assert names == contract, f"unexpected {sorted(names - contract)}, missing {sorted(contract - names)}"
     assert not names & AWS_ONLY_VARIABLES
@@ -1709,6 +1710,8 @@ def test_gcp_env_names_are_the_contract():
     # Every audience of the module's own requests.
     assert "'PUSH_AUDIENCE': '${join(\",\",local.push_audiences)}'" in environment, environment
     assert "'GKE_CLUSTER': '${local.cluster_id}'" in environment
+    # Issue 58, item 5: the service bounds each request by the timeout Cloud Run keeps.
+    assert "'REQUEST_TIMEOUT_SECONDS': '${tostring(local.request_timeout_seconds)}'" in environment, environment
     assert "'CLUSTER_ENDPOINT': '${local.cluster_endpoint}'" in environment
     assert (
         "var.max_out_of_service_percent != None ? "

@@ -378,6 +378,8 @@ def test_the_services_get_exactly_the_settings_the_code_reads(workspace: T.Works
         "LOG_FORMAT": "json",
         "RUST_LOG": setting(c, "log_level"),
         "SERVE_ROUTES": SERVICES[key],
+        # The service's own timeout: every wait of a request ends before it.
+        "REQUEST_TIMEOUT_SECONDS": str(seconds(service(plan, key=key)["template"][0]["timeout"])),
     }
     if setting(c, "max_out_of_service_percent") is not None:
         want["MAX_OUT_OF_SERVICE_PERCENT"] = str(c["max_out_of_service_percent"])

@@ -17,9 +17,11 @@ use crate::core::outbound::notice;
 use crate::core::outbound::prometheus::Registry;
 use crate::core::outbound::report::Report;
 use crate::core::rules::mode::ServerVersion;
+use crate::core::rules::retry::NOTIFY;
 use crate::core::settings::config::Config;
 use crate::core::settings::policy::Policy;
 use crate::entry::preflight::{self, Preflight};
+use crate::pipeline::invocation::ANSWER_RESERVE;
 use crate::pipeline::{self, Ctx, PipelineError};
 use crate::shell::cloud::Clouds;
 use crate::shell::cloud::aws::Ec2;
@@ -301,9 +303,15 @@ impl App {
         // A sweep ends with the witness round over the clouds' machines,
         // after its own work, so that it never delays a fencing; a plan or
         // a dry run tells nothing and keeps nothing.
+        // The round ends early enough to leave the notifications their
+        // budget before the request's end.
         if sweep && let Ok(report) = &mut result {
             let record = !(call.dry_run || report.dry_run);
-            let witness = self.cloud_witness(correlation_id, record, call.deadline);
+            let before = call.deadline.map(|d| {
+                d.checked_sub(NOTIFY.budget)
+                    .unwrap_or_else(tokio::time::Instant::now)
+            });
+            let witness = self.cloud_witness(correlation_id, record, before);
             report.witness = Some(witness.await);
         }
         // One clock reading for the messages and the metrics of the run.
@@ -314,7 +322,11 @@ impl App {
         // run (DRY_RUN, the kill switch) is told, marked as changing nothing.
         if let (Ok(report), false) = (&result, call.dry_run) {
             let now_secs = i64::try_from(now.as_secs()).unwrap_or(i64::MAX);
-            self.tell(report, &meter, now_secs).await;
+            let until = call.deadline.map(|d| {
+                d.checked_sub(ANSWER_RESERVE)
+                    .unwrap_or_else(tokio::time::Instant::now)
+            });
+            self.tell(report, &meter, (now_secs, until)).await;
         }
         // Read once, after the notifications counted their failures.
         let (report, measured) = (result.as_ref().ok(), &meter.measured());
@@ -343,14 +355,19 @@ impl App {
 
     /// Publishes the report's notifications, if any are configured;
     /// `now_secs` is the Unix time written in them.
-    async fn tell(&self, report: &Report, meter: &Meter, now_secs: i64) {
+    async fn tell(
+        &self,
+        report: &Report,
+        meter: &Meter,
+        (now_secs, until): (i64, Option<tokio::time::Instant>),
+    ) {
         let (Some(notifier), Some(notify)) = (&self.notifier, &self.config.notify) else {
             return;
         };
         let notices = notice::notices(report, notify.cluster.as_deref(), now_secs);
         let dependency = notify.topic.dependency();
         match notifier {
-            Ok(notifier) => notifier.tell(&notices, meter, dependency).await,
+            Ok(notifier) => notifier.tell(&notices, meter, dependency, until).await,
             Err(e) if !notices.is_empty() => {
                 meter.error(dependency);
                 error!(error = %e, count = notices.len(), "notifications not sent");

@@ -49,6 +49,8 @@ struct Server {
     app: App,
     push: Option<PushVerifier>,
     routes: ServeRoutes,
+    /// How long the caller waits for each answer (`REQUEST_TIMEOUT_SECONDS`).
+    request_timeout: Option<std::time::Duration>,
 }
 
 /// Serves on `port` until the process is stopped.
@@ -83,6 +85,7 @@ pub async fn serve(port: u16) -> Result<(), String> {
     };
     let reporter = std::env::var("K_SERVICE").unwrap_or_else(|_| "node-fencer".into());
     let sweep_interval = config.sweep_interval;
+    let request_timeout = config.request_timeout;
     let metrics_port = config.metrics_port;
     let clients = Clients::new(sdk_config().await, &config);
     clients.prewarm().await;
@@ -99,7 +102,12 @@ pub async fn serve(port: u16) -> Result<(), String> {
     if metrics_port.is_some() {
         app = app.with_prometheus();
     }
-    let server = Rc::new(Server { app, push, routes });
+    let server = Rc::new(Server {
+        app,
+        push,
+        routes,
+        request_timeout,
+    });
     let addr = SocketAddr::from(([0, 0, 0, 0], port));
     let listener = TcpListener::bind(addr)
         .await
@@ -288,13 +296,19 @@ impl Server {
     }
 
     async fn answer(&self, req: Request<Incoming>) -> Response<Full<Bytes>> {
+        // The caller's clock starts before the body is read.
+        let until = self
+            .request_timeout
+            .map(|t| tokio::time::Instant::now() + t);
         let correlation_id = uuid::Uuid::new_v4().to_string();
         let span =
             info_span!("request", correlation_id = %correlation_id, path = %req.uri().path());
-        self.route(req, &correlation_id).instrument(span).await
+        let call = Call::new(&correlation_id).until(until);
+        self.route(req, call).instrument(span).await
     }
 
-    async fn route(&self, req: Request<Incoming>, correlation_id: &str) -> Response<Full<Bytes>> {
+    async fn route(&self, req: Request<Incoming>, call: Call<'_>) -> Response<Full<Bytes>> {
+        let correlation_id = call.id;
         let (parts, body) = req.into_parts();
         let path = parts.uri.path().to_owned();
         if parts.method == Method::GET && path == "/healthz" {
@@ -331,12 +345,7 @@ impl Server {
             },
         };
         if route.auth == Auth::WebhookToken {
-            return webhook_reply(
-                &self
-                    .app
-                    .run_webhook(&bytes, Call::new(correlation_id))
-                    .await,
-            );
+            return webhook_reply(&self.app.run_webhook(&bytes, call).await);
         }
         let document = match route.body {
             Body::Ignored => Ok(Value::Null),
@@ -348,7 +357,7 @@ impl Server {
                 Trigger::Batch(batch) => Ok(batch),
                 _ => Err(InputError::invalid(source.name, "not a batch of suspects")),
             });
-        self.run_batch(batch, correlation_id).await
+        self.run_batch(batch, call).await
     }
 
     /// Lets in a request bearing a Google-signed OIDC token for one of the
@@ -385,8 +394,9 @@ impl Server {
     async fn run_batch(
         &self,
         batch: Result<Batch, InputError>,
-        correlation_id: &str,
+        call: Call<'_>,
     ) -> Response<Full<Bytes>> {
+        let correlation_id = call.id;
         match batch {
             // Never right on a second delivery either: refused, it goes to
             // the dead-letter topic after the subscription's attempts.
@@ -397,7 +407,7 @@ impl Server {
                     &json!({"error": e.to_string(), "correlation_id": correlation_id}),
                 )
             }
-            Ok(batch) => match self.app.run(batch, Call::new(correlation_id)).await {
+            Ok(batch) => match self.app.run(batch, call).await {
                 Ok(report) if report.incomplete() => {
                     reply(StatusCode::INTERNAL_SERVER_ERROR, &to_value(&report))
                 }

@@ -80,17 +80,29 @@ impl Notifier {
     /// them share one time budget ([`NOTIFY`]'s), so a topic that does not
     /// answer costs the invocation that much once, not once per message:
     /// what is left when it is spent is counted as failed, unsent, under
-    /// `dependency` (the topic's).
-    pub async fn tell(&self, notices: &[Notice], meter: &Meter, dependency: Dependency) {
+    /// `dependency` (the topic's). The budget ends at `until` (the
+    /// request's end, less the answer's reserve) when that comes first.
+    pub async fn tell(
+        &self,
+        notices: &[Notice],
+        meter: &Meter,
+        dependency: Dependency,
+        until: Option<tokio::time::Instant>,
+    ) {
         let began = Instant::now();
+        let budget = until.map_or(NOTIFY.budget, |until| {
+            NOTIFY
+                .budget
+                .min(until.saturating_duration_since(tokio::time::Instant::now()))
+        });
         for notice in notices {
             let started = Instant::now();
-            let left = NOTIFY.budget.saturating_sub(began.elapsed());
+            let left = budget.saturating_sub(began.elapsed());
             let published = match tokio::time::timeout(left, self.publish(notice)).await {
                 Ok(published) => published,
                 Err(_) => Err(format!(
                     "the notifications' {} s were spent",
-                    NOTIFY.budget.as_secs()
+                    budget.as_secs()
                 )),
             };
             match published {

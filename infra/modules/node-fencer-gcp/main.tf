@@ -179,6 +179,9 @@ locals {
       CLUSTER_CA_DATA      = var.cluster_ca_data
       PUSH_AUDIENCE        = join(",", local.push_audiences)
       PUSH_SERVICE_ACCOUNT = local.push_service_account_email
+      # The services' request timeout: every wait of a request ends before
+      # Cloud Run stops waiting for its answer.
+      REQUEST_TIMEOUT_SECONDS = tostring(local.request_timeout_seconds)
     },
   )
 

@@ -565,6 +565,62 @@ async fn serve_sweeps_on_its_own_schedule() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Issue 58, item 5: `serve` bounds each request by the caller's timeout
+/// (`REQUEST_TIMEOUT_SECONDS`, which the Cloud Run module sets), as Lambda
+/// does by its deadline. A Node still Ready on a System its BMC reports
+/// off, under a 60 s `NOT_READY_WAIT_SECONDS`: the alert's request answers
+/// before its 15 s are up, its work left for the redelivery, and nothing
+/// is written. Before, the request waited the whole 60 s, long after its
+/// caller had given up.
+#[tokio::test]
+async fn serve_ends_each_request_before_its_timeout() -> anyhow::Result<()> {
+    const TIMEOUT: Duration = Duration::from_secs(15);
+    let _g = serial().await;
+    let s = stack();
+    let off = SystemSpec::new("rack5-off", false);
+    let bmc = Bmc::start(&bmc_dir(s), std::slice::from_ref(&off), false).await?;
+    let (node, _c) = bmc_node(s, &off.name, &off.uuid).await?;
+    set_ready(&s.admin().await?, &node, "True").await?;
+    let inventory = bmc.dir.join("inventory.json");
+    Inventory::default()
+        .machine(&bmc, &off.name, &bmc.url, None)?
+        .write(&inventory)?;
+    let credentials = bmc.credentials_dir(None)?;
+    let selector = format!("{NODE_LABEL}={}", off.name);
+    let timeout = TIMEOUT.as_secs().to_string();
+    let serve = Serve::start(
+        env!("CARGO_BIN_EXE_node-fencer-full"),
+        s,
+        bmc.dir.join("serve.log"),
+        &[
+            ("REDFISH_INVENTORY", path(&inventory)?),
+            ("REDFISH_CREDENTIALS_DIR", path(&credentials)?),
+            ("NODE_SELECTOR", selector.as_str()),
+            ("AWS_ENDPOINT_URL", "http://127.0.0.1:9"),
+            ("NOT_READY_WAIT_SECONDS", "60"),
+            ("REQUEST_TIMEOUT_SECONDS", timeout.as_str()),
+        ],
+    )
+    .await?;
+    let sent = std::time::Instant::now();
+    let (status, report) = serve
+        .alert(&node_fencer_tests::scene::kube_node_not_ready(&[&node]))
+        .await?;
+    let took = sent.elapsed();
+    let log = serve.logged();
+    assert!(
+        took < TIMEOUT,
+        "answered after {took:?}, its caller gone at {TIMEOUT:?}; serve's log:\n{log}"
+    );
+    assert_eq!(status, 500, "left for the redelivery: {report:#}");
+    assert_eq!(
+        report["results"][0]["skip"]["reason"], "node_ready",
+        "{report:#}"
+    );
+    assert!(!is_tainted(s, &node).await?, "nothing written");
+    Ok(())
+}
+
 /// `serve` sweeping every 30 s on its own, with an inventory of `bmc`'s
 /// System `machine` (backing the Node labelled for it) and `env` beside.
 pub(crate) async fn sweeping_serve(

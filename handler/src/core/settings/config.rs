@@ -108,6 +108,9 @@ pub struct Config {
     /// How often `serve` runs the sweep itself; `None`: never (a scheduler
     /// calls `/sweep`).
     pub sweep_interval: Option<Duration>,
+    /// How long `serve`'s caller waits for each request's answer (Cloud
+    /// Run's request timeout); `None`: no bound but the stages' own.
+    pub request_timeout: Option<Duration>,
     /// The port `serve` answers Prometheus' `/metrics` on; `None`: none.
     pub metrics_port: Option<u16>,
 }
@@ -175,6 +178,7 @@ impl Config {
             notify,
             redfish: redfish::files(&get)?,
             sweep_interval: sweep_interval(&get)?,
+            request_timeout: request_timeout(&get)?,
             metrics_port: metrics_port(&get)?,
         })
     }
@@ -259,6 +263,23 @@ fn sweep_interval(get: &impl Fn(&str) -> Option<String>) -> Result<Option<Durati
         30,
         3600,
         "an integer from 30 to 3600",
+    )?;
+    Ok(Some(Duration::from_secs(seconds as u64)))
+}
+
+/// `REQUEST_TIMEOUT_SECONDS`: unset, a request `serve` answers has no
+/// deadline of its own.
+fn request_timeout(get: &impl Fn(&str) -> Option<String>) -> Result<Option<Duration>, ConfigError> {
+    if get("REQUEST_TIMEOUT_SECONDS").is_none() {
+        return Ok(None);
+    }
+    let seconds = int(
+        get,
+        "REQUEST_TIMEOUT_SECONDS",
+        300,
+        10,
+        3600,
+        "an integer from 10 to 3600",
     )?;
     Ok(Some(Duration::from_secs(seconds as u64)))
 }
@@ -667,6 +688,27 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    /// Issue 58, item 5: `serve`'s requests are bounded by the caller's
+    /// timeout only when it is given, and a bad one is refused by name.
+    #[test]
+    fn the_request_timeout_is_unset_by_default_and_bounded() {
+        assert_eq!(cfg(&[]).unwrap().request_timeout, None);
+        let set = cfg(&[("REQUEST_TIMEOUT_SECONDS", "270")]).unwrap();
+        assert_eq!(set.request_timeout, Some(Duration::from_secs(270)));
+        for bad in ["9", "3601", "soon", "-1"] {
+            assert!(
+                matches!(
+                    cfg(&[("REQUEST_TIMEOUT_SECONDS", bad)]),
+                    Err(ConfigError::Invalid {
+                        var: "REQUEST_TIMEOUT_SECONDS",
+                        ..
+                    })
+                ),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

@@ -159,6 +159,10 @@ pub(crate) const VARIABLES: &[(&str, &str)] = &[
         "integer 30..=3600 (`serve`; default unset: only when /sweep is called): run the sweep every so many seconds, off-cluster where no scheduler calls it",
     ),
     (
+        "REQUEST_TIMEOUT_SECONDS",
+        "integer 10..=3600 (`serve`; default unset: no deadline but the stages' own): how long the caller waits for each request's answer (the Cloud Run module sets its request timeout here); every wait of the request, the Lease's, the witness round's and the notifications' included, ends before it, and a step that would not finish is left to the redelivery",
+    ),
+    (
         "METRICS_PORT",
         "port 1..=65535 (`serve`; default unset: no metrics): answer Prometheus' GET /metrics on this port, apart from the triggers' (on-premises; the counts, latencies, sweeps and each Node's witness, docs/witness.md)",
     ),
