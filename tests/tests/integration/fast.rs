@@ -397,9 +397,10 @@ async fn a_live_kubelet_at_its_default_renewal_is_never_marked_at_any_phase_of_i
             stop(&ec2, &w.machine).await?;
             let event = eventbridge::parse(eventbridge_event(&w.machine.instance, "stopped"))?;
             // Long enough that a dead kubelet's Node would be marked within
-            // it: 15 s after its last renewal at the latest.
+            // it: 15 s after its last renewal at the latest, so `15 - phase`
+            // s after the stop, and two more.
             let wait = Policy {
-                not_ready_wait: Duration::from_secs(16),
+                not_ready_wait: Duration::from_secs(17 - phase),
                 ..fast()
             };
             let report = fence(s, event, wait).await?;

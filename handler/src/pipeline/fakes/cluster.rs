@@ -1175,9 +1175,9 @@ impl Coordination for FakeCluster {
                 source: injected(),
             });
         }
-        // A Lease held by another holder counts as expired (after the wait
-        // `lease_held_once` or `lease_held_for` asks for): the fakes run one
-        // invocation at a time, and the stack tests hold the real one.
+        // A Lease another holder took in a test's set-up counts as expired
+        // (after the wait `lease_held_once` or `lease_held_for` asks for);
+        // one an invocation at work holds is waited for, below.
         let pause = self.lock().lease_held_for.take();
         if let Some(pause) = pause {
             // As the shell: a holder that keeps it past the request's end
