@@ -49,8 +49,6 @@ struct Server {
     app: App,
     push: Option<PushVerifier>,
     routes: ServeRoutes,
-    /// How long the caller waits for each answer (`REQUEST_TIMEOUT_SECONDS`).
-    request_timeout: Option<std::time::Duration>,
 }
 
 /// Serves on `port` until the process is stopped.
@@ -85,7 +83,6 @@ pub async fn serve(port: u16) -> Result<(), String> {
     };
     let reporter = std::env::var("K_SERVICE").unwrap_or_else(|_| "node-fencer".into());
     let sweep_interval = config.sweep_interval;
-    let request_timeout = config.request_timeout;
     let metrics_port = config.metrics_port;
     let clients = Clients::new(sdk_config().await, &config);
     clients.prewarm().await;
@@ -102,12 +99,7 @@ pub async fn serve(port: u16) -> Result<(), String> {
     if metrics_port.is_some() {
         app = app.with_prometheus();
     }
-    let server = Rc::new(Server {
-        app,
-        push,
-        routes,
-        request_timeout,
-    });
+    let server = Rc::new(Server { app, push, routes });
     let addr = SocketAddr::from(([0, 0, 0, 0], port));
     let listener = TcpListener::bind(addr)
         .await
@@ -296,8 +288,11 @@ impl Server {
     }
 
     async fn answer(&self, req: Request<Incoming>) -> Response<Full<Bytes>> {
-        // The caller's clock starts before the body is read.
+        // The caller's clock (`REQUEST_TIMEOUT_SECONDS`) starts before the
+        // body is read.
         let until = self
+            .app
+            .config()
             .request_timeout
             .map(|t| tokio::time::Instant::now() + t);
         let correlation_id = uuid::Uuid::new_v4().to_string();

@@ -148,7 +148,8 @@ async fn admit(
     // `FAST_NOT_READY`'s marks, after the recount and right before the
     // taints: a Node refused is never marked.
     if let Some(pending) = inv.pending.as_mut() {
-        pending.mark(ctx, &again, hold, &mut inv.runs).await;
+        let held = || hold.is_none_or(|h| h.left().is_some());
+        pending.mark(ctx, &again, held, &mut inv.runs).await;
     }
     taint::nodes(ctx, mode, policy.no_schedule_too, hold, &mut inv.runs).await;
     Ok(refused_now)

@@ -87,14 +87,8 @@ pub(crate) async fn run(ctx: &Ctx<'_>, inv: &mut Invocation<'_>) -> Result<(), P
                     return Ok(true);
                 }
                 if policy.fast_not_ready {
-                    let settings = policy.decision(dry_run, current.cluster_size());
-                    to_prove = fenced_once_not_ready(
-                        &decision.targets,
-                        current,
-                        looks.answers(),
-                        &settings,
-                    );
-                    to_prove.retain(|(n, _)| attempts.get(n).is_none_or(Attempt::may_try));
+                    to_prove =
+                        worth_proving(policy, &decision.targets, (current, looks), &attempts);
                     if !to_prove.is_empty() {
                         return Ok(true);
                     }
@@ -118,6 +112,20 @@ pub(crate) async fn run(ctx: &Ctx<'_>, inv: &mut Invocation<'_>) -> Result<(), P
         // Decided again over the same read, the Nodes proven as marked.
         first = true;
     }
+}
+
+/// The Nodes whose silence is worth proving now ([`fenced_once_not_ready`],
+/// less those proven, or not due again yet).
+fn worth_proving(
+    policy: &Policy,
+    targets: &[Target],
+    (view, looks): (&NodeView, &Looks),
+    attempts: &HashMap<String, Attempt>,
+) -> Vec<(String, InstanceId)> {
+    let settings = policy.decision(false, view.cluster_size());
+    let mut nodes = fenced_once_not_ready(targets, view, looks.answers(), &settings);
+    nodes.retain(|(n, _)| attempts.get(n).is_none_or(Attempt::may_try));
+    nodes
 }
 
 /// When one Node silent so far may be proven again.

@@ -34,7 +34,6 @@ use crate::core::rules::silence::{self, Proof, Silence, Watched};
 use crate::core::rules::view::NodeView;
 use crate::core::settings::policy::Policy;
 use crate::pipeline::ctx::Ctx;
-use crate::pipeline::lease::Hold;
 use crate::pipeline::looks::Looks;
 use crate::shell::cluster::{JudgedNode, MarkOutcome};
 
@@ -131,14 +130,14 @@ impl Pending {
 
     /// Marks each admitted run's Node the decision proved dead, proven
     /// again on `again` (the second look) and the Lease read again, right
-    /// before its taint and only while `hold` says the fencing Lease is
-    /// ours. A Node not proven again, or not marked, is skipped as still
-    /// Ready, for the retry.
+    /// before its taint and only while `held` says the fencing Lease is
+    /// still ours. A Node not proven again, or not marked, is skipped as
+    /// still Ready, for the retry.
     pub(crate) async fn mark(
         &mut self,
         ctx: &Ctx<'_>,
         again: &HashMap<InstanceId, Confirmation>,
-        hold: Option<&Hold>,
+        held: impl Fn() -> bool,
         runs: &mut [NodeRun],
     ) {
         for run in runs.iter_mut().filter(|r| *r.stage() == Stage::Admitted) {
@@ -148,7 +147,7 @@ impl Pending {
             let Some((uid, id)) = self.proven.get(&node).cloned() else {
                 continue;
             };
-            if hold.is_some_and(|h| h.left().is_none()) {
+            if !held() {
                 // The taint reports the Lease lost; a mark alone would be
                 // a mark with no fencing after it.
                 continue;

@@ -154,6 +154,7 @@ async fn first_judgement(
     let dry_run = inv.switch.is_on();
     let mut allowed = Vec::new();
     for ((k, name), verdict) in names.iter().zip(verdicts) {
+        tell_lapsed(ctx, name, &verdict, dry_run).await;
         let node = view.nodes.iter().find(|n| n.name == *name);
         let checks = node
             .and_then(|n| n.instance.as_ref())
@@ -181,18 +182,7 @@ async fn first_judgement(
                 Some(not_ready_for),
                 checks,
             ),
-            PowerVerdict::PowerOff {
-                not_ready_for,
-                lapsed,
-            } => {
-                if let Some(at) = lapsed {
-                    warn!(
-                        node = name,
-                        marked_at = at,
-                        "an earlier power-off never took effect: the machine runs the boot it recorded and has not started since"
-                    );
-                    ctx.record(name, NodeEvent::power_off_lapsed(&at)).await;
-                }
+            PowerVerdict::PowerOff { not_ready_for, .. } => {
                 let judged = node
                     .and_then(|n| n.instance.as_ref())
                     .and_then(|id| inv.looks.judged(id));
@@ -216,6 +206,25 @@ async fn first_judgement(
         inv.decision.power.insert(*k, report);
     }
     Ok(allowed)
+}
+
+/// A Warning on a Node whose earlier power-off mark lapsed: its stop never
+/// came, so the mark no longer holds the machine back.
+async fn tell_lapsed(ctx: &Ctx<'_>, name: &str, verdict: &PowerVerdict, dry_run: bool) {
+    let PowerVerdict::PowerOff {
+        lapsed: Some(at), ..
+    } = verdict
+    else {
+        return;
+    };
+    warn!(
+        node = name,
+        marked_at = at,
+        "an earlier power-off never took effect: the machine runs the boot it recorded and has not started since"
+    );
+    if !dry_run {
+        ctx.record(name, NodeEvent::power_off_lapsed(at)).await;
+    }
 }
 
 /// Refusals worth a Warning Event: a guard held back a node that was dead
