@@ -217,6 +217,27 @@ impl NodeFacts {
         (!self.power.booted_since(mark.boot_id.as_deref())).then_some(mark.at.as_str())
     }
 
+    /// The time (Unix seconds) of node-fencer's power-off mark when
+    /// `machine`, the cloud's answer, shows the Node's own machine running
+    /// and last started before the mark: it has not been off since, so the
+    /// power-off never took effect. `None` otherwise, and wherever the cloud
+    /// records no start (a BMC).
+    pub(crate) fn running_since_before_power_off(
+        &self,
+        machine: Option<&Confirmation>,
+    ) -> Option<i64> {
+        let at = self
+            .powered_off_before()
+            .and_then(crate::core::model::values::unix_seconds)?;
+        let Some(Confirmation::Seen(m)) = machine else {
+            return None;
+        };
+        let unbroken = self.instance.as_ref() == Some(&m.id)
+            && m.state == InstanceState::Running
+            && m.started_at.is_some_and(|started| started < at);
+        unbroken.then_some(at)
+    }
+
     /// True for a Node powered off by node-fencer and not fenced yet: it
     /// takes room under the cap before its taint does.
     pub(crate) fn power_off_in_flight(&self) -> bool {

@@ -58,18 +58,8 @@ pub fn counts(node: &NodeFacts, known: &HashMap<InstanceId, Confirmation>) -> bo
 /// and takes no room. Without the cloud's record of the last start, it
 /// counts.
 fn never_took_effect(node: &NodeFacts, known: &HashMap<InstanceId, Confirmation>) -> bool {
-    let at = node
-        .powered_off_before()
-        .and_then(crate::core::model::values::unix_seconds);
     let machine = node.instance.as_ref().and_then(|id| known.get(id));
-    match (at, machine) {
-        (Some(at), Some(Confirmation::Seen(m))) if node.readiness == Readiness::Ready => {
-            Some(&m.id) == node.instance.as_ref()
-                && m.state == InstanceState::Running
-                && m.started_at.is_some_and(|started| started < at)
-        }
-        _ => false,
-    }
+    node.readiness == Readiness::Ready && node.running_since_before_power_off(machine).is_some()
 }
 
 /// How many Nodes take room under the cap.

@@ -463,20 +463,9 @@ pub fn mark_lapsed(
     now: i64,
     wait: Duration,
 ) -> bool {
-    let Some(at) = node
-        .powered_off_before()
-        .and_then(crate::core::model::values::unix_seconds)
-    else {
-        return false;
-    };
-    let Some(Confirmation::Seen(machine)) = confirmation else {
-        return false;
-    };
     let wait = i64::try_from(wait.as_secs()).unwrap_or(i64::MAX);
-    node.instance.as_ref() == Some(&machine.id)
-        && machine.state == InstanceState::Running
-        && machine.started_at.is_some_and(|started| started < at)
-        && now.saturating_sub(at) > wait
+    node.running_since_before_power_off(confirmation)
+        .is_some_and(|at| now.saturating_sub(at) > wait)
 }
 
 /// Whether the Node and its machine, read again under the Lease, are still
