@@ -207,7 +207,7 @@ impl App {
         match trigger::classify(event)? {
             Trigger::Batch(batch) => {
                 let report = self.run(batch, call).await?;
-                finish(report).map(Reply::Report)
+                finish(report).map(|r| Reply::Report(Box::new(r)))
             }
             Trigger::Http(req) => Ok(Reply::Http(self.handle_http(&req, call).await)),
             Trigger::Preflight => Ok(Reply::Preflight(self.preflight().await)),
@@ -300,7 +300,7 @@ impl App {
         let sweep = batch.sweep;
         let meter = Meter::default();
         let mut result = self.run_metered(batch, call, &meter).await;
-        // A sweep ends with the witness round over the clouds' machines,
+        // A sweep ends with the witness round over every Node's machine,
         // after its own work, so that it never delays a fencing; a plan or
         // a dry run tells nothing and keeps nothing.
         // The round ends early enough to leave the notifications their
@@ -311,7 +311,7 @@ impl App {
                 d.checked_sub(NOTIFY.budget)
                     .unwrap_or_else(tokio::time::Instant::now)
             });
-            let witness = self.cloud_witness(correlation_id, record, before);
+            let witness = self.sweep_witness(correlation_id, record, before);
             report.witness = Some(witness.await);
         }
         // One clock reading for the messages and the metrics of the run.
@@ -433,8 +433,9 @@ enum MetricLines {
 /// What an invocation answers.
 #[derive(Debug)]
 pub enum Reply {
-    /// The report (EventBridge, direct invocations, the command line).
-    Report(Report),
+    /// The report (EventBridge, direct invocations, the command line);
+    /// boxed, being the largest by far.
+    Report(Box<Report>),
     /// A Function URL response, already shaped.
     Http(Value),
     /// The preflight checks.

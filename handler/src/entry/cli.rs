@@ -240,7 +240,7 @@ pub async fn main() -> ExitCode {
             Input::Event(event) => app.handle(event, call).await,
             Input::Target(batch) => {
                 let report = app.run(batch, call).await?;
-                finish(report).map(Reply::Report)
+                finish(report).map(|r| Reply::Report(Box::new(r)))
             }
         }
     }
@@ -369,7 +369,7 @@ fn parse_input(command: &Command) -> Result<Input, String> {
 fn print_result(result: Result<Reply, HandlerError>, output: Output) -> ExitCode {
     let (reply, code) = match result {
         Ok(reply) => (reply, EXIT_OK),
-        Err(HandlerError::Incomplete { report, .. }) => (Reply::Report(*report), EXIT_INCOMPLETE),
+        Err(HandlerError::Incomplete { report, .. }) => (Reply::Report(report), EXIT_INCOMPLETE),
         Err(e) => {
             eprintln!("node-fencer: {e}");
             let code = if e.retryable() {

@@ -22,9 +22,7 @@ use crate::core::rules::control::{self, KillSwitch};
 use crate::core::rules::mode::{self, ModeSetting, ServerVersion};
 use crate::core::rules::reach::{OPT_OUT_LABEL, Reach, Tally};
 use crate::core::settings::config::Config;
-use crate::core::settings::permissions::{
-    CONTROL_RULES, KUBERNETES_RULES, NODE_LEASE_NAMESPACE, NODE_LEASE_RULES,
-};
+use crate::core::settings::grants::{self, Grant};
 use crate::shell::cluster::{ClusterReads, Coordination, Kube, can};
 use crate::shell::connect::Clients;
 use crate::shell::onprem::OnPrem;
@@ -131,45 +129,22 @@ fn failed(check: impl Into<String>, detail: impl Into<String>, fix: impl Into<St
     }
 }
 
-/// The legacy mode's permissions, which the taint mode never uses (it lists
-/// and deletes pods too: the volumes of pods that tolerate the taint stay,
-/// the pods the taint evicts are deleted right after it).
-fn legacy_only(resource: &str, verb: &str) -> bool {
-    matches!((resource, verb), ("volumeattachments", "delete"))
-}
-
-/// True for a permission only `FAST_NOT_READY` needs: the kubelets' Leases.
-fn fast_only(scope: Option<(&str, Option<&str>)>) -> bool {
-    scope.is_some_and(|(ns, _)| ns == NODE_LEASE_NAMESPACE)
-}
-
-/// True for the Node status writes: `FAST_NOT_READY`'s mark, and the legacy
-/// mode's release of `volumesInUse`, without which the legacy mode only
-/// frees the volumes later (on the attach/detach controller's sync).
-fn status_write(resource: &str) -> bool {
-    resource == "nodes/status"
-}
-
-/// The row of a denied permission: a warning for one only a mode or a
-/// setting not in use needs, a failure otherwise.
-fn denied(
-    what: String,
-    (resource, verb, scope): (&str, &str, Option<(&str, Option<&str>)>),
-    mode: Option<FenceMode>,
-    fast_not_ready: bool,
-) -> Check {
+/// The row of a denied grant: a warning for one only a mode or a setting
+/// not in use needs, a failure otherwise.
+fn denied(grant: &Grant, mode: Option<FenceMode>, fast_not_ready: bool) -> Check {
+    let what = grant.what();
     let legacy = mode == Some(FenceMode::Legacy);
-    if legacy_only(resource, verb) && !legacy {
+    if grant.legacy_only() && !legacy {
         return row(what, Status::Warn, "denied; only the legacy mode needs it");
     }
-    if fast_only(scope) && !fast_not_ready {
+    if grant.fast_only() && !fast_not_ready {
         return row(
             what,
             Status::Warn,
             "denied; only FAST_NOT_READY=true needs it",
         );
     }
-    if status_write(resource) && !fast_not_ready {
+    if grant.status_write() && !fast_not_ready {
         let why = if legacy {
             "denied; the legacy mode then frees volumes up to a minute later (volumesInUse is not released), and FAST_NOT_READY=true needs it"
         } else {
@@ -177,33 +152,29 @@ fn denied(
         };
         return row(what, Status::Warn, why);
     }
-    failed(
-        what,
-        "denied",
-        "apply infra/kubernetes/rbac.yaml (or grant this verb to the group node-fencer)",
-    )
+    failed(what, "denied", KUBERNETES_FIX)
 }
+
+/// What mends a denied grant.
+const KUBERNETES_FIX: &str =
+    "apply infra/kubernetes/rbac.yaml (or grant this verb to the group node-fencer)";
 
 /// Why a grant the rules hold is not needed by this configuration, and how
 /// a deployment drops it; `None` when it is needed. `mode` is the mode in
 /// force (`auto` resolved by the server version).
-fn unneeded(
-    (resource, verb, scope): (&str, &str, Option<(&str, Option<&str>)>),
-    mode: Option<FenceMode>,
-    fast_not_ready: bool,
-) -> Option<&'static str> {
+fn unneeded(grant: &Grant, mode: Option<FenceMode>, fast_not_ready: bool) -> Option<&'static str> {
     let legacy = mode != Some(FenceMode::Taint);
-    if fast_only(scope) && !fast_not_ready {
+    if grant.fast_only() && !fast_not_ready {
         return Some(
             "only FAST_NOT_READY=true reads the kubelets' Leases; the kubernetes-rbac module's grant_node_lease_reads=false drops it",
         );
     }
-    if status_write(resource) && !fast_not_ready && !legacy {
+    if grant.status_write() && !fast_not_ready && !legacy {
         return Some(
             "only FAST_NOT_READY=true and the legacy mode write nodes/status; the kubernetes-rbac module's grant_node_status=false drops it",
         );
     }
-    if legacy_only(resource, verb) && !legacy {
+    if grant.legacy_only() && !legacy {
         return Some("only the legacy mode deletes VolumeAttachments");
     }
     None
@@ -517,67 +488,28 @@ async fn permissions(
     mode: Option<FenceMode>,
     checks: &mut Vec<Check>,
 ) {
-    let ns = config.policy.control_namespace.as_str();
-    let cluster_wide = KUBERNETES_RULES
-        .iter()
-        .flat_map(|(g, r, verbs)| verbs.iter().map(move |v| (*g, *r, *v, None)));
-    let namespaced = CONTROL_RULES.iter().flat_map(|(g, r, verbs)| {
-        verbs.iter().map(move |v| {
-            // Creating cannot name the object; the others are granted by name.
-            let name = (*v != "create").then_some(control::OBJECT_NAME);
-            (*g, *r, *v, Some((ns, name)))
-        })
-    });
-    // The sweep's census is a Lease of its own, granted by its name.
-    let census = ["get", "update"].into_iter().map(|v| {
-        (
-            "coordination.k8s.io",
-            "leases",
-            v,
-            Some((ns, Some(control::CENSUS_NAME))),
+    let fast = config.policy.fast_not_ready;
+    for grant in grants::all(&config.policy.control_namespace) {
+        let answer = can(
+            client,
+            grant.group,
+            grant.resource,
+            grant.verb,
+            grant.scope(),
         )
-    });
-    let node_leases = NODE_LEASE_RULES.iter().flat_map(|(g, r, verbs)| {
-        verbs
-            .iter()
-            .map(move |v| (*g, *r, *v, Some((NODE_LEASE_NAMESPACE, None))))
-    });
-    let all = cluster_wide
-        .chain(namespaced)
-        .chain(census)
-        .chain(node_leases);
-    for (group, resource, verb, scope) in all {
-        let what = match scope {
-            None => format!("{verb} {resource}"),
-            Some((ns, Some(control::CENSUS_NAME))) => {
-                format!("{verb} {resource} in {ns} ({})", control::CENSUS_NAME)
-            }
-            Some((ns, _)) => format!("{verb} {resource} in {ns}"),
-        };
-        let what = if group.is_empty() {
-            what
-        } else {
-            what.replacen(resource, &format!("{resource}.{group}"), 1)
-        };
-        let answer = can(client, group, resource, verb, scope).await;
+        .await;
         checks.push(match answer {
-            Ok(true) => match unneeded((resource, verb, scope), mode, config.policy.fast_not_ready)
-            {
+            Ok(true) => match unneeded(&grant, mode, fast) {
                 Some(drop) => row(
-                    what,
+                    grant.what(),
                     Status::Pass,
                     format!("allowed; this configuration does not need it ({drop})"),
                 ),
-                None => row(what, Status::Pass, "allowed"),
+                None => row(grant.what(), Status::Pass, "allowed"),
             },
-            Ok(false) => denied(
-                what,
-                (resource, verb, scope),
-                mode,
-                config.policy.fast_not_ready,
-            ),
+            Ok(false) => denied(&grant, mode, fast),
             Err(e) => failed(
-                what,
+                grant.what(),
                 format!("could not ask: {e}"),
                 "allow SelfSubjectAccessReviews (system:basic-user does by default)",
             ),
@@ -647,22 +579,20 @@ mod tests {
         assert!(ok.to_table().ends_with("preflight passed\n"));
     }
 
-    #[test]
-    fn only_attachment_deletes_are_legacy_only() {
-        assert!(!legacy_only("pods", "list"));
-        assert!(!legacy_only("pods", "delete"));
-        assert!(legacy_only("volumeattachments", "delete"));
-        assert!(!legacy_only("volumeattachments", "list"));
-        assert!(!legacy_only("nodes", "patch"));
-    }
-
     /// Issue 45, item 10: a grant the configuration never uses is named,
     /// with the module variable that drops it; one it uses is not.
     #[test]
     fn the_grants_a_configuration_does_not_need_are_named() {
-        let status = ("nodes/status", "patch", None);
-        let leases = ("leases", "get", Some((NODE_LEASE_NAMESPACE, None)));
-        let detach = ("volumeattachments", "delete", None);
+        let grant = |what: &str| {
+            grants::all("kube-system")
+                .into_iter()
+                .find(|g| g.what() == what)
+                .unwrap_or_else(|| panic!("no grant {what}"))
+        };
+        let status = &grant("patch nodes/status");
+        let leases = &grant("get leases.coordination.k8s.io in kube-node-lease");
+        let detach = &grant("delete volumeattachments.storage.k8s.io");
+        let patch = &grant("patch nodes");
         let taint = Some(FenceMode::Taint);
         let legacy = Some(FenceMode::Legacy);
         let dropped = |grant, mode, fast| unneeded(grant, mode, fast).unwrap_or_default();
@@ -675,7 +605,7 @@ mod tests {
             (status, legacy, false),
             (leases, taint, true),
             (detach, legacy, false),
-            (("nodes", "patch", None), taint, false),
+            (patch, taint, false),
         ] {
             assert_eq!(
                 unneeded(grant, mode, fast),

@@ -15,8 +15,8 @@
 //! without a token costs its headers, whatever it sends after them.
 //!
 //! On-premises, `METRICS_PORT` adds Prometheus' `/metrics` on a port of its
-//! own, and a sweep of its own (`SWEEP_INTERVAL_SECONDS`) comes with the
-//! witness round of every Node's BMC on the same schedule.
+//! own, and a sweep of its own (`SWEEP_INTERVAL_SECONDS`), which ends, as
+//! every sweep does, with the witness round of every Node's machine.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -123,8 +123,6 @@ pub async fn serve(port: u16) -> Result<(), String> {
             "sweeping on a schedule of its own"
         );
         local.spawn_local(sweep_every(server.clone(), every));
-        #[cfg(feature = "redfish")]
-        local.spawn_local(witness_every(server.clone(), every));
     }
     local
         .run_until(accept(listener, server, Listener::Triggers))
@@ -139,54 +137,6 @@ enum Listener {
     /// `/metrics` alone, on a port of its own: Prometheus' scrape never
     /// shares the webhook's port, which may face the internet.
     Metrics,
-}
-
-/// The witness of every Node's machine, looked at every `every`, the first
-/// right away, beside the sweeps and never holding one up: a round over
-/// many BMCs takes its time, and a fencing must not wait for it.
-#[cfg(feature = "redfish")]
-async fn witness_every(server: Rc<Server>, every: std::time::Duration) {
-    let mut ticks = tokio::time::interval(every);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut known = crate::core::rules::witness::Known::new();
-    loop {
-        ticks.tick().await;
-        let correlation_id = uuid::Uuid::new_v4().to_string();
-        let span = info_span!("witness", correlation_id = %correlation_id);
-        let round = server
-            .app
-            .witness_round(&known, &correlation_id)
-            .instrument(span)
-            .await;
-        match round {
-            None => return,
-            Some(Ok(round)) => {
-                let failing = round.iter().filter(|w| w.verdict.is_err()).count();
-                info!(
-                    correlation_id,
-                    machines = round.len(),
-                    failing,
-                    "witness round done"
-                );
-                if let Some(registry) = server.app.prometheus()
-                    && let Ok(mut registry) = registry.lock()
-                {
-                    registry.record_witnesses(&round, unix_now());
-                }
-                known = crate::core::rules::witness::known_after(&round);
-            }
-            Some(Err(e)) => {
-                warn!(correlation_id, error = %e, "the witness round failed; the next one retries")
-            }
-        }
-    }
-}
-
-/// The Unix time, in seconds.
-fn unix_now() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64())
 }
 
 /// Runs the sweep every `every`, the first right away: off-cluster, where
@@ -218,7 +168,7 @@ async fn sweep_every(server: Rc<Server>, every: std::time::Duration) {
         if let Some(registry) = server.app.prometheus()
             && let Ok(mut registry) = registry.lock()
         {
-            registry.record_sweep(result, unix_now());
+            registry.record_sweep(result, crate::entry::witness::unix_now());
         }
     }
 }

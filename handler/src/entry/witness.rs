@@ -1,13 +1,15 @@
-//! The witness rounds: every Node in reach is looked at on its machine's
-//! provider as a fencing would look at it, and judged ([`witness::judge`]);
-//! each change is an Event on the Node. On-premises, `serve` runs a round
-//! over the BMCs on its sweep's schedule, as a task of its own, and its
-//! verdicts are `/metrics`' gauges ([`App::witness_round`]). In the clouds,
-//! every sweep ends with a round over the EC2 instances and Compute Engine
-//! VMs ([`App::cloud_witness`]): its verdicts are in the sweep's report, and
-//! what it told is kept in a Lease of the control namespace, so that the
-//! next invocation, with no memory of this one, tells only what changed.
-//! Nothing else is written: no taint, no mark, no power-off.
+//! The witness round that ends every sweep, on every entry point (the
+//! scheduled sweep on Lambda, `/sweep` on Cloud Run, `serve`'s own
+//! schedule, `node-fencer sweep`): every Node in reach is looked at on its
+//! machine's provider (EC2, Compute Engine, the inventory's BMCs) as a
+//! fencing would look at it, and judged ([`witness::judge`]); the
+//! Kubernetes grants a fencing needs are asked again, one
+//! SelfSubjectAccessReview per verb. Each change is an Event on the Node
+//! and a notice; what was told is kept in a Lease of the control
+//! namespace, so that the next invocation, with no memory of this one,
+//! tells only what changed; the verdicts are in the sweep's report, its
+//! metrics, and `/metrics`' gauges where `serve` keeps them. Nothing else
+//! is written: no taint, no mark, no power-off.
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -19,34 +21,21 @@ use crate::core::model::facts::NodeFacts;
 use crate::core::model::instance::{InstanceId, Provider};
 use crate::core::outbound::events::{NodeEvent, event_name};
 use crate::core::outbound::report::{WitnessChange, WitnessSummary};
+use crate::core::rules::mode;
 use crate::core::rules::reach::Reach;
 use crate::core::rules::witness::{self, Witnessed};
+use crate::core::settings::grants::{self, Grant};
 use crate::entry::app::App;
 use crate::shell::cloud::witness::{CloudLook, look_ec2};
-use crate::shell::cluster::{ClusterReads, FencingWrites, Kube};
+use crate::shell::cluster::{ClusterReads, FencingWrites, Kube, denied};
 #[cfg(feature = "redfish")]
 use {
-    crate::core::rules::identity,
-    crate::core::rules::witness::{Known, Look},
-    crate::shell::cloud::census::LeaseCensus,
-    crate::shell::cloud::redfish::Redfish,
+    crate::core::rules::identity, crate::core::rules::witness::Look,
+    crate::shell::cloud::census::LeaseCensus, crate::shell::cloud::redfish::Redfish,
 };
 
 #[cfg(feature = "redfish")]
 impl App {
-    /// One round over every Node the inventory places and `NODE_SELECTOR`
-    /// reaches; `known` is what the round before saw, against which the
-    /// changes are told as Events under `correlation_id`. `None` without an
-    /// inventory.
-    pub async fn witness_round(
-        &self,
-        known: &Known,
-        correlation_id: &str,
-    ) -> Option<Result<Vec<Witnessed>, String>> {
-        let onprem = self.onprem.as_ref()?;
-        Some(self.witness_with(&onprem.bmcs, known, correlation_id).await)
-    }
-
     /// Where the census of the inventory's UUIDs outlives the process: the
     /// witness Lease in the control namespace.
     pub(super) fn census_store(&self, cluster: &Kube) -> std::sync::Arc<LeaseCensus> {
@@ -55,35 +44,6 @@ impl App {
             namespace: self.config().policy.control_namespace.clone(),
             holder: self.reporter.clone(),
         })
-    }
-
-    async fn witness_with(
-        &self,
-        bmcs: &Redfish,
-        known: &Known,
-        correlation_id: &str,
-    ) -> Result<Vec<Witnessed>, String> {
-        let client = self.clients.kube().await.map_err(|e| e.to_string())?;
-        let inventory = self.onprem.as_ref().map(|o| o.inventory.clone());
-        let cluster = Kube::new(client, self.reporter.clone())
-            .sharing_version(self.server_version.clone())
-            .placing(inventory);
-        let nodes = cluster.list_nodes().await.map_err(|e| e.to_string())?;
-        let config = self.config();
-        let census = self.census_store(&cluster);
-        bmcs.census_kept_in(census.clone());
-        let active = config.policy.active_fencing.is_some();
-        let round = look_at(bmcs, &nodes, &config.policy.reach, active).await;
-        // DRY_RUN changes nothing, Events and the census' record included:
-        // the log and the metric still tell.
-        let record = !config.policy.dry_run;
-        if record {
-            bmcs.keep_census(census.as_ref()).await;
-        }
-        for change in witness::changes(known, &round) {
-            tell(&cluster, change, record, correlation_id).await;
-        }
-        Ok(round)
     }
 }
 
@@ -137,19 +97,19 @@ pub(crate) async fn look_at(
 const DEADLINE_MARGIN: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl App {
-    /// The round over the clouds' machines that ends a sweep: what it
-    /// found, for the sweep's report. `record`: whether the changes are
-    /// told as Events and kept (not in a dry run). A round that cannot run
-    /// says why in its summary; it never fails the sweep.
-    /// `deadline`: the invocation's, which the round never outlasts.
-    pub(super) async fn cloud_witness(
+    /// The round that ends a sweep: what it found, for the sweep's report.
+    /// `record`: whether the changes are told as Events and kept (not in a
+    /// dry run). A round that cannot run says why in its summary; it never
+    /// fails the sweep. `deadline`: the invocation's, which the round never
+    /// outlasts.
+    pub(super) async fn sweep_witness(
         &self,
         correlation_id: &str,
         record: bool,
         deadline: Option<tokio::time::Instant>,
     ) -> WitnessSummary {
         let outcome = match deadline {
-            None => self.cloud_round(correlation_id, record, None).await,
+            None => self.round(correlation_id, record, None).await,
             Some(deadline) => match deadline
                 .checked_sub(DEADLINE_MARGIN)
                 .filter(|until| *until > tokio::time::Instant::now())
@@ -157,12 +117,11 @@ impl App {
                 None => Err("not run: the sweep left too little of the invocation's time".into()),
                 // The round stops telling in time to keep what it told; the
                 // timeout is for a look or a read that outlasts the rest.
-                Some(until) => tokio::time::timeout_at(
-                    until,
-                    self.cloud_round(correlation_id, record, Some(until)),
-                )
-                .await
-                .unwrap_or_else(|_| Err("cut short by the invocation's deadline".into())),
+                Some(until) => {
+                    tokio::time::timeout_at(until, self.round(correlation_id, record, Some(until)))
+                        .await
+                        .unwrap_or_else(|_| Err("cut short by the invocation's deadline".into()))
+                }
             },
         };
         outcome.unwrap_or_else(|error| {
@@ -174,30 +133,82 @@ impl App {
         })
     }
 
-    async fn cloud_round(
+    async fn round(
         &self,
         correlation_id: &str,
         record: bool,
         until: Option<tokio::time::Instant>,
     ) -> Result<WitnessSummary, String> {
         let client = self.clients.kube().await.map_err(|e| e.to_string())?;
-        let cluster =
-            Kube::new(client, self.reporter.clone()).sharing_version(self.server_version.clone());
+        let cluster = Kube::new(client.clone(), self.reporter.clone())
+            .sharing_version(self.server_version.clone())
+            .placing(self.onprem.as_ref().map(|o| o.inventory.clone()));
         let nodes = cluster.list_nodes().await.map_err(|e| e.to_string())?;
         let config = self.config();
         let active = config.policy.active_fencing.is_some();
-        let round = self
-            .look_at_clouds(&nodes, &config.policy.reach, active)
+        let mut round = self
+            .look_at_machines(&cluster, &nodes, &config.policy.reach, active)
             .await;
-        if round.is_empty() {
-            return Ok(WitnessSummary::of(&round, Vec::new()));
-        }
+        let denied = self.denied_grants(&client, &cluster).await;
+        witness::denied_by_kubernetes(&mut round, &denied);
         let failing = round.iter().filter(|w| w.verdict.is_err()).count();
-        info!(machines = round.len(), failing, "witness round done");
-        if !record {
-            return Ok(WitnessSummary::of(&round, Vec::new()));
+        info!(machines = round.len(), failing, denied = ?denied, "witness round done");
+        if let Some(registry) = self.prometheus()
+            && let Ok(mut registry) = registry.lock()
+        {
+            registry.record_witnesses(&round, unix_now());
         }
-        let namespace = &config.policy.control_namespace;
+        // DRY_RUN changes nothing, Events and the census' record included:
+        // the log and the metrics still tell.
+        #[cfg(feature = "redfish")]
+        if let (Some(onprem), true) = (&self.onprem, record) {
+            let store = self.census_store(&cluster);
+            onprem.bmcs.keep_census(store.as_ref()).await;
+        }
+        let mut summary = if round.is_empty() || !record {
+            WitnessSummary::of(&round, Vec::new())
+        } else {
+            self.tell_changes(&cluster, &round, correlation_id, until)
+                .await
+        };
+        summary.kubernetes_denied = denied;
+        Ok(summary)
+    }
+
+    /// The needed Kubernetes grants this identity is denied, as a person
+    /// reads them; none when they cannot be asked (the log says why): a
+    /// round that could not ask is no proof of a loss.
+    async fn denied_grants(&self, client: &kube::Client, cluster: &Kube) -> Vec<String> {
+        let config = self.config();
+        let mode = cluster
+            .server_version()
+            .await
+            .ok()
+            .map(|version| mode::choose(config.policy.mode, version));
+        let fast = config.policy.fast_not_ready;
+        let required: Vec<Grant> = grants::all(&config.policy.control_namespace)
+            .into_iter()
+            .filter(|g| g.required(mode, fast))
+            .collect();
+        match denied(client, &required).await {
+            Ok(denied) => denied.into_iter().map(Grant::what).collect(),
+            Err(e) => {
+                warn!(error = %e, "the witness round could not ask Kubernetes for node-fencer's grants");
+                Vec::new()
+            }
+        }
+    }
+
+    /// Tells the changes of `round` against the record the cluster keeps,
+    /// then keeps what was told; the summary, with what went wrong.
+    async fn tell_changes(
+        &self,
+        cluster: &Kube,
+        round: &[Witnessed],
+        correlation_id: &str,
+        until: Option<tokio::time::Instant>,
+    ) -> WitnessSummary {
+        let namespace = &self.config().policy.control_namespace;
         let kept = cluster.read_witness_record(namespace).await;
         let known = match &kept {
             Ok(text) => text
@@ -207,15 +218,15 @@ impl App {
             Err(e) => {
                 // Without what was told before, every failure would be told
                 // again at each sweep: this round tells nothing.
-                let mut summary = WitnessSummary::of(&round, Vec::new());
+                let mut summary = WitnessSummary::of(round, Vec::new());
                 summary.error = Some(format!("the witness record could not be read: {e}"));
-                return Ok(summary);
+                return summary;
             }
         };
-        let (changes, held) = witness::fitting(&known, &round, witness::changes(&known, &round));
+        let (changes, held) = witness::fitting(&known, round, witness::changes(&known, round));
         let stop = until.and_then(|until| until.checked_sub(RECORD_MARGIN));
         let told = tell_all(&changes, stop, |change| {
-            tell(&cluster, change, true, correlation_id)
+            tell(cluster, change, correlation_id)
         })
         .await;
         let untold = held + changes.len() - told.len();
@@ -228,11 +239,11 @@ impl App {
         }
         let names: BTreeSet<&str> = told.iter().copied().map(|w| w.node.as_str()).collect();
         let mut summary =
-            WitnessSummary::of(&round, told.into_iter().map(WitnessChange::of).collect());
+            WitnessSummary::of(round, told.into_iter().map(WitnessChange::of).collect());
         summary.untold = untold;
         // Written only when it changes: a fleet whose witnesses all serve
         // never creates it.
-        let now = witness::record_text(&witness::known_told(&known, &round, &names));
+        let now = witness::record_text(&witness::known_told(&known, round, &names));
         let before = kept.ok().flatten().unwrap_or_else(|| "{}".into());
         if before != now
             && let Err(e) = cluster
@@ -241,7 +252,29 @@ impl App {
         {
             summary.error = Some(format!("the witness record could not be written: {e}"));
         }
-        Ok(summary)
+        summary
+    }
+
+    /// Each of `nodes` that `reach` reaches, judged on what its machine's
+    /// provider answers: EC2, Compute Engine, and the inventory's BMCs.
+    async fn look_at_machines(
+        &self,
+        cluster: &Kube,
+        nodes: &[NodeFacts],
+        reach: &Reach,
+        active: bool,
+    ) -> Vec<Witnessed> {
+        let round = self.look_at_clouds(nodes, reach, active).await;
+        #[cfg(feature = "redfish")]
+        if let Some(onprem) = &self.onprem {
+            // Read at the first round: a restart forgets no UUID.
+            onprem.bmcs.census_kept_in(self.census_store(cluster));
+            let bmcs = look_at(&onprem.bmcs, nodes, reach, active).await;
+            return [round, bmcs].concat();
+        }
+        #[cfg(not(feature = "redfish"))]
+        let _ = cluster;
+        round
     }
 
     /// Each of `nodes` that `reach` reaches and whose machine is an EC2
@@ -303,6 +336,13 @@ impl App {
     }
 }
 
+/// The Unix time, in seconds.
+pub(crate) fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
 /// How many Events a round writes at once: a fleet-wide change (a role
 /// that lost a permission) is one per Node.
 const TELL_AT_ONCE: usize = 8;
@@ -350,9 +390,9 @@ where
     told
 }
 
-/// The change of one Node's witness, as a log line and, when `record`,
-/// an Event on the Node.
-async fn tell(cluster: &Kube, change: &Witnessed, record: bool, correlation_id: &str) {
+/// The change of one Node's witness, as a log line and an Event on the
+/// Node.
+async fn tell(cluster: &Kube, change: &Witnessed, correlation_id: &str) {
     let event = match &change.verdict {
         Err(failing) => {
             warn!(node = %change.node, machine = %change.machine, reason = failing.reason.code(), detail = %failing.detail, "the witness of this Node's machine fails");
@@ -363,9 +403,6 @@ async fn tell(cluster: &Kube, change: &Witnessed, record: bool, correlation_id: 
             NodeEvent::witness_restored(&change.machine)
         }
     };
-    if !record {
-        return;
-    }
     let name = event_name(&change.node, event.reason, correlation_id);
     if let Err(e) = cluster.node_event(&change.node, &event, &name).await {
         warn!(node = %change.node, error = %e, "the witness's Event could not be recorded");

@@ -625,8 +625,25 @@ async fn preflight_reports_every_permission_and_names_the_missing_one() -> anyho
     let fencer = s.fencer().await?;
     wait_for_rbac(&fencer, "patch", "", "nodes", false).await?;
     let out = invoke(emu, json!({"action": "preflight"})).await?;
+    // Issue 58: every sweep's witness round asks the grants again, so the
+    // role's loss is told on a quiet day, not at the next node's death.
+    let swept = invoke(emu, json!({"action": "sweep"})).await?;
     restore_rbac(s).await?;
     wait_for_rbac(&fencer, "patch", "", "nodes", true).await?;
+    let restored = invoke(emu, json!({"action": "sweep"})).await?;
+    let witness = |out: &Invocation| report(out)["witness"].clone();
+    assert_eq!(
+        witness(&swept)["kubernetes_denied"],
+        json!(["patch nodes"]),
+        "{}",
+        swept.output
+    );
+    assert_eq!(
+        witness(&restored).get("kubernetes_denied"),
+        None,
+        "{}",
+        restored.output
+    );
     let p = report(&out);
     assert_eq!(p["passed"], false, "{p:#}");
     let failed: Vec<&Value> = p["checks"]

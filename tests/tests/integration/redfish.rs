@@ -449,7 +449,10 @@ async fn a_uuid_two_systems_serve_ties_a_node_to_neither() -> anyhow::Result<()>
 /// other machines: each Node whose System is `Off` with a UUID of its own
 /// is fenced, by one process and then by another (a restart between), and
 /// preflight fails the two BMCs that cannot serve their own machines. Before
-/// the fix, every such Node was refused `instance_not_found`.
+/// the fix, every such Node was refused `instance_not_found`. The sweep of
+/// the command line ends with the witness round over the BMCs, as every
+/// sweep does: each of the two gets its own `WitnessFailing` Warning, told
+/// once over two sweeps (kept in the witness Lease across processes).
 #[tokio::test]
 async fn a_dark_bmc_holds_back_only_its_own_machine() -> anyhow::Result<()> {
     let _g = serial().await;
@@ -472,8 +475,8 @@ async fn a_dark_bmc_holds_back_only_its_own_machine() -> anyhow::Result<()> {
     let (node_1, _c1) = bmc_node(s, &first.name, &first.uuid).await?;
     let (node_2, _c2) = bmc_node(s, &second.name, &second.uuid).await?;
     // The Nodes of the two machines whose BMCs cannot answer.
-    let (_, _c3) = bmc_node(s, &dark.name, &dark.uuid).await?;
-    let (_, _c4) = bmc_node(s, &refusing.name, &refusing.uuid).await?;
+    let (node_3, _c3) = bmc_node(s, &dark.name, &dark.uuid).await?;
+    let (node_4, _c4) = bmc_node(s, &refusing.name, &refusing.uuid).await?;
     let credentials = bmc.credentials_dir(None)?;
     bmc_refusing.credentials_in(&credentials, "refusing", Some("a-password-it-refuses"))?;
     let inventory = bmc.dir.join("inventory.json");
@@ -523,6 +526,58 @@ async fn a_dark_bmc_holds_back_only_its_own_machine() -> anyhow::Result<()> {
         preflight.to_string().contains("2 of 4 Node(s)"),
         "{preflight:#}"
     );
+
+    // Only this test's Nodes: the bare stack's others leave Nodes about.
+    let selector = format!(
+        "{NODE_LABEL} in ({},{},{},{})",
+        first.name, second.name, dark.name, refusing.name
+    );
+    let env = [("NODE_SELECTOR", selector.as_str())];
+    let sweep = || cli_with(s, (&inventory, &credentials), false, &["sweep"], &env);
+    let (_, first_sweep) = sweep()?;
+    let (_, second_sweep) = sweep()?;
+    let failing = |report: &Value| -> Vec<(String, String)> {
+        report["witness"]["failing"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|f| (f["node"].to_string(), f["reason"].to_string()))
+            .collect()
+    };
+    let expected = vec![
+        (json!(node_3).to_string(), json!("unreachable").to_string()),
+        (json!(node_4).to_string(), json!("unauthorized").to_string()),
+    ];
+    let mut seen = failing(&first_sweep);
+    seen.sort();
+    assert_eq!(seen, expected, "{first_sweep:#}");
+    assert_eq!(
+        first_sweep["witness"]["changes"].as_array().map(Vec::len),
+        Some(2),
+        "{first_sweep:#}"
+    );
+    assert_eq!(
+        second_sweep["witness"]["changes"],
+        json!([]),
+        "told once: {second_sweep:#}"
+    );
+    let admin = s.admin().await?;
+    for (node, reason) in [(&node_3, "unreachable"), (&node_4, "unauthorized")] {
+        let events = node_events(&admin, node).await?;
+        let warned: Vec<_> = events
+            .iter()
+            .filter(|(r, _)| r == "WitnessFailing")
+            .collect();
+        assert_eq!(warned.len(), 1, "{node}: {events:?}");
+        assert!(warned[0].1.contains(reason), "{node}: {warned:?}");
+    }
+    for node in [&node_1, &node_2] {
+        let events = node_events(&admin, node).await?;
+        assert!(
+            !events.iter().any(|(r, _)| r == "WitnessFailing"),
+            "{node}: {events:?}"
+        );
+    }
     Ok(())
 }
 

@@ -360,6 +360,10 @@ pub struct WitnessSummary {
     /// or the invocation's time spent. `failing` lists them all the same.
     #[serde(skip_serializing_if = "is_zero")]
     pub untold: usize,
+    /// The Kubernetes grants a fencing needs that the round found denied
+    /// (`patch nodes`), each failing every Node's witness.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub kubernetes_denied: Vec<String>,
     /// Why the round could not run to its end (its Events unsent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -439,6 +443,13 @@ impl WitnessSummary {
                 f.node, f.machine, f.reason, f.detail, f.fix
             );
         }
+        if !self.kubernetes_denied.is_empty() {
+            let _ = writeln!(
+                out,
+                "  Kubernetes denies: {}",
+                self.kubernetes_denied.join(", ")
+            );
+        }
         if self.untold > 0 {
             let _ = writeln!(
                 out,
@@ -475,6 +486,7 @@ impl WitnessSummary {
             failing,
             changes,
             untold: 0,
+            kubernetes_denied: Vec::new(),
             error: None,
         }
     }

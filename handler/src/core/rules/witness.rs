@@ -45,13 +45,16 @@ pub enum Reason {
     /// Active fencing could not power it off: no `ForceOff` reset, or a
     /// reset target outside the System.
     NoForceOff,
+    /// Kubernetes denies node-fencer a verb every fencing uses (a role
+    /// binding removed, a ClusterRole edited): no Node can be fenced.
+    KubernetesDenied,
     /// Any other failure.
     Failed,
 }
 
 impl Reason {
     /// Every reason, for the metric's catalog and the rules' tests.
-    pub const ALL: [Reason; 9] = [
+    pub const ALL: [Reason; 10] = [
         Self::Unreachable,
         Self::Unauthorized,
         Self::TlsRejected,
@@ -60,6 +63,7 @@ impl Reason {
         Self::NotOwnMachine,
         Self::IdentityInDoubt,
         Self::NoForceOff,
+        Self::KubernetesDenied,
         Self::Failed,
     ];
 
@@ -74,12 +78,16 @@ impl Reason {
             Self::NotOwnMachine => "not_own_machine",
             Self::IdentityInDoubt => "identity_in_doubt",
             Self::NoForceOff => "no_force_off",
+            Self::KubernetesDenied => "kubernetes_denied",
             Self::Failed => "failed",
         }
     }
 
     /// What mends it on `provider`, for the Event and the notice.
     pub fn fix(self, provider: Provider) -> &'static str {
+        if self == Self::KubernetesDenied {
+            return "apply infra/kubernetes/rbac.yaml (or the kubernetes-rbac module) for node-fencer's group; run preflight for the verbs";
+        }
         match provider {
             Provider::Redfish => self.bmc_fix(),
             Provider::Aws | Provider::Gce => self.cloud_fix(provider),
@@ -121,7 +129,7 @@ impl Reason {
             Self::NoForceOff => {
                 "active fencing needs compute.instances.stop: set active_fencing = true in infra/modules/node-fencer-gcp"
             }
-            Self::Failed => "see the detail",
+            Self::KubernetesDenied | Self::Failed => "see the detail",
         }
     }
 
@@ -147,7 +155,7 @@ impl Reason {
                 "give each board a UUID of its own (the vendor's tool writes SMBIOS; a VM's definition sets it)"
             }
             Self::NoForceOff => "active fencing needs a ForceOff reset under the System's own path",
-            Self::Failed => "see the detail",
+            Self::KubernetesDenied | Self::Failed => "see the detail",
         }
     }
 
@@ -273,6 +281,25 @@ impl Witnessed {
     /// The failure's reason, `None` when the witness serves.
     pub fn reason(&self) -> Option<Reason> {
         self.verdict.as_ref().err().map(|f| f.reason)
+    }
+}
+
+/// `round` as a fencing would find it while Kubernetes denies node-fencer
+/// the grants `denied` names (as a person reads them): no Node can be
+/// fenced then, so each witness that serves fails for it. One that fails
+/// already keeps its own reason, its machine's to mend; the round's
+/// summary names the grants all the same.
+pub fn denied_by_kubernetes(round: &mut [Witnessed], denied: &[String]) {
+    if denied.is_empty() {
+        return;
+    }
+    let detail = format!("Kubernetes denies node-fencer: {}", denied.join(", "));
+    for witnessed in round.iter_mut().filter(|w| w.verdict.is_ok()) {
+        witnessed.verdict = Err(Failing {
+            reason: Reason::KubernetesDenied,
+            detail: detail.clone(),
+            fix: Reason::KubernetesDenied.fix(Provider::Aws),
+        });
     }
 }
 
@@ -760,6 +787,29 @@ mod tests {
         let codes: std::collections::BTreeSet<&str> =
             Reason::ALL.iter().map(|r| r.code()).collect();
         assert_eq!(codes.len(), Reason::ALL.len());
+    }
+
+    /// Issue 58: a role that lost a verb every fencing uses fails every
+    /// Node's witness, on every provider; a machine's own failure stays.
+    #[test]
+    fn a_grant_kubernetes_denies_fails_every_witness_that_serves() {
+        let mut round = [
+            witnessed("a", None),
+            witnessed("b", Some(Reason::Unreachable)),
+        ];
+        denied_by_kubernetes(&mut round, &[]);
+        assert_eq!(round[0].reason(), None, "nothing denied: no change");
+        denied_by_kubernetes(&mut round, &["patch nodes".into(), "delete pods".into()]);
+        assert_eq!(round[0].reason(), Some(Reason::KubernetesDenied));
+        assert_eq!(round[1].reason(), Some(Reason::Unreachable));
+        let failing = round[0].verdict.as_ref().unwrap_err();
+        assert_eq!(
+            failing.detail,
+            "Kubernetes denies node-fencer: patch nodes, delete pods"
+        );
+        for provider in [Provider::Aws, Provider::Gce, Provider::Redfish] {
+            assert!(Reason::KubernetesDenied.fix(provider).contains("rbac.yaml"));
+        }
     }
 
     fn witnessed(node: &str, reason: Option<Reason>) -> Witnessed {

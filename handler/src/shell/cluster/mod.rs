@@ -37,6 +37,7 @@ use crate::core::rules::mode::ServerVersion;
 use crate::core::rules::retry::{self, KUBERNETES};
 use crate::core::rules::silence::{self, LeaseRead, MarkPatch};
 use crate::core::rules::view::Census;
+use crate::core::settings::grants::Grant;
 use crate::core::settings::redfish::Inventory;
 use crate::shell::slim;
 
@@ -721,6 +722,30 @@ pub async fn can(
         .create(&PostParams::default(), &review)
         .await?;
     Ok(answer.status.is_some_and(|s| s.allowed))
+}
+
+/// How many SelfSubjectAccessReviews a witness round sends at once.
+const ASKED_AT_ONCE: usize = 8;
+
+/// Of `grants`, those Kubernetes denies `client`, in their order; the first
+/// error when one could not be asked.
+pub async fn denied<'g>(
+    client: &Client,
+    grants: &'g [Grant],
+) -> Result<Vec<&'g Grant>, kube::Error> {
+    use futures::StreamExt as _;
+    let answers: Vec<Result<bool, kube::Error>> = futures::stream::iter(grants)
+        .map(|g| can(client, g.group, g.resource, g.verb, g.scope()))
+        .buffered(ASKED_AT_ONCE)
+        .collect()
+        .await;
+    let mut denied = Vec::new();
+    for (grant, answer) in grants.iter().zip(answers) {
+        if !answer? {
+            denied.push(grant);
+        }
+    }
+    Ok(denied)
 }
 
 #[cfg(test)]
