@@ -13,7 +13,7 @@ export CARGO_TERM_COLOR ?= never
 TOOLS := source "$(CACHE)/env.sh"
 STACK_DIR ?= $(CURDIR)/tests/.stack
 
-.PHONY: help setup fmt lint lint-build unit test infra-test gce-test redfish-test manifest fuzz run bench bench-budget package stack-up stack-down clean
+.PHONY: help setup fmt lint lint-build lint-build-tests lint-build-images unit test infra-test gce-test redfish-test manifest fuzz run bench bench-budget package stack-up stack-down clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -43,12 +43,16 @@ lint: ## rustfmt check and clippy with warnings as errors: the workspace, each s
 # for `make lint` and once built: on 2 cores that check took 17 to 21 minutes
 # of a cold run. `cargo test --no-run` of the workspace builds every target
 # (lib, tests, bins, integration tests: what `--all-targets` checks) with the
-# features unified, every image's; then each shipped build's lib and binary
-# with its own features: Lambda (the build the emulators run, so the tests
-# build nothing of it again), Cloud Run, on-premises, and the core alone. Those
-# four build no test targets: each test build is a full compile of the crate
-# again (about a minute cold on 2 cores), and the tests' code is the same in
-# every image; `make lint` still checks them under each feature set. The
+# features unified, every image's; then the Lambda build's lib and binary
+# with its own features (the build the emulators run, so the tests build
+# nothing of it again): `lint-build-tests`. Then each other shipped build's
+# library with its own features (Cloud Run, on-premises, and the core alone:
+# `lint-build-images`), which `make test` runs beside the integration tests,
+# in its late build: they write no binary the tests start (their `main` is
+# the Lambda build's, 21 lines without a feature of its own; `make lint`
+# checks it under each feature set). Those builds build no test targets:
+# each test build is a full compile of the crate again (about a minute cold
+# on 2 cores), and the tests' code is the same in every image. The
 # integration tests run under the same variables, so nothing is built again
 # between the phases. The fuzz targets are linted by their own build
 # (handler/fuzz/run.sh), which `make test` runs beside the integration tests.
@@ -57,13 +61,17 @@ lint: ## rustfmt check and clippy with warnings as errors: the workspace, each s
 # state costs a quarter of their CPU (the Lambda build of node-fencer, lib and
 # binary: 35 to 40 s of CPU with it, 26 to 29 s without).
 LINTING_BUILD := export RUSTC_WORKSPACE_WRAPPER=clippy-driver CLIPPY_ARGS=-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__ CARGO_INCREMENTAL=0
-lint-build: ## what make test runs for the lint: rustfmt check, then the workspace's test build and each shipped build, compiled by clippy's driver (warnings denied)
+lint-build: lint-build-tests lint-build-images ## what make test runs for the lint: rustfmt check, then the workspace's test build and each shipped build, compiled by clippy's driver (warnings denied)
+
+lint-build-tests:
 	cargo fmt --all --check
 	cargo fmt --manifest-path handler/fuzz/Cargo.toml --check
 	$(LINTING_BUILD) && cargo test --workspace --locked --no-run
 	$(LINTING_BUILD) && cargo build -p node-fencer --locked --bins
-	$(LINTING_BUILD) && cargo build -p node-fencer --features serve,google-cloud --locked --bins
-	$(LINTING_BUILD) && cargo build -p node-fencer --features serve,redfish --locked --bins
+
+lint-build-images:
+	$(LINTING_BUILD) && cargo build -p node-fencer --features serve,google-cloud --locked --lib
+	$(LINTING_BUILD) && cargo build -p node-fencer --features serve,redfish --locked --lib
 	$(LINTING_BUILD) && cargo build -p node-fencer --no-default-features --locked --lib
 
 unit: ## the pure core's unit and property tests (no stack needed)
@@ -72,13 +80,14 @@ unit: ## the pure core's unit and property tests (no stack needed)
 # `make test` runs in three phases, each filling both cores of a small machine.
 # 1. The tools the integration tests run from their start (`setup.sh
 #    --skip-checks --skip-old-planes`, [setup] lines) build beside the Rust
-#    builds, which are the lint too (`make lint-build`: the test build and
-#    the Lambda build the emulators run, [cargo] lines): on a cold machine
+#    builds, which are the lint too (`make lint-build-tests`: the test build
+#    and the Lambda build the emulators run, [cargo] lines): on a cold machine
 #    each leaves a core idle for long stretches (rustc on the AWS SDK's
 #    largest crates, the Go linker).
 # 2. The integration tests, whose controllers keep time, with the old control
 #    planes (`setup.sh --only-old-planes`), the tools of the checks after them
-#    (`setup.sh --only-checks`) and the fuzz targets building beside them at the
+#    (`setup.sh --only-checks`), the fuzz targets and the other images' lint
+#    (`make lint-build-images`) building beside them at the
 #    lowest CPU priority ([checks] lines): the tests mostly wait on timers and
 #    leave the cores idle, and a niced build takes only that. The legacy and
 #    1.15 tests wait for their control plane, and the witness test for
@@ -94,11 +103,11 @@ unit: ## the pure core's unit and property tests (no stack needed)
 # Each runs in a subshell with pipefail, so that its own failure, not its
 # prefixing `sed`'s, is what `wait` reports; a failed phase stops the builds
 # beside it.
-LATE_BUILD := nice -n 19 bash tests/stack/setup.sh --only-old-planes && nice -n 19 bash tests/stack/setup.sh --only-checks && nice -n 19 bash handler/fuzz/run.sh --build
+LATE_BUILD := nice -n 19 bash tests/stack/setup.sh --only-old-planes && nice -n 19 bash tests/stack/setup.sh --only-checks && nice -n 19 bash handler/fuzz/run.sh --build && nice -n 19 $(MAKE) --no-print-directory lint-build-images
 test: ## everything CI runs: lint, unit, integration against the real stack, infra, GCE and Redfish checks, a short fuzz run
 	@echo "==> make test: the stack's tools ([setup] lines) build beside the lint and the Rust builds ([cargo] lines); cached, so only the first run is long"
 	( set -o pipefail; bash tests/stack/setup.sh --skip-checks --skip-old-planes 2>&1 | sed -u 's/^/[setup] /' ) & setup=$$!; \
-	( set -o pipefail; $(MAKE) --no-print-directory lint-build 2>&1 | sed -u 's/^/[cargo] /' ) & cargo=$$!; \
+	( set -o pipefail; $(MAKE) --no-print-directory lint-build-tests 2>&1 | sed -u 's/^/[cargo] /' ) & cargo=$$!; \
 	wait $$setup || { wait $$cargo || true; exit 1; }; \
 	echo "==> the old control planes, the checks' tools and the fuzz targets ([checks] lines) build at the lowest CPU priority, beside the Rust builds and then the integration tests"; \
 	setsid -w bash -c 'set -o pipefail; { $(LATE_BUILD); } 2>&1 | sed -u "s/^/[checks] /"' & checks=$$!; \
