@@ -96,6 +96,9 @@ pub enum Fault {
     Drop,
     /// Forwarded, and the server acts on it, but the answer is lost with the connection.
     ForwardThenDrop,
+    /// Forwarded, and the server acts on it, but its answer is held this
+    /// long on its way back (a caller that gives up first never hears it).
+    ForwardThenHold(Duration),
     /// From this request on, every request's connection is closed unanswered
     /// for this long, as while a server restarts.
     Outage(Duration),
@@ -382,6 +385,11 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Reply, st
         Some(Fault::Delay(d)) => {
             tokio::time::sleep(d).await;
             counted(forward(&shared.upstream, parts, path, body).await)
+        }
+        Some(Fault::ForwardThenHold(d)) => {
+            let answer = forward(&shared.upstream, parts, path, body).await;
+            tokio::time::sleep(d).await;
+            counted(answer)
         }
         None => counted(forward(&shared.upstream, parts, path, body).await),
     }

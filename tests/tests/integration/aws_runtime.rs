@@ -232,6 +232,67 @@ async fn a_timeout_shorter_than_the_wait_for_not_ready_leaves_it_all_to_the_retr
     Ok(())
 }
 
+/// The runtime's deadline, for real: every detach reaches EC2, which
+/// carries it out, but its answer is held past the function's end (a hung
+/// connection). The EC2 client's own budget (30 s, its retries included)
+/// would run past the deadline the detaches were started within, and the
+/// emulator would kill the function mid-call; the detach is cut at the
+/// deadline instead, its answer's reserve kept, and the invocation answers
+/// that its work is left for the retry. The retry, on a fresh process,
+/// finds the volumes detached and finishes the fencing: one taint.
+#[tokio::test]
+async fn a_detach_answered_past_the_deadline_is_cut_before_the_runtime_kills() -> anyhow::Result<()>
+{
+    // Enough to start both detaches (10 s each and a margin) after the
+    // decision, less than the EC2 client's budget for the first.
+    const TIMEOUT: u64 = 40;
+    let _g = cluster_serial().await;
+    let s = cluster_stack();
+    let (admin, proxy, seed, node2) = seed_behind_a_proxy(s).await?;
+    let first = lambda_on(s, TIMEOUT, &proxy, &[])?;
+    kill_node2(s, &seed, false).await?;
+    wait_not_ready(&admin, std::slice::from_ref(&node2), NOT_READY).await?;
+    proxy.inject(
+        Match::ec2("DetachVolume"),
+        Fault::ForwardThenHold(Duration::from_secs(3600)),
+        usize::MAX,
+    );
+    let event = eventbridge_event(&seed.node2().machine.instance, "stopped");
+    let sent = Instant::now();
+    let answer = first.invoke(&event).await?;
+    assert!(
+        !answer.timed_out(),
+        "answered within its time, not killed: {answer:?}"
+    );
+    assert_eq!(
+        answer.error_type().as_deref(),
+        Some("NodeFencer.Incomplete"),
+        "{}",
+        answer.body
+    );
+    assert!(answer.took < Duration::from_secs(TIMEOUT), "{answer:?}");
+    assert!(
+        proxy.ec2_calls("DetachVolume") >= 1,
+        "the detaches were started"
+    );
+    assert_eq!(out_of_service_taints(&admin, &node2).await?, 1, "the taint");
+    drop(first);
+
+    proxy.heal();
+    let retry = lambda_on(s, TIMEOUT, &proxy, &[])?;
+    let answer = retry.invoke(&event).await?;
+    assert_eq!(answer.error_type(), None, "{}", answer.body);
+    assert_eq!(
+        result_for(&answer, &node2)?["taint_applied"],
+        false,
+        "{}",
+        answer.body
+    );
+    assert_fenced_once(s, &seed, &proxy, sent).await?;
+    teardown_seed(&admin, &seed).await;
+    Ok(())
+}
+
 /// The execution environment lost mid-fencing: the taint on, the pods
 /// deleted, the first detach sent but unanswered when the process is
 /// killed. The emulator reports the process's exit; the retry, on the

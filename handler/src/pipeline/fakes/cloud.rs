@@ -32,6 +32,9 @@ struct CloudState {
     describes: usize,
     /// Volumes whose detach is accepted but never completes.
     sticky: Vec<VolumeId>,
+    /// Detaches carried out at once and answered this late (the answer
+    /// held on its way back, as by a hung connection).
+    held_answers: Option<Duration>,
     /// The n-th DescribeInstances (1-based) answers this late.
     slow: Option<(usize, Duration)>,
     /// What DescribeInstanceStatus reports.
@@ -102,6 +105,11 @@ impl FakeCloud {
     /// Before the `nth` DescribeInstances (1-based), `id` turns `state`.
     pub fn on_describe(&self, nth: usize, id: &InstanceId, state: InstanceState) {
         self.lock().changes.push((nth, id.clone(), state));
+    }
+
+    /// Every detach is carried out, and answered only after `pause`.
+    pub fn detach_answers_held(&self, pause: Duration) {
+        self.lock().held_answers = Some(pause);
     }
 
     /// The `nth` DescribeInstances (1-based) answers after `pause`, as EC2
@@ -226,22 +234,31 @@ impl Cloud for FakeCloud {
         if self.calls.call(format!("DetachVolume {volume}")) {
             return Err(error("InternalError"));
         }
-        let mut state = self.lock();
-        if state.sticky.contains(volume) {
-            return Ok(());
-        }
-        let Some(v) = state.volumes.get_mut(volume) else {
-            return Err(error("InvalidVolume.NotFound"));
+        let (answer, held) = {
+            let mut state = self.lock();
+            let held = state.held_answers;
+            let answer = if state.sticky.contains(volume) {
+                Ok(())
+            } else if let Some(v) = state.volumes.get_mut(volume) {
+                let before = v.attachments.len();
+                v.attachments.retain(|a| &a.instance != instance);
+                if v.attachments.len() == before {
+                    Err(error("IncorrectState"))
+                } else {
+                    if v.attachments.is_empty() {
+                        v.state = VolumeState::Available;
+                    }
+                    Ok(())
+                }
+            } else {
+                Err(error("InvalidVolume.NotFound"))
+            };
+            (answer, held)
         };
-        let before = v.attachments.len();
-        v.attachments.retain(|a| &a.instance != instance);
-        if v.attachments.len() == before {
-            return Err(error("IncorrectState"));
+        if let Some(pause) = held {
+            tokio::time::sleep(pause).await;
         }
-        if v.attachments.is_empty() {
-            v.state = VolumeState::Available;
-        }
-        Ok(())
+        answer
     }
 
     async fn status_checks(

@@ -16,7 +16,7 @@ use futures::StreamExt;
 use tracing::{Instrument, info, info_span, warn};
 
 use crate::core::model::facts::{FenceMode, InstanceFacts};
-use crate::core::model::instance::InstanceId;
+use crate::core::model::instance::{InstanceId, VolumeId};
 use crate::core::outbound::events::NodeEvent;
 use crate::core::outbound::metrics;
 use crate::core::rules::plan::{DetachAnswer, NodeRun, Stage};
@@ -26,7 +26,7 @@ use crate::pipeline::invocation::ANSWER_RESERVE;
 use crate::pipeline::invocation::Invocation;
 use crate::pipeline::looks;
 use crate::pipeline::stages::{legacy, pods};
-use crate::shell::cloud::Detach;
+use crate::shell::cloud::{CloudCall, CloudError, Detach};
 
 /// Acts on every tainted run still confirmed off, a few nodes at once.
 pub(crate) async fn run(ctx: &Ctx<'_>, inv: &mut Invocation<'_>) -> Result<(), PipelineError> {
@@ -109,7 +109,7 @@ async fn one(
     if mode == FenceMode::Legacy {
         legacy::attachments(ctx, &node, run).await;
     }
-    detach(ctx, &node, &machine, run).await;
+    detach(ctx, (&node, &machine), run, deadline).await;
 }
 
 /// What a node's detaches may take: a Compute Engine detach is an
@@ -131,8 +131,17 @@ fn budget(run: &NodeRun) -> std::time::Duration {
     std::time::Duration::from_secs(10 + secs)
 }
 
-/// The force-detach of every volume the plan names, for this fencing.
-async fn detach(ctx: &Ctx<'_>, node: &str, machine: &InstanceFacts, run: &mut NodeRun) {
+/// The force-detach of every volume the plan names, for this fencing. A
+/// detach unanswered at `until` (the request's end, its answer's reserve
+/// kept) counts as failed, for the retry: the cloud's own call budget (30
+/// s on EC2, its retries included) may outlast the time the budget check
+/// above found enough, and the runtime would kill the request mid-call.
+async fn detach(
+    ctx: &Ctx<'_>,
+    (node, machine): (&str, &InstanceFacts),
+    run: &mut NodeRun,
+    until: Option<tokio::time::Instant>,
+) {
     run.start_detaching();
     let fencing = run.fencing_at().unwrap_or(&ctx.correlation_id).to_owned();
     let order = Detach {
@@ -143,7 +152,14 @@ async fn detach(ctx: &Ctx<'_>, node: &str, machine: &InstanceFacts, run: &mut No
     let pending: Vec<_> = run.pending().cloned().collect();
     let mut detached = Vec::new();
     for volume in &pending {
-        let answer = match ctx.cloud.detach_volume(volume, &order).await {
+        let call = ctx.cloud.detach_volume(volume, &order);
+        let answered = match until {
+            None => call.await,
+            Some(until) => tokio::time::timeout_at(until, call)
+                .await
+                .unwrap_or_else(|_| Err(unanswered(volume))),
+        };
+        let answer = match answered {
             Ok(()) => {
                 info!(volume = %volume, "force-detach sent");
                 detached.push(volume.to_string());
@@ -175,4 +191,13 @@ async fn detach(ctx: &Ctx<'_>, node: &str, machine: &InstanceFacts, run: &mut No
         ctx.record(node, NodeEvent::volumes_detached(&detached, &machine.id))
             .await;
     }
+}
+
+/// The error of a detach the cloud did not answer before the request's end.
+fn unanswered(volume: &VolumeId) -> CloudError {
+    CloudError::new(
+        volume.provider(),
+        CloudCall::Detach(volume.to_string()),
+        "no answer before the request's end: left for its retry, which finds the volume as the cloud has it",
+    )
 }

@@ -1,6 +1,7 @@
 //! Acting: the third look, the pods, the legacy recipe, the detaches and their verification.
 
 use super::*;
+use crate::pipeline::invocation::ANSWER_RESERVE;
 
 /// Issue 12, item 3: the taint patch, its retries and the Lease lie between
 /// the second look and the detaches.
@@ -497,6 +498,40 @@ async fn detaches_that_may_outlast_the_request_are_left_for_its_retry() {
         w.cloud.volume_state(&volume(1)),
         Some(VolumeState::Available)
     );
+}
+
+/// Issue 58, the runtime's deadlines: a detach the cloud carries out but
+/// answers late (a hung connection; the EC2 client's own budget is 30 s,
+/// its retries included) is cut at the request's end, its answer's reserve
+/// kept, instead of running on until the runtime kills the request. The
+/// retry finds the volume detached and finishes with no second taint.
+/// Before, the request waited for the whole answer.
+#[tokio::test(start_paused = true)]
+async fn a_detach_answered_past_the_request_s_end_is_left_for_the_retry() {
+    let w = World::stopped();
+    w.cloud.detach_answers_held(Duration::from_secs(3600));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(40);
+    let report = w.fence_within(&policy(), deadline).await.unwrap();
+    let answered = tokio::time::Instant::now();
+    assert!(
+        answered + ANSWER_RESERVE <= deadline,
+        "answered {:?} before the deadline",
+        deadline - answered
+    );
+    assert!(report.incomplete(), "{report:#?}");
+    assert_eq!(report.results[0].outcome, Outcome::Failed, "{report:#?}");
+    assert_eq!(w.out_of_service_taints(NODE), 1, "the taint is on");
+    assert_eq!(
+        w.cloud.volume_state(&volume(1)),
+        Some(VolumeState::Available),
+        "the cloud carried the detach out"
+    );
+    // The retry, with an answering cloud: fenced, nothing written twice.
+    w.cloud.detach_answers_held(Duration::ZERO);
+    let later = tokio::time::Instant::now() + Duration::from_secs(300);
+    let report = w.fence_within(&policy(), later).await.unwrap();
+    assert_eq!(report.results[0].outcome, Outcome::Fenced, "{report:#?}");
+    assert_eq!(w.out_of_service_taints(NODE), 1, "one taint");
 }
 
 /// Issue 58, item 5: another invocation's Lease, held past the request's
