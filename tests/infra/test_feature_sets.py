@@ -19,6 +19,12 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 
+# The simulator (tests/sim) runs on tokio's paused clock, its `test-util` feature, which no
+# shipped build carries: with it in the workspace, the test build's tokio, and every crate
+# above it, are compiled apart from the shipped builds' (docs/simulator.md says what that
+# costs). That one difference is allowed; the shipped builds are held to the rest.
+SIMULATOR = "node-fencer-sim"
+
 # The feature sets of the shipped builds (docs/packaging.md).
 SHIPPED = {
     "the Lambda zip": [],
@@ -46,11 +52,24 @@ def drift(tests: set[str], shipped: set[str]) -> list[str]:
 
 @pytest.mark.parametrize("artefact", SHIPPED)
 def test_a_shipped_build_compiles_no_crate_the_tests_did_not(artefact: str):
-    tests = built("--workspace")
+    tests = built("--workspace", "--exclude", SIMULATOR)
     shipped = built("-p", "node-fencer", *SHIPPED[artefact])
     assert drift(tests, shipped) == [], (
         f"{artefact} builds these crates with other features than the tests: give the "
         "feature-unification dependencies of handler/Cargo.toml the features the tests' build has"
+    )
+
+
+def test_the_simulator_adds_nothing_but_tokios_paused_clock():
+    added = built("--workspace") - built("--workspace", "--exclude", SIMULATOR)
+    others = sorted(
+        line for line in added
+        if not line.startswith(f"{SIMULATOR} v")
+        and not (line.startswith("tokio v") and "test-util" in line)
+    )
+    assert others == [], (
+        "the simulator builds these crates with other features than the rest of the tests: "
+        "give its dependencies the workspace's features"
     )
 
 
