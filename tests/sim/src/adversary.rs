@@ -283,6 +283,7 @@ impl Adversary {
             Move::Revive => {
                 let down = kubelets(world, |w, k| {
                     k.process != Process::Alive
+                        && !k.retired
                         && w.machine(&k.machine)
                             .is_some_and(|m| m.power == Power::Running)
                 });

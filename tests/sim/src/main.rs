@@ -1,6 +1,7 @@
 //! `sim`: replays one seed of the simulator, or explores fresh seeds for a
 //! while. See docs/simulator.md.
 
+use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -34,6 +35,13 @@ struct Args {
     twice: bool,
 }
 
+/// Prints to stdout; a reader that went away (`| head`) ends nothing.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        let _ = writeln!(std::io::stdout().lock(), $($arg)*);
+    }};
+}
+
 fn main() -> ExitCode {
     let args = Args::parse();
     let options = node_fencer_sim::Options {
@@ -42,8 +50,8 @@ fn main() -> ExitCode {
     if let Some(seed) = args.seed {
         let run = node_fencer_sim::run(seed, options);
         if run.violations.is_empty() {
-            print!("{}", run.story);
-            println!(
+            say!("{}", run.story.trim_end());
+            say!(
                 "seed {seed}: no invariant broken ({} invocations, {} calls, {} simulated)",
                 run.invocations,
                 run.calls,
@@ -51,14 +59,14 @@ fn main() -> ExitCode {
             );
             return ExitCode::SUCCESS;
         }
-        print!("{}", node_fencer_sim::report(&run));
+        say!("{}", node_fencer_sim::report(&run).trim_end());
         return ExitCode::FAILURE;
     }
     let first = args.from.unwrap_or_else(|| fastrand::u64(..u64::MAX / 2));
     if args.twice {
         let (seeds, differ) =
             node_fencer_sim::unsteady(first, Duration::from_secs(args.seconds), options);
-        println!(
+        say!(
             "{seeds} seeds from {first}, each run twice: {} told two stories {differ:?}",
             differ.len()
         );
@@ -70,13 +78,13 @@ fn main() -> ExitCode {
     }
     if args.keep_going {
         let found = node_fencer_sim::survey(first, Duration::from_secs(args.seconds), options);
-        println!(
+        say!(
             "{} seeds from {first} in {:.1} s; failures by kind (seeds, first seed):",
             found.seeds,
             found.wall.as_secs_f64()
         );
         for (kind, (count, seed)) in &found.kinds {
-            println!("  {count:>5}  seed {seed:<8} {kind}");
+            say!("  {count:>5}  seed {seed:<8} {kind}");
         }
         return if found.kinds.is_empty() {
             ExitCode::SUCCESS
@@ -85,11 +93,11 @@ fn main() -> ExitCode {
         };
     }
     let found = node_fencer_sim::explore(first, Duration::from_secs(args.seconds), options);
-    println!("{}", found.figures());
+    say!("{}", found.figures());
     match &found.failure {
         None => ExitCode::SUCCESS,
         Some(run) => {
-            print!("{}", node_fencer_sim::report(run));
+            say!("{}", node_fencer_sim::report(run).trim_end());
             ExitCode::FAILURE
         }
     }

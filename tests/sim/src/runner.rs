@@ -116,15 +116,18 @@ enum Ended {
     Killed,
 }
 
-/// The policy of a run: the defaults (`FAST_NOT_READY` on), now and then a
-/// dry run, a delay before the second look, the fast path off.
+/// The policy of a run: the defaults (`FAST_NOT_READY` on, a cap of 3),
+/// now and then a dry run, a delay before the second look, the fast path
+/// off, a cap of 1 or 2.
 fn policy(rng: &mut Rng) -> Policy {
     let dry_run = rng.u8(..20) == 0;
     let fast_not_ready = rng.u8(..5) != 0;
     let delay = rng.u8(..4) == 0;
+    let cap = [3, 3, 2, 1][rng.usize(..4)];
     Policy {
         dry_run,
         fast_not_ready,
+        max_out_of_service: cap,
         confirm_again_after: Duration::from_secs(if delay { rng.u64(1..10) } else { 0 }),
         ..Policy::default()
     }
@@ -165,12 +168,13 @@ async fn simulate(seed: u64, options: Options) -> Run {
     let until = rng.i64(120_000..=300_000);
     let sweep_every = rng.i64(60_000..=300_000);
     let setup = format!(
-        "{nodes} Nodes with {pods:?} pods{}; policy: dry run {}, FAST_NOT_READY {}, second look after {:?}; adversary until {}: {}; sweeps every {}",
+        "{nodes} Nodes with {pods:?} pods{}; policy: cap {}, dry run {}, FAST_NOT_READY {}, second look after {:?}; adversary until {}: {}; sweeps every {}",
         if staying {
             " (one tolerating the taint)"
         } else {
             ""
         },
+        policy.max_out_of_service,
         policy.dry_run,
         policy.fast_not_ready,
         policy.confirm_again_after,

@@ -222,6 +222,9 @@ pub struct Kubelet {
     /// It has renewed on its machine's current boot: it serves the Node
     /// (a kubelet still booting has written nothing and runs nothing).
     pub serving: bool,
+    /// Another machine's kubelet took its Node name over: it never runs
+    /// again, whatever its machine does.
+    pub retired: bool,
     renewals: u64,
     epoch: u64,
 }
@@ -460,6 +463,7 @@ impl World {
                 boot_id: format!("boot-{machine}-1"),
                 noted: false,
                 serving: true,
+                retired: false,
                 renewals: 0,
                 epoch: 0,
             });
@@ -758,7 +762,7 @@ impl World {
             m.boots
         });
         let ks: Vec<usize> = (0..self.kubelets.len())
-            .filter(|k| &self.kubelets[*k].machine == id)
+            .filter(|k| &self.kubelets[*k].machine == id && !self.kubelets[*k].retired)
             .collect();
         for k in ks {
             let kubelet = &mut self.kubelets[k];
@@ -1686,9 +1690,20 @@ impl World {
             return;
         };
         let old = self.kubelets[k].machine.clone();
+        self.kubelets[k].retired = true;
         if how == Replacement::OldRuns {
             self.kubelets[k].epoch += 1;
             self.kubelets[k].process = Process::Dead;
+        } else if self
+            .machines
+            .get(&old)
+            .is_some_and(|m| m.power == Power::Stopped)
+        {
+            // A stopped machine terminated: it never comes back.
+            self.record(&old, Power::Terminated, None, None);
+            self.story
+                .say(self.t, format!("adversary: EC2 terminates {old}, stopped"));
+            self.machine_off(&old, Power::Terminated);
         } else {
             self.terminate(&old, 1_000, 0);
         }
@@ -1703,6 +1718,7 @@ impl World {
             boot_id: format!("boot-{new}-1"),
             noted: true,
             serving: false,
+            retired: false,
             renewals: 0,
             epoch: 0,
         };
