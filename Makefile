@@ -13,7 +13,7 @@ export CARGO_TERM_COLOR ?= never
 TOOLS := source "$(CACHE)/env.sh"
 STACK_DIR ?= $(CURDIR)/tests/.stack
 
-.PHONY: help setup fmt lint lint-build lint-build-tests lint-build-images unit test infra-test gce-test redfish-test manifest fuzz run bench bench-budget package stack-up stack-down clean
+.PHONY: help setup fmt lint lint-build lint-build-tests lint-build-images unit test infra-test gce-test redfish-test manifest fuzz sim run bench bench-budget package stack-up stack-down clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -137,6 +137,17 @@ manifest: ## write infra/manifest.json (AWS actions, Kubernetes rules, variables
 FUZZ_SECONDS ?= 20
 fuzz: setup ## every fuzz target for FUZZ_SECONDS each (default 20; a longer run: FUZZ_SECONDS=600)
 	bash handler/fuzz/run.sh $(FUZZ_SECONDS)
+
+# `make sim` builds the simulator as `make test` builds it (the workspace's
+# features, clippy's driver as the compiler), so that after a `make test`
+# nothing is compiled again: `cargo run -p node-fencer-sim` alone would build
+# the dependency tree once more, with that crate's features only. The binary is
+# then started as built. `make test` runs the simulator too, for about 20 s
+# (its crate's own `cargo test`); docs/simulator.md says what it models.
+SECONDS ?= 60
+sim: ## the deterministic simulator: fresh seeds for SECONDS of wall time (default 60), or one seed replayed with SEED=N (STALE_NODES=1: with the stale-Node moves)
+	$(LINTING_BUILD) && cargo build --locked --workspace --bins
+	"$$CARGO_TARGET_DIR/debug/sim" $(if $(SEED),--seed $(SEED),--seconds $(SECONDS)) $(if $(STALE_NODES),--stale-nodes)
 
 # `make run` builds only what it runs: the stack's tools for the scene ARGS names
 # (`setup.sh --for-run --cloud=...`: no test-only tools, and the PD CSI driver or

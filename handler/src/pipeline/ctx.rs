@@ -1,9 +1,10 @@
 //! The handles one invocation works with, as in controller-rs: the cloud,
 //! the cluster (its reads, its fencing writes and its coordination objects
-//! apart), where failures and latencies are counted, and the id that names
-//! the invocation. No state of the run lives here: that is the invocation's,
-//! which each stage receives beside these handles.
+//! apart), the wall clock, where failures and latencies are counted, and
+//! the id that names the invocation. No state of the run lives here: that
+//! is the invocation's, which each stage receives beside these handles.
 
+use k8s_openapi::jiff::Timestamp;
 use tracing::warn;
 
 use crate::core::outbound::events::{self, NodeEvent};
@@ -13,6 +14,26 @@ use crate::shell::cluster::{Cluster, ClusterReads, Coordination, FencingWrites};
 
 /// How many nodes are worked on at once within one invocation.
 pub(crate) const PARALLEL_NODES: usize = 8;
+
+/// The wall clock the pipeline reads: the times it writes on Nodes (the
+/// taint's, the marks') and holds against the cloud's and the apiserver's
+/// records (a stop, a Lease's renewal, a census' age, a settle delay).
+/// Waits and deadlines are measured on tokio's monotonic clock, not here.
+pub trait Clock: Send + Sync {
+    /// Now.
+    fn now(&self) -> Timestamp;
+}
+
+/// The system's wall clock: what every invocation reads unless
+/// [`Ctx::with_clock`] gives it another.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> Timestamp {
+        Timestamp::now()
+    }
+}
 
 /// The handles of one invocation.
 pub struct Ctx<'a> {
@@ -25,6 +46,8 @@ pub struct Ctx<'a> {
     /// The objects that coordinate invocations: the Lease, the census, the
     /// kill switch.
     pub control: &'a dyn Coordination,
+    /// The wall clock.
+    pub clock: &'a dyn Clock,
     /// Where stage latencies and failed calls are counted.
     pub meter: &'a Meter,
     /// Names this invocation in logs, Events and the Node's annotations.
@@ -44,9 +67,20 @@ impl<'a> Ctx<'a> {
             reads: cluster,
             writes: cluster,
             control: cluster,
+            clock: &SystemClock,
             meter,
             correlation_id: correlation_id.into(),
         }
+    }
+
+    /// The same handles, reading the wall clock from `clock`.
+    pub fn with_clock(self, clock: &'a dyn Clock) -> Self {
+        Self { clock, ..self }
+    }
+
+    /// Now, on the wall clock.
+    pub(crate) fn now(&self) -> Timestamp {
+        self.clock.now()
     }
 
     /// Records an Event on a Node, once per occasion (the fencing it ends,

@@ -63,7 +63,7 @@ pub(crate) async fn full(ctx: &Ctx<'_>) -> Result<NodeView, PipelineError> {
 /// The Nodes `reads` name, node-fencer's labelled ones and the census;
 /// `None` when they do not make a view that can be trusted.
 async fn partial(ctx: &Ctx<'_>, policy: &Policy, reads: Vec<Read>) -> Option<NodeView> {
-    let now = k8s_openapi::jiff::Timestamp::now().as_second();
+    let now = ctx.now().as_second();
     let census = match ctx.control.read_census(&policy.control_namespace).await {
         Ok(Some(census)) if census.fresh(now) => census,
         Ok(_) => {
@@ -149,7 +149,7 @@ pub(crate) async fn take_census(
             return;
         }
     };
-    let now = k8s_openapi::jiff::Timestamp::now().as_second();
+    let now = ctx.now().as_second();
     let census = Census::count(all, &labelled, known, now);
     match ctx
         .control

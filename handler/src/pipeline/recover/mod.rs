@@ -49,7 +49,7 @@ pub(crate) async fn run(ctx: &Ctx<'_>, inv: &mut Invocation<'_>) -> Result<(), P
         settle: policy.recovery_settle,
         policy: policy.recovery,
     };
-    let first_seen = k8s_openapi::jiff::Timestamp::now().as_second();
+    let first_seen = ctx.now().as_second();
     let started = tokio::time::Instant::now();
     // An operator's confirmations are written first; the decision reads them
     // back from the Nodes.
@@ -63,7 +63,7 @@ pub(crate) async fn run(ctx: &Ctx<'_>, inv: &mut Invocation<'_>) -> Result<(), P
         &reread[..]
     };
     let mut view = View::gather(ctx, rules, nodes, &candidates, (looks, false)).await;
-    let mut verdicts = view.decide(rules, &candidates, 0);
+    let mut verdicts = view.decide(rules, &candidates, (0, ctx.now().as_second()));
     // A requested recovery that only waits for the settle delay waits here,
     // once, rather than for a retry minutes later.
     if let Some(secs) = settling(&verdicts, &candidates)
@@ -83,7 +83,7 @@ pub(crate) async fn run(ctx: &Ctx<'_>, inv: &mut Invocation<'_>) -> Result<(), P
                 // After the wait, every machine is asked again.
                 view = View::gather(ctx, rules, &fresh, &candidates, (looks, true)).await;
                 let waited = i64::try_from(started.elapsed().as_secs()).unwrap_or(i64::MAX);
-                verdicts = view.decide(rules, &candidates, waited);
+                verdicts = view.decide(rules, &candidates, (waited, ctx.now().as_second()));
             }
             Err(e) => {
                 // The verdicts before the delay stand: still settling, so

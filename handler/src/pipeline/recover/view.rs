@@ -84,10 +84,10 @@ impl View {
             attachments: None,
         };
         // The attachments are listed only when some node gets that far.
-        let needed = view
-            .nodes
-            .values()
-            .any(|n| view.verdict(rules, n, 0) == RecoveryVerdict::Hold(Hold::AttachmentsUnknown));
+        let now = ctx.now().as_second();
+        let needed = view.nodes.values().any(|n| {
+            view.verdict(rules, n, (0, now)) == RecoveryVerdict::Hold(Hold::AttachmentsUnknown)
+        });
         if needed {
             let (vas, pvs) = futures::join!(
                 ctx.reads.list_volume_attachments(),
@@ -104,10 +104,15 @@ impl View {
         view
     }
 
-    /// The verdict for one Node as gathered; `waited` seconds count as
-    /// Ready time for a Node whose condition does not say since when.
-    fn verdict(&self, rules: Rules, node: &NodeFacts, waited: i64) -> RecoveryVerdict {
-        let now = k8s_openapi::jiff::Timestamp::now().as_second();
+    /// The verdict for one Node as gathered, at `now` (Unix seconds);
+    /// `waited` seconds count as Ready time for a Node whose condition does
+    /// not say since when.
+    fn verdict(
+        &self,
+        rules: Rules,
+        node: &NodeFacts,
+        (waited, now): (i64, i64),
+    ) -> RecoveryVerdict {
         let attached = self.attached(node);
         let fenced = node
             .fenced
@@ -130,19 +135,19 @@ impl View {
         })
     }
 
-    /// The verdict per candidate; a candidate no Node matches any more is
-    /// not node-fencer's to end.
+    /// The verdict per candidate at `now` (Unix seconds); a candidate no
+    /// Node matches any more is not node-fencer's to end.
     pub(super) fn decide(
         &self,
         rules: Rules,
         candidates: &BTreeMap<String, Candidate>,
-        waited: i64,
+        (waited, now): (i64, i64),
     ) -> Vec<(String, RecoveryVerdict)> {
         candidates
             .keys()
             .map(|name| {
                 let verdict = match self.nodes.get(name) {
-                    Some(node) => self.verdict(rules, node, waited),
+                    Some(node) => self.verdict(rules, node, (waited, now)),
                     None => RecoveryVerdict::Hold(Hold::NotFenced),
                 };
                 (name.clone(), verdict)

@@ -284,7 +284,7 @@ async fn prove(
     };
     let watched = evidence.watch(node, read.version.as_deref());
     let reported = evidence.reported.get(id).copied();
-    let now = k8s_openapi::jiff::Timestamp::now().as_second();
+    let now = ctx.now().as_second();
     let silence = silence::judge(
         answer,
         evidence.fence_hibernated,

@@ -150,7 +150,8 @@ async fn first_judgement(
         .collect();
     let checks = status_checks(ctx, &ids).await;
     let only: Vec<&str> = names.iter().map(|(_, n)| n.as_str()).collect();
-    let verdicts = judge(inv.policy, settings, view, inv.looks.answers(), &only);
+    let at = now(ctx);
+    let verdicts = judge(inv.policy, settings, view, inv.looks.answers(), &only, at);
     let dry_run = inv.switch.is_on();
     let mut allowed = Vec::new();
     for ((k, name), verdict) in names.iter().zip(verdicts) {
@@ -171,7 +172,7 @@ async fn first_judgement(
                     ctx.record(name, NodeEvent::power_off_refused(&refusal))
                         .await;
                 }
-                let dark_for = node.and_then(|n| power::not_ready_for(n, now()));
+                let dark_for = node.and_then(|n| power::not_ready_for(n, now(ctx)));
                 PowerReport::refused(refusal, dark_for, checks)
             }
             PowerVerdict::PowerOff { not_ready_for, .. } if dry_run => PowerReport::new(
@@ -249,6 +250,7 @@ fn judge(
     view: &NodeView,
     answers: &HashMap<InstanceId, Confirmation>,
     names: &[&str],
+    now: i64,
 ) -> Vec<PowerVerdict> {
     let found: Vec<Option<&NodeFacts>> = names
         .iter()
@@ -266,7 +268,7 @@ fn judge(
         nodes: &view.nodes,
         out_of_service: view.taken(answers),
         limit: policy.cap(view.cluster_size()),
-        now: now(),
+        now,
         reach: &policy.reach,
     };
     let mut judged = power::judge(&candidates, &around, Some(settings)).into_iter();
@@ -320,7 +322,8 @@ async fn power_off(
     // longer records as its own is not found either).
     inv.looks.again(ctx, &ids).await;
     inv.looks.disown_replaced(&fresh.nodes);
-    let verdicts = judge(inv.policy, settings, &fresh, inv.looks.answers(), &names);
+    let (answers, at) = (inv.looks.answers(), now(ctx));
+    let verdicts = judge(inv.policy, settings, &fresh, answers, &names, at);
     // One bound for the stops and the wait for the machines to be off.
     let until = inv.until(Instant::now() + settings.wait);
     let mut sent = Vec::new();
@@ -345,7 +348,7 @@ async fn power_off(
                     ctx.record(&a.node, NodeEvent::power_off_refused(&refusal))
                         .await;
                 }
-                let dark_for = node.and_then(|n| power::not_ready_for(n, now()));
+                let dark_for = node.and_then(|n| power::not_ready_for(n, now(ctx)));
                 let report = PowerReport::refused(refusal, dark_for, a.checks.clone());
                 inv.decision.power.insert(a.target, report);
             }
@@ -497,8 +500,8 @@ fn planned_after_switch() -> PowerReport {
 }
 
 /// Now, in Unix seconds.
-fn now() -> i64 {
-    k8s_openapi::jiff::Timestamp::now().as_second()
+fn now(ctx: &Ctx<'_>) -> i64 {
+    ctx.now().as_second()
 }
 
 /// What the Node's annotation and Event say of a power-off.
@@ -519,7 +522,7 @@ fn reason(not_ready_for: u64, checks: Option<&StatusChecks>, correlation_id: &st
 /// on the mark, which names this power-off.
 async fn mark(ctx: &Ctx<'_>, node: &NodeFacts, why: &str) -> Result<String, String> {
     let stamp = PowerStamp {
-        at: k8s_openapi::jiff::Timestamp::now().to_string(),
+        at: ctx.now().to_string(),
         boot_id: node.power.boot_id.clone(),
         reason: why.to_owned(),
     };

@@ -25,7 +25,7 @@ pub(crate) async fn nodes(
     runs: &mut [NodeRun],
 ) {
     // One time for the whole batch: it names this fencing on every Node.
-    let at = k8s_openapi::jiff::Timestamp::now().to_string();
+    let at = ctx.now().to_string();
     let at = at.as_str();
     futures::stream::iter(runs.iter_mut().filter(|r| *r.stage() == Stage::Admitted))
         .map(|run| {
