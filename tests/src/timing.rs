@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use node_fencer::core::model::facts::{
-    AttachmentFacts, InstanceFacts, NodeFacts, PvFacts, StatusChecks, VolumeFacts,
+    AttachmentFacts, InstanceFacts, NodeFacts, PvFacts, SeenOff, StatusChecks, VolumeFacts,
 };
 use node_fencer::core::model::instance::{InstanceId, VolumeId};
 use node_fencer::core::outbound::events::NodeEvent;
@@ -364,6 +364,15 @@ impl FencingWrites for TimingCluster<'_> {
                 "ConfirmRecovery",
                 self.inner.confirm_recovery(node, fenced_at),
             )
+            .await
+    }
+    async fn note_machine_off(
+        &self,
+        judged: &JudgedNode<'_>,
+        note: &SeenOff,
+    ) -> Result<bool, ClusterError> {
+        self.timeline
+            .time("NoteMachineOff", self.inner.note_machine_off(judged, note))
             .await
     }
     async fn mark_powered_off(&self, node: &str, stamp: &PowerStamp) -> Result<bool, ClusterError> {

@@ -15,7 +15,7 @@ use async_trait::async_trait;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
 use node_fencer::core::model::facts::{
-    AttachmentFacts, InstanceFacts, MachineIdentity, NodeFacts, PvFacts, StatusChecks,
+    AttachmentFacts, InstanceFacts, MachineIdentity, NodeFacts, PvFacts, SeenOff, StatusChecks,
     VolumeAttachmentState, VolumeFacts,
 };
 use node_fencer::core::model::instance::{
@@ -916,6 +916,25 @@ impl FencingWrites for SimCluster {
         })
         .await
         .map_err(|source| ClusterError::PatchNodeStatus {
+            node: node.into(),
+            source,
+        })
+    }
+
+    async fn note_machine_off(
+        &self,
+        judged: &JudgedNode<'_>,
+        note: &SeenOff,
+    ) -> Result<bool, ClusterError> {
+        let (inv, node) = (self.inv, judged.name);
+        let patch = kube_patch::seen_off_patch(judged.uid, note);
+        let write = Write::Other("a note of the machine seen off", node);
+        self.write(format!("PatchNode {node} (machine seen off)"), |s| {
+            let applied = apply_patch(s, inv, node, &patch, &write);
+            (matches!(applied, Applied::Done), String::new())
+        })
+        .await
+        .map_err(|source| ClusterError::PatchNode {
             node: node.into(),
             source,
         })

@@ -12,6 +12,7 @@ use k8s_openapi::api::core::v1::Node;
 use kube::{Api, Client};
 use node_fencer::core::inbound::suspect::{Intent, NodeRef};
 use node_fencer::core::inbound::trigger::eventbridge;
+use node_fencer::core::model::kube_read::ANNOTATION_MACHINE_SEEN_OFF;
 use node_fencer::core::model::names::NodeName;
 use node_fencer::core::outbound::report::Outcome;
 use node_fencer::core::rules::decide::Skip;
@@ -277,10 +278,26 @@ async fn a_kubelet_heard_after_the_stop_request_is_proven_silent_only_by_the_sto
             ..fast()
         };
         let report = fence(s, one(by_name(&w.name), Intent::Fence), short).await?;
+        // The shutdown ends: the kubelet dies. At once, so that its last
+        // renewal stays within the margin of node-fencer's sight of the
+        // machine off, noted on the Node just now: a later one would be a
+        // kubelet on another machine.
+        kubelet(&w)?.kill()?;
         assert_eq!(report.results[0].skip, Some(Skip::NodeReady), "{report:#?}");
         let (status, reason) = ready_condition(&admin, &w.name).await?;
         assert_eq!(status, "True");
         assert_ne!(reason.as_deref(), Some(MARK_REASON));
+        let annotations = Api::<Node>::all(admin.clone())
+            .get(&w.name)
+            .await?
+            .metadata
+            .annotations
+            .unwrap_or_default();
+        let note = annotations.get(ANNOTATION_MACHINE_SEEN_OFF);
+        assert!(
+            note.is_some_and(|n| n.starts_with(&format!("{} ", w.machine.instance))),
+            "the machine seen off is noted: {annotations:?}"
+        );
         let events: Vec<String> = node_events(&admin, &w.name)
             .await?
             .into_iter()
@@ -293,9 +310,8 @@ async fn a_kubelet_heard_after_the_stop_request_is_proven_silent_only_by_the_sto
         assert!(!events.iter().any(|r| r == "MarkedNotReady"), "{events:?}");
         assert!(!is_out_of_service(&admin, &w.name).await?, "not tainted");
 
-        // The shutdown ends: the kubelet dies, and the `stopped` event
-        // comes more than the margin after its last renewal.
-        kubelet(&w)?.kill()?;
+        // The `stopped` event comes more than the margin after the
+        // kubelet's last renewal.
         past_the_margin(&admin, &w.name).await?;
         let event = eventbridge::parse(eventbridge_event(&w.machine.instance, "stopped"))?;
         let started = Instant::now();

@@ -31,6 +31,7 @@ mod tests {
 
     fn node(name: &str, readiness: Readiness, tainted: bool) -> NodeFacts {
         NodeFacts {
+            seen_off: None,
             labels: Default::default(),
             uid: None,
             attached: None,

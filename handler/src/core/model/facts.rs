@@ -76,6 +76,22 @@ pub struct NodeFacts {
     pub power: PowerFacts,
     /// `metadata.labels`: what `NODE_SELECTOR` and the opt-out read.
     pub labels: BTreeMap<String, String>,
+    /// node-fencer's note that it saw the Node's machine off, if it made one.
+    pub seen_off: Option<SeenOff>,
+}
+
+/// node-fencer's note on a Node that it saw the Node's machine off while
+/// the kubelet's Lease had been written after the machine's recorded stop:
+/// a later write of the Lease, while the machine has not started since,
+/// comes from a kubelet on another machine.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct SeenOff {
+    /// The machine, as its id is written.
+    pub machine: String,
+    /// The machine's last start as the cloud recorded it then (Unix seconds).
+    pub started_at: i64,
+    /// When node-fencer saw it off (Unix seconds, node-fencer's clock).
+    pub at: i64,
 }
 
 /// What tells one machine from another carrying the same name. An EC2
@@ -383,6 +399,7 @@ impl NodeFacts {
     /// A Node named `name` with nothing but its readiness known.
     pub fn bare(name: &str, readiness: Readiness) -> Self {
         Self {
+            seen_off: None,
             name: name.into(),
             uid: None,
             instance: None,

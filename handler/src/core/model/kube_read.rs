@@ -8,7 +8,7 @@ use k8s_openapi::api::storage::v1::VolumeAttachment;
 use crate::core::model::facts::{
     AttachmentFacts, CsiVolume, FenceMark, FenceMode, MachineIdentity, NO_SCHEDULE_EFFECT,
     NodeFacts, OUT_OF_SERVICE_EFFECT, OUT_OF_SERVICE_KEY, PodRef, PowerFacts, PowerMark, PvFacts,
-    Readiness, TaintFacts,
+    Readiness, SeenOff, TaintFacts,
 };
 use crate::core::model::instance::cloud_disk;
 use crate::core::model::instance::{
@@ -47,6 +47,11 @@ pub const ANNOTATION_POWER_OFF_REASON: &str = "node-fencer.io/power-off-reason";
 /// The boot id the Node reported when it was fenced: a later one proves a
 /// power cycle.
 pub(crate) const ANNOTATION_BOOT_ID: &str = "node-fencer.io/boot-id";
+/// node-fencer's note that it saw the Node's machine off
+/// ([`SeenOff`]): `<machine> <last start> <seen at>`, the times in Unix
+/// seconds. Not among [`ANNOTATIONS`]: it records no fencing, and a
+/// recovery leaves it, as it stops applying once the machine starts.
+pub const ANNOTATION_MACHINE_SEEN_OFF: &str = "node-fencer.io/machine-seen-off";
 /// The labels that mark a control-plane Node (kubeadm, kOps and most
 /// installers set the first; clusters older than 1.24 the second).
 pub const LABELS_CONTROL_PLANE: [&str; 2] = [
@@ -115,7 +120,32 @@ pub fn node_facts(node: &Node) -> Option<NodeFacts> {
         machine: machine_identity(node),
         power: power_facts(node),
         labels: node.metadata.labels.clone().unwrap_or_default(),
+        seen_off: node
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(ANNOTATION_MACHINE_SEEN_OFF))
+            .and_then(|v| seen_off(v)),
     })
+}
+
+/// Reads node-fencer's note that it saw the machine off; `None` for a value
+/// it did not write (an operator's edit is not believed, only ignored).
+pub fn seen_off(value: &str) -> Option<SeenOff> {
+    let mut parts = value.split(' ');
+    let machine = parts.next().filter(|m| !m.is_empty())?.to_owned();
+    let started_at = parts.next()?.parse().ok()?;
+    let at = parts.next()?.parse().ok()?;
+    parts.next().is_none().then_some(SeenOff {
+        machine,
+        started_at,
+        at,
+    })
+}
+
+/// The annotation's value for `note`, as [`seen_off`] reads it.
+pub fn seen_off_value(note: &SeenOff) -> String {
+    format!("{} {} {}", note.machine, note.started_at, note.at)
 }
 
 /// The annotation GKE puts on a Node: its VM's numeric id.
@@ -496,6 +526,25 @@ mod tests {
     use super::*;
     use crate::core::model::facts::OUT_OF_SERVICE_VALUE;
     use serde_json::{Value, json};
+
+    #[test]
+    fn the_note_of_a_machine_seen_off_reads_back_and_an_edit_is_ignored() {
+        let note = SeenOff {
+            machine: "i-0123456789abcdef0".into(),
+            started_at: 1_795_000_000,
+            at: 1_795_003_600,
+        };
+        assert_eq!(seen_off(&seen_off_value(&note)), Some(note));
+        for odd in [
+            "",
+            " 1 2",
+            "i-0123456789abcdef0 1795000000",
+            "i-0123456789abcdef0 soon 1795003600",
+            "i-0123456789abcdef0 1795000000 1795003600 extra",
+        ] {
+            assert_eq!(seen_off(odd), None, "{odd:?}");
+        }
+    }
 
     #[test]
     fn a_pod_stays_only_if_it_tolerates_the_taint_for_good() {

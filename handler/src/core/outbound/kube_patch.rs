@@ -8,15 +8,28 @@ use serde_json::{Value, json};
 
 use crate::core::model::facts::{
     FenceMode, NO_SCHEDULE_EFFECT, OUT_OF_SERVICE_EFFECT, OUT_OF_SERVICE_KEY, OUT_OF_SERVICE_VALUE,
-    Readiness,
+    Readiness, SeenOff,
 };
 use crate::core::model::instance::{InstanceId, InstanceState, VolumeId};
 use crate::core::model::kube_read::{
     ANNOTATION_BOOT_ID, ANNOTATION_CORRELATION, ANNOTATION_FENCED_AT, ANNOTATION_INSTANCE,
-    ANNOTATION_MODE, ANNOTATION_POWER_OFF_REASON, ANNOTATION_POWERED_OFF_AT,
-    ANNOTATION_POWERED_OFF_BOOT_ID, ANNOTATION_RECOVERY_CONFIRMED, ANNOTATION_TAINT,
-    ANNOTATION_VOLUMES, ANNOTATIONS, LABEL_FENCED, boot_id, fence_mark, readiness, ready_since,
+    ANNOTATION_MACHINE_SEEN_OFF, ANNOTATION_MODE, ANNOTATION_POWER_OFF_REASON,
+    ANNOTATION_POWERED_OFF_AT, ANNOTATION_POWERED_OFF_BOOT_ID, ANNOTATION_RECOVERY_CONFIRMED,
+    ANNOTATION_TAINT, ANNOTATION_VOLUMES, ANNOTATIONS, LABEL_FENCED, boot_id, fence_mark,
+    readiness, ready_since, seen_off_value,
 };
+
+/// The merge patch that notes on the Node that node-fencer saw its machine
+/// off: one annotation, held to the Node judged by its uid when it was
+/// read (the API server refuses a patch that would change it, so another
+/// object of the name gets nothing).
+pub fn seen_off_patch(uid: Option<&str>, note: &SeenOff) -> Value {
+    let mut meta = json!({"annotations": {ANNOTATION_MACHINE_SEEN_OFF: seen_off_value(note)}});
+    if let Some(uid) = uid {
+        meta["uid"] = json!(uid);
+    }
+    json!({ "metadata": meta })
+}
 
 /// What node-fencer records on a Node whose machine it powers off.
 #[derive(Clone, Debug, PartialEq, Eq)]

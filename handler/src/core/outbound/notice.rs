@@ -403,6 +403,7 @@ fn skip_is_refusal(skip: &Skip) -> bool {
         Skip::Exempt(_)
         | Skip::CapReached { .. }
         | Skip::SharedMachine { .. }
+        | Skip::KubeletElsewhere { .. }
         | Skip::Hibernated => true,
         Skip::NotInCluster
         | Skip::OtherCluster { .. }

@@ -100,6 +100,7 @@ mod tests {
     /// A tainted Node on instance `n`; `mark` is the state node-fencer recorded.
     fn out(n: u8, mark: Option<InstanceState>) -> NodeFacts {
         NodeFacts {
+            seen_off: None,
             labels: Default::default(),
             uid: None,
             attached: None,

@@ -6,6 +6,7 @@ use serde::Serialize;
 use crate::core::inbound::suspect::Intent;
 use crate::core::model::facts::{Confirmation, NodeFacts, Readiness};
 use crate::core::model::instance::InstanceState;
+use crate::core::model::values;
 use crate::core::rules::reach::{Exemption, Reach};
 
 /// The settings the decision depends on.
@@ -91,6 +92,18 @@ pub enum Skip {
     Hibernated,
     /// The cloud does not know the Node's machine.
     InstanceNotFound,
+    /// The kubelet's Lease was written after node-fencer saw the Node's
+    /// machine off, which has not started since: the kubelet runs on another
+    /// machine, one that adopted the Node's name
+    /// ([`crate::core::rules::silence::elsewhere`]).
+    KubeletElsewhere {
+        /// The machine the Node names.
+        machine: String,
+        /// When node-fencer saw it off (Unix seconds).
+        seen_off_at: i64,
+        /// The apiserver's time of the Lease's last write (Unix seconds).
+        written_at: i64,
+    },
     /// EC2 could not be asked; nothing is known, so nothing is done.
     LookupFailed {
         /// The error.
@@ -141,6 +154,7 @@ impl Skip {
             | Self::SharedMachine { .. }
             | Self::Hibernated
             | Self::InstanceNotFound
+            | Self::KubeletElsewhere { .. }
             | Self::RecoveryRequest => false,
         }
     }
@@ -157,6 +171,7 @@ impl Skip {
             Self::InstanceNotOff { .. } => "instance_not_off",
             Self::Hibernated => "hibernated",
             Self::InstanceNotFound => "instance_not_found",
+            Self::KubeletElsewhere { .. } => "kubelet_elsewhere",
             Self::LookupFailed { .. } => "lookup_failed",
             Self::NodeReady => "node_ready",
             Self::CapReached { .. } => "cap_reached",
@@ -198,6 +213,16 @@ impl std::fmt::Display for Skip {
             ),
             Self::InstanceNotFound => f.write_str(
                 "the cloud does not know the Node's machine (gone, or another machine now carries its name)",
+            ),
+            Self::KubeletElsewhere {
+                machine,
+                seen_off_at,
+                written_at,
+            } => write!(
+                f,
+                "the Node's kubelet wrote its Lease at {}, after node-fencer saw the Node's machine {machine} off at {}, and the machine has not started since: the kubelet runs on another machine, which took over the Node's name, and may still run its pods; none is fenced. Delete the Node so that its kubelet registers it again with its own machine",
+                values::rfc3339(*written_at),
+                values::rfc3339(*seen_off_at),
             ),
             Self::LookupFailed { error } => write!(f, "the cloud lookup failed: {error}"),
             Self::NodeReady => f.write_str(
@@ -376,6 +401,7 @@ mod tests {
 
     fn node(readiness: Readiness, taints: Vec<TaintFacts>) -> NodeFacts {
         NodeFacts {
+            seen_off: None,
             labels: Default::default(),
             uid: None,
             attached: None,

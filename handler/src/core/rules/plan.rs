@@ -944,6 +944,7 @@ mod tests {
 
     fn node(name: &str, out: bool) -> NodeFacts {
         NodeFacts {
+            seen_off: None,
             labels: Default::default(),
             uid: None,
             attached: None,

@@ -132,6 +132,7 @@ mod tests {
 
     fn node(name: &str, instance: Option<&str>, ip: &str) -> NodeFacts {
         NodeFacts {
+            seen_off: None,
             labels: Default::default(),
             uid: None,
             attached: None,

@@ -13,7 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use serde_json::Value;
 
 use crate::core::model::facts::{
-    AttachmentFacts, CsiVolume, NodeFacts, OUT_OF_SERVICE_KEY, PvFacts,
+    AttachmentFacts, CsiVolume, NodeFacts, OUT_OF_SERVICE_KEY, PvFacts, SeenOff,
 };
 use crate::core::model::instance::{EBS_CSI_DRIVER, InstanceId, Provider, VolumeId};
 use crate::core::model::kube_read;
@@ -229,6 +229,16 @@ impl FakeCluster {
         if let Some(node) = self.lock().nodes.get_mut(name) {
             node.metadata
                 .labels
+                .get_or_insert_default()
+                .insert(key.into(), value.into());
+        }
+    }
+
+    /// Sets annotation `key` on Node `name`, as a writer before this run did.
+    pub fn annotate(&self, name: &str, key: &str, value: &str) {
+        if let Some(node) = self.lock().nodes.get_mut(name) {
+            node.metadata
+                .annotations
                 .get_or_insert_default()
                 .insert(key.into(), value.into());
         }
@@ -1029,6 +1039,25 @@ impl FencingWrites for FakeCluster {
             ConfirmPatch::NotFenced => Ok(ConfirmOutcome::NotFenced),
             ConfirmPatch::AnotherFencing => Ok(ConfirmOutcome::AnotherFencing),
             ConfirmPatch::NoResourceVersion => Err(ClusterError::UnsafeWrite { node: node.into() }),
+        }
+    }
+
+    async fn note_machine_off(
+        &self,
+        judged: &JudgedNode<'_>,
+        note: &SeenOff,
+    ) -> Result<bool, ClusterError> {
+        let node = judged.name;
+        if self.calls.call(format!("NoteMachineOff {node}")) {
+            return Err(ClusterError::PatchConflict { node: node.into() });
+        }
+        let uid = self.lock().nodes.get(node).map(|n| n.metadata.uid.clone());
+        match uid {
+            Some(uid) if judged.uid.is_none_or(|j| uid.as_deref() == Some(j)) => {
+                self.patch(node, &kube_patch::seen_off_patch(judged.uid, note))?;
+                Ok(true)
+            }
+            _ => Ok(false),
         }
     }
 

@@ -18,11 +18,13 @@ use crate::core::model::facts::{Confirmation, NodeFacts, Readiness};
 use crate::core::model::instance::InstanceId;
 use crate::core::model::redfish::SystemUuid;
 use crate::core::outbound::events::NodeEvent;
+use crate::core::outbound::metrics::Dependency;
 use crate::core::rules::cap;
 use crate::core::rules::decide::{self, Case, Settings, Verdict};
 use crate::core::rules::identity;
 use crate::core::rules::plan::{self, Target};
 use crate::core::rules::resolve::{self, Resolution};
+use crate::core::rules::silence;
 use crate::core::rules::view::NodeView;
 use crate::core::settings::policy::Policy;
 use crate::pipeline::ctx::Ctx;
@@ -288,7 +290,66 @@ async fn decide(
             verdicts = decide_all(&targets, view, looks.answers(), &settings);
         }
     }
+    refuse_kubelets_elsewhere(ctx, (&targets, &mut verdicts), view, looks).await;
     (targets, verdicts)
+}
+
+/// Refuses each Node the decision would fence whose kubelet's Lease was
+/// written after node-fencer saw its machine off, the machine not started
+/// since ([`silence::elsewhere`]): that kubelet runs on another machine. Only
+/// a Node carrying the note that applies is read; a Lease that cannot be
+/// read leaves the Node for the retry, never fenced unread.
+async fn refuse_kubelets_elsewhere(
+    ctx: &Ctx<'_>,
+    (targets, verdicts): (&[Target], &mut [Verdict]),
+    view: &NodeView,
+    looks: &Looks,
+) {
+    for (target, verdict) in targets.iter().zip(verdicts.iter_mut()) {
+        let (Verdict::Fence { .. }, Some(i), Some(id)) =
+            (&*verdict, target.node, target.instance.as_ref())
+        else {
+            continue;
+        };
+        let node = &view.nodes[i];
+        let Some(answer) = looks.get(id) else {
+            continue;
+        };
+        let note = node.seen_off.as_ref();
+        if !silence::elsewhere::must_check(note, id, answer) {
+            continue;
+        }
+        let read = match ctx.reads.node_lease(&node.name, node.uid.as_deref()).await {
+            Ok(read) => read,
+            Err(e) => {
+                ctx.meter.error(Dependency::Kubernetes);
+                *verdict = Verdict::Skip {
+                    reason: decide::Skip::LookupFailed {
+                        error: format!(
+                            "the kubelet's Lease, to be held to node-fencer's note of the machine seen off, could not be read: {e}"
+                        ),
+                    },
+                };
+                continue;
+            }
+        };
+        if let Some(elsewhere) = silence::elsewhere::judge(note, id, answer, read.written_at) {
+            warn!(
+                node = node.name,
+                machine = %id,
+                seen_off_at = elsewhere.seen_off_at,
+                written_at = elsewhere.written_at,
+                "the Node's kubelet runs on another machine: not fenced"
+            );
+            *verdict = Verdict::Skip {
+                reason: decide::Skip::KubeletElsewhere {
+                    machine: id.as_str().to_owned(),
+                    seen_off_at: elsewhere.seen_off_at,
+                    written_at: elsewhere.written_at,
+                },
+            };
+        }
+    }
 }
 
 /// A Warning on each Node the suspects name whose machine's answer is

@@ -24,7 +24,7 @@ use tokio::time::Instant;
 use tracing::{info, warn};
 
 use crate::core::inbound::suspect::Suspect;
-use crate::core::model::facts::{Confirmation, Readiness};
+use crate::core::model::facts::{Confirmation, Readiness, SeenOff};
 use crate::core::model::instance::InstanceId;
 use crate::core::outbound::events::NodeEvent;
 use crate::core::outbound::metrics::Dependency;
@@ -98,9 +98,9 @@ impl Pending {
     ) -> HashMap<String, Marking> {
         let mut out = HashMap::new();
         for (node, id) in nodes {
-            let uid = judged
-                .and_then(|v| v.nodes.iter().find(|n| n.name == *node))
-                .and_then(|n| n.uid.clone());
+            let facts = judged.and_then(|v| v.nodes.iter().find(|n| n.name == *node));
+            let uid = facts.and_then(|n| n.uid.clone());
+            let note = facts.and_then(|n| n.seen_off.as_ref());
             let marking = match looks.get(id) {
                 Some(answer) => {
                     let target = JudgedNode {
@@ -110,7 +110,7 @@ impl Pending {
                     };
                     match (
                         answer,
-                        prove(ctx, &mut self.evidence, &target, answer).await,
+                        prove(ctx, &mut self.evidence, (&target, Some(note)), answer).await,
                     ) {
                         // Only a machine the cloud described is marked: its
                         // second look is held to the first.
@@ -178,7 +178,9 @@ impl Pending {
         answer: &Confirmation,
     ) -> Option<Option<Proof>> {
         for _ in 0..MARK_ATTEMPTS {
-            let Judged::Proven(proof) = prove(ctx, &mut self.evidence, target, answer).await else {
+            let Judged::Proven(proof) =
+                prove(ctx, &mut self.evidence, (target, None), answer).await
+            else {
                 return None;
             };
             match write(ctx, target, &proof).await {
@@ -266,11 +268,14 @@ impl Judged {
 }
 
 /// Reads the kubelet's Lease and judges `node` against `answer`. A
-/// contradiction is reported with a Warning Event.
+/// contradiction is reported with a Warning Event and, in the decision
+/// (`note`: the one the Node carries as it was judged; `None` at admission),
+/// noted on the Node: a later write of the Lease, the machine not started
+/// since, is a kubelet on another machine ([`silence::elsewhere`]).
 async fn prove(
     ctx: &Ctx<'_>,
     evidence: &mut Evidence,
-    judged: &JudgedNode<'_>,
+    (judged, note): (&JudgedNode<'_>, Option<Option<&SeenOff>>),
     answer: &Confirmation,
 ) -> Judged {
     let (node, id) = (judged.name, judged.machine);
@@ -313,9 +318,26 @@ async fn prove(
                 NodeEvent::heard_after_stop(id, (stopped_at, renewed_at), heard),
             )
             .await;
+            if let Some(note) = note.and_then(|n| silence::elsewhere::note(n, id, answer, now)) {
+                note_seen_off(ctx, judged, &note).await;
+            }
             Judged::No
         }
         Silence::Unproven { .. } => Judged::No,
+    }
+}
+
+/// Notes on the Node that node-fencer saw its machine off. Not written,
+/// the Node is judged as before: the note only ever refuses.
+async fn note_seen_off(ctx: &Ctx<'_>, judged: &JudgedNode<'_>, note: &SeenOff) {
+    let node = judged.name;
+    match ctx.writes.note_machine_off(judged, note).await {
+        Ok(true) => info!(node, seen_off_at = note.at, "noted the machine seen off"),
+        Ok(false) => info!(node, "not noted: the Node is gone or another object"),
+        Err(e) => {
+            ctx.meter.error(Dependency::Kubernetes);
+            warn!(node, error = %e, "the machine seen off could not be noted");
+        }
     }
 }
 

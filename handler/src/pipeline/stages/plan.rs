@@ -45,6 +45,7 @@ pub(crate) async fn run(ctx: &Ctx<'_>, inv: &mut Invocation<'_>) -> Result<(), P
                 reason,
                 decide::Skip::CapReached { .. }
                     | decide::Skip::SharedMachine { .. }
+                    | decide::Skip::KubeletElsewhere { .. }
                     | decide::Skip::Exempt(_)
             )
             && live

@@ -6,6 +6,7 @@
 mod act;
 mod admit;
 mod decide;
+mod elsewhere;
 mod faults;
 mod hasten;
 mod identity;

@@ -22,7 +22,7 @@ use kube::{Api, Client};
 use tokio::sync::OnceCell;
 
 pub use crate::core::model::facts::PodRef;
-use crate::core::model::facts::{AttachmentFacts, NodeFacts, PvFacts};
+use crate::core::model::facts::{AttachmentFacts, NodeFacts, PvFacts, SeenOff};
 use crate::core::model::instance::InstanceId;
 use crate::core::model::kube_read;
 use crate::core::outbound::events::NodeEvent;
@@ -317,6 +317,13 @@ pub trait FencingWrites: Send + Sync {
         judged: &JudgedNode<'_>,
         message: &str,
     ) -> Result<MarkOutcome, ClusterError>;
+    /// Notes on the Node judged that node-fencer saw its machine off;
+    /// `Ok(false)` when the Node is gone or another object.
+    async fn note_machine_off(
+        &self,
+        judged: &JudgedNode<'_>,
+        note: &SeenOff,
+    ) -> Result<bool, ClusterError>;
     /// Records on the Node that node-fencer powered its machine off (active
     /// fencing); `Ok(false)` when the Node is gone.
     async fn mark_powered_off(&self, node: &str, stamp: &PowerStamp) -> Result<bool, ClusterError>;

@@ -166,6 +166,27 @@ impl FencingWrites for Kube {
         .await
     }
 
+    async fn note_machine_off(
+        &self,
+        judged: &JudgedNode<'_>,
+        note: &SeenOff,
+    ) -> Result<bool, ClusterError> {
+        let node = judged.name;
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let patch = kube_patch::seen_off_patch(judged.uid, note);
+        let params = PatchParams::default();
+        let merge = Patch::Merge(&patch);
+        match retrying("patch node", || nodes.patch(node, &params, &merge)).await {
+            Ok(_) => Ok(true),
+            // Gone, or another object of the name (its uid cannot change).
+            Err(e) if is_not_found(&e) || is_conflict(&e) => Ok(false),
+            Err(source) => Err(ClusterError::PatchNode {
+                node: node.into(),
+                source,
+            }),
+        }
+    }
+
     async fn mark_powered_off(&self, node: &str, stamp: &PowerStamp) -> Result<bool, ClusterError> {
         let nodes: Api<Node> = Api::all(self.client.clone());
         let patch = kube_patch::power_mark_patch(stamp);

@@ -19,6 +19,7 @@
 //! Pure: the judgement over what was read; the Lease's reading, the stop
 //! times and the mark written live in the submodules.
 
+pub mod elsewhere;
 pub mod lease;
 pub mod mark;
 pub mod stops;

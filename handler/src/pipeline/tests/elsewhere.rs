@@ -1,0 +1,173 @@
+//! Issue 59, the simulator's stale Node: a kubelet on another machine
+//! adopted a Node that names an old machine, now off. Heard after the
+//! machine's recorded stop, the Node gets node-fencer's note that it saw the
+//! machine off; a later write of its Lease, the machine not started since,
+//! refuses every fencing of the Node.
+
+use super::*;
+use crate::core::model::facts::SeenOff;
+use crate::core::model::kube_read::{ANNOTATION_MACHINE_SEEN_OFF, seen_off_value};
+use crate::core::rules::silence::{KubeletLease, LeaseRead, SKEW_MARGIN_SECS};
+
+fn now() -> i64 {
+    k8s_openapi::jiff::Timestamp::now().as_second()
+}
+
+/// The machine's last start, as EC2 records it.
+const LAUNCHED_AGO: i64 = 3_600;
+
+/// The seed Node, `ready` as given, on a machine EC2 stopped `stopped_ago`
+/// seconds ago and last started an hour ago.
+fn on_a_stopped_machine(ready: &str, stopped_ago: i64) -> World {
+    let w = World::new().with_node(NODE, 1, InstanceState::Stopped, ready);
+    let now = now();
+    w.cloud.describe_as(&w.instance(1), |f| {
+        f.stopped_at = Some(now - stopped_ago);
+        f.started_at = Some(now - LAUNCHED_AGO);
+    });
+    w
+}
+
+/// The kubelet's Lease last written at `at`, by the apiserver's clock.
+fn lease_written_at(w: &World, at: i64) {
+    w.cluster.kubelet_lease_read(
+        NODE,
+        LeaseRead {
+            lease: KubeletLease::RenewedAt(at),
+            version: Some("7".into()),
+            written_at: Some(at),
+            server_now: None,
+            renew_every_secs: 10,
+        },
+    );
+}
+
+/// node-fencer's note on the seed Node that it saw machine 1 off at
+/// `seen_at`, its last start then `started_ago` seconds ago.
+fn noted(w: &World, started_ago: i64, seen_at: i64) {
+    let note = SeenOff {
+        machine: w.instance(1).as_str().to_owned(),
+        started_at: now() - started_ago,
+        at: seen_at,
+    };
+    w.cluster
+        .annotate(NODE, ANNOTATION_MACHINE_SEEN_OFF, &seen_off_value(&note));
+}
+
+fn fast() -> Policy {
+    Policy {
+        fast_not_ready: true,
+        not_ready_wait: Duration::from_millis(200),
+        poll_interval: Duration::from_millis(10),
+        ..policy()
+    }
+}
+
+#[tokio::test]
+async fn a_kubelet_heard_after_the_stop_gets_its_machine_noted_off() {
+    let w = on_a_stopped_machine("True", 20);
+    w.cluster
+        .kubelet_lease(NODE, KubeletLease::RenewedAt(now() - 17));
+    let before = now();
+    let report = w.fence(&fast()).await.unwrap();
+    assert_eq!(report.results[0].skip, Some(Skip::NodeReady), "{report:#?}");
+    let note = w.cluster.facts(NODE).unwrap().seen_off.expect("the note");
+    assert_eq!(note.machine, w.instance(1).as_str());
+    assert_eq!(note.started_at, before - LAUNCHED_AGO);
+    assert!((before..=now()).contains(&note.at), "{note:?}");
+    // Heard again on the retry: the first sight is kept.
+    let report = w.fence(&fast()).await.unwrap();
+    assert_eq!(report.results[0].skip, Some(Skip::NodeReady), "{report:#?}");
+    assert_eq!(w.cluster.facts(NODE).unwrap().seen_off, Some(note));
+    assert_eq!(w.out_of_service_taints(NODE), 0);
+}
+
+/// The seed case of the simulator (seed 1537): the kubelet elsewhere hangs,
+/// the node controller marks the Node Unknown, and its machine is still off.
+#[tokio::test]
+async fn a_lease_written_after_the_note_refuses_the_fencing() {
+    let w = on_a_stopped_machine("Unknown", 120);
+    let seen = now() - 90;
+    noted(&w, LAUNCHED_AGO, seen);
+    lease_written_at(&w, seen + SKEW_MARGIN_SECS + 20);
+    w.cluster.pod(NODE, "db-0");
+    let report = w.fence(&policy()).await.unwrap();
+    let skip = report.results[0].skip.clone();
+    assert!(
+        matches!(
+            &skip,
+            Some(Skip::KubeletElsewhere { seen_off_at, written_at, .. })
+                if *seen_off_at == seen && *written_at == seen + SKEW_MARGIN_SECS + 20
+        ),
+        "{report:#?}"
+    );
+    assert!(!skip.unwrap().leaves_work(), "no retry can change it");
+    assert_eq!(w.out_of_service_taints(NODE), 0);
+    assert_eq!(w.cluster.pods(NODE), 1, "its pods left running");
+    assert!(!w.called("DetachVolume"), "{:?}", w.calls.log());
+    assert_eq!(w.cluster.events(NODE), ["FencingRefused"]);
+    let notes = w.cluster.event_notes(NODE).join("\n");
+    assert!(notes.contains("Delete the Node"), "{notes}");
+}
+
+/// The note refuses only where it proves something: a Lease written before
+/// it (within the clocks' margin), or a machine started since, is fenced.
+#[tokio::test]
+async fn a_note_that_does_not_apply_fences_as_before() {
+    let seen = now() - 90;
+    for (started_ago, written_at) in [
+        (LAUNCHED_AGO, seen + SKEW_MARGIN_SECS),
+        (LAUNCHED_AGO, seen - 30),
+        (60, seen + 40),
+    ] {
+        let w = on_a_stopped_machine("Unknown", 30);
+        noted(&w, LAUNCHED_AGO, seen);
+        if started_ago != LAUNCHED_AGO {
+            let started_at = now() - started_ago;
+            w.cloud
+                .describe_as(&w.instance(1), |f| f.started_at = Some(started_at));
+        }
+        lease_written_at(&w, written_at);
+        let report = w.fence(&policy()).await.unwrap();
+        assert_eq!(
+            report.results[0].outcome,
+            Outcome::Fenced,
+            "{started_ago} {written_at}: {report:#?}"
+        );
+    }
+    // A Node without the note is fenced without reading the Lease.
+    let w = on_a_stopped_machine("Unknown", 30);
+    lease_written_at(&w, now() - 5);
+    let report = w.fence(&policy()).await.unwrap();
+    assert_eq!(report.results[0].outcome, Outcome::Fenced, "{report:#?}");
+    assert!(!w.called("GetNodeLease"), "{:?}", w.calls.log());
+}
+
+/// A Lease that cannot be read, on a Node whose note applies, is never
+/// taken for a dead kubelet: the Node waits for the retry.
+#[tokio::test]
+async fn a_lease_that_cannot_be_read_leaves_a_noted_node_for_the_retry() {
+    let world = || {
+        let w = on_a_stopped_machine("Unknown", 120);
+        noted(&w, LAUNCHED_AGO, now() - 90);
+        lease_written_at(&w, now() - 100);
+        w
+    };
+    let w = world();
+    w.fence(&policy()).await.unwrap();
+    let read = w
+        .calls
+        .log()
+        .iter()
+        .position(|c| c.starts_with("GetNodeLease"));
+    assert!(read.is_some(), "{:?}", w.calls.log());
+    let w = world();
+    w.calls.fail_at(read);
+    let report = w.fence(&policy()).await.unwrap();
+    assert!(
+        matches!(report.results[0].skip, Some(Skip::LookupFailed { .. })),
+        "{report:#?}"
+    );
+    assert!(report.incomplete());
+    assert_eq!(w.out_of_service_taints(NODE), 0);
+}
