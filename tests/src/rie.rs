@@ -137,10 +137,13 @@ impl Answer {
     }
 }
 
-fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
+/// Two free ports, told apart: the first is still held while the second
+/// is asked for, or the kernel may hand out the same port twice (the
+/// emulator's Runtime API then fails to listen, "address already in use").
+fn free_ports() -> anyhow::Result<(u16, u16)> {
+    let first = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let second = std::net::TcpListener::bind("127.0.0.1:0")?;
+    Ok((first.local_addr()?.port(), second.local_addr()?.port()))
 }
 
 impl Rie {
@@ -171,8 +174,7 @@ impl Rie {
             Path::new(&rie).is_file(),
             "NODE_FENCER_LAMBDA_RIE={rie} does not exist: run `make setup`"
         );
-        let port = free_port()?;
-        let runtime_port = free_port()?;
+        let (port, runtime_port) = free_ports()?;
         // The emulator hands the function its own environment, whole: it
         // starts from an empty one, as Lambda's does.
         let mut command = Command::new("env");
