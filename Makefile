@@ -145,9 +145,9 @@ fuzz: setup ## every fuzz target for FUZZ_SECONDS each (default 20; a longer run
 # then started as built. `make test` runs the simulator too, for about 20 s
 # (its crate's own `cargo test`); docs/simulator.md says what it models.
 SECONDS ?= 60
-sim: ## the deterministic simulator: fresh seeds for SECONDS of wall time (default 60), or one seed replayed with SEED=N (STALE_NODES=1: with the stale-Node moves)
+sim: ## the deterministic simulator: fresh seeds for SECONDS of wall time (default 60), or one seed replayed with SEED=N (STALE_NODES=1: with the stale-Node moves; MOVES=0,4,9: only those moves, a shrunk failure's replay); a failure is shrunk to its fewest moves
 	$(LINTING_BUILD) && cargo build --locked --workspace --bins
-	"$$CARGO_TARGET_DIR/debug/sim" $(if $(SEED),--seed $(SEED),--seconds $(SECONDS)) $(if $(STALE_NODES),--stale-nodes)
+	"$$CARGO_TARGET_DIR/debug/sim" $(if $(SEED),--seed $(SEED),--seconds $(SECONDS)) $(if $(STALE_NODES),--stale-nodes) $(if $(MOVES),--moves $(MOVES))
 
 # `make run` builds only what it runs: the stack's tools for the scene ARGS names
 # (`setup.sh --for-run --cloud=...`: no test-only tools, and the PD CSI driver or

@@ -8,10 +8,17 @@
 //! fault on explores little of each), drawn from the seed with everything
 //! else, so a seed replays exactly.
 //!
+//! Each move drawn is numbered, in the order of drawing; a run may carry
+//! out only some of them ([`Moves`]), which is how a failing seed is shrunk
+//! ([`crate::shrink`]). A move left out still draws what it would have
+//! drawn, so that the moves after it draw the same.
+//!
 //! A new move: a variant of [`Move`] (and of [`MOVES`]), its arm in
 //! [`Adversary::apply`] choosing what it acts on, and the method of
-//! [`World`] that changes the truth and tells it.
+//! [`World`] that changes the truth and tells it (called only when the
+//! move is carried out).
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use fastrand::Rng;
@@ -123,6 +130,61 @@ pub enum Failure {
     Lost(&'static str),
 }
 
+/// Which of the moves drawn a run carries out, by their numbers in the
+/// order of drawing.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Moves {
+    /// Every move drawn: a seed's own run.
+    #[default]
+    All,
+    /// Only these (a shrunk run); any other move drawn is left out.
+    Only(BTreeSet<usize>),
+}
+
+impl Moves {
+    /// Whether move `n` is carried out.
+    pub fn keeps(&self, n: usize) -> bool {
+        match self {
+            Self::All => true,
+            Self::Only(kept) => kept.contains(&n),
+        }
+    }
+
+    /// The flag that replays a run with these moves (empty for all).
+    pub fn flag(&self) -> String {
+        match self {
+            Self::All => String::new(),
+            Self::Only(kept) => {
+                let list: Vec<String> = kept.iter().map(usize::to_string).collect();
+                format!(
+                    " --moves {}",
+                    if list.is_empty() {
+                        "none".into()
+                    } else {
+                        list.join(",")
+                    }
+                )
+            }
+        }
+    }
+
+    /// Reads the flag's value: numbers separated by commas, or `none`.
+    pub fn parse(value: &str) -> Result<Self, String> {
+        if value == "none" {
+            return Ok(Self::Only(BTreeSet::new()));
+        }
+        value
+            .split(',')
+            .map(|n| {
+                n.trim().parse::<usize>().map_err(|_| {
+                    format!("{n:?} is not a move's number (a list such as 0,4,9, or none)")
+                })
+            })
+            .collect::<Result<BTreeSet<_>, _>>()
+            .map(Self::Only)
+    }
+}
+
 /// The adversary of one run.
 pub struct Adversary {
     rng: Rng,
@@ -137,12 +199,17 @@ pub struct Adversary {
     pub active: bool,
     /// The invocations it asked for, for the runner to start.
     pub asked: Vec<Asked>,
+    /// The moves it carries out.
+    kept: Moves,
+    /// The moves drawn so far.
+    pub drawn: usize,
 }
 
 impl Adversary {
     /// The adversary of `seed`: its swarm of moves and faults, its rate;
-    /// `stale_nodes`: replacements may leave a stale Node object.
-    pub fn new(seed: u64, stale_nodes: bool) -> Self {
+    /// `stale_nodes`: replacements may leave a stale Node object; `kept`:
+    /// the moves it carries out.
+    pub fn new(seed: u64, stale_nodes: bool, kept: Moves) -> Self {
         let mut rng = Rng::with_seed(seed);
         let mut moves: Vec<Move> = MOVES.iter().copied().filter(|_| rng.bool()).collect();
         if moves.is_empty() {
@@ -162,7 +229,16 @@ impl Adversary {
             rate,
             active: true,
             asked: Vec::new(),
+            kept,
+            drawn: 0,
         }
+    }
+
+    /// Numbers the move being drawn, and says whether it is carried out.
+    fn carry_out(&mut self) -> bool {
+        let n = self.drawn;
+        self.drawn += 1;
+        self.kept.keeps(n)
     }
 
     /// The swarm, for the story.
@@ -190,7 +266,8 @@ impl Adversary {
             return;
         }
         if self.has(Fault::DirectFence) && self.rng.u8(..8) == 0 {
-            if let Some(node) = pick(&mut self.rng, world.nodes.keys().cloned().collect()) {
+            let node = pick(&mut self.rng, world.nodes.keys().cloned().collect());
+            if let Some(node) = node.filter(|_| self.carry_out()) {
                 world.story.say(
                     world.t,
                     format!("adversary: an operator asks to fence {node}"),
@@ -200,6 +277,9 @@ impl Adversary {
             return;
         }
         if self.has(Fault::ExtraSweep) && self.rng.u8(..8) == 0 {
+            if !self.carry_out() {
+                return;
+            }
             world
                 .story
                 .say(world.t, "adversary: a sweep out of schedule");
@@ -218,30 +298,34 @@ impl Adversary {
         self.apply(world, choice);
     }
 
-    /// Carries out `choice` on something in the world it fits, if any.
+    /// Carries out `choice` on something in the world it fits, if any; a
+    /// move left out draws the same, and changes nothing.
     fn apply(&mut self, world: &mut World, choice: Move) {
+        let live = self.carry_out();
         let rng = &mut self.rng;
         match choice {
             Move::Stop | Move::Terminate => {
                 if let Some(id) = pick(rng, machines(world, |p| p == Power::Running)) {
                     let shutdown = rng.i64(1_000..30_000);
                     let kubelet_after = rng.i64(0..=shutdown);
-                    if choice == Move::Stop {
-                        world.stop(&id, shutdown, kubelet_after);
-                    } else {
-                        world.terminate(&id, shutdown, kubelet_after);
+                    match (live, choice) {
+                        (false, _) => {}
+                        (true, Move::Stop) => world.stop(&id, shutdown, kubelet_after),
+                        (true, _) => world.terminate(&id, shutdown, kubelet_after),
                     }
                 }
             }
             Move::Crash => {
-                if let Some(id) = pick(rng, machines(world, Power::is_on)) {
+                if let Some(id) = pick(rng, machines(world, Power::is_on)).filter(|_| live) {
                     world.crash(&id);
                 }
             }
             Move::Start => {
                 if let Some(id) = pick(rng, machines(world, |p| p == Power::Stopped)) {
                     let boot = rng.i64(10_000..40_000);
-                    world.start(&id, boot);
+                    if live {
+                        world.start(&id, boot);
+                    }
                 }
             }
             Move::Replace => {
@@ -255,7 +339,9 @@ impl Adversary {
                     } else {
                         Replacement::Registered
                     };
-                    world.replace(&node, how);
+                    if live {
+                        world.replace(&node, how);
+                    }
                 }
             }
             Move::ReRegister => {
@@ -265,7 +351,7 @@ impl Adversary {
                             .is_some_and(|m| m.power == Power::Running)
                         && w.nodes.contains_key(&k.node)
                 });
-                if let Some(k) = pick(rng, alive) {
+                if let Some(k) = pick(rng, alive).filter(|_| live) {
                     let node = world.kubelets[k].node.clone();
                     world.delete_node(&node);
                 }
@@ -277,7 +363,9 @@ impl Adversary {
                     } else {
                         Process::Dead
                     };
-                    world.set_process(k, to);
+                    if live {
+                        world.set_process(k, to);
+                    }
                 }
             }
             Move::Revive => {
@@ -287,25 +375,31 @@ impl Adversary {
                         && w.machine(&k.machine)
                             .is_some_and(|m| m.power == Power::Running)
                 });
-                if let Some(k) = pick(rng, down) {
+                if let Some(k) = pick(rng, down).filter(|_| live) {
                     world.set_process(k, Process::Alive);
                 }
             }
             Move::Skew => {
                 if let Some(k) = pick(rng, (0..world.kubelets.len()).collect()) {
                     let skew = rng.i64(-90_000..=90_000);
-                    world.set_skew(k, skew);
+                    if live {
+                        world.set_skew(k, skew);
+                    }
                 }
             }
             Move::Lag => {
                 if let Some(id) = pick(rng, world.machines.keys().cloned().collect()) {
                     let lag = rng.i64(0..=20_000);
-                    world.set_lag(&id, lag);
+                    if live {
+                        world.set_lag(&id, lag);
+                    }
                 }
             }
             Move::KillSwitch => {
                 let on = !world.kill_switch;
-                world.set_kill_switch(on);
+                if live {
+                    world.set_kill_switch(on);
+                }
             }
             Move::OperatorTaint => {
                 if let Some(node) = pick(rng, world.nodes.keys().cloned().collect()) {
@@ -313,17 +407,24 @@ impl Adversary {
                         .named_machine(&node)
                         .and_then(|id| world.machine(&id).map(|m| !m.power.is_on()))
                         .unwrap_or(false);
-                    if off && world.live_machines_of(&node).is_empty() && rng.bool() {
-                        // Only on a Node that is dead: on a live one it
-                        // would be the operator's own split brain.
-                        world.operator_taint(
+                    // The out-of-service taint only on a Node that is dead:
+                    // on a live one it would be the operator's own split
+                    // brain.
+                    let by_hand = off && world.live_machines_of(&node).is_empty() && rng.bool();
+                    match (live, by_hand) {
+                        (false, _) => {}
+                        (true, true) => world.operator_taint(
                             &node,
                             OUT_OF_SERVICE_KEY,
                             Some("by-hand"),
                             OUT_OF_SERVICE_EFFECT,
-                        );
-                    } else {
-                        world.operator_taint(&node, "example.com/maintenance", None, "NoSchedule");
+                        ),
+                        (true, false) => world.operator_taint(
+                            &node,
+                            "example.com/maintenance",
+                            None,
+                            "NoSchedule",
+                        ),
                     }
                 }
             }

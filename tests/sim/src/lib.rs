@@ -11,7 +11,8 @@
 //! - [`shells`]: EC2 and the apiserver over the world;
 //! - [`adversary`]: what goes wrong, from the seed;
 //! - [`invariants`]: what must hold, against the truth;
-//! - [`runner`]: one seed's run, and [`explore`] for many.
+//! - [`runner`]: one seed's run, and [`explore`] for many;
+//! - [`shrink`]: a failing seed cut to the fewest moves that still fail.
 
 #![deny(missing_docs)]
 
@@ -19,11 +20,14 @@ pub mod adversary;
 pub mod invariants;
 pub mod runner;
 pub mod shells;
+pub mod shrink;
 pub mod world;
 
 use std::time::{Duration, Instant};
 
-pub use runner::{Options, Run, run};
+pub use adversary::Moves;
+pub use runner::{Options, Run, replay, run};
+pub use shrink::{Shrunk, shrink};
 
 /// What exploring fresh seeds found.
 #[derive(Clone, Debug)]
@@ -144,7 +148,7 @@ pub fn unsteady(first: u64, budget: Duration, options: Options) -> (u64, Vec<u64
 
 /// A violation's words without what changes from seed to seed: the
 /// invocation, the names, the numbers.
-fn kind(what: &str) -> String {
+pub(crate) fn kind(what: &str) -> String {
     let mut out = String::new();
     let mut words = what.split(' ').peekable();
     while let Some(word) = words.next() {
@@ -171,6 +175,11 @@ fn kind(what: &str) -> String {
 /// How a failing run reads: what broke, the command that replays it, the
 /// story.
 pub fn report(run: &Run) -> String {
+    format!("{}\nthe story:\n{}", headline(run), run.story)
+}
+
+/// What a failing run broke, and the command that replays it.
+pub fn headline(run: &Run) -> String {
     let mut out = format!(
         "seed {} broke {} invariant(s):\n",
         run.seed,
@@ -179,15 +188,17 @@ pub fn report(run: &Run) -> String {
     for v in &run.violations {
         out.push_str(&format!("  t={}: {}\n", world::secs(v.t), v.what));
     }
-    let flags = run.options.flags();
-    let make = if run.options.stale_nodes {
-        " STALE_NODES=1"
-    } else {
-        ""
-    };
+    let flags = format!("{}{}", run.options.flags(), run.moves.flag());
+    let mut make = String::new();
+    if run.options.stale_nodes {
+        make.push_str(" STALE_NODES=1");
+    }
+    if let Some(list) = run.moves.flag().strip_prefix(" --moves ") {
+        make.push_str(&format!(" MOVES={list}"));
+    }
     out.push_str(&format!(
-        "replay: make sim SEED={}{make} (or: cargo run -p node-fencer-sim --bin sim -- --seed {}{flags})\n\nthe story:\n{}",
-        run.seed, run.seed, run.story
+        "replay: make sim SEED={}{make} (or: cargo run -p node-fencer-sim --bin sim -- --seed {}{flags})\n",
+        run.seed, run.seed
     ));
     out
 }

@@ -33,6 +33,16 @@ struct Args {
     /// Run each seed twice and tell those whose two runs differ.
     #[arg(long, conflicts_with_all = ["seed", "keep_going"])]
     twice: bool,
+    /// With --seed: carry out only these of the adversary's moves, by
+    /// their numbers in the order drawn (`0,4,9`, or `none`): a shrunk
+    /// run, as a failure's replay line gives it.
+    #[arg(long, requires = "seed", value_parser = node_fencer_sim::Moves::parse)]
+    moves: Option<node_fencer_sim::Moves>,
+    /// Shrink a failing seed to the fewest moves that still fail, for at
+    /// most this many seconds of wall time, and tell the shrunk run's
+    /// story (0: tell the seed's own story, unshrunk).
+    #[arg(long, default_value_t = 30)]
+    shrink_seconds: u64,
 }
 
 /// Prints to stdout; a reader that went away (`| head`) ends nothing.
@@ -48,7 +58,8 @@ fn main() -> ExitCode {
         stale_nodes: args.stale_nodes,
     };
     if let Some(seed) = args.seed {
-        let run = node_fencer_sim::run(seed, options);
+        let moves = args.moves.clone().unwrap_or_default();
+        let run = node_fencer_sim::replay(seed, options, moves);
         if run.violations.is_empty() {
             say!("{}", run.story.trim_end());
             say!(
@@ -59,7 +70,7 @@ fn main() -> ExitCode {
             );
             return ExitCode::SUCCESS;
         }
-        say!("{}", node_fencer_sim::report(&run).trim_end());
+        tell_failure(&run, args.shrink_seconds);
         return ExitCode::FAILURE;
     }
     let first = args.from.unwrap_or_else(|| fastrand::u64(..u64::MAX / 2));
@@ -97,8 +108,22 @@ fn main() -> ExitCode {
     match &found.failure {
         None => ExitCode::SUCCESS,
         Some(run) => {
-            say!("{}", node_fencer_sim::report(run).trim_end());
+            tell_failure(run, args.shrink_seconds);
             ExitCode::FAILURE
         }
     }
+}
+
+/// Tells a failing run: what it broke and how to replay it, then the story
+/// of the run shrunk within `budget` seconds (or its own, unshrunk).
+fn tell_failure(run: &node_fencer_sim::Run, budget: u64) {
+    if budget == 0 {
+        say!("{}", node_fencer_sim::report(run).trim_end());
+        return;
+    }
+    say!("{}", node_fencer_sim::headline(run).trim_end());
+    eprintln!("shrinking seed {} (at most {budget} s)...", run.seed);
+    let shrunk = node_fencer_sim::shrink(run, Duration::from_secs(budget));
+    say!("\n{}:", shrunk.figures());
+    say!("{}", node_fencer_sim::report(&shrunk.run).trim_end());
 }

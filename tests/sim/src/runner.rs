@@ -25,7 +25,7 @@ use node_fencer::core::settings::policy::Policy;
 use node_fencer::pipeline::{self, Ctx};
 use serde_json::json;
 
-use crate::adversary::{Adversary, Asked};
+use crate::adversary::{Adversary, Asked, Moves};
 use crate::invariants::{self, Heard};
 use crate::shells::{Handle, Shared, SimClock, SimCloud, SimCluster, lock};
 use crate::world::{Emitted, Ms, Violation, World, secs, timestamp};
@@ -47,6 +47,10 @@ pub struct Run {
     pub seed: u64,
     /// What it drew beyond the default world.
     pub options: Options,
+    /// The adversary's moves it carried out.
+    pub moves: Moves,
+    /// How many moves the adversary drew (carried out or not).
+    pub drawn: usize,
     /// The invariants it broke.
     pub violations: Vec<Violation>,
     /// What happened, one line a line.
@@ -84,12 +88,18 @@ impl Options {
 
 /// Runs `seed` on a paused clock.
 pub fn run(seed: u64, options: Options) -> Run {
+    replay(seed, options, Moves::All)
+}
+
+/// Runs `seed` on a paused clock, carrying out only the adversary's
+/// `moves`.
+pub fn replay(seed: u64, options: Options, moves: Moves) -> Run {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
         .build()
         .unwrap_or_else(|e| panic!("a current-thread runtime: {e}"));
-    runtime.block_on(simulate(seed, options))
+    runtime.block_on(simulate(seed, options, moves))
 }
 
 /// One invocation to start.
@@ -156,14 +166,14 @@ impl Schedule {
     }
 }
 
-async fn simulate(seed: u64, options: Options) -> Run {
+async fn simulate(seed: u64, options: Options, moves: Moves) -> Run {
     let mut rng = Rng::with_seed(seed);
     let nodes = rng.usize(2..=4);
     let pods: Vec<usize> = (0..nodes).map(|_| rng.usize(0..=2)).collect();
     let staying = rng.u8(..8) == 0;
     let policy = policy(&mut rng);
     let world = World::new(rng.u64(..), &pods, staying);
-    let adversary = Adversary::new(rng.u64(..), options.stale_nodes);
+    let adversary = Adversary::new(rng.u64(..), options.stale_nodes, moves.clone());
     let opening = rng.i64(5_000..40_000);
     let until = rng.i64(120_000..=300_000);
     let sweep_every = rng.i64(60_000..=300_000);
@@ -254,6 +264,8 @@ async fn simulate(seed: u64, options: Options) -> Run {
     Run {
         seed,
         options,
+        moves,
+        drawn: s.adversary.drawn,
         violations: s.world.violations.clone(),
         story: s.world.story.render(),
         setup,
