@@ -53,6 +53,7 @@ pub struct ListMeta {
 struct Meta {
     name: Option<String>,
     uid: Option<String>,
+    resource_version: Option<String>,
     creation_timestamp: Option<Time>,
     labels: Option<BTreeMap<String, String>>,
     annotations: Option<BTreeMap<String, String>>,
@@ -63,6 +64,7 @@ impl Meta {
         ObjectMeta {
             name: self.name,
             uid: self.uid,
+            resource_version: self.resource_version,
             creation_timestamp: self.creation_timestamp,
             labels: self.labels,
             annotations: self.annotations,

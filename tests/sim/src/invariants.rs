@@ -263,7 +263,8 @@ pub fn cap_kept(world: &World, policy: &Policy, who: &str) -> Option<String> {
 /// attached to the machine it names, a VolumeAttachment, a pod bound to
 /// it) carries an out-of-service taint, and the machine it names no longer
 /// holds the disks of pods that do not tolerate it; unless the cap is
-/// full, or the run is a dry run.
+/// full, the run is a dry run, or the Node is stale (its kubelet on
+/// another machine than the one it names).
 pub fn liveness(world: &World, policy: &Policy) -> Vec<String> {
     if policy.dry_run {
         return Vec::new();
@@ -281,6 +282,13 @@ pub fn liveness(world: &World, policy: &Policy) -> Vec<String> {
         };
         let off = world.machine(&machine).is_some_and(|m| !m.power.is_on());
         if !off || !world.live_machines_of(name).is_empty() {
+            continue;
+        }
+        // A Node whose kubelet ran on another machine than the one it names
+        // is not judged by that machine: node-fencer refuses it once it
+        // knows (`kubelet_elsewhere`), and mending it is a person's (the
+        // Node deleted, to be registered again). No fencing is owed.
+        if world.is_stale(name) {
             continue;
         }
         let held = held_disks(world, &machine);

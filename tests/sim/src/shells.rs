@@ -786,6 +786,7 @@ impl FencingWrites for SimCluster {
             name: node,
             uid: stamp.node_uid.as_deref(),
             machine: &stamp.instance,
+            version: None,
         };
         self.guarded(
             node,
@@ -899,8 +900,12 @@ impl FencingWrites for SimCluster {
         let Some(current) = current else {
             return Ok(MarkOutcome::NodeGone);
         };
-        if !judged.is(kube_read::node_facts(&current).as_ref()) {
+        let facts = kube_read::node_facts(&current);
+        if !judged.is(facts.as_ref()) {
             return Ok(MarkOutcome::AnotherNode);
+        }
+        if !judged.unchanged(facts.as_ref()) {
+            return Ok(MarkOutcome::Conflict);
         }
         let now = unix_secs(lock(&self.h).now());
         let patch = match silence::mark_patch(&current, message, now) {

@@ -496,6 +496,17 @@ impl World {
         kube_read::node_facts(n)?.instance
     }
 
+    /// True when the Node object `node` names a machine other than the one
+    /// its kubelet runs on: a kubelet on another machine adopted it.
+    pub fn is_stale(&self, node: &str) -> bool {
+        let Some(named) = self.named_machine(node) else {
+            return false;
+        };
+        self.kubelets_of(node)
+            .filter(|k| !k.retired)
+            .any(|k| k.machine != named)
+    }
+
     /// Every machine that is on and still serves the Node `node` since it
     /// was last off: each one a kubelet of that name has renewed from on
     /// its current boot (alive, hung or dead since), and each one running

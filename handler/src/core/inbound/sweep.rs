@@ -32,6 +32,7 @@ mod tests {
     fn node(name: &str, readiness: Readiness, tainted: bool) -> NodeFacts {
         NodeFacts {
             seen_off: None,
+            version: None,
             labels: Default::default(),
             uid: None,
             attached: None,

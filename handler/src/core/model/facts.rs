@@ -78,6 +78,10 @@ pub struct NodeFacts {
     pub labels: BTreeMap<String, String>,
     /// node-fencer's note that it saw the Node's machine off, if it made one.
     pub seen_off: Option<SeenOff>,
+    /// `metadata.resourceVersion` as read: the fast path's mark is written
+    /// only over the version read before its proof.
+    #[serde(skip)]
+    pub version: Option<String>,
 }
 
 /// node-fencer's note on a Node that it saw the Node's machine off while
@@ -400,6 +404,7 @@ impl NodeFacts {
     pub fn bare(name: &str, readiness: Readiness) -> Self {
         Self {
             seen_off: None,
+            version: None,
             name: name.into(),
             uid: None,
             instance: None,

@@ -120,6 +120,7 @@ pub fn node_facts(node: &Node) -> Option<NodeFacts> {
         machine: machine_identity(node),
         power: power_facts(node),
         labels: node.metadata.labels.clone().unwrap_or_default(),
+        version: node.metadata.resource_version.clone(),
         seen_off: node
             .metadata
             .annotations

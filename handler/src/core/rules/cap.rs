@@ -101,6 +101,7 @@ mod tests {
     fn out(n: u8, mark: Option<InstanceState>) -> NodeFacts {
         NodeFacts {
             seen_off: None,
+            version: None,
             labels: Default::default(),
             uid: None,
             attached: None,

@@ -402,6 +402,7 @@ mod tests {
     fn node(readiness: Readiness, taints: Vec<TaintFacts>) -> NodeFacts {
         NodeFacts {
             seen_off: None,
+            version: None,
             labels: Default::default(),
             uid: None,
             attached: None,

@@ -945,6 +945,7 @@ mod tests {
     fn node(name: &str, out: bool) -> NodeFacts {
         NodeFacts {
             seen_off: None,
+            version: None,
             labels: Default::default(),
             uid: None,
             attached: None,

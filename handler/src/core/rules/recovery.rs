@@ -321,6 +321,7 @@ mod tests {
     fn node(instance: &str, readiness: Readiness, ready_since: Option<i64>) -> NodeFacts {
         NodeFacts {
             seen_off: None,
+            version: None,
             labels: Default::default(),
             uid: None,
             attached: None,

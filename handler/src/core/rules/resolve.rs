@@ -133,6 +133,7 @@ mod tests {
     fn node(name: &str, instance: Option<&str>, ip: &str) -> NodeFacts {
         NodeFacts {
             seen_off: None,
+            version: None,
             labels: Default::default(),
             uid: None,
             attached: None,

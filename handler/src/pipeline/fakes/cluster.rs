@@ -82,6 +82,9 @@ struct ClusterState {
     /// From the n-th read of a Node's kubelet Lease on (1-based), it reads
     /// renewed at this time: a kubelet heard between two reads.
     renews_at_read: Option<(String, usize, i64)>,
+    /// Right after the n-th read of a Node's kubelet Lease (1-based), its
+    /// kubelet writes the Node's status and renews its Lease at this time.
+    writes_after_read: Option<(String, usize, i64)>,
     kubelet_lease_reads: usize,
     /// The next status write of this Node meets a conflicting writer.
     status_conflict: Option<String>,
@@ -100,6 +103,9 @@ struct ClusterState {
     reregistered_before_taint: Option<String>,
     /// Likewise while its pods are listed for the n-th time (1-based).
     reregistered_listing_pods: Option<(String, usize)>,
+    /// While its pods are listed the n-th time, this Node's kubelet reports
+    /// it Ready again.
+    ready_listing_pods: Option<(String, usize)>,
     /// Re-registered right before the next release of `volumesInUse`.
     reregistered_before_release: Option<String>,
 }
@@ -147,6 +153,7 @@ impl FakeCluster {
                 census: None,
                 kubelet_leases: BTreeMap::new(),
                 renews_at_read: None,
+                writes_after_read: None,
                 kubelet_lease_reads: 0,
                 status_conflict: None,
                 placed: BTreeMap::new(),
@@ -155,6 +162,7 @@ impl FakeCluster {
                 reregistered_before_mark: None,
                 reregistered_before_taint: None,
                 reregistered_listing_pods: None,
+                ready_listing_pods: None,
                 reregistered_before_release: None,
             }),
         }
@@ -276,6 +284,13 @@ impl FakeCluster {
     /// deleted and registered again under its name: another Node object.
     pub fn reregistered_listing_pods(&self, name: &str, nth: usize) {
         self.lock().reregistered_listing_pods = Some((name.into(), nth));
+    }
+
+    /// While its pods are listed for the `nth` time (1-based), `name`'s
+    /// kubelet reports it Ready again: a kubelet back, or another machine's
+    /// adopting the Node.
+    pub fn ready_listing_pods(&self, name: &str, nth: usize) {
+        self.lock().ready_listing_pods = Some((name.into(), nth));
     }
 
     /// The power-off mark's write takes `pause`.
@@ -576,6 +591,13 @@ impl FakeCluster {
         self.lock().renews_at_read = Some((node.into(), nth, at));
     }
 
+    /// Right after the `nth` read of `node`'s kubelet Lease, its kubelet
+    /// writes the Node's status (a new resourceVersion) and renews its
+    /// Lease at `at`: a kubelet starting between the proof and the mark.
+    pub fn kubelet_writes_after_read(&self, node: &str, nth: usize, at: i64) {
+        self.lock().writes_after_read = Some((node.into(), nth, at));
+    }
+
     /// The next `nodes/status` write of `node` meets a conflicting writer.
     pub fn status_conflict_once(&self, node: &str) {
         self.lock().status_conflict = Some(node.into());
@@ -823,6 +845,18 @@ impl ClusterReads for FakeCluster {
         read.server_now = read
             .server_now
             .or_else(|| Some(k8s_openapi::jiff::Timestamp::now().as_second()));
+        if let Some((_, nth, at)) = state
+            .writes_after_read
+            .clone()
+            .filter(|(n, nth, _)| n == node && reads == *nth)
+        {
+            state.renews_at_read = Some((node.into(), nth + 1, at));
+            state.writes += 1;
+            let rv = (state.writes + 1).to_string();
+            if let Some(n) = state.nodes.get_mut(node) {
+                n.metadata.resource_version = Some(rv);
+            }
+        }
         Ok(read)
     }
 
@@ -846,7 +880,20 @@ impl ClusterReads for FakeCluster {
                 }
             }
         }
-        Ok(state.pods.get(node).cloned().unwrap_or_default())
+        let ready = match state.ready_listing_pods.as_mut() {
+            Some((name, nth)) if name == node => {
+                *nth -= 1;
+                *nth == 0
+            }
+            _ => false,
+        };
+        let pods = state.pods.get(node).cloned().unwrap_or_default();
+        drop(state);
+        if ready {
+            self.lock().ready_listing_pods = None;
+            self.set_ready(node, "True");
+        }
+        Ok(pods)
     }
 }
 
@@ -881,6 +928,7 @@ impl FencingWrites for FakeCluster {
             name: node,
             uid: stamp.node_uid.as_deref(),
             machine: &stamp.instance,
+            version: None,
         };
         let now = self.lock().facts_of(&current);
         if !judged.is_same_object(now.as_ref()) {
@@ -929,6 +977,9 @@ impl FencingWrites for FakeCluster {
         let now = self.lock().facts_of(&current);
         if !judged.is(now.as_ref()) {
             return Ok(MarkOutcome::AnotherNode);
+        }
+        if !judged.unchanged(now.as_ref()) {
+            return Ok(MarkOutcome::Conflict);
         }
         let Some(patch) = mark_patch_now(node, &current, message)? else {
             return Ok(MarkOutcome::AlreadyNotReady);

@@ -107,6 +107,7 @@ impl Pending {
                         name: node,
                         uid: uid.as_deref(),
                         machine: id,
+                        version: None,
                     };
                     match (
                         answer,
@@ -158,6 +159,7 @@ impl Pending {
                 name: &node,
                 uid: uid.as_deref(),
                 machine: &id,
+                version: None,
             };
             match self.mark_one(ctx, &target, &answer).await {
                 Some(Some(proof)) => self.marked.push((node, id, proof)),
@@ -168,9 +170,13 @@ impl Pending {
         }
     }
 
-    /// Proves `target` again and writes its mark, again after a writer
-    /// that raced it: the proof of a Node marked, `Some(None)` for one that
-    /// needed no mark, `None` for one not proven or not marked.
+    /// Reads the Node, proves `target` again, and writes its mark over the
+    /// version read before that proof, so that a Node written in between
+    /// (its kubelet back, or a kubelet on another machine adopting it: each
+    /// writes the Node's status as it starts) is read and proven again, as
+    /// is one that raced the write: the proof of a Node marked, `Some(None)`
+    /// for one that needed no mark, `None` for one not proven or not
+    /// marked.
     async fn mark_one(
         &mut self,
         ctx: &Ctx<'_>,
@@ -178,6 +184,20 @@ impl Pending {
         answer: &Confirmation,
     ) -> Option<Option<Proof>> {
         for _ in 0..MARK_ATTEMPTS {
+            let read = match ctx.reads.get_node(target.name).await {
+                Ok(Some(read)) => read,
+                // Gone: the taint sees it.
+                Ok(None) => return Some(None),
+                Err(e) => {
+                    ctx.meter.error(Dependency::Kubernetes);
+                    warn!(node = target.name, error = %e, "could not read the node to mark: left for the retry");
+                    return None;
+                }
+            };
+            let target = &JudgedNode {
+                version: read.version.as_deref(),
+                ..*target
+            };
             let Judged::Proven(proof) =
                 prove(ctx, &mut self.evidence, (target, None), answer).await
             else {

@@ -6,7 +6,7 @@
 
 use tracing::{info, warn};
 
-use crate::core::model::facts::PodRef;
+use crate::core::model::facts::{PodRef, Readiness};
 use crate::core::outbound::events::NodeEvent;
 use crate::core::outbound::metrics::Dependency;
 use crate::core::rules::plan::NodeRun;
@@ -37,13 +37,24 @@ pub(crate) async fn force_delete(
     // Pods are bound by name. The Node judged still there after the list
     // (a uid never comes back) means every pod listed was bound to it; a
     // Node registered again under the name holds pods of a live machine.
+    // And not Ready: a kubelet that reports in again (back, or another
+    // machine's that adopted the Node) runs its pods, which a delete would
+    // leave running beside their replacements.
     if let Some(judged) = run
         .node_uid()
         .filter(|_| !going.is_empty())
         .map(str::to_owned)
     {
         match ctx.reads.get_node(node).await {
-            Ok(Some(now)) if now.uid.as_deref() == Some(judged.as_str()) => {}
+            Ok(Some(now)) if now.uid.as_deref() == Some(judged.as_str()) => {
+                if now.readiness == Readiness::Ready {
+                    warn!("the Node reports Ready again: its pods are not deleted");
+                    run.failed_with([format!(
+                        "node {node} reports Ready again (its kubelet runs): its pods are not deleted"
+                    )]);
+                    return;
+                }
+            }
             Ok(_) => {
                 warn!(
                     "the Node of that name is no longer the one judged: its pods are not deleted"

@@ -13,17 +13,18 @@ fn now() -> i64 {
     k8s_openapi::jiff::Timestamp::now().as_second()
 }
 
-/// The machine's last start, as EC2 records it.
-const LAUNCHED_AGO: i64 = 3_600;
+/// The machine's last start, as EC2 records it (Unix seconds; fixed, so
+/// that no second ticks between a test's two reads of the clock).
+const LAUNCHED: i64 = 1_795_000_000;
 
 /// The seed Node, `ready` as given, on a machine EC2 stopped `stopped_ago`
-/// seconds ago and last started an hour ago.
+/// seconds ago and last started at [`LAUNCHED`].
 fn on_a_stopped_machine(ready: &str, stopped_ago: i64) -> World {
     let w = World::new().with_node(NODE, 1, InstanceState::Stopped, ready);
     let now = now();
     w.cloud.describe_as(&w.instance(1), |f| {
         f.stopped_at = Some(now - stopped_ago);
-        f.started_at = Some(now - LAUNCHED_AGO);
+        f.started_at = Some(LAUNCHED);
     });
     w
 }
@@ -43,11 +44,11 @@ fn lease_written_at(w: &World, at: i64) {
 }
 
 /// node-fencer's note on the seed Node that it saw machine 1 off at
-/// `seen_at`, its last start then `started_ago` seconds ago.
-fn noted(w: &World, started_ago: i64, seen_at: i64) {
+/// `seen_at`, its last start then at `started_at`.
+fn noted(w: &World, started_at: i64, seen_at: i64) {
     let note = SeenOff {
         machine: w.instance(1).as_str().to_owned(),
-        started_at: now() - started_ago,
+        started_at,
         at: seen_at,
     };
     w.cluster
@@ -73,7 +74,7 @@ async fn a_kubelet_heard_after_the_stop_gets_its_machine_noted_off() {
     assert_eq!(report.results[0].skip, Some(Skip::NodeReady), "{report:#?}");
     let note = w.cluster.facts(NODE).unwrap().seen_off.expect("the note");
     assert_eq!(note.machine, w.instance(1).as_str());
-    assert_eq!(note.started_at, before - LAUNCHED_AGO);
+    assert_eq!(note.started_at, LAUNCHED);
     assert!((before..=now()).contains(&note.at), "{note:?}");
     // Heard again on the retry: the first sight is kept.
     let report = w.fence(&fast()).await.unwrap();
@@ -88,7 +89,7 @@ async fn a_kubelet_heard_after_the_stop_gets_its_machine_noted_off() {
 async fn a_lease_written_after_the_note_refuses_the_fencing() {
     let w = on_a_stopped_machine("Unknown", 120);
     let seen = now() - 90;
-    noted(&w, LAUNCHED_AGO, seen);
+    noted(&w, LAUNCHED, seen);
     lease_written_at(&w, seen + SKEW_MARGIN_SECS + 20);
     w.cluster.pod(NODE, "db-0");
     let report = w.fence(&policy()).await.unwrap();
@@ -115,24 +116,21 @@ async fn a_lease_written_after_the_note_refuses_the_fencing() {
 #[tokio::test]
 async fn a_note_that_does_not_apply_fences_as_before() {
     let seen = now() - 90;
-    for (started_ago, written_at) in [
-        (LAUNCHED_AGO, seen + SKEW_MARGIN_SECS),
-        (LAUNCHED_AGO, seen - 30),
-        (60, seen + 40),
+    for (started_at, written_at) in [
+        (LAUNCHED, seen + SKEW_MARGIN_SECS),
+        (LAUNCHED, seen - 30),
+        (now() - 60, seen + 40),
     ] {
         let w = on_a_stopped_machine("Unknown", 30);
-        noted(&w, LAUNCHED_AGO, seen);
-        if started_ago != LAUNCHED_AGO {
-            let started_at = now() - started_ago;
-            w.cloud
-                .describe_as(&w.instance(1), |f| f.started_at = Some(started_at));
-        }
+        noted(&w, LAUNCHED, seen);
+        w.cloud
+            .describe_as(&w.instance(1), |f| f.started_at = Some(started_at));
         lease_written_at(&w, written_at);
         let report = w.fence(&policy()).await.unwrap();
         assert_eq!(
             report.results[0].outcome,
             Outcome::Fenced,
-            "{started_ago} {written_at}: {report:#?}"
+            "{started_at} {written_at}: {report:#?}"
         );
     }
     // A Node without the note is fenced without reading the Lease.
@@ -149,7 +147,7 @@ async fn a_note_that_does_not_apply_fences_as_before() {
 async fn a_lease_that_cannot_be_read_leaves_a_noted_node_for_the_retry() {
     let world = || {
         let w = on_a_stopped_machine("Unknown", 120);
-        noted(&w, LAUNCHED_AGO, now() - 90);
+        noted(&w, LAUNCHED, now() - 90);
         lease_written_at(&w, now() - 100);
         w
     };

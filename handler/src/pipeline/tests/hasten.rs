@@ -140,6 +140,32 @@ async fn fast_not_ready_a_renewal_between_the_two_reads_stops_the_marking() {
     assert_eq!(w.cluster.events(NODE), ["KubeletHeardAfterStop"]);
 }
 
+/// The mark is written over the Node as it was read before the Lease that
+/// proved the silence: a kubelet that writes the Node after that read (one
+/// starting: another machine's, adopting the Node, or this one back) sends
+/// the mark back to be proven again, and the Lease then tells it renewed.
+/// Found by the simulator (seed 1356 with its stale-Node moves): the
+/// kubelet renewed 1.2 s after the Lease read, and the mark went out 0.9 s
+/// after that, over the Node it had just written.
+#[tokio::test]
+async fn fast_not_ready_a_kubelet_writing_its_node_after_the_proof_is_not_marked() {
+    let stop = now() - 20;
+    let w = ready_on_a_stopped_machine(Some(stop), KubeletLease::RenewedAt(stop - 30));
+    // The decision's proof reads the Lease once; the mark's proof, twice.
+    w.cluster.kubelet_writes_after_read(NODE, 2, now());
+    let report = w.fence(&short()).await.unwrap();
+    assert_eq!(report.results[0].skip, Some(Skip::NodeReady), "{report:#?}");
+    assert_eq!(
+        count(&w, &format!("MarkNotReady {NODE}")),
+        1,
+        "{:?}",
+        w.calls.log()
+    );
+    assert_eq!(w.cluster.ready_condition(NODE).unwrap().0, "True");
+    assert_eq!(w.out_of_service_taints(NODE), 0);
+    assert_eq!(w.cluster.events(NODE), ["KubeletHeardAfterStop"]);
+}
+
 /// The second look at the cloud stops the marking of a machine started
 /// again since the first.
 #[tokio::test]

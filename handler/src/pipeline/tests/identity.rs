@@ -349,3 +349,20 @@ async fn a_node_registered_again_while_its_pods_are_listed_keeps_its_pods() {
         assert!(errors.contains("registered again"), "{mode:?}: {report:#?}");
     }
 }
+
+/// A Node whose kubelet reports it Ready again while its pods are listed
+/// (a kubelet on another machine adopting the Node, as the simulator found
+/// with seed 3415 and its stale-Node moves; or this one back) runs those
+/// pods: none is deleted, and the run says why.
+#[tokio::test]
+async fn a_node_ready_again_while_its_pods_are_listed_keeps_its_pods() {
+    let w = World::stopped();
+    w.cluster.pod(NODE, "db-0");
+    // The first list plans the fencing; the second comes at act time.
+    w.cluster.ready_listing_pods(NODE, 2);
+    let report = w.fence(&policy()).await.unwrap();
+    assert!(!w.called("DeletePod"), "{:?}", w.writes());
+    assert_eq!(w.cluster.pods(NODE), 1);
+    let errors = format!("{:?}", report.results[0].errors);
+    assert!(errors.contains("reports Ready again"), "{report:#?}");
+}

@@ -265,10 +265,11 @@ impl World {
     }
 
     fn writes(&self) -> Vec<String> {
-        const WRITES: [&str; 10] = [
+        const WRITES: [&str; 11] = [
             "StopInstances",
             "MarkPoweredOff",
             "MarkNotReady",
+            "NoteMachineOff",
             "TaintNode",
             "UntaintNode",
             "DetachVolume",

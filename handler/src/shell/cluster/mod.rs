@@ -206,6 +206,11 @@ pub struct JudgedNode<'a> {
     pub uid: Option<&'a str>,
     /// The machine it was judged on.
     pub machine: &'a InstanceId,
+    /// The resourceVersion it had when read before the proof the write
+    /// rests on (the fast path's mark): a Node written since (its kubelet
+    /// back, or another one adopting it) is proven again first. `None`:
+    /// any version.
+    pub version: Option<&'a str>,
 }
 
 impl JudgedNode<'_> {
@@ -228,6 +233,13 @@ impl JudgedNode<'_> {
     /// one judged: the same uid (when both are known) and the same machine.
     pub fn is(&self, now: Option<&NodeFacts>) -> bool {
         self.is_same_object(now) && now.is_some_and(|n| n.instance.as_ref() == Some(self.machine))
+    }
+
+    /// True when `now`, the Node read at write time, has not been written
+    /// since it was read before the proof (when that version is known).
+    pub fn unchanged(&self, now: Option<&NodeFacts>) -> bool {
+        self.version
+            .is_none_or(|judged| now.is_some_and(|n| n.version.as_deref() == Some(judged)))
     }
 }
 
@@ -772,6 +784,7 @@ mod tests {
             name: "worker-2",
             uid: Some("uid-1"),
             machine: &machine,
+            version: None,
         };
         let node = |uid: &str, on: Option<&InstanceId>| {
             let mut n = NodeFacts::bare("worker-2", Readiness::Unknown);

@@ -9,6 +9,7 @@ impl FencingWrites for Kube {
             name: node,
             uid: stamp.node_uid.as_deref(),
             machine: &stamp.instance,
+            version: None,
         };
         self.guarded_patch(
             node,
@@ -95,8 +96,12 @@ impl FencingWrites for Kube {
                 });
             }
         };
-        if !judged.is(self.facts(current.clone()).as_ref()) {
+        let facts = self.facts(current.clone());
+        if !judged.is(facts.as_ref()) {
             return Ok(MarkOutcome::AnotherNode);
+        }
+        if !judged.unchanged(facts.as_ref()) {
+            return Ok(MarkOutcome::Conflict);
         }
         let Some(patch) = mark_patch_now(node, &current, message)? else {
             return Ok(MarkOutcome::AlreadyNotReady);
