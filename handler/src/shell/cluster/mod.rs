@@ -580,6 +580,28 @@ enum Write<T> {
 }
 
 impl Kube {
+    /// Merges `patch` into the Node `node`, unguarded (what it writes is
+    /// the same when repeated): `Ok(false)` when the apiserver's refusal is
+    /// one `nothing` names (the Node gone, or another object of the name).
+    async fn merge_into_node(
+        &self,
+        node: &str,
+        patch: &serde_json::Value,
+        nothing: impl Fn(&kube::Error) -> bool,
+    ) -> Result<bool, ClusterError> {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let params = PatchParams::default();
+        let merge = Patch::Merge(patch);
+        match retrying("patch node", || nodes.patch(node, &params, &merge)).await {
+            Ok(_) => Ok(true),
+            Err(e) if nothing(&e) => Ok(false),
+            Err(source) => Err(ClusterError::PatchNode {
+                node: node.into(),
+                source,
+            }),
+        }
+    }
+
     /// Reads the Node, lets `plan` decide, and sends the patch guarded by
     /// the resourceVersion read; on a conflict (another writer in between)
     /// reads and decides again. `plan` also gets what the patch sent last

@@ -176,36 +176,16 @@ impl FencingWrites for Kube {
         judged: &JudgedNode<'_>,
         note: &SeenOff,
     ) -> Result<bool, ClusterError> {
-        let node = judged.name;
-        let nodes: Api<Node> = Api::all(self.client.clone());
         let patch = kube_patch::seen_off_patch(judged.uid, note);
-        let params = PatchParams::default();
-        let merge = Patch::Merge(&patch);
-        match retrying("patch node", || nodes.patch(node, &params, &merge)).await {
-            Ok(_) => Ok(true),
-            // Gone, or another object of the name (its uid cannot change).
-            Err(e) if is_not_found(&e) || is_conflict(&e) => Ok(false),
-            Err(source) => Err(ClusterError::PatchNode {
-                node: node.into(),
-                source,
-            }),
-        }
+        // Gone, or another object of the name (its uid cannot change).
+        self.merge_into_node(judged.name, &patch, |e| is_not_found(e) || is_conflict(e))
+            .await
     }
 
     async fn mark_powered_off(&self, node: &str, stamp: &PowerStamp) -> Result<bool, ClusterError> {
-        let nodes: Api<Node> = Api::all(self.client.clone());
         let patch = kube_patch::power_mark_patch(stamp);
-        let params = PatchParams::default();
-        let merge = Patch::Merge(&patch);
         // Annotations only, merged: repeating it writes the same values.
-        match retrying("patch node", || nodes.patch(node, &params, &merge)).await {
-            Ok(_) => Ok(true),
-            Err(e) if is_not_found(&e) => Ok(false),
-            Err(source) => Err(ClusterError::PatchNode {
-                node: node.into(),
-                source,
-            }),
-        }
+        self.merge_into_node(node, &patch, is_not_found).await
     }
 
     async fn clear_power_mark(&self, node: &str) -> Result<(), ClusterError> {
