@@ -293,6 +293,19 @@ impl Stack {
         Ok(kc)
     }
 
+    /// [`Stack::fencer_kubeconfig_via`] written to a file of the stack's
+    /// directory named after `what` and this process; its path.
+    pub fn fencer_kubeconfig_file_via(&self, server: &str, what: &str) -> anyhow::Result<PathBuf> {
+        let path = self
+            .dir
+            .join(format!("kubeconfig-{what}-{}", std::process::id()));
+        std::fs::write(
+            &path,
+            serde_json::to_string(&self.fencer_kubeconfig_via(server)?)?,
+        )?;
+        Ok(path)
+    }
+
     /// A client as node-fencer that reaches the apiserver through `server`
     /// (a fault proxy), with these timeouts.
     pub async fn fencer_via(&self, server: &str, timeouts: Timeouts) -> anyhow::Result<Client> {

@@ -75,7 +75,8 @@ pub enum HandlerError {
     #[error(transparent)]
     Connect(#[from] ConnectError),
     /// The pipeline could not start: the node list unreadable (retryable),
-    /// or the cluster older than any node-fencer supports (not).
+    /// or the cluster older than any node-fencer supports (not); or it was
+    /// cut at the request's end (retryable).
     #[error(transparent)]
     Pipeline(#[from] PipelineError),
     /// Some work is left undone; the report says what. Retryable.
@@ -95,6 +96,7 @@ impl HandlerError {
             Self::Input(_) => "InvalidInput",
             Self::Connect(_) => "DependencyUnavailable",
             Self::Pipeline(PipelineError::Unsupported(_)) => "UnsupportedCluster",
+            Self::Pipeline(PipelineError::OutOfTime { .. }) => "OutOfTime",
             Self::Pipeline(_) => "ClusterUnavailable",
             Self::Incomplete { .. } => "Incomplete",
         }

@@ -5,7 +5,10 @@
 //! kubelet, its EC2 calls through a proxy that counts them (and holds the
 //! ones a test picks).
 
+use std::path::Path;
 use std::time::{Duration, Instant};
+
+use http::Method;
 
 use node_fencer_tests::Stack;
 use node_fencer_tests::cluster::{cluster_serial, cluster_stack};
@@ -29,12 +32,23 @@ fn lambda_on(
     ec2: &FaultProxy,
     env: &[(&str, &str)],
 ) -> anyhow::Result<Rie> {
+    bootstrap_on(s, &Function::Lambda.binary()?, timeout, ec2, env)
+}
+
+/// [`lambda_on`] with `binary` as the function.
+fn bootstrap_on(
+    s: &Stack,
+    binary: &Path,
+    timeout: u64,
+    ec2: &FaultProxy,
+    env: &[(&str, &str)],
+) -> anyhow::Result<Rie> {
     let mut with = vec![
         ("AWS_ENDPOINT_URL", ec2.url.as_str()),
         ("NOT_READY_WAIT_SECONDS", "30"),
     ];
     with.extend_from_slice(env);
-    Rie::start(s, Function::Lambda, timeout, &with)
+    Rie::start_binary(s, binary, timeout, &with)
 }
 
 /// The report of an answer that is one: the result for `node`.
@@ -109,6 +123,59 @@ async fn assert_fenced_once(
     Ok(())
 }
 
+/// Node 2 as the seed left it: Ready, untainted, its volumes attached to
+/// its instance, no detach sent.
+async fn assert_nothing_written(s: &Stack, proxy: &FaultProxy, seed: &Seed) -> anyhow::Result<()> {
+    let admin = s.admin().await?;
+    let node2 = seed.node2().name.as_str();
+    assert_eq!(
+        ready(&admin, node2).await?.as_deref(),
+        Some("True"),
+        "still Ready"
+    );
+    assert_eq!(out_of_service_taints(&admin, node2).await?, 0, "no taint");
+    assert_eq!(proxy.ec2_calls("DetachVolume"), 0, "no detach");
+    assert_eq!(
+        attached(s, seed).await?,
+        vec![vec![seed.node2().machine.instance.clone()]; 2],
+        "both volumes still on node 2's instance"
+    );
+    Ok(())
+}
+
+/// Node 2's kubelet dies; once its Node is NotReady, the `stopped` event's
+/// retry on `retry` (a fresh process) fences it once, with one detach per
+/// volume, all of them the retry's; then the seed is taken down.
+async fn fenced_by_the_retry_once_the_kubelet_died(
+    s: &Stack,
+    retry: &Rie,
+    proxy: &FaultProxy,
+    seed: &Seed,
+    sent: Instant,
+) -> anyhow::Result<()> {
+    let admin = s.admin().await?;
+    let node2 = seed.node2().name.clone();
+    silence(s, seed.node2()).await?;
+    wait_not_ready(&admin, std::slice::from_ref(&node2), NOT_READY).await?;
+    let event = eventbridge_event(&seed.node2().machine.instance, "stopped");
+    let answer = retry.invoke(&event).await?;
+    assert_eq!(answer.error_type(), None, "{}", answer.body);
+    assert_eq!(
+        result_for(&answer, &node2)?["outcome"],
+        "fenced",
+        "{}",
+        answer.body
+    );
+    assert_eq!(
+        proxy.ec2_calls("DetachVolume"),
+        2,
+        "one detach per volume, in the retry"
+    );
+    assert_fenced_once(s, seed, proxy, sent).await?;
+    teardown_seed(&admin, seed).await;
+    Ok(())
+}
+
 /// The seed on the controller stack, and a proxy in front of moto for the
 /// function's EC2 calls.
 async fn seed_behind_a_proxy(
@@ -127,10 +194,16 @@ async fn seed_behind_a_proxy(
 #[tokio::test]
 async fn under_aws_runtime_the_seed_is_fenced_within_the_modules_default_timeout()
 -> anyhow::Result<()> {
+    fenced_in_one_invocation(&Function::Lambda.binary()?).await
+}
+
+/// The seed fenced under the module's default timeout by `binary`, in one
+/// invocation of one process, one detach per volume.
+pub(crate) async fn fenced_in_one_invocation(binary: &Path) -> anyhow::Result<()> {
     let _g = cluster_serial().await;
     let s = cluster_stack();
     let (admin, proxy, seed, node2) = seed_behind_a_proxy(s).await?;
-    let rie = lambda_on(s, MODULE_DEFAULT_TIMEOUT_SECONDS, &proxy, &[])?;
+    let rie = bootstrap_on(s, binary, MODULE_DEFAULT_TIMEOUT_SECONDS, &proxy, &[])?;
     kill_node2(s, &seed, false).await?;
     let sent = Instant::now();
     let answer = rie
@@ -156,7 +229,8 @@ async fn under_aws_runtime_the_seed_is_fenced_within_the_modules_default_timeout
     assert_eq!(proxy.ec2_calls("DetachVolume"), 2, "one detach per volume");
     assert_fenced_once(s, &seed, &proxy, sent).await?;
     eprintln!(
-        "default timeout {MODULE_DEFAULT_TIMEOUT_SECONDS} s: answered in {:?}",
+        "{}, default timeout {MODULE_DEFAULT_TIMEOUT_SECONDS} s: answered in {:?}",
+        binary.display(),
         answer.took
     );
     teardown_seed(&admin, &seed).await;
@@ -177,7 +251,7 @@ async fn a_timeout_shorter_than_the_wait_for_not_ready_leaves_it_all_to_the_retr
     const TIMEOUT: u64 = 40;
     let _g = cluster_serial().await;
     let s = cluster_stack();
-    let (admin, proxy, seed, node2) = seed_behind_a_proxy(s).await?;
+    let (_, proxy, seed, _) = seed_behind_a_proxy(s).await?;
     // The module's default wait, longer than the timeout allows. Without
     // the fast path: moto calls the instance stopped at once while the
     // kubelet here runs on (a real stop is `stopping` until the guest is
@@ -204,40 +278,92 @@ async fn a_timeout_shorter_than_the_wait_for_not_ready_leaves_it_all_to_the_retr
         answer.body
     );
     assert!(answer.took < Duration::from_secs(TIMEOUT), "{answer:?}");
-    assert_eq!(
-        ready(&admin, &node2).await?.as_deref(),
-        Some("True"),
-        "still Ready"
-    );
-    assert_eq!(out_of_service_taints(&admin, &node2).await?, 0, "no taint");
-    assert_eq!(proxy.ec2_calls("DetachVolume"), 0, "no detach");
-    assert_eq!(
-        attached(s, &seed).await?,
-        vec![vec![seed.node2().machine.instance.clone()]; 2],
-        "both volumes still on node 2's instance"
-    );
+    assert_nothing_written(s, &proxy, &seed).await?;
     drop(first);
 
     // The kubelet dies; EventBridge's retry lands on a new execution environment.
-    silence(s, seed.node2()).await?;
-    wait_not_ready(&admin, std::slice::from_ref(&node2), NOT_READY).await?;
     let retry = lambda_on(s, TIMEOUT, &proxy, &wait)?;
-    let answer = retry.invoke(&event).await?;
-    assert_eq!(answer.error_type(), None, "{}", answer.body);
+    fenced_by_the_retry_once_the_kubelet_died(s, &retry, &proxy, &seed, sent).await
+}
+
+/// The runtime's deadline, for real, with the apiserver hanging: node 2's
+/// instance stops while its kubelet keeps the Node Ready, and once the
+/// invocation is waiting for NotReady, every request to the apiserver is
+/// held (a hung connection). Each Kubernetes read is bounded only by its
+/// attempts and retries (10 s each, 20 s in all), which would run past the
+/// deadline; the invocation is cut 2 s before it instead and answers
+/// `NodeFencer.OutOfTime`, having written nothing. The retry, on a fresh
+/// process once the apiserver answers, the kubelet has died and the Node
+/// is NotReady, fences once: one taint, one detach per volume.
+#[tokio::test]
+async fn an_apiserver_hanging_during_the_wait_for_not_ready_is_cut_before_the_runtime_kills()
+-> anyhow::Result<()> {
+    // Less than the wait below; enough for the retry's detaches.
+    const TIMEOUT: u64 = 40;
+    let _g = cluster_serial().await;
+    let s = cluster_stack();
+    let (_, proxy, seed, _) = seed_behind_a_proxy(s).await?;
+    let apiserver = FaultProxy::to_apiserver(s.var("KUBECONFIG")).await?;
+    let kubeconfig = s
+        .fencer_kubeconfig_file_via(&apiserver.url, "hanging")?
+        .display()
+        .to_string();
+    // Without the fast path, as in the test above: moto calls the instance
+    // stopped while the kubelet here runs on.
+    let env = [
+        ("NOT_READY_WAIT_SECONDS", "60"),
+        ("FAST_NOT_READY", "false"),
+        ("KUBECONFIG", kubeconfig.as_str()),
+    ];
+    stop(&s.ec2().await, &seed.node2().machine).await?;
+    let sent = Instant::now();
+    let event = eventbridge_event(&seed.node2().machine.instance, "stopped");
+    let first = lambda_on(s, TIMEOUT, &proxy, &env)?;
+    let node_reads = Match::any().method(Method::GET).path("/api/v1/nodes");
+    let (answer, hung) = tokio::join!(first.invoke(&event), async {
+        // The survey's read, then the wait's first look again.
+        wait_until(
+            "the wait for NotReady under way",
+            Duration::from_secs(30),
+            || async { Ok((apiserver.calls(&node_reads) >= 2).then_some(())) },
+        )
+        .await?;
+        apiserver.inject(
+            Match::any(),
+            Fault::Delay(Duration::from_secs(3600)),
+            usize::MAX,
+        );
+        anyhow::Ok(Instant::now())
+    });
+    let hung = hung?;
+    let answer = answer?;
+    assert!(
+        !answer.timed_out(),
+        "answered within its time, not killed: {answer:?}"
+    );
     assert_eq!(
-        result_for(&answer, &node2)?["outcome"],
-        "fenced",
+        answer.error_type().as_deref(),
+        Some("NodeFencer.OutOfTime"),
         "{}",
         answer.body
     );
-    assert_eq!(
-        proxy.ec2_calls("DetachVolume"),
-        2,
-        "one detach per volume, in the retry"
+    assert!(
+        answer.body.contains("NotReady"),
+        "names the wait it was cut in: {}",
+        answer.body
     );
-    assert_fenced_once(s, &seed, &proxy, sent).await?;
-    teardown_seed(&admin, &seed).await;
-    Ok(())
+    assert!(answer.took < Duration::from_secs(TIMEOUT), "{answer:?}");
+    eprintln!(
+        "answered {:?} after the apiserver hung, {:?} after the event",
+        hung.elapsed(),
+        answer.took
+    );
+    assert_nothing_written(s, &proxy, &seed).await?;
+    drop(first);
+
+    apiserver.heal();
+    let retry = lambda_on(s, TIMEOUT, &proxy, &env)?;
+    fenced_by_the_retry_once_the_kubelet_died(s, &retry, &proxy, &seed, sent).await
 }
 
 /// The runtime's deadline, for real: every detach reaches EC2, which
@@ -287,6 +413,13 @@ async fn a_detach_answered_past_the_deadline_is_cut_before_the_runtime_kills() -
     drop(first);
 
     proxy.heal();
+    let instance = &seed.node2().machine.instance;
+    let still_attached = attached(s, &seed)
+        .await?
+        .iter()
+        .filter(|on| on.contains(instance))
+        .count();
+    let detaches_before = proxy.ec2_calls("DetachVolume");
     let retry = lambda_on(s, TIMEOUT, &proxy, &[])?;
     let answer = retry.invoke(&event).await?;
     assert_eq!(answer.error_type(), None, "{}", answer.body);
@@ -295,6 +428,14 @@ async fn a_detach_answered_past_the_deadline_is_cut_before_the_runtime_kills() -
         false,
         "{}",
         answer.body
+    );
+    // EC2 carried out the first's detaches (the EC2 client may have sent
+    // one again after its attempt timed out); the retry detaches only what
+    // was still attached.
+    assert_eq!(
+        proxy.ec2_calls("DetachVolume") - detaches_before,
+        still_attached,
+        "the retry detached each volume still attached once, and no other"
     );
     assert_fenced_once(s, &seed, &proxy, sent).await?;
     teardown_seed(&admin, &seed).await;

@@ -308,13 +308,9 @@ async fn a_server_older_than_the_oldest_supported_is_refused_and_nothing_is_writ
         usize::MAX,
     );
     let kubeconfig = s
-        .dir
-        .join(format!("kubeconfig-v1.14-{}", std::process::id()));
-    std::fs::write(
-        &kubeconfig,
-        serde_json::to_string(&s.fencer_kubeconfig_via(&proxy.url)?)?,
-    )?;
-    let kubeconfig = kubeconfig.display().to_string();
+        .fencer_kubeconfig_file_via(&proxy.url, "v1.14")?
+        .display()
+        .to_string();
     let words =
         "Kubernetes 1.14 is older than 1.15, the oldest node-fencer supports: nothing was done";
 

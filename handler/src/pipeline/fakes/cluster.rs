@@ -96,6 +96,9 @@ struct ClusterState {
     placed_on_lease: Option<(String, InstanceId)>,
     /// The power-off mark's write takes this long.
     mark_pause: Option<Duration>,
+    /// From the n-th read of the Nodes on (1-based), each read is answered
+    /// only after this long: an apiserver that hangs.
+    reads_hang_from: Option<(usize, Duration)>,
     /// Right before the next `nodes/status` mark, this Node is deleted and
     /// registered again under its name (a new uid).
     reregistered_before_mark: Option<String>,
@@ -159,6 +162,7 @@ impl FakeCluster {
                 placed: BTreeMap::new(),
                 placed_on_lease: None,
                 mark_pause: None,
+                reads_hang_from: None,
                 reregistered_before_mark: None,
                 reregistered_before_taint: None,
                 reregistered_listing_pods: None,
@@ -291,6 +295,12 @@ impl FakeCluster {
     /// adopting the Node.
     pub fn ready_listing_pods(&self, name: &str, nth: usize) {
         self.lock().ready_listing_pods = Some((name.into(), nth));
+    }
+
+    /// From the `nth` read of the Nodes on (a list or a read by name,
+    /// 1-based), each is answered only after `pause`: the apiserver hangs.
+    pub fn reads_hang_from(&self, nth: usize, pause: Duration) {
+        self.lock().reads_hang_from = Some((nth, pause));
     }
 
     /// The power-off mark's write takes `pause`.
@@ -641,15 +651,23 @@ impl FakeCluster {
     /// Counts a read of the Nodes (a list, or a read by name) and turns the
     /// Node set by [`Self::not_ready_from_list`] (or [`Self::ready_from_list`])
     /// from its n-th on.
-    fn turn_on_read(&self) {
-        let turning = {
+    async fn turn_on_read(&self) {
+        let (turning, hang) = {
             let mut state = self.lock();
             state.lists += 1;
-            state
+            let turning = state
                 .turns_at
                 .clone()
-                .filter(|(_, nth, _)| state.lists >= *nth)
+                .filter(|(_, nth, _)| state.lists >= *nth);
+            let hang = state
+                .reads_hang_from
+                .filter(|(nth, _)| state.lists >= *nth)
+                .map(|(_, pause)| pause);
+            (turning, hang)
         };
+        if let Some(pause) = hang {
+            tokio::time::sleep(pause).await;
+        }
         if let Some((node, _, ready)) = turning {
             self.set_ready(&node, ready);
         }
@@ -717,7 +735,7 @@ impl ClusterReads for FakeCluster {
         if self.calls.call("ListNodes".into()) {
             return Err(ClusterError::ListNodes(injected()));
         }
-        self.turn_on_read();
+        self.turn_on_read().await;
         let state = self.lock();
         Ok(state
             .nodes
@@ -733,7 +751,7 @@ impl ClusterReads for FakeCluster {
                 source: injected(),
             });
         }
-        self.turn_on_read();
+        self.turn_on_read().await;
         let state = self.lock();
         Ok(state.nodes.get(name).and_then(|n| state.facts_of(n)))
     }

@@ -1,6 +1,7 @@
 //! Acting: the third look, the pods, the legacy recipe, the detaches and their verification.
 
 use super::*;
+use crate::pipeline::CUT_BEFORE_END;
 use crate::pipeline::invocation::ANSWER_RESERVE;
 
 /// Issue 12, item 3: the taint patch, its retries and the Lease lie between
@@ -557,4 +558,39 @@ async fn the_wait_for_another_holders_lease_ends_before_the_request_does() {
     }
     assert_eq!(w.out_of_service_taints(NODE), 0);
     assert!(!w.called("DetachVolume"), "{:?}", w.writes());
+}
+
+/// Issue 58, the runtime's deadlines: the apiserver hangs while the
+/// invocation waits for a Node still Ready on a stopped machine to turn
+/// NotReady. Each Kubernetes read is bounded only by its own attempts and
+/// retries (up to 20 s); the invocation is cut 2 s before its end and
+/// answers that its time ran out, having written nothing, rather than being
+/// killed by the runtime. Before the cut it answered an hour later, when
+/// the hung reads did.
+#[tokio::test(start_paused = true)]
+async fn an_apiserver_hanging_during_the_wait_for_not_ready_is_cut_before_the_end() {
+    let w = World::new().with_node(NODE, 1, InstanceState::Stopped, "True");
+    // The first read is the survey's; the waiting ones hang.
+    w.cluster.reads_hang_from(2, Duration::from_secs(3600));
+    let waiting = Policy {
+        not_ready_wait: Duration::from_secs(60),
+        poll_interval: Duration::from_secs(2),
+        fast_not_ready: false,
+        ..policy()
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(40);
+    let result = w.fence_within(&waiting, deadline).await;
+    let answered = tokio::time::Instant::now();
+    assert!(
+        answered + CUT_BEFORE_END <= deadline,
+        "answered {:?} before the deadline",
+        deadline.saturating_duration_since(answered)
+    );
+    match result {
+        Err(e @ PipelineError::OutOfTime { during }) => {
+            assert!(during.contains("NotReady"), "{e}");
+        }
+        other => panic!("cut for lack of time: {other:?}"),
+    }
+    assert!(w.writes().is_empty(), "{:?}", w.writes());
 }
