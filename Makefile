@@ -87,11 +87,14 @@ unit: ## the pure core's unit and property tests (no stack needed)
 # 2. The integration tests, whose controllers keep time, with the old control
 #    planes (`setup.sh --only-old-planes`), the tools of the checks after them
 #    (`setup.sh --only-checks`), the fuzz targets and the other images' lint
-#    (`make lint-build-images`) building beside them at the
+#    (`make lint-build-images`), and last the deployable zip's release
+#    build (`make package`'s), building beside them at the
 #    lowest CPU priority ([checks] lines): the tests mostly wait on timers and
 #    leave the cores idle, and a niced build takes only that. The legacy and
-#    1.15 tests wait for their control plane, and the witness test for
-#    promtool, while that build runs (NODE_FENCER_LATE_BUILD_PID names it;
+#    1.15 tests wait for their control plane, the witness test for
+#    promtool, and the release bootstrap's test under the emulator for the
+#    zip (the one of an earlier run removed first, so none is stale), while
+#    that build runs (NODE_FENCER_LATE_BUILD_PID names it;
 #    tests/src/late_build.rs). That build is the longer of the two on a cold
 #    machine, so it starts as soon as phase 1's set-up is done: the last of
 #    the Rust builds (one crate at a time, each shipped build's) leave a core
@@ -103,9 +106,12 @@ unit: ## the pure core's unit and property tests (no stack needed)
 # Each runs in a subshell with pipefail, so that its own failure, not its
 # prefixing `sed`'s, is what `wait` reports; a failed phase stops the builds
 # beside it.
-LATE_BUILD := nice -n 19 bash tests/stack/setup.sh --only-old-planes && nice -n 19 bash tests/stack/setup.sh --only-checks && nice -n 19 bash handler/fuzz/run.sh --build && nice -n 19 $(MAKE) --no-print-directory lint-build-images
+# The deployable zip: `make package`, and the last of the late build.
+PACKAGE_BUILD := cargo lambda build --release --locked --package node-fencer --bin node-fencer --output-format zip --lambda-dir target/lambda
+LATE_BUILD := nice -n 19 bash tests/stack/setup.sh --only-old-planes && nice -n 19 bash tests/stack/setup.sh --only-checks && nice -n 19 bash handler/fuzz/run.sh --build && nice -n 19 $(MAKE) --no-print-directory lint-build-images && $(TOOLS) && nice -n 19 $(PACKAGE_BUILD)
 test: ## everything CI runs: lint, unit, integration against the real stack, infra, GCE and Redfish checks, a short fuzz run
 	@echo "==> make test: the stack's tools ([setup] lines) build beside the lint and the Rust builds ([cargo] lines); cached, so only the first run is long"
+	rm -f target/lambda/node-fencer/bootstrap.zip
 	( set -o pipefail; bash tests/stack/setup.sh --skip-checks --skip-old-planes 2>&1 | sed -u 's/^/[setup] /' ) & setup=$$!; \
 	( set -o pipefail; $(MAKE) --no-print-directory lint-build-tests 2>&1 | sed -u 's/^/[cargo] /' ) & cargo=$$!; \
 	wait $$setup || { wait $$cargo || true; exit 1; }; \
@@ -177,7 +183,7 @@ bench-budget: package ## the performance budget of the release build: cold start
 	$(TOOLS) && cargo run --locked -q -p node-fencer-tests --bin bench-budget -- $(ARGS)
 
 package: setup ## the deployable bootstrap zip for provided.al2023 (x86_64)
-	$(TOOLS) && cargo lambda build --release --locked --package node-fencer --bin node-fencer --output-format zip --lambda-dir target/lambda
+	$(TOOLS) && $(PACKAGE_BUILD)
 	@ls -l target/lambda/node-fencer/bootstrap.zip
 
 stack-up: setup ## start the local stack with controllers and kwok in $(STACK_DIR)

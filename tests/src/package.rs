@@ -2,13 +2,57 @@
 //! executable `bootstrap` at the zip's root, an x86-64 ELF that needs no
 //! newer glibc than Amazon Linux 2023's.
 
-use std::path::Path;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, bail, ensure};
 
 /// Amazon Linux 2023's glibc, the newest a `provided.al2023` bootstrap may need.
 pub const AL2023_GLIBC: (u32, u32) = (2, 34);
+
+/// Where `make package` writes the deployable zip.
+pub fn zip_path() -> PathBuf {
+    crate::repo_root().join("target/lambda/node-fencer/bootstrap.zip")
+}
+
+/// The deployable zip, once written: `make test` builds it last beside the
+/// integration tests (its `[checks]` lines), and removes the one of an
+/// earlier run first, so that no test runs a stale one.
+pub fn built_zip() -> anyhow::Result<PathBuf> {
+    let zip = zip_path();
+    if !zip.is_file() && std::env::var_os(crate::late_build::PID_VAR).is_none() {
+        bail!(
+            "{} does not exist: build it with `make package`",
+            zip.display()
+        );
+    }
+    crate::late_build::wait_for(std::slice::from_ref(&zip), "the deployable zip")?;
+    Ok(zip)
+}
+
+/// Extracts `bootstrap` from the deployable zip at `zip` into `dir`; its path.
+pub fn extract_bootstrap(zip: &Path, dir: &Path) -> anyhow::Result<PathBuf> {
+    if !zip.is_file() {
+        bail!(
+            "{} does not exist: build it with `make package` (or pass --binary)",
+            zip.display()
+        );
+    }
+    let status = Command::new("python3")
+        .args(["-m", "zipfile", "-e"])
+        .arg(zip)
+        .arg(dir)
+        .status()
+        .context("running python3 to unzip the bootstrap")?;
+    if !status.success() {
+        bail!("could not extract {}", zip.display());
+    }
+    let binary = dir.join("bootstrap");
+    // zipfile does not restore the mode bits.
+    std::fs::set_permissions(&binary, std::fs::Permissions::from_mode(0o755))?;
+    Ok(binary)
+}
 
 /// What [`check_zip`] found, one line each.
 pub type Facts = Vec<String>;

@@ -18,11 +18,11 @@ use node_fencer_tests::bench::{Clock, median};
 use node_fencer_tests::faults::FaultProxy;
 use node_fencer_tests::fixtures::*;
 use node_fencer_tests::lambda::{WEBHOOK_TOKEN, function_env};
-use node_fencer_tests::package::check_zip;
+use node_fencer_tests::package::{check_zip, extract_bootstrap, zip_path};
 use node_fencer_tests::rie::Rie;
 use node_fencer_tests::runtime_api::{Answer, RuntimeApi};
 use node_fencer_tests::scene::{eventbridge_event, function_url_event, kube_node_not_ready};
-use node_fencer_tests::{Stack, repo_root, stack};
+use node_fencer_tests::{Stack, stack};
 use serde_json::Value;
 
 const USAGE: &str = "\
@@ -77,7 +77,7 @@ struct Args {
 
 fn parse_args() -> anyhow::Result<Option<Args>> {
     let mut args = Args {
-        zip: repo_root().join("target/lambda/node-fencer/bootstrap.zip"),
+        zip: zip_path(),
         binary: None,
         starts: 20,
         events: 50,
@@ -288,41 +288,6 @@ fn alert_batch(nodes: &[Target]) -> Value {
     )
 }
 
-/// Extracts `bootstrap` from the deployable zip into the stack directory.
-fn unzip(zip: &Path, stack: &Stack) -> anyhow::Result<PathBuf> {
-    if !zip.is_file() {
-        bail!(
-            "{} does not exist: build it with `make package` (or pass --binary)",
-            zip.display()
-        );
-    }
-    let dir = stack.dir.join("bench-bootstrap");
-    let status = Command::new("python3")
-        .args(["-m", "zipfile", "-e"])
-        .arg(zip)
-        .arg(&dir)
-        .status()
-        .context("running python3 to unzip the bootstrap")?;
-    if !status.success() {
-        bail!("could not extract {}", zip.display());
-    }
-    let binary = dir.join("bootstrap");
-    // zipfile does not restore the mode bits.
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&binary, std::fs::Permissions::from_mode(0o755))?;
-    Ok(binary)
-}
-
-/// node-fencer's kubeconfig pointing at `server`, written to a file.
-fn kubeconfig_via(stack: &Stack, server: &str) -> anyhow::Result<PathBuf> {
-    let kc = stack.fencer_kubeconfig_via(server)?;
-    let path = stack
-        .dir
-        .join(format!("kubeconfig-bench-{}", std::process::id()));
-    std::fs::write(&path, serde_json::to_string(&kc)?)?;
-    Ok(path)
-}
-
 async fn run(args: Args) -> anyhow::Result<()> {
     let clock = Clock::start();
     clock.say("starting the stack");
@@ -330,7 +295,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let (binary, zip_size) = match &args.binary {
         Some(b) => (b.clone(), None),
         None => (
-            unzip(&args.zip, stack)?,
+            extract_bootstrap(&args.zip, &stack.dir.join("bench-bootstrap"))?,
             Some(std::fs::metadata(&args.zip)?.len()),
         ),
     };
@@ -346,7 +311,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let size = std::fs::metadata(&binary)?.len();
     let ec2_proxy = FaultProxy::to_http(stack.var("AWS_ENDPOINT_URL")).await?;
     let kube_proxy = FaultProxy::to_apiserver(stack.var("KUBECONFIG")).await?;
-    let kubeconfig = kubeconfig_via(stack, &kube_proxy.url)?;
+    let kubeconfig = stack.fencer_kubeconfig_file_via(&kube_proxy.url, "bench")?;
     let mut env: Vec<(&str, String)> = function_env(stack)
         .iter()
         .map(|(k, v)| (*k, (*v).to_owned()))

@@ -22,6 +22,7 @@ mod runtime;
 mod scale;
 mod scenario;
 mod witness;
+mod zip;
 
 use node_fencer::core::inbound::suspect::{Batch, Intent, NodeRef, Origin, Suspect};
 use node_fencer::core::model::instance::InstanceId;
