@@ -208,6 +208,18 @@ impl Cloud for TimingCloud<'_> {
             .time("DescribeInstances", self.inner.describe_instances(ids))
             .await
     }
+    async fn machines_named(
+        &self,
+        name: &str,
+        vpc: Option<&str>,
+    ) -> Result<Vec<InstanceFacts>, CloudError> {
+        self.timeline
+            .time(
+                "DescribeInstances by name",
+                self.inner.machines_named(name, vpc),
+            )
+            .await
+    }
     async fn describe_volumes(&self, ids: &[VolumeId]) -> Result<Vec<VolumeFacts>, CloudError> {
         self.timeline
             .time("DescribeVolumes", self.inner.describe_volumes(ids))

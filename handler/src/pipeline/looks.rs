@@ -23,6 +23,7 @@ use crate::core::model::instance::InstanceId;
 use crate::core::outbound::metrics::Stage;
 use crate::core::rules::plan;
 use crate::pipeline::ctx::Ctx;
+use crate::shell::cloud::CloudError;
 
 /// The answers of one invocation, by machine.
 #[derive(Clone, Debug, Default)]
@@ -33,6 +34,8 @@ pub(crate) struct Looks {
     judged: HashMap<InstanceId, InstanceFacts>,
     /// The names under which a later look found another machine.
     replaced: Vec<InstanceId>,
+    /// The machines found carrying each Node name asked about.
+    named: HashMap<String, Vec<InstanceFacts>>,
 }
 
 impl Looks {
@@ -70,6 +73,25 @@ impl Looks {
         self.answers
             .extend(answers.iter().map(|(k, v)| (k.clone(), v.clone())));
         answers
+    }
+
+    /// The machines that carry the Node name `name` and may run, in `vpc`
+    /// when given ([`Cloud::machines_named`]): asked once per invocation; a
+    /// failed question is not kept, so the next one asks again.
+    pub(crate) async fn named(
+        &mut self,
+        ctx: &Ctx<'_>,
+        name: &str,
+        vpc: Option<&str>,
+    ) -> Result<&[InstanceFacts], CloudError> {
+        if !self.named.contains_key(name) {
+            let started = Instant::now();
+            let found = ctx.cloud.machines_named(name, vpc).await;
+            ctx.meter.stage(Stage::Confirm, started.elapsed());
+            let found = found.inspect_err(|e| ctx.meter.error(e.dependency()))?;
+            self.named.insert(name.to_owned(), found);
+        }
+        Ok(self.named.get(name).map_or(&[], Vec::as_slice))
     }
 
     /// The machine the first look at `id` described, if one did.

@@ -19,7 +19,7 @@ use node_fencer::core::model::facts::{
     VolumeAttachmentState, VolumeFacts,
 };
 use node_fencer::core::model::instance::{
-    AttachmentState, InstanceId, Provider, VolumeId, VolumeState,
+    AttachmentState, InstanceId, InstanceState, Provider, VolumeId, VolumeState,
 };
 use node_fencer::core::model::kube_read;
 use node_fencer::core::model::system::System;
@@ -217,6 +217,15 @@ fn instance_facts(m: &Machine, seen: Seen) -> InstanceFacts {
     facts
 }
 
+/// The machines described, each with its state, for the story.
+fn states(found: &[InstanceFacts]) -> String {
+    found
+        .iter()
+        .map(|f| format!("{} {}", f.id, f.state.name()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// EC2, over the world.
 pub struct SimCloud {
     h: Handle,
@@ -244,11 +253,31 @@ impl Cloud for SimCloud {
                 .filter_map(|id| s.world.machine(id))
                 .map(|m| instance_facts(m, m.seen_at(t)))
                 .collect();
-            let note = found
-                .iter()
-                .map(|f| format!("{} {}", f.id, f.state.name()))
-                .collect::<Vec<_>>()
-                .join(", ");
+            let note = states(&found);
+            (found, note)
+        })
+        .await
+        .map_err(|e| cloud_error(CloudCall::DescribeMachines, e))
+    }
+
+    async fn machines_named(
+        &self,
+        name: &str,
+        _vpc: Option<&str>,
+    ) -> Result<Vec<InstanceFacts>, CloudError> {
+        // One VPC: every machine of the world is in it.
+        let what = format!("DescribeInstances named {name}");
+        call(&self.h, self.inv, what, To::CloudRead, |s| {
+            let t = s.world.t;
+            let found: Vec<InstanceFacts> = s
+                .world
+                .machines
+                .values()
+                .filter(|m| m.host == name)
+                .map(|m| instance_facts(m, m.seen_at(t)))
+                .filter(|f| !matches!(f.state, InstanceState::Stopped | InstanceState::Terminated))
+                .collect();
+            let note = states(&found);
             (found, note)
         })
         .await

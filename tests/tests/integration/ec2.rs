@@ -1,5 +1,6 @@
 //! The EC2 shell against moto: confirmation, batching, volume discovery.
 
+use anyhow::Context;
 use node_fencer::core::model::instance::{InstanceId, InstanceState, VolumeId};
 use node_fencer::shell::cloud::aws::Ec2;
 use node_fencer::shell::cloud::{Cloud, Detach};
@@ -131,6 +132,65 @@ async fn describe_volumes_and_force_detach() -> anyhow::Result<()> {
     assert_eq!(
         volume(&ec2, &m.root_volume).await?.1,
         vec![m.instance.clone()]
+    );
+    Ok(())
+}
+
+/// Issue 59: the machines that carry a Node's name, as EC2's filters find
+/// them: by private DNS name, in the VPC named or in every VPC, only those
+/// that may run. (moto keeps a terminated instance's address, so a second
+/// machine under the same name cannot be made here; the core's rule tells
+/// the Node's own machine from another, `namesake::tests`.)
+#[tokio::test]
+async fn the_machines_named_are_those_that_may_run_under_the_name() -> anyhow::Result<()> {
+    let ec2 = stack().ec2().await;
+    let cloud = Ec2::new(ec2.clone());
+    let m = launch(&ec2).await?;
+    let facts = cloud
+        .describe_instances(&[InstanceId::parse(&m.instance).context("an id")?])
+        .await?;
+    let vpc = facts
+        .first()
+        .and_then(|f| f.vpc_id.clone())
+        .context("a VPC")?;
+    let name = m.private_dns.clone();
+    assert!(!name.is_empty(), "moto names the instance");
+    let ids = |found: &[node_fencer::core::model::facts::InstanceFacts]| -> Vec<String> {
+        found.iter().map(|f| f.id.as_str().to_owned()).collect()
+    };
+    let found = cloud.machines_named(&name, Some(&vpc)).await?;
+    assert_eq!(ids(&found), [m.instance.as_str()]);
+    assert_eq!(found[0].state, InstanceState::Running);
+    assert_eq!(found[0].private_dns_name.as_deref(), Some(name.as_str()));
+    assert_eq!(
+        ids(&cloud.machines_named(&name, None).await?),
+        [m.instance.as_str()]
+    );
+    assert!(
+        cloud
+            .machines_named(&name, Some("vpc-0000000000000000f"))
+            .await?
+            .is_empty(),
+        "another VPC's machines are not asked for"
+    );
+    assert!(
+        cloud
+            .machines_named("ip-192-0-2-1.ec2.internal", None)
+            .await?
+            .is_empty()
+    );
+    stop(&ec2, &m).await?;
+    assert!(
+        cloud.machines_named(&name, None).await?.is_empty(),
+        "a stopped machine runs nothing"
+    );
+    ec2.terminate_instances()
+        .instance_ids(&m.instance)
+        .send()
+        .await?;
+    assert!(
+        cloud.machines_named(&name, None).await?.is_empty(),
+        "nor does a terminated one"
     );
     Ok(())
 }

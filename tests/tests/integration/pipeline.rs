@@ -177,6 +177,8 @@ async fn fences_a_stopped_node_and_detaches_only_its_pv_volumes() -> anyhow::Res
     // over the nodes) and once more before the node's first detach: four
     // EC2 lookups; one node list to resolve and one under the Lease to count.
     assert_eq!(calls.count("DescribeInstances"), 4);
+    // And once for the machines that carry the Node's name.
+    assert_eq!(calls.count("DescribeInstances by name"), 1);
     assert_eq!(calls.count("ListNodes"), 2);
     assert_eq!(calls.count("DetachVolume"), 2);
     Ok(())
@@ -648,6 +650,11 @@ async fn one_invocation_lists_nodes_once_per_phase_and_batches_ec2_lookups() -> 
         3 + 2,
         "confirm, re-confirm before the taint and before the pods, each batched; \
          then one look per fenced node before its first detach"
+    );
+    assert_eq!(
+        calls.count("DescribeInstances by name"),
+        2,
+        "one per node decided for fencing"
     );
     Ok(())
 }

@@ -404,6 +404,7 @@ fn skip_is_refusal(skip: &Skip) -> bool {
         | Skip::CapReached { .. }
         | Skip::SharedMachine { .. }
         | Skip::KubeletElsewhere { .. }
+        | Skip::NameTaken { .. }
         | Skip::Hibernated => true,
         Skip::NotInCluster
         | Skip::OtherCluster { .. }

@@ -104,6 +104,14 @@ pub enum Skip {
         /// The apiserver's time of the Lease's last write (Unix seconds).
         written_at: i64,
     },
+    /// Another machine that may run carries the Node's name: its kubelet
+    /// may have adopted the Node ([`crate::core::rules::namesake`]).
+    NameTaken {
+        /// The machine the Node names.
+        machine: String,
+        /// The machine that carries its name.
+        by: super::namesake::Namesake,
+    },
     /// EC2 could not be asked; nothing is known, so nothing is done.
     LookupFailed {
         /// The error.
@@ -155,6 +163,7 @@ impl Skip {
             | Self::Hibernated
             | Self::InstanceNotFound
             | Self::KubeletElsewhere { .. }
+            | Self::NameTaken { .. }
             | Self::RecoveryRequest => false,
         }
     }
@@ -172,6 +181,7 @@ impl Skip {
             Self::Hibernated => "hibernated",
             Self::InstanceNotFound => "instance_not_found",
             Self::KubeletElsewhere { .. } => "kubelet_elsewhere",
+            Self::NameTaken { .. } => "name_taken",
             Self::LookupFailed { .. } => "lookup_failed",
             Self::NodeReady => "node_ready",
             Self::CapReached { .. } => "cap_reached",
@@ -223,6 +233,11 @@ impl std::fmt::Display for Skip {
                 "the Node's kubelet wrote its Lease at {}, after node-fencer saw the Node's machine {machine} off at {}, and the machine has not started since: the kubelet runs on another machine, which took over the Node's name, and may still run its pods; none is fenced. Delete the Node so that its kubelet registers it again with its own machine",
                 values::rfc3339(*written_at),
                 values::rfc3339(*seen_off_at),
+            ),
+            Self::NameTaken { machine, by } => write!(
+                f,
+                "another machine, {} (`{}`), carries the Node's name, while the machine the Node names, {machine}, is off: that machine's kubelet may have taken the Node over and may still run its pods; none is fenced. If it serves this Node, delete the Node so that its kubelet registers it again with its own machine",
+                by.machine, by.state
             ),
             Self::LookupFailed { error } => write!(f, "the cloud lookup failed: {error}"),
             Self::NodeReady => f.write_str(

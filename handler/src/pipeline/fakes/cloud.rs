@@ -72,6 +72,16 @@ impl FakeCloud {
             .insert(id.clone(), InstanceFacts::bare(id.clone(), state));
     }
 
+    /// Adds a machine in `state` that carries `name` as its private DNS name
+    /// (a Node's name, on EC2), in no VPC.
+    pub fn namesake(&self, id: &InstanceId, name: &str, state: InstanceState) {
+        let facts = InstanceFacts {
+            private_dns_name: Some(name.to_owned()),
+            ..InstanceFacts::bare(id.clone(), state)
+        };
+        self.lock().instances.insert(id.clone(), facts);
+    }
+
     /// Adds a volume attached to `instance` at `device`.
     pub fn attached_volume(&self, id: &VolumeId, instance: &InstanceId, device: &str) {
         self.lock().volumes.insert(
@@ -169,6 +179,28 @@ impl FakeCloud {
 
 #[async_trait]
 impl Cloud for FakeCloud {
+    async fn machines_named(
+        &self,
+        name: &str,
+        vpc: Option<&str>,
+    ) -> Result<Vec<InstanceFacts>, CloudError> {
+        if self.calls.call(format!("DescribeInstances named {name}")) {
+            return Err(CloudError::new(
+                Provider::Aws,
+                CloudCall::DescribeMachines,
+                "injected",
+            ));
+        }
+        let state = self.lock();
+        Ok(state
+            .instances
+            .values()
+            .filter(|i| i.private_dns_name.as_deref() == Some(name) && !i.state.is_off())
+            .filter(|i| vpc.is_none_or(|v| i.vpc_id.as_deref() == Some(v)))
+            .cloned()
+            .collect())
+    }
+
     async fn describe_instances(
         &self,
         ids: &[InstanceId],

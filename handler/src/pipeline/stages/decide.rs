@@ -22,6 +22,7 @@ use crate::core::outbound::metrics::Dependency;
 use crate::core::rules::cap;
 use crate::core::rules::decide::{self, Case, Settings, Verdict};
 use crate::core::rules::identity;
+use crate::core::rules::namesake;
 use crate::core::rules::plan::{self, Target};
 use crate::core::rules::resolve::{self, Resolution};
 use crate::core::rules::silence;
@@ -291,7 +292,62 @@ async fn decide(
         }
     }
     refuse_kubelets_elsewhere(ctx, (&targets, &mut verdicts), view, looks).await;
+    refuse_names_taken(ctx, policy, (&targets, &mut verdicts), view, looks).await;
     (targets, verdicts)
+}
+
+/// Refuses each EC2 Node the decision would fence whose name another
+/// machine that may run carries ([`namesake`]): that machine's kubelet may
+/// have adopted the Node. A question that fails leaves the Node for the
+/// retry.
+async fn refuse_names_taken(
+    ctx: &Ctx<'_>,
+    policy: &Policy,
+    (targets, verdicts): (&[Target], &mut [Verdict]),
+    view: &NodeView,
+    looks: &mut Looks,
+) {
+    let cluster_vpc = policy.scope.as_ref().map(|s| s.vpc.as_str());
+    for (target, verdict) in targets.iter().zip(verdicts.iter_mut()) {
+        let (Verdict::Fence { .. }, Some(i), Some(id)) =
+            (&*verdict, target.node, target.instance.as_ref())
+        else {
+            continue;
+        };
+        if !namesake::must_ask(id) {
+            continue;
+        }
+        let node = &view.nodes[i];
+        let vpc = namesake::vpc(looks.get(id), cluster_vpc).map(str::to_owned);
+        match looks.named(ctx, &node.name, vpc.as_deref()).await {
+            Ok(named) => {
+                if let Some(by) = namesake::judge(id, named) {
+                    warn!(
+                        node = node.name,
+                        machine = %id,
+                        namesake = by.machine,
+                        state = by.state,
+                        "another machine carries the Node's name: not fenced"
+                    );
+                    *verdict = Verdict::Skip {
+                        reason: decide::Skip::NameTaken {
+                            machine: id.as_str().to_owned(),
+                            by,
+                        },
+                    };
+                }
+            }
+            Err(e) => {
+                *verdict = Verdict::Skip {
+                    reason: decide::Skip::LookupFailed {
+                        error: format!(
+                            "the machines that carry the Node's name could not be asked for: {e}"
+                        ),
+                    },
+                };
+            }
+        }
+    }
 }
 
 /// Refuses each Node the decision would fence whose kubelet's Lease was

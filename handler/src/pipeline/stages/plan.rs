@@ -46,6 +46,7 @@ pub(crate) async fn run(ctx: &Ctx<'_>, inv: &mut Invocation<'_>) -> Result<(), P
                 decide::Skip::CapReached { .. }
                     | decide::Skip::SharedMachine { .. }
                     | decide::Skip::KubeletElsewhere { .. }
+                    | decide::Skip::NameTaken { .. }
                     | decide::Skip::Exempt(_)
             )
             && live

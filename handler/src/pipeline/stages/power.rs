@@ -87,15 +87,33 @@ pub(crate) async fn run(ctx: &Ctx<'_>, inv: &mut Invocation<'_>) -> Result<(), P
     }
     wait_stopped(ctx, inv, &sent).await;
     // A machine powered off is decided again, as if the cloud had reported
-    // it stopped on its own.
+    // it stopped on its own; so are the others, whose room under the cap
+    // it may take, but a refusal the decision made after the core's
+    // verdict (a kubelet on another machine, the Node's name taken) stands.
     if let Some(view) = inv.view.as_ref() {
         // Held to the machines judged, and to the Nodes as first read.
         inv.looks.disown_replaced(&view.nodes);
         let settings = inv.policy.decision(inv.switch.is_on(), view.cluster_size());
         let d = &mut inv.decision;
-        d.verdicts = decide_all(&d.targets, view, inv.looks.answers(), &settings);
+        let again = decide_all(&d.targets, view, inv.looks.answers(), &settings);
+        for (verdict, again) in d.verdicts.iter_mut().zip(again) {
+            if !refused_beyond_the_core(verdict) {
+                *verdict = again;
+            }
+        }
     }
     Ok(())
+}
+
+/// A refusal the decision stage adds to the core's verdict, from what it
+/// reads after it: no verdict of the core alone may lift it.
+fn refused_beyond_the_core(verdict: &Verdict) -> bool {
+    matches!(
+        verdict,
+        Verdict::Skip {
+            reason: Skip::KubeletElsewhere { .. } | Skip::NameTaken { .. }
+        }
+    )
 }
 
 /// The targets this stage looks at: power-off candidates decided "machine

@@ -103,12 +103,7 @@ async fn a_lease_written_after_the_note_refuses_the_fencing() {
         "{report:#?}"
     );
     assert!(!skip.unwrap().leaves_work(), "no retry can change it");
-    assert_eq!(w.out_of_service_taints(NODE), 0);
-    assert_eq!(w.cluster.pods(NODE), 1, "its pods left running");
-    assert!(!w.called("DetachVolume"), "{:?}", w.calls.log());
-    assert_eq!(w.cluster.events(NODE), ["FencingRefused"]);
-    let notes = w.cluster.event_notes(NODE).join("\n");
-    assert!(notes.contains("Delete the Node"), "{notes}");
+    w.assert_refused_untouched("Delete the Node");
 }
 
 /// The note refuses only where it proves something: a Lease written before
@@ -151,21 +146,5 @@ async fn a_lease_that_cannot_be_read_leaves_a_noted_node_for_the_retry() {
         lease_written_at(&w, now() - 100);
         w
     };
-    let w = world();
-    w.fence(&policy()).await.unwrap();
-    let read = w
-        .calls
-        .log()
-        .iter()
-        .position(|c| c.starts_with("GetNodeLease"));
-    assert!(read.is_some(), "{:?}", w.calls.log());
-    let w = world();
-    w.calls.fail_at(read);
-    let report = w.fence(&policy()).await.unwrap();
-    assert!(
-        matches!(report.results[0].skip, Some(Skip::LookupFailed { .. })),
-        "{report:#?}"
-    );
-    assert!(report.incomplete());
-    assert_eq!(w.out_of_service_taints(NODE), 0);
+    a_failed_call_leaves_the_node_for_the_retry(world, "GetNodeLease").await;
 }

@@ -10,6 +10,7 @@ mod elsewhere;
 mod faults;
 mod hasten;
 mod identity;
+mod namesake;
 mod neighbours;
 mod power;
 mod reach;
@@ -334,6 +335,18 @@ impl World {
         w
     }
 
+    /// The seed Node refused and left as it was: untainted, its one pod
+    /// left running, no detach, one `FencingRefused` Event whose note
+    /// contains `mends` (what a person does about it).
+    fn assert_refused_untouched(&self, mends: &str) {
+        assert_eq!(self.out_of_service_taints(NODE), 0);
+        assert_eq!(self.cluster.pods(NODE), 1, "its pods left running");
+        assert!(!self.called("DetachVolume"), "{:?}", self.calls.log());
+        assert_eq!(self.cluster.events(NODE), ["FencingRefused"]);
+        let notes = self.cluster.event_notes(NODE).join("\n");
+        assert!(notes.contains(mends), "{notes}");
+    }
+
     fn stops(&self) -> usize {
         self.calls
             .log()
@@ -362,6 +375,26 @@ fn census(others: usize) -> Census {
 }
 
 /// Active fencing on, with a short wait for a powered-off machine to stop.
+/// The call starting with `call` failing, in a world as `world` makes
+/// it, leaves the seed Node for the retry: `lookup_failed`, the invocation
+/// incomplete, no taint. The call is found by a first run in another such
+/// world.
+async fn a_failed_call_leaves_the_node_for_the_retry(world: impl Fn() -> World, call: &str) {
+    let w = world();
+    w.fence(&policy()).await.unwrap();
+    let at = w.calls.log().iter().position(|c| c.starts_with(call));
+    assert!(at.is_some(), "{:?}", w.calls.log());
+    let w = world();
+    w.calls.fail_at(at);
+    let report = w.fence(&policy()).await.unwrap();
+    assert!(
+        matches!(report.results[0].skip, Some(Skip::LookupFailed { .. })),
+        "{report:#?}"
+    );
+    assert!(report.incomplete());
+    assert_eq!(w.out_of_service_taints(NODE), 0);
+}
+
 fn active() -> Policy {
     Policy {
         active_fencing: Some(ActiveFencing {

@@ -52,6 +52,8 @@ async fn a_stopped_silent_node_is_tainted_and_its_volume_freed_in_this_order() {
             "GetVersion".into(),
             "GetKillSwitch".into(),
             "ListNodes".into(),
+            // No other machine carries the Node's name.
+            format!("DescribeInstances named {NODE}"),
             "GetVersion".into(),
             "ListVolumeAttachments".into(),
             "ListPersistentVolumes".into(),

@@ -118,7 +118,13 @@ async fn the_decision_alone_asks_the_cloud_once_and_decides() {
     let from = w.calls.log().len();
     let meter = Meter::default();
     decide::run(&w.ctx(&meter), &mut inv).await.unwrap();
-    assert_eq!(since(&w, from), ["DescribeInstances"]);
+    assert_eq!(
+        since(&w, from),
+        [
+            "DescribeInstances".to_owned(),
+            format!("DescribeInstances named {NODE}")
+        ]
+    );
     assert_eq!(
         inv.decision.verdicts,
         [Verdict::Fence {

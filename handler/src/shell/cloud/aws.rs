@@ -52,6 +52,66 @@ where
     .with_code(err.code())
 }
 
+impl Ec2 {
+    /// Every instance DescribeInstances finds under `filters`, all pages.
+    async fn instances(&self, filters: Vec<Filter>) -> Result<Vec<InstanceFacts>, CloudError> {
+        let mut out = Vec::new();
+        let mut pages = self
+            .client
+            .describe_instances()
+            .set_filters(Some(filters))
+            .into_paginator()
+            .send();
+        while let Some(page) = pages.next().await {
+            let page =
+                page.map_err(|e| ec2(CloudCall::DescribeMachines, "DescribeInstances", &e))?;
+            for instance in page.reservations().iter().flat_map(|r| r.instances()) {
+                if let Some(facts) = instance_facts(instance) {
+                    out.push(facts);
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// What DescribeInstances says of one instance; `None` without a valid id.
+fn instance_facts(instance: &aws_sdk_ec2::types::Instance) -> Option<InstanceFacts> {
+    let id = instance.instance_id().and_then(InstanceId::parse)?;
+    let state = instance
+        .state()
+        .and_then(|s| s.name())
+        .map_or(InstanceState::Unknown, |n| {
+            InstanceState::from_ec2(
+                n.as_str(),
+                instance.state_reason().and_then(|r| r.code()),
+                instance
+                    .hibernation_options()
+                    .and_then(|h| h.configured())
+                    .unwrap_or(false),
+            )
+        });
+    Some(InstanceFacts {
+        id,
+        state,
+        private_dns_name: instance.private_dns_name().map(str::to_owned),
+        vpc_id: instance.vpc_id().map(str::to_owned),
+        private_ips: private_ips(instance),
+        tags: instance
+            .tags()
+            .iter()
+            .filter_map(|t| Some((t.key()?.to_owned(), t.value()?.to_owned())))
+            .collect(),
+        root_device_name: instance.root_device_name().map(str::to_owned),
+        root_volume: root_volume(instance),
+        identity: Default::default(),
+        stopped_at: instance
+            .state_transition_reason()
+            .and_then(silence::ec2_stop_time),
+        started_at: instance.launch_time().map(|t| t.secs()),
+    })
+}
+
 #[async_trait]
 impl Cloud for Ec2 {
     async fn describe_instances(
@@ -66,55 +126,34 @@ impl Cloud for Ec2 {
                 .name("instance-id")
                 .set_values(Some(chunk.iter().map(|i| i.as_str().to_owned()).collect()))
                 .build();
-            let mut pages = self
-                .client
-                .describe_instances()
-                .filters(filter)
-                .into_paginator()
-                .send();
-            while let Some(page) = pages.next().await {
-                let page =
-                    page.map_err(|e| ec2(CloudCall::DescribeMachines, "DescribeInstances", &e))?;
-                for instance in page.reservations().iter().flat_map(|r| r.instances()) {
-                    let Some(id) = instance.instance_id().and_then(InstanceId::parse) else {
-                        continue;
-                    };
-                    let state = instance.state().and_then(|s| s.name()).map_or(
-                        InstanceState::Unknown,
-                        |n| {
-                            InstanceState::from_ec2(
-                                n.as_str(),
-                                instance.state_reason().and_then(|r| r.code()),
-                                instance
-                                    .hibernation_options()
-                                    .and_then(|h| h.configured())
-                                    .unwrap_or(false),
-                            )
-                        },
-                    );
-                    out.push(InstanceFacts {
-                        id,
-                        state,
-                        private_dns_name: instance.private_dns_name().map(str::to_owned),
-                        vpc_id: instance.vpc_id().map(str::to_owned),
-                        private_ips: private_ips(instance),
-                        tags: instance
-                            .tags()
-                            .iter()
-                            .filter_map(|t| Some((t.key()?.to_owned(), t.value()?.to_owned())))
-                            .collect(),
-                        root_device_name: instance.root_device_name().map(str::to_owned),
-                        root_volume: root_volume(instance),
-                        identity: Default::default(),
-                        stopped_at: instance
-                            .state_transition_reason()
-                            .and_then(silence::ec2_stop_time),
-                        started_at: instance.launch_time().map(|t| t.secs()),
-                    });
-                }
-            }
+            out.extend(self.instances(vec![filter]).await?);
         }
         Ok(out)
+    }
+
+    async fn machines_named(
+        &self,
+        name: &str,
+        vpc: Option<&str>,
+    ) -> Result<Vec<InstanceFacts>, CloudError> {
+        let mut filters = vec![
+            Filter::builder()
+                .name("private-dns-name")
+                .values(name)
+                .build(),
+            Filter::builder()
+                .name("instance-state-name")
+                .set_values(Some(
+                    ["pending", "running", "stopping", "shutting-down"]
+                        .map(str::to_owned)
+                        .to_vec(),
+                ))
+                .build(),
+        ];
+        if let Some(vpc) = vpc {
+            filters.push(Filter::builder().name("vpc-id").values(vpc).build());
+        }
+        self.instances(filters).await
     }
 
     async fn describe_volumes(&self, ids: &[VolumeId]) -> Result<Vec<VolumeFacts>, CloudError> {

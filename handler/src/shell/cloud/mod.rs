@@ -193,6 +193,18 @@ pub trait Cloud: Send + Sync {
         &self,
         ids: &[InstanceId],
     ) -> Result<Vec<InstanceFacts>, CloudError>;
+    /// Describes the machines that carry `name` as the cloud's own name for
+    /// them and may run (EC2's private DNS name; any state but stopped and
+    /// terminated), in `vpc` when it is given
+    /// ([`crate::core::rules::namesake`]). A provider whose machines carry
+    /// no such name finds none.
+    async fn machines_named(
+        &self,
+        _name: &str,
+        _vpc: Option<&str>,
+    ) -> Result<Vec<InstanceFacts>, CloudError> {
+        Ok(Vec::new())
+    }
     /// Describes the volumes; ids the cloud does not know are simply absent.
     async fn describe_volumes(&self, ids: &[VolumeId]) -> Result<Vec<VolumeFacts>, CloudError>;
     /// Describes the machines, each failure apart: a provider whose machines
@@ -284,6 +296,14 @@ impl Cloud for Clouds<'_> {
             out.extend(cloud.describe_instances(&ids).await?);
         }
         Ok(out)
+    }
+
+    async fn machines_named(
+        &self,
+        name: &str,
+        vpc: Option<&str>,
+    ) -> Result<Vec<InstanceFacts>, CloudError> {
+        self.aws.machines_named(name, vpc).await
     }
 
     async fn describe_each(&self, ids: &[InstanceId]) -> Described {
