@@ -13,7 +13,7 @@ export CARGO_TERM_COLOR ?= never
 TOOLS := source "$(CACHE)/env.sh"
 STACK_DIR ?= $(CURDIR)/tests/.stack
 
-.PHONY: help setup fmt lint lint-build lint-build-tests lint-build-images unit test infra-test gce-test redfish-test manifest fuzz sim run bench bench-budget package stack-up stack-down clean
+.PHONY: help setup fmt lint lint-build lint-build-tests lint-build-images unit test infra-test gce-test redfish-test manifest fuzz sim mutants run bench bench-budget package stack-up stack-down clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -154,6 +154,10 @@ SECONDS ?= 60
 sim: ## the deterministic simulator: fresh seeds for SECONDS of wall time (default 60), or one seed replayed with SEED=N (STALE_NODES=1: with the stale-Node moves; MOVES=0,4,9: only those moves, a shrunk failure's replay); a failure is shrunk to its fewest moves
 	$(LINTING_BUILD) && cargo build --locked --workspace --bins
 	"$$CARGO_TARGET_DIR/debug/sim" $(if $(SEED),--seed $(SEED),--seconds $(SECONDS)) $(if $(STALE_NODES),--stale-nodes) $(if $(MOVES),--moves $(MOVES))
+
+FILES ?=
+mutants: ## cargo-mutants over the rules that decide, against the unit tests and the simulator (hours; FILES=path... for some files; not in make test)
+	bash tests/mutants/run.sh $(foreach f,$(FILES),--file $(f))
 
 # `make run` builds only what it runs: the stack's tools for the scene ARGS names
 # (`setup.sh --for-run --cloud=...`: no test-only tools, and the PD CSI driver or

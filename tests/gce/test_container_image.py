@@ -277,11 +277,18 @@ def dockerignore_problems(dockerignore: str) -> list[str]:
     return [f".dockerignore does not leave out {p}" for p in ("target", "tests/.stack") if not ignored(dockerignore, p)]
 
 
+def expand(line: str, makefile: str) -> str:
+    """`line` with each `$(NAME)` a variable of `makefile` names replaced by its value."""
+    values = dict(re.findall(r"^([A-Z_]+)\s*:?=\s*(.*)$", makefile, re.MULTILINE))
+    return re.sub(r"\$\(([A-Z_]+)\)", lambda m: values.get(m.group(1), m.group(0)), line)
+
+
 def lambda_package_problems(makefile: str) -> list[str]:
     recipe = re.search(r"^package:.*\n((?:\t.*\n)+)", makefile, re.MULTILINE)
     if not recipe:
         return ["no package target in the Makefile"]
-    build = [line for line in recipe.group(1).splitlines() if "cargo lambda build" in line]
+    lines = [expand(line, makefile) for line in recipe.group(1).splitlines()]
+    build = [line for line in lines if "cargo lambda build" in line]
     if len(build) != 1:
         return [f"{len(build)} cargo lambda build lines in make package, expected one"]
     words = shlex.split(build[0].split("cargo lambda build", 1)[1])

@@ -10,14 +10,15 @@ use node_fencer_sim::{Moves, Options, Run, replay, run};
 
 /// Fresh seeds for about 20 s of wall time (`NODE_FENCER_SIM_SECONDS`
 /// changes it) break no invariant. The figures go to stderr past the test
-/// harness's capture, so that every run shows them.
+/// harness's capture, so that every run shows them. The seeds start at a
+/// random one, or at `NODE_FENCER_SIM_FIRST_SEED` (`make mutants` starts
+/// each run at 1, so that a mutant is tried against the same seeds).
 #[test]
 fn fresh_seeds_break_no_invariant() {
-    let seconds = std::env::var("NODE_FENCER_SIM_SECONDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(20);
-    let first = fastrand::u64(..u64::MAX / 2);
+    let number = |name: &str| std::env::var(name).ok().and_then(|s| s.parse().ok());
+    let seconds = number("NODE_FENCER_SIM_SECONDS").unwrap_or(20);
+    let first =
+        number("NODE_FENCER_SIM_FIRST_SEED").unwrap_or_else(|| fastrand::u64(..u64::MAX / 2));
     let options = node_fencer_sim::Options::default();
     let found = node_fencer_sim::explore(first, Duration::from_secs(seconds), options);
     let _ = writeln!(std::io::stderr(), "simulator: {}", found.figures());
