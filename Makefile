@@ -106,12 +106,14 @@ unit: ## the pure core's unit and property tests (no stack needed)
 # Each runs in a subshell with pipefail, so that its own failure, not its
 # prefixing `sed`'s, is what `wait` reports; a failed phase stops the builds
 # beside it.
-# The deployable zip: `make package`, and the last of the late build.
+# The deployable zip: `make package`, and the last of the late build, which
+# marks it written whole (ZIP_BUILT) for the test that waits for it.
 PACKAGE_BUILD := cargo lambda build --release --locked --package node-fencer --bin node-fencer --output-format zip --lambda-dir target/lambda
-LATE_BUILD := nice -n 19 bash tests/stack/setup.sh --only-old-planes && nice -n 19 bash tests/stack/setup.sh --only-checks && nice -n 19 bash handler/fuzz/run.sh --build && nice -n 19 $(MAKE) --no-print-directory lint-build-images && $(TOOLS) && nice -n 19 $(PACKAGE_BUILD)
+ZIP_BUILT := target/lambda/node-fencer/bootstrap.zip.built
+LATE_BUILD := nice -n 19 bash tests/stack/setup.sh --only-old-planes && nice -n 19 bash tests/stack/setup.sh --only-checks && nice -n 19 bash handler/fuzz/run.sh --build && nice -n 19 $(MAKE) --no-print-directory lint-build-images && $(TOOLS) && nice -n 19 $(PACKAGE_BUILD) && touch $(ZIP_BUILT)
 test: ## everything CI runs: lint, unit, integration against the real stack, infra, GCE and Redfish checks, a short fuzz run
 	@echo "==> make test: the stack's tools ([setup] lines) build beside the lint and the Rust builds ([cargo] lines); cached, so only the first run is long"
-	rm -f target/lambda/node-fencer/bootstrap.zip
+	rm -f target/lambda/node-fencer/bootstrap.zip $(ZIP_BUILT)
 	( set -o pipefail; bash tests/stack/setup.sh --skip-checks --skip-old-planes 2>&1 | sed -u 's/^/[setup] /' ) & setup=$$!; \
 	( set -o pipefail; $(MAKE) --no-print-directory lint-build-tests 2>&1 | sed -u 's/^/[cargo] /' ) & cargo=$$!; \
 	wait $$setup || { wait $$cargo || true; exit 1; }; \

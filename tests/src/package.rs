@@ -16,18 +16,24 @@ pub fn zip_path() -> PathBuf {
     crate::repo_root().join("target/lambda/node-fencer/bootstrap.zip")
 }
 
-/// The deployable zip, once written: `make test` builds it last beside the
-/// integration tests (its `[checks]` lines), and removes the one of an
-/// earlier run first, so that no test runs a stale one.
+/// The deployable zip, once written whole: `make test` builds it last
+/// beside the integration tests (its `[checks]` lines), then marks it
+/// built (`bootstrap.zip.built`, as the zip itself is written in place);
+/// it removes both of an earlier run first, so that no test runs a stale
+/// zip. Outside `make test`, the zip `make package` wrote.
 pub fn built_zip() -> anyhow::Result<PathBuf> {
     let zip = zip_path();
-    if !zip.is_file() && std::env::var_os(crate::late_build::PID_VAR).is_none() {
-        bail!(
-            "{} does not exist: build it with `make package`",
-            zip.display()
-        );
+    if std::env::var_os(crate::late_build::PID_VAR).is_none() {
+        if !zip.is_file() {
+            bail!(
+                "{} does not exist: build it with `make package`",
+                zip.display()
+            );
+        }
+        return Ok(zip);
     }
-    crate::late_build::wait_for(std::slice::from_ref(&zip), "the deployable zip")?;
+    let built = zip.with_extension("zip.built");
+    crate::late_build::wait_for(std::slice::from_ref(&built), "the deployable zip")?;
     Ok(zip)
 }
 
