@@ -296,6 +296,27 @@ async fn decide(
     (targets, verdicts)
 }
 
+/// The verdicts that would fence, each with its Node's index and machine:
+/// what the refusals after the core's verdict look at.
+fn to_fence<'a>(
+    targets: &'a [Target],
+    verdicts: &'a mut [Verdict],
+) -> impl Iterator<Item = (usize, &'a InstanceId, &'a mut Verdict)> {
+    targets
+        .iter()
+        .zip(verdicts)
+        .filter_map(|(target, verdict)| {
+            let (Some(i), Some(id)) = (target.node, target.instance.as_ref()) else {
+                return None;
+            };
+            if matches!(*verdict, Verdict::Fence { .. }) {
+                Some((i, id, verdict))
+            } else {
+                None
+            }
+        })
+}
+
 /// Refuses each EC2 Node the decision would fence whose name another
 /// machine that may run carries ([`namesake`]): that machine's kubelet may
 /// have adopted the Node. A question that fails leaves the Node for the
@@ -308,12 +329,7 @@ async fn refuse_names_taken(
     looks: &mut Looks,
 ) {
     let cluster_vpc = policy.scope.as_ref().map(|s| s.vpc.as_str());
-    for (target, verdict) in targets.iter().zip(verdicts.iter_mut()) {
-        let (Verdict::Fence { .. }, Some(i), Some(id)) =
-            (&*verdict, target.node, target.instance.as_ref())
-        else {
-            continue;
-        };
+    for (i, id, verdict) in to_fence(targets, verdicts) {
         if !namesake::must_ask(id) {
             continue;
         }
@@ -361,12 +377,7 @@ async fn refuse_kubelets_elsewhere(
     view: &NodeView,
     looks: &Looks,
 ) {
-    for (target, verdict) in targets.iter().zip(verdicts.iter_mut()) {
-        let (Verdict::Fence { .. }, Some(i), Some(id)) =
-            (&*verdict, target.node, target.instance.as_ref())
-        else {
-            continue;
-        };
+    for (i, id, verdict) in to_fence(targets, verdicts) {
         let node = &view.nodes[i];
         let Some(answer) = looks.get(id) else {
             continue;
