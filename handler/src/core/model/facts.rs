@@ -84,17 +84,19 @@ pub struct NodeFacts {
     pub version: Option<String>,
 }
 
-/// node-fencer's note on a Node that it saw the Node's machine off while
-/// the kubelet's Lease had been written after the machine's recorded stop:
-/// a later write of the Lease, while the machine has not started since,
-/// comes from a kubelet on another machine.
+/// node-fencer's note on a Node that the Node's machine was off while the
+/// kubelet's Lease had been written after the machine's stop: a later write
+/// of the Lease, while the machine has not started since, comes from a
+/// kubelet on another machine.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct SeenOff {
     /// The machine, as its id is written.
     pub machine: String,
     /// The machine's last start as the cloud recorded it then (Unix seconds).
     pub started_at: i64,
-    /// When node-fencer saw it off (Unix seconds, node-fencer's clock).
+    /// Since when it is known off (Unix seconds): when its trigger reported
+    /// it got there (the cloud's clock), or else when node-fencer saw it off
+    /// (node-fencer's clock).
     pub at: i64,
 }
 

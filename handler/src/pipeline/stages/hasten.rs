@@ -338,7 +338,9 @@ async fn prove(
                 NodeEvent::heard_after_stop(id, (stopped_at, renewed_at), heard),
             )
             .await;
-            if let Some(note) = note.and_then(|n| silence::elsewhere::note(n, id, answer, now)) {
+            if let Some(note) =
+                note.and_then(|n| silence::elsewhere::note(n, id, answer, (reported, now)))
+            {
                 note_seen_off(ctx, judged, &note).await;
             }
             Judged::No

@@ -148,3 +148,41 @@ async fn a_lease_that_cannot_be_read_leaves_a_noted_node_for_the_retry() {
     };
     a_failed_call_leaves_the_node_for_the_retry(world, "GetNodeLease").await;
 }
+
+/// The simulator's seed 1488 (a kubelet serving the Node's name by an
+/// override): the adopting kubelet renewed after the machine's `stopped`
+/// event, was heard once with the Node still Ready, and died before the
+/// next look. Noted from the sight alone, its last write came before the
+/// note and the Node was fenced while that kubelet's machine ran on; the
+/// note is dated from the event's time, when the machine got there.
+#[tokio::test]
+async fn a_kubelet_quiet_since_it_was_heard_is_refused_by_the_events_time() {
+    let w = on_a_stopped_machine("True", 125);
+    let stopped = now() - 120;
+    let written = stopped + SKEW_MARGIN_SECS + 60;
+    lease_written_at(&w, written);
+    let event = super::hasten::stopped_event(&w, stopped);
+    let report = w.run(&fast(), event).await.unwrap();
+    assert_eq!(report.results[0].skip, Some(Skip::NodeReady), "{report:#?}");
+    let note = w.cluster.facts(NODE).unwrap().seen_off.expect("the note");
+    assert_eq!(note.at, stopped, "{note:?}");
+
+    w.cluster.set_ready(NODE, "Unknown");
+    w.cluster.pod(NODE, "db-0");
+    let report = w.fence(&policy()).await.unwrap();
+    assert!(
+        matches!(
+            &report.results[0].skip,
+            Some(Skip::KubeletElsewhere { seen_off_at, written_at, .. })
+                if *seen_off_at == stopped && *written_at == written
+        ),
+        "{report:#?}"
+    );
+    assert_eq!(w.out_of_service_taints(NODE), 0);
+    assert_eq!(w.cluster.pods(NODE), 1, "its pods left running");
+    assert!(!w.called("DetachVolume"), "{:?}", w.calls.log());
+    assert_eq!(
+        w.cluster.events(NODE),
+        ["KubeletHeardAfterStop", "FencingRefused"]
+    );
+}

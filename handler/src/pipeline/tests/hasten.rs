@@ -332,7 +332,7 @@ async fn fast_not_ready_a_dry_run_marks_nothing() {
 }
 
 /// EventBridge's `stopped` event for the seed machine, timed at `at`.
-fn stopped_event(w: &World, at: i64) -> Batch {
+pub(super) fn stopped_event(w: &World, at: i64) -> Batch {
     Batch {
         suspects: vec![Suspect {
             target: NodeRef::Instance(w.instance(1)),

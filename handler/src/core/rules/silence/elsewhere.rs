@@ -6,11 +6,13 @@
 //!
 //! EC2 records when a stop was asked for, not when the machine got there,
 //! and a kubelet renews its Lease through the guest's shutdown, so a write
-//! after the recorded stop alone tells nothing. What does: node-fencer saw
-//! the machine off, and the Lease was written after that, by the
+//! after the recorded stop alone tells nothing. What does: the machine was
+//! off at a known time, and the Lease was written after that, by the
 //! apiserver's clock, while the cloud records no start of the machine
-//! since. Where the first sign came (a Lease heard after the recorded
-//! stop), node-fencer notes when it saw the machine off
+//! since. The machine is known off from when its trigger reported it got
+//! there (an EC2 `stopped` or `terminated` event, the end of a Compute
+//! Engine stop), or else from when node-fencer saw it off. Where the first
+//! sign came (a Lease heard after the stop), node-fencer notes that time
 //! ([`SeenOff`], on the Node); every later decision on the Node holds the
 //! Lease's last write to that note. Pure.
 
@@ -41,23 +43,31 @@ fn started_at(confirmation: &Confirmation) -> Option<i64> {
 }
 
 /// The note to write on a Node whose Lease was heard after its machine's
-/// recorded stop, now that the cloud describes the machine off: `None`
-/// when the Node already carries one that applies (the earliest sight is
-/// the one that counts), or when the cloud records no start.
+/// stop, now that the cloud describes the machine off: off since `now`, or
+/// since the stop its trigger `reported` when that stop is of the machine's
+/// current run (after its last start) and not in the future. A kubelet
+/// cannot renew from a machine that got to `stopped`, so the earlier time
+/// only ever refuses more: a kubelet that took the Node over and went
+/// quiet before `now` is still told from the machine's own. `None` when
+/// the Node already carries a note that applies from as early, or when the
+/// cloud records no start.
 pub fn note(
     current: Option<&SeenOff>,
     machine: &InstanceId,
     confirmation: &Confirmation,
-    now: i64,
+    (reported, now): (Option<i64>, i64),
 ) -> Option<SeenOff> {
     let started_at = started_at(confirmation)?;
-    if applies(current, machine, confirmation).is_some() {
+    let at = reported
+        .filter(|at| (started_at..=now).contains(at))
+        .unwrap_or(now);
+    if applies(current, machine, confirmation).is_some_and(|noted| noted <= at) {
         return None;
     }
     Some(SeenOff {
         machine: machine.as_str().to_owned(),
         started_at,
-        at: now,
+        at,
     })
 }
 
@@ -177,8 +187,47 @@ mod tests {
         }
     }
 
+    /// A kubelet that took the Node over, renewed after its machine's
+    /// reported stop and went quiet before node-fencer first saw the machine
+    /// off: dated from the report, its last write is still after the note.
+    #[test]
+    fn a_reported_stop_of_this_run_dates_the_note() {
+        let off = seen(InstanceState::Terminated, Some(START));
+        let now = SEEN + 500;
+        let reported = SEEN;
+        let dated = note(None, &machine(), &off, (Some(reported), now));
+        assert_eq!(dated, Some(noted()));
+        let written = SEEN + SKEW_MARGIN_SECS + 60;
+        assert!(
+            written < now,
+            "the kubelet's last write came before the sight"
+        );
+        assert!(judge(dated.as_ref(), &machine(), &off, Some(written)).is_some());
+        // Dated from the sight instead, that write proves nothing.
+        let at_sight = note(None, &machine(), &off, (None, now));
+        assert_eq!(
+            judge(at_sight.as_ref(), &machine(), &off, Some(written)),
+            None
+        );
+        // An earlier date replaces a note of a later sight; a later one never
+        // replaces an earlier note.
+        assert_eq!(
+            note(at_sight.as_ref(), &machine(), &off, (Some(reported), now)),
+            Some(noted())
+        );
+        assert_eq!(note(Some(&noted()), &machine(), &off, (None, now)), None);
+        // A report of an earlier run's stop (before the last start), or of a
+        // stop in the future, dates nothing: the note is of the sight.
+        for odd in [START - 10, now + 1] {
+            assert_eq!(
+                note(None, &machine(), &off, (Some(odd), now)),
+                Some(SeenOff { at: now, ..noted() })
+            );
+        }
+    }
+
     fn note_for(current: Option<&SeenOff>, confirmation: &Confirmation) -> Option<SeenOff> {
-        note(current, &machine(), confirmation, SEEN + 500)
+        note(current, &machine(), confirmation, (None, SEEN + 500))
     }
 
     #[test]
