@@ -291,9 +291,57 @@ async fn decide(
             verdicts = decide_all(&targets, view, looks.answers(), &settings);
         }
     }
-    refuse_kubelets_elsewhere(ctx, (&targets, &mut verdicts), view, looks).await;
-    refuse_names_taken(ctx, policy, (&targets, &mut verdicts), view, looks).await;
-    (targets, verdicts)
+    // The refusals after the core's verdict give back the room their Nodes
+    // took under the cap: the core decides again without them, until no
+    // Node it lets through is refused.
+    let mut refusals = 0;
+    loop {
+        refuse_kubelets_elsewhere(ctx, (&targets, &mut verdicts), view, looks).await;
+        refuse_names_taken(ctx, policy, (&targets, &mut verdicts), view, looks).await;
+        let now = verdicts
+            .iter()
+            .filter(|v| refused_beyond_the_core(v))
+            .count();
+        if now == refusals || !verdicts.iter().any(by_cap) {
+            return (targets, verdicts);
+        }
+        refusals = now;
+        decide_again(&targets, &mut verdicts, view, looks.answers(), &settings);
+    }
+}
+
+/// Decides again every target but those refused after the core's verdict
+/// ([`refused_beyond_the_core`]): no verdict of the core alone lifts such a
+/// refusal, and its Node takes no room under the cap.
+pub(crate) fn decide_again(
+    targets: &[Target],
+    verdicts: &mut [Verdict],
+    view: &NodeView,
+    answers: &HashMap<InstanceId, Confirmation>,
+    settings: &Settings,
+) {
+    let kept: Vec<usize> = (0..targets.len())
+        .filter(|&k| !refused_beyond_the_core(&verdicts[k]))
+        .collect();
+    let rest: Vec<Target> = kept.iter().map(|&k| targets[k].clone()).collect();
+    for (k, verdict) in kept
+        .into_iter()
+        .zip(decide_all(&rest, view, answers, settings))
+    {
+        verdicts[k] = verdict;
+    }
+}
+
+/// True for the refusals the decision makes after the core's verdict, from
+/// what it reads after it: a kubelet on another machine, a name another
+/// machine carries.
+fn refused_beyond_the_core(verdict: &Verdict) -> bool {
+    matches!(
+        verdict,
+        Verdict::Skip {
+            reason: decide::Skip::KubeletElsewhere { .. } | decide::Skip::NameTaken { .. }
+        }
+    )
 }
 
 /// The verdicts that would fence, each with its Node's index and machine:

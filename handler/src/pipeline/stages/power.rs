@@ -30,7 +30,7 @@ use crate::pipeline::ctx::Ctx;
 use crate::pipeline::error::PipelineError;
 use crate::pipeline::invocation::Invocation;
 use crate::pipeline::lease::{self, Hold};
-use crate::pipeline::stages::decide::decide_all;
+use crate::pipeline::stages::decide::decide_again;
 use crate::pipeline::{nodes, wait};
 use crate::shell::cloud::{CloudError, PowerOff, PowerOffAnswer};
 
@@ -95,25 +95,15 @@ pub(crate) async fn run(ctx: &Ctx<'_>, inv: &mut Invocation<'_>) -> Result<(), P
         inv.looks.disown_replaced(&view.nodes);
         let settings = inv.policy.decision(inv.switch.is_on(), view.cluster_size());
         let d = &mut inv.decision;
-        let again = decide_all(&d.targets, view, inv.looks.answers(), &settings);
-        for (verdict, again) in d.verdicts.iter_mut().zip(again) {
-            if !refused_beyond_the_core(verdict) {
-                *verdict = again;
-            }
-        }
+        decide_again(
+            &d.targets,
+            &mut d.verdicts,
+            view,
+            inv.looks.answers(),
+            &settings,
+        );
     }
     Ok(())
-}
-
-/// A refusal the decision stage adds to the core's verdict, from what it
-/// reads after it: no verdict of the core alone may lift it.
-fn refused_beyond_the_core(verdict: &Verdict) -> bool {
-    matches!(
-        verdict,
-        Verdict::Skip {
-            reason: Skip::KubeletElsewhere { .. } | Skip::NameTaken { .. }
-        }
-    )
 }
 
 /// The targets this stage looks at: power-off candidates decided "machine

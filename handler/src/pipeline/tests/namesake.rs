@@ -99,3 +99,33 @@ async fn a_power_off_beside_it_does_not_lift_the_refusal() {
     assert_eq!(w.out_of_service_taints("stale-4"), 0);
     assert_eq!(w.out_of_service_taints(NODE), 1);
 }
+
+/// The simulator's seed 2803: a Node refused after the core's verdict took
+/// the cap's room from another dead Node, refused in its turn by the cap,
+/// and the second was never fenced. The core decides again without the
+/// refused Node.
+#[tokio::test]
+async fn a_refused_node_takes_no_room_under_the_cap() {
+    let w = taken_over(InstanceState::Running).with_node(
+        "other",
+        3,
+        InstanceState::Terminated,
+        "Unknown",
+    );
+    let p = Policy {
+        max_out_of_service: 1,
+        ..policy()
+    };
+    let report = w
+        .run(&p, batch(Intent::Fence, &[w.instance(1), w.instance(3)]))
+        .await
+        .unwrap();
+    let skips: Vec<Option<&Skip>> = report.results.iter().map(|r| r.skip.as_ref()).collect();
+    assert!(
+        matches!(skips[..], [Some(Skip::NameTaken { .. }), None]),
+        "{report:#?}"
+    );
+    assert_eq!(report.results[1].outcome, Outcome::Fenced, "{report:#?}");
+    assert_eq!(w.out_of_service_taints(NODE), 0);
+    assert_eq!(w.out_of_service_taints("other"), 1);
+}
