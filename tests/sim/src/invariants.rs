@@ -263,8 +263,8 @@ pub fn cap_kept(world: &World, policy: &Policy, who: &str) -> Option<String> {
 /// attached to the machine it names, a VolumeAttachment, a pod bound to
 /// it) carries an out-of-service taint, and the machine it names no longer
 /// holds the disks of pods that do not tolerate it; unless the cap is
-/// full, the run is a dry run, or the Node is stale (its kubelet on
-/// another machine than the one it names).
+/// full, the run is a dry run, the Node is stale (its kubelet on another
+/// machine than the one it names), or a machine that is on carries its name.
 pub fn liveness(world: &World, policy: &Policy) -> Vec<String> {
     if policy.dry_run {
         return Vec::new();
@@ -289,6 +289,13 @@ pub fn liveness(world: &World, policy: &Policy) -> Vec<String> {
         // knows (`kubelet_elsewhere`), and mending it is a person's (the
         // Node deleted, to be registered again). No fencing is owed.
         if world.is_stale(name) {
+            continue;
+        }
+        // Nor to a Node whose name a machine that is on carries (one a
+        // replacement left running, or started again): for all the cloud
+        // can tell it serves the Node, so node-fencer refuses it
+        // (`name_taken`) until a person stops that machine.
+        if world.runs_under_name(name) {
             continue;
         }
         let held = held_disks(world, &machine);

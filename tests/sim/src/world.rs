@@ -507,6 +507,14 @@ impl World {
             .any(|k| k.machine != named)
     }
 
+    /// True when a machine that is on carries the name `node` (EC2's
+    /// private DNS name), whether or not it serves that Node.
+    pub fn runs_under_name(&self, node: &str) -> bool {
+        self.machines
+            .values()
+            .any(|m| m.host == node && m.power.is_on())
+    }
+
     /// Every machine that is on and still serves the Node `node` since it
     /// was last off: each one a kubelet of that name has renewed from on
     /// its current boot (alive, hung or dead since), and each one running
@@ -1719,7 +1727,17 @@ impl World {
             self.terminate(&old, 1_000, 0);
         }
         let reregister = how == Replacement::Registered;
+        // EC2 gives a private DNS name to one machine at a time: it follows
+        // the address, which a machine keeps while it runs. A replacement
+        // launched while another machine runs under the Node's name gets a
+        // name of its own, and its kubelet serves the Node's by an override.
+        let taken = self.machines.values().any(|m| {
+            m.host == node && m.power.is_on() && (how == Replacement::OldRuns || m.id != old)
+        });
         let new = self.launch(node, self.t);
+        if taken && let Some(m) = self.machines.get_mut(&new) {
+            m.host = format!("ip-{}", m.ip.replace('.', "-"));
+        }
         let kubelet = Kubelet {
             node: node.to_owned(),
             machine: new.clone(),
@@ -1745,7 +1763,12 @@ impl World {
         self.story.say(
             self.t,
             format!(
-                "adversary: {new} launched in place of {old}; its kubelet serves {node}, {words}"
+                "adversary: {new} launched in place of {old}; its kubelet serves {node}{}, {words}",
+                if taken {
+                    " by an override (a machine runs under the name)"
+                } else {
+                    ""
+                }
             ),
         );
         if reregister {
