@@ -2,15 +2,15 @@
 # Mutation testing of the rules that decide: cargo-mutants changes one spot of
 # the code at a time (a condition negated, a value replaced, a body emptied)
 # and runs the tests on each change; a change no test fails on is a mutant
-# that survived, a decision the tests do not pin down. Which files it mutates
-# and which tests it runs is in .cargo/mutants.toml: the safety rules of
-# handler/src/core/rules and the Node patches, against node-fencer's unit
-# tests and the simulator (NODE_FENCER_SIM_SECONDS of seeds from a fixed first
-# one, so that a rerun tries the same seeds).
+# that survived, a decision the tests do not pin down. It mutates the safety
+# rules of handler/src/core/rules and the Node patches (DEFAULT_FILES below),
+# and runs node-fencer's unit tests and the simulator (.cargo/mutants.toml;
+# NODE_FENCER_SIM_SECONDS of seeds from a fixed first one, so that a rerun
+# tries the same seeds).
 #
 # Usage: tests/mutants/run.sh [--list] [--file PATH]... [cargo-mutants options]
-#   make mutants                          every file of .cargo/mutants.toml (hours on 2 cores)
-#   make mutants FILES=handler/src/core/rules/cap.rs   one file
+#   make mutants                          every file of DEFAULT_FILES (hours on 2 cores)
+#   make mutants FILES=handler/src/core/rules/cap.rs   that file only
 #   --list                                the mutants only, nothing built
 #
 # Not part of `make test`. cargo-mutants is installed once into the cache,
@@ -39,6 +39,33 @@ if [ ! -x "$BIN" ]; then
 	rm -rf "$root"
 fi
 
+# The rules that decide whether and what to fence, and the patches that write
+# it; any --file given replaces them.
+DEFAULT_FILES=(
+	"handler/src/core/rules/silence/**/*.rs"
+	handler/src/core/rules/power.rs
+	handler/src/core/rules/identity.rs
+	handler/src/core/rules/namesake.rs
+	handler/src/core/rules/decide.rs
+	handler/src/core/rules/plan.rs
+	handler/src/core/rules/cap.rs
+	handler/src/core/rules/recovery.rs
+	handler/src/core/outbound/kube_patch.rs
+)
+files=()
+for arg in "$@"; do
+	case "$arg" in
+	-f | --file | --file=*) files=(given) ;;
+	esac
+done
+if [ ${#files[@]} -eq 0 ]; then
+	for f in "${DEFAULT_FILES[@]}"; do
+		files+=(--file "$f")
+	done
+else
+	files=()
+fi
+
 cd "$ROOT"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$CACHE/target}"
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
@@ -46,4 +73,4 @@ export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 export NODE_FENCER_SIM_SECONDS="${NODE_FENCER_SIM_SECONDS:-10}"
 export NODE_FENCER_SIM_FIRST_SEED="${NODE_FENCER_SIM_FIRST_SEED:-1}"
 # cargo's own subcommand form: `cargo-mutants mutants ...`.
-exec "$BIN" mutants --output target "$@"
+exec "$BIN" mutants --output target "${files[@]}" "$@"
