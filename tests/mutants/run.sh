@@ -53,18 +53,14 @@ DEFAULT_FILES=(
 	handler/src/core/outbound/kube_patch.rs
 )
 files=()
+for f in "${DEFAULT_FILES[@]}"; do
+	files+=(--file "$f")
+done
 for arg in "$@"; do
 	case "$arg" in
-	-f | --file | --file=*) files=(given) ;;
+	-f | --file | --file=*) files=() ;;
 	esac
 done
-if [ ${#files[@]} -eq 0 ]; then
-	for f in "${DEFAULT_FILES[@]}"; do
-		files+=(--file "$f")
-	done
-else
-	files=()
-fi
 
 cd "$ROOT"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$CACHE/target}"
