@@ -291,22 +291,37 @@ async fn decide(
             verdicts = decide_all(&targets, view, looks.answers(), &settings);
         }
     }
-    // The refusals after the core's verdict give back the room their Nodes
-    // took under the cap: the core decides again without them, until no
-    // Node it lets through is refused.
+    let decided = (&targets[..], &mut verdicts[..]);
+    refuse_beyond_the_core(ctx, (policy, &settings), decided, view, looks).await;
+    (targets, verdicts)
+}
+
+/// The refusals the decision makes after the core's verdict, from what it
+/// reads after it: a kubelet on another machine, a name another machine
+/// carries. Every verdict that would fence is held to them, whoever made
+/// it (the first decision, or the one after a power-off). A refused Node
+/// gives back the room it took under the cap: the core decides again
+/// without it, until no Node it lets through is refused.
+pub(crate) async fn refuse_beyond_the_core(
+    ctx: &Ctx<'_>,
+    (policy, settings): (&Policy, &Settings<'_>),
+    (targets, verdicts): (&[Target], &mut [Verdict]),
+    view: &NodeView,
+    looks: &mut Looks,
+) {
     let mut refusals = 0;
     loop {
-        refuse_kubelets_elsewhere(ctx, (&targets, &mut verdicts), view, looks).await;
-        refuse_names_taken(ctx, policy, (&targets, &mut verdicts), view, looks).await;
+        refuse_kubelets_elsewhere(ctx, (targets, verdicts), view, looks).await;
+        refuse_names_taken(ctx, policy, (targets, verdicts), view, looks).await;
         let now = verdicts
             .iter()
             .filter(|v| refused_beyond_the_core(v))
             .count();
         if now == refusals || !verdicts.iter().any(by_cap) {
-            return (targets, verdicts);
+            return;
         }
         refusals = now;
-        decide_again(&targets, &mut verdicts, view, looks.answers(), &settings);
+        decide_again(targets, verdicts, view, looks.answers(), settings);
     }
 }
 

@@ -30,7 +30,7 @@ use crate::pipeline::ctx::Ctx;
 use crate::pipeline::error::PipelineError;
 use crate::pipeline::invocation::Invocation;
 use crate::pipeline::lease::{self, Hold};
-use crate::pipeline::stages::decide::decide_again;
+use crate::pipeline::stages::decide::{decide_again, refuse_beyond_the_core};
 use crate::pipeline::{nodes, wait};
 use crate::shell::cloud::{CloudError, PowerOff, PowerOffAnswer};
 
@@ -90,18 +90,18 @@ pub(crate) async fn run(ctx: &Ctx<'_>, inv: &mut Invocation<'_>) -> Result<(), P
     // it stopped on its own; so are the others, whose room under the cap
     // it may take, but a refusal the decision made after the core's
     // verdict (a kubelet on another machine, the Node's name taken) stands.
+    // Every verdict that now fences is held to those refusals again: one
+    // whose question failed before is not fenced unasked.
     if let Some(view) = inv.view.as_ref() {
         // Held to the machines judged, and to the Nodes as first read.
         inv.looks.disown_replaced(&view.nodes);
         let settings = inv.policy.decision(inv.switch.is_on(), view.cluster_size());
         let d = &mut inv.decision;
-        decide_again(
-            &d.targets,
-            &mut d.verdicts,
-            view,
-            inv.looks.answers(),
-            &settings,
-        );
+        let answers = inv.looks.answers();
+        decide_again(&d.targets, &mut d.verdicts, view, answers, &settings);
+        let decided = (&d.targets[..], &mut d.verdicts[..]);
+        let policy = (inv.policy, &settings);
+        refuse_beyond_the_core(ctx, policy, decided, view, &mut inv.looks).await;
     }
     Ok(())
 }

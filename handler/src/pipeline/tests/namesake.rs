@@ -129,3 +129,49 @@ async fn a_refused_node_takes_no_room_under_the_cap() {
     assert_eq!(w.out_of_service_taints(NODE), 0);
     assert_eq!(w.out_of_service_taints("other"), 1);
 }
+
+/// A Node whose namesake question failed is not fenced unasked when a
+/// power-off beside it has every Node decided again: the refusals are made
+/// again over the new verdicts. Before, the decision after the power-off
+/// fenced it while its namesake ran.
+#[tokio::test]
+async fn a_power_off_beside_it_does_not_fence_a_node_unasked() {
+    let world = || {
+        let mut w = World::hung_on(On::Ec2);
+        for n in 6..=9 {
+            w = w.with_node(&format!("healthy-{n}"), n, InstanceState::Running, "True");
+        }
+        let w = w.with_node("stale-4", 4, InstanceState::Terminated, "Unknown");
+        w.cloud
+            .namesake(&w.instance(5), "stale-4", InstanceState::Running);
+        w.cloud.checks(&w.instance(1), "impaired", "ok");
+        w
+    };
+    let sweep = crate::core::inbound::trigger::direct::sweep;
+    let w = world();
+    w.run(&active(), sweep()).await.unwrap();
+    let log = w.calls.log();
+    let at = log
+        .iter()
+        .position(|c| c.starts_with("DescribeInstances named"));
+    assert!(at.is_some(), "{log:?}");
+    let w = world();
+    w.calls.fail_at(at);
+    let report = w.run(&active(), sweep()).await.unwrap();
+    let of = |node: &str| {
+        report
+            .results
+            .iter()
+            .find(|r| r.node.as_deref() == Some(node))
+            .unwrap_or_else(|| panic!("a result for {node}: {report:#?}"))
+    };
+    assert_eq!(of(NODE).outcome, Outcome::Fenced, "{report:#?}");
+    assert!(
+        matches!(
+            of("stale-4").skip,
+            Some(Skip::NameTaken { .. } | Skip::LookupFailed { .. })
+        ),
+        "{report:#?}"
+    );
+    assert_eq!(w.out_of_service_taints("stale-4"), 0);
+}
