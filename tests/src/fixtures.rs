@@ -56,6 +56,9 @@ pub struct Machine {
     pub private_dns: String,
     /// Its availability zone (a VM's zone).
     pub az: String,
+    /// Its primary private address, where the cloud gave one (an EC2
+    /// instance's): what its kubelet reports as the Node's InternalIP.
+    pub private_ip: Option<String>,
     /// The Compute Engine VM, when it is one.
     pub vm: Option<Vm>,
 }
@@ -78,6 +81,7 @@ impl Machine {
             root_device: String::new(),
             private_dns: name.to_owned(),
             az: "rack-1".to_owned(),
+            private_ip: None,
             vm: None,
         }
     }
@@ -95,6 +99,7 @@ impl Machine {
             root_device: vm.boot_device.clone(),
             private_dns: vm.name.clone(),
             az: vm.zone.clone(),
+            private_ip: None,
             vm: Some(vm),
         }
     }
@@ -175,6 +180,7 @@ pub async fn launch(ec2: &aws_sdk_ec2::Client) -> anyhow::Result<Machine> {
             .and_then(|p| p.availability_zone())
             .unwrap_or("us-east-1a")
             .to_owned(),
+        private_ip: inst.private_ip_address().map(str::to_owned),
         vm: None,
     })
 }
@@ -270,7 +276,7 @@ impl NodeSpec {
             name: unique("node"),
             provider_id: Some(m.provider_id()),
             ready: "Unknown",
-            ip: unique_ip(),
+            ip: m.private_ip.clone().unwrap_or_else(unique_ip),
             hostname: None,
             taints: vec![json!({"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"})],
         }

@@ -220,6 +220,18 @@ impl Cloud for TimingCloud<'_> {
             )
             .await
     }
+    async fn machines_holding(
+        &self,
+        addresses: &[std::net::IpAddr],
+        vpc: Option<&str>,
+    ) -> Result<Vec<InstanceFacts>, CloudError> {
+        self.timeline
+            .time(
+                "DescribeInstances by address",
+                self.inner.machines_holding(addresses, vpc),
+            )
+            .await
+    }
     async fn describe_volumes(&self, ids: &[VolumeId]) -> Result<Vec<VolumeFacts>, CloudError> {
         self.timeline
             .time("DescribeVolumes", self.inner.describe_volumes(ids))

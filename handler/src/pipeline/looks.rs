@@ -14,6 +14,7 @@
 //! machine, and its answer is "not found" for the rest of the invocation.
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::time::Instant;
 
 use tracing::warn;
@@ -36,6 +37,8 @@ pub(crate) struct Looks {
     replaced: Vec<InstanceId>,
     /// The machines found carrying each Node name asked about.
     named: HashMap<String, Vec<InstanceFacts>>,
+    /// The machines found holding each set of addresses asked about.
+    holding: HashMap<Vec<IpAddr>, Vec<InstanceFacts>>,
 }
 
 impl Looks {
@@ -92,6 +95,23 @@ impl Looks {
             self.named.insert(name.to_owned(), found);
         }
         Ok(self.named.get(name).map_or(&[], Vec::as_slice))
+    }
+
+    /// The machines that hold one of `addresses` and may run, in `vpc` when
+    /// given ([`Cloud::machines_holding`]): asked once per invocation; a
+    /// failed question is not kept, so the next one asks again.
+    pub(crate) async fn holding(
+        &mut self,
+        ctx: &Ctx<'_>,
+        addresses: &[IpAddr],
+        vpc: Option<&str>,
+    ) -> Result<&[InstanceFacts], CloudError> {
+        if !self.holding.contains_key(addresses) {
+            let found = ctx.cloud.machines_holding(addresses, vpc).await;
+            let found = found.inspect_err(|e| ctx.meter.error(e.dependency()))?;
+            self.holding.insert(addresses.to_vec(), found);
+        }
+        Ok(self.holding.get(addresses).map_or(&[], Vec::as_slice))
     }
 
     /// The machine the first look at `id` described, if one did.

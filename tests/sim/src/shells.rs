@@ -8,6 +8,7 @@
 //! between meets a conflict, as it would.
 
 use std::collections::BTreeMap;
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -207,6 +208,7 @@ fn instance_facts(m: &Machine, seen: Seen) -> InstanceFacts {
     facts.identity = MachineIdentity::default();
     facts.state = seen.power.state();
     facts.private_dns_name = Some(m.host.clone());
+    facts.private_ips = m.ip.parse().into_iter().collect();
     facts.vpc_id = Some("vpc-0sim".into());
     facts.root_device_name = Some("/dev/xvda".into());
     facts.stopped_at = seen.stop_asked_at.and_then(|at| {
@@ -237,6 +239,31 @@ impl SimCloud {
     pub fn new(h: Handle, inv: usize) -> Self {
         Self { h, inv }
     }
+
+    /// A `DescribeInstances` by filter, `what` in the story: the machines
+    /// `selected` picks that may run, as the cloud describes them now. One
+    /// VPC: every machine of the world is in it.
+    async fn may_run_where(
+        &self,
+        what: String,
+        selected: impl Fn(&Machine) -> bool + Send,
+    ) -> Result<Vec<InstanceFacts>, CloudError> {
+        call(&self.h, self.inv, what, To::CloudRead, |s| {
+            let t = s.world.t;
+            let found: Vec<InstanceFacts> = s
+                .world
+                .machines
+                .values()
+                .filter(|m| selected(m))
+                .map(|m| instance_facts(m, m.seen_at(t)))
+                .filter(|f| !matches!(f.state, InstanceState::Stopped | InstanceState::Terminated))
+                .collect();
+            let note = states(&found);
+            (found, note)
+        })
+        .await
+        .map_err(|e| cloud_error(CloudCall::DescribeMachines, e))
+    }
 }
 
 #[async_trait]
@@ -265,23 +292,20 @@ impl Cloud for SimCloud {
         name: &str,
         _vpc: Option<&str>,
     ) -> Result<Vec<InstanceFacts>, CloudError> {
-        // One VPC: every machine of the world is in it.
-        let what = format!("DescribeInstances named {name}");
-        call(&self.h, self.inv, what, To::CloudRead, |s| {
-            let t = s.world.t;
-            let found: Vec<InstanceFacts> = s
-                .world
-                .machines
-                .values()
-                .filter(|m| m.host == name)
-                .map(|m| instance_facts(m, m.seen_at(t)))
-                .filter(|f| !matches!(f.state, InstanceState::Stopped | InstanceState::Terminated))
-                .collect();
-            let note = states(&found);
-            (found, note)
+        self.may_run_where(format!("DescribeInstances named {name}"), |m| {
+            m.host == name
         })
         .await
-        .map_err(|e| cloud_error(CloudCall::DescribeMachines, e))
+    }
+
+    async fn machines_holding(
+        &self,
+        addresses: &[IpAddr],
+        _vpc: Option<&str>,
+    ) -> Result<Vec<InstanceFacts>, CloudError> {
+        let listed: Vec<String> = addresses.iter().map(ToString::to_string).collect();
+        let what = format!("DescribeInstances holding {}", listed.join(","));
+        self.may_run_where(what, |m| listed.contains(&m.ip)).await
     }
 
     async fn describe_volumes(&self, ids: &[VolumeId]) -> Result<Vec<VolumeFacts>, CloudError> {

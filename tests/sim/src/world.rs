@@ -970,6 +970,11 @@ impl World {
             return;
         };
         let was_ready = ready_status(node) == Some("True");
+        let address = self
+            .machines
+            .get(&kubelet.machine)
+            .map(|m| m.ip.clone())
+            .unwrap_or_default();
         let booted = node
             .status
             .as_ref()
@@ -984,6 +989,18 @@ impl World {
         };
         let status = node.status.get_or_insert_default();
         status.node_info.get_or_insert_default().boot_id = kubelet.boot_id.clone();
+        // No cloud controller writes the addresses: the kubelet reports its
+        // own machine's (one serving the Node by an override, too).
+        status.addresses = Some(vec![
+            NodeAddress {
+                type_: "InternalIP".into(),
+                address: address.clone(),
+            },
+            NodeAddress {
+                type_: "Hostname".into(),
+                address: kubelet.node.clone(),
+            },
+        ]);
         let conditions = status.conditions.get_or_insert_default();
         match conditions.iter_mut().find(|c| c.type_ == "Ready") {
             Some(c) if was_ready => c.last_heartbeat_time = Some(Time(timestamp(clock))),

@@ -281,6 +281,49 @@ async fn split_brain_a_running_instance_is_never_fenced() -> anyhow::Result<()> 
     assert_unfenced(&sc).await
 }
 
+/// A kubelet that serves the Node by `--hostname-override` from another
+/// instance reports that instance's address: while it may run, the Node is
+/// refused, though its own instance is stopped and no instance carries its
+/// name. Once the holder is stopped too, the Node is fenced.
+#[tokio::test]
+async fn a_node_whose_address_a_running_instance_holds_is_never_fenced() -> anyhow::Result<()> {
+    let _g = serial().await;
+    let s = stack();
+    let ec2 = s.ec2().await;
+    let sc = scene("Unknown", true).await?;
+    let holder = launch(&ec2).await?;
+    let ip = holder
+        .private_ip
+        .clone()
+        .expect("moto gives a private address");
+    let nodes: Api<Node> = Api::all(s.admin().await?);
+    let addresses = json!({"status": {"addresses": [{"type": "InternalIP", "address": ip}]}});
+    nodes
+        .patch_status(
+            &sc.node,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&addresses),
+        )
+        .await?;
+    let by_name = || {
+        one(
+            NodeRef::Name(NodeName::parse(&sc.node).unwrap()),
+            Intent::Fence,
+        )
+    };
+    let report = fence(s, by_name(), settings()).await?;
+    let r = only(&report);
+    assert!(
+        matches!(&r.skip, Some(Skip::AddressTaken { by, .. }) if by.by.machine == holder.instance),
+        "{r:#?}"
+    );
+    assert_unfenced(&sc).await?;
+    stop(&ec2, &holder).await?;
+    let report = fence(s, by_name(), settings()).await?;
+    assert_eq!(only(&report).outcome, Outcome::Fenced, "{report:#?}");
+    Ok(())
+}
+
 #[tokio::test]
 async fn a_ready_node_is_never_fenced_even_if_its_instance_is_stopped() -> anyhow::Result<()> {
     let _g = serial().await;

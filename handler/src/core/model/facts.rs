@@ -363,7 +363,7 @@ pub struct InstanceFacts {
     /// The VPC it runs in.
     pub vpc_id: Option<String>,
     /// Its private addresses (every network interface).
-    pub(crate) private_ips: Vec<IpAddr>,
+    pub private_ips: Vec<IpAddr>,
     /// Its tags, key and value.
     pub tags: Vec<(String, String)>,
     /// The root device name (e.g. `/dev/xvda`), never detached.

@@ -405,6 +405,7 @@ fn skip_is_refusal(skip: &Skip) -> bool {
         | Skip::SharedMachine { .. }
         | Skip::KubeletElsewhere { .. }
         | Skip::NameTaken { .. }
+        | Skip::AddressTaken { .. }
         | Skip::Hibernated => true,
         Skip::NotInCluster
         | Skip::OtherCluster { .. }

@@ -112,6 +112,15 @@ pub enum Skip {
         /// The machine that carries its name.
         by: super::namesake::Namesake,
     },
+    /// Another machine that may run holds an address the Node reports: its
+    /// kubelet may serve the Node under a name of its own choosing
+    /// ([`crate::core::rules::namesake`]).
+    AddressTaken {
+        /// The machine the Node names.
+        machine: String,
+        /// The machine that holds the address, and the address.
+        by: super::namesake::Holder,
+    },
     /// EC2 could not be asked; nothing is known, so nothing is done.
     LookupFailed {
         /// The error.
@@ -164,6 +173,7 @@ impl Skip {
             | Self::InstanceNotFound
             | Self::KubeletElsewhere { .. }
             | Self::NameTaken { .. }
+            | Self::AddressTaken { .. }
             | Self::RecoveryRequest => false,
         }
     }
@@ -182,6 +192,7 @@ impl Skip {
             Self::InstanceNotFound => "instance_not_found",
             Self::KubeletElsewhere { .. } => "kubelet_elsewhere",
             Self::NameTaken { .. } => "name_taken",
+            Self::AddressTaken { .. } => "address_taken",
             Self::LookupFailed { .. } => "lookup_failed",
             Self::NodeReady => "node_ready",
             Self::CapReached { .. } => "cap_reached",
@@ -238,6 +249,11 @@ impl std::fmt::Display for Skip {
                 f,
                 "another machine, {} (`{}`), carries the Node's name, while the machine the Node names, {machine}, is off: that machine's kubelet may have taken the Node over and may still run its pods; none is fenced. If it serves this Node, delete the Node so that its kubelet registers it again with its own machine",
                 by.machine, by.state
+            ),
+            Self::AddressTaken { machine, by } => write!(
+                f,
+                "another machine, {} (`{}`), holds the Node's address {}, while the machine the Node names, {machine}, is off: that machine's kubelet may serve the Node under an override of its name and may still run its pods; none is fenced. If it serves this Node, delete the Node so that its kubelet registers it again with its own machine",
+                by.by.machine, by.by.state, by.address
             ),
             Self::LookupFailed { error } => write!(f, "the cloud lookup failed: {error}"),
             Self::NodeReady => f.write_str(

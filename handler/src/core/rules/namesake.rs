@@ -13,11 +13,25 @@
 //! names); one that may run (any state but stopped and terminated) refuses
 //! the fencing. Compute Engine needs no such question: a VM's name is its
 //! Node's provider id, which names whichever VM carries it now. A BMC names
-//! no machine by a Node's name. Pure.
+//! no machine by a Node's name.
+//!
+//! A kubelet can also serve a Node under another name than its machine's
+//! (`--hostname-override`): no machine then carries the Node's name, but
+//! the kubelet writes its own machine's address into the Node's
+//! `InternalIP`. So an address the Node reports that its own machine is
+//! not described holding is asked about too: a machine that may run and
+//! holds it refuses the fencing, unless another Node that is Ready names
+//! that machine (its kubelet serves that Node, and an address that went
+//! back to the subnet is all the two share). Where a cloud controller
+//! writes the Node's addresses from the machine its `providerID` names,
+//! the kubelet's own address never shows, and nothing here can see the
+//! override. Pure.
+
+use std::net::IpAddr;
 
 use serde::Serialize;
 
-use crate::core::model::facts::{Confirmation, InstanceFacts};
+use crate::core::model::facts::{Confirmation, InstanceFacts, NodeFacts, Readiness};
 use crate::core::model::instance::{InstanceId, Provider};
 
 /// A machine other than the Node's own that carries its name and may run.
@@ -55,6 +69,63 @@ pub fn judge(machine: &InstanceId, named: &[InstanceFacts]) -> Option<Namesake> 
         .map(|m| Namesake {
             machine: m.id.as_str().to_owned(),
             state: m.state.name().to_owned(),
+        })
+}
+
+/// The addresses of `node` to ask the cloud about: its `InternalIP`s that
+/// its own machine (`own`, the cloud's answer about it) is not described
+/// holding. A machine not described, or described without addresses (a
+/// terminated instance loses them), holds none that is known.
+pub fn addresses_to_ask(node: &NodeFacts, own: Option<&Confirmation>) -> Vec<IpAddr> {
+    let held: &[IpAddr] = match own {
+        Some(Confirmation::Seen(facts)) => &facts.private_ips,
+        _ => &[],
+    };
+    node.internal_ips
+        .iter()
+        .filter(|ip| !held.contains(ip))
+        .copied()
+        .collect()
+}
+
+/// A machine other than the Node's own that holds one of its addresses.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Holder {
+    /// The address.
+    pub address: IpAddr,
+    /// The machine, and its state.
+    pub by: Namesake,
+}
+
+/// The first of `holding` (the machines the cloud found holding one of
+/// `asked`, the Node's addresses its machine does not hold) that is not
+/// `machine`, the Node's own, is not off, and that no other Ready Node of
+/// `nodes` names.
+pub fn judge_addresses(
+    (node, machine): (&NodeFacts, &InstanceId),
+    asked: &[IpAddr],
+    holding: &[InstanceFacts],
+    nodes: &[NodeFacts],
+) -> Option<Holder> {
+    let serves_another = |m: &InstanceFacts| {
+        nodes.iter().any(|n| {
+            n.name != node.name
+                && n.readiness == Readiness::Ready
+                && n.instance.as_ref() == Some(&m.id)
+        })
+    };
+    holding
+        .iter()
+        .filter(|m| m.id != *machine && !m.state.is_off() && !serves_another(m))
+        .find_map(|m| {
+            let address = asked.iter().find(|ip| m.private_ips.contains(ip))?;
+            Some(Holder {
+                address: *address,
+                by: Namesake {
+                    machine: m.id.as_str().to_owned(),
+                    state: m.state.name().to_owned(),
+                },
+            })
         })
 }
 
@@ -127,5 +198,112 @@ mod tests {
         assert_eq!(vpc(Some(&bare), Some("vpc-cluster")), Some("vpc-cluster"));
         assert_eq!(vpc(Some(&Confirmation::NotFound), None), None);
         assert_eq!(vpc(None, Some("vpc-cluster")), Some("vpc-cluster"));
+    }
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().expect("an address")
+    }
+
+    fn holding(s: &str, state: InstanceState, ips: &[&str]) -> InstanceFacts {
+        InstanceFacts {
+            private_ips: ips.iter().map(|a| ip(a)).collect(),
+            ..machine(s, state, None)
+        }
+    }
+
+    fn node_at(name: &str, on: &str, readiness: Readiness, ips: &[&str]) -> NodeFacts {
+        NodeFacts {
+            instance: Some(id(on)),
+            internal_ips: ips.iter().map(|a| ip(a)).collect(),
+            ..NodeFacts::bare(name, readiness)
+        }
+    }
+
+    #[test]
+    fn only_the_addresses_the_nodes_machine_does_not_hold_are_asked_about() {
+        let node = node_at(
+            "n",
+            "i-0000000000000000a",
+            Readiness::Unknown,
+            &["10.0.0.1", "10.0.0.2"],
+        );
+        let own = |ips: &[&str]| {
+            Confirmation::Seen(holding("i-0000000000000000a", InstanceState::Stopped, ips))
+        };
+        let asked = |c: Option<&Confirmation>| addresses_to_ask(&node, c);
+        assert_eq!(
+            asked(Some(&own(&["10.0.0.1", "10.0.0.2"]))),
+            Vec::<IpAddr>::new()
+        );
+        assert_eq!(asked(Some(&own(&["10.0.0.1"]))), vec![ip("10.0.0.2")]);
+        let all = vec![ip("10.0.0.1"), ip("10.0.0.2")];
+        assert_eq!(asked(Some(&own(&[]))), all, "a terminated machine's");
+        assert_eq!(asked(Some(&Confirmation::NotFound)), all);
+        assert_eq!(asked(None), all);
+    }
+
+    #[test]
+    fn a_machine_that_may_run_with_the_nodes_address_holds_it() {
+        let own = id("i-0000000000000000a");
+        let node = node_at("n", own.as_str(), Readiness::Unknown, &["10.0.0.7"]);
+        let asked = [ip("10.0.0.7")];
+        for state in [
+            InstanceState::Pending,
+            InstanceState::Running,
+            InstanceState::Stopping,
+            InstanceState::Unknown,
+        ] {
+            let b = holding("i-0000000000000000b", state.clone(), &["10.0.0.7"]);
+            assert_eq!(
+                judge_addresses((&node, &own), &asked, &[b], &[]),
+                Some(Holder {
+                    address: ip("10.0.0.7"),
+                    by: Namesake {
+                        machine: "i-0000000000000000b".into(),
+                        state: state.name().into(),
+                    },
+                }),
+                "{state:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_own_machine_machines_off_and_other_addresses_hold_none() {
+        let own = id("i-0000000000000000a");
+        let node = node_at("n", own.as_str(), Readiness::Unknown, &["10.0.0.7"]);
+        let asked = [ip("10.0.0.7")];
+        let none = [
+            holding(own.as_str(), InstanceState::Running, &["10.0.0.7"]),
+            holding("i-0000000000000000b", InstanceState::Stopped, &["10.0.0.7"]),
+            holding(
+                "i-0000000000000000c",
+                InstanceState::Terminated,
+                &["10.0.0.7"],
+            ),
+            holding("i-0000000000000000d", InstanceState::Running, &["10.0.0.8"]),
+        ];
+        assert_eq!(judge_addresses((&node, &own), &asked, &none, &[]), None);
+    }
+
+    /// An address the subnet gave again to a machine whose kubelet serves
+    /// a Node of its own, Ready, is all the two share.
+    #[test]
+    fn a_holder_that_a_ready_node_names_serves_that_node() {
+        let own = id("i-0000000000000000a");
+        let node = node_at("n", own.as_str(), Readiness::Unknown, &["10.0.0.7"]);
+        let asked = [ip("10.0.0.7")];
+        let b = [holding(
+            "i-0000000000000000b",
+            InstanceState::Running,
+            &["10.0.0.7"],
+        )];
+        let other = |r| node_at("other", "i-0000000000000000b", r, &["10.0.0.7"]);
+        let judged = |nodes: &[NodeFacts]| judge_addresses((&node, &own), &asked, &b, nodes);
+        assert_eq!(judged(&[other(Readiness::Ready)]), None);
+        assert!(judged(&[other(Readiness::Unknown)]).is_some());
+        assert!(judged(&[other(Readiness::NotReady)]).is_some());
+        let itself = node_at("n", "i-0000000000000000b", Readiness::Ready, &[]);
+        assert!(judged(&[itself]).is_some(), "the Node itself is no other");
     }
 }

@@ -59,6 +59,31 @@ impl FakeCloud {
         }
     }
 
+    /// EC2's answer to a `DescribeInstances` by filter, named `call` in
+    /// the log: the machines `selected` picks that may run, in `vpc`.
+    fn may_run_where(
+        &self,
+        call: String,
+        vpc: Option<&str>,
+        selected: impl Fn(&InstanceFacts) -> bool,
+    ) -> Result<Vec<InstanceFacts>, CloudError> {
+        if self.calls.call(call) {
+            return Err(CloudError::new(
+                Provider::Aws,
+                CloudCall::DescribeMachines,
+                "injected",
+            ));
+        }
+        let state = self.lock();
+        Ok(state
+            .instances
+            .values()
+            .filter(|i| selected(i) && !i.state.is_off())
+            .filter(|i| vpc.is_none_or(|v| i.vpc_id.as_deref() == Some(v)))
+            .cloned()
+            .collect())
+    }
+
     fn lock(&self) -> MutexGuard<'_, CloudState> {
         self.state
             .lock()
@@ -184,21 +209,21 @@ impl Cloud for FakeCloud {
         name: &str,
         vpc: Option<&str>,
     ) -> Result<Vec<InstanceFacts>, CloudError> {
-        if self.calls.call(format!("DescribeInstances named {name}")) {
-            return Err(CloudError::new(
-                Provider::Aws,
-                CloudCall::DescribeMachines,
-                "injected",
-            ));
-        }
-        let state = self.lock();
-        Ok(state
-            .instances
-            .values()
-            .filter(|i| i.private_dns_name.as_deref() == Some(name) && !i.state.is_off())
-            .filter(|i| vpc.is_none_or(|v| i.vpc_id.as_deref() == Some(v)))
-            .cloned()
-            .collect())
+        self.may_run_where(format!("DescribeInstances named {name}"), vpc, |i| {
+            i.private_dns_name.as_deref() == Some(name)
+        })
+    }
+
+    async fn machines_holding(
+        &self,
+        addresses: &[std::net::IpAddr],
+        vpc: Option<&str>,
+    ) -> Result<Vec<InstanceFacts>, CloudError> {
+        let listed: Vec<String> = addresses.iter().map(ToString::to_string).collect();
+        let call = format!("DescribeInstances holding {}", listed.join(","));
+        self.may_run_where(call, vpc, |i| {
+            i.private_ips.iter().any(|ip| addresses.contains(ip))
+        })
     }
 
     async fn describe_instances(

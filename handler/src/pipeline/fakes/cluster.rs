@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{
-    AttachedVolume, Node, NodeCondition, NodeSpec, NodeStatus, NodeSystemInfo, Taint,
+    AttachedVolume, Node, NodeAddress, NodeCondition, NodeSpec, NodeStatus, NodeSystemInfo, Taint,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use serde_json::Value;
@@ -313,6 +313,17 @@ impl FakeCluster {
         if let Some(node) = self.lock().nodes.get_mut(name) {
             let status = node.status.get_or_insert_default();
             status.node_info.get_or_insert_default().system_uuid = uuid.into();
+        }
+    }
+
+    /// Sets the `InternalIP` the Node's kubelet reports.
+    pub fn internal_ip(&self, name: &str, ip: &str) {
+        if let Some(node) = self.lock().nodes.get_mut(name) {
+            let status = node.status.get_or_insert_default();
+            status.addresses = Some(vec![NodeAddress {
+                type_: "InternalIP".into(),
+                address: ip.into(),
+            }]);
         }
     }
 

@@ -354,7 +354,9 @@ fn refused_beyond_the_core(verdict: &Verdict) -> bool {
     matches!(
         verdict,
         Verdict::Skip {
-            reason: decide::Skip::KubeletElsewhere { .. } | decide::Skip::NameTaken { .. }
+            reason: decide::Skip::KubeletElsewhere { .. }
+                | decide::Skip::NameTaken { .. }
+                | decide::Skip::AddressTaken { .. }
         }
     )
 }
@@ -381,9 +383,9 @@ fn to_fence<'a>(
 }
 
 /// Refuses each EC2 Node the decision would fence whose name another
-/// machine that may run carries ([`namesake`]): that machine's kubelet may
-/// have adopted the Node. A question that fails leaves the Node for the
-/// retry.
+/// machine that may run carries, or one of whose addresses such a machine
+/// holds ([`namesake`]): that machine's kubelet may have adopted the Node.
+/// A question that fails leaves the Node for the retry.
 async fn refuse_names_taken(
     ctx: &Ctx<'_>,
     policy: &Policy,
@@ -398,35 +400,60 @@ async fn refuse_names_taken(
         }
         let node = &view.nodes[i];
         let vpc = namesake::vpc(looks.get(id), cluster_vpc).map(str::to_owned);
-        match looks.named(ctx, &node.name, vpc.as_deref()).await {
-            Ok(named) => {
-                if let Some(by) = namesake::judge(id, named) {
-                    warn!(
-                        node = node.name,
-                        machine = %id,
-                        namesake = by.machine,
-                        state = by.state,
-                        "another machine carries the Node's name: not fenced"
-                    );
-                    *verdict = Verdict::Skip {
-                        reason: decide::Skip::NameTaken {
-                            machine: id.as_str().to_owned(),
-                            by,
-                        },
-                    };
-                }
-            }
-            Err(e) => {
-                *verdict = Verdict::Skip {
-                    reason: decide::Skip::LookupFailed {
-                        error: format!(
-                            "the machines that carry the Node's name could not be asked for: {e}"
-                        ),
-                    },
-                };
-            }
+        let refusal = match taken(ctx, (node, id), vpc.as_deref(), view, looks).await {
+            Ok(refusal) => refusal,
+            Err(error) => Some(decide::Skip::LookupFailed { error }),
+        };
+        if let Some(reason) = refusal {
+            *verdict = Verdict::Skip { reason };
         }
     }
+}
+
+/// The refusal, if any, of the Node `node` on `id` for a machine that may
+/// run under its name or at one of its addresses; the error of a question
+/// that failed.
+async fn taken(
+    ctx: &Ctx<'_>,
+    (node, id): (&NodeFacts, &InstanceId),
+    vpc: Option<&str>,
+    view: &NodeView,
+    looks: &mut Looks,
+) -> Result<Option<decide::Skip>, String> {
+    let named = looks.named(ctx, &node.name, vpc).await.map_err(|e| {
+        format!("the machines that carry the Node's name could not be asked for: {e}")
+    })?;
+    if let Some(by) = namesake::judge(id, named) {
+        warn!(
+            node = node.name,
+            machine = %id,
+            namesake = by.machine,
+            state = by.state,
+            "another machine carries the Node's name: not fenced"
+        );
+        let machine = id.as_str().to_owned();
+        return Ok(Some(decide::Skip::NameTaken { machine, by }));
+    }
+    let asked = namesake::addresses_to_ask(node, looks.get(id));
+    if asked.is_empty() {
+        return Ok(None);
+    }
+    let holding = looks.holding(ctx, &asked, vpc).await.map_err(|e| {
+        format!("the machines that hold the Node's addresses could not be asked for: {e}")
+    })?;
+    let Some(by) = namesake::judge_addresses((node, id), &asked, holding, &view.nodes) else {
+        return Ok(None);
+    };
+    warn!(
+        node = node.name,
+        machine = %id,
+        holder = by.by.machine,
+        address = %by.address,
+        state = by.by.state,
+        "another machine holds the Node's address: not fenced"
+    );
+    let machine = id.as_str().to_owned();
+    Ok(Some(decide::Skip::AddressTaken { machine, by }))
 }
 
 /// Refuses each Node the decision would fence whose kubelet's Lease was

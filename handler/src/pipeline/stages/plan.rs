@@ -47,6 +47,7 @@ pub(crate) async fn run(ctx: &Ctx<'_>, inv: &mut Invocation<'_>) -> Result<(), P
                     | decide::Skip::SharedMachine { .. }
                     | decide::Skip::KubeletElsewhere { .. }
                     | decide::Skip::NameTaken { .. }
+                    | decide::Skip::AddressTaken { .. }
                     | decide::Skip::Exempt(_)
             )
             && live

@@ -5,7 +5,7 @@
 //! run, the Node is refused.
 
 use super::*;
-use crate::core::rules::namesake::Namesake;
+use crate::core::rules::namesake::{Holder, Namesake};
 
 /// The seed Node, NotReady, on a terminated machine; machine 2 carries
 /// its name, in `state`.
@@ -174,4 +174,75 @@ async fn a_power_off_beside_it_does_not_fence_a_node_unasked() {
         "{report:#?}"
     );
     assert_eq!(w.out_of_service_taints("stale-4"), 0);
+}
+
+/// The simulator's override world: a kubelet on machine 2, under a name of
+/// its own, serves the seed Node by `--hostname-override` and reports its
+/// machine's address; the Node names machine 1, terminated. Machine 2, in
+/// `state`, holds the address.
+fn served_by_override(state: InstanceState) -> World {
+    let w = World::new().with_node(NODE, 1, InstanceState::Terminated, "Unknown");
+    w.cluster.pod(NODE, "db-0");
+    w.cluster.internal_ip(NODE, "10.0.0.7");
+    w.cloud
+        .namesake(&w.instance(2), "ip-10-0-0-7", state.clone());
+    w.cloud.describe_as(&w.instance(2), |m| {
+        m.private_ips = vec!["10.0.0.7".parse().unwrap()];
+    });
+    w
+}
+
+#[tokio::test]
+async fn a_node_whose_address_a_running_machine_holds_is_refused() {
+    let w = served_by_override(InstanceState::Running);
+    let report = w.fence(&policy()).await.unwrap();
+    let skip = report.results[0].skip.as_ref();
+    assert_eq!(
+        skip,
+        Some(&Skip::AddressTaken {
+            machine: w.instance(1).as_str().to_owned(),
+            by: Holder {
+                address: "10.0.0.7".parse().unwrap(),
+                by: Namesake {
+                    machine: w.instance(2).as_str().to_owned(),
+                    state: "running".into(),
+                },
+            },
+        }),
+        "{report:#?}"
+    );
+    assert!(!skip.unwrap().leaves_work(), "no retry can change it");
+    w.assert_refused_untouched("delete the Node");
+}
+
+/// A holder that is off runs no kubelet; and a Node whose machine holds
+/// its address asks no one.
+#[tokio::test]
+async fn a_holder_that_is_off_or_the_nodes_own_machine_fences_as_before() {
+    for state in [InstanceState::Stopped, InstanceState::Terminated] {
+        let w = served_by_override(state.clone());
+        let report = w.fence(&policy()).await.unwrap();
+        assert_eq!(report.results[0].outcome, Outcome::Fenced, "{report:#?}");
+        assert!(w.called("DescribeInstances holding 10.0.0.7"));
+    }
+    let w = served_by_override(InstanceState::Running);
+    w.cloud.describe_as(&w.instance(1), |m| {
+        m.private_ips = vec!["10.0.0.7".parse().unwrap()];
+    });
+    let report = w.fence(&policy()).await.unwrap();
+    assert_eq!(report.results[0].outcome, Outcome::Fenced, "{report:#?}");
+    assert!(
+        !w.called("DescribeInstances holding"),
+        "{:?}",
+        w.calls.log()
+    );
+}
+
+#[tokio::test]
+async fn a_failed_address_question_leaves_the_node_for_the_retry() {
+    a_failed_call_leaves_the_node_for_the_retry(
+        || served_by_override(InstanceState::Stopped),
+        "DescribeInstances holding",
+    )
+    .await;
 }

@@ -136,24 +136,28 @@ impl Cloud for Ec2 {
         name: &str,
         vpc: Option<&str>,
     ) -> Result<Vec<InstanceFacts>, CloudError> {
-        let mut filters = vec![
-            Filter::builder()
-                .name("private-dns-name")
-                .values(name)
-                .build(),
-            Filter::builder()
-                .name("instance-state-name")
-                .set_values(Some(
-                    ["pending", "running", "stopping", "shutting-down"]
-                        .map(str::to_owned)
-                        .to_vec(),
-                ))
-                .build(),
-        ];
-        if let Some(vpc) = vpc {
-            filters.push(Filter::builder().name("vpc-id").values(vpc).build());
+        let by_name = Filter::builder()
+            .name("private-dns-name")
+            .values(name)
+            .build();
+        self.instances(may_be_on(by_name, vpc)).await
+    }
+
+    async fn machines_holding(
+        &self,
+        addresses: &[std::net::IpAddr],
+        vpc: Option<&str>,
+    ) -> Result<Vec<InstanceFacts>, CloudError> {
+        if addresses.is_empty() {
+            return Ok(Vec::new());
         }
-        self.instances(filters).await
+        // The primary private address: the one a kubelet reports as its
+        // Node's InternalIP (a secondary one goes to a pod).
+        let by_address = Filter::builder()
+            .name("private-ip-address")
+            .set_values(Some(addresses.iter().map(ToString::to_string).collect()))
+            .build();
+        self.instances(may_be_on(by_address, vpc)).await
     }
 
     async fn describe_volumes(&self, ids: &[VolumeId]) -> Result<Vec<VolumeFacts>, CloudError> {
@@ -363,8 +367,6 @@ pub async fn stop_probe(ec2: &aws_sdk_ec2::Client, instance: &InstanceId) -> Res
         .map_err(code_of)
 }
 
-/// Every private address of the instance: the primary one and those of each
-/// network interface.
 /// The EBS volume mapped at the instance's root device.
 fn root_volume(instance: &aws_sdk_ec2::types::Instance) -> Option<VolumeId> {
     let root = instance.root_device_name()?;
@@ -376,6 +378,28 @@ fn root_volume(instance: &aws_sdk_ec2::types::Instance) -> Option<VolumeId> {
         .and_then(VolumeId::parse)
 }
 
+/// Filters for the instances `first` selects that may be on (every state but
+/// stopped and terminated), in `vpc` when one is named.
+fn may_be_on(first: Filter, vpc: Option<&str>) -> Vec<Filter> {
+    let mut filters = vec![
+        first,
+        Filter::builder()
+            .name("instance-state-name")
+            .set_values(Some(
+                ["pending", "running", "stopping", "shutting-down"]
+                    .map(str::to_owned)
+                    .to_vec(),
+            ))
+            .build(),
+    ];
+    if let Some(vpc) = vpc {
+        filters.push(Filter::builder().name("vpc-id").values(vpc).build());
+    }
+    filters
+}
+
+/// Every private address of the instance: the primary one and those of each
+/// network interface.
 fn private_ips(instance: &aws_sdk_ec2::types::Instance) -> Vec<std::net::IpAddr> {
     let interfaces = instance.network_interfaces().iter().flat_map(|n| {
         n.private_ip_addresses()

@@ -515,6 +515,16 @@ impl Cloud for Gce {
         try_join_all(lookups).await
     }
 
+    /// Never asked: a VM's Node names it by its name, which no override
+    /// changes ([`crate::core::rules::namesake::must_ask`]).
+    async fn machines_holding(
+        &self,
+        _addresses: &[std::net::IpAddr],
+        _vpc: Option<&str>,
+    ) -> Result<Vec<InstanceFacts>, CloudError> {
+        Ok(Vec::new())
+    }
+
     async fn describe_volumes(&self, ids: &[VolumeId]) -> Result<Vec<VolumeFacts>, CloudError> {
         let lookups = ids.iter().map(|id| async move {
             let pd = id

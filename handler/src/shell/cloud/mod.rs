@@ -13,6 +13,8 @@ pub mod gce;
 pub mod redfish;
 pub mod witness;
 
+use std::net::IpAddr;
+
 use async_trait::async_trait;
 
 use crate::core::model::facts::{InstanceFacts, StatusChecks, VolumeFacts};
@@ -205,6 +207,15 @@ pub trait Cloud: Send + Sync {
     ) -> Result<Vec<InstanceFacts>, CloudError> {
         Ok(Vec::new())
     }
+    /// Describes the machines that hold one of `addresses` as a private
+    /// address and may run (any state but stopped and terminated), in `vpc`
+    /// when it is given ([`crate::core::rules::namesake`]). No default: a
+    /// wrapper that forgot to pass it on would find no holder, and fence.
+    async fn machines_holding(
+        &self,
+        addresses: &[IpAddr],
+        vpc: Option<&str>,
+    ) -> Result<Vec<InstanceFacts>, CloudError>;
     /// Describes the volumes; ids the cloud does not know are simply absent.
     async fn describe_volumes(&self, ids: &[VolumeId]) -> Result<Vec<VolumeFacts>, CloudError>;
     /// Describes the machines, each failure apart: a provider whose machines
@@ -306,6 +317,14 @@ impl Cloud for Clouds<'_> {
         self.aws.machines_named(name, vpc).await
     }
 
+    async fn machines_holding(
+        &self,
+        addresses: &[IpAddr],
+        vpc: Option<&str>,
+    ) -> Result<Vec<InstanceFacts>, CloudError> {
+        self.aws.machines_holding(addresses, vpc).await
+    }
+
     async fn describe_each(&self, ids: &[InstanceId]) -> Described {
         let mut out = Described::default();
         for (provider, ids) in by_provider(ids, InstanceId::provider) {
@@ -399,6 +418,13 @@ mod tests {
         ) -> Result<Vec<InstanceFacts>, CloudError> {
             Ok(Vec::new())
         }
+        async fn machines_holding(
+            &self,
+            _: &[IpAddr],
+            _: Option<&str>,
+        ) -> Result<Vec<InstanceFacts>, CloudError> {
+            Ok(Vec::new())
+        }
         async fn describe_volumes(&self, _: &[VolumeId]) -> Result<Vec<VolumeFacts>, CloudError> {
             Ok(Vec::new())
         }
@@ -447,6 +473,13 @@ mod tests {
                 }
             }
             out
+        }
+        async fn machines_holding(
+            &self,
+            _: &[IpAddr],
+            _: Option<&str>,
+        ) -> Result<Vec<InstanceFacts>, CloudError> {
+            Ok(Vec::new())
         }
         async fn describe_volumes(&self, _: &[VolumeId]) -> Result<Vec<VolumeFacts>, CloudError> {
             Ok(Vec::new())

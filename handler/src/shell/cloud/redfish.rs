@@ -412,6 +412,16 @@ impl Cloud for Redfish {
         }
     }
 
+    /// Never asked: a BMC knows its machine, not the addresses its system
+    /// took ([`crate::core::rules::namesake::must_ask`]).
+    async fn machines_holding(
+        &self,
+        _addresses: &[std::net::IpAddr],
+        _vpc: Option<&str>,
+    ) -> Result<Vec<InstanceFacts>, CloudError> {
+        Ok(Vec::new())
+    }
+
     async fn describe_each(&self, ids: &[InstanceId]) -> Described {
         let looks = ids.iter().map(|id| async move {
             let call = CloudCall::DescribeMachines;
