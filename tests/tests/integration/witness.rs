@@ -141,7 +141,18 @@ async fn a_bmc_whose_password_changed_is_reported_within_one_round() -> anyhow::
         // Mended: served again, told once, and still nothing written.
         bmc.credentials_dir(None)?;
         until_sample(&url, &up, "1", Duration::from_secs(45)).await?;
-        let events = node_events(&admin, &node).await?;
+        // The round sets the metric before it writes the Event.
+        let restored =
+            |events: &[(String, String)]| events.iter().any(|(r, _)| r == "WitnessRestored");
+        let events = wait_until(
+            "the WitnessRestored Event",
+            Duration::from_secs(10),
+            || async {
+                let events = node_events(&admin, &node).await?;
+                Ok(restored(&events).then_some(events))
+            },
+        )
+        .await?;
         let count = |reason: &str| events.iter().filter(|(r, _)| r == reason).count();
         anyhow::ensure!(
             count("WitnessFailing") == 1 && count("WitnessRestored") == 1,

@@ -6,7 +6,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures::future::try_join_all;
 use google_cloud_compute_v1::client::{Disks, Instances, RegionDisks, ZoneOperations};
-use google_cloud_compute_v1::model::{Instance, Operation, TestPermissionsRequest};
+use google_cloud_compute_v1::model::{AttachedDisk, Instance, Operation, TestPermissionsRequest};
 use google_cloud_gax::error::rpc::{Code, StatusDetails};
 use google_cloud_gax::exponential_backoff::{ExponentialBackoff, ExponentialBackoffBuilder};
 use google_cloud_gax::options::RequestOptionsBuilder;
@@ -148,6 +148,13 @@ impl Gce {
             region_disks: client!(RegionDisks),
             operations: client!(ZoneOperations),
         })
+    }
+
+    /// Whether `vm`, read again, still holds the disk `pd`: `None` when it
+    /// cannot be read; a VM that is gone holds none.
+    async fn holds(&self, vm: &GceInstance, pd: &PdDisk) -> Option<bool> {
+        let found = self.get(vm).await.ok()?;
+        Some(found.is_some_and(|found| attached(&found, pd, vm.project()).is_some()))
     }
 
     async fn get(
@@ -480,6 +487,15 @@ fn instance_facts(id: &InstanceId, found: Option<Instance>) -> InstanceFacts {
     }
 }
 
+/// The disk entry of `found` (a VM of `project`) that is `pd`.
+fn attached<'a>(found: &'a Instance, pd: &PdDisk, project: &str) -> Option<&'a AttachedDisk> {
+    found.disks.iter().find(|d| {
+        d.source
+            .as_deref()
+            .is_some_and(|s| pd.is_source(s, project))
+    })
+}
+
 fn compute(call: CloudCall, message: impl Into<String>) -> CloudError {
     CloudError::new(Provider::Gce, call, message)
 }
@@ -559,11 +575,7 @@ impl Cloud for Gce {
         let status = status_of(&found);
         gce::may_detach(order.machine.identity.uid, status, found.id)
             .map_err(|held| fail(Some("MachineNotOff"), format!("{vm}: {held}")))?;
-        let Some(attached) = found.disks.iter().find(|d| {
-            d.source
-                .as_deref()
-                .is_some_and(|s| pd.is_source(s, vm.project()))
-        }) else {
+        let Some(attached) = attached(&found, &pd, vm.project()) else {
             return Err(fail(Some("NotAttached"), format!("{vm} does not hold it")));
         };
         if attached.boot == Some(true) {
@@ -581,7 +593,7 @@ impl Cloud for Gce {
         // idempotent (a POST is not, by default) when its answer is lost;
         // another fencing of the same disk is another operation.
         let request_id = request_id(&vm, &device, found.id, order.fencing);
-        let op = self
+        let sent = self
             .instances
             .detach_disk()
             .set_project(vm.project())
@@ -591,23 +603,34 @@ impl Cloud for Gce {
             .set_request_id(request_id)
             .with_idempotency(true)
             .send()
-            .await
-            .map_err(|e| {
-                // The PD CSI driver's own detach of this disk is running (the
-                // attach/detach controller deleted its VolumeAttachment once
-                // the pods went): the end wanted is under way, left to the
-                // verification as EC2's IncorrectState is.
-                if is_not_ready(&e) {
-                    fail(
-                        Some("NotAttached"),
-                        format!(
-                            "instances.detachDisk {vm} {device}: another detach is under way: {e}"
-                        ),
-                    )
-                } else {
-                    fail(None, format!("instances.detachDisk {vm} {device}: {e}"))
-                }
-            })?;
+            .await;
+        let op = match sent {
+            Ok(op) => op,
+            // The PD CSI driver's own detach of this disk is running (the
+            // attach/detach controller deleted its VolumeAttachment once
+            // the pods went): the end wanted is under way, left to the
+            // verification as EC2's IncorrectState is.
+            Err(e) if is_not_ready(&e) => {
+                return Err(fail(
+                    Some("NotAttached"),
+                    format!("instances.detachDisk {vm} {device}: another detach is under way: {e}"),
+                ));
+            }
+            // The driver's detach may have ended between the read above
+            // and this call (Compute Engine then finds no disk of that
+            // device name): a VM read again that no longer holds the disk
+            // leaves it to the verification too. Anything else fails.
+            Err(e) => {
+                let code = match self.holds(&vm, &pd).await {
+                    Some(false) => Some("NotAttached"),
+                    _ => None,
+                };
+                return Err(fail(
+                    code,
+                    format!("instances.detachDisk {vm} {device}: {e}"),
+                ));
+            }
+        };
         let deadline = tokio::time::Instant::now() + DETACH_WAIT;
         self.wait(&vm, op, deadline)
             .await
