@@ -150,6 +150,44 @@ impl Gce {
         })
     }
 
+    /// The device name `vm` gives the disk `pd`, and the VM's id, read
+    /// right before the detach: the last look at the machine itself.
+    /// Compute Engine restarts a VM on its own after a host error: anything
+    /// but the VM the fencing judged, off, holds the detach back.
+    async fn device_to_detach(
+        &self,
+        volume: &VolumeId,
+        vm: &GceInstance,
+        pd: &PdDisk,
+        order: &Detach<'_>,
+    ) -> Result<(Option<u64>, String), CloudError> {
+        let fail = |code: Option<&str>, message: String| detach_failed(volume, code, message);
+        let found = self
+            .get(vm)
+            .await
+            .map_err(|e| fail(None, format!("instances.get {vm}: {e}")))?;
+        let Some(found) = found else {
+            return Err(fail(Some("NotAttached"), format!("{vm} no longer exists")));
+        };
+        let status = status_of(&found);
+        gce::may_detach(order.machine.identity.uid, status, found.id)
+            .map_err(|held| fail(Some("MachineNotOff"), format!("{vm}: {held}")))?;
+        let Some(attached) = attached(&found, pd, vm.project()) else {
+            return Err(fail(Some("NotAttached"), format!("{vm} does not hold it")));
+        };
+        if attached.boot == Some(true) {
+            return Err(fail(
+                Some("BootDisk"),
+                format!("it is the boot disk of {vm}: never detached"),
+            ));
+        }
+        let device = attached
+            .device_name
+            .clone()
+            .ok_or_else(|| fail(None, format!("{vm} reports no device name for it")))?;
+        Ok((found.id, device))
+    }
+
     /// Whether `vm`, read again, still holds the disk `pd`: `None` when it
     /// cannot be read; a VM that is gone holds none.
     async fn holds(&self, vm: &GceInstance, pd: &PdDisk) -> Option<bool> {
@@ -496,6 +534,10 @@ fn attached<'a>(found: &'a Instance, pd: &PdDisk, project: &str) -> Option<&'a A
     })
 }
 
+fn detach_failed(volume: &VolumeId, code: Option<&str>, message: String) -> CloudError {
+    compute(CloudCall::Detach(volume.to_string()), message).with_code(code)
+}
+
 fn compute(call: CloudCall, message: impl Into<String>) -> CloudError {
     CloudError::new(Provider::Gce, call, message)
 }
@@ -554,45 +596,17 @@ impl Cloud for Gce {
     }
 
     async fn detach_volume(&self, volume: &VolumeId, order: &Detach<'_>) -> Result<(), CloudError> {
-        let fail = |code: Option<&str>, message: String| {
-            compute(CloudCall::Detach(volume.to_string()), message).with_code(code)
-        };
+        let fail = |code: Option<&str>, message: String| detach_failed(volume, code, message);
         let instance = &order.machine.id;
         let (Some(pd), Some(vm)) = (volume.as_pd(), instance.as_gce()) else {
             return Err(fail(None, not_gce("disk or instance", volume.as_str())));
         };
-        // The VM is read again right before the detach: its device name for
-        // the disk, and the last look at the machine itself. Compute Engine
-        // restarts a VM on its own after a host error: anything but the VM
-        // the fencing judged, off, holds the detach back.
-        let found = self
-            .get(&vm)
-            .await
-            .map_err(|e| fail(None, format!("instances.get {vm}: {e}")))?;
-        let Some(found) = found else {
-            return Err(fail(Some("NotAttached"), format!("{vm} no longer exists")));
-        };
-        let status = status_of(&found);
-        gce::may_detach(order.machine.identity.uid, status, found.id)
-            .map_err(|held| fail(Some("MachineNotOff"), format!("{vm}: {held}")))?;
-        let Some(attached) = attached(&found, &pd, vm.project()) else {
-            return Err(fail(Some("NotAttached"), format!("{vm} does not hold it")));
-        };
-        if attached.boot == Some(true) {
-            return Err(fail(
-                Some("BootDisk"),
-                format!("it is the boot disk of {vm}: never detached"),
-            ));
-        }
-        let device = attached
-            .device_name
-            .clone()
-            .ok_or_else(|| fail(None, format!("{vm} reports no device name for it")))?;
+        let (uid, device) = self.device_to_detach(volume, &vm, &pd, order).await?;
         // The same request id for the same fencing's detach: a retried call
         // is one operation, never two, so the call may be retried as
         // idempotent (a POST is not, by default) when its answer is lost;
         // another fencing of the same disk is another operation.
-        let request_id = request_id(&vm, &device, found.id, order.fencing);
+        let request_id = request_id(&vm, &device, uid, order.fencing);
         let sent = self
             .instances
             .detach_disk()
