@@ -405,6 +405,10 @@ pub struct World {
     /// When the node controller last heard of each Node name (a Lease
     /// renewal or a status update, on its own clock).
     heard: BTreeMap<String, Ms>,
+    /// Each Node name's CSINode: the machine whose node plugin registered
+    /// last under that name, its driver's node id. It outlives the machine
+    /// and goes with the Node object.
+    csi_nodes: BTreeMap<String, InstanceId>,
     /// The disks two machines were seen writing, told once each.
     told_writers: BTreeSet<String>,
     agenda: BTreeMap<(Ms, u64), Happening>,
@@ -441,6 +445,7 @@ impl World {
             story: Story::default(),
             violations: Vec::new(),
             heard: BTreeMap::new(),
+            csi_nodes: BTreeMap::new(),
             told_writers: BTreeSet::new(),
             agenda: BTreeMap::new(),
             rng: fastrand::Rng::with_seed(seed),
@@ -467,6 +472,7 @@ impl World {
                 renewals: 0,
                 epoch: 0,
             });
+            w.csi_nodes.insert(name.clone(), machine.clone());
             w.register(k);
             w.write_lease(k);
             let phase = w.rng.i64(0..RENEW_EVERY);
@@ -517,14 +523,16 @@ impl World {
 
     /// Every machine that is on and still serves the Node `node` since it
     /// was last off: each one a kubelet of that name has renewed from on
-    /// its current boot (alive, hung or dead since), and each one running
-    /// containers a kubelet of that name started. A machine that was off
-    /// and is booting again runs nothing of the Node's until its kubelet
-    /// serves again; no fencing can see a start that follows its last look.
+    /// its current boot (alive, hung or dead since, unless another
+    /// machine's kubelet took the name over from a dead one, which never
+    /// runs again), and each one running containers a kubelet of that name
+    /// started. A machine that was off and is booting again runs nothing of
+    /// the Node's until its kubelet serves again; no fencing can see a
+    /// start that follows its last look.
     pub fn live_machines_of(&self, node: &str) -> Vec<InstanceId> {
         let mut ids: Vec<InstanceId> = self
             .kubelets_of(node)
-            .filter(|k| k.serving)
+            .filter(|k| k.serving && !(k.retired && k.process == Process::Dead))
             .map(|k| k.machine.clone())
             .chain(
                 self.containers
@@ -540,15 +548,14 @@ impl World {
     }
 
     /// The machine the attach/detach controller attaches the Node `node`'s
-    /// disks to: the CSI driver's node id, which the node plugin of the
-    /// kubelet serving that name registered (the latest one's), else the
-    /// machine the Node object names.
+    /// disks to: the CSI driver's node id in the Node's CSINode, which the
+    /// node plugin of the kubelet that last started serving that name
+    /// registered, whether its machine still runs or not; else the machine
+    /// the Node object names.
     pub fn attach_machine(&self, node: &str) -> Option<InstanceId> {
-        self.kubelets
-            .iter()
-            .rev()
-            .find(|k| k.node == node && k.serving)
-            .map(|k| k.machine.clone())
+        self.csi_nodes
+            .get(node)
+            .cloned()
             .or_else(|| self.named_machine(node))
     }
 
@@ -934,6 +941,12 @@ impl World {
         }
         self.write_lease(k);
         self.kubelet_status(k);
+        if !self.kubelets[k].serving || !self.csi_nodes.contains_key(&node) {
+            // The node plugin registers as the kubelet starts serving, and
+            // again into the CSINode of a Node registered anew.
+            let machine = self.kubelets[k].machine.clone();
+            self.csi_nodes.insert(node.clone(), machine);
+        }
         self.kubelet_sync(k);
         let kubelet = &mut self.kubelets[k];
         kubelet.renewals += 1;
@@ -1802,6 +1815,8 @@ impl World {
             return;
         };
         let owner = gone.metadata.uid.clone().unwrap_or_default();
+        // Its CSINode, owned by it, goes with it.
+        self.csi_nodes.remove(node);
         self.story
             .say(self.t, format!("the Node {node} (uid {owner}) is deleted"));
         self.schedule(
