@@ -281,6 +281,11 @@ async fn split_brain_a_running_instance_is_never_fenced() -> anyhow::Result<()> 
     assert_unfenced(&sc).await
 }
 
+/// A fencing of the Node `node`, asked for by name.
+fn fence_named(node: &str) -> Batch {
+    one(NodeRef::Name(NodeName::parse(node).unwrap()), Intent::Fence)
+}
+
 /// A kubelet that serves the Node by `--hostname-override` from another
 /// instance reports that instance's address: while it may run, the Node is
 /// refused, though its own instance is stopped and no instance carries its
@@ -305,12 +310,7 @@ async fn a_node_whose_address_a_running_instance_holds_is_never_fenced() -> anyh
             &kube::api::Patch::Merge(&addresses),
         )
         .await?;
-    let by_name = || {
-        one(
-            NodeRef::Name(NodeName::parse(&sc.node).unwrap()),
-            Intent::Fence,
-        )
-    };
+    let by_name = || fence_named(&sc.node);
     let report = fence(s, by_name(), settings()).await?;
     let r = only(&report);
     assert!(
@@ -321,6 +321,49 @@ async fn a_node_whose_address_a_running_instance_holds_is_never_fenced() -> anyh
     stop(&ec2, &holder).await?;
     let report = fence(s, by_name(), settings()).await?;
     assert_eq!(only(&report).outcome, Outcome::Fenced, "{report:#?}");
+    Ok(())
+}
+
+/// A kubelet that served the Node by an override from another instance
+/// got one of the Node's disks attached there, and the Node's addresses
+/// no longer show it: while that instance may run, the Node is refused.
+/// Once it is stopped too, the Node is fenced, and the disk it holds is
+/// left where it is.
+#[tokio::test]
+async fn a_node_whose_disk_a_running_instance_holds_is_never_fenced() -> anyhow::Result<()> {
+    let _g = serial().await;
+    let s = stack();
+    let ec2 = s.ec2().await;
+    let sc = scene("Unknown", true).await?;
+    let holder = launch(&ec2).await?;
+    ec2.detach_volume()
+        .volume_id(&sc.in_tree_volume)
+        .instance_id(&sc.m.instance)
+        .device("/dev/xvdbb")
+        .send()
+        .await?;
+    ec2.attach_volume()
+        .volume_id(&sc.in_tree_volume)
+        .instance_id(&holder.instance)
+        .device("/dev/xvdbd")
+        .send()
+        .await?;
+    let by_name = || fence_named(&sc.node);
+    let report = fence(s, by_name(), settings()).await?;
+    let r = only(&report);
+    assert!(
+        matches!(&r.skip, Some(Skip::DiskHeld { by, .. })
+            if by.by.machine == holder.instance && by.volume == sc.in_tree_volume),
+        "{r:#?}"
+    );
+    assert_unfenced(&sc).await?;
+    stop(&ec2, &holder).await?;
+    let report = fence(s, by_name(), settings()).await?;
+    assert_eq!(only(&report).outcome, Outcome::Fenced, "{report:#?}");
+    assert_eq!(
+        attached_to(&sc.in_tree_volume).await?,
+        vec![holder.instance.clone()]
+    );
     Ok(())
 }
 

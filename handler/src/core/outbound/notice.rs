@@ -406,6 +406,7 @@ fn skip_is_refusal(skip: &Skip) -> bool {
         | Skip::KubeletElsewhere { .. }
         | Skip::NameTaken { .. }
         | Skip::AddressTaken { .. }
+        | Skip::DiskHeld { .. }
         | Skip::Hibernated => true,
         Skip::NotInCluster
         | Skip::OtherCluster { .. }

@@ -121,6 +121,15 @@ pub enum Skip {
         /// The machine that holds the address, and the address.
         by: super::namesake::Holder,
     },
+    /// Another machine that may run holds one of the Node's disks: a
+    /// kubelet there may serve the Node, and the pods it started write the
+    /// disk ([`crate::core::rules::held_disks`]).
+    DiskHeld {
+        /// The machine the Node names.
+        machine: String,
+        /// The machine that holds the disk, and the disk.
+        by: super::held_disks::DiskHolder,
+    },
     /// EC2 could not be asked; nothing is known, so nothing is done.
     LookupFailed {
         /// The error.
@@ -174,6 +183,7 @@ impl Skip {
             | Self::KubeletElsewhere { .. }
             | Self::NameTaken { .. }
             | Self::AddressTaken { .. }
+            | Self::DiskHeld { .. }
             | Self::RecoveryRequest => false,
         }
     }
@@ -193,6 +203,7 @@ impl Skip {
             Self::KubeletElsewhere { .. } => "kubelet_elsewhere",
             Self::NameTaken { .. } => "name_taken",
             Self::AddressTaken { .. } => "address_taken",
+            Self::DiskHeld { .. } => "disk_held",
             Self::LookupFailed { .. } => "lookup_failed",
             Self::NodeReady => "node_ready",
             Self::CapReached { .. } => "cap_reached",
@@ -254,6 +265,11 @@ impl std::fmt::Display for Skip {
                 f,
                 "another machine, {} (`{}`), holds the Node's address {}, while the machine the Node names, {machine}, is off: that machine's kubelet may serve the Node under an override of its name and may still run its pods; none is fenced. If it serves this Node, delete the Node so that its kubelet registers it again with its own machine",
                 by.by.machine, by.by.state, by.address
+            ),
+            Self::DiskHeld { machine, by } => write!(
+                f,
+                "another machine, {} (`{}`), holds the Node's disk {}, while the machine the Node names, {machine}, is off: a kubelet there may serve the Node under an override of its name, and the pods it started may still write the disk; none is fenced. If that machine serves this Node, delete the Node so that its kubelet registers it again with its own machine",
+                by.by.machine, by.by.state, by.volume
             ),
             Self::LookupFailed { error } => write!(f, "the cloud lookup failed: {error}"),
             Self::NodeReady => f.write_str(

@@ -1,5 +1,5 @@
 //! How the core decides: whose machine an instance is, which Node a suspect
-//! names, whether another machine carries a Node's name, which Nodes node-fencer may act on, the verdict per node, Nodes
+//! names, whether another machine carries a Node's name or holds its disks, which Nodes node-fencer may act on, the verdict per node, Nodes
 //! another writer tainted, the cap, active fencing's power-off, the fencing
 //! mode, the plan per node, the disks to free (and, in legacy mode, the
 //! volumes to release from a dead Node's `volumesInUse`), recovery, the Lease and the
@@ -10,6 +10,7 @@ pub mod cap;
 pub mod compat;
 pub mod control;
 pub mod decide;
+pub mod held_disks;
 pub mod identity;
 pub mod in_use;
 pub mod mode;

@@ -3,15 +3,16 @@
 //! volumes (the attach/detach controller's `status.volumesAttached`), else
 //! one list of each for all the nodes; one description of the volumes from
 //! the cloud, whatever the number of nodes; and each node's pods, for the
-//! volumes of pods the taint never evicts. In legacy mode also every
-//! VolumeAttachment of the node, whatever its driver. A failed read is an
-//! error on the node's report (the node is then not reported fenced), never
-//! a reason to guess.
+//! volumes of pods the taint never evicts; a Node one of whose disks
+//! another machine that may run holds is refused ([`held`]). In legacy
+//! mode also every VolumeAttachment of the node, whatever its driver. A
+//! failed read is an error on the node's report (the node is then not
+//! reported fenced), never a reason to guess.
 
 use futures::{StreamExt, join};
 use tracing::{info, warn};
 
-use crate::core::model::facts::{AttachmentFacts, FenceMode, PodRef, PvFacts};
+use crate::core::model::facts::{AttachmentFacts, FenceMode, NodeFacts, PodRef, PvFacts};
 use crate::core::model::instance::VolumeId;
 use crate::core::outbound::metrics::Dependency;
 use crate::core::rules::plan::NodeRun;
@@ -19,6 +20,7 @@ use crate::core::rules::volumes;
 use crate::pipeline::ctx::{Ctx, PARALLEL_NODES};
 use crate::pipeline::error::PipelineError;
 use crate::pipeline::invocation::Invocation;
+use crate::pipeline::stages::held;
 use crate::shell::cluster::ClusterError;
 
 /// Reads by name in flight at once. EC2 caps the volumes of an instance at
@@ -30,11 +32,12 @@ pub(crate) async fn run(ctx: &Ctx<'_>, inv: &mut Invocation<'_>) -> Result<(), P
     let Some(mode) = inv.mode.filter(|_| inv.fencing()) else {
         return Ok(());
     };
-    volumes(ctx, mode, &mut inv.runs).await;
+    let nodes = inv.view.as_ref().map_or(&[][..], |v| &v.nodes[..]);
+    volumes(ctx, mode, &mut inv.runs, nodes).await;
     Ok(())
 }
 
-async fn volumes(ctx: &Ctx<'_>, mode: FenceMode, runs: &mut [NodeRun]) {
+async fn volumes(ctx: &Ctx<'_>, mode: FenceMode, runs: &mut [NodeRun], nodes: &[NodeFacts]) {
     let mut errors = Vec::new();
     let by_name = match attachment_names(runs, mode) {
         Some(names) => read_by_name(ctx, &names)
@@ -98,6 +101,7 @@ async fn volumes(ctx: &Ctx<'_>, mode: FenceMode, runs: &mut [NodeRun]) {
             Err(e) => run.failed_with([e.to_string()]),
         }
     }
+    held::refuse(ctx, runs, &described, nodes).await;
 }
 
 /// Every VolumeAttachment and PersistentVolume in the cluster.

@@ -1,5 +1,5 @@
 //! The fencing stages, in the order [`crate::pipeline::run`] calls them;
-//! [`taint`], [`legacy`] and [`pods`] are the parts the admission and act
+//! [`held`] is the discovery's last refusal; [`taint`], [`legacy`] and [`pods`] are the parts the admission and act
 //! stages carry out per node.
 
 pub(crate) mod act;
@@ -7,6 +7,7 @@ pub(crate) mod admit;
 pub(crate) mod decide;
 pub(crate) mod discover;
 pub(crate) mod hasten;
+pub(crate) mod held;
 pub(crate) mod legacy;
 pub(crate) mod plan;
 pub(crate) mod pods;

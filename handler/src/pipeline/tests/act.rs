@@ -343,6 +343,8 @@ async fn a_volume_still_attached_after_the_wait_fails_the_node() {
 #[tokio::test]
 async fn a_volume_attached_elsewhere_is_not_detached() {
     let w = World::stopped();
+    // Stopped: a holder that may run refuses the Node (`tests::held`).
+    w.cloud.instance(&instance(9), InstanceState::Stopped);
     w.cloud
         .attached_volume(&volume(1), &instance(9), "/dev/xvdba");
     let report = w.fence(&policy()).await.unwrap();

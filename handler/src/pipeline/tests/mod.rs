@@ -9,6 +9,7 @@ mod decide;
 mod elsewhere;
 mod faults;
 mod hasten;
+mod held;
 mod identity;
 mod namesake;
 mod neighbours;
