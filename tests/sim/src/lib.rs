@@ -190,8 +190,8 @@ pub fn headline(run: &Run) -> String {
     }
     let flags = format!("{}{}", run.options.flags(), run.moves.flag());
     let mut make = String::new();
-    if run.options.stale_nodes {
-        make.push_str(" STALE_NODES=1");
+    if !run.options.stale_nodes {
+        make.push_str(" NO_STALE_NODES=1");
     }
     if let Some(list) = run.moves.flag().strip_prefix(" --moves ") {
         make.push_str(&format!(" MOVES={list}"));

@@ -25,10 +25,14 @@ struct Args {
     /// often, and its first seed.
     #[arg(long, conflicts_with = "seed")]
     keep_going: bool,
-    /// Also draw replacements that leave a stale Node (a kubelet on another
-    /// machine adopting the Node object of its name): held back by default
-    /// while the finding they show stands.
+    /// Hold back the replacements that leave a stale Node (a kubelet on
+    /// another machine adopting the Node object of its name), drawn by
+    /// default: a seed then draws as it did before they were.
     #[arg(long)]
+    no_stale_nodes: bool,
+    /// The default since they were mended; still taken, so that a replay
+    /// line printed before then runs as printed.
+    #[arg(long, hide = true, conflicts_with = "no_stale_nodes")]
     stale_nodes: bool,
     /// Run each seed twice and tell those whose two runs differ.
     #[arg(long, conflicts_with_all = ["seed", "keep_going"])]
@@ -55,7 +59,7 @@ macro_rules! say {
 fn main() -> ExitCode {
     let args = Args::parse();
     let options = node_fencer_sim::Options {
-        stale_nodes: args.stale_nodes,
+        stale_nodes: !args.no_stale_nodes,
     };
     if let Some(seed) = args.seed {
         let moves = args.moves.clone().unwrap_or_default();
@@ -96,6 +100,9 @@ fn main() -> ExitCode {
         );
         for (kind, (count, seed)) in &found.kinds {
             say!("  {count:>5}  seed {seed:<8} {kind}");
+        }
+        if found.kinds.is_empty() {
+            say!("  none");
         }
         return if found.kinds.is_empty() {
             ExitCode::SUCCESS

@@ -65,23 +65,30 @@ pub struct Run {
     pub simulated: Ms,
 }
 
-/// What a run may draw beyond the default world.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// What a run may draw.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Options {
     /// Replacements that leave a stale Node: a kubelet on another machine
     /// adopts the Node object of its name, which still names the old
-    /// machine. Held back by default while the finding they show stands
-    /// (docs/simulator.md, "What it found").
+    /// machine. Drawn by default since the findings they showed were
+    /// mended (docs/simulator.md, "What it found"); without them, a seed
+    /// draws as it did before.
     pub stale_nodes: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self { stale_nodes: true }
+    }
 }
 
 impl Options {
     /// The flags that replay a run with these options.
     pub fn flags(&self) -> &'static str {
         if self.stale_nodes {
-            " --stale-nodes"
-        } else {
             ""
+        } else {
+            " --no-stale-nodes"
         }
     }
 }

@@ -38,7 +38,7 @@ fn fresh_seeds_break_no_invariant() {
 #[test]
 fn a_seed_replays_exactly() {
     for seed in [1, 7, 42] {
-        let options = Options { stale_nodes: true };
+        let options = Options::default();
         let (a, b) = (run(seed, options), run(seed, options));
         assert_eq!(a.story, b.story, "seed {seed} told two stories");
     }
