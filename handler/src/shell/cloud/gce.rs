@@ -573,6 +573,17 @@ impl Cloud for Gce {
         try_join_all(lookups).await
     }
 
+    /// Never asked: a VM's Node names it by its name, so the VM described
+    /// is whichever carries the name now
+    /// ([`crate::core::rules::namesake::must_ask`]).
+    async fn machines_named(
+        &self,
+        _name: &str,
+        _vpc: Option<&str>,
+    ) -> Result<Vec<InstanceFacts>, CloudError> {
+        Ok(Vec::new())
+    }
+
     /// Never asked: a VM's Node names it by its name, which no override
     /// changes ([`crate::core::rules::namesake::must_ask`]).
     async fn machines_holding(

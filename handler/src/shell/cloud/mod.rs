@@ -199,14 +199,13 @@ pub trait Cloud: Send + Sync {
     /// them and may run (EC2's private DNS name; any state but stopped and
     /// terminated), in `vpc` when it is given
     /// ([`crate::core::rules::namesake`]). A provider whose machines carry
-    /// no such name finds none.
+    /// no such name finds none. No default, for the reason
+    /// [`Cloud::machines_holding`] has none.
     async fn machines_named(
         &self,
-        _name: &str,
-        _vpc: Option<&str>,
-    ) -> Result<Vec<InstanceFacts>, CloudError> {
-        Ok(Vec::new())
-    }
+        name: &str,
+        vpc: Option<&str>,
+    ) -> Result<Vec<InstanceFacts>, CloudError>;
     /// Describes the machines that hold one of `addresses` as a private
     /// address and may run (any state but stopped and terminated), in `vpc`
     /// when it is given ([`crate::core::rules::namesake`]). No default: a
@@ -418,6 +417,13 @@ mod tests {
         ) -> Result<Vec<InstanceFacts>, CloudError> {
             Ok(Vec::new())
         }
+        async fn machines_named(
+            &self,
+            _: &str,
+            _: Option<&str>,
+        ) -> Result<Vec<InstanceFacts>, CloudError> {
+            Ok(Vec::new())
+        }
         async fn machines_holding(
             &self,
             _: &[IpAddr],
@@ -473,6 +479,13 @@ mod tests {
                 }
             }
             out
+        }
+        async fn machines_named(
+            &self,
+            _: &str,
+            _: Option<&str>,
+        ) -> Result<Vec<InstanceFacts>, CloudError> {
+            Ok(Vec::new())
         }
         async fn machines_holding(
             &self,

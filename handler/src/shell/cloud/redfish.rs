@@ -412,6 +412,16 @@ impl Cloud for Redfish {
         }
     }
 
+    /// Never asked: a BMC names no machine by a Node's name
+    /// ([`crate::core::rules::namesake::must_ask`]).
+    async fn machines_named(
+        &self,
+        _name: &str,
+        _vpc: Option<&str>,
+    ) -> Result<Vec<InstanceFacts>, CloudError> {
+        Ok(Vec::new())
+    }
+
     /// Never asked: a BMC knows its machine, not the addresses its system
     /// took ([`crate::core::rules::namesake::must_ask`]).
     async fn machines_holding(
