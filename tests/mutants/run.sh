@@ -46,6 +46,7 @@ DEFAULT_FILES=(
 	handler/src/core/rules/power.rs
 	handler/src/core/rules/identity.rs
 	handler/src/core/rules/namesake.rs
+	handler/src/core/rules/held_disks.rs
 	handler/src/core/rules/decide.rs
 	handler/src/core/rules/plan.rs
 	handler/src/core/rules/cap.rs
@@ -65,6 +66,11 @@ done
 cd "$ROOT"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$CACHE/target}"
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+# Each mutant is built from a copy of the tree into the shared cache: the
+# next `make` here must not take the last mutant's build for its own
+# (tests/stack/own-target.sh).
+mkdir -p "$CARGO_TARGET_DIR"
+echo "cargo-mutants" >"$CARGO_TARGET_DIR/.built-from"
 # Seeds from 1 each time: a mutant caught once is caught again.
 export NODE_FENCER_SIM_SECONDS="${NODE_FENCER_SIM_SECONDS:-10}"
 export NODE_FENCER_SIM_FIRST_SEED="${NODE_FENCER_SIM_FIRST_SEED:-1}"
