@@ -399,6 +399,24 @@ mod tests {
             Some(RecoveryPolicy::Manual)
         );
         assert_eq!(RecoveryPolicy::parse("Manual"), None);
+        assert_eq!(RecoveryPolicy::parse("auto"), Some(RecoveryPolicy::Auto));
+    }
+
+    /// What a held recovery tells the operator: a machine off for good
+    /// stays out of service, one on its way is only not running yet.
+    #[test]
+    fn a_hold_for_the_machine_says_whether_it_is_off() {
+        let off = Hold::InstanceNotRunning {
+            state: InstanceState::Stopped,
+        };
+        let on_its_way = Hold::InstanceNotRunning {
+            state: InstanceState::Pending,
+        };
+        assert!(off.to_string().contains("stays out of service"), "{off}");
+        assert_eq!(
+            on_its_way.to_string(),
+            "EC2 reports the instance `pending`, not running"
+        );
     }
 
     /// Rook/Ceph's pair ends only after a power cycle: EC2 recorded the
