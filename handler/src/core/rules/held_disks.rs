@@ -17,9 +17,9 @@
 
 use serde::Serialize;
 
-use crate::core::model::facts::{InstanceFacts, NodeFacts, Readiness, VolumeFacts};
+use crate::core::model::facts::{InstanceFacts, NodeFacts, VolumeFacts};
 use crate::core::model::instance::{InstanceId, VolumeId};
-use crate::core::rules::namesake::Namesake;
+use crate::core::rules::namesake::{Namesake, serves_another_node};
 use crate::core::rules::volumes::NodeVolume;
 
 /// A machine other than the Node's own that holds one of its disks.
@@ -62,18 +62,13 @@ pub fn judge(
     holders: &[InstanceFacts],
     nodes: &[NodeFacts],
 ) -> Option<DiskHolder> {
-    let serves_another = |id: &InstanceId| {
-        nodes.iter().any(|n| {
-            n.name != node && n.readiness == Readiness::Ready && n.instance.as_ref() == Some(id)
-        })
-    };
     held.iter().find_map(|(volume, id)| {
         let state = match holders.iter().find(|m| m.id == *id) {
             Some(m) if m.state.is_off() => return None,
             Some(m) => m.state.name(),
             None => "not described",
         };
-        if serves_another(id) {
+        if serves_another_node(id, node, nodes) {
             return None;
         }
         Some(DiskHolder {
@@ -89,7 +84,7 @@ pub fn judge(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::model::facts::VolumeAttachmentState;
+    use crate::core::model::facts::{Readiness, VolumeAttachmentState};
     use crate::core::model::instance::{AttachmentState, InstanceState, VolumeState};
 
     fn id(s: &str) -> InstanceId {

@@ -97,6 +97,16 @@ pub struct Holder {
     pub by: Namesake,
 }
 
+/// Whether a Node of `nodes` other than `node` that is Ready names
+/// `machine`: that machine's kubelet serves that Node, so whatever it
+/// shares with `node` (an address given again, a disk already moved) has
+/// gone to that Node and does not speak for `node`.
+pub fn serves_another_node(machine: &InstanceId, node: &str, nodes: &[NodeFacts]) -> bool {
+    nodes.iter().any(|n| {
+        n.name != node && n.readiness == Readiness::Ready && n.instance.as_ref() == Some(machine)
+    })
+}
+
 /// The first of `holding` (the machines the cloud found holding one of
 /// `asked`, the Node's addresses its machine does not hold) that is not
 /// `machine`, the Node's own, is not off, and that no other Ready Node of
@@ -107,16 +117,11 @@ pub fn judge_addresses(
     holding: &[InstanceFacts],
     nodes: &[NodeFacts],
 ) -> Option<Holder> {
-    let serves_another = |m: &InstanceFacts| {
-        nodes.iter().any(|n| {
-            n.name != node.name
-                && n.readiness == Readiness::Ready
-                && n.instance.as_ref() == Some(&m.id)
-        })
-    };
     holding
         .iter()
-        .filter(|m| m.id != *machine && !m.state.is_off() && !serves_another(m))
+        .filter(|m| {
+            m.id != *machine && !m.state.is_off() && !serves_another_node(&m.id, &node.name, nodes)
+        })
         .find_map(|m| {
             let address = asked.iter().find(|ip| m.private_ips.contains(ip))?;
             Some(Holder {
