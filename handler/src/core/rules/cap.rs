@@ -62,6 +62,15 @@ fn never_took_effect(node: &NodeFacts, known: &HashMap<InstanceId, Confirmation>
     node.readiness == Readiness::Ready && node.running_since_before_power_off(machine).is_some()
 }
 
+/// True when the Node takes room under the cap by its own power-off in
+/// flight: its taint takes that room over, and needs no more. Counting it
+/// again would refuse the fencing of every Node node-fencer powered off
+/// while the cap was one short of full, that Node's own room taken by its
+/// mark, and leave its machine off and its volumes held for good.
+pub fn holds_room(node: &NodeFacts, known: &HashMap<InstanceId, Confirmation>) -> bool {
+    node.power_off_in_flight() && counts(node, known)
+}
+
 /// How many Nodes take room under the cap.
 pub fn taken(nodes: &[NodeFacts], known: &HashMap<InstanceId, Confirmation>) -> usize {
     nodes.iter().filter(|n| counts(n, known)).count()

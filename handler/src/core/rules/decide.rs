@@ -1,12 +1,15 @@
 //! The decision: from plain facts to a verdict per node. Pure, so every
 //! safety invariant can be checked over every combination of inputs.
 
+use std::collections::HashMap;
+
 use serde::Serialize;
 
 use crate::core::inbound::suspect::Intent;
 use crate::core::model::facts::{Confirmation, NodeFacts, Readiness};
-use crate::core::model::instance::InstanceState;
+use crate::core::model::instance::{InstanceId, InstanceState};
 use crate::core::model::values;
+use crate::core::rules::cap;
 use crate::core::rules::reach::{Exemption, Reach};
 
 /// The settings the decision depends on.
@@ -303,6 +306,18 @@ pub(crate) fn effective_cap(count: usize, percent: Option<u8>, nodes: usize) -> 
     }
 }
 
+/// Where a node about to be tainted stands under the Lease.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Standing {
+    /// Not out of service, and taking no room.
+    In,
+    /// Its own power-off in flight takes room already
+    /// ([`cap::holds_room`]): the taint takes that room over.
+    HoldsRoom,
+    /// Another invocation fenced it meanwhile.
+    Out,
+}
+
 /// A new taint, recounted under the Lease.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Recount {
@@ -315,15 +330,17 @@ pub enum Recount {
 }
 
 /// Recounts the new taints of an invocation against the Nodes as they are
-/// under the Lease: `already_out[k]` tells whether the k-th node is out of
-/// service by now, `out_of_service` how many Nodes are.
-pub fn recount(already_out: &[bool], out_of_service: usize, limit: usize) -> Vec<Recount> {
+/// under the Lease: `standing[k]` tells where the k-th node stands by now,
+/// `out_of_service` how many Nodes take room.
+pub fn recount(standing: &[Standing], out_of_service: usize, limit: usize) -> Vec<Recount> {
     let mut count = out_of_service;
-    already_out
+    standing
         .iter()
-        .map(|&out| {
-            if out {
+        .map(|&standing| {
+            if standing == Standing::Out {
                 Recount::AlreadyOut
+            } else if standing == Standing::HoldsRoom {
+                Recount::New
             } else if count >= limit {
                 Recount::Refused(Skip::CapReached {
                     limit,
@@ -396,17 +413,24 @@ pub fn decide_one(case: &Case<'_>, settings: &Settings) -> Verdict {
 }
 
 /// Decides a batch of distinct nodes in order, enforcing the cap across the
-/// batch: `already_out_of_service` counts the Nodes of the cluster that carry
-/// the taint now, and each new taint planned here counts against the rest.
+/// batch: `already_out_of_service` counts the Nodes of the cluster that take
+/// room now (with what the cloud said, `known`), and each new taint planned
+/// here counts against the rest, but for a Node whose own power-off in
+/// flight holds its room already ([`cap::holds_room`]).
 pub fn decide_batch(
     cases: &[Case<'_>],
     settings: &Settings,
-    already_out_of_service: usize,
+    (already_out_of_service, known): (usize, &HashMap<InstanceId, Confirmation>),
 ) -> Vec<Verdict> {
     let mut out_of_service = already_out_of_service;
+    let holds = |case: &Case<'_>| case.node.is_some_and(|n| cap::holds_room(n, known));
     cases
         .iter()
         .map(|case| match decide_one(case, settings) {
+            // Its power-off took the room its taint takes over.
+            verdict @ Verdict::Fence {
+                add_taint: true, ..
+            } if holds(case) => verdict,
             // A check reports whether the cap would refuse it, and takes no
             // room from the fences beside it.
             Verdict::Fence {
@@ -443,7 +467,6 @@ pub fn decide_batch(
 mod tests {
     use super::*;
     use crate::core::model::facts::{InstanceFacts, OUT_OF_SERVICE_KEY, TaintFacts};
-    use crate::core::model::instance::InstanceId;
     use proptest::prelude::*;
 
     fn node(readiness: Readiness, taints: Vec<TaintFacts>) -> NodeFacts {
@@ -463,6 +486,16 @@ mod tests {
             taints,
             ready_since: None,
             fenced: None,
+        }
+    }
+
+    /// Everywhere, no dry run, hibernation not fenced, this cap.
+    fn capped(max_out_of_service: usize) -> Settings<'static> {
+        Settings {
+            reach: &Reach::EVERYWHERE,
+            dry_run: false,
+            max_out_of_service,
+            fence_hibernated: false,
         }
     }
 
@@ -621,7 +654,9 @@ mod tests {
                                     shared_with: &[],
                                 };
                                 let verdict =
-                                    decide_batch(&[case], &settings, already).pop().unwrap();
+                                    decide_batch(&[case], &settings, (already, &HashMap::new()))
+                                        .pop()
+                                        .unwrap();
                                 let expected = expected(
                                     &n,
                                     &confirmation,
@@ -707,7 +742,8 @@ mod tests {
 
     #[test]
     fn the_recount_admits_only_up_to_the_cap() {
-        let r = recount(&[false, true, false, false], 1, 3);
+        use Standing::{HoldsRoom, In, Out};
+        let r = recount(&[In, Out, In, In], 1, 3);
         assert_eq!(r[0], Recount::New);
         assert_eq!(r[1], Recount::AlreadyOut);
         assert_eq!(r[2], Recount::New);
@@ -719,20 +755,22 @@ mod tests {
             })
         ));
         assert!(
-            recount(&[false], 5, 3)
+            recount(&[In], 5, 3)
                 .iter()
                 .all(|r| matches!(r, Recount::Refused(_)))
         );
+        // A node whose own power-off holds room is admitted into that room,
+        // full cap or not, and takes none from the next.
+        assert_eq!(
+            recount(&[HoldsRoom, In], 2, 3),
+            [Recount::New, Recount::New]
+        );
+        assert_eq!(recount(&[HoldsRoom], 3, 3), [Recount::New]);
     }
 
     #[test]
     fn missing_node_or_instance_is_skipped() {
-        let settings = Settings {
-            reach: &Reach::EVERYWHERE,
-            dry_run: false,
-            max_out_of_service: 3,
-            fence_hibernated: false,
-        };
+        let settings = capped(3);
         let c = seen(InstanceState::Stopped);
         let case = Case {
             intent: Intent::Fence,
@@ -765,12 +803,7 @@ mod tests {
     /// the room the fence needed.
     #[test]
     fn a_check_takes_no_cap_room_from_a_fence_beside_it() {
-        let settings = Settings {
-            reach: &Reach::EVERYWHERE,
-            dry_run: false,
-            max_out_of_service: 1,
-            fence_hibernated: false,
-        };
+        let settings = capped(1);
         let c = seen(InstanceState::Stopped);
         let n = node(Readiness::Unknown, vec![]);
         let case = |intent| Case {
@@ -779,7 +812,11 @@ mod tests {
             confirmation: Some(&c),
             shared_with: &[],
         };
-        let verdicts = decide_batch(&[case(Intent::Check), case(Intent::Fence)], &settings, 0);
+        let verdicts = decide_batch(
+            &[case(Intent::Check), case(Intent::Fence)],
+            &settings,
+            (0, &HashMap::new()),
+        );
         assert_eq!(
             verdicts,
             [
@@ -794,7 +831,7 @@ mod tests {
             ]
         );
         // At the cap, a check says the cap would refuse it.
-        let verdicts = decide_batch(&[case(Intent::Check)], &settings, 1);
+        let verdicts = decide_batch(&[case(Intent::Check)], &settings, (1, &HashMap::new()));
         assert!(matches!(
             verdicts[0],
             Verdict::Skip {
@@ -805,12 +842,7 @@ mod tests {
 
     #[test]
     fn the_cap_counts_new_taints_across_the_batch() {
-        let settings = Settings {
-            reach: &Reach::EVERYWHERE,
-            dry_run: false,
-            max_out_of_service: 2,
-            fence_hibernated: false,
-        };
+        let settings = capped(2);
         let c = seen(InstanceState::Stopped);
         let fresh = node(Readiness::Unknown, vec![]);
         let tainted = node(
@@ -826,7 +858,7 @@ mod tests {
         let verdicts = decide_batch(
             &[case(&fresh), case(&tainted), case(&fresh), case(&fresh)],
             &settings,
-            1,
+            (1, &HashMap::new()),
         );
         let fences: Vec<bool> = verdicts
             .iter()
@@ -842,6 +874,49 @@ mod tests {
                 }
             }
         ));
+    }
+
+    /// A Node node-fencer powered off takes room under the cap by its mark
+    /// until its taint takes that room over: with the cap full by that mark
+    /// alone, it is fenced all the same, and another Node is not.
+    #[test]
+    fn a_node_powered_off_is_fenced_in_the_room_its_power_off_took() {
+        let settings = capped(1);
+        let c = seen(InstanceState::Stopped);
+        let mut powered_off = node(Readiness::Unknown, vec![]);
+        powered_off.power.powered_off = Some(crate::core::model::facts::PowerMark {
+            at: "2026-12-07T00:00:00Z".into(),
+            boot_id: Some("boot-1".into()),
+        });
+        let other = node(Readiness::Unknown, vec![]);
+        let case = |n| Case {
+            intent: Intent::Fence,
+            node: Some(n),
+            confirmation: Some(&c),
+            shared_with: &[],
+        };
+        let known = HashMap::new();
+        assert!(cap::holds_room(&powered_off, &known));
+        let verdicts = decide_batch(&[case(&powered_off), case(&other)], &settings, (1, &known));
+        assert!(
+            matches!(
+                verdicts[0],
+                Verdict::Fence {
+                    add_taint: true,
+                    ..
+                }
+            ),
+            "{verdicts:?}"
+        );
+        assert!(
+            matches!(
+                verdicts[1],
+                Verdict::Skip {
+                    reason: Skip::CapReached { .. }
+                }
+            ),
+            "{verdicts:?}"
+        );
     }
 
     fn arb_state() -> impl Strategy<Value = InstanceState> {
@@ -887,7 +962,7 @@ mod tests {
                 .iter()
                 .map(|(intent, node, c)| Case { intent: *intent, node: node.as_ref(), confirmation: c.as_ref() , shared_with: &[]})
                 .collect();
-            let verdicts = decide_batch(&batch, &settings, already);
+            let verdicts = decide_batch(&batch, &settings, (already, &HashMap::new()));
             prop_assert_eq!(verdicts.len(), batch.len());
             let mut new_taints = 0;
             for (case, verdict) in batch.iter().zip(&verdicts) {

@@ -14,7 +14,8 @@ use crate::core::outbound::kube_patch::{Stamp, TaintOutcome};
 use crate::core::outbound::report::{
     AttachmentOutcome, AttachmentReport, NodeReport, Outcome, VolumeOutcome, VolumeReport,
 };
-use crate::core::rules::decide::{self, Recount, Skip, Verdict};
+use crate::core::rules::cap;
+use crate::core::rules::decide::{self, Recount, Skip, Standing, Verdict};
 use crate::core::rules::in_use;
 use crate::core::rules::power::{self, PowerReport};
 use crate::core::rules::resolve::{self, ClusterScope, Resolution, Unclaimed};
@@ -882,18 +883,23 @@ pub fn recount(
         .filter(|(_, r)| r.fencing().is_some_and(NodePlan::writes_new_taint))
         .map(|(k, _)| k)
         .collect();
-    let already: Vec<bool> = new
+    let standing: Vec<Standing> = new
         .iter()
         .map(|&k| {
-            fresh
+            let node = fresh
                 .nodes
                 .iter()
-                .any(|f| Some(&f.name) == runs[k].node.as_ref() && f.is_out_of_service())
+                .find(|f| Some(&f.name) == runs[k].node.as_ref());
+            match node {
+                Some(f) if f.is_out_of_service() => Standing::Out,
+                Some(f) if cap::holds_room(f, known) => Standing::HoldsRoom,
+                _ => Standing::In,
+            }
         })
         .collect();
     let now_out = fresh.taken(known);
     let mut refused = Vec::new();
-    for (&k, verdict) in new.iter().zip(decide::recount(&already, now_out, limit)) {
+    for (&k, verdict) in new.iter().zip(decide::recount(&standing, now_out, limit)) {
         match verdict {
             Recount::New => {}
             Recount::AlreadyOut => runs[k].already_out(),

@@ -577,5 +577,5 @@ pub(crate) fn decide_all(
             shared_with,
         })
         .collect();
-    decide::decide_batch(&cases, settings, view.taken(answers))
+    decide::decide_batch(&cases, settings, (view.taken(answers), answers))
 }

@@ -357,12 +357,19 @@ impl World {
     }
 
     fn power_report(report: &Report) -> crate::core::rules::power::PowerReport {
+        Self::seed_report(report)
+            .power_off
+            .clone()
+            .expect("a power-off report for the node")
+    }
+
+    /// The report on the seed Node.
+    fn seed_report(report: &Report) -> &crate::core::outbound::report::NodeReport {
         report
             .results
             .iter()
             .find(|r| r.node.as_deref() == Some(NODE))
-            .and_then(|r| r.power_off.clone())
-            .expect("a power-off report for the node")
+            .expect("a report on the seed node")
     }
 }
 

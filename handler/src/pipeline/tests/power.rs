@@ -17,11 +17,7 @@ async fn a_hung_node_is_powered_off_then_fenced_as_a_stopped_one() {
             .run(&active(), crate::core::inbound::trigger::direct::sweep())
             .await
             .unwrap();
-        let r = report
-            .results
-            .iter()
-            .find(|r| r.node.as_deref() == Some(NODE))
-            .unwrap();
+        let r = World::seed_report(&report);
         assert_eq!(r.outcome, Outcome::Fenced, "{report:#?}");
         let power = World::power_report(&report);
         assert_eq!(power.outcome, PowerOutcome::Stopped, "{report:#?}");
@@ -206,6 +202,46 @@ async fn the_cap_counts_the_node_about_to_be_powered_off() {
             World::power_report(&report).refusal,
             Some(Refusal::CapReached { limit: 1, taken: 1 })
         );
+    }
+}
+
+/// Found by the simulator (seed 157869281913181194, cap 1): the power-off
+/// mark takes the cap's room, and the fencing that follows must take that
+/// same room over, not ask for more. Before, the Node's own mark refused
+/// its taint (`cap_reached`), in this invocation and every later one: the
+/// machine stayed off and its volume held for good. A retry that finds the
+/// machine stopped and the Node marked fences it too.
+#[tokio::test]
+async fn with_a_cap_of_one_a_node_powered_off_is_fenced_in_its_own_room() {
+    for on in CLOUDS {
+        let capped = Policy {
+            max_out_of_service: 1,
+            ..active()
+        };
+        let w = World::hung_on(on);
+        let report = w.run(&capped, power_off()).await.unwrap();
+        assert_eq!(
+            World::power_report(&report).outcome,
+            PowerOutcome::Stopped,
+            "{report:#?}"
+        );
+        let r = World::seed_report(&report);
+        assert_eq!(r.outcome, Outcome::Fenced, "{report:#?}");
+        assert_eq!(w.out_of_service_taints(NODE), 1);
+
+        // The stop completes after the wait: the retry fences it.
+        let w = World::hung_on(on);
+        w.cloud.stop_hangs(&w.instance(1));
+        w.run(&capped, power_off()).await.unwrap();
+        assert_eq!(w.out_of_service_taints(NODE), 0);
+        w.cloud.instance(&w.instance(1), InstanceState::Stopped);
+        let again = w
+            .run(&capped, crate::core::inbound::trigger::direct::sweep())
+            .await
+            .unwrap();
+        let r = World::seed_report(&again);
+        assert_eq!(r.outcome, Outcome::Fenced, "{again:#?}");
+        assert_eq!(w.out_of_service_taints(NODE), 1);
     }
 }
 
