@@ -50,7 +50,7 @@ RBAC_DIR = L.RBAC_YAML.parent
 CONFIGURATION_MD = L.REPO / "docs" / "configuration.md"
 SERVE_RS = L.REPO / "handler" / "src" / "entry" / "serve.rs"
 
-# The settings that only mean something with ACTIVE_FENCING=on; the code
+# The settings that only mean something with ACTIVE_FENCING=stuck or on; the code
 # refuses each of them without it.
 ACTIVE_FENCING_TUNING = {"POWER_OFF_AFTER_SECONDS", "POWER_OFF_WAIT_SECONDS", "PARTITION_PERCENT", "POWER_OFF_CONTROL_PLANE"}
 # What every off-cluster run needs set.
@@ -351,8 +351,8 @@ def test_onprem_settings_are_the_on_premises_ones(where: str):
     assert 30 <= int(values["SWEEP_INTERVAL_SECONDS"]) <= 3600, "SWEEP_INTERVAL_SECONDS takes 30..=3600"
     assert values["DRY_RUN"] == "true", "the examples start in dry run"
     tuning = sorted(ACTIVE_FENCING_TUNING & set(values))
-    if values.get("ACTIVE_FENCING") != "on":
-        assert not tuning, f"{tuning} without ACTIVE_FENCING=on: the code refuses to start"
+    if values.get("ACTIVE_FENCING") not in ("stuck", "on"):
+        assert not tuning, f"{tuning} without ACTIVE_FENCING=stuck or on: the code refuses to start"
     for name in ("PUSH_AUDIENCE", "PUSH_SERVICE_ACCOUNT", "GKE_CLUSTER", "CLUSTER_NAME"):
         assert name not in values, f"{name} has no place off-cluster on-premises"
     if where == "env example":

@@ -161,7 +161,7 @@ def power_off_actions() -> set[str]:
 
 # The for_each of the api document's statements that exist only with active
 # fencing: its power-off actions, and nothing else.
-ACTIVE_FENCING_FOR_EACH = re.compile(r"var\.active_fencing \? \[.*\] : \[\]")
+ACTIVE_FENCING_FOR_EACH = re.compile(r"local\.active_fencing \? \[.*\] : \[\]")
 
 
 def module() -> dict:
@@ -230,7 +230,7 @@ def test_api_policy_equals_code_actions():
 
 def test_power_off_actions_are_granted_only_with_active_fencing():
     """Every statement that grants a power-off action exists only when
-    var.active_fencing is true, and grants nothing else; no other statement
+    local.active_fencing is true, and grants nothing else; no other statement
     grants one."""
     api = role_policy_documents(module())["api"]
     gated = []
@@ -347,7 +347,7 @@ def test_scoped_statements():
     assert L.value(condition["variable"]) == "aws:ResourceTag/${statement.value.key}"
     assert L.string_list(condition["values"]) == ["${statement.value.value}"]
     (precondition,) = api["lifecycle"][0]["precondition"]
-    assert L.expr(precondition["condition"]) == "!var.active_fencing || local.power_off_instance_tag != None"
+    assert L.expr(precondition["condition"]) == "!local.active_fencing || local.power_off_instance_tag != None"
     assert L.value(L.variables_of(L.MODULE / "variables.tf")["power_off_instance_tag"]["default"]) is None
 
     cluster = _statement(api, "DescribeCluster")
@@ -372,8 +372,8 @@ def test_scoped_statements():
         if "statement" in d
     }
     assert for_each["DescribeCluster"] == "local.describe_cluster ? [True] : []"
-    assert for_each["DescribeInstanceStatus"] == "var.active_fencing ? [True] : []"
-    assert for_each["StopClusterInstances"] == "var.active_fencing ? ['${local.power_off_instance_tag}'] : []"
+    assert for_each["DescribeInstanceStatus"] == "local.active_fencing ? [True] : []"
+    assert for_each["StopClusterInstances"] == "local.active_fencing ? ['${local.power_off_instance_tag}'] : []"
     assert for_each["DenyStopControlPlane${statement.key}"] == "local.deny_control_plane_stop ? var.control_plane_instance_tags : []"
     assert for_each["DecryptParametersAndSecrets"] == "var.kms_key_arn != None ? [True] : []"
 
@@ -395,7 +395,7 @@ def test_control_plane_instances_are_never_stopped_unless_allowed():
     assert not [st for st in api.get("statement", []) if is_deny(st)], "a Deny exists only with active fencing"
     ((for_each, deny),) = denies
     assert for_each == "local.deny_control_plane_stop ? var.control_plane_instance_tags : []"
-    assert L.expr(L.locals_of(mod)["deny_control_plane_stop"]) == "var.active_fencing && !var.power_off_control_plane"
+    assert L.expr(L.locals_of(mod)["deny_control_plane_stop"]) == "local.active_fencing && !var.power_off_control_plane"
     assert L.string_list(deny["actions"]) == ["ec2:StopInstances"]
     assert L.string_list(deny["resources"]) == ["arn:${local.partition}:ec2:${local.region}:${local.account_id}:instance/*"]
     (condition,) = L.nested(deny, "condition")
@@ -412,7 +412,7 @@ def test_control_plane_instances_are_never_stopped_unless_allowed():
         ("sigs.k8s.io/cluster-api-provider-aws/role", "control-plane"),
     }, tags
     environment = environment_text(mod)
-    assert "var.active_fencing && var.power_off_control_plane ? {'POWER_OFF_CONTROL_PLANE': 'true'} : {}" in environment
+    assert "local.active_fencing && var.power_off_control_plane ? {'POWER_OFF_CONTROL_PLANE': 'true'} : {}" in environment
 
 
 def settings_call(mod: dict) -> dict:
@@ -454,7 +454,7 @@ INTEGER_VARIABLES = {
 # Passed all together, only with active fencing on: the code refuses the
 # settings without ACTIVE_FENCING=on.
 ACTIVE_FENCING_VARIABLES = {
-    "ACTIVE_FENCING": "on",
+    "ACTIVE_FENCING": "${local.active_fencing_scope}",
     "POWER_OFF_AFTER_SECONDS": "${tostring(var.power_off_after_seconds)}",
     "POWER_OFF_WAIT_SECONDS": "${tostring(var.power_off_wait_seconds)}",
     "PARTITION_PERCENT": "${tostring(var.partition_percent)}",
@@ -512,8 +512,12 @@ def test_env_names_are_the_contract():
         passed = f"tostring(var.{variable})" if variable in INTEGER_VARIABLES.values() else f"var.{variable}"
         assert f"'{name}': '${{{passed}}}'" in environment, f"{name} must be passed from var.{variable}"
     # Active fencing: the four together, only when it is on.
-    active = "var.active_fencing ? {" + ", ".join(f"'{k}': '{v}'" for k, v in ACTIVE_FENCING_VARIABLES.items()) + "} : {}"
-    assert active in environment, f"the active fencing variables must be passed together, only with var.active_fencing: {environment}"
+    active = "local.active_fencing ? {" + ", ".join(f"'{k}': '{v}'" for k, v in ACTIVE_FENCING_VARIABLES.items()) + "} : {}"
+    assert active in environment, f"the active fencing variables must be passed together, only with active fencing: {environment}"
+    # off, stuck or on, and the bool the variable once was.
+    local = L.locals_of(mod)
+    assert L.expr(local["active_fencing"]) == "contains(['stuck', 'on', 'true'],var.active_fencing)"
+    assert L.expr(local["active_fencing_scope"]) == 'var.active_fencing == "stuck" ? "stuck" : "on"'
     for name in ACTIVE_FENCING_VARIABLES:
         assert environment.count(f"'{name}':") == 1, f"{name} is passed outside the active fencing map"
     # Unset means no percentage cap: the variable is passed only when set.
@@ -603,12 +607,16 @@ def test_variables_validate_what_the_code_accepts():
             assert default == int(code_default), f"var.{variable} defaults to {default}, the code to {code_default}"
             assert lower <= default <= upper, variable
 
-    # ACTIVE_FENCING off|on: the module's bool, off by default.
-    m = re.match(r"off\|on \(default (off|on)\)", code["ACTIVE_FENCING"])
+    # ACTIVE_FENCING off|stuck|on: the module's string, with the code's
+    # default; true and false (it was a bool) taken too.
+    m = re.match(r"(off\|stuck\|on) \(default (off|stuck|on)\)", code["ACTIVE_FENCING"])
     assert m, f"ACTIVE_FENCING: cannot read its values from {code['ACTIVE_FENCING']!r}"
-    active = variables["active_fencing"]
-    assert L.value(active["type"]) == "${bool}"
-    assert L.value(active["default"]) is (m.group(1) == "on"), f"var.active_fencing must default to {m.group(1)}"
+    active = validated("active_fencing", L.MODULE)
+    assert L.value(active["type"]) == "${string}"
+    assert L.value(active["default"]) == m.group(2), f"var.active_fencing must default to {m.group(2)}"
+    condition = L.expr(active["validation"][0]["condition"])
+    values = m.group(1).split("|") + ["true", "false"]
+    assert condition == f"contains({values},var.active_fencing)", condition
 
     m = re.match(r"([a-z|]+) \(default (\w+)\)", code["FENCING_MODE"])
     assert m, f"FENCING_MODE: cannot read its values from {code['FENCING_MODE']!r}"
@@ -705,7 +713,7 @@ def test_timeout_covers_every_wait():
     expression = L.expr(local_values[m.group(1)]) if m else timeout
     # The power-off wait counts only with active fencing (the function never
     # powers off without it), through a local of its own.
-    assert L.expr(local_values["power_off_wait_seconds"]) == "var.active_fencing ? var.power_off_wait_seconds : 0"
+    assert L.expr(local_values["power_off_wait_seconds"]) == "local.active_fencing ? var.power_off_wait_seconds : 0"
     assert "local.power_off_wait_seconds" in expression, f"timeout {expression!r} does not count the power-off wait"
     expression = expression.replace("local.power_off_wait_seconds", "var.power_off_wait_seconds")
     for variable in WAIT_VARIABLES:
@@ -1591,7 +1599,7 @@ def test_gcp_custom_role_equals_the_code_permissions():
     assert L.expr(local_values["read_permissions"]) == "sort(setsubtract(local.gcp_permissions,local.node_vm_permissions))"
     # The calls that change a VM: the detach, and with active fencing the
     # stop, which is exactly power_off_gcp_permissions of the manifest.
-    assert L.expr(local_values["node_vm_permissions"]) == "concat(['compute.instances.detachDisk'],var.active_fencing ? local.power_off_permissions : [])", L.expr(local_values["node_vm_permissions"])
+    assert L.expr(local_values["node_vm_permissions"]) == "concat(['compute.instances.detachDisk'],local.active_fencing ? local.power_off_permissions : [])", L.expr(local_values["node_vm_permissions"])
     assert local_values["power_off_permissions"] == manifest()["power_off_gcp_permissions"] == ["compute.instances.stop"]
     granted = local_values["gcp_permissions"]
     assert all(isinstance(p, str) and GCP_PERMISSION_RE.fullmatch(p) for p in granted), f"wildcard or malformed permissions: {granted}"
@@ -1696,7 +1704,7 @@ def test_gcp_env_names_are_the_contract():
     # Active fencing's four, all together and only with it on (issue 36).
     for name, value in ACTIVE_FENCING_VARIABLES.items():
         assert f"'{name}': '{value}'" in environment, f"{name} must be {value} with active fencing"
-    assert "var.active_fencing ? {'ACTIVE_FENCING': 'on'" in environment, environment
+    assert "local.active_fencing ? {'ACTIVE_FENCING': '${local.active_fencing_scope}'" in environment, environment
     code = set(code_variables())
     unknown = (names | {"WEBHOOK_TOKEN"}) - code
     assert not unknown, f"the module passes {sorted(unknown)}, which the manifest's variables do not list"
@@ -1788,7 +1796,7 @@ def test_gcp_timeout_covers_one_nodes_worst_case():
     # With active fencing, the wait for a stopped VM (its stop's operation
     # followed within it).
     assert "local.power_off_wait_seconds" in expression, expression
-    assert L.expr(local_values["power_off_wait_seconds"]) == "var.active_fencing ? var.power_off_wait_seconds : 0"
+    assert L.expr(local_values["power_off_wait_seconds"]) == "local.active_fencing ? var.power_off_wait_seconds : 0"
     lease = code_lease_wait()
     assert L.value(local_values["lease_wait_seconds"]) == lease, f"local.lease_wait_seconds must equal LEASE_WAIT ({lease} s)"
     detach_wait = code_detach_wait()

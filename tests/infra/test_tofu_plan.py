@@ -65,7 +65,7 @@ CASES: dict[str, dict[str, Any]] = {
     # plan time (no URL, so no token secret whose ARN is known only after apply).
     "eks_active_fencing": {
         "cluster_name": "prod",
-        "active_fencing": True,
+        "active_fencing": "stuck",
         "enable_alertmanager_url": False,
     },
     # Active fencing and the Function URL: the policy read from the plan's statements.
@@ -131,6 +131,17 @@ def setting(case: dict[str, Any], name: str) -> Any:
         return case[name]
     default = L.variables_of(L.MODULE / "variables.tf")[name].get("default")
     return L.value(default)
+
+
+def fencing(case: dict[str, Any]) -> bool:
+    """Whether the case switches active fencing on: "stuck" or "on" (true,
+    as the variable once was a bool, is "on")."""
+    return setting(case, "active_fencing") in ("stuck", "on", "true", True)
+
+
+def fencing_value(case: dict[str, Any]) -> str:
+    """ACTIVE_FENCING as the module passes it, with active fencing on."""
+    return "stuck" if setting(case, "active_fencing") == "stuck" else "on"
 
 
 @pytest.fixture(scope="module")
@@ -246,7 +257,7 @@ def expected_api_actions(case: dict[str, Any]) -> set[str]:
         found.add("ssm:GetParameter")
     if setting(case, "kubeconfig_secret_arn") is not None or (url and store == "secretsmanager"):
         found.add("secretsmanager:GetSecretValue")
-    if setting(case, "active_fencing"):
+    if fencing(case):
         found |= power_off_actions()
     if notifies(case):
         found |= notify_actions()
@@ -274,7 +285,7 @@ def power_off_actions() -> set[str]:
 def power_off_tag(case: dict[str, Any]) -> dict[str, str] | None:
     """The tag ec2:StopInstances must require in this case: the one given, or
     in EKS mode the cluster's own."""
-    if not setting(case, "active_fencing"):
+    if not fencing(case):
         return None
     if setting(case, "power_off_instance_tag") is not None:
         return case["power_off_instance_tag"]
@@ -287,7 +298,7 @@ def test_the_api_policy_grants_the_calls_the_code_makes_in_this_setting(workspac
     want = expected_api_actions(CASES[case])
     # The code's calls for this cluster access, and with active fencing its power-off calls.
     assert want - power_off_actions() - notify_actions() <= code_actions(), f"the test expects calls the code does not make: {sorted(want - code_actions())}"
-    assert (want & power_off_actions()) == (power_off_actions() if setting(CASES[case], "active_fencing") else set())
+    assert (want & power_off_actions()) == (power_off_actions() if fencing(CASES[case]) else set())
     assert granted == want, f"case {case}: granted but not needed {sorted(granted - want)}, needed but not granted {sorted(want - granted)}"
 
 
@@ -374,11 +385,11 @@ def test_control_plane_instances_cannot_be_stopped_unless_allowed(workspace: T.W
     power_off_control_plane allows it, which also tells the code."""
     c = CASES[case]
     plan = module_plan(workspace, case)
-    want = CONTROL_PLANE_TAGS if setting(c, "active_fencing") and not setting(c, "power_off_control_plane") else {}
+    want = CONTROL_PLANE_TAGS if fencing(c) and not setting(c, "power_off_control_plane") else {}
     assert denied(plan) == want, f"case {case}: {denied(plan)}"
     for address, after in functions(plan).items():
         environment = after["environment"][0]["variables"]
-        allowed = setting(c, "active_fencing") and setting(c, "power_off_control_plane")
+        allowed = fencing(c) and setting(c, "power_off_control_plane")
         assert environment.get("POWER_OFF_CONTROL_PLANE") == ("true" if allowed else None), f"case {case}: {address}"
 
 
@@ -499,7 +510,7 @@ def test_the_timeout_is_the_sum_of_the_waits(workspace: T.Workspace, case: str):
         + setting(c, "confirm_again_after_seconds")
         + 2 * setting(c, "volume_detach_timeout_seconds")
         + setting(c, "recovery_settle_seconds")
-        + (setting(c, "power_off_wait_seconds") if setting(c, "active_fencing") else 0)
+        + (setting(c, "power_off_wait_seconds") if fencing(c) else 0)
         + 30
     )
     assert want <= 900, f"case {case}: the waits sum to {want} s, beyond Lambda's 900"
@@ -539,9 +550,9 @@ def test_the_active_fencing_variables_are_set_exactly_when_it_is_on(workspace: T
     c = CASES[case]
     known = {v["name"] for v in json.loads(L.MANIFEST.read_text(encoding="utf-8"))["variables"]}
     assert set(ACTIVE_FENCING_ENVIRONMENT) <= known, f"not in the manifest: {sorted(set(ACTIVE_FENCING_ENVIRONMENT) - known)}"
-    if setting(c, "active_fencing"):
+    if fencing(c):
         want = {
-            "ACTIVE_FENCING": "on",
+            "ACTIVE_FENCING": fencing_value(c),
             "POWER_OFF_AFTER_SECONDS": str(setting(c, "power_off_after_seconds")),
             "POWER_OFF_WAIT_SECONDS": str(setting(c, "power_off_wait_seconds")),
             "PARTITION_PERCENT": str(setting(c, "partition_percent")),

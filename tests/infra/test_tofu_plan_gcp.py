@@ -82,7 +82,7 @@ CASES: dict[str, dict[str, Any]] = {
     },
     # Active fencing (issue 36): the stop on the node VMs, its settings, its wait.
     "gcp_active_fencing": {
-        "active_fencing": True,
+        "active_fencing": "stuck",
         "power_off_after_seconds": 90,
         "power_off_wait_seconds": 120,
         "partition_percent": 40,
@@ -117,6 +117,17 @@ def setting(case: dict[str, Any], name: str) -> Any:
     if name in values:
         return values[name]
     return L.value(L.variables_of(L.GCP_MODULE / "variables.tf")[name].get("default"))
+
+
+def fencing(case: dict[str, Any]) -> bool:
+    """Whether the case switches active fencing on: "stuck" or "on" (true,
+    as the variable once was a bool, is "on")."""
+    return setting(case, "active_fencing") in ("stuck", "on", "true", True)
+
+
+def fencing_value(case: dict[str, Any]) -> str:
+    """ACTIVE_FENCING as the module passes it, with active fencing on."""
+    return "stuck" if setting(case, "active_fencing") == "stuck" else "on"
 
 
 def manifest() -> dict[str, Any]:
@@ -236,7 +247,7 @@ def test_the_custom_roles_grant_exactly_the_permissions_the_code_needs(workspace
     node_vms = resources["google_project_iam_custom_role.node_vms"]
     granted = set(role["permissions"]) | set(node_vms["permissions"])
     # The stop only with active fencing, and then on the node VMs alone.
-    power_off = set(manifest()["power_off_gcp_permissions"]) if setting(CASES[case], "active_fencing") else set()
+    power_off = set(manifest()["power_off_gcp_permissions"]) if fencing(CASES[case]) else set()
     needed = set(manifest()["gcp_permissions"]) | power_off
     assert granted == needed, f"case {case}: granted but not needed {sorted(granted - needed)}, needed but not granted {sorted(needed - granted)}"
     assert set(node_vms["permissions"]) == {"compute.instances.detachDisk"} | power_off and not set(role["permissions"]) & set(node_vms["permissions"])
@@ -389,9 +400,9 @@ def test_the_services_get_exactly_the_settings_the_code_reads(workspace: T.Works
         want["NOTIFY_TOPIC"] = f"projects/{T.GCP_PROJECT}/topics/{setting(c, 'name')}-notifications"
     elif setting(c, "notification_topic") is not None:
         want["NOTIFY_TOPIC"] = setting(c, "notification_topic")
-    if setting(c, "active_fencing"):
+    if fencing(c):
         want |= {
-            "ACTIVE_FENCING": "on",
+            "ACTIVE_FENCING": fencing_value(c),
             "POWER_OFF_AFTER_SECONDS": str(setting(c, "power_off_after_seconds")),
             "POWER_OFF_WAIT_SECONDS": str(setting(c, "power_off_wait_seconds")),
             "PARTITION_PERCENT": str(setting(c, "partition_percent")),
@@ -553,7 +564,7 @@ def test_the_timeout_is_the_sum_of_the_waits_and_the_acknowledgement_deadline(wo
         setting(c, "not_ready_wait_seconds")
         + manifest()["lease_wait_seconds"]
         + setting(c, "confirm_again_after_seconds")
-        + (setting(c, "power_off_wait_seconds") if setting(c, "active_fencing") else 0)
+        + (setting(c, "power_off_wait_seconds") if fencing(c) else 0)
         + setting(c, "detach_disks_per_node") * 60
         + setting(c, "volume_detach_timeout_seconds")
         + setting(c, "recovery_settle_seconds")

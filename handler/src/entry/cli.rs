@@ -58,8 +58,9 @@ enum Command {
         /// Node name, EC2 instance id, or GCE provider id (gce://PROJECT/ZONE/NAME).
         target: String,
         /// Should EC2 still report the instance running, power it off first
-        /// (forced) when active fencing's rules allow it: ACTIVE_FENCING=on,
-        /// NotReady for POWER_OFF_AFTER_SECONDS, the partition guard, the
+        /// (forced) when active fencing's rules allow it: ACTIVE_FENCING=stuck
+        /// (a volume stuck on the node) or on, NotReady for
+        /// POWER_OFF_AFTER_SECONDS, the partition guard, the
         /// cap, never twice without a reboot in between.
         #[arg(long)]
         power_off: bool,

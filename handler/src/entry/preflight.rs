@@ -20,6 +20,7 @@ use crate::core::model::facts::{FenceMode, NodeFacts};
 use crate::core::rules::compat;
 use crate::core::rules::control::{self, KillSwitch};
 use crate::core::rules::mode::{self, ModeSetting, ServerVersion};
+use crate::core::rules::power::Scope;
 use crate::core::rules::reach::{OPT_OUT_LABEL, Reach, Tally};
 use crate::core::settings::config::Config;
 use crate::core::settings::grants::{self, Grant};
@@ -462,8 +463,16 @@ fn later_settings(config: &Config, checks: &mut Vec<Check>) {
         match &config.policy.active_fencing {
             None => "off: a node whose instance EC2 reports running is never powered off".to_owned(),
             Some(a) => format!(
-                "on: a node NotReady for {}s whose instance EC2 reports running is powered off (forced), waited for up to {}s, then fenced; refused while more than {}% of the nodes, or a whole zone, are NotReady",
+                "{}: a node NotReady for {}s whose instance EC2 reports running{} is powered off (forced), waited for up to {}s, then fenced; refused while more than {}% of the nodes, or a whole zone, are NotReady",
+                match a.scope {
+                    Scope::Stuck => "stuck",
+                    Scope::AnyHung => "on",
+                },
                 a.after.as_secs(),
+                match a.scope {
+                    Scope::Stuck => ", and on which a pod holds a volume only one node may attach,",
+                    Scope::AnyHung => "",
+                },
                 a.wait.as_secs(),
                 a.partition_percent
             ),

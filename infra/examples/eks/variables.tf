@@ -45,9 +45,9 @@ variable "volume_detach_timeout_seconds" {
 }
 
 variable "active_fencing" {
-  description = "Power off (forced stop) a node NotReady for power_off_after_seconds whose instance EC2 still reports running, then fence it; only instances tagged kubernetes.io/cluster/<cluster_name> = owned can be stopped."
-  type        = bool
-  default     = false
+  description = "off, stuck or on: power off (forced stop) a node NotReady for power_off_after_seconds whose instance EC2 still reports running, then fence it (stuck: only a node on which a pod holds a ReadWriteOnce volume); only instances tagged kubernetes.io/cluster/<cluster_name> = owned can be stopped."
+  type        = string
+  default     = "off"
 }
 
 variable "power_off_after_seconds" {

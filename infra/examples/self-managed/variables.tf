@@ -89,9 +89,9 @@ variable "detach_volume_require_tag" {
 }
 
 variable "active_fencing" {
-  description = "Power off (forced stop) a node NotReady for power_off_after_seconds whose instance EC2 still reports running, then fence it; needs power_off_instance_tag."
-  type        = bool
-  default     = false
+  description = "off, stuck or on: power off (forced stop) a node NotReady for power_off_after_seconds whose instance EC2 still reports running, then fence it (stuck: only a node on which a pod holds a ReadWriteOnce volume); needs power_off_instance_tag."
+  type        = string
+  default     = "off"
 }
 
 variable "power_off_after_seconds" {

@@ -33,6 +33,11 @@ data "google_project" "this" {
 }
 
 locals {
+  # Active fencing: "stuck" or "on" (true and false, as the variable once
+  # was, are "on" and "off"); the code takes "stuck" and "on".
+  active_fencing       = contains(["stuck", "on", "true"], var.active_fencing)
+  active_fencing_scope = var.active_fencing == "stuck" ? "stuck" : "on"
+
   cluster_id       = "projects/${var.project_id}/locations/${var.cluster_location}/clusters/${var.cluster_name}"
   cluster_endpoint = startswith(var.cluster_endpoint, "https://") ? var.cluster_endpoint : "https://${var.cluster_endpoint}"
   # The region of a zonal cluster's zone, or the regional cluster's own.
@@ -61,7 +66,7 @@ locals {
 
   # With active fencing, how long a request waits for a VM it stopped to be
   # TERMINATED (the stop's operation followed within it).
-  power_off_wait_seconds = var.active_fencing ? var.power_off_wait_seconds : 0
+  power_off_wait_seconds = local.active_fencing ? var.power_off_wait_seconds : 0
 
   # The worst case of one node in one request, wait by wait: a Node still
   # Ready although its VM is off, the Lease, with active fencing the wait for
@@ -90,7 +95,7 @@ locals {
     "container.clusters.get",
   ]
   power_off_permissions = ["compute.instances.stop"]
-  node_vm_permissions   = concat(["compute.instances.detachDisk"], var.active_fencing ? local.power_off_permissions : [])
+  node_vm_permissions   = concat(["compute.instances.detachDisk"], local.active_fencing ? local.power_off_permissions : [])
   read_permissions      = sort(setsubtract(local.gcp_permissions, local.node_vm_permissions))
 
   # The audit log methods the service acts on. API calls write two entries,
@@ -163,11 +168,11 @@ locals {
 
   environment = merge(
     module.settings.environment,
-    # The code refuses the power-off settings without ACTIVE_FENCING=on: all
-    # four, or none. GKE's control plane has no Nodes: no
+    # The code refuses the power-off settings without ACTIVE_FENCING=stuck or
+    # on: all four, or none. GKE's control plane has no Nodes: no
     # POWER_OFF_CONTROL_PLANE here.
-    var.active_fencing ? {
-      ACTIVE_FENCING          = "on"
+    local.active_fencing ? {
+      ACTIVE_FENCING          = local.active_fencing_scope
       POWER_OFF_AFTER_SECONDS = tostring(var.power_off_after_seconds)
       POWER_OFF_WAIT_SECONDS  = tostring(var.power_off_wait_seconds)
       PARTITION_PERCENT       = tostring(var.partition_percent)
@@ -251,7 +256,7 @@ resource "google_project_iam_custom_role" "node_vms" {
   project     = var.project_id
   role_id     = "${replace(var.name, "-", "_")}_node_vms"
   title       = "node-fencer node VMs (${var.name})"
-  description = var.active_fencing ? "What node-fencer changes, granted on the cluster's node VMs only: detach a disk from a VM that is off, stop a hung node's VM (active fencing)." : "What node-fencer changes, granted on the cluster's node VMs only: detach a disk from a VM that is off."
+  description = local.active_fencing ? "What node-fencer changes, granted on the cluster's node VMs only: detach a disk from a VM that is off, stop a hung node's VM (active fencing)." : "What node-fencer changes, granted on the cluster's node VMs only: detach a disk from a VM that is off."
   permissions = local.node_vm_permissions
 }
 

@@ -288,9 +288,14 @@ variable "recovery" {
 # Active fencing (opt-in): power off a dead node whose VM still runs.
 
 variable "active_fencing" {
-  description = "ACTIVE_FENCING: when true, a node NotReady (its kubelet silent) for power_off_after_seconds whose VM Compute Engine still reports RUNNING (found by the sweep, a firing KubeNodeNotReady alert, or `fence --power-off`) is powered off (instances.stop with noGracefulShutdown), waited for until TERMINATED, then fenced as a stopped one. Grants compute.instances.stop in the node VMs' role, under the same condition on their names as the detach. False (the default) sets none of ACTIVE_FENCING, POWER_OFF_AFTER_SECONDS, POWER_OFF_WAIT_SECONDS and PARTITION_PERCENT, and grants no stop."
-  type        = bool
-  default     = false
+  description = "ACTIVE_FENCING: \"stuck\" or \"on\": a node NotReady (its kubelet silent) for power_off_after_seconds whose VM Compute Engine still reports RUNNING (found by the sweep, a firing KubeNodeNotReady alert, or `fence --power-off`) is powered off (instances.stop with noGracefulShutdown), waited for until TERMINATED, then fenced as a stopped one. Grants compute.instances.stop in the node VMs' role, under the same condition on their names as the detach. With \"stuck\" only a node on which a pod holds a volume only one node may attach (ReadWriteOnce: stuck, which Kubernetes never frees for a StatefulSet), the rest left to Kubernetes; with \"on\" any such node. \"off\" (the default) sets none of ACTIVE_FENCING, POWER_OFF_AFTER_SECONDS, POWER_OFF_WAIT_SECONDS and PARTITION_PERCENT, and grants no stop. true and false, as this variable once was, are taken for \"on\" and \"off\"."
+  type        = string
+  default     = "off"
+
+  validation {
+    condition     = contains(["off", "stuck", "on", "true", "false"], var.active_fencing)
+    error_message = "active_fencing must be off, stuck or on."
+  }
 }
 
 variable "power_off_after_seconds" {

@@ -27,6 +27,11 @@ data "aws_partition" "current" {}
 data "aws_region" "current" {}
 
 locals {
+  # Active fencing: "stuck" or "on" (true and false, as the variable once
+  # was, are "on" and "off"); the code takes "stuck" and "on".
+  active_fencing       = contains(["stuck", "on", "true"], var.active_fencing)
+  active_fencing_scope = var.active_fencing == "stuck" ? "stuck" : "on"
+
   account_id = data.aws_caller_identity.current.account_id
   partition  = data.aws_partition.current.partition
   region     = data.aws_region.current.region
@@ -49,7 +54,7 @@ locals {
   function_timeout = var.not_ready_wait_seconds + local.lease_wait_seconds + var.confirm_again_after_seconds + var.volume_detach_timeout_seconds * 2 + var.recovery_settle_seconds + local.power_off_wait_seconds + 30
 
   # Without active fencing the function never powers off, so never waits for it.
-  power_off_wait_seconds = var.active_fencing ? var.power_off_wait_seconds : 0
+  power_off_wait_seconds = local.active_fencing ? var.power_off_wait_seconds : 0
 
   # Active fencing: the tag an instance must carry for the role to stop it.
   # EKS managed node groups, Karpenter and self-managed EKS nodes tag their
@@ -61,7 +66,7 @@ locals {
 
   # Active fencing without power_off_control_plane: the role may not stop an
   # instance tagged as control plane (see the api policy's Deny statements).
-  deny_control_plane_stop = var.active_fencing && !var.power_off_control_plane
+  deny_control_plane_stop = local.active_fencing && !var.power_off_control_plane
 
   # The tag a volume must carry for the role to detach it: this cluster's
   # own, as the EBS CSI driver writes it with --k8s-tag-cluster-id, or the
@@ -113,16 +118,16 @@ locals {
     var.kubeconfig_secret_arn != null ? { KUBECONFIG_SECRET_ID = var.kubeconfig_secret_arn } : {},
     local.webhook_token_in_secretsmanager ? { WEBHOOK_TOKEN_SECRET_ID = aws_secretsmanager_secret.webhook_token[0].arn } : {},
     local.webhook_token_in_ssm ? { WEBHOOK_TOKEN_SSM_PARAMETER = aws_ssm_parameter.webhook_token[0].name } : {},
-    # The code refuses the power-off settings without ACTIVE_FENCING=on: all
-    # four, or none.
-    var.active_fencing ? {
-      ACTIVE_FENCING          = "on"
+    # The code refuses the power-off settings without ACTIVE_FENCING=stuck or
+    # on: all four, or none.
+    local.active_fencing ? {
+      ACTIVE_FENCING          = local.active_fencing_scope
       POWER_OFF_AFTER_SECONDS = tostring(var.power_off_after_seconds)
       POWER_OFF_WAIT_SECONDS  = tostring(var.power_off_wait_seconds)
       PARTITION_PERCENT       = tostring(var.partition_percent)
     } : {},
     # Unset is false: passed only to allow it.
-    var.active_fencing && var.power_off_control_plane ? { POWER_OFF_CONTROL_PLANE = "true" } : {},
+    local.active_fencing && var.power_off_control_plane ? { POWER_OFF_CONTROL_PLANE = "true" } : {},
     local.notify ? { NOTIFY_TOPIC = local.notification_topic_arn } : {},
   )
 
@@ -725,7 +730,7 @@ data "aws_iam_policy_document" "api" {
   # power-off decision. DescribeInstanceStatus supports no resource-level
   # permissions: "*" is the only resource IAM accepts.
   dynamic "statement" {
-    for_each = var.active_fencing ? [true] : []
+    for_each = local.active_fencing ? [true] : []
 
     content {
       sid       = "DescribeInstanceStatus"
@@ -737,7 +742,7 @@ data "aws_iam_policy_document" "api" {
   # Active fencing only: the power-off, on the cluster's own instances alone,
   # those carrying local.power_off_instance_tag.
   dynamic "statement" {
-    for_each = var.active_fencing ? [local.power_off_instance_tag] : []
+    for_each = local.active_fencing ? [local.power_off_instance_tag] : []
 
     content {
       sid       = "StopClusterInstances"
@@ -810,7 +815,7 @@ data "aws_iam_policy_document" "api" {
     # Without a tag the power-off could not be scoped to the cluster's
     # instances; outside EKS the module cannot tell which tag they carry.
     precondition {
-      condition     = !var.active_fencing || local.power_off_instance_tag != null
+      condition     = !local.active_fencing || local.power_off_instance_tag != null
       error_message = "active_fencing needs power_off_instance_tag outside EKS mode (kubeconfig_ssm_parameter_name or kubeconfig_secret_arn): set it to the tag {key, value} every node instance of the cluster carries, e.g. { key = \"kubernetes.io/cluster/<name>\", value = \"owned\" }; ec2:StopInstances is granted only on instances carrying it."
     }
   }

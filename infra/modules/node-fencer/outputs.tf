@@ -106,7 +106,7 @@ output "kubernetes_group" {
 
 output "power_off_instance_tag" {
   description = "With active_fencing, the tag {key, value} an instance must carry for the role to stop it (power_off_instance_tag, or in EKS mode kubernetes.io/cluster/<cluster_name> = owned); null when active fencing is off."
-  value       = var.active_fencing ? local.power_off_instance_tag : null
+  value       = local.active_fencing ? local.power_off_instance_tag : null
 }
 
 output "notification_topic_arn" {

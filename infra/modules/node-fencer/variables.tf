@@ -232,9 +232,14 @@ variable "log_level" {
 ################################################################################
 
 variable "active_fencing" {
-  description = "ACTIVE_FENCING: when true, a node NotReady for power_off_after_seconds whose instance EC2 still reports running (found by the sweep, a firing KubeNodeNotReady alert, or `fence --power-off`) is powered off (ec2:StopInstances, forced, without OS shutdown), waited for until stopped, then fenced as a stopped one; its status checks are read with ec2:DescribeInstanceStatus. The role may stop only instances carrying power_off_instance_tag. False (the default) sets none of ACTIVE_FENCING, POWER_OFF_AFTER_SECONDS, POWER_OFF_WAIT_SECONDS and PARTITION_PERCENT, and grants neither action."
-  type        = bool
-  default     = false
+  description = "ACTIVE_FENCING: \"stuck\" or \"on\": a node NotReady for power_off_after_seconds whose instance EC2 still reports running (found by the sweep, a firing KubeNodeNotReady alert, or `fence --power-off`) is powered off (ec2:StopInstances, forced, without OS shutdown), waited for until stopped, then fenced as a stopped one; its status checks are read with ec2:DescribeInstanceStatus. The role may stop only instances carrying power_off_instance_tag. With \"stuck\" only a node on which a pod holds a volume only one node may attach (ReadWriteOnce: stuck, which Kubernetes never frees for a StatefulSet), the rest left to Kubernetes; with \"on\" any such node. \"off\" (the default) sets none of ACTIVE_FENCING, POWER_OFF_AFTER_SECONDS, POWER_OFF_WAIT_SECONDS and PARTITION_PERCENT, and grants neither action. true and false, as this variable once was, are taken for \"on\" and \"off\"."
+  type        = string
+  default     = "off"
+
+  validation {
+    condition     = contains(["off", "stuck", "on", "true", "false"], var.active_fencing)
+    error_message = "active_fencing must be off, stuck or on."
+  }
 }
 
 variable "power_off_after_seconds" {

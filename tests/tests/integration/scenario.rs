@@ -90,14 +90,16 @@ fn slow_emulator() -> &'static Emulator {
 /// powered off.
 const POWER_OFF_AFTER: Duration = Duration::from_secs(60);
 
-/// The emulator with `ACTIVE_FENCING=on`, started once per process.
+/// The emulator with `ACTIVE_FENCING=stuck`, started once per process:
+/// node 2's pods hold volumes only one node may attach (the seed's claims
+/// are ReadWriteOnce), read from the apiserver before the power-off.
 fn active_emulator() -> &'static Emulator {
     static ACTIVE: OnceLock<Result<Emulator, String>> = OnceLock::new();
     match ACTIVE.get_or_init(|| {
         start_emulator(
             cluster_stack(),
             &[
-                ("ACTIVE_FENCING", "on"),
+                ("ACTIVE_FENCING", "stuck"),
                 ("POWER_OFF_AFTER_SECONDS", "60"),
                 ("POWER_OFF_WAIT_SECONDS", "30"),
                 NOT_READY_WAIT[0],

@@ -513,6 +513,10 @@ pub struct PvFacts {
     /// Its CSI volume (`spec.csi`), whatever the driver: how the Node's
     /// `status.volumesInUse` names it.
     pub csi: Option<CsiVolume>,
+    /// Several nodes may attach it at once: its access modes name
+    /// ReadWriteMany or ReadOnlyMany, or none at all (the attach/detach
+    /// controller's own test before it attaches a volume to a second node).
+    pub shared: bool,
 }
 
 /// A pod bound to a Node.
@@ -543,6 +547,9 @@ pub struct PodRef {
     /// `awsElasticBlockStore.volumeID`, `gcePersistentDisk.pdName`), by the
     /// name a pod spec gives them ([`VolumeId::disk_name`]).
     pub(crate) inline: Vec<String>,
+    /// It has run to its end (`Succeeded` or `Failed`): the attach/detach
+    /// controller no longer wants its volumes attached.
+    pub(crate) finished: bool,
 }
 
 impl PodRef {

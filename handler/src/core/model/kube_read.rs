@@ -402,6 +402,13 @@ pub fn pv_facts(pv: &PersistentVolume) -> Option<PvFacts> {
     let claim = spec
         .and_then(|s| s.claim_ref.as_ref())
         .and_then(|c| Some((c.namespace.clone()?, c.name.clone()?)));
+    let modes = spec
+        .and_then(|s| s.access_modes.as_deref())
+        .unwrap_or_default();
+    let shared = modes.is_empty()
+        || modes
+            .iter()
+            .any(|m| m == "ReadWriteMany" || m == "ReadOnlyMany");
     Some(PvFacts {
         name: pv.metadata.name.clone()?,
         volume: csi.or(in_tree),
@@ -410,6 +417,7 @@ pub fn pv_facts(pv: &PersistentVolume) -> Option<PvFacts> {
             driver: c.driver.clone(),
             handle: c.volume_handle.clone(),
         }),
+        shared,
     })
 }
 
@@ -476,6 +484,10 @@ pub fn pod_ref(pod: &Pod, values: &[String]) -> Option<PodRef> {
         leaves_now: terminating || !at_all,
         claims,
         inline,
+        finished: matches!(
+            pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+            Some("Succeeded" | "Failed")
+        ),
     })
 }
 
@@ -667,6 +679,53 @@ mod tests {
         .unwrap();
         let p = pod_ref(&pod, &[OUT_OF_SERVICE_VALUE.to_owned()]).unwrap();
         assert_eq!(p.inline, ["vol-0123abcd", "data-disk"]);
+    }
+
+    /// Issue 60: a pod that ran to its end holds no volume any more.
+    #[test]
+    fn a_pod_that_ran_to_its_end_is_finished() {
+        let ours = [OUT_OF_SERVICE_VALUE.to_owned()];
+        for (phase, finished) in [
+            (Some("Succeeded"), true),
+            (Some("Failed"), true),
+            (Some("Running"), false),
+            (Some("Pending"), false),
+            (None, false),
+        ] {
+            let pod: Pod = serde_json::from_value(json!({
+                "metadata": {"name": "job-0", "namespace": "db", "uid": "u-3"},
+                "spec": {"containers": []},
+                "status": {"phase": phase}
+            }))
+            .unwrap();
+            assert_eq!(
+                pod_ref(&pod, &ours).unwrap().finished,
+                finished,
+                "{phase:?}"
+            );
+        }
+    }
+
+    /// Issue 60: the attach/detach controller's test of whether several
+    /// nodes may attach a volume at once.
+    #[test]
+    fn a_volume_several_nodes_may_attach_is_shared() {
+        for (modes, shared) in [
+            (json!(["ReadWriteOnce"]), false),
+            (json!(["ReadWriteOncePod"]), false),
+            (json!(["ReadWriteOnce", "ReadOnlyMany"]), true),
+            (json!(["ReadWriteMany"]), true),
+            (json!([]), true),
+            (Value::Null, true),
+        ] {
+            let pv: PersistentVolume = serde_json::from_value(json!({
+                "metadata": {"name": "pv-a"},
+                "spec": {"accessModes": modes.clone(),
+                         "csi": {"driver": "ebs.csi.aws.com", "volumeHandle": "vol-0123456789abcdef0"}}
+            }))
+            .unwrap();
+            assert_eq!(pv_facts(&pv).unwrap().shared, shared, "{modes}");
+        }
     }
 
     #[test]

@@ -461,7 +461,9 @@ fn refusal_is_notable(refusal: &Refusal) -> bool {
         | Refusal::NotItsOwnMachine
         | Refusal::LookupFailed
         | Refusal::NotRunning { .. }
-        | Refusal::NotReadyTooShort { .. } => false,
+        | Refusal::NotReadyTooShort { .. }
+        | Refusal::NothingStuck
+        | Refusal::PodsUnread => false,
     }
 }
 

@@ -115,6 +115,7 @@ mod tests {
                 driver: driver.into(),
                 handle: handle.into(),
             }),
+            shared: false,
         }
     }
 

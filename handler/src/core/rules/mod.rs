@@ -1,7 +1,7 @@
 //! How the core decides: whose machine an instance is, which Node a suspect
 //! names, whether another machine carries a Node's name or holds its disks, which Nodes node-fencer may act on, the verdict per node, Nodes
-//! another writer tainted, the cap, active fencing's power-off, the fencing
-//! mode, the plan per node, the disks to free (and, in legacy mode, the
+//! another writer tainted, the cap, active fencing's power-off, the volumes stuck
+//! on a hung Node, the fencing mode, the plan per node, the disks to free (and, in legacy mode, the
 //! volumes to release from a dead Node's `volumesInUse`), recovery, the Lease and the
 //! kill switch, when to retry, and whether each Node's witness could serve a
 //! fencing now.
@@ -24,6 +24,7 @@ pub mod recovery;
 pub mod resolve;
 pub mod retry;
 pub mod silence;
+pub mod stuck;
 pub mod view;
 pub mod volumes;
 pub mod witness;

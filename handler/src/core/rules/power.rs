@@ -19,6 +19,7 @@ use crate::core::inbound::suspect::{Intent, Origin, Suspect};
 use crate::core::model::facts::{Confirmation, InstanceFacts, NodeFacts, Readiness, StatusChecks};
 use crate::core::model::instance::InstanceState;
 use crate::core::rules::reach::{Exemption, Reach};
+use crate::core::rules::stuck::Stranding;
 
 /// The alert whose firing makes its node a candidate (kube-prometheus'
 /// name for a Node NotReady for 15 minutes).
@@ -37,6 +38,19 @@ pub struct ActiveFencing {
     pub partition_percent: u8,
     /// Control-plane Nodes may be powered off too (`POWER_OFF_CONTROL_PLANE`).
     pub control_plane: bool,
+    /// Which hung Nodes: those holding a volume stuck on them, or any.
+    pub scope: Scope,
+}
+
+/// Which hung Nodes active fencing powers off (`ACTIVE_FENCING`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scope {
+    /// `stuck`: only a Node holding a volume Kubernetes does not free on
+    /// its own ([`crate::core::rules::stuck`]); the rest are left to
+    /// Kubernetes, which evicts and replaces their pods.
+    Stuck,
+    /// `on`: any hung Node.
+    AnyHung,
 }
 
 impl Default for ActiveFencing {
@@ -46,6 +60,7 @@ impl Default for ActiveFencing {
             wait: Duration::from_secs(120),
             partition_percent: 30,
             control_plane: false,
+            scope: Scope::AnyHung,
         }
     }
 }
@@ -135,6 +150,13 @@ pub enum Refusal {
         /// When.
         at: String,
     },
+    /// Nothing is stuck on the Node (`ACTIVE_FENCING=stuck`): no pod of it
+    /// holds a volume only one node may attach, so Kubernetes frees it.
+    NothingStuck,
+    /// The Node's volumes or pods could not be read, so whether something
+    /// is stuck on it is unknown (`ACTIVE_FENCING=stuck`): a retry reads
+    /// them again.
+    PodsUnread,
     /// Powering it off would take the cap past its limit.
     CapReached {
         /// The limit.
@@ -163,6 +185,8 @@ impl Refusal {
             Self::Partition { .. } => "partition",
             Self::ZoneDark { .. } => "zone_dark",
             Self::PoweredOffBefore { .. } => "powered_off_before",
+            Self::NothingStuck => "nothing_stuck",
+            Self::PodsUnread => "pods_unread",
             Self::CapReached { .. } => "cap_reached",
         }
     }
@@ -171,7 +195,7 @@ impl Refusal {
 impl std::fmt::Display for Refusal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Self::Disabled => f.write_str("active fencing is off (ACTIVE_FENCING=on enables it)"),
+            Self::Disabled => f.write_str("active fencing is off (ACTIVE_FENCING=stuck or on enables it)"),
             Self::NodeReady => f.write_str("the node is Ready"),
             Self::KubeletReporting => f.write_str(
                 "the kubelet reports the node Ready=False: it is alive and talking, so its machine is not hung; only a node whose kubelet went silent (Ready=Unknown) is powered off",
@@ -228,6 +252,12 @@ impl std::fmt::Display for Refusal {
                 f,
                 "node-fencer powered it off at {at} and it has not booted and reported since; it is not powered off twice"
             ),
+            Self::NothingStuck => f.write_str(
+                "nothing is stuck on the node: no pod of it holds a volume only one node may attach, so Kubernetes evicts and replaces its pods by itself (ACTIVE_FENCING=stuck; =on powers off any hung node)",
+            ),
+            Self::PodsUnread => f.write_str(
+                "the node's VolumeAttachments, PersistentVolumes or pods could not be read, so whether something is stuck on it is unknown; a retry reads them again",
+            ),
             Self::CapReached { limit, taken } => write!(
                 f,
                 "refused: {taken} node(s) already out of service or being powered off, the limit is {limit}"
@@ -243,6 +273,11 @@ pub struct Candidate<'a> {
     pub node: &'a NodeFacts,
     /// The cloud's answer about the Node's own instance.
     pub confirmation: Option<&'a Confirmation>,
+    /// What is stuck on the Node, when read (`ACTIVE_FENCING=stuck`). Not
+    /// read yet, the Node is judged as if something were: the shell reads
+    /// the Nodes allowed so and judges again, until every Node allowed has
+    /// been read, so that nothing is read for a Node another guard refuses.
+    pub stranding: Option<&'a Stranding>,
 }
 
 /// The cluster around the candidates.
@@ -419,6 +454,9 @@ fn judge_one(
             needed,
         });
     };
+    if let Some(refusal) = stuck_refusal(settings.scope, c.stranding) {
+        return refuse(refusal);
+    }
     // A mark whose stop never came no longer holds the machine back.
     let lapsed = match node.powered_off_before() {
         None => None,
@@ -446,6 +484,18 @@ fn judge_one(
     PowerVerdict::PowerOff {
         not_ready_for,
         lapsed,
+    }
+}
+
+/// Why what is stuck on the Node refuses its power-off under `scope`:
+/// nothing is, or it could not be read. Not read yet, nothing refuses it.
+fn stuck_refusal(scope: Scope, stranding: Option<&Stranding>) -> Option<Refusal> {
+    match (scope, stranding) {
+        (Scope::AnyHung, _) | (Scope::Stuck, None) => None,
+        (Scope::Stuck, Some(Stranding::Unread)) => Some(Refusal::PodsUnread),
+        (Scope::Stuck, Some(Stranding::Read(stuck))) => {
+            stuck.is_empty().then_some(Refusal::NothingStuck)
+        }
     }
 }
 
@@ -817,6 +867,7 @@ mod tests {
             let candidate = Candidate {
                 node: &nodes[0],
                 confirmation: Some(confirmation),
+                stranding: None,
             };
             judge(&[candidate], &around, settings).remove(0)
         }
@@ -842,6 +893,62 @@ mod tests {
             let mut nodes = vec![node(0, "a", Some(dark_for))];
             nodes.extend((1..6).map(|n| node(n, ["a", "b", "c"][usize::from(n) % 3], None)));
             nodes
+        }
+
+        /// `ACTIVE_FENCING=stuck`: a hung Node is powered off only once what
+        /// is stuck on it is read and something is; `on` asks nothing of it.
+        #[test]
+        fn under_stuck_only_a_node_holding_a_stuck_volume_is_powered_off() {
+            use crate::core::rules::stuck::Stranded;
+            let nodes = cluster(600);
+            let stuck = ActiveFencing {
+                scope: Scope::Stuck,
+                ..settings()
+            };
+            let held = Stranding::Read(vec![Stranded {
+                volume: "pv-a".into(),
+                pod: "db/db-0".into(),
+            }]);
+            let (none, unread) = (Stranding::Read(Vec::new()), Stranding::Unread);
+            let around = Surroundings {
+                reach: &Reach::EVERYWHERE,
+                nodes: &nodes,
+                out_of_service: 0,
+                limit: 3,
+                now: NOW,
+            };
+            let machine = running(0);
+            let with = |stranding: Option<&Stranding>, settings: &ActiveFencing| {
+                let candidate = Candidate {
+                    node: &nodes[0],
+                    confirmation: Some(&machine),
+                    stranding,
+                };
+                refusal(judge(&[candidate], &around, Some(settings)).remove(0))
+            };
+            assert_eq!(with(Some(&held), &stuck), None);
+            assert_eq!(with(Some(&none), &stuck), Some(Refusal::NothingStuck));
+            assert_eq!(with(Some(&unread), &stuck), Some(Refusal::PodsUnread));
+            // Not read yet: allowed so that the shell reads it, then judges again.
+            assert_eq!(with(None, &stuck), None);
+            for stranding in [Some(&none), Some(&unread), None] {
+                assert_eq!(with(stranding, &settings()), None);
+            }
+            // A Node not dark long enough says so, whatever is stuck on it.
+            let young = cluster(30);
+            let candidate = Candidate {
+                node: &young[0],
+                confirmation: Some(&machine),
+                stranding: Some(&none),
+            };
+            let around = Surroundings {
+                nodes: &young,
+                ..around
+            };
+            assert!(matches!(
+                refusal(judge(&[candidate], &around, Some(&stuck)).remove(0)),
+                Some(Refusal::NotReadyTooShort { .. })
+            ));
         }
 
         /// `NODE_SELECTOR` and the opt-out label hold for the power-off as
@@ -1088,6 +1195,7 @@ mod tests {
             let candidate = Candidate {
                 node: &lapsed[0],
                 confirmation: Some(&machine),
+                stranding: None,
             };
             let verdicts = judge(&[candidate], &around, Some(&settings()));
             assert!(
@@ -1129,10 +1237,12 @@ mod tests {
                 Candidate {
                     node: &nodes[0],
                     confirmation: Some(&c0),
+                    stranding: None,
                 },
                 Candidate {
                     node: &nodes[1],
                     confirmation: Some(&c1),
+                    stranding: None,
                 },
             ];
             let verdicts = judge(&candidates, &around, Some(&settings));

@@ -453,6 +453,7 @@ mod tests {
             volume: volume.map(vol),
             claim: Some(("db".into(), format!("claim-{name}"))),
             csi: None,
+            shared: false,
         }
     }
 
@@ -631,6 +632,7 @@ mod tests {
             leaves_now: false,
             claims: vec!["claim-pv-d".into()],
             inline: vec![],
+            finished: false,
         };
         let leaving = PodRef {
             name: "db-0".into(),
@@ -700,6 +702,7 @@ mod tests {
             leaves_now: !stays,
             claims: claims.iter().map(|c| (*c).to_owned()).collect(),
             inline: vec![],
+            finished: false,
         };
         let pods = [
             pod("storage-daemon", true, &["claim-pv-a"]),

@@ -127,7 +127,7 @@ impl Reason {
                 "active fencing needs ec2:StopInstances on the cluster's tagged instances (power_off_instance_tag)"
             }
             Self::NoForceOff => {
-                "active fencing needs compute.instances.stop: set active_fencing = true in infra/modules/node-fencer-gcp"
+                "active fencing needs compute.instances.stop: set active_fencing = \"stuck\" (or \"on\") in infra/modules/node-fencer-gcp"
             }
             Self::KubernetesDenied | Self::Failed => "see the detail",
         }

@@ -8,7 +8,7 @@ use crate::core::inbound::trigger::RouteGroup;
 use crate::core::model::selector::LabelSelector;
 use crate::core::rules::mode::ModeSetting;
 use crate::core::rules::ownership::{self, ClusterIdentity};
-use crate::core::rules::power::ActiveFencing;
+use crate::core::rules::power::{ActiveFencing, Scope};
 use crate::core::rules::reach::Reach;
 use crate::core::rules::recovery::RecoveryPolicy;
 use crate::core::rules::resolve::ClusterScope;
@@ -408,26 +408,27 @@ fn active_fencing(
         "PARTITION_PERCENT",
         "POWER_OFF_CONTROL_PLANE",
     ];
-    let on = match get("ACTIVE_FENCING").as_deref() {
-        None | Some("off") => false,
-        Some("on") => true,
+    let scope = match get("ACTIVE_FENCING").as_deref() {
+        None | Some("off") => None,
+        Some("stuck") => Some(Scope::Stuck),
+        Some("on") => Some(Scope::AnyHung),
         Some(v) => {
             return Err(ConfigError::Invalid {
                 var: "ACTIVE_FENCING",
                 value: v.into(),
-                expected: "off or on",
+                expected: "off, stuck or on",
             });
         }
     };
-    if !on {
+    let Some(scope) = scope else {
         return match TUNING.into_iter().find(|v| get(v).is_some()) {
             Some(var) => Err(ConfigError::Requires {
                 var,
-                needs: "ACTIVE_FENCING=on",
+                needs: "ACTIVE_FENCING=stuck or on",
             }),
             None => Ok(None),
         };
-    }
+    };
     let defaults = ActiveFencing::default();
     let secs = |d: Duration| d.as_secs() as usize;
     Ok(Some(ActiveFencing {
@@ -456,6 +457,7 @@ fn active_fencing(
             "an integer from 1 to 100",
         )? as u8,
         control_plane: flag(get, "POWER_OFF_CONTROL_PLANE")?,
+        scope,
     }))
 }
 
@@ -870,8 +872,20 @@ mod tests {
         );
         let on = cfg(&[("ACTIVE_FENCING", "on")]).unwrap();
         assert_eq!(on.policy.active_fencing, Some(ActiveFencing::default()));
+        assert_eq!(
+            on.policy.active_fencing.map(|a| a.scope),
+            Some(Scope::AnyHung)
+        );
+        let stuck = cfg(&[("ACTIVE_FENCING", "stuck")]).unwrap();
+        assert_eq!(
+            stuck.policy.active_fencing,
+            Some(ActiveFencing {
+                scope: Scope::Stuck,
+                ..ActiveFencing::default()
+            })
+        );
         let tuned = cfg(&[
-            ("ACTIVE_FENCING", "on"),
+            ("ACTIVE_FENCING", "stuck"),
             ("POWER_OFF_AFTER_SECONDS", "300"),
             ("POWER_OFF_WAIT_SECONDS", "60"),
             ("PARTITION_PERCENT", "50"),
@@ -884,6 +898,7 @@ mod tests {
                 wait: Duration::from_secs(60),
                 partition_percent: 50,
                 control_plane: false,
+                scope: Scope::Stuck,
             })
         );
         for var in [
@@ -895,7 +910,7 @@ mod tests {
                 cfg(&[(var, "100")]).unwrap_err(),
                 ConfigError::Requires {
                     var,
-                    needs: "ACTIVE_FENCING=on"
+                    needs: "ACTIVE_FENCING=stuck or on"
                 }
             );
         }

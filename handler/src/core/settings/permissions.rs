@@ -13,7 +13,7 @@ const AWS_ACTIONS: &[&str] = &[
     "ssm:GetParameter",
 ];
 
-/// The AWS actions active fencing adds (`ACTIVE_FENCING=on`): granted only
+/// The AWS actions active fencing adds (`ACTIVE_FENCING=stuck` or `on`): granted only
 /// then, and `ec2:StopInstances` only on the cluster's own instances (a tag
 /// condition in `infra/`).
 const POWER_OFF_AWS_ACTIONS: &[&str] = &["ec2:DescribeInstanceStatus", "ec2:StopInstances"];
@@ -38,7 +38,7 @@ const GCP_PERMISSIONS: &[&str] = &[
     "container.clusters.get",
 ];
 
-/// The Google Cloud permission active fencing adds (`ACTIVE_FENCING=on`):
+/// The Google Cloud permission active fencing adds (`ACTIVE_FENCING=stuck` or `on`):
 /// granted only then, and only on the cluster's node VMs (the same IAM
 /// condition on their names as the detach, in `infra/`).
 const POWER_OFF_GCP_PERMISSIONS: &[&str] = &["compute.instances.stop"];

@@ -44,23 +44,23 @@ pub(crate) const VARIABLES: &[(&str, &str)] = &[
     ),
     (
         "ACTIVE_FENCING",
-        "off|on (default off): power off, out of band, a node NotReady for POWER_OFF_AFTER_SECONDS whose machine the cloud still reports running (found by the sweep, a firing KubeNodeNotReady alert, or `fence --power-off`), then fence it as a stopped one; needs ec2:StopInstances and ec2:DescribeInstanceStatus on EC2, compute.instances.stop on Compute Engine",
+        "off|stuck|on (default off): power off, out of band, a node NotReady for POWER_OFF_AFTER_SECONDS whose machine the cloud still reports running (found by the sweep, a firing KubeNodeNotReady alert, or `fence --power-off`), then fence it as a stopped one; stuck: only a node on which a pod holds a volume only one node may attach (ReadWriteOnce), the rest left to Kubernetes; on: any such node; needs ec2:StopInstances and ec2:DescribeInstanceStatus on EC2, compute.instances.stop on Compute Engine",
     ),
     (
         "POWER_OFF_AFTER_SECONDS",
-        "integer 60..=3600 (default 120; with ACTIVE_FENCING=on): how long a node must have been NotReady before its instance may be powered off",
+        "integer 60..=3600 (default 120; with ACTIVE_FENCING=stuck or on): how long a node must have been NotReady before its instance may be powered off",
     ),
     (
         "POWER_OFF_WAIT_SECONDS",
-        "integer 10..=600 (default 120; with ACTIVE_FENCING=on): how long, within the invocation, to wait for a powered-off instance to reach stopped; one not stopped by then fails the invocation for a retry, untainted",
+        "integer 10..=600 (default 120; with ACTIVE_FENCING=stuck or on): how long, within the invocation, to wait for a powered-off instance to reach stopped; one not stopped by then fails the invocation for a retry, untainted",
     ),
     (
         "PARTITION_PERCENT",
-        "integer 1..=100 (default 30; with ACTIVE_FENCING=on): refuse every power-off while more than this share of the nodes are dark (NotReady and not fenced, or fenced or powered off by node-fencer in the last 30 minutes), or while every node of the candidate's zone is",
+        "integer 1..=100 (default 30; with ACTIVE_FENCING=stuck or on): refuse every power-off while more than this share of the nodes are dark (NotReady and not fenced, or fenced or powered off by node-fencer in the last 30 minutes), or while every node of the candidate's zone is",
     ),
     (
         "POWER_OFF_CONTROL_PLANE",
-        "true/false (default false; with ACTIVE_FENCING=on): also power off Nodes with the control-plane role label (their machines may hold etcd members)",
+        "true/false (default false; with ACTIVE_FENCING=stuck or on): also power off Nodes with the control-plane role label (their machines may hold etcd members)",
     ),
     (
         "CONTROL_NAMESPACE",

@@ -124,7 +124,7 @@ mod compute {
         if permission == "compute.instances.detachDisk" {
             "grant the service account the <name>_node_vms custom role of infra/modules/node-fencer-gcp; its condition holds it to VMs whose name starts with instance_name_prefix (gke-<cluster>-): check the VM's name matches"
         } else if gcp_power_off_permissions().contains(&permission) {
-            "set active_fencing = true in infra/modules/node-fencer-gcp: the <name>_node_vms custom role then grants it, on VMs whose name starts with instance_name_prefix (gke-<cluster>-): check the VM's name matches"
+            "set active_fencing = \"stuck\" (or \"on\") in infra/modules/node-fencer-gcp: the <name>_node_vms custom role then grants it, on VMs whose name starts with instance_name_prefix (gke-<cluster>-): check the VM's name matches"
         } else {
             "grant the service account the custom role of infra/modules/node-fencer-gcp (the manifest's gcp_permissions)"
         }
@@ -347,10 +347,9 @@ mod tests {
         // only with active_fencing.
         let stop = granted_rows(&["compute.instances.stop"], "vm", Ok(vec![]));
         assert!(
-            stop[0]
-                .fix
-                .as_deref()
-                .is_some_and(|f| f.contains("_node_vms") && f.contains("active_fencing = true")),
+            stop[0].fix.as_deref().is_some_and(
+                |f| f.contains("_node_vms") && f.contains("active_fencing = \"stuck\"")
+            ),
             "{stop:?}"
         );
         let unknown = granted_rows(&wanted, "vm", Err("503".into()));

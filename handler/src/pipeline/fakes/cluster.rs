@@ -409,6 +409,7 @@ impl FakeCluster {
                 driver: driver_of(volume).into(),
                 handle: volume.to_string(),
             }),
+            shared: false,
         });
     }
 
@@ -432,6 +433,7 @@ impl FakeCluster {
                 driver: driver.into(),
                 handle: format!("handle-{pv}"),
             }),
+            shared: false,
         });
     }
 
@@ -496,6 +498,7 @@ impl FakeCluster {
                 leaves_now: !stays,
                 claims: claim.map(str::to_owned).into_iter().collect(),
                 inline: vec![],
+                finished: false,
             });
     }
 

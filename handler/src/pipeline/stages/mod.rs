@@ -1,5 +1,5 @@
 //! The fencing stages, in the order [`crate::pipeline::run`] calls them;
-//! [`held`] is the discovery's last refusal; [`taint`], [`legacy`] and [`pods`] are the parts the admission and act
+//! [`held`] is the discovery's last refusal, [`stuck`] what active fencing reads of a hung Node; [`taint`], [`legacy`] and [`pods`] are the parts the admission and act
 //! stages carry out per node.
 
 pub(crate) mod act;
@@ -13,6 +13,7 @@ pub(crate) mod plan;
 pub(crate) mod pods;
 pub(crate) mod power;
 pub(crate) mod screen;
+pub(crate) mod stuck;
 pub(crate) mod survey;
 pub(crate) mod taint;
 pub(crate) mod verify;

@@ -22,8 +22,10 @@ use crate::core::outbound::metrics::Dependency;
 use crate::core::rules::decide::{Skip, Verdict};
 use crate::core::rules::plan::Target;
 use crate::core::rules::power::{
-    self, ActiveFencing, Candidate, PowerOutcome, PowerReport, PowerVerdict, Refusal, Surroundings,
+    self, ActiveFencing, Candidate, PowerOutcome, PowerReport, PowerVerdict, Refusal, Scope,
+    Surroundings,
 };
+use crate::core::rules::stuck::Stranding;
 use crate::core::rules::view::NodeView;
 use crate::core::settings::policy::Policy;
 use crate::pipeline::ctx::Ctx;
@@ -31,6 +33,7 @@ use crate::pipeline::error::PipelineError;
 use crate::pipeline::invocation::Invocation;
 use crate::pipeline::lease::{self, Hold};
 use crate::pipeline::stages::decide::{decide_again, refuse_beyond_the_core};
+use crate::pipeline::stages::stuck;
 use crate::pipeline::{nodes, wait};
 use crate::shell::cloud::{CloudError, PowerOff, PowerOffAnswer};
 
@@ -40,15 +43,19 @@ const POLL: Duration = Duration::from_secs(2);
 
 /// One power-off the first judgement allowed: the target, its Node, the
 /// machine as the cloud described it then (every later look, and the
-/// power-off itself, is held to it), how long it was NotReady, and the
-/// status checks recorded with it.
+/// power-off itself, is held to it), how long it was NotReady, the status
+/// checks recorded with it, and what was read stuck on it.
 struct Allowed {
     target: usize,
     node: String,
     machine: InstanceFacts,
     not_ready_for: u64,
     checks: Option<StatusChecks>,
+    stranding: Option<Stranding>,
 }
+
+/// What was read stuck on each Node, by name.
+type Strandings = HashMap<String, Stranding>;
 
 /// Judges the candidates, powers off those the rules allow, and decides
 /// every target again once a machine was powered off.
@@ -158,8 +165,7 @@ async fn first_judgement(
         .collect();
     let checks = status_checks(ctx, &ids).await;
     let only: Vec<&str> = names.iter().map(|(_, n)| n.as_str()).collect();
-    let at = now(ctx);
-    let verdicts = judge(inv.policy, settings, view, inv.looks.answers(), &only, at);
+    let (verdicts, stranding) = judge_reading_stuck(ctx, inv, (settings, view), &only).await;
     let dry_run = inv.switch.is_on();
     let mut allowed = Vec::new();
     for ((k, name), verdict) in names.iter().zip(verdicts) {
@@ -208,6 +214,7 @@ async fn first_judgement(
                     machine,
                     not_ready_for,
                     checks,
+                    stranding: stranding.get(name).cloned(),
                 });
                 continue;
             }
@@ -215,6 +222,42 @@ async fn first_judgement(
         inv.decision.power.insert(*k, report);
     }
     Ok(allowed)
+}
+
+/// The verdicts on the Nodes `names`, with what is stuck on them read
+/// (`ACTIVE_FENCING=stuck`) only for those every other guard allows, then
+/// judged again until every Node allowed has been read: each refused
+/// frees room under the cap that may allow another. A partition reads
+/// nothing.
+async fn judge_reading_stuck(
+    ctx: &Ctx<'_>,
+    inv: &Invocation<'_>,
+    (settings, view): (&ActiveFencing, &NodeView),
+    names: &[&str],
+) -> (Vec<PowerVerdict>, Strandings) {
+    let at = now(ctx);
+    let mut read = Strandings::new();
+    loop {
+        let answers = inv.looks.answers();
+        let verdicts = judge(inv.policy, settings, view, answers, names, at, &read);
+        let unread: Vec<&NodeFacts> = names
+            .iter()
+            .zip(&verdicts)
+            .filter(|(name, v)| {
+                settings.scope == Scope::Stuck
+                    && matches!(v, PowerVerdict::PowerOff { .. })
+                    && !read.contains_key(**name)
+            })
+            .filter_map(|(name, _)| view.nodes.iter().find(|n| n.name == *name))
+            .collect();
+        if unread.is_empty() {
+            return (verdicts, read);
+        }
+        read.extend(stuck::read(ctx, &unread).await);
+        for node in unread {
+            read.entry(node.name.clone()).or_insert(Stranding::Unread);
+        }
+    }
 }
 
 /// A Warning on a Node whose earlier power-off mark lapsed: its stop never
@@ -237,11 +280,13 @@ async fn tell_lapsed(ctx: &Ctx<'_>, name: &str, verdict: &PowerVerdict, dry_run:
 }
 
 /// Refusals worth a Warning Event: a guard held back a node that was dead
-/// long enough. A node not NotReady long enough yet is no news.
+/// long enough, or nothing stuck on it left it to Kubernetes. A node not
+/// NotReady long enough yet is no news.
 fn records(refusal: &Refusal) -> bool {
     matches!(
         refusal,
-        Refusal::Partition { .. }
+        Refusal::NothingStuck
+            | Refusal::Partition { .. }
             | Refusal::ZoneDark { .. }
             | Refusal::CapReached { .. }
             | Refusal::PoweredOffBefore { .. }
@@ -251,7 +296,8 @@ fn records(refusal: &Refusal) -> bool {
     )
 }
 
-/// The verdict for each named Node, over `view` and what the cloud said.
+/// The verdict for each named Node, over `view`, what the cloud said and
+/// what was read stuck on the Nodes.
 fn judge(
     policy: &Policy,
     settings: &ActiveFencing,
@@ -259,6 +305,7 @@ fn judge(
     answers: &HashMap<InstanceId, Confirmation>,
     names: &[&str],
     now: i64,
+    stranding: &Strandings,
 ) -> Vec<PowerVerdict> {
     let found: Vec<Option<&NodeFacts>> = names
         .iter()
@@ -270,6 +317,7 @@ fn judge(
         .map(|node| Candidate {
             node,
             confirmation: node.instance.as_ref().and_then(|id| answers.get(id)),
+            stranding: stranding.get(&node.name),
         })
         .collect();
     let around = Surroundings {
@@ -331,7 +379,8 @@ async fn power_off(
     inv.looks.again(ctx, &ids).await;
     inv.looks.disown_replaced(&fresh.nodes);
     let (answers, at) = (inv.looks.answers(), now(ctx));
-    let verdicts = judge(inv.policy, settings, &fresh, answers, &names, at);
+    let read = read_before(allowed);
+    let verdicts = judge(inv.policy, settings, &fresh, answers, &names, at, &read);
     // One bound for the stops and the wait for the machines to be off.
     let until = inv.until(Instant::now() + settings.wait);
     let mut sent = Vec::new();
@@ -376,6 +425,14 @@ async fn power_off(
     Ok(Sent { sent, until })
 }
 
+/// What the first judgement read stuck on the Nodes it allowed.
+fn read_before(allowed: &[Allowed]) -> Strandings {
+    allowed
+        .iter()
+        .filter_map(|a| Some((a.node.clone(), a.stranding.clone()?)))
+        .collect()
+}
+
 /// Marks one Node and powers its machine off, while `hold` lasts; a cloud
 /// that follows the stop to its end follows it until `until`.
 async fn stop(
@@ -389,7 +446,7 @@ async fn stop(
     let acted = |outcome, reason: String| {
         PowerReport::new(outcome, reason, Some(a.not_ready_for), a.checks.clone())
     };
-    let why = reason(a.not_ready_for, a.checks.as_ref(), &ctx.correlation_id);
+    let why = reason(a, &ctx.correlation_id);
     if hold.left().is_none() {
         // Another invocation may count now: a retry decides again.
         warn!(node = a.node, "the fencing Lease ran out: not powering off");
@@ -513,13 +570,21 @@ fn now(ctx: &Ctx<'_>) -> i64 {
 }
 
 /// What the Node's annotation and Event say of a power-off.
-fn reason(not_ready_for: u64, checks: Option<&StatusChecks>, correlation_id: &str) -> String {
-    let checks = checks.map_or_else(
+fn reason(a: &Allowed, correlation_id: &str) -> String {
+    let checks = a.checks.as_ref().map_or_else(
         || "status checks not reported".to_owned(),
         |c| format!("status checks: {c}"),
     );
+    let stuck = match &a.stranding {
+        Some(Stranding::Read(stuck)) => stuck
+            .first()
+            .map(|s| format!("; {} holds {}, stuck", s.pod, s.volume)),
+        _ => None,
+    };
     format!(
-        "NotReady for {not_ready_for} s while the cloud reported it running; {checks}; run {correlation_id}"
+        "NotReady for {} s while the cloud reported it running{}; {checks}; run {correlation_id}",
+        a.not_ready_for,
+        stuck.unwrap_or_default()
     )
 }
 

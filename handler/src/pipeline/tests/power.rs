@@ -512,3 +512,103 @@ impl World {
         );
     }
 }
+
+/// `ACTIVE_FENCING=stuck`, at the sweep's pace.
+fn stuck_only() -> Policy {
+    let mut p = active();
+    if let Some(a) = p.active_fencing.as_mut() {
+        a.scope = crate::core::rules::power::Scope::Stuck;
+    }
+    p
+}
+
+/// Issue 60: under `stuck`, a hung node one of whose pods holds a volume
+/// only one node may attach is powered off and fenced; what is stuck is
+/// read only for it, never for a Node no guard would power off.
+#[tokio::test]
+async fn under_stuck_a_hung_node_whose_pod_holds_its_volume_is_powered_off() {
+    for on in CLOUDS {
+        let w = World::hung_on(on);
+        w.cluster
+            .staying_pod(NODE, "db-0", false, Some(&w.volume(1)));
+        w.cluster.pod("healthy-2", "web-1");
+        let report = w
+            .run(
+                &stuck_only(),
+                crate::core::inbound::trigger::direct::sweep(),
+            )
+            .await
+            .unwrap();
+        let power = World::power_report(&report);
+        assert_eq!(power.outcome, PowerOutcome::Stopped, "{report:#?}");
+        assert_eq!(w.stops(), 1);
+        assert_eq!(w.out_of_service_taints(NODE), 1);
+        // The power-off says what was stuck.
+        let notes = w.cluster.event_notes(NODE).join("\n");
+        let held = format!("default/db-0 holds pv-{}, stuck", w.volume(1));
+        assert!(notes.contains(&held), "{notes}");
+        let log = w.calls.log();
+        let at = |what: &str| log.iter().position(|c| c == what);
+        let pods = at(&format!("ListPods {NODE}")).expect("its pods read");
+        assert!(pods < at("AcquireLease").unwrap(), "{log:?}");
+        assert!(at("ListPods healthy-2").is_none(), "{log:?}");
+    }
+}
+
+/// Issue 60: under `stuck`, a hung node whose pods hold no volume is left
+/// to Kubernetes, with a Warning saying why; one whose pods cannot be read
+/// is left running too, and a retry reads them again.
+#[tokio::test]
+async fn under_stuck_a_hung_node_with_nothing_stuck_is_left_to_kubernetes() {
+    for on in CLOUDS {
+        let w = World::hung_on(on);
+        w.cluster.pod(NODE, "web-0");
+        let report = w
+            .run(
+                &stuck_only(),
+                crate::core::inbound::trigger::direct::sweep(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            World::power_report(&report).refusal,
+            Some(Refusal::NothingStuck),
+            "{report:#?}"
+        );
+        assert_eq!(w.stops(), 0);
+        assert_eq!(w.out_of_service_taints(NODE), 0);
+        assert_eq!(w.cluster.events(NODE), ["PowerOffRefused"]);
+        let notes = w.cluster.event_notes(NODE).join("\n");
+        assert!(notes.contains("nothing is stuck"), "{notes}");
+        // The same node under `on` is powered off: the scope refused it.
+        let w = World::hung_on(on);
+        w.cluster.pod(NODE, "web-0");
+        w.run(&active(), crate::core::inbound::trigger::direct::sweep())
+            .await
+            .unwrap();
+        assert_eq!(w.stops(), 1);
+    }
+    let world = || {
+        let w = World::hung_on(On::Ec2);
+        w.cluster
+            .staying_pod(NODE, "db-0", false, Some(&w.volume(1)));
+        w
+    };
+    let w = world();
+    w.run(&stuck_only(), power_off()).await.unwrap();
+    let list = w
+        .calls
+        .log()
+        .iter()
+        .position(|c| *c == format!("ListPods {NODE}"));
+    assert!(list.is_some());
+    let w = world();
+    w.calls.fail_at(list);
+    let report = w.run(&stuck_only(), power_off()).await.unwrap();
+    assert_eq!(
+        World::power_report(&report).refusal,
+        Some(Refusal::PodsUnread),
+        "{report:#?}"
+    );
+    assert_eq!(w.stops(), 0);
+}

@@ -205,6 +205,33 @@ run "active_fencing" {
     error_message = "the wait for a stopped VM is part of the request timeout"
   }
 }
+run "active_fencing_stuck" {
+  command = plan
+
+  variables {
+    active_fencing = "stuck"
+  }
+
+  assert {
+    condition     = alltrue([for k in ["events", "webhook"] : one([for e in google_cloud_run_v2_service.this[k].template[0].containers[0].env : e.value if e.name == "ACTIVE_FENCING"]) == "stuck"])
+    error_message = "stuck: both services get ACTIVE_FENCING=stuck"
+  }
+  assert {
+    condition     = contains(tolist(google_project_iam_custom_role.node_vms.permissions), "compute.instances.stop")
+    error_message = "stuck powers off as on does: the stop is granted"
+  }
+}
+
+run "active_fencing_takes_off_stuck_or_on_only" {
+  command = plan
+
+  variables {
+    active_fencing = "yes"
+  }
+
+  expect_failures = [var.active_fencing]
+}
+
 run "eventarc_an_own_secret_a_zonal_cluster_vpc_egress_and_the_longest_waits" {
   command = plan
 

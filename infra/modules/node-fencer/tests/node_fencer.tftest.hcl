@@ -214,6 +214,34 @@ run "active_fencing_in_eks_mode" {
   }
 }
 
+run "active_fencing_stuck_passes_stuck_and_grants_the_stop" {
+  command = plan
+
+  variables {
+    active_fencing          = "stuck"
+    enable_alertmanager_url = false
+  }
+
+  assert {
+    condition     = aws_lambda_function.this["main"].environment[0].variables["ACTIVE_FENCING"] == "stuck" && aws_lambda_function.this["main"].environment[0].variables["POWER_OFF_AFTER_SECONDS"] == "120"
+    error_message = "stuck: ACTIVE_FENCING=stuck and the settings with it"
+  }
+  assert {
+    condition     = strcontains(data.aws_iam_policy_document.api.json, "ec2:StopInstances") && aws_lambda_function.this["main"].timeout == 390
+    error_message = "stuck powers off as on does: the stop granted, the power-off wait in the timeout"
+  }
+}
+
+run "active_fencing_takes_off_stuck_or_on_only" {
+  command = plan
+
+  variables {
+    active_fencing = "yes"
+  }
+
+  expect_failures = [var.active_fencing]
+}
+
 run "active_fencing_with_an_explicit_tag_in_eks_mode" {
   command = plan
 
