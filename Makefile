@@ -156,9 +156,9 @@ fuzz: setup ## every fuzz target for FUZZ_SECONDS each (default 20; a longer run
 # then started as built. `make test` runs the simulator too, for about 20 s
 # (its crate's own `cargo test`); docs/simulator.md says what it models.
 SECONDS ?= 60
-sim: ## the deterministic simulator: fresh seeds for SECONDS of wall time (default 60), or one seed replayed with SEED=N (NO_STALE_NODES=1: without the stale-Node moves, as seeds drew before they were in the default world; MOVES=0,4,9: only those moves, a shrunk failure's replay); a failure is shrunk to its fewest moves
+sim: ## the deterministic simulator: fresh seeds for SECONDS of wall time (default 60), or one seed replayed with SEED=N (NO_STALE_NODES=1: without the stale-Node moves, as seeds drew before they were in the default world; NO_ACTIVE_FENCING=1: without active fencing, likewise; MOVES=0,4,9: only those moves, a shrunk failure's replay); a failure is shrunk to its fewest moves
 	$(LINTING_BUILD) && cargo build --locked --workspace --bins
-	"$$CARGO_TARGET_DIR/debug/sim" $(if $(SEED),--seed $(SEED),--seconds $(SECONDS)) $(if $(NO_STALE_NODES),--no-stale-nodes) $(if $(MOVES),--moves $(MOVES))
+	"$$CARGO_TARGET_DIR/debug/sim" $(if $(SEED),--seed $(SEED),--seconds $(SECONDS)) $(if $(NO_STALE_NODES),--no-stale-nodes) $(if $(NO_ACTIVE_FENCING),--no-active-fencing) $(if $(MOVES),--moves $(MOVES))
 
 FILES ?=
 mutants: ## cargo-mutants over the rules that decide, against the unit tests and the simulator (hours; FILES=path... for some files; not in make test)

@@ -12,6 +12,11 @@ use node_fencer::core::settings::policy::Policy;
 
 use crate::world::{Attach, Power, World, has_taint, is_fencers, ready_status};
 
+/// How long a kubelet must have been alive and serving before a power-off
+/// of its machine is a fault: three renewals, each reporting its Node
+/// Ready, before the look under the Lease that precedes the stop.
+const LIVE_FOR: crate::world::Ms = 30_000;
+
 /// A write the pipeline sends, as the checks see it.
 #[derive(Clone, Copy, Debug)]
 pub enum Write<'a> {
@@ -98,8 +103,9 @@ pub struct Heard {
 /// receives it: nothing that fences (a taint, a mark, a pod deleted, an
 /// attachment deleted) on a Node any of whose machines is on (the one its
 /// object names, or one a kubelet serving its name runs on); no detach from
-/// a machine that is on; nothing in a dry run; nothing that fences or
-/// unfences once the invocation read the kill switch on.
+/// a machine that is on; no power-off of a machine a live kubelet serves
+/// from; nothing in a dry run; nothing that fences or unfences once the
+/// invocation read the kill switch on.
 pub fn at_write(world: &World, policy: &Policy, heard: &Heard, write: &Write<'_>) -> Vec<String> {
     let who = &heard.name;
     let mut broken = Vec::new();
@@ -150,6 +156,28 @@ pub fn at_write(world: &World, policy: &Policy, heard: &Heard, write: &Write<'_>
             broken.push(format!(
                 "{who} powered {machine} off with active fencing off"
             ));
+        }
+        Write::PowerOff(machine) => {
+            // Only a hung or dead kubelet's machine is powered off. One that
+            // has served a Node and renewed for a while is a live node,
+            // whatever its Node said: its Node has been Ready since before
+            // the last look under the Lease. (One revived a moment ago may
+            // be powered off: no fencer can see a revival after its look.)
+            let live: Vec<&str> = world
+                .kubelets
+                .iter()
+                .filter(|k| k.machine == **machine && k.serving && !k.retired)
+                .filter(|k| k.process == crate::world::Process::Alive)
+                .filter(|k| world.t - k.alive_since > LIVE_FOR)
+                .map(|k| k.node.as_str())
+                .collect();
+            if !live.is_empty() {
+                broken.push(format!(
+                    "{who} powered {machine} off while the kubelet of {} has run alive on it for over {} s",
+                    live.join(", "),
+                    LIVE_FOR / 1000
+                ));
+            }
         }
         _ => {}
     }

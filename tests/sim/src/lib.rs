@@ -193,6 +193,9 @@ pub fn headline(run: &Run) -> String {
     if !run.options.stale_nodes {
         make.push_str(" NO_STALE_NODES=1");
     }
+    if !run.options.active_fencing {
+        make.push_str(" NO_ACTIVE_FENCING=1");
+    }
     if let Some(list) = run.moves.flag().strip_prefix(" --moves ") {
         make.push_str(&format!(" MOVES={list}"));
     }

@@ -34,6 +34,10 @@ struct Args {
     /// line printed before then runs as printed.
     #[arg(long, hide = true, conflicts_with = "no_stale_nodes")]
     stale_nodes: bool,
+    /// Hold back active fencing (hung Nodes powered off, `stuck` or `on`),
+    /// drawn in half the runs by default: a seed then runs as it did before.
+    #[arg(long)]
+    no_active_fencing: bool,
     /// Run each seed twice and tell those whose two runs differ.
     #[arg(long, conflicts_with_all = ["seed", "keep_going"])]
     twice: bool,
@@ -60,6 +64,7 @@ fn main() -> ExitCode {
     let args = Args::parse();
     let options = node_fencer_sim::Options {
         stale_nodes: !args.no_stale_nodes,
+        active_fencing: !args.no_active_fencing,
     };
     if let Some(seed) = args.seed {
         let moves = args.moves.clone().unwrap_or_default();

@@ -21,6 +21,7 @@ use node_fencer::core::inbound::suspect::Batch;
 use node_fencer::core::inbound::trigger::{direct, eventbridge};
 use node_fencer::core::outbound::metrics::Meter;
 use node_fencer::core::outbound::report::Report;
+use node_fencer::core::rules::power::{ActiveFencing, Scope};
 use node_fencer::core::settings::policy::Policy;
 use node_fencer::pipeline::{self, Ctx};
 use serde_json::json;
@@ -71,25 +72,35 @@ pub struct Options {
     /// Replacements that leave a stale Node: a kubelet on another machine
     /// adopts the Node object of its name, which still names the old
     /// machine. Drawn by default since the findings they showed were
-    /// mended (docs/simulator.md, "What it found"); without them, a seed
+    /// mended (docs/simulator-findings.md); without them, a seed
     /// draws as it did before.
     pub stale_nodes: bool,
+    /// Active fencing, in half the runs ([`active_fencing`]): hung Nodes
+    /// powered off. Drawn apart from the rest, so that without it a seed
+    /// draws as it did before.
+    pub active_fencing: bool,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Self { stale_nodes: true }
+        Self {
+            stale_nodes: true,
+            active_fencing: true,
+        }
     }
 }
 
 impl Options {
     /// The flags that replay a run with these options.
-    pub fn flags(&self) -> &'static str {
-        if self.stale_nodes {
-            ""
-        } else {
-            " --no-stale-nodes"
+    pub fn flags(&self) -> String {
+        let mut flags = String::new();
+        if !self.stale_nodes {
+            flags.push_str(" --no-stale-nodes");
         }
+        if !self.active_fencing {
+            flags.push_str(" --no-active-fencing");
+        }
+        flags
     }
 }
 
@@ -150,6 +161,41 @@ fn policy(rng: &mut Rng) -> Policy {
     }
 }
 
+/// Active fencing for `seed`, from a generator of its own, so that the
+/// seed's other draws are the same with it as without: off in half the
+/// runs, else `stuck` or `on`, after one to three minutes of silence.
+fn active_fencing(seed: u64) -> Option<ActiveFencing> {
+    let mut rng = Rng::with_seed(seed ^ 0xAC71_FE00_0000_0000);
+    if rng.bool() {
+        return None;
+    }
+    Some(ActiveFencing {
+        after: Duration::from_secs(rng.u64(60..=180)),
+        wait: Duration::from_secs(30),
+        scope: if rng.bool() {
+            Scope::Stuck
+        } else {
+            Scope::AnyHung
+        },
+        ..ActiveFencing::default()
+    })
+}
+
+/// The active fencing of a run, as its setup line tells it.
+fn fencing_words(active: Option<&ActiveFencing>) -> String {
+    match active {
+        None => "off".into(),
+        Some(a) => format!(
+            "{} after {} s",
+            match a.scope {
+                Scope::Stuck => "stuck",
+                Scope::AnyHung => "on",
+            },
+            a.after.as_secs()
+        ),
+    }
+}
+
 struct Schedule {
     plans: BTreeMap<(Ms, u64), Planned>,
     seq: u64,
@@ -178,14 +224,17 @@ async fn simulate(seed: u64, options: Options, moves: Moves) -> Run {
     let nodes = rng.usize(2..=4);
     let pods: Vec<usize> = (0..nodes).map(|_| rng.usize(0..=2)).collect();
     let staying = rng.u8(..8) == 0;
-    let policy = policy(&mut rng);
+    let mut policy = policy(&mut rng);
+    if options.active_fencing {
+        policy.active_fencing = active_fencing(seed);
+    }
     let world = World::new(rng.u64(..), &pods, staying);
     let adversary = Adversary::new(rng.u64(..), options.stale_nodes, moves.clone());
     let opening = rng.i64(5_000..40_000);
     let until = rng.i64(120_000..=300_000);
     let sweep_every = rng.i64(60_000..=300_000);
     let setup = format!(
-        "{nodes} Nodes with {pods:?} pods{}; policy: cap {}, dry run {}, FAST_NOT_READY {}, second look after {:?}; adversary until {}: {}; sweeps every {}",
+        "{nodes} Nodes with {pods:?} pods{}; policy: cap {}, dry run {}, FAST_NOT_READY {}, second look after {:?}, ACTIVE_FENCING {}; adversary until {}: {}; sweeps every {}",
         if staying {
             " (one tolerating the taint)"
         } else {
@@ -195,6 +244,7 @@ async fn simulate(seed: u64, options: Options, moves: Moves) -> Run {
         policy.dry_run,
         policy.fast_not_ready,
         policy.confirm_again_after,
+        fencing_words(policy.active_fencing.as_ref()),
         secs(until),
         adversary.describe(),
         secs(sweep_every),

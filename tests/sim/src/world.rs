@@ -225,6 +225,9 @@ pub struct Kubelet {
     /// Another machine's kubelet took its Node name over: it never runs
     /// again, whatever its machine does.
     pub retired: bool,
+    /// Since when it has been alive and serving: revived, or serving its
+    /// machine's boot.
+    pub alive_since: Ms,
     renewals: u64,
     epoch: u64,
 }
@@ -469,6 +472,7 @@ impl World {
                 noted: false,
                 serving: true,
                 retired: false,
+                alive_since: 0,
                 renewals: 0,
                 epoch: 0,
             });
@@ -950,6 +954,9 @@ impl World {
         self.kubelet_sync(k);
         let kubelet = &mut self.kubelets[k];
         kubelet.renewals += 1;
+        if !kubelet.serving {
+            kubelet.alive_since = self.t;
+        }
         kubelet.serving = true;
         let (every, skew, noted) = (kubelet.renew_every, kubelet.skew, kubelet.noted);
         let machine = kubelet.machine.clone();
@@ -1778,6 +1785,7 @@ impl World {
             noted: true,
             serving: false,
             retired: false,
+            alive_since: self.t,
             renewals: 0,
             epoch: 0,
         };
@@ -1837,6 +1845,9 @@ impl World {
         kubelet.process = process;
         kubelet.noted = true;
         kubelet.epoch += 1;
+        if process == Process::Alive {
+            kubelet.alive_since = self.t;
+        }
         let (node, machine, epoch) = (kubelet.node.clone(), kubelet.machine.clone(), kubelet.epoch);
         let word = match process {
             Process::Alive => "revives",
@@ -2054,6 +2065,8 @@ fn pv_object(member: &Member) -> PersistentVolume {
                 name: Some(member.claim.clone()),
                 ..ObjectReference::default()
             }),
+            // An EBS volume: one node at a time.
+            access_modes: Some(vec!["ReadWriteOnce".into()]),
             ..PersistentVolumeSpec::default()
         }),
         status: None,
