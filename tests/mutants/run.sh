@@ -47,6 +47,7 @@ DEFAULT_FILES=(
 	handler/src/core/rules/identity.rs
 	handler/src/core/rules/namesake.rs
 	handler/src/core/rules/held_disks.rs
+	handler/src/core/rules/stuck.rs
 	handler/src/core/rules/decide.rs
 	handler/src/core/rules/plan.rs
 	handler/src/core/rules/cap.rs
@@ -69,8 +70,15 @@ export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 # Each mutant is built from a copy of the tree into the shared cache: the
 # next `make` here must not take the last mutant's build for its own
 # (tests/stack/own-target.sh).
-mkdir -p "$CARGO_TARGET_DIR"
-echo "cargo-mutants" >"$CARGO_TARGET_DIR/.built-from"
+# --list builds nothing, and leaves the mark of whichever tree built last.
+listing=0
+for arg in "$@"; do
+	[[ $arg == --list ]] && listing=1
+done
+if ((!listing)); then
+	mkdir -p "$CARGO_TARGET_DIR"
+	echo "cargo-mutants" >"$CARGO_TARGET_DIR/.built-from"
+fi
 # Seeds from 1 each time: a mutant caught once is caught again.
 export NODE_FENCER_SIM_SECONDS="${NODE_FENCER_SIM_SECONDS:-10}"
 export NODE_FENCER_SIM_FIRST_SEED="${NODE_FENCER_SIM_FIRST_SEED:-1}"
